@@ -1,0 +1,18 @@
+"""Native lctx models: :class:`LctxConfig`, :class:`LctxForCausalLM` and the attention-variant registry.
+
+Importing this package registers ``model_type="lctx"`` with ``AutoConfig`` and ``AutoModelForCausalLM``,
+so ``AutoModelForCausalLM.from_pretrained(dir)`` (and lm-eval's ``hf`` backend) load lctx checkpoints.
+"""
+
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+
+from .config import LctxConfig
+from .model import LctxForCausalLM, LctxModel
+from .variants import VARIANTS, AttentionVariant, alibi_slopes, get_variant, register_variant
+
+AutoConfig.register("lctx", LctxConfig, exist_ok=True)
+AutoModel.register(LctxConfig, LctxModel, exist_ok=True)
+AutoModelForCausalLM.register(LctxConfig, LctxForCausalLM, exist_ok=True)
+
+__all__ = ["LctxConfig", "LctxForCausalLM", "LctxModel", "VARIANTS", "AttentionVariant", "alibi_slopes",
+           "get_variant", "register_variant"]

@@ -1,0 +1,87 @@
+"""Configuration of the native lctx decoder (a ``transformers`` ``PretrainedConfig``)."""
+
+from __future__ import annotations
+
+from transformers import PretrainedConfig
+
+
+class LctxConfig(PretrainedConfig):
+    """Hyper-parameters of :class:`lctx.models.model.LctxForCausalLM`.
+
+    The positional scheme is the ``variant`` field (a name from :data:`lctx.models.variants.VARIANTS`,
+    e.g. ``"rope"``, ``"alibi"``, ``"sinusoidal"``, ``"nope"``), so a checkpoint records how it sees
+    position and ``from_pretrained`` rebuilds the same attention.
+
+    Args:
+        vocab_size: number of token ids.
+        hidden_size: model width d (channels).
+        num_hidden_layers: number of decoder blocks.
+        num_attention_heads: H; ``hidden_size`` must be divisible by it (head dim d/H).
+        intermediate_size: SwiGLU hidden width (default: 8/3 d rounded up to a multiple of 32).
+        variant: positional variant name (see ``lctx list variants``).
+        variant_options: extra per-variant settings (a dict stored in ``config.json``).
+        rope_theta: RoPE base (Su et al. 2021, eq. 15; 10000 in the paper).
+        max_position_embeddings: the largest length (tokens) the checkpoint claims it can address, or
+            ``None`` when the variant has no hard limit (all native variants compute positions on the fly).
+        train_length: context length (tokens) the model was trained at; the harness marks it on plots.
+        attn_impl: ``"sdpa"`` (``torch.nn.functional.scaled_dot_product_attention`` with the variant's bias
+            as an additive mask) or ``"reference"`` (the explicit softmax, the source of truth in tests).
+        rms_norm_eps: epsilon of RMSNorm.
+        tie_word_embeddings: share the input embedding and output projection.
+        initializer_range: std of the normal init of linear and embedding weights.
+
+    Raises:
+        ValueError: ``hidden_size`` not divisible by ``num_attention_heads``.
+    """
+
+    model_type = "lctx"
+
+    def __init__(
+        self,
+        vocab_size: int = 1024,
+        hidden_size: int = 128,
+        num_hidden_layers: int = 4,
+        num_attention_heads: int = 4,
+        intermediate_size: int | None = None,
+        variant: str = "rope",
+        variant_options: dict | None = None,
+        rope_theta: float = 10000.0,
+        max_position_embeddings: int | None = None,
+        train_length: int | None = None,
+        attn_impl: str = "sdpa",
+        rms_norm_eps: float = 1e-5,
+        tie_word_embeddings: bool = True,
+        initializer_range: float = 0.02,
+        bos_token_id: int | None = 1,
+        eos_token_id: int | None = 2,
+        pad_token_id: int | None = 0,
+        **kwargs,
+    ):
+        if hidden_size % num_attention_heads:
+            raise ValueError(
+                f"hidden_size {hidden_size} is not divisible by num_attention_heads {num_attention_heads}; "
+                "pick a head count that divides the width"
+            )
+        self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
+        self.num_hidden_layers = num_hidden_layers
+        self.num_attention_heads = num_attention_heads
+        self.head_dim = hidden_size // num_attention_heads
+        if intermediate_size is None:
+            intermediate_size = 32 * ((8 * hidden_size // 3 + 31) // 32)
+        self.intermediate_size = intermediate_size
+        self.variant = variant
+        self.variant_options = dict(variant_options or {})
+        self.rope_theta = rope_theta
+        self.max_position_embeddings = max_position_embeddings
+        self.train_length = train_length
+        self.attn_impl = attn_impl
+        self.rms_norm_eps = rms_norm_eps
+        self.initializer_range = initializer_range
+        super().__init__(
+            bos_token_id=bos_token_id,
+            eos_token_id=eos_token_id,
+            pad_token_id=pad_token_id,
+            tie_word_embeddings=tie_word_embeddings,
+            **kwargs,
+        )

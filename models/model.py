@@ -1,0 +1,237 @@
+"""The native lctx decoder: a small Llama-style Transformer whose positional scheme is a pluggable variant.
+
+Reads top to bottom: RMSNorm -> SwiGLU MLP -> Attention (projections; positions handed to the variant)
+-> Block (pre-norm residual) -> LctxModel (embeddings, blocks, final norm) -> LctxForCausalLM (LM head,
+loss, targeted logits). It is a ``transformers.PreTrainedModel``: ``save_pretrained``/``from_pretrained``
+(safetensors), ``AutoModelForCausalLM`` and lm-eval's ``hf`` backend load it once ``lctx.models`` is
+imported.
+
+KV cache: any ``transformers`` ``Cache`` (``DynamicCache`` by default). The attention mask follows the
+Hugging Face convention: [B, past + new] with 1 for real tokens and 0 for (left) padding. Positions are
+counted from each row's first real token, so a left-padded row gives the same result as the row alone.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import GenerationMixin, PreTrainedModel
+from transformers.cache_utils import DynamicCache
+from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
+
+from .config import LctxConfig
+from .variants import get_variant
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square LayerNorm (Zhang & Sennrich 2019): x / rms(x) * g, computed in float32.
+    x: [..., d] -> [..., d]."""
+
+    def __init__(self, dim: int, eps: float = 1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (xf * self.weight.float()).to(x.dtype)
+
+
+class SwiGLU(nn.Module):
+    """Gated MLP W_down(SiLU(W_gate x) * W_up x) (Shazeer 2020). x: [B, T, d] -> [B, T, d]."""
+
+    def __init__(self, config: LctxConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Attention(nn.Module):
+    """Multi-head self-attention: q, k, v projections, then the positional variant attends.
+
+    x: [B, T, d] -> [B, T, d]. The variant (``config.variant``) is looked up in
+    :data:`lctx.models.variants.VARIANTS`.
+    """
+
+    def __init__(self, config: LctxConfig, layer_idx: int):
+        super().__init__()
+        self.n_heads, self.head_dim = config.num_attention_heads, config.head_dim
+        d = config.hidden_size
+        self.q_proj = nn.Linear(d, d, bias=False)
+        self.k_proj = nn.Linear(d, d, bias=False)
+        self.v_proj = nn.Linear(d, d, bias=False)
+        self.o_proj = nn.Linear(d, d, bias=False)
+        self.variant = get_variant(config.variant)(config, layer_idx)
+
+    def forward(self, x, q_pos, k_pos, allowed, cache=None):
+        B, T, _ = x.shape
+
+        def heads(t):
+            return t.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
+
+        out = self.variant(heads(self.q_proj(x)), heads(self.k_proj(x)), heads(self.v_proj(x)),
+                           q_pos, k_pos, allowed, cache)
+        return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
+
+
+class Block(nn.Module):
+    """Pre-norm decoder block: x + Attn(norm(x)), then + MLP(norm(x))."""
+
+    def __init__(self, config: LctxConfig, layer_idx: int):
+        super().__init__()
+        self.attn_norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.attn = Attention(config, layer_idx)
+        self.mlp_norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.mlp = SwiGLU(config)
+
+    def forward(self, x, q_pos, k_pos, allowed, cache=None):
+        x = x + self.attn(self.attn_norm(x), q_pos, k_pos, allowed, cache)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class LctxPreTrainedModel(PreTrainedModel):
+    """Base class wiring :class:`LctxConfig` into ``transformers`` (init, save/load)."""
+
+    config_class = LctxConfig
+    base_model_prefix = "model"
+    _no_split_modules = ["Block"]
+    _supports_sdpa = True
+
+    def _init_weights(self, module):
+        std = self.config.initializer_range
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+        elif isinstance(module, RMSNorm):
+            nn.init.ones_(module.weight)
+
+
+def positions_and_mask(attention_mask: torch.Tensor | None, B: int, T: int, past: int, device):
+    """Positions and the attention pattern for T new tokens after ``past`` cached ones.
+
+    attention_mask: [B, past + T] (1 real, 0 padding) or ``None`` (all real).
+    Returns q_pos [B, T], k_pos [B, past + T] (tokens from each row's first real token) and
+    allowed [B, 1, T, past + T] bool (causal and not padding; a padding query sees itself only,
+    so no row is empty and no NaN appears).
+
+    Raises:
+        ValueError: the mask length is not past + T.
+    """
+    Tk = past + T
+    if attention_mask is None:
+        key_valid = torch.ones(B, Tk, dtype=torch.bool, device=device)
+    else:
+        if attention_mask.shape[-1] != Tk:
+            raise ValueError(
+                f"attention_mask covers {attention_mask.shape[-1]} tokens but past + new = {Tk}; "
+                "pass the mask of the whole sequence (cached and new tokens)"
+            )
+        key_valid = attention_mask.to(device=device, dtype=torch.bool)
+    k_pos = (torch.cumsum(key_valid.long(), dim=-1) - 1).clamp_min(0)
+    q_idx = torch.arange(past, Tk, device=device)
+    k_idx = torch.arange(Tk, device=device)
+    causal = k_idx[None, :] <= q_idx[:, None]  # [T, Tk]
+    allowed = causal[None] & key_valid[:, None, :]  # [B, T, Tk]
+    empty = ~allowed.any(-1, keepdim=True)
+    allowed = allowed | (empty & (k_idx[None, None, :] == q_idx[None, :, None]))
+    return k_pos[:, past:], k_pos, allowed[:, None]
+
+
+class LctxModel(LctxPreTrainedModel):
+    """Embeddings, decoder blocks and the final norm. input_ids [B, T] -> hidden states [B, T, d]."""
+
+    def __init__(self, config: LctxConfig):
+        super().__init__(config)
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        variant_cls = get_variant(config.variant)
+        self.pos_embed = variant_cls.input_embedding(config)
+        self.embed_scale = math.sqrt(config.hidden_size) if self.pos_embed is not None else 1.0
+        self.layers = nn.ModuleList([Block(config, i) for i in range(config.num_hidden_layers)])
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.embed_tokens
+
+    def set_input_embeddings(self, value):
+        self.embed_tokens = value
+
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, cache=None,
+                past_key_values=None, inputs_embeds=None, use_cache=None, **kwargs):
+        cache = cache if cache is not None else past_key_values
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("pass exactly one of input_ids or inputs_embeds")
+        x = self.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
+        B, T = x.shape[:2]
+        if use_cache and cache is None:
+            cache = DynamicCache()
+        past = cache.get_seq_length() if cache is not None else 0
+        q_pos, k_pos, allowed = positions_and_mask(attention_mask, B, T, past, x.device)
+        if position_ids is not None:  # explicit positions for the new tokens override the mask-derived ones
+            q_pos = position_ids.expand(B, T).to(x.device)
+            k_pos = torch.cat([k_pos[:, :past], q_pos], dim=1)
+        if self.pos_embed is not None:
+            x = x * self.embed_scale + self.pos_embed(q_pos).to(x.dtype)
+        for block in self.layers:
+            x = block(x, q_pos, k_pos, allowed, cache)
+        return BaseModelOutputWithPast(last_hidden_state=self.norm(x), cache=cache)
+
+
+class LctxForCausalLM(LctxPreTrainedModel, GenerationMixin):
+    """Causal LM head over :class:`LctxModel`.
+
+    forward(input_ids [B, T], attention_mask [B, past+T], cache, labels [B, T], logits_to_keep) returns
+    ``CausalLMOutputWithPast`` with logits [B, T', vocab] float32, where T' = T, or the last
+    ``logits_to_keep`` positions (int > 0), or the positions listed in a 1-D ``logits_to_keep`` tensor
+    (the harness asks only for the positions it scores, never the full T x vocab at long lengths).
+    ``labels`` are the input ids (shifted inside; -100 ignored); loss is the mean token NLL in nats.
+    """
+
+    _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+
+    def __init__(self, config: LctxConfig):
+        super().__init__(config)
+        self.model = LctxModel(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.model.embed_tokens
+
+    def set_input_embeddings(self, value):
+        self.model.embed_tokens = value
+
+    def get_output_embeddings(self):
+        return self.lm_head
+
+    def set_output_embeddings(self, value):
+        self.lm_head = value
+
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, cache=None,
+                past_key_values=None, inputs_embeds=None, labels=None, use_cache=None,
+                logits_to_keep: int | torch.Tensor = 0, return_dict=None, **kwargs):
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                         cache=cache if cache is not None else past_key_values,
+                         inputs_embeds=inputs_embeds, use_cache=use_cache)
+        h = out.last_hidden_state
+        if isinstance(logits_to_keep, int):
+            h = h[:, -logits_to_keep:] if logits_to_keep > 0 else h
+        else:
+            h = h[:, logits_to_keep.to(h.device)]
+        logits = self.lm_head(h).float()
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
+                                   labels[:, 1:].reshape(-1).to(logits.device), ignore_index=-100)
+        return CausalLMOutputWithPast(loss=loss, logits=logits, cache=out.cache)

@@ -1,0 +1,220 @@
+"""Positional / attention variants of the native decoder: one registry, each variant a small module.
+
+A variant is an ``nn.Module`` subclass of :class:`AttentionVariant` registered under a name with
+:func:`register_variant`. The decoder's attention layer projects q, k, v and hands them to its variant,
+which owns everything positional: rotating q/k, adding a logit bias, or (for fixed-state mixers in later
+variants) replacing softmax attention altogether. A variant may also add a signal to the input
+embeddings (:meth:`AttentionVariant.input_embedding`, used by ``sinusoidal``).
+
+Shapes used throughout: B batch, H heads, Tq new query tokens, Tk keys visible through the KV cache
+(past + new), D head dim. Positions are integer token indices (``LongTensor``), measured from the first
+non-padding token of each row.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+VARIANTS: dict[str, type["AttentionVariant"]] = {}
+
+
+def register_variant(name: str) -> Callable[[type], type]:
+    """Class decorator: register an :class:`AttentionVariant` under ``name``.
+
+    Raises:
+        ValueError: ``name`` is already registered.
+    """
+
+    def deco(cls: type) -> type:
+        if name in VARIANTS:
+            raise ValueError(f"attention variant {name!r} is already registered")
+        cls.variant_name = name
+        VARIANTS[name] = cls
+        return cls
+
+    return deco
+
+
+def get_variant(name: str) -> type["AttentionVariant"]:
+    """Look up a registered variant class by name.
+
+    Raises:
+        KeyError: unknown name (the message lists the known ones).
+    """
+    if name not in VARIANTS:
+        raise KeyError(f"unknown attention variant {name!r}; known: {', '.join(sorted(VARIANTS))}")
+    return VARIANTS[name]
+
+
+def alibi_slopes(n_heads: int) -> torch.Tensor:
+    """ALiBi head slopes m_h, shape [n_heads], float64.
+
+    Geometric sequence 2^(-8/n), 2^(-16/n), ... for a power-of-two head count; otherwise the reference
+    interleave: the slopes of the closest lower power of two followed by every other slope of twice that
+    count (Press et al. 2022, "Train Short, Test Long", and github.com/ofirpress/attention_with_linear_biases,
+    ``get_slopes``). For 12 heads the last four are 2^-0.5, 2^-1.5, 2^-2.5, 2^-3.5.
+
+    Raises:
+        ValueError: ``n_heads`` < 1.
+    """
+    if n_heads < 1:
+        raise ValueError(f"n_heads must be >= 1, got {n_heads}")
+
+    def pow2(n: int) -> list[float]:
+        start = 2.0 ** (-(2.0 ** -(math.log2(n) - 3)))
+        return [start * start**i for i in range(n)]
+
+    if math.log2(n_heads).is_integer():
+        slopes = pow2(n_heads)
+    else:
+        closest = 2 ** math.floor(math.log2(n_heads))
+        slopes = pow2(closest) + alibi_slopes(2 * closest).tolist()[0::2][: n_heads - closest]
+    return torch.tensor(slopes, dtype=torch.float64)
+
+
+class AttentionVariant(nn.Module):
+    """Causal softmax attention with two positional hooks; the base of every softmax variant.
+
+    Subclasses override :meth:`rotate` (transform q and k by position, e.g. RoPE) and/or
+    :meth:`score_bias` (an additive logit bias from query and key positions, e.g. ALiBi). The
+    computation is ``softmax(q k^T / sqrt(D) + bias, causal & key-padding mask) v``.
+
+    ``config.attn_impl`` picks ``"reference"`` (explicit fp32 softmax: the source of truth) or
+    ``"sdpa"`` (``scaled_dot_product_attention`` with the bias folded into a float mask; tests check it
+    equals the reference).
+    """
+
+    variant_name = "base"
+
+    def __init__(self, config, layer_idx: int):
+        super().__init__()
+        self.config = config
+        self.layer_idx = layer_idx
+        self.n_heads = config.num_attention_heads
+        self.head_dim = config.head_dim
+
+    @classmethod
+    def input_embedding(cls, config) -> nn.Module | None:
+        """A module ``f(positions [B, T]) -> [B, T, d]`` added to token embeddings, or ``None``."""
+        return None
+
+    def rotate(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """Position-dependent transform of q or k. x: [B, H, T, D]; pos: [B, T]. Identity here."""
+        return x
+
+    def score_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor | None:
+        """Additive logit bias, [B, H, Tq, Tk] float32 (or broadcastable), or ``None`` for no bias.
+
+        q_pos: [B, Tq], k_pos: [B, Tk] positions in tokens.
+        """
+        return None
+
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        q_pos: torch.Tensor,
+        k_pos: torch.Tensor,
+        allowed: torch.Tensor,
+        cache=None,
+    ) -> torch.Tensor:
+        """Attend. q, k, v: [B, H, Tq, D] (new tokens only); q_pos: [B, Tq]; k_pos: [B, Tk];
+        allowed: [B, 1, Tq, Tk] bool (causal & key padding, at least one True per row).
+        ``cache`` has ``update(k, v, layer_idx) -> (k_all, v_all)`` (a transformers ``Cache``).
+        Returns [B, H, Tq, D].
+        """
+        q = self.rotate(q, q_pos)
+        k = self.rotate(k, k_pos[:, -k.shape[2] :])
+        if cache is not None:
+            k, v = cache.update(k, v, self.layer_idx)
+        bias = self.score_bias(q_pos, k_pos)
+        if self.config.attn_impl == "reference":
+            return reference_attention(q, k, v, allowed, bias)
+        mask = torch.zeros(allowed.shape, dtype=q.dtype, device=q.device).masked_fill(~allowed, float("-inf"))
+        if bias is not None:
+            mask = mask + bias.to(q.dtype)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def reference_attention(q, k, v, allowed, bias=None) -> torch.Tensor:
+    """Explicit causal softmax attention in float32: softmax(q k^T / sqrt(D) + bias) v.
+
+    q: [B, H, Tq, D]; k, v: [B, H, Tk, D]; allowed: [B, 1|H, Tq, Tk] bool; bias: broadcastable to
+    [B, H, Tq, Tk] or ``None``. Returns [B, H, Tq, D] in q's dtype. Memory O(Tq * Tk) per head.
+    """
+    scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    if bias is not None:
+        scores = scores + bias
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    return torch.matmul(torch.softmax(scores, dim=-1), v.float()).to(q.dtype)
+
+
+@register_variant("nope")
+class NoPE(AttentionVariant):
+    """No positional signal: the causal mask alone orders tokens (a uniform prior over visible keys,
+    BAM seed 000; Kazemnejad et al. 2023)."""
+
+
+@register_variant("rope")
+class RoPE(AttentionVariant):
+    """Rotary position embedding (Su et al. 2021, RoFormer eq. 34), half-split layout as in GPT-NeoX and
+    Hugging Face Llama (``rotate_half``). Angles pos * theta^(-2i/D) are computed in float64 so long
+    positions (512K tokens) keep their precision, then cast to q's dtype.
+    """
+
+    def rotate(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        d = x.shape[-1]
+        inv_freq = self.config.rope_theta ** (-torch.arange(0, d, 2, dtype=torch.float64, device=x.device) / d)
+        ang = pos.to(torch.float64)[:, None, :, None] * inv_freq  # [B, 1, T, D/2]
+        cos = torch.cos(ang).to(x.dtype)
+        sin = torch.sin(ang).to(x.dtype)
+        x1, x2 = x[..., : d // 2], x[..., d // 2 :]
+        return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+@register_variant("alibi")
+class ALiBi(AttentionVariant):
+    """Attention with Linear Biases: bias -m_h (i - j) for key j <= query i (Press et al. 2022, eq. in
+    section 3), slopes from :func:`alibi_slopes`. No positional signal in q, k or the input.
+    """
+
+    def score_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+        # slopes are recomputed (H floats), not a buffer: from_pretrained builds modules on the meta
+        # device and would leave a non-persistent buffer uninitialised.
+        slopes = alibi_slopes(self.n_heads).to(device=q_pos.device, dtype=torch.float32)
+        dist = (q_pos[:, None, :, None] - k_pos[:, None, None, :]).float()  # [B, 1, Tq, Tk]
+        return -slopes[None, :, None, None] * dist
+
+
+class SinusoidalEmbedding(nn.Module):
+    """Absolute sinusoidal position signal, PE(p, 2i) = sin(p / 10000^(2i/d)), PE(p, 2i+1) = cos(...)
+    (Vaswani et al. 2017, section 3.5). Forward: positions [B, T] -> [B, T, d] float32, computed on the
+    fly in float64 so any length works.
+    """
+
+    def __init__(self, d_model: int, base: float = 10000.0):
+        super().__init__()
+        self.d_model = d_model
+        self.base = base
+
+    def forward(self, pos: torch.Tensor) -> torch.Tensor:
+        i = torch.arange(0, self.d_model, 2, dtype=torch.float64, device=pos.device)
+        ang = pos.to(torch.float64)[..., None] * self.base ** (-i / self.d_model)
+        pe = torch.stack([torch.sin(ang), torch.cos(ang)], dim=-1).flatten(-2)[..., : self.d_model]
+        return pe.float()
+
+
+@register_variant("sinusoidal")
+class Sinusoidal(AttentionVariant):
+    """Absolute sinusoidal embedding added to the (sqrt(d)-scaled, Vaswani et al. 2017 section 3.4) token
+    embeddings; attention itself is NoPE."""
+
+    @classmethod
+    def input_embedding(cls, config) -> nn.Module:
+        return SinusoidalEmbedding(config.hidden_size)
