@@ -1,1 +1,1 @@
-"""placeholder"""
+"""Runner, model adapter, training, result tables and plots of lctx."""

@@ -1,1 +1,1 @@
-"""placeholder"""
+"""Evaluation tasks (passkey, ppl, ...) and the task registry."""
