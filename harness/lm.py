@@ -1,0 +1,261 @@
+"""Model adapter: one causal LM + tokenizer behind the few operations tasks need.
+
+Every task talks to :class:`LM`, never to a model directly. The adapter runs long inputs as a chunked
+prefill into a KV cache (chunk size ``chunk_size`` tokens) and asks the model for logits only at the
+positions a task scores (``logits_to_keep``), so a long prompt never materialises T x vocab logits.
+It works for lctx checkpoints and for any Hugging Face causal LM whose forward takes a KV cache and
+``logits_to_keep`` (transformers >= 4.45 models do).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from transformers.cache_utils import DynamicCache
+
+from .errors import LctxError
+
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+          "float16": torch.float16, "fp16": torch.float16}
+
+
+def resolve_dtype(name: str) -> torch.dtype:
+    """Map a dtype name (float32/fp32, bfloat16/bf16, float16/fp16) to a torch dtype.
+
+    Raises:
+        LctxError: unknown name.
+    """
+    if name not in DTYPES:
+        raise LctxError(f"unknown dtype {name!r}; use one of float32, bfloat16, float16")
+    return DTYPES[name]
+
+
+def resolve_device(name: str) -> torch.device:
+    """``"auto"`` -> cuda if available else cpu; otherwise the named device.
+
+    Raises:
+        LctxError: a CUDA device was asked for on a machine without one, or the name is not a device.
+    """
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(name)
+    except RuntimeError:
+        raise LctxError(f"unknown device {name!r}; use cpu, cuda, cuda:N or auto") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise LctxError(f"device {name!r} requested but this machine has no CUDA GPU; use --device cpu")
+    return dev
+
+
+@dataclass
+class Prefix:
+    """A prompt already run through the model: its KV cache and the logits after its last token.
+
+    cache: the model's KV cache holding ``n_tokens`` tokens; last_logits: [vocab] float32, the
+    next-token logits after the prompt.
+    """
+
+    cache: object
+    last_logits: torch.Tensor
+    n_tokens: int
+
+
+@dataclass
+class LM:
+    """A causal LM and its tokenizer, as the tasks see them.
+
+    Attributes:
+        model: a ``PreTrainedModel`` in eval mode on ``device``.
+        tokenizer: a ``PreTrainedTokenizerBase``.
+        name: display name (the checkpoint directory's name unless given).
+        variant: positional variant (lctx checkpoints) or the HF ``model_type``.
+        train_length: training context length in tokens, if the config records it.
+        max_length: the longest input (tokens) the checkpoint declares it can address, or ``None``.
+        chunk_size: prefill chunk length in tokens.
+    """
+
+    model: object
+    tokenizer: object
+    name: str
+    path: str
+    variant: str
+    train_length: int | None
+    max_length: int | None
+    device: torch.device
+    dtype: torch.dtype
+    chunk_size: int = 2048
+    _cache_kw: str = field(default="cache", repr=False)
+
+    def __post_init__(self):
+        params = inspect.signature(self.model.forward).parameters
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+
+    # -- text <-> ids ------------------------------------------------------------------------------
+    @property
+    def bos_id(self) -> int | None:
+        """The BOS token id, or ``None`` when the tokenizer has none."""
+        return self.tokenizer.bos_token_id
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` without special tokens (no BOS)."""
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def decode(self, ids: list[int]) -> str:
+        """Text of ``ids`` (special tokens dropped)."""
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def with_bos(self, ids: list[int]) -> list[int]:
+        """``[BOS] + ids`` when the tokenizer has a BOS token, else ``ids``."""
+        return ([self.bos_id] if self.bos_id is not None else []) + list(ids)
+
+    # -- model calls -------------------------------------------------------------------------------
+    def _forward(self, ids: torch.Tensor, cache, keep) -> tuple[torch.Tensor, object]:
+        out = self.model(input_ids=ids[None], use_cache=True, logits_to_keep=keep, **{self._cache_kw: cache})
+        new_cache = getattr(out, "cache", None)
+        if new_cache is None:
+            new_cache = getattr(out, "past_key_values", None)
+        return out.logits[0].float(), (new_cache if new_cache is not None else cache)
+
+    @torch.inference_mode()
+    def prefill(self, ids: list[int], want: list[int] | None = None) -> tuple[Prefix, dict[int, torch.Tensor]]:
+        """Run ``ids`` (length T) through the model in chunks of ``chunk_size`` tokens into a fresh KV cache.
+
+        ``want``: positions p (0 <= p < T) whose next-token logits are needed besides the last one.
+        Returns the :class:`Prefix` (cache + logits after position T-1) and {p: logits [vocab] float32}.
+        Peak activation memory is O(chunk_size * (T + vocab)) per layer; logits are computed only at
+        the wanted positions.
+
+        Raises:
+            ValueError: empty ``ids``.
+        """
+        if not ids:
+            raise ValueError("prefill needs at least one token")
+        x = torch.tensor(ids, dtype=torch.long, device=self.device)
+        T = len(ids)
+        want_set = sorted(set(want or []) | {T - 1})
+        wanted = torch.tensor(want_set, dtype=torch.long, device=self.device)
+        cache = DynamicCache()
+        got: dict[int, torch.Tensor] = {}
+        for s in range(0, T, self.chunk_size):
+            e = min(s + self.chunk_size, T)
+            idx = wanted[(wanted >= s) & (wanted < e)]
+            keep = idx - s if len(idx) else torch.tensor([e - s - 1], device=self.device)
+            logits, cache = self._forward(x[s:e], cache, keep)
+            for j, p in enumerate((idx if len(idx) else keep + s).tolist()):
+                got[p] = logits[j]
+        return Prefix(cache, got[T - 1], T), got
+
+    @torch.inference_mode()
+    def greedy(self, prefix: Prefix, max_new_tokens: int, stop_ids: set[int] | None = None) -> list[int]:
+        """Greedy continuation of a prefilled prompt, one decode step per token through the KV cache.
+
+        Returns up to ``max_new_tokens`` ids, stopping after a token in ``stop_ids`` (default: EOS).
+        The prefix's cache is extended; call :meth:`rewind` to reuse it.
+        """
+        stop = stop_ids if stop_ids is not None else {self.tokenizer.eos_token_id}
+        out: list[int] = []
+        logits, cache = prefix.last_logits, prefix.cache
+        for _ in range(max_new_tokens):
+            tok = int(torch.argmax(logits))
+            out.append(tok)
+            if tok in stop or len(out) == max_new_tokens:
+                break
+            step, cache = self._forward(torch.tensor([tok], device=self.device), cache, 1)
+            logits = step[-1]
+        prefix.cache = cache
+        return out
+
+    def rewind(self, prefix: Prefix) -> None:
+        """Drop decoded tokens from the prefix's cache so it holds the prompt only again."""
+        extra = prefix.cache.get_seq_length() - prefix.n_tokens
+        if extra > 0:
+            prefix.cache.crop(-extra)  # transformers >= 5: a negative count removes that many tokens
+
+    @torch.inference_mode()
+    def score_continuation(self, prefix: Prefix, cont: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Teacher-forced scores of ``cont`` after a prefilled prompt.
+
+        Returns (logprob [n] float64 of each continuation token, top1 [n] bool: the token is the
+        model's argmax at its position). The cache is rewound to the prompt afterwards.
+        """
+        self.rewind(prefix)
+        logits = [prefix.last_logits]
+        if len(cont) > 1:
+            step, prefix.cache = self._forward(torch.tensor(cont[:-1], device=self.device), prefix.cache, 0)
+            logits.extend(step)
+        lg = torch.stack(logits)
+        target = torch.tensor(cont, device=lg.device)
+        logprob = torch.log_softmax(lg.double(), -1).gather(-1, target[:, None])[:, 0]
+        self.rewind(prefix)
+        return logprob.cpu(), (lg.argmax(-1) == target).cpu()
+
+    @torch.inference_mode()
+    def token_nll(self, ids: list[int], targets: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """NLL (nats, float64) of ``ids[p]`` given ``ids[:p]`` for each p in ``targets`` (1 <= p < T),
+        and whether it was the argmax. One chunked prefill over ``ids[:max(targets)]``.
+
+        Raises:
+            ValueError: a target outside [1, T).
+        """
+        if not targets:
+            return torch.zeros(0, dtype=torch.float64), torch.zeros(0, dtype=torch.bool)
+        if min(targets) < 1 or max(targets) >= len(ids):
+            raise ValueError(f"targets must lie in [1, {len(ids)}), got {min(targets)}..{max(targets)}")
+        _, got = self.prefill(ids[: max(targets)], want=[p - 1 for p in targets])
+        lg = torch.stack([got[p - 1] for p in targets]).double()
+        tgt = torch.tensor([ids[p] for p in targets], device=lg.device)
+        nll = -torch.log_softmax(lg, -1).gather(-1, tgt[:, None])[:, 0]
+        return nll.cpu(), (lg.argmax(-1) == tgt).cpu()
+
+
+def load_lm(path: str, device: str = "auto", dtype: str = "float32", name: str | None = None,
+            chunk_size: int = 2048) -> LM:
+    """Load a checkpoint directory (lctx or Hugging Face causal LM, safetensors preferred) as an :class:`LM`.
+
+    Raises:
+        LctxError: the directory does not exist, has no ``config.json``, or fails to load (corrupt or
+            incomplete weights, no tokenizer); the message says what to do.
+    """
+    import lctx.models  # noqa: F401  (registers model_type "lctx" with the Auto classes)
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # one lctx progress bar, not one per checkpoint shard
+    p = Path(path)
+    if not p.is_dir():
+        raise LctxError(f"checkpoint {path!r} is not a directory; pass a folder written by `lctx train` "
+                        "or save_pretrained (or omit --model for the bundled default)")
+    if not (p / "config.json").is_file():
+        raise LctxError(f"checkpoint {path!r} has no config.json; pass a folder written by `lctx train` "
+                        "or save_pretrained")
+    dev, dt = resolve_device(device), resolve_dtype(dtype)
+    try:
+        json.loads((p / "config.json").read_text())
+        config = AutoConfig.from_pretrained(p)
+    except Exception as e:  # noqa: BLE001 - any parse failure is a corrupt checkpoint
+        raise LctxError(f"checkpoint {path!r} has an unreadable config.json ({_first_line(e)}); "
+                        "re-save it with save_pretrained") from None
+    try:
+        tok = AutoTokenizer.from_pretrained(p)
+    except Exception as e:  # noqa: BLE001
+        raise LctxError(f"checkpoint {path!r} has no loadable tokenizer ({_first_line(e)}); save the "
+                        "tokenizer beside the weights with tokenizer.save_pretrained") from None
+    try:
+        model = AutoModelForCausalLM.from_pretrained(p, dtype=dt).to(dev).eval()
+    except Exception as e:  # noqa: BLE001
+        raise LctxError(f"checkpoint {path!r} could not be loaded ({_first_line(e)}); the weights are "
+                        "corrupt or incomplete: re-save or retrain it") from None
+    variant = getattr(config, "variant", None) or config.model_type
+    train_length = getattr(config, "train_length", None)
+    max_length = getattr(config, "max_position_embeddings", None)
+    return LM(model=model, tokenizer=tok, name=name or p.resolve().name, path=str(p), variant=variant,
+              train_length=train_length, max_length=max_length, device=dev, dtype=dt, chunk_size=chunk_size)
+
+
+def _first_line(e: BaseException) -> str:
+    s = str(e).strip().splitlines()
+    return (s[0] if s else type(e).__name__)[:200]

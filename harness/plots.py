@@ -1,0 +1,504 @@
+"""Plots of an lctx results table: passkey heatmaps and perplexity vs context length.
+
+Every function takes the runner's tidy results table (one row per run/model/task/metric/length/
+depth/sample; see the column list in :func:`make_plots`) and writes PNG files under
+``<out_dir>/plots/``. Only rows with ``status == "ok"`` contribute values; error rows are used only
+to mark failed cells. Figures are drawn on the Agg canvas directly (``matplotlib.figure.Figure``,
+no pyplot), so nothing needs a display and the global matplotlib backend is left alone.
+
+Public API:
+
+* :func:`passkey_grid` / :func:`passkey_counts` / :func:`passkey_errors`: the depth x length tables
+  a heatmap shows (means, number of ok samples, failed cells).
+* :func:`passkey_heatmaps`: ``plots/passkey_heatmap_<model>.png`` per model.
+* :func:`ppl_vs_length`: ``plots/ppl_vs_length.png``.
+* :func:`make_plots`: all of the above that the table has data for.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Rectangle
+from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter, NullLocator
+
+__all__ = [
+    "PASSKEY_METRICS",
+    "format_length",
+    "safe_filename",
+    "passkey_grid",
+    "passkey_counts",
+    "passkey_errors",
+    "passkey_heatmaps",
+    "ppl_vs_length",
+    "make_plots",
+]
+
+#: The passkey metrics drawn side by side, with the panel title of each.
+PASSKEY_METRICS: dict[str, str] = {"exact": "Exact match", "digit_acc": "Digit accuracy"}
+
+_CMAP = "RdYlGn"
+_MISSING_COLOR = "#d9d9d9"  # cells with no data at all
+_ERROR_COLOR = "#bdbdbd"  # cells whose every row errored
+_DPI = 130
+
+
+# ----------------------------------------------------------------------------------------------
+# small helpers
+# ----------------------------------------------------------------------------------------------
+
+def format_length(n: float) -> str:
+    """Format a token count for an axis: 256, 512, 1K, 2K, 1.5K, 128K, 1M.
+
+    Input: a number of tokens. Output: a short label (powers of 1024 as K/M, others with one
+    decimal when that is exact enough, plain digits below 1024).
+    """
+    n = float(n)
+    if not math.isfinite(n):
+        return "?"
+    for unit, size in (("M", 1024 ** 2), ("K", 1024)):
+        if abs(n) >= size:
+            v = n / size
+            if abs(v - round(v)) < 1e-9:
+                return f"{int(round(v))}{unit}"
+            return f"{v:.1f}{unit}".replace(".0" + unit, unit)
+    return f"{int(n)}" if n == int(n) else f"{n:g}"
+
+
+def safe_filename(name: object) -> str:
+    """Sanitise a model name (which may be a path or hub id) into a safe filename stem.
+
+    Input: any name. Output: the name with every run of characters other than letters, digits,
+    ``.``, ``_`` and ``-`` replaced by ``_`` (leading/trailing ``._`` stripped), or ``"model"``.
+    """
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", str(name)).strip("._")
+    return stem[:120] or "model"
+
+
+def _shorten(text: str, n: int) -> str:
+    """``text`` cut to ``n`` characters with an ellipsis in the middle (names differ at both ends)."""
+    if len(text) <= n:
+        return text
+    k = (n - 1) // 2
+    return text[:k] + "…" + text[-(n - 1 - k):]
+
+
+def _is_blank(v: object) -> bool:
+    return v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)) or str(v).strip() == ""
+
+
+def _model_key(model: object, variant: object) -> str:
+    if _is_blank(variant):
+        return str(model)
+    return f"{model} ({variant})"
+
+
+def _ok_mask(df: pd.DataFrame) -> pd.Series:
+    if "status" not in df.columns:
+        return pd.Series(True, index=df.index)
+    return df["status"].astype("string").fillna("").str.lower().eq("ok")
+
+
+def _select(df: pd.DataFrame, task: str, model: object = None, variant: object = None) -> pd.DataFrame:
+    sel = df[df["task"].astype("string") == task]
+    if model is not None:
+        sel = sel[sel["model"].astype("string") == str(model)]
+    if variant is not None and "variant" in sel.columns:
+        sel = sel[sel["variant"].astype("string") == str(variant)]
+    return sel
+
+
+def _train_length(rows: pd.DataFrame) -> int | None:
+    """The (most common) known training context length among ``rows``, or None."""
+    if "train_length" not in rows.columns:
+        return None
+    tl = pd.to_numeric(rows["train_length"], errors="coerce").dropna()
+    tl = tl[tl > 0]
+    if tl.empty:
+        return None
+    return int(tl.mode().iloc[0])
+
+
+def _series_groups(df: pd.DataFrame) -> list[tuple[object, object]]:
+    """(model, variant) pairs in order of first appearance; variant None when there is no column."""
+    if "variant" not in df.columns:
+        return [(m, None) for m in pd.unique(df["model"])]
+    pairs = df[["model", "variant"]].drop_duplicates()
+    return [(m, None if _is_blank(v) else v) for m, v in pairs.itertuples(index=False)]
+
+
+def _new_figure(w: float, h: float) -> Figure:
+    fig = Figure(figsize=(w, h), dpi=_DPI)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+# ----------------------------------------------------------------------------------------------
+# passkey tables
+# ----------------------------------------------------------------------------------------------
+
+def _passkey_cells(df: pd.DataFrame, model: object, metric: str, variant: object = None):
+    """Means, ok-sample counts and error flags, each a depth x length DataFrame."""
+    rows = _select(df, "passkey", model, variant)
+    ok = _ok_mask(rows)
+    okrows = rows[ok & (rows["metric"].astype("string") == metric)].copy()
+    okrows["value"] = pd.to_numeric(okrows["value"], errors="coerce")
+    okrows = okrows.dropna(subset=["value", "depth", "length"])
+    # An error row counts against this metric when it names this metric or no metric at all
+    # (a runner that fails before scoring has no metric to report); a NaN depth fails every depth.
+    err = rows[~ok]
+    if not err.empty:
+        em = err["metric"].astype("string")
+        err = err[em.isna() | (em.str.strip() == "") | (em == metric) | ~em.isin(list(PASSKEY_METRICS))]
+    depths = sorted({float(d) for d in pd.to_numeric(rows["depth"], errors="coerce").dropna()})
+    lengths = sorted({int(x) for x in pd.to_numeric(rows["length"], errors="coerce").dropna()})
+    index = pd.Index(depths, name="depth", dtype="float64")
+    columns = pd.Index(lengths, name="length", dtype="int64")
+
+    if okrows.empty:
+        means = pd.DataFrame(np.nan, index=index, columns=columns)
+        counts = pd.DataFrame(0, index=index, columns=columns)
+    else:
+        okrows["depth"] = okrows["depth"].astype(float)
+        okrows["length"] = okrows["length"].astype("int64")
+        g = okrows.groupby(["depth", "length"])["value"]
+        means = g.mean().unstack("length").reindex(index=index, columns=columns).astype(float)
+        counts = g.count().unstack("length").reindex(index=index, columns=columns).fillna(0).astype(int)
+
+    errors = pd.DataFrame(False, index=index, columns=columns)
+    for _, r in err.iterrows():
+        if pd.isna(r["length"]):
+            continue
+        L = int(r["length"])
+        d = pd.to_numeric(pd.Series([r["depth"]]), errors="coerce").iloc[0]
+        if pd.isna(d):
+            errors.loc[:, L] = True
+        else:
+            errors.loc[float(d), L] = True
+    # A cell is an error cell only when nothing in it succeeded; partial failures keep their mean.
+    errors = errors & (counts == 0)
+    return means, counts, errors
+
+
+def passkey_grid(df: pd.DataFrame, model: object, metric: str, variant: object = None) -> pd.DataFrame:
+    """Mean passkey score per cell: the table a heatmap panel shows.
+
+    Inputs: the results table, a model name, a passkey metric (``"exact"`` or ``"digit_acc"``)
+    and optionally a variant (None: all rows of the model). Output: a float DataFrame with
+    depths (ascending, index ``depth``) as rows and lengths (ascending ints, columns ``length``)
+    as columns; each cell is the mean ``value`` over that model's ``status == "ok"`` rows of the
+    metric, NaN where no sample succeeded (errored or missing). Rows and columns cover every depth
+    and length the model has passkey rows for, failed ones included. Writes nothing.
+    """
+    return _passkey_cells(df, model, metric, variant)[0]
+
+
+def passkey_counts(df: pd.DataFrame, model: object, metric: str, variant: object = None) -> pd.DataFrame:
+    """Number of ``status == "ok"`` samples behind each :func:`passkey_grid` cell (int, same shape)."""
+    return _passkey_cells(df, model, metric, variant)[1]
+
+
+def passkey_errors(df: pd.DataFrame, model: object, metric: str, variant: object = None) -> pd.DataFrame:
+    """Boolean depth x length table (same shape as :func:`passkey_grid`): True where the cell has
+    error rows and no successful sample. Error rows with no metric apply to every metric, error
+    rows with no depth to every depth of their length."""
+    return _passkey_cells(df, model, metric, variant)[2]
+
+
+# ----------------------------------------------------------------------------------------------
+# passkey heatmaps
+# ----------------------------------------------------------------------------------------------
+
+def _text_color(rgba) -> str:
+    r, g, b = rgba[:3]
+    return "black" if 0.299 * r + 0.587 * g + 0.114 * b > 0.5 else "white"
+
+
+def _draw_heatmap(ax, means, counts, errors, title, train_len, show_ylabels, fontsize):
+    cmap = matplotlib.colormaps[_CMAP].with_extremes(bad=_MISSING_COLOR)
+    data = np.ma.masked_invalid(means.to_numpy(dtype=float))
+    im = ax.imshow(data, cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
+    n_d, n_l = means.shape
+    for i in range(n_d):
+        for j in range(n_l):
+            v = means.iat[i, j]
+            if errors.iat[i, j]:
+                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor=_ERROR_COLOR,
+                                       edgecolor="#7f7f7f", hatch="////", linewidth=0))
+                ax.text(j, i, "err", ha="center", va="center", fontsize=fontsize,
+                        fontweight="bold", color="#8b0000",
+                        bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.85))
+            elif np.isfinite(v):
+                ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=fontsize,
+                        color=_text_color(cmap(float(v))))
+            else:
+                ax.text(j, i, "–", ha="center", va="center", fontsize=fontsize, color="#555555")
+    # white grid between cells
+    ax.set_xticks(np.arange(-0.5, n_l, 1), minor=True)
+    ax.set_yticks(np.arange(-0.5, n_d, 1), minor=True)
+    ax.grid(which="minor", color="white", linewidth=1.5)
+    ax.tick_params(which="minor", length=0)
+    ax.tick_params(which="major", length=0)
+    for s in ax.spines.values():
+        s.set_visible(False)
+
+    lengths = list(means.columns)
+    ax.set_xticks(range(n_l))
+    ax.set_xticklabels([format_length(L) for L in lengths])
+    ax.set_yticks(range(n_d))
+    if show_ylabels:
+        ax.set_yticklabels([f"{d * 100:.0f}%" for d in means.index])
+        ax.set_ylabel("Passkey depth (0% = start)")
+    else:
+        ax.set_yticklabels([])
+    ax.set_xlabel("Context length (tokens)")
+    ax.set_title(title, fontsize=11, pad=6)
+
+    if train_len is not None and n_l:
+        k = sum(1 for L in lengths if L <= train_len)  # columns within the training length
+        if 0 < k < n_l:
+            ax.axvline(k - 0.5, color="black", linestyle="--", linewidth=1.8)
+        ax.set_xticklabels([format_length(L) + ("*" if L == train_len else "") for L in lengths])
+        for j, L in enumerate(lengths):  # the training length's own column: "2K*", bold
+            if L == train_len:
+                ax.get_xticklabels()[j].set_fontweight("bold")
+    return im
+
+
+def _heatmap_figure(df: pd.DataFrame, model: object, variant: object, title_variant: object) -> Figure:
+    tables = {m: _passkey_cells(df, model, m, variant) for m in PASSKEY_METRICS}
+    means0 = tables["exact"][0]
+    n_d, n_l = means0.shape
+    n_d, n_l = max(n_d, 1), max(n_l, 1)
+    rows = _select(df, "passkey", model, variant)
+    train_len = _train_length(rows)
+
+    # Layout in inches, so cells keep a readable size for 1..8 lengths and ~5 depths.
+    cell_w, cell_h = 0.68, 0.46
+    fontsize = 9 if n_l <= 10 else 7
+    pw = max(2.6, cell_w * n_l)
+    ph = max(1.6, cell_h * n_d)
+    left, gap, cgap, cw, right = 0.95, 0.3, 0.25, 0.18, 0.75
+    top, bottom = 1.05, 0.62
+    W = left + 2 * pw + gap + cgap + cw + right
+    H = top + ph + bottom
+    fig = _new_figure(W, H)
+
+    im = None
+    for k, (metric, label) in enumerate(PASSKEY_METRICS.items()):
+        x0 = left + k * (pw + gap)
+        ax = fig.add_axes((x0 / W, bottom / H, pw / W, ph / H))
+        means, counts, errors = tables[metric]
+        im = _draw_heatmap(ax, means, counts, errors, label, train_len, k == 0, fontsize)
+    cax = fig.add_axes(((left + 2 * pw + gap + cgap) / W, bottom / H, cw / W, ph / H))
+    cb = fig.colorbar(im, cax=cax)
+    cb.set_label("Mean score (0–1)")
+    cb.outline.set_visible(False)
+
+    # Title and subtitle.
+    title = f"Passkey retrieval: {_model_key(model, title_variant)}"
+    fig.text(0.5, 1 - 0.28 / H, title, ha="center", va="center", fontsize=13, fontweight="bold")
+    counts_all = pd.concat([t[1].stack() for t in tables.values()])
+    errs = tables["exact"][2] | tables["digit_acc"][2]
+    filled = counts_all[counts_all > 0]
+    if filled.empty:
+        ntxt = "no successful samples"
+    elif filled.min() == filled.max():
+        ntxt = f"n = {int(filled.min())} sample{'s' if filled.min() != 1 else ''} per cell"
+    else:
+        ntxt = f"n = {int(filled.min())}–{int(filled.max())} samples per cell"
+    parts = [ntxt + " (status ok)"]
+    n_err = int(errs.to_numpy().sum())
+    if n_err:
+        parts.append(f"{n_err} errored cell{'s' if n_err != 1 else ''} (err)")
+    if train_len is not None:
+        lengths = list(means0.columns)
+        if lengths and train_len < min(lengths):
+            parts.append(f"training length {format_length(train_len)} (all lengths beyond it)")
+        elif lengths and train_len >= max(lengths):
+            parts.append(f"training length {format_length(train_len)}{'*' if train_len in lengths else ''}"
+                         " (all lengths within it)")
+        else:
+            mark = "*" if train_len in lengths else ""
+            parts.append(f"dashed line{' / ' + mark if mark else ''} = training length {format_length(train_len)}")
+    fig.text(0.5, 1 - 0.58 / H, "  ·  ".join(parts), ha="center", va="center", fontsize=9.5,
+             color="#444444")
+    return fig
+
+
+def passkey_heatmaps(df: pd.DataFrame, out_dir: str | Path) -> list[Path]:
+    """Draw one passkey heatmap figure per model.
+
+    Input: the results table (rows with ``task == "passkey"``, metrics ``exact`` and
+    ``digit_acc``) and an output directory. Output: the list of written paths, one per model,
+    ``<out_dir>/plots/passkey_heatmap_<model>.png`` (model name passed through
+    :func:`safe_filename`; a model with several variants gets one file per variant,
+    ``passkey_heatmap_<model>_<variant>.png``; colliding names get a short hash suffix). Empty
+    list (nothing written) when there are no passkey rows.
+
+    Each figure shows two heatmaps side by side (exact match, digit accuracy): depth rows
+    (0% at top) x length columns (256, 512, 1K, ...), each cell the mean over ``status == "ok"``
+    samples (:func:`passkey_grid`) printed in the cell, colours fixed to [0, 1] (RdYlGn) with a
+    colour bar. Cells where every row errored are hatched grey with "err"; cells with no data
+    show "–". A known ``train_length`` is drawn as a dashed line after the last column within it,
+    and its own column label gets a ``*``. The subtitle gives samples per cell and error counts.
+    """
+    rows = _select(df, "passkey")
+    if rows.empty:
+        return []
+    plot_dir = Path(out_dir) / "plots"
+    plot_dir.mkdir(parents=True, exist_ok=True)
+    groups = _series_groups(rows)
+    per_model: dict[str, int] = {}
+    for m, _ in groups:
+        per_model[str(m)] = per_model.get(str(m), 0) + 1
+    written: list[Path] = []
+    used: set[str] = set()
+    for model, variant in groups:
+        stem = safe_filename(model)
+        if per_model[str(model)] > 1 and variant is not None:
+            stem = f"{stem}_{safe_filename(variant)}"
+        if stem in used:
+            stem = f"{stem}_{hashlib.sha1(_model_key(model, variant).encode()).hexdigest()[:6]}"
+        used.add(stem)
+        path = plot_dir / f"passkey_heatmap_{stem}.png"
+        # One variant per model: use all of its rows; several: one figure per variant.
+        fig = _heatmap_figure(df, model, variant if per_model[str(model)] > 1 else None, variant)
+        fig.savefig(path, dpi=_DPI)
+        written.append(path)
+    return written
+
+
+# ----------------------------------------------------------------------------------------------
+# perplexity vs length
+# ----------------------------------------------------------------------------------------------
+
+def ppl_vs_length(df: pd.DataFrame, out_dir: str | Path) -> Path | None:
+    """Plot sliding-window perplexity against context length, one line per model.
+
+    Input: the results table (rows with ``task == "ppl"`` and ``metric == "ppl"``; only
+    ``status == "ok"`` rows with a finite positive value are used, averaged per length) and an
+    output directory. Output: the path ``<out_dir>/plots/ppl_vs_length.png`` it writes, or None
+    (nothing written) when there are no usable ppl rows.
+
+    x is the length on a log2 axis labelled 256, 512, 1K, ...; y is perplexity, log-scaled when
+    the values span more than 10x. Each (model, variant) is a line with markers labelled
+    ``"model (variant)"``; its known training length is a dashed vertical line of the same colour
+    (one "train length" legend entry explains the dashes).
+    """
+    rows = _select(df, "ppl")
+    if rows.empty:
+        return None
+    rows = rows[_ok_mask(rows) & (rows["metric"].astype("string") == "ppl")].copy()
+    rows["value"] = pd.to_numeric(rows["value"], errors="coerce")
+    rows["length"] = pd.to_numeric(rows["length"], errors="coerce")
+    rows = rows[np.isfinite(rows["value"]) & (rows["value"] > 0) & rows["length"].notna()]
+    if rows.empty:
+        return None
+
+    fig = _new_figure(9.5, 5.0)
+    fig.set_layout_engine("constrained")
+    ax = fig.add_subplot()
+    colors = matplotlib.colormaps["tab10"].colors
+    all_lengths: set[int] = set()
+    train_lines: dict[int, list] = {}
+    for i, (model, variant) in enumerate(_series_groups(rows)):
+        sel = _select(rows, "ppl", model, variant)
+        s = sel.groupby(sel["length"].astype("int64"))["value"].mean().sort_index()
+        if s.empty:
+            continue
+        c = colors[i % len(colors)]
+        marker = "os^Dv<>ph*"[i % 10]
+        ax.plot(s.index, s.values, marker=marker, color=c, linewidth=2, markersize=6,
+                label=_model_key(model, variant))
+        all_lengths.update(int(L) for L in s.index)
+        tl = _train_length(sel)
+        if tl is not None:
+            train_lines.setdefault(tl, []).append(c)
+
+    values = rows["value"].to_numpy(dtype=float)
+    ticks = sorted(all_lengths | set(train_lines))
+    for tl, cols in train_lines.items():
+        # Several models sharing a training length: offset the dashes so every colour shows.
+        for k, c in enumerate(cols):
+            ax.axvline(tl, color=c, linestyle=(k * 3, (5, 3 * len(cols) + 2)) if len(cols) > 1 else "--",
+                       linewidth=1.6, alpha=0.9)
+        # Above the top spine, so the label never sits on a data point.
+        ax.annotate(f"train {format_length(tl)}", xy=(tl, 1.0), xycoords=("data", "axes fraction"),
+                    xytext=(0, 2), textcoords="offset points", ha="center", va="bottom", fontsize=8.5,
+                    color=cols[0] if len(cols) == 1 else "#444444")
+
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: format_length(v)))
+    ax.xaxis.set_minor_locator(NullLocator())
+    lo, hi = min(ticks), max(ticks)
+    pad = 2 ** 0.35 if hi > lo else 4.0  # a lone length gets room either side
+    ax.set_xlim(lo / pad, hi * pad)
+
+    vmin, vmax = float(values.min()), float(values.max())
+    if vmax / vmin > 10:
+        ax.set_yscale("log")
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.set_ylabel("Perplexity (log scale, lower is better)")
+    else:
+        ax.set_ylabel("Perplexity (lower is better)")
+    ax.set_xlabel("Context length (tokens, log2 scale)")
+    ax.set_title("Sliding-window perplexity vs context length", fontsize=13, fontweight="bold",
+                 pad=16 if train_lines else 8)
+    ax.grid(True, which="major", alpha=0.35)
+
+    handles, labels = ax.get_legend_handles_labels()
+    if train_lines:
+        handles.append(Line2D([], [], color="#555555", linestyle="--", linewidth=1.6))
+        labels.append("train length")
+    # Outside the axes (never covers a line): at the right for short names, below for long ones.
+    labels = [_shorten(lbl, 60) for lbl in labels]
+    longest = max(len(lbl) for lbl in labels)
+    if longest <= 26:
+        ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0,
+                  frameon=False, fontsize=9)
+    else:
+        ncol = max(1, min(len(labels), 95 // (longest + 6)))
+        fig.legend(handles, labels, loc="outside lower center", ncol=ncol, frameon=False, fontsize=9)
+
+    plot_dir = Path(out_dir) / "plots"
+    plot_dir.mkdir(parents=True, exist_ok=True)
+    path = plot_dir / "ppl_vs_length.png"
+    fig.savefig(path, dpi=_DPI)
+    return path
+
+
+# ----------------------------------------------------------------------------------------------
+# all plots
+# ----------------------------------------------------------------------------------------------
+
+def make_plots(df: pd.DataFrame, out_dir: str | Path) -> list[Path]:
+    """Write every plot the results table has data for.
+
+    Input: the runner's results table (columns run_id, model, variant, task, metric, length,
+    n_tokens, depth, sample, value, seed, status, error, ..., train_length; only task, model,
+    variant, metric, length, depth, value, status and train_length are read) and an output
+    directory. Output: the written paths: :func:`passkey_heatmaps` (one
+    ``plots/passkey_heatmap_<model>.png`` per model, when passkey rows exist) followed by
+    :func:`ppl_vs_length` (``plots/ppl_vs_length.png``, when ppl rows exist). Tasks that are
+    absent are skipped; an empty table writes nothing and returns ``[]``.
+    """
+    if df is None or df.empty or "task" not in df.columns:
+        return []
+    paths: list[Path] = list(passkey_heatmaps(df, out_dir))
+    p = ppl_vs_length(df, out_dir)
+    if p is not None:
+        paths.append(p)
+    return paths

@@ -1,0 +1,175 @@
+"""The sweep runner: models x tasks x lengths x depths x samples -> cells -> records -> tables -> plots.
+
+Each finished sample is appended to ``OUT/records.jsonl`` as one JSON line and fsync'ed before the next
+starts, so a killed run loses at most the sample in flight; rerunning the same command on the same
+``--out`` skips every sample already recorded with status ok (errored ones are retried). A sample that
+fails (an exception, out of memory, non-finite scores) is recorded with status ``error`` and the
+message, and the sweep goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import resource
+import subprocess
+import time
+import traceback
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+import lctx
+from lctx.tasks import Task
+
+from .errors import LctxError
+from .lm import LM
+from .tables import read_records, record_key, write_tables
+
+
+def git_revision() -> str:
+    """The git commit of the lctx source tree (with ``-dirty`` when modified), or ``"unknown"``."""
+    src = Path(lctx.__file__).resolve().parent
+    try:
+        rev = subprocess.run(["git", "-C", str(src), "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                             text=True, timeout=5).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(src), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+        return (rev + ("-dirty" if dirty else "")) if rev else "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def peak_memory_bytes(device: torch.device) -> int:
+    """Peak memory in bytes: CUDA max allocated since the last reset on a GPU; on CPU the process's
+    peak resident set size (``ru_maxrss``, a process-wide high-water mark)."""
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(rss if platform.system() == "Darwin" else rss * 1024)
+
+
+@dataclass
+class RunSpec:
+    """What to run. lengths/depths: grid values (tokens; fractions in [0, 1]); samples: per cell."""
+
+    lengths: list[int]
+    depths: list[float]
+    samples: int
+    seed: int = 0
+
+
+def check_lengths(lm: LM, lengths: list[int], allow_beyond_max: bool = False) -> None:
+    """Refuse lengths above what a checkpoint declares it can address.
+
+    Raises:
+        LctxError: a length exceeds ``lm.max_length`` (names the limit and the fix).
+    """
+    if lm.max_length and not allow_beyond_max:
+        over = [L for L in lengths if L > lm.max_length]
+        if over:
+            raise LctxError(f"length {max(over)} exceeds the {lm.max_length} tokens model {lm.name!r} declares "
+                            f"it can address (max_position_embeddings); use lengths <= {lm.max_length}")
+
+
+def run_sweep(lms: list[LM], tasks: list[Task], spec: RunSpec, out_dir: Path, progress: bool = True,
+              log=print) -> dict:
+    """Run every (model, task, cell) not yet recorded in ``out_dir`` and write the tables and plots.
+
+    Returns {"records": n, "ran": n run now, "skipped": n already done, "errors": n errored,
+    "table": DataFrame, "summary": DataFrame, "plots": [paths]}.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rec_path = out_dir / "records.jsonl"
+    meta_path = out_dir / "run.json"
+    if meta_path.exists():
+        run_id = json.loads(meta_path.read_text())["run_id"]
+    else:
+        run_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + f"-{os.getpid()}"
+    meta = {"run_id": run_id, "lctx_version": lctx.__version__, "git_rev": git_revision(),
+            "torch": torch.__version__, "python": platform.python_version(), "host": platform.node(),
+            "models": [lm.path for lm in lms], "tasks": [t.name for t in tasks],
+            "lengths": spec.lengths, "depths": spec.depths, "samples": spec.samples, "seed": spec.seed}
+    meta_path.write_text(json.dumps(meta, indent=2))
+
+    done = {record_key(r) for r in read_records(rec_path) if r.get("status") == "ok"}
+    work = []
+    for lm in lms:
+        for task in tasks:
+            for cell in task.cells(spec.lengths, spec.depths, spec.samples):
+                base = {"model": lm.name, "task": task.name, "length": cell.length, "depth": cell.depth,
+                        "sample": cell.sample, "seed": spec.seed, "task_options": _jsonable(task.options)}
+                if record_key(base) in done:
+                    continue
+                work.append((lm, task, cell, base))
+    n_total = len(work)
+    skipped = sum(len(t.cells(spec.lengths, spec.depths, spec.samples)) for t in tasks) * len(lms) - n_total
+    if skipped:
+        log(f"resuming {out_dir}: {skipped} samples already recorded, {n_total} to run")
+
+    from tqdm.auto import tqdm
+
+    errors = 0
+    with open(rec_path, "a") as f, tqdm(total=n_total, disable=not progress, desc="lctx run", unit="sample",
+                                        dynamic_ncols=True) as bar:
+        for lm, task, cell, base in work:
+            bar.set_postfix_str(f"{lm.name} {task.name} L={cell.length}" +
+                                (f" d={cell.depth:g}" if cell.depth is not None else ""), refresh=False)
+            rec = _run_one(lm, task, cell, base, spec.seed)
+            rec.update(run_id=run_id, lctx_version=lctx.__version__, git_rev=meta["git_rev"])
+            errors += rec["status"] != "ok"
+            f.write(json.dumps(rec) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+            bar.update(1)
+
+    records = read_records(rec_path)
+    metrics_of = {t.name: t.metrics for t in tasks}
+    table, summary = write_tables(records, out_dir, metrics_of)
+    from .plots import make_plots
+
+    plots = make_plots(table, out_dir)
+    return {"records": len(records), "ran": n_total, "skipped": skipped, "errors": errors, "table": table,
+            "summary": summary, "plots": plots}
+
+
+def _run_one(lm: LM, task: Task, cell, base: dict, seed: int) -> dict:
+    """Build and score one sample; never raises (failures become status='error' records)."""
+    rec = dict(base, variant=lm.variant, device=str(lm.device), dtype=str(lm.dtype).replace("torch.", ""),
+               train_length=lm.train_length, n_tokens=None, depth_actual=None, metrics={}, status="ok",
+               error="")
+    if lm.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(lm.device)
+    t0 = time.perf_counter()
+    try:
+        sample = task.build(lm, cell, seed)
+        rec["n_tokens"], rec["depth_actual"] = sample.n_tokens, sample.depth
+        if sample.n_tokens > cell.length:
+            raise ValueError(f"task built {sample.n_tokens} tokens for a length of {cell.length}")
+        metrics = {k: float(v) for k, v in task.score(lm, sample).items()}
+        missing = [m for m in task.metrics if m not in metrics]
+        if missing:
+            raise ValueError(f"task {task.name!r} returned no value for {missing}")
+        bad = [k for k, v in metrics.items() if not math.isfinite(v)]
+        rec["metrics"] = metrics
+        rec["extra"] = {k: v for k, v in sample.meta.items() if isinstance(v, (str, int, float, bool))}
+        if bad:
+            rec["status"], rec["error"] = "error", f"non-finite {', '.join(bad)} (NaN/inf logits?)"
+    except torch.OutOfMemoryError as e:
+        rec["status"], rec["error"] = "error", f"out of memory: {str(e).splitlines()[0][:300]}"
+    except Exception as e:  # noqa: BLE001 - one bad sample must not end the sweep
+        tb = traceback.extract_tb(e.__traceback__)
+        where = f" at {Path(tb[-1].filename).name}:{tb[-1].lineno}" if tb else ""
+        rec["status"], rec["error"] = "error", f"{type(e).__name__}: {str(e)[:300]}{where}"
+    rec["wall_s"] = time.perf_counter() - t0
+    rec["peak_mem_bytes"] = peak_memory_bytes(lm.device)
+    rec["timestamp"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return rec
+
+
+def _jsonable(x):
+    return json.loads(json.dumps(x, default=str))

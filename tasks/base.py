@@ -1,0 +1,157 @@
+"""The Task interface and the task registry.
+
+A task is a small Python class: it declares its ``name``, the grid ``axes`` it sweeps and the
+``metrics`` it reports, builds one sample per grid cell (:meth:`Task.build`) and scores it
+(:meth:`Task.score`). Register it with :func:`register_task`; lctx finds tasks in this package, in a
+Python file given with ``lctx run --task-file my_task.py``, and in installed packages that declare an
+entry point in the ``lctx.tasks`` group (``[project.entry-points."lctx.tasks"] my_task = "pkg.mod:MyTask"``).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import itertools
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from lctx.harness.errors import LctxError
+
+TASKS: dict[str, type["Task"]] = {}
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One point of a task's grid: target ``length`` (tokens), needle ``depth`` (fraction of the
+    prompt before the needle, or ``None`` for tasks without depth) and ``sample`` index."""
+
+    length: int
+    depth: float | None
+    sample: int
+
+
+@dataclass
+class Sample:
+    """A built sample: the cell, the prompt token ids and whatever the scorer needs in ``meta``.
+
+    ``n_tokens`` is the actual prompt length in tokens and ``depth`` the actual needle depth
+    (``None`` where the task has none); both go into the results table.
+    """
+
+    cell: Cell
+    input_ids: list[int]
+    n_tokens: int
+    depth: float | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+class Task:
+    """Base class of lctx tasks.
+
+    Class attributes to set:
+        name: registry name (``lctx run --tasks NAME``).
+        axes: grid axes swept besides length, a subset of ``("depth", "sample")``.
+        metrics: names of the values :meth:`score` returns (each becomes a row of the results table).
+
+    Constructor keyword arguments are the task's options (e.g. ``window``/``stride`` for ``ppl``); they
+    are recorded with every result, and a rerun with different options does not reuse old records.
+    """
+
+    name: ClassVar[str] = ""
+    axes: ClassVar[tuple[str, ...]] = ("sample",)
+    metrics: ClassVar[tuple[str, ...]] = ()
+    description: ClassVar[str] = ""
+
+    def __init__(self, **options: Any):
+        self.options = options
+
+    def cells(self, lengths: list[int], depths: list[float], samples: int) -> list[Cell]:
+        """The grid: lengths x (depths if "depth" in axes) x (range(samples) if "sample" in axes)."""
+        ds = depths if "depth" in self.axes else [None]
+        ss = range(samples) if "sample" in self.axes else [0]
+        return [Cell(int(L), d, s) for L, d, s in itertools.product(lengths, ds, ss)]
+
+    def build(self, lm, cell: Cell, seed: int) -> Sample:
+        """Build the sample of ``cell`` for the model ``lm`` (an :class:`lctx.harness.lm.LM`),
+        deterministically from ``seed``. Must not exceed ``cell.length`` tokens."""
+        raise NotImplementedError
+
+    def score(self, lm, sample: Sample) -> dict[str, float]:
+        """Run the model on ``sample`` and return {metric: value} for every name in ``metrics``."""
+        raise NotImplementedError
+
+
+def register_task(cls: type[Task]) -> type[Task]:
+    """Class decorator: register a :class:`Task` subclass under ``cls.name``.
+
+    Re-registering the same name replaces the earlier class (so a task file can be reloaded).
+
+    Raises:
+        LctxError: the class has no ``name`` or no ``metrics``, or is not a Task.
+    """
+    if not (isinstance(cls, type) and issubclass(cls, Task)):
+        raise LctxError(f"{cls!r} is not a subclass of lctx.tasks.Task; subclass it to register a task")
+    if not cls.name or not cls.metrics:
+        raise LctxError(f"task class {cls.__name__} must set `name` and `metrics`")
+    TASKS[cls.name] = cls
+    return cls
+
+
+def load_task_file(path: str) -> list[str]:
+    """Import a Python file that defines and registers tasks; returns the names it added.
+
+    Raises:
+        LctxError: the file does not exist, fails to import (the error's first line is quoted),
+            or registers no task.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise LctxError(f"task file {path!r} does not exist; pass the path of a .py file that "
+                        "defines a Task subclass decorated with @register_task")
+    before = dict(TASKS)
+    mod_name = f"lctx_user_task_{p.stem}"
+    spec = importlib.util.spec_from_file_location(mod_name, p)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except LctxError:
+        raise
+    except Exception as e:  # noqa: BLE001 - user code: report, do not crash
+        msg = str(e).strip().splitlines()
+        raise LctxError(f"task file {path!r} failed to import: {type(e).__name__}: "
+                        f"{msg[0] if msg else ''}; fix the file and rerun") from None
+    added = [n for n, c in TASKS.items() if before.get(n) is not c]
+    if not added:
+        raise LctxError(f"task file {path!r} registered no task; decorate your Task subclass with "
+                        "@register_task (from lctx.tasks import Task, register_task)")
+    return added
+
+
+def load_entry_point_tasks() -> list[str]:
+    """Register tasks from installed packages' ``lctx.tasks`` entry points; returns the names added.
+    A plug-in that fails to load is skipped with a warning on stderr (it must not break lctx)."""
+    added = []
+    for ep in importlib.metadata.entry_points(group="lctx.tasks"):
+        try:
+            obj = ep.load()
+            if isinstance(obj, type) and issubclass(obj, Task) and obj.name not in TASKS:
+                register_task(obj)
+                added.append(obj.name)
+        except Exception as e:  # noqa: BLE001
+            print(f"warning: task plug-in {ep.name!r} failed to load: {e}", file=sys.stderr)
+    return added
+
+
+def get_task(name: str) -> type[Task]:
+    """The task class registered as ``name``.
+
+    Raises:
+        LctxError: unknown name (the message lists the known ones).
+    """
+    if name not in TASKS:
+        raise LctxError(f"unknown task {name!r}; known tasks: {', '.join(sorted(TASKS))} "
+                        "(see `lctx list tasks`, or add one with --task-file)")
+    return TASKS[name]

@@ -1,0 +1,115 @@
+"""Passkey retrieval (Mohtashami & Jaggi 2023, "Landmark Attention", appendix; the prompt used by the
+BAM paper, seed 000, up to 512K tokens).
+
+Prompt: instruction; filler sentences repeated; the needle "The pass key is K. Remember it. K is the
+pass key."; more filler; "What is the pass key? The pass key is". The filler is budgeted one sentence at
+a time so that the whole prompt (BOS included) is at most the target length and within one filler
+sentence of it.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+
+from .base import Cell, Sample, Task, register_task
+
+INSTRUCTION = ("There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. "
+               "I will quiz you about the important information there.")
+FILLER_SENTENCES = (" The grass is green.", " The sky is blue.", " The sun is yellow.", " Here we go.",
+                    " There and back again.")
+NEEDLE = " The pass key is {key}. Remember it. {key} is the pass key."
+QUESTION = " What is the pass key? The pass key is"
+
+_NUMBER = re.compile(r"\d+")
+
+
+def parse_answer(continuation: str) -> str | None:
+    """The first run of digits in the model's continuation after the answer prefix, or ``None``.
+
+    " 48213." -> "48213"; "482137" -> "482137" (so it does not equal key 48213); "12 48213" -> "12".
+    """
+    m = _NUMBER.search(continuation)
+    return m.group(0) if m else None
+
+
+def make_key(seed: int, cell: Cell, width: int) -> str:
+    """A fixed-width decimal key (first digit non-zero), deterministic in (seed, length, depth, sample)."""
+    rng = random.Random(f"passkey|{seed}|{cell.length}|{cell.depth}|{cell.sample}")
+    return str(rng.randrange(10 ** (width - 1), 10**width))
+
+
+def filler(n: int, start: int = 0) -> str:
+    """``n`` filler sentences, cycling through :data:`FILLER_SENTENCES` from index ``start``."""
+    k = len(FILLER_SENTENCES)
+    return "".join(FILLER_SENTENCES[(start + i) % k] for i in range(n))
+
+
+@register_task
+class Passkey(Task):
+    """Passkey retrieval at a target length and needle depth.
+
+    Options:
+        key_digits: key width in digits (default 5).
+        max_new_tokens: greedy decode budget (default key_digits + 4 tokens).
+
+    Metrics:
+        exact: 1.0 when the first number in the greedy continuation equals the key exactly.
+        digit_acc: teacher-forced; fraction of the answer's digit-bearing tokens (" K" appended to the
+            prompt) that the model ranks top-1 (with lctx tokenizers every digit is one token).
+    """
+
+    name = "passkey"
+    axes = ("depth", "sample")
+    metrics = ("exact", "digit_acc")
+    description = "passkey retrieval (exact + teacher-forced digit accuracy) over length x depth"
+
+    def __init__(self, key_digits: int = 5, max_new_tokens: int | None = None, **options):
+        super().__init__(key_digits=key_digits, max_new_tokens=max_new_tokens, **options)
+        self.key_digits = int(key_digits)
+        self.max_new_tokens = max_new_tokens or self.key_digits + 4
+
+    def _prompt(self, n_filler: int, depth: float, key: str) -> tuple[str, str]:
+        n_before = int(round(depth * n_filler))
+        before = INSTRUCTION + filler(n_before)
+        rest = NEEDLE.format(key=key) + filler(n_filler - n_before, n_before) + QUESTION
+        return before, rest
+
+    def build(self, lm, cell: Cell, seed: int) -> Sample:
+        """Budget the filler so that len([BOS] + prompt) <= cell.length, within one filler sentence.
+
+        Raises:
+            ValueError: the length is too short for instruction + needle + question.
+        """
+        key = make_key(seed, cell, self.key_digits)
+        depth = 0.5 if cell.depth is None else float(cell.depth)
+        n_fixed = len(lm.with_bos(lm.encode("".join(self._prompt(0, depth, key)))))
+        if n_fixed > cell.length:
+            raise ValueError(f"length {cell.length} is shorter than the passkey template ({n_fixed} tokens)")
+        per_sentence = len(lm.encode(filler(len(FILLER_SENTENCES)))) / len(FILLER_SENTENCES)
+
+        def count(n: int) -> int:
+            return len(lm.with_bos(lm.encode("".join(self._prompt(n, depth, key)))))
+
+        n = max(0, int((cell.length - n_fixed) / per_sentence))
+        while n > 0 and count(n) > cell.length:
+            n -= 1
+        while count(n + 1) <= cell.length:
+            n += 1
+        before, rest = self._prompt(n, depth, key)
+        ids = lm.with_bos(lm.encode(before + rest))
+        n_before = len(lm.with_bos(lm.encode(before)))
+        return Sample(cell=cell, input_ids=ids, n_tokens=len(ids), depth=n_before / len(ids),
+                      meta={"key": key, "n_filler": n})
+
+    def score(self, lm, sample: Sample) -> dict[str, float]:
+        key = sample.meta["key"]
+        prefix, _ = lm.prefill(sample.input_ids)
+        cont = lm.greedy(prefix, self.max_new_tokens)
+        answer = parse_answer(lm.decode(cont))
+        answer_ids = lm.encode(" " + key)
+        _, top1 = lm.score_continuation(prefix, answer_ids)
+        digit_pos = [i for i, t in enumerate(answer_ids) if any(c.isdigit() for c in lm.decode([t]))]
+        digit_acc = float(top1[digit_pos].float().mean()) if digit_pos else float("nan")
+        sample.meta["continuation"] = lm.decode(cont)
+        return {"exact": float(answer == key), "digit_acc": digit_acc}

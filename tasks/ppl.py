@@ -1,0 +1,159 @@
+"""Sliding-window perplexity: every token of every document scored exactly once, token-weighted.
+
+For a target ``length`` the model sees windows of ``window = length`` tokens (BOS included when the BOS
+policy is ``prepend``) that advance by ``stride`` tokens; each window scores only the tokens no earlier
+window scored, so token t is predicted from between ``window - stride`` and ``window`` tokens of context
+(the Hugging Face "perplexity of fixed-length models" recipe). The reported NLL is the mean over all
+scored tokens of all documents (not a mean of per-window means).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from .base import Cell, Sample, Task, register_task
+
+
+def window_plan(n: int, window: int, stride: int, bos: bool) -> list[tuple[int, int, int]]:
+    """Windows over a document of ``n`` tokens: a list of (begin, end, first_scored) token indices.
+
+    The window feeds tokens [begin, end) (plus BOS in front when ``bos``), and scores targets
+    [first_scored, end). Targets are 0..n-1 with BOS (token 0 is predicted from BOS alone) and 1..n-1
+    without; each is scored exactly once.
+
+    Raises:
+        ValueError: window < 2 (or < 3 with BOS), or stride not in [1, span] where span = window - bos.
+    """
+    span = window - (1 if bos else 0)
+    if span < (2 if not bos else 1) or window < 2:
+        raise ValueError(f"window {window} is too small to score a token")
+    if not 1 <= stride <= span:
+        raise ValueError(f"stride {stride} must be in [1, {span}] (window {window}"
+                         f"{' minus BOS' if bos else ''}) so that no token is skipped")
+    plan, begin, scored_to = [], 0, (0 if bos else 1)
+    while True:
+        end = min(begin + span, n)
+        first = max(scored_to, begin + (0 if bos else 1))
+        if end > first:
+            plan.append((begin, end, first))
+        scored_to = end
+        if end >= n:
+            return plan
+        begin += stride
+
+
+def sliding_nll(nll_fn: Callable[[list[int], list[int]], list[float]], doc: list[int], window: int,
+                stride: int, bos_id: int | None) -> tuple[float, int]:
+    """Sum of NLL (nats) and count of scored tokens of one document under :func:`window_plan`.
+
+    ``nll_fn(ids, targets)`` returns the NLL of ``ids[p]`` given ``ids[:p]`` for each p in targets.
+    ``bos_id``: prepend this id to every window (``None``: no BOS, token 0 is not scored).
+    """
+    bos = bos_id is not None
+    total, count = 0.0, 0
+    for begin, end, first in window_plan(len(doc), window, stride, bos):
+        ids = ([bos_id] if bos else []) + doc[begin:end]
+        off = (1 if bos else 0) - begin
+        nll = nll_fn(ids, [t + off for t in range(first, end)])
+        total += float(sum(float(x) for x in nll))
+        count += end - first
+    return total, count
+
+
+@register_task
+class Perplexity(Task):
+    """Sliding-window perplexity per context length.
+
+    Options:
+        data: list of text files or folders (default: the held-out part of Python's ``pydoc_data``
+            topics, the bundled default corpus).
+        stride: tokens between window starts; an int, or a float in (0, 1] as a fraction of the
+            window (default 0.5).
+        bos: ``"prepend"`` (each window starts with BOS, as lctx trains) or ``"none"``.
+        short_docs: ``"drop"`` documents shorter than the window, or ``"count"`` them (scored with
+            the tokens they have); the policy is recorded in the table.
+        max_tokens: score at most the first ``max_tokens`` tokens of each document (default 32768;
+            0 for all).
+        concat: join all documents (separated by a blank line) into one before windowing.
+
+    Metrics (one record per length): ppl = exp(nll), nll (mean nats per scored token), n_tokens
+    (scored tokens), n_docs (documents scored).
+    """
+
+    name = "ppl"
+    axes = ()
+    metrics = ("ppl", "nll", "n_tokens", "n_docs")
+    description = "sliding-window perplexity (window = length, every token scored once)"
+
+    def __init__(self, data: list[str] | None = None, stride: float = 0.5, bos: str = "prepend",
+                 short_docs: str = "drop", max_tokens: int = 32768, concat: bool | None = None, **options):
+        if bos not in ("prepend", "none"):
+            raise ValueError(f"bos must be 'prepend' or 'none', got {bos!r}")
+        if short_docs not in ("drop", "count"):
+            raise ValueError(f"short_docs must be 'drop' or 'count', got {short_docs!r}")
+        if float(stride) <= 0:
+            raise ValueError(f"stride must be positive, got {stride}")
+        concat = (data is None) if concat is None else concat
+        super().__init__(data=list(data) if data else None, stride=stride, bos=bos, short_docs=short_docs,
+                         max_tokens=max_tokens, concat=concat, **options)
+        self.data, self.stride, self.bos = data, stride, bos
+        self.short_docs, self.max_tokens, self.concat = short_docs, int(max_tokens), concat
+        self._docs: list[tuple[str, str]] | None = None
+        self._tokens: dict[int, list[list[int]]] = {}
+
+    def documents(self) -> list[tuple[str, str]]:
+        """(name, text) documents to score, loaded once.
+
+        Raises:
+            LctxError: a data path is missing or unreadable.
+        """
+        if self._docs is None:
+            from lctx.harness import textdata
+
+            docs = textdata.load_corpus(self.data) if self.data else textdata.pydoc_corpus("heldout")
+            if self.concat:
+                docs = [("+".join(n for n, _ in docs), "\n\n".join(t for _, t in docs))]
+            self._docs = docs
+        return self._docs
+
+    def _doc_tokens(self, lm) -> list[list[int]]:
+        key = id(lm.tokenizer)
+        if key not in self._tokens:
+            toks = [lm.encode(text) for _, text in self.documents()]
+            self._tokens[key] = [t[: self.max_tokens] if self.max_tokens else t for t in toks]
+        return self._tokens[key]
+
+    def window_stride(self, length: int) -> tuple[int, int]:
+        """(window, stride) in tokens for a target length."""
+        span = length - (1 if self.bos == "prepend" else 0)
+        s = float(self.stride)
+        stride = int(s) if s > 1 else max(1, int(round(s * span)))
+        return length, min(stride, span)
+
+    def build(self, lm, cell: Cell, seed: int) -> Sample:
+        window, stride = self.window_stride(cell.length)
+        docs = self._doc_tokens(lm)
+        need = window - (1 if self.bos == "prepend" else 0)
+        keep = [d for d in docs if len(d) >= need or (self.short_docs == "count" and len(d) >= 2)]
+        return Sample(cell=cell, input_ids=[], n_tokens=min(window, max((len(d) for d in keep), default=0)),
+                      meta={"docs": keep, "window": window, "stride": stride, "short_docs": self.short_docs,
+                            "bos": self.bos})
+
+    def score(self, lm, sample: Sample) -> dict[str, float]:
+        """Raises: ValueError when no document is long enough for this window (short_docs='drop')."""
+        docs = sample.meta.pop("docs")
+        if not docs:
+            raise ValueError(f"no document has {sample.meta['window']} tokens; use --ppl-short-docs count or "
+                             "longer documents")
+        bos_id = lm.bos_id if self.bos == "prepend" else None
+
+        def nll_fn(ids, targets):
+            return lm.token_nll(ids, targets)[0]
+
+        total, count = 0.0, 0
+        for doc in docs:
+            t, c = sliding_nll(nll_fn, doc, sample.meta["window"], sample.meta["stride"], bos_id)
+            total, count = total + t, count + c
+        nll = total / count
+        return {"ppl": math.exp(nll), "nll": nll, "n_tokens": float(count), "n_docs": float(len(docs))}

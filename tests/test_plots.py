@@ -1,0 +1,171 @@
+"""Tests of lctx.harness.plots on a synthetic results table (no model, no GPU)."""
+
+from __future__ import annotations
+
+import math
+import struct
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from lctx.harness.plots import (
+    format_length,
+    make_plots,
+    passkey_counts,
+    passkey_errors,
+    passkey_grid,
+    passkey_heatmaps,
+    ppl_vs_length,
+    safe_filename,
+)
+
+LENGTHS = [512, 1024, 2048, 4096]
+DEPTHS = [0.0, 0.25, 0.5, 0.75, 1.0]
+MODELS = {  # model -> (variant, train_length, base ppl)
+    "rope-1k": ("rope", 1024, 12.0),
+    "org/alibi 1k": ("alibi", 1024, 14.0),
+}
+ERR_CELL = ("org/alibi 1k", 4096, 0.5)  # every sample of this cell fails: one error row
+
+
+def _row(**kw):
+    base = dict(run_id="r1", n_tokens=None, seed=0, status="ok", error="", wall_s=0.1,
+                peak_mem_bytes=1000, device="cpu", dtype="float32", lctx_version="0.1.0",
+                git_rev="abc", timestamp="2026-01-01T00:00:00")
+    base.update(kw)
+    if base["n_tokens"] is None:
+        base["n_tokens"] = base["length"]
+    return base
+
+
+def _exact(m, L, d, s):
+    # deterministic, varied: short contexts succeed, long ones fail more, by depth and sample
+    return float((L <= 1024) or ((int(d * 4) + s + L // 1024) % 3 == 0))
+
+
+def _digit(m, L, d, s):
+    return round(min(1.0, 1.2 - L / 4096 + 0.1 * d - 0.05 * s + (0.1 if m == "rope-1k" else 0.0)), 4)
+
+
+def synthetic() -> pd.DataFrame:
+    rows = []
+    for m, (var, tl, base) in MODELS.items():
+        for L in LENGTHS:
+            for d in DEPTHS:
+                if (m, L, d) == ERR_CELL:
+                    rows.append(_row(model=m, variant=var, task="passkey", metric=None, length=L,
+                                     depth=d, sample=0, value=np.nan, status="error",
+                                     error="OutOfMemoryError: CUDA out of memory", train_length=tl))
+                    continue
+                for s in range(2):
+                    rows.append(_row(model=m, variant=var, task="passkey", metric="exact", length=L,
+                                     depth=d, sample=s, value=_exact(m, L, d, s), train_length=tl))
+                    rows.append(_row(model=m, variant=var, task="passkey", metric="digit_acc",
+                                     length=L, depth=d, sample=s, value=_digit(m, L, d, s),
+                                     train_length=tl))
+            ppl = base * (1.0 if L <= tl else (L / tl) ** 3)
+            for metric, v in (("ppl", ppl), ("nll", math.log(ppl)), ("n_tokens", 8 * L), ("n_docs", 4)):
+                rows.append(_row(model=m, variant=var, task="ppl", metric=metric, length=L,
+                                 depth=np.nan, sample=0, value=float(v), train_length=tl))
+    df = pd.DataFrame(rows)
+    df["length"] = df["length"].astype("int64")
+    df["n_tokens"] = df["n_tokens"].astype("int64")
+    df["train_length"] = df["train_length"].astype("float64")
+    return df
+
+
+def _check_png(path, min_bytes=10_000):
+    assert path.exists(), path
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(data) > min_bytes
+    w, h = struct.unpack(">II", data[16:24])  # IHDR width/height
+    assert 300 < w < 3000 and 200 < h < 2000, (w, h)
+    return w, h
+
+
+def test_make_plots_writes_pngs(tmp_path):
+    df = synthetic()
+    paths = make_plots(df, tmp_path)
+    names = sorted(p.name for p in paths)
+    assert names == sorted([
+        "passkey_heatmap_rope-1k.png",
+        "passkey_heatmap_org_alibi_1k.png",
+        "ppl_vs_length.png",
+    ])
+    for p in paths:
+        assert p.parent == tmp_path / "plots"
+        _check_png(p)
+
+
+def test_passkey_grid_means_match_hand_computed():
+    df = synthetic()
+    for m in MODELS:
+        for metric, fn in (("exact", _exact), ("digit_acc", _digit)):
+            grid = passkey_grid(df, m, metric)
+            assert list(grid.index) == DEPTHS  # 0 first: top row of the heatmap
+            assert list(grid.columns) == LENGTHS
+            for L in LENGTHS:
+                for d in DEPTHS:
+                    if (m, L, d) == ERR_CELL:
+                        continue
+                    expected = (fn(m, L, d, 0) + fn(m, L, d, 1)) / 2
+                    assert grid.loc[d, L] == pytest.approx(expected), (m, metric, L, d)
+    # one spot check by hand: rope-1k, 4096 tokens, depth 0.25 -> samples 1 - 0 + 0.025 + 0.1 (-0.05)
+    g = passkey_grid(df, "rope-1k", "digit_acc")
+    assert g.loc[0.25, 4096] == pytest.approx(((0.325) + (0.275)) / 2)
+
+
+def test_error_cell_is_nan_and_flagged():
+    df = synthetic()
+    m, L, d = ERR_CELL
+    for metric in ("exact", "digit_acc"):
+        grid = passkey_grid(df, m, metric)
+        assert math.isnan(grid.loc[d, L])
+        assert int(grid.isna().to_numpy().sum()) == 1  # only that cell
+        errs = passkey_errors(df, m, metric)
+        assert bool(errs.loc[d, L]) and int(errs.to_numpy().sum()) == 1
+        counts = passkey_counts(df, m, metric)
+        assert counts.loc[d, L] == 0 and (counts.to_numpy().sum() == 2 * (len(LENGTHS) * len(DEPTHS) - 1))
+    # the other model is unaffected
+    assert not passkey_grid(df, "rope-1k", "exact").isna().to_numpy().any()
+
+
+def test_partial_error_keeps_ok_mean():
+    df = synthetic()
+    sel = ((df.model == "rope-1k") & (df.task == "passkey") & (df.length == 2048)
+           & (df.depth == 0.75) & (df["sample"] == 1))
+    df.loc[sel, "status"] = "error"
+    df.loc[sel, "value"] = 0.0  # must be ignored: not an ok row
+    grid = passkey_grid(df, "rope-1k", "digit_acc")
+    assert grid.loc[0.75, 2048] == pytest.approx(_digit("rope-1k", 2048, 0.75, 0))
+    assert not passkey_errors(df, "rope-1k", "digit_acc").loc[0.75, 2048]
+    assert passkey_counts(df, "rope-1k", "digit_acc").loc[0.75, 2048] == 1
+
+
+def test_absent_tasks_are_skipped(tmp_path):
+    df = synthetic()
+    only_ppl = df[df.task == "ppl"]
+    assert passkey_heatmaps(only_ppl, tmp_path) == []
+    assert [p.name for p in make_plots(only_ppl, tmp_path)] == ["ppl_vs_length.png"]
+    only_passkey = df[df.task == "passkey"]
+    assert ppl_vs_length(only_passkey, tmp_path / "x") is None
+    assert not (tmp_path / "x").exists()
+    assert len(make_plots(only_passkey, tmp_path / "y")) == 2
+    assert make_plots(df.iloc[0:0], tmp_path / "z") == []
+
+
+def test_single_length_and_unknown_train_length(tmp_path):
+    df = synthetic()
+    df = df[df.length == 1024].copy()
+    df["train_length"] = np.nan
+    for p in make_plots(df, tmp_path):
+        _check_png(p, min_bytes=5_000)
+
+
+def test_helpers():
+    assert [format_length(n) for n in (256, 512, 1024, 2048, 1536, 131072, 1048576, 1000)] == [
+        "256", "512", "1K", "2K", "1.5K", "128K", "1M", "1000"]
+    assert safe_filename("org/model name:v1") == "org_model_name_v1"
+    assert safe_filename("../..") == "model"
