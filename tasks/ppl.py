@@ -23,14 +23,17 @@ def window_plan(n: int, window: int, stride: int, bos: bool) -> list[tuple[int, 
     without; each is scored exactly once.
 
     Raises:
-        ValueError: window < 2 (or < 3 with BOS), or stride not in [1, span] where span = window - bos.
+        ValueError: window < 2, or stride not in [1, max_stride]: max_stride = window - 1 (with BOS the
+            window holds window - 1 document tokens; without BOS the first token of a window has no
+            context, so the next window must overlap the last by one token).
     """
     span = window - (1 if bos else 0)
-    if span < (2 if not bos else 1) or window < 2:
+    if window < 2:
         raise ValueError(f"window {window} is too small to score a token")
-    if not 1 <= stride <= span:
-        raise ValueError(f"stride {stride} must be in [1, {span}] (window {window}"
-                         f"{' minus BOS' if bos else ''}) so that no token is skipped")
+    max_stride = window - 1
+    if not 1 <= stride <= max_stride:
+        raise ValueError(f"stride {stride} must be in [1, {max_stride}] for window {window} "
+                         "so that no token is skipped")
     plan, begin, scored_to = [], 0, (0 if bos else 1)
     while True:
         end = min(begin + span, n)
@@ -126,10 +129,9 @@ class Perplexity(Task):
 
     def window_stride(self, length: int) -> tuple[int, int]:
         """(window, stride) in tokens for a target length."""
-        span = length - (1 if self.bos == "prepend" else 0)
         s = float(self.stride)
-        stride = int(s) if s > 1 else max(1, int(round(s * span)))
-        return length, min(stride, span)
+        stride = int(s) if s > 1 else max(1, int(round(s * (length - 1))))
+        return length, min(stride, length - 1)
 
     def build(self, lm, cell: Cell, seed: int) -> Sample:
         window, stride = self.window_stride(cell.length)

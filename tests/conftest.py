@@ -1,0 +1,48 @@
+"""Shared fixtures: a tiny tokenizer and model factory, the shared data directory."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from helpers import tiny_config
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    """Root of ../shared/data (override with LCTX_DATA_DIR); tests needing it skip when absent."""
+    p = Path(os.environ.get("LCTX_DATA_DIR", REPO.parent / "shared" / "data"))
+    if not p.is_dir():
+        pytest.skip(f"shared data not found at {p}; set LCTX_DATA_DIR")
+    return p
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    """A 400-token byte-level BPE trained on Python's pydoc topics (digits split individually)."""
+    from lctx.harness.textdata import pydoc_corpus
+    from lctx.models.tokenizer import train_tokenizer
+
+    docs = pydoc_corpus()
+    return train_tokenizer([t for _, t in docs[:60]], 400)
+
+
+@pytest.fixture
+def make_checkpoint(tmp_path, tokenizer):
+    """make_checkpoint(variant, **config) -> path of a saved random-init checkpoint with the tiny tokenizer."""
+    from lctx.models import LctxForCausalLM
+
+    def make(variant: str = "rope", name: str | None = None, **kw) -> Path:
+        torch.manual_seed(0)
+        model = LctxForCausalLM(tiny_config(variant, vocab_size=len(tokenizer), **kw))
+        out = tmp_path / (name or f"ck_{variant}")
+        model.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+        return out
+
+    return make
