@@ -31,7 +31,8 @@ class LctxConfig(PretrainedConfig):
         initializer_range: std of the normal init of linear and embedding weights.
 
     Raises:
-        ValueError: ``hidden_size`` not divisible by ``num_attention_heads``.
+        ValueError: non-positive sizes, ``hidden_size`` not divisible by ``num_attention_heads``, or an
+            odd head dim with ``rope``.
     """
 
     model_type = "lctx"
@@ -57,6 +58,9 @@ class LctxConfig(PretrainedConfig):
         pad_token_id: int | None = 0,
         **kwargs,
     ):
+        if num_attention_heads < 1 or hidden_size < 1:
+            raise ValueError(f"hidden_size ({hidden_size}) and num_attention_heads ({num_attention_heads}) "
+                             "must be positive")
         if hidden_size % num_attention_heads:
             raise ValueError(
                 f"hidden_size {hidden_size} is not divisible by num_attention_heads {num_attention_heads}; "
@@ -67,6 +71,9 @@ class LctxConfig(PretrainedConfig):
         self.num_hidden_layers = num_hidden_layers
         self.num_attention_heads = num_attention_heads
         self.head_dim = hidden_size // num_attention_heads
+        if variant == "rope" and self.head_dim % 2:
+            raise ValueError(f"rope needs an even head dim, got {self.head_dim} "
+                             f"(hidden_size {hidden_size} / {num_attention_heads} heads); change either")
         if intermediate_size is None:
             intermediate_size = 32 * ((8 * hidden_size // 3 + 31) // 32)
         self.intermediate_size = intermediate_size

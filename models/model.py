@@ -232,6 +232,8 @@ class LctxForCausalLM(LctxPreTrainedModel, GenerationMixin):
         logits = self.lm_head(h).float()
         loss = None
         if labels is not None:
+            if logits.shape[1] != labels.shape[1]:
+                raise ValueError("labels need logits at every position; call with logits_to_keep=0")
             loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
                                    labels[:, 1:].reshape(-1).to(logits.device), ignore_index=-100)
         return CausalLMOutputWithPast(loss=loss, logits=logits, cache=out.cache)

@@ -1,0 +1,155 @@
+"""CLI: one test per bad input (exit code 2, one line naming the problem and the fix), and a happy path."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from lctx.cli import DEFAULT_MODEL, main, parse_lengths
+
+
+def run_cli(args, capsys):
+    code = main(list(args))
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err
+
+
+def assert_one_line_error(code, err, *needles):
+    assert code == 2
+    lines = [l for l in err.strip().splitlines() if l.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error: ")
+    assert "Traceback" not in err
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+
+
+def test_parse_lengths_suffixes():
+    assert parse_lengths("256, 512,1k,4K,1m") == [256, 512, 1024, 4096, 1024**2]
+
+
+def test_missing_checkpoint(capsys, tmp_path):
+    code, _, err = run_cli(["run", "--model", str(tmp_path / "nope"), "--out", str(tmp_path / "o")], capsys)
+    assert_one_line_error(code, err, "not a directory")
+
+
+def test_checkpoint_without_config(capsys, tmp_path):
+    (tmp_path / "empty").mkdir()
+    code, _, err = run_cli(["run", "--model", str(tmp_path / "empty"), "--out", str(tmp_path / "o")], capsys)
+    assert_one_line_error(code, err, "no config.json")
+
+
+def test_corrupt_config(capsys, make_checkpoint, tmp_path):
+    ck = make_checkpoint("rope")
+    (ck / "config.json").write_text("{not json")
+    code, _, err = run_cli(["run", "--model", str(ck), "--out", str(tmp_path / "o")], capsys)
+    assert_one_line_error(code, err, "unreadable config.json")
+
+
+def test_corrupt_weights(capsys, make_checkpoint, tmp_path):
+    ck = make_checkpoint("rope")
+    (ck / "model.safetensors").write_bytes(b"\x00garbage" * 10)
+    code, _, err = run_cli(["run", "--model", str(ck), "--out", str(tmp_path / "o")], capsys)
+    assert_one_line_error(code, err, "could not be loaded")
+
+
+def test_unknown_task(capsys, make_checkpoint, tmp_path):
+    code, _, err = run_cli(["run", "--model", str(make_checkpoint()), "--tasks", "pasky",
+                            "--out", str(tmp_path / "o")], capsys)
+    assert_one_line_error(code, err, "unknown task 'pasky'", "passkey")
+
+
+def test_unknown_variant(capsys, tmp_path):
+    code, _, err = run_cli(["train", "--variant", "ropey", "--steps", "1", "--out", str(tmp_path / "m")], capsys)
+    assert_one_line_error(code, err, "ropey")
+
+
+@pytest.mark.parametrize("bad", ["abc", "0", "-5", "1.5k", "256,,x"])
+def test_bad_length(capsys, tmp_path, bad):
+    code, _, err = run_cli(["run", "--lengths", bad, "--out", str(tmp_path / "o")], capsys)
+    assert_one_line_error(code, err, "not a positive integer")
+
+
+def test_bad_depth(capsys, tmp_path):
+    code, _, err = run_cli(["run", "--depths", "0,1.5", "--out", str(tmp_path / "o")], capsys)
+    assert_one_line_error(code, err, "[0, 1]")
+
+
+def test_length_above_declared_max(capsys, make_checkpoint, tmp_path):
+    ck = make_checkpoint("rope", max_position_embeddings=256)
+    code, _, err = run_cli(["run", "--model", str(ck), "--lengths", "128,1k", "--out", str(tmp_path / "o")], capsys)
+    assert_one_line_error(code, err, "1024", "256")
+
+
+def test_unreadable_data_file(capsys, make_checkpoint, tmp_path):
+    code, _, err = run_cli(["run", "--model", str(make_checkpoint()), "--tasks", "ppl", "--ppl-data",
+                            str(tmp_path / "missing.txt"), "--out", str(tmp_path / "o")], capsys)
+    assert_one_line_error(code, err, "missing.txt")
+
+
+def test_bad_task_file(capsys, tmp_path):
+    f = tmp_path / "broken_task.py"
+    f.write_text("raise RuntimeError('oops')\n")
+    code, _, err = run_cli(["run", "--task-file", str(f), "--out", str(tmp_path / "o")], capsys)
+    assert_one_line_error(code, err, "broken_task.py", "oops")
+
+
+def test_unknown_option_is_one_line(capsys):
+    code, _, err = run_cli(["run", "--no-such-flag"], capsys)
+    assert_one_line_error(code, err, "--no-such-flag")
+
+
+def test_custom_task_file_end_to_end(capsys, make_checkpoint, tmp_path):
+    f = tmp_path / "my_task.py"
+    f.write_text('''
+from lctx.tasks import Task, Sample, register_task
+
+@register_task
+class FirstTokenNLL(Task):
+    name = "first_token_nll"
+    metrics = ("nll",)
+
+    def build(self, lm, cell, seed):
+        ids = lm.with_bos(lm.encode("hello world " * cell.length))[: cell.length]
+        return Sample(cell=cell, input_ids=ids, n_tokens=len(ids))
+
+    def score(self, lm, sample):
+        nll, _ = lm.token_nll(sample.input_ids, [len(sample.input_ids) - 1])
+        return {"nll": float(nll[0])}
+''')
+    out = tmp_path / "o"
+    code, stdout, err = run_cli(["run", "--model", str(make_checkpoint()), "--task-file", str(f), "--tasks",
+                                 "first_token_nll", "--lengths", "32,64", "--samples", "2", "--out", str(out),
+                                 "--no-progress"], capsys)
+    assert code == 0, err
+    df = pd.read_csv(out / "results.csv")
+    assert set(df["task"]) == {"first_token_nll"} and len(df) == 4 and (df["status"] == "ok").all()
+
+
+def test_bundled_default_run(capsys, tmp_path):
+    """`lctx run` with no --model evaluates the bundled checkpoint (short grid here for speed)."""
+    assert (DEFAULT_MODEL / "config.json").exists(), "bundled default checkpoint missing"
+    out = tmp_path / "o"
+    code, stdout, err = run_cli(["run", "--lengths", "256,512", "--depths", "0,1", "--samples", "1",
+                                 "--out", str(out), "--no-progress"], capsys)
+    assert code == 0, err
+    df = pd.read_parquet(out / "results.parquet")
+    assert set(df["task"]) == {"passkey", "ppl"}
+    assert (df["status"] == "ok").all(), df[df["status"] != "ok"]["error"].tolist()
+    ppl = df[(df["task"] == "ppl") & (df["metric"] == "ppl")]
+    assert len(ppl) == 2 and (ppl["value"] > 1).all()
+    assert (out / "plots" / "ppl_vs_length.png").exists()
+    assert "results.parquet" in stdout
+
+
+def test_console_script_help_runs():
+    exe = Path(sys.executable).parent / "lctx"
+    if not exe.exists():
+        pytest.skip("lctx console script not installed in this environment (pip install -e .)")
+    r = subprocess.run([str(exe), "--help"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "run" in r.stdout and "train" in r.stdout

@@ -1,0 +1,106 @@
+"""Runner: resume after an interruption, failures recorded without ending the sweep, tidy table shape."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from lctx.harness.lm import load_lm
+from lctx.harness.runner import RunSpec, run_sweep
+from lctx.harness.tables import COLUMNS
+from lctx.tasks import Task, register_task
+from lctx.tasks.passkey import Passkey
+
+VOLATILE = ["run_id", "wall_s", "peak_mem_bytes", "timestamp", "git_rev"]
+
+
+class Interrupting(Passkey):
+    """Passkey that raises KeyboardInterrupt (as Ctrl-C would) when asked for its n-th sample."""
+
+    def __init__(self, stop_at: int, **kw):
+        super().__init__(**kw)
+        self.options = Passkey(**kw).options  # same options -> same record keys as plain passkey
+        self.calls, self.stop_at = 0, stop_at
+
+    def score(self, lm, sample):
+        self.calls += 1
+        if self.calls == self.stop_at:
+            raise KeyboardInterrupt
+        return super().score(lm, sample)
+
+
+def stable(df: pd.DataFrame) -> pd.DataFrame:
+    return df.drop(columns=VOLATILE).sort_values(["metric", "length", "depth", "sample"]).reset_index(drop=True)
+
+
+@pytest.fixture
+def lm(make_checkpoint):
+    return load_lm(str(make_checkpoint("alibi")), device="cpu")
+
+
+def test_resume_after_interrupt_gives_same_table(lm, tmp_path):
+    spec = RunSpec(lengths=[160, 200], depths=[0.0, 1.0], samples=2, seed=0)
+    full = run_sweep([lm], [Passkey()], spec, tmp_path / "full", progress=False)["table"]
+
+    out = tmp_path / "resumed"
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep([lm], [Interrupting(stop_at=4)], spec, out, progress=False)
+    lines = (out / "records.jsonl").read_text().splitlines()
+    assert len(lines) == 3  # three samples finished and were kept before the interrupt
+    res = run_sweep([lm], [Passkey()], spec, out, progress=False)
+    assert res["skipped"] == 3 and res["ran"] == 5
+    table = res["table"]
+    assert not table.duplicated(["model", "task", "metric", "length", "depth", "sample"]).any()
+    pd.testing.assert_frame_equal(stable(table), stable(full))
+    # a third run does nothing and changes nothing
+    again = run_sweep([lm], [Passkey()], spec, out, progress=False)
+    assert again["ran"] == 0
+    pd.testing.assert_frame_equal(stable(again["table"]), stable(full))
+
+
+def test_failed_sample_is_recorded_and_sweep_goes_on(lm, tmp_path):
+    @register_task
+    class Flaky(Task):
+        name = "flaky_test"
+        metrics = ("score",)
+
+        def build(self, lm, cell, seed):
+            from lctx.tasks import Sample
+
+            return Sample(cell=cell, input_ids=[1, 2, 3], n_tokens=3)
+
+        def score(self, lm, sample):
+            if sample.cell.sample == 1:
+                raise RuntimeError("boom")
+            if sample.cell.sample == 2:
+                return {"score": float("nan")}
+            return {"score": 0.5}
+
+    res = run_sweep([lm], [Flaky()], RunSpec([64], [0.5], samples=3), tmp_path, progress=False)
+    t = res["table"]
+    assert list(t.columns) == COLUMNS
+    assert res["errors"] == 2
+    by_sample = t.set_index("sample")
+    assert by_sample.loc[0, "status"] == "ok" and by_sample.loc[0, "value"] == 0.5
+    assert by_sample.loc[1, "status"] == "error" and "boom" in by_sample.loc[1, "error"]
+    assert by_sample.loc[2, "status"] == "error" and "non-finite" in by_sample.loc[2, "error"]
+    summary = pd.read_csv(tmp_path / "summary.csv")
+    assert summary.loc[0, "n"] == 1 and summary.loc[0, "n_error"] == 2
+    # errored samples are retried on a rerun, finished ones are not
+    assert run_sweep([lm], [Flaky()], RunSpec([64], [0.5], samples=3), tmp_path, progress=False)["ran"] == 2
+
+
+def test_tables_files_and_metadata(lm, tmp_path):
+    res = run_sweep([lm], [Passkey()], RunSpec([160], [0.5], samples=1, seed=7), tmp_path, progress=False)
+    pq = pd.read_parquet(tmp_path / "results.parquet")
+    csv = pd.read_csv(tmp_path / "results.csv")
+    assert len(pq) == len(csv) == 2  # exact + digit_acc
+    row = pq.iloc[0]
+    assert row["seed"] == 7 and row["device"] == "cpu" and row["dtype"] == "float32"
+    assert row["variant"] == "alibi" and row["train_length"] == 64 and row["n_tokens"] <= 160
+    assert 0 <= row["depth_actual"] <= 1 and row["lctx_version"]
+    rec = json.loads((tmp_path / "records.jsonl").read_text().splitlines()[0])
+    assert rec["extra"]["key"] and "continuation" in rec["extra"]
+    assert (tmp_path / "plots" / f"passkey_heatmap_{lm.name}.png").exists()

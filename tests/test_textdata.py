@@ -1,0 +1,111 @@
+"""Tests of lctx.harness.textdata: decoding, newline normalisation, Gutenberg stripping, corpora."""
+
+import pytest
+
+from lctx.harness.errors import LctxError
+from lctx.harness.textdata import load_corpus, pydoc_corpus, read_text, strip_gutenberg
+
+PG_SAMPLE = (
+    "\ufeffThe Project Gutenberg EBook of Tiny Book, by Nobody\r\n"
+    "\r\n"
+    "This eBook is for the use of anyone anywhere at no cost.\r\n"
+    "\r\n"
+    "*** START OF THIS PROJECT GUTENBERG EBOOK TINY BOOK ***\r\n"
+    "\r\n"
+    "\r\n"
+    "CHAPTER I.\r\n"
+    "\r\n"
+    "It was a dark night, 1842.\r\n"
+    "Caf\u00e9 \u201cquotes\u201d stay.\r\n"
+    "\r\n"
+    "End of the Project Gutenberg EBook of Tiny Book, by\r\n"
+    "Nobody\r\n"
+    "\r\n"
+    "*** END OF THIS PROJECT GUTENBERG EBOOK TINY BOOK ***\r\n"
+    "\r\n"
+    "***** This file should be named 1-0.txt *****\r\n"
+    "Project Gutenberg-tm license text.\r\n"
+)
+PG_BODY = "CHAPTER I.\n\nIt was a dark night, 1842.\nCaf\u00e9 \u201cquotes\u201d stay.\n"
+
+
+def test_gutenberg_synthetic_bom_crlf(tmp_path):
+    p = tmp_path / "pg1.txt"
+    p.write_bytes(PG_SAMPLE.encode("utf-8"))
+    assert read_text(p) == PG_BODY
+
+
+def test_gutenberg_the_variant_and_no_end_marker():
+    text = "header\n***START OF THE PROJECT GUTENBERG EBOOK X***\nbody line\nmore\n"
+    assert strip_gutenberg(text) == "body line\nmore\n"
+    text2 = "h\n*** START OF THE PROJECT GUTENBERG EBOOK X ***\nbody\n*** END OF THE PROJECT GUTENBERG EBOOK X ***\nlic\n"
+    assert strip_gutenberg(text2) == "body\n"
+
+
+def test_plain_text_kept_and_cr_normalised(tmp_path):
+    p = tmp_path / "a.txt"
+    p.write_bytes(b"line one\r\nline two\rline three\n")
+    assert read_text(p) == "line one\nline two\nline three\n"
+
+
+def test_latin1_fallback(tmp_path):
+    p = tmp_path / "l1.txt"
+    p.write_bytes("na\u00efve caf\u00e9\n".encode("latin-1"))
+    assert read_text(p) == "na\u00efve caf\u00e9\n"
+
+
+def test_errors(tmp_path):
+    with pytest.raises(LctxError, match="does not exist"):
+        read_text(tmp_path / "missing.txt")
+    empty = tmp_path / "empty.txt"
+    empty.write_bytes(b"\xef\xbb\xbf \r\n")
+    with pytest.raises(LctxError, match="empty"):
+        read_text(empty)
+    with pytest.raises(LctxError, match="does not exist"):
+        load_corpus([tmp_path / "nope"])
+    d = tmp_path / "nodocs"
+    d.mkdir()
+    (d / "x.md").write_text("not a txt")
+    with pytest.raises(LctxError, match=r"no \*\.txt"):
+        load_corpus(d)
+    with pytest.raises(LctxError):
+        load_corpus([])
+
+
+def test_load_corpus_dir_sorted_and_files(tmp_path):
+    d = tmp_path / "corpus"
+    (d / "sub").mkdir(parents=True)
+    (d / "b.txt").write_text("bee\n")
+    (d / "a.txt").write_text("ay\n")
+    (d / "sub" / "c.txt").write_text("see\n")
+    (d / "skip.md").write_text("no\n")
+    single = tmp_path / "single.txt"
+    single.write_text("one\n")
+    docs = load_corpus([d, single])
+    assert [n for n, _ in docs] == ["corpus/a.txt", "corpus/b.txt", "corpus/sub/c.txt", "single.txt"]
+    assert [t for _, t in docs] == ["ay\n", "bee\n", "see\n", "one\n"]
+    assert load_corpus(str(single)) == [("single.txt", "one\n")]
+
+
+def test_pydoc_corpus():
+    docs = pydoc_corpus()
+    names = [n for n, _ in docs]
+    assert len(docs) > 20 and names == sorted(names)
+    assert all(t.strip() and "\r" not in t for _, t in docs)
+    assert sum(len(t) for _, t in docs) > 100_000
+
+
+def test_gutenberg_real_book(data_dir):
+    """Real PG e-text (UTF-8 BOM, CRLF) from ../shared/data (LCTX_DATA_DIR); skipped when absent."""
+    path = data_dir / "books" / "pg1342_pride_and_prejudice.txt"
+    if not path.exists():
+        pytest.skip(f"{path} not present")
+    raw = path.read_bytes()
+    assert raw.startswith(b"\xef\xbb\xbf") and b"\r\n" in raw
+    text = read_text(path)
+    assert "\r" not in text and not text.startswith("\ufeff")
+    assert "START OF THIS PROJECT GUTENBERG" not in text and "END OF THIS PROJECT GUTENBERG" not in text
+    assert "Project Gutenberg License" not in text and "End of the Project Gutenberg EBook" not in text
+    assert "It is a truth universally acknowledged" in text
+    assert text.rstrip().endswith("the means of uniting them.")
+    assert 600_000 < len(text) < len(raw)
