@@ -73,7 +73,7 @@ def run(
     model: List[str] = typer.Option(None, "--model", "-m", help="Checkpoint directory (repeatable). Default: the bundled tiny model."),
     tasks: str = typer.Option("passkey,ppl", "--tasks", "-t", help="Comma-separated task names (see `lctx list tasks`)."),
     task_file: List[Path] = typer.Option(None, "--task-file", help="Python file defining extra tasks (repeatable)."),
-    lengths: str = typer.Option("128,256,512,1k", "--lengths", "-l", help="Context lengths in tokens (k = 1024)."),
+    lengths: str = typer.Option("256,512,1k,2k", "--lengths", "-l", help="Context lengths in tokens (k = 1024)."),
     depths: str = typer.Option(DEFAULT_DEPTHS, "--depths", "-d", help="Needle depths, fractions in [0, 1]."),
     samples: int = typer.Option(2, "--samples", "-n", min=1, help="Samples per (length, depth) cell."),
     stride: float = typer.Option(0.5, "--stride", help="ppl: tokens between windows, or a fraction (<= 1) of the window."),
