@@ -222,8 +222,7 @@ def list_(what: str = typer.Argument(..., help="tasks or variants")):
         from lctx.models import VARIANTS
 
         for name, cls in sorted(VARIANTS.items()):
-            doc = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
-            typer.echo(f"{name:12s} {doc}")
+            typer.echo(f"{name:12s} {cls.summary}")
     else:
         raise LctxError(f"cannot list {what!r}; use `lctx list tasks` or `lctx list variants`")
 
@@ -233,23 +232,26 @@ def main(argv: list[str] | None = None) -> int:
 
     Returns (and exits with) 0 on success, 2 on a user error (LctxError or a bad option), 130 on Ctrl-C.
     """
+    # typer >= 0.20 vendors click (typer._click); older typer raises click's own exceptions.
+    usage_errors = tuple({getattr(typer, "TyperException", click.ClickException), click.ClickException})
     try:
         rv = app(args=argv, standalone_mode=False, prog_name="lctx")
         code = rv if isinstance(rv, int) else 0
     except LctxError as e:
         print(f"error: {e}", file=sys.stderr)
         code = 2
-    except click.exceptions.NoArgsIsHelpError as e:
-        print(e.format_message() if hasattr(e, "format_message") else str(e), file=sys.stderr)
-        code = 2
-    except click.ClickException as e:
-        print(f"error: {e.format_message()}", file=sys.stderr)
-        code = 2
-    except click.exceptions.Exit as e:
+    except (typer.Exit, click.exceptions.Exit) as e:
         code = e.exit_code
-    except (KeyboardInterrupt, click.exceptions.Abort):
+    except (KeyboardInterrupt, typer.Abort, click.exceptions.Abort):
         print("interrupted; rerun the same command to resume", file=sys.stderr)
         code = 130
+    except usage_errors as e:
+        msg = e.format_message() if hasattr(e, "format_message") else str(e)
+        if type(e).__name__ == "NoArgsIsHelpError":
+            print(msg, file=sys.stderr)  # the help text
+        else:
+            print(f"error: {' '.join(msg.split())}; see `lctx --help`", file=sys.stderr)
+        code = 2
     if argv is None:
         sys.exit(code)
     return code

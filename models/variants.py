@@ -90,6 +90,7 @@ class AttentionVariant(nn.Module):
     """
 
     variant_name = "base"
+    summary = "causal softmax attention"  # one line for `lctx list variants`
 
     def __init__(self, config, layer_idx: int):
         super().__init__()
@@ -159,6 +160,7 @@ def reference_attention(q, k, v, allowed, bias=None) -> torch.Tensor:
 class NoPE(AttentionVariant):
     """No positional signal: the causal mask alone orders tokens (a uniform prior over visible keys,
     BAM seed 000; Kazemnejad et al. 2023)."""
+    summary = "no positional signal; causal mask only (uniform prior)"
 
 
 @register_variant("rope")
@@ -167,6 +169,7 @@ class RoPE(AttentionVariant):
     Hugging Face Llama (``rotate_half``). Angles pos * theta^(-2i/D) are computed in float64 so long
     positions (512K tokens) keep their precision, then cast to q's dtype.
     """
+    summary = "rotary embedding of q, k by position index"
 
     def rotate(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         d = x.shape[-1]
@@ -183,6 +186,7 @@ class ALiBi(AttentionVariant):
     """Attention with Linear Biases: bias -m_h (i - j) for key j <= query i (Press et al. 2022, eq. in
     section 3), slopes from :func:`alibi_slopes`. No positional signal in q, k or the input.
     """
+    summary = "logit bias -m_h (i - j), standard geometric slopes"
 
     def score_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
         # slopes are recomputed (H floats), not a buffer: from_pretrained builds modules on the meta
@@ -214,6 +218,7 @@ class SinusoidalEmbedding(nn.Module):
 class Sinusoidal(AttentionVariant):
     """Absolute sinusoidal embedding added to the (sqrt(d)-scaled, Vaswani et al. 2017 section 3.4) token
     embeddings; attention itself is NoPE."""
+    summary = "absolute sinusoidal embedding added to the input"
 
     @classmethod
     def input_embedding(cls, config) -> nn.Module:
