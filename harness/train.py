@@ -321,7 +321,8 @@ def train(
     warmup = min(warmup_steps, steps)
 
     say(f"lctx train: {len(docs)} docs, {train_stream.numel()} train / {val_stream.numel()} val tokens, "
-        f"vocab {real_vocab}, {n_params:,} params, variant {variant}, ctx {context_length}, "
+        f"vocab {real_vocab}, {n_params:,} params ({model.variant_parameter_count()} positional), "
+        f"variant {variant}, ctx {context_length}, "
         f"{steps} steps x {batch_size}, device {dev}")
 
     evals: list[dict] = []
@@ -392,6 +393,7 @@ def train(
         "val_tokens": int(val_stream.numel()),
         "vocab_size": real_vocab,
         "n_params": n_params,
+        "n_positional_params": model.variant_parameter_count(),
         "evals": evals,
         "initial_val_loss": evals[0]["val_loss"],
         "final_val_loss": final,

@@ -8,11 +8,13 @@ from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
 from .config import LctxConfig
 from .model import LctxForCausalLM, LctxModel
-from .variants import VARIANTS, AttentionVariant, alibi_slopes, get_variant, register_variant
+from .variants import (MODIFIERS, VARIANTS, AttentionVariant, alibi_slopes, get_variant, register_modifier,
+                       register_variant)
+from . import bam  # noqa: F401,E402  (registers ggd_bam and the +ssmax modifier)
 
 AutoConfig.register("lctx", LctxConfig, exist_ok=True)
 AutoModel.register(LctxConfig, LctxModel, exist_ok=True)
 AutoModelForCausalLM.register(LctxConfig, LctxForCausalLM, exist_ok=True)
 
 __all__ = ["LctxConfig", "LctxForCausalLM", "LctxModel", "VARIANTS", "AttentionVariant", "alibi_slopes",
-           "get_variant", "register_variant"]
+           "get_variant", "register_variant", "register_modifier", "MODIFIERS"]

@@ -23,7 +23,7 @@ from transformers.cache_utils import DynamicCache
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 
 from .config import LctxConfig
-from .variants import get_variant
+from .variants import AttnContext, get_variant
 
 
 class RMSNorm(nn.Module):
@@ -71,14 +71,13 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(d, d, bias=False)
         self.variant = get_variant(config.variant)(config, layer_idx)
 
-    def forward(self, x, q_pos, k_pos, allowed, cache=None):
+    def forward(self, x, ctx: AttnContext):
         B, T, _ = x.shape
 
         def heads(t):
             return t.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
 
-        out = self.variant(heads(self.q_proj(x)), heads(self.k_proj(x)), heads(self.v_proj(x)),
-                           q_pos, k_pos, allowed, cache)
+        out = self.variant(heads(self.q_proj(x)), heads(self.k_proj(x)), heads(self.v_proj(x)), ctx, x)
         return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
 
 
@@ -92,8 +91,8 @@ class Block(nn.Module):
         self.mlp_norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = SwiGLU(config)
 
-    def forward(self, x, q_pos, k_pos, allowed, cache=None):
-        x = x + self.attn(self.attn_norm(x), q_pos, k_pos, allowed, cache)
+    def forward(self, x, ctx: AttnContext):
+        x = x + self.attn(self.attn_norm(x), ctx)
         return x + self.mlp(self.mlp_norm(x))
 
 
@@ -156,6 +155,8 @@ class LctxModel(LctxPreTrainedModel):
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         variant_cls = get_variant(config.variant)
         self.pos_embed = variant_cls.input_embedding(config)
+        # a module every layer's variant reads (e.g. the GGD-BAM prior shared across layers), or None
+        self.variant_shared = variant_cls.shared_module(config)
         self.embed_scale = math.sqrt(config.hidden_size) if self.pos_embed is not None else 1.0
         self.layers = nn.ModuleList([Block(config, i) for i in range(config.num_hidden_layers)])
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
@@ -183,8 +184,9 @@ class LctxModel(LctxPreTrainedModel):
             k_pos = torch.cat([k_pos[:, :past], q_pos], dim=1)
         if self.pos_embed is not None:
             x = x * self.embed_scale + self.pos_embed(q_pos).to(x.dtype)
+        ctx = AttnContext(q_pos=q_pos, k_pos=k_pos, allowed=allowed, cache=cache, shared=self.variant_shared)
         for block in self.layers:
-            x = block(x, q_pos, k_pos, allowed, cache)
+            x = block(x, ctx)
         return BaseModelOutputWithPast(last_hidden_state=self.norm(x), cache=cache)
 
 
@@ -214,6 +216,13 @@ class LctxForCausalLM(LctxPreTrainedModel, GenerationMixin):
 
     def get_output_embeddings(self):
         return self.lm_head
+
+    def variant_parameter_count(self) -> int:
+        """Trainable parameters owned by the positional variant (e.g. GGD-BAM's alpha and beta, 2 per head,
+        per layer when not shared; SSMax's s_h), counted once even when shared across layers."""
+        mods = [self.model.variant_shared] + [blk.attn.variant for blk in self.model.layers]
+        params = {id(p): p for m in mods if m is not None for p in m.parameters() if p.requires_grad}
+        return sum(p.numel() for p in params.values())
 
     def set_output_embeddings(self, value):
         self.lm_head = value

@@ -14,6 +14,7 @@ non-padding token of each row.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -21,6 +22,8 @@ import torch.nn.functional as F
 from torch import nn
 
 VARIANTS: dict[str, type["AttentionVariant"]] = {}
+MODIFIERS: dict[str, type["AttentionVariant"]] = {}
+_COMPOSED: dict[str, type["AttentionVariant"]] = {}
 
 
 def register_variant(name: str) -> Callable[[type], type]:
@@ -40,15 +43,65 @@ def register_variant(name: str) -> Callable[[type], type]:
     return deco
 
 
-def get_variant(name: str) -> type["AttentionVariant"]:
-    """Look up a registered variant class by name.
+def register_modifier(name: str) -> Callable[[type], type]:
+    """Class decorator: register a modifier (a mixin subclass of :class:`AttentionVariant`) that
+    composes with any softmax variant as ``"<variant>+<name>"``, e.g. ``"ggd_bam+ssmax"``.
 
     Raises:
-        KeyError: unknown name (the message lists the known ones).
+        ValueError: ``name`` is already registered.
     """
-    if name not in VARIANTS:
-        raise KeyError(f"unknown attention variant {name!r}; known: {', '.join(sorted(VARIANTS))}")
-    return VARIANTS[name]
+
+    def deco(cls: type) -> type:
+        if name in MODIFIERS or name in VARIANTS:
+            raise ValueError(f"attention modifier {name!r} is already registered")
+        MODIFIERS[name] = cls
+        return cls
+
+    return deco
+
+
+def get_variant(name: str) -> type["AttentionVariant"]:
+    """Look up a variant class by name; ``"base+mod1+mod2"`` composes modifiers onto a base variant
+    (the modifiers' methods run first, in the order written).
+
+    Raises:
+        KeyError: unknown base or modifier name (the message lists the known ones).
+    """
+    if name in VARIANTS:
+        return VARIANTS[name]
+    if name in _COMPOSED:
+        return _COMPOSED[name]
+    base, *mods = name.split("+")
+    if base not in VARIANTS or not mods:
+        raise KeyError(f"unknown attention variant {name!r}; known: {', '.join(sorted(VARIANTS))}, "
+                       f"optionally +{'/+'.join(sorted(MODIFIERS)) or 'modifier'}")
+    unknown = [m for m in mods if m not in MODIFIERS]
+    if unknown:
+        raise KeyError(f"unknown attention modifier {unknown[0]!r} in {name!r}; known: {', '.join(sorted(MODIFIERS))}")
+    base_cls = VARIANTS[base]
+    if not getattr(base_cls, "composable", True):
+        raise KeyError(f"variant {base!r} is not softmax attention and cannot take {'+'.join(mods)}")
+    cls = type(name.replace("+", "_"), tuple(MODIFIERS[m] for m in mods) + (base_cls,),
+               {"variant_name": name, "summary": f"{base_cls.summary} + " + " + ".join(mods)})
+    _COMPOSED[name] = cls
+    return cls
+
+
+@dataclass
+class AttnContext:
+    """What every layer's variant needs besides q, k, v (built once per forward by the model).
+
+    q_pos: [B, Tq] and k_pos: [B, Tk] token positions from each row's first real token;
+    allowed: [B, 1, Tq, Tk] bool (causal and not padding; never an empty row);
+    cache: the KV cache (``update(k, v, layer_idx)``) or ``None``;
+    shared: the model-level module from :meth:`AttentionVariant.shared_module`, or ``None``.
+    """
+
+    q_pos: torch.Tensor
+    k_pos: torch.Tensor
+    allowed: torch.Tensor
+    cache: object = None
+    shared: nn.Module | None = None
 
 
 def alibi_slopes(n_heads: int) -> torch.Tensor:
@@ -104,40 +157,50 @@ class AttentionVariant(nn.Module):
         """A module ``f(positions [B, T]) -> [B, T, d]`` added to token embeddings, or ``None``."""
         return None
 
+    @classmethod
+    def shared_module(cls, config) -> nn.Module | None:
+        """A module owned by the model and handed to every layer as ``ctx.shared`` (one set of
+        parameters for all layers), or ``None``."""
+        return None
+
     def rotate(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """Position-dependent transform of q or k. x: [B, H, T, D]; pos: [B, T]. Identity here."""
         return x
 
-    def score_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor | None:
+    def score_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor, ctx: AttnContext) -> torch.Tensor | None:
         """Additive logit bias, [B, H, Tq, Tk] float32 (or broadcastable), or ``None`` for no bias.
 
         q_pos: [B, Tq], k_pos: [B, Tk] positions in tokens.
         """
         return None
 
-    def forward(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        q_pos: torch.Tensor,
-        k_pos: torch.Tensor,
-        allowed: torch.Tensor,
-        cache=None,
-    ) -> torch.Tensor:
-        """Attend. q, k, v: [B, H, Tq, D] (new tokens only); q_pos: [B, Tq]; k_pos: [B, Tk];
-        allowed: [B, 1, Tq, Tk] bool (causal & key padding, at least one True per row).
-        ``cache`` has ``update(k, v, layer_idx) -> (k_all, v_all)`` (a transformers ``Cache``).
-        Returns [B, H, Tq, D].
+    def logit_scale(self, q_pos: torch.Tensor, ctx: AttnContext) -> torch.Tensor | None:
+        """Per-query multiplier of the content logits q k^T / sqrt(D), [B, H, Tq, 1] float32, or ``None``."""
+        return None
+
+    scale_bias = False  # whether logit_scale also multiplies the bias
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: AttnContext,
+                x: torch.Tensor | None = None) -> torch.Tensor:
+        """Attend. q, k, v: [B, H, Tq, D] (new tokens only); ``ctx``: positions, mask, KV cache (see
+        :class:`AttnContext`); x: the layer's normalised input [B, Tq, d] (for data-dependent variants).
+        Logits: c * (q k^T / sqrt(D)) + b (or c * (q k^T / sqrt(D) + b) when ``scale_bias``), with
+        c = :meth:`logit_scale` and b = :meth:`score_bias`. Returns [B, H, Tq, D].
         """
-        q = self.rotate(q, q_pos)
-        k = self.rotate(k, k_pos[:, -k.shape[2] :])
-        if cache is not None:
-            k, v = cache.update(k, v, self.layer_idx)
-        bias = self.score_bias(q_pos, k_pos)
+        q = self.rotate(q, ctx.q_pos)
+        k = self.rotate(k, ctx.k_pos[:, -k.shape[2] :])
+        if ctx.cache is not None:
+            k, v = ctx.cache.update(k, v, self.layer_idx)
+        bias = self.score_bias(ctx.q_pos, ctx.k_pos, ctx)
+        scale = self.logit_scale(ctx.q_pos, ctx)
+        if scale is not None:
+            q = q * scale.to(q.dtype)  # c (q.k) = (c q).k: works for both paths below
+            if bias is not None and self.scale_bias:
+                bias = bias * scale
         if self.config.attn_impl == "reference":
-            return reference_attention(q, k, v, allowed, bias)
-        mask = torch.zeros(allowed.shape, dtype=q.dtype, device=q.device).masked_fill(~allowed, float("-inf"))
+            return reference_attention(q, k, v, ctx.allowed, bias)
+        mask = torch.zeros(ctx.allowed.shape, dtype=q.dtype, device=q.device)
+        mask = mask.masked_fill(~ctx.allowed, float("-inf"))
         if bias is not None:
             mask = mask + bias.to(q.dtype)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
@@ -188,7 +251,7 @@ class ALiBi(AttentionVariant):
     """
     summary = "logit bias -m_h (i - j), standard geometric slopes"
 
-    def score_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+    def score_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor, ctx=None) -> torch.Tensor:
         # slopes are recomputed (H floats), not a buffer: from_pretrained builds modules on the meta
         # device and would leave a non-persistent buffer uninitialised.
         slopes = alibi_slopes(self.n_heads).to(device=q_pos.device, dtype=torch.float32)

@@ -12,7 +12,8 @@ from lctx.models.variants import reference_attention
 
 from helpers import tiny_config
 
-ALL_VARIANTS = sorted(VARIANTS)
+# every registered variant, plus the Scalable-Softmax compositions the seeds use
+ALL_VARIANTS = sorted(VARIANTS) + ["ggd_bam+ssmax", "rope+ssmax", "alibi+ssmax"]
 
 
 def test_alibi_slopes_8_heads():
@@ -34,7 +35,7 @@ def test_alibi_bias_sign_row_weights():
     cfg = tiny_config("alibi", hidden_size=64, num_attention_heads=8)  # head 0 slope = 0.5
     alibi = get_variant("alibi")(cfg, 0)
     pos = torch.arange(4)[None]
-    bias = alibi.score_bias(pos, pos)
+    bias = alibi.score_bias(pos, pos, None)
     q = torch.zeros(1, 8, 4, 4)
     v = torch.eye(4).expand(1, 8, 4, 4)  # one-hot values: the output row is the attention row
     allowed = torch.tril(torch.ones(4, 4, dtype=torch.bool))[None, None]
