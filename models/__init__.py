@@ -10,7 +10,7 @@ from .config import LctxConfig
 from .model import LctxForCausalLM, LctxModel
 from .variants import (MODIFIERS, VARIANTS, AttentionVariant, alibi_slopes, get_variant, register_modifier,
                        register_variant)
-from . import bam  # noqa: F401,E402  (registers ggd_bam and the +ssmax modifier)
+from . import bam, lsh  # noqa: F401,E402  (register ggd_bam, +ssmax, alibi_lsh)
 
 AutoConfig.register("lctx", LctxConfig, exist_ok=True)
 AutoModel.register(LctxConfig, LctxModel, exist_ok=True)

@@ -1,0 +1,117 @@
+"""Positional-LSH ALiBi (seed 003): mask mean -> Laplacian kernel at rate ~1/sqrt(s), output -> ALiBi."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from lctx.models import LctxForCausalLM, alibi_slopes
+from lctx.models.lsh import bin_ids, bin_mask_mean, lsh_attention, sample_bins
+from lctx.models.variants import reference_attention
+
+from helpers import tiny_config
+
+
+def kernel(n, slopes):
+    d = (torch.arange(n)[:, None] - torch.arange(n)[None, :]).abs().double()
+    return torch.exp(-d[None] * slopes.double()[:, None, None])  # [H, n, n], sigma = 1/m
+
+
+def test_random_binning_is_contiguous():
+    w, u = sample_bins(alibi_slopes(4), 8, torch.Generator().manual_seed(0))
+    b = bin_ids(torch.arange(500)[None], w, u)[0]
+    assert (b.diff(dim=-1) >= 0).all() and (b.diff(dim=-1) <= 1).all()  # bins are contiguous runs
+
+
+def test_mask_mean_converges_like_inverse_sqrt_s():
+    # Seed 003, Theorem 2.1: E[M(h)] = L*; max-norm error of the s-sample mean falls as O(1/sqrt(s)).
+    # Averaged over 20 seeds so the check is about the rate, not one draw.
+    slopes = torch.tensor([0.25, 0.0625])
+    n, L = 64, kernel(64, torch.tensor([0.25, 0.0625]))
+    errs = {}
+    for s in (4, 16, 64):
+        e = []
+        for seed in range(20):
+            w, u = sample_bins(slopes, s, torch.Generator().manual_seed(seed))
+            e.append((bin_mask_mean(n, w, u) - L).abs().amax().item())
+        errs[s] = sum(e) / len(e)
+    assert errs[4] > errs[16] > errs[64]
+    # ratio per 4x samples ~ 2 (1/sqrt(4)); allow a wide band
+    assert 1.4 < errs[4] / errs[16] < 2.9 and 1.4 < errs[16] / errs[64] < 2.9, errs
+
+
+def test_mean_of_many_masks_is_the_alibi_kernel():
+    slopes = torch.tensor([0.5])
+    w, u = sample_bins(slopes, 20000, torch.Generator().manual_seed(1))
+    assert (bin_mask_mean(12, w, u) - kernel(12, slopes)).abs().amax() < 0.02
+
+
+def test_lsh_output_approaches_exact_alibi_attention():
+    # exact multiplicative-kernel attention = softmax(q.k/sqrt(D) - m|i-j|): plain ALiBi.
+    torch.manual_seed(0)
+    H, T, D = 4, 96, 16
+    q, k, v = torch.randn(3, 1, H, T, D).unbind(0)
+    slopes = alibi_slopes(H) * 8  # short-range heads so T covers several bin widths
+    pos = torch.arange(T)[None]
+    allowed = torch.tril(torch.ones(T, T, dtype=torch.bool))[None, None]
+    bias = -slopes.float()[None, :, None, None] * (pos[0][:, None] - pos[0][None, :]).float()
+    exact = reference_attention(q, k, v, allowed, bias)
+    errs = {}
+    for s in (2, 16, 128):
+        e = []
+        for seed in range(5):
+            w, u = sample_bins(slopes, s, torch.Generator().manual_seed(seed))
+            e.append((lsh_attention(q, k, v, pos, pos, allowed, w, u, block=32) - exact).abs().mean().item())
+        errs[s] = sum(e) / len(e)
+    assert errs[2] > errs[16] > errs[128], errs
+
+
+def test_lsh_block_size_does_not_change_result():
+    torch.manual_seed(0)
+    q, k, v = torch.randn(3, 2, 4, 70, 8).unbind(0)
+    pos = torch.arange(70)[None].expand(2, -1)
+    allowed = torch.tril(torch.ones(70, 70, dtype=torch.bool))[None, None].expand(2, 1, -1, -1)
+    w, u = sample_bins(alibi_slopes(4), 8, torch.Generator().manual_seed(3))
+    a = lsh_attention(q, k, v, pos, pos, allowed, w, u, block=7)
+    b = lsh_attention(q, k, v, pos, pos, allowed, w, u, block=128)
+    assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_lsh_window_stays_local():
+    """No block looks further back than the widest bin: near-linear work (no T x T)."""
+    w, u = sample_bins(alibi_slopes(4), 16, torch.Generator().manual_seed(0))
+    assert w.max() < 4000  # sigma <= 1/m_min = 16 for 4 heads; Gamma(2, 16) tails stay far below 4000
+    torch.manual_seed(0)
+    T = 4096
+    q = k = v = torch.randn(1, 4, T, 8)
+    pos = torch.arange(T)[None]
+    allowed = torch.ones(1, 1, T, T, dtype=torch.bool).tril()
+    seen = []
+    orig = torch.matmul
+
+    def spy(a, b):
+        seen.append(b.shape[-1] if b.shape[-2] == 8 else 0)
+        return orig(a, b)
+
+    torch.matmul = spy
+    try:
+        lsh_attention(q, k, v, pos, pos, allowed, w, u, block=128)
+    finally:
+        torch.matmul = orig
+    widest = max(seen)
+    assert widest <= 128 + math.ceil(w.max().item()) + 1 < T
+
+
+def test_training_resamples_eval_is_fixed():
+    torch.manual_seed(0)
+    m = LctxForCausalLM(tiny_config("alibi_lsh", variant_options={"lsh_samples": 4}))
+    var = m.model.layers[0].attn.variant
+    m.eval()
+    assert torch.equal(var.bins()[0], var.bins()[0])
+    m.train()
+    assert not torch.equal(var.bins()[0], var.bins()[0])
+    other_layer = m.model.layers[1].attn.variant
+    m.eval()
+    assert not torch.equal(var.bins()[0], other_layer.bins()[0])  # seed + layer index
