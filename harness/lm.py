@@ -62,6 +62,7 @@ class Prefix:
     cache: object
     last_logits: torch.Tensor
     n_tokens: int
+    states: dict | None = None  # snapshot of fixed-state layers' states after the prompt (lctx models)
 
 
 @dataclass
@@ -147,7 +148,9 @@ class LM:
             logits, cache = self._forward(x[s:e], cache, keep)
             for j, p in enumerate((idx if len(idx) else keep + s).tolist()):
                 got[p] = logits[j]
-        return Prefix(cache, got[T - 1], T), got
+        states = getattr(cache, "lctx_states", None)
+        snapshot = {k: {n: t.clone() for n, t in st.items()} for k, st in states.items()} if states else None
+        return Prefix(cache, got[T - 1], T, snapshot), got
 
     @torch.inference_mode()
     def greedy(self, prefix: Prefix, max_new_tokens: int, stop_ids: set[int] | None = None) -> list[int]:
@@ -170,10 +173,15 @@ class LM:
         return out
 
     def rewind(self, prefix: Prefix) -> None:
-        """Drop decoded tokens from the prefix's cache so it holds the prompt only again."""
+        """Drop decoded tokens from the prefix's cache so it holds the prompt only again (KV entries are
+        cropped; fixed-state layers get their post-prompt state back)."""
         extra = prefix.cache.get_seq_length() - prefix.n_tokens
         if extra > 0:
             prefix.cache.crop(-extra)  # transformers >= 5: a negative count removes that many tokens
+        if hasattr(prefix.cache, "lctx_length"):
+            prefix.cache.lctx_length = prefix.n_tokens
+        if prefix.states is not None:
+            prefix.cache.lctx_states = {k: {n: t.clone() for n, t in st.items()} for k, st in prefix.states.items()}
 
     @torch.inference_mode()
     def score_continuation(self, prefix: Prefix, cont: list[int]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -147,6 +147,26 @@ def positions_and_mask(attention_mask: torch.Tensor | None, B: int, T: int, past
     return k_pos[:, past:], k_pos, allowed[:, None]
 
 
+def cache_length(cache) -> int:
+    """Tokens already in ``cache`` (0 for ``None``). lctx records the count on the cache itself
+    (``cache.lctx_length``) because fixed-state layers keep no per-token keys a cache could count."""
+    if cache is None:
+        return 0
+    n = getattr(cache, "lctx_length", None)
+    return int(n) if n is not None else int(cache.get_seq_length())
+
+
+def cache_states(cache) -> dict:
+    """The per-layer recurrent states of fixed-state mixers kept on a KV cache (``cache.lctx_states``,
+    {layer_idx: state}); created empty on first use. A state is a dict of tensors whose size does not
+    grow with the number of tokens."""
+    states = getattr(cache, "lctx_states", None)
+    if states is None:
+        states = {}
+        cache.lctx_states = states
+    return states
+
+
 class LctxModel(LctxPreTrainedModel):
     """Embeddings, decoder blocks and the final norm. input_ids [B, T] -> hidden states [B, T, d]."""
 
@@ -177,16 +197,21 @@ class LctxModel(LctxPreTrainedModel):
         B, T = x.shape[:2]
         if use_cache and cache is None:
             cache = DynamicCache()
-        past = cache.get_seq_length() if cache is not None else 0
+        past = cache_length(cache)
         q_pos, k_pos, allowed = positions_and_mask(attention_mask, B, T, past, x.device)
         if position_ids is not None:  # explicit positions for the new tokens override the mask-derived ones
             q_pos = position_ids.expand(B, T).to(x.device)
             k_pos = torch.cat([k_pos[:, :past], q_pos], dim=1)
         if self.pos_embed is not None:
             x = x * self.embed_scale + self.pos_embed(q_pos).to(x.dtype)
-        ctx = AttnContext(q_pos=q_pos, k_pos=k_pos, allowed=allowed, cache=cache, shared=self.variant_shared)
+        key_valid = (attention_mask.to(device=x.device, dtype=torch.bool) if attention_mask is not None
+                     else torch.ones(B, past + T, dtype=torch.bool, device=x.device))
+        ctx = AttnContext(q_pos=q_pos, k_pos=k_pos, allowed=allowed, cache=cache, shared=self.variant_shared,
+                          key_valid=key_valid)
         for block in self.layers:
             x = block(x, ctx)
+        if cache is not None:
+            cache.lctx_length = past + T
         return BaseModelOutputWithPast(last_hidden_state=self.norm(x), cache=cache)
 
 

@@ -94,7 +94,8 @@ class AttnContext:
     q_pos: [B, Tq] and k_pos: [B, Tk] token positions from each row's first real token;
     allowed: [B, 1, Tq, Tk] bool (causal and not padding; never an empty row);
     cache: the KV cache (``update(k, v, layer_idx)``) or ``None``;
-    shared: the model-level module from :meth:`AttentionVariant.shared_module`, or ``None``.
+    shared: the model-level module from :meth:`AttentionVariant.shared_module`, or ``None``;
+    key_valid: [B, Tk] bool, real tokens (not padding) among cached + new.
     """
 
     q_pos: torch.Tensor
@@ -102,6 +103,7 @@ class AttnContext:
     allowed: torch.Tensor
     cache: object = None
     shared: nn.Module | None = None
+    key_valid: torch.Tensor | None = None  # [B, Tk] bool: real (not padding) tokens, cached and new
 
 
 def alibi_slopes(n_heads: int) -> torch.Tensor:
