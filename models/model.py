@@ -106,7 +106,9 @@ class LctxPreTrainedModel(PreTrainedModel):
 
     def _init_weights(self, module):
         std = self.config.initializer_range
-        if isinstance(module, nn.Linear):
+        if isinstance(module, nn.Linear) and getattr(module, "_lctx_zero_init", False):
+            nn.init.zeros_(module.weight)
+        elif isinstance(module, nn.Linear):
             nn.init.normal_(module.weight, mean=0.0, std=std)
             if module.bias is not None:
                 nn.init.zeros_(module.bias)

@@ -193,6 +193,11 @@ class AttentionVariant(nn.Module):
         k = self.rotate(k, ctx.k_pos[:, -k.shape[2] :])
         if ctx.cache is not None:
             k, v = ctx.cache.update(k, v, self.layer_idx)
+        return self.attend(q, k, v, ctx)
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: AttnContext) -> torch.Tensor:
+        """Softmax attention of positioned q [B, H, Tq, D] over all keys k, v [B, H, Tk, D] (cached + new),
+        applying :meth:`score_bias` and :meth:`logit_scale`, by ``config.attn_impl``. Returns [B, H, Tq, D]."""
         bias = self.score_bias(ctx.q_pos, ctx.k_pos, ctx)
         scale = self.logit_scale(ctx.q_pos, ctx)
         if scale is not None:
