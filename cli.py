@@ -61,6 +61,27 @@ def parse_depths(text: str) -> list[float]:
     return out
 
 
+def parse_options(items: list[str]) -> dict:
+    """Parse ["ggd_shared=false", "lsh_samples=16", "acc_rot_mode=learned"] into a dict; values are read
+    as JSON when they parse (numbers, true/false, null), else kept as strings.
+
+    Raises:
+        LctxError: an item without "=".
+    """
+    import json
+
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise LctxError(f"--option {item!r} is not KEY=VALUE; write e.g. --option lsh_samples=16")
+        key, val = item.split("=", 1)
+        try:
+            out[key.strip()] = json.loads(val)
+        except json.JSONDecodeError:
+            out[key.strip()] = val
+    return out
+
+
 def _data_path(p: str, data_dir: Optional[Path]) -> str:
     if os.path.exists(p) or data_dir is None:
         return p
@@ -177,7 +198,8 @@ def _print_summary(summary) -> None:
 @app.command()
 def train(
     data: List[str] = typer.Option(None, "--data", help="Text files or folders (repeatable). Default: Python's pydoc topics (train split)."),
-    variant: str = typer.Option("rope", "--variant", help="Positional variant (see `lctx list variants`)."),
+    variant: str = typer.Option("rope", "--variant", help="Positional variant (see `lctx list variants`); add +ssmax for Scalable-Softmax."),
+    option: List[str] = typer.Option(None, "--option", help="Variant option KEY=VALUE (repeatable; VALUE parsed as JSON when it can be), e.g. ggd_shared=false, lsh_samples=16."),
     context_length: int = typer.Option(256, "--context-length", "--ctx", help="Training context in tokens (BOS included)."),
     hidden_size: int = typer.Option(128, "--hidden-size"),
     layers: int = typer.Option(4, "--layers"),
@@ -199,12 +221,14 @@ def train(
     from lctx.harness.lm import resolve_device
     from lctx.harness.train import train as train_fn
 
+    variant_options = parse_options(option or [])
     docs = textdata.load_corpus(data) if data else textdata.pydoc_corpus("train")
     dev = resolve_device(device)
     summary = train_fn(docs, out, variant=variant, context_length=context_length, hidden_size=hidden_size,
                        num_layers=layers, num_heads=heads, vocab_size=vocab_size, steps=steps,
                        batch_size=batch_size, lr=lr, warmup_steps=warmup, eval_every=eval_every,
                        val_fraction=val_fraction, seed=seed, device=str(dev), progress=progress,
+                       variant_options=variant_options,
                        log=typer.echo)
     typer.echo(f"wrote {out} (final held-out loss {summary.get('final_val_loss', float('nan')):.4f} nats/token)")
 

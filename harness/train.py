@@ -298,13 +298,16 @@ def train(
         )
 
     # --- model --------------------------------------------------------------------------------------
-    cfg = LctxConfig(vocab_size=real_vocab, hidden_size=hidden_size, num_hidden_layers=num_layers,
-                     num_attention_heads=num_heads, variant=variant, variant_options=variant_options,
-                     train_length=context_length, max_position_embeddings=None,
-                     tie_word_embeddings=tie_embeddings, bos_token_id=BOS_ID, eos_token_id=EOS_ID,
-                     pad_token_id=PAD_ID)
     torch.manual_seed(seed)
-    model = LctxForCausalLM(cfg).to(dev)
+    try:
+        cfg = LctxConfig(vocab_size=real_vocab, hidden_size=hidden_size, num_hidden_layers=num_layers,
+                         num_attention_heads=num_heads, variant=variant, variant_options=variant_options,
+                         train_length=context_length, max_position_embeddings=None,
+                         tie_word_embeddings=tie_embeddings, bos_token_id=BOS_ID, eos_token_id=EOS_ID,
+                         pad_token_id=PAD_ID)
+        model = LctxForCausalLM(cfg).to(dev)
+    except (ValueError, KeyError) as e:  # a bad variant option: report it as the user's mistake
+        raise LctxError(f"cannot build a {variant!r} model: {e.args[0] if e.args else e}; check --option values") from None
     model.train()
     n_params = sum(p.numel() for p in model.parameters())
 
