@@ -224,13 +224,71 @@ def train(
     variant_options = parse_options(option or [])
     docs = textdata.load_corpus(data) if data else textdata.pydoc_corpus("train")
     dev = resolve_device(device)
-    summary = train_fn(docs, out, variant=variant, context_length=context_length, hidden_size=hidden_size,
+    train_fn(docs, out, variant=variant, context_length=context_length, hidden_size=hidden_size,
                        num_layers=layers, num_heads=heads, vocab_size=vocab_size, steps=steps,
                        batch_size=batch_size, lr=lr, warmup_steps=warmup, eval_every=eval_every,
                        val_fraction=val_fraction, seed=seed, device=str(dev), progress=progress,
                        variant_options=variant_options,
                        log=typer.echo)
-    typer.echo(f"wrote {out} (final held-out loss {summary.get('final_val_loss', float('nan')):.4f} nats/token)")
+
+
+diagnose_app = typer.Typer(help="Diagnostics: learned GGD prior shapes, attention far-mass.", no_args_is_help=True)
+app.add_typer(diagnose_app, name="diagnose")
+
+
+@diagnose_app.command("prior")
+def diagnose_prior(
+    model: str = typer.Option(..., "--model", "-m", help="A ggd_bam checkpoint directory."),
+    out: Path = typer.Option(Path("lctx-diagnostics"), "--out", "-o"),
+    max_distance: Optional[int] = typer.Option(None, "--max-distance", help="Largest distance plotted (tokens; default 8x train length)."),
+):
+    """Plot each head's learned GGD-BAM prior exp(b(d)) vs distance, coloured by beta; write prior_params.csv."""
+    from lctx.harness.diagnostics import plot_priors, prior_table
+    from lctx.harness.lm import load_lm
+
+    lm = load_lm(model, device="cpu")
+    out.mkdir(parents=True, exist_ok=True)
+    table = prior_table(lm)
+    table.to_csv(out / "prior_params.csv", index=False)
+    path = plot_priors(lm, out, max_distance)
+    typer.echo(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    typer.echo(f"wrote {out / 'prior_params.csv'} and {path}")
+
+
+@diagnose_app.command("far-mass")
+def diagnose_far_mass(
+    model: List[str] = typer.Option(..., "--model", "-m", help="Checkpoint directory (repeatable)."),
+    lengths: str = typer.Option("256,512,1k,2k", "--lengths", "-l"),
+    distance: Optional[int] = typer.Option(None, "--distance", help="Far means farther than this many tokens (default: half the training length)."),
+    data: Optional[str] = typer.Option(None, "--data", help="Text file to run (default: held-out pydoc topics)."),
+    data_dir: Optional[Path] = typer.Option(None, "--data-dir", envvar="LCTX_DATA_DIR"),
+    queries: int = typer.Option(32, "--queries", min=1, help="Last queries averaged per length."),
+    device: str = typer.Option("auto", "--device"),
+    out: Path = typer.Option(Path("lctx-diagnostics"), "--out", "-o"),
+):
+    """Share of attention mass beyond a distance as the context grows (seed 004's near/far mass)."""
+    import pandas as pd
+
+    from lctx.harness import textdata
+    from lctx.harness.diagnostics import far_mass, plot_far_mass
+    from lctx.harness.lm import load_lm
+
+    length_list = parse_lengths(lengths)
+    docs = textdata.load_corpus([_data_path(data, data_dir)]) if data else textdata.pydoc_corpus("heldout")
+    text = "\n\n".join(t for _, t in docs)
+    frames = []
+    for path in model:
+        lm = load_lm(path, device=device)
+        dist = distance if distance is not None else max(1, (lm.train_length or 512) // 2)
+        ids = lm.with_bos(lm.encode(text))
+        frames.append(far_mass(lm, ids, length_list, dist, n_queries=queries))
+    df = pd.concat(frames, ignore_index=True)
+    out.mkdir(parents=True, exist_ok=True)
+    df.to_csv(out / "far_mass.csv", index=False)
+    plot = plot_far_mass(df, out)
+    summary = df.groupby(["model", "length"])["far_mass"].mean().unstack("length")
+    typer.echo(summary.to_string(float_format=lambda v: f"{v:.3f}"))
+    typer.echo(f"wrote {out / 'far_mass.csv'} and {plot}")
 
 
 @app.command("list")

@@ -97,7 +97,7 @@ def _is_blank(v: object) -> bool:
 
 
 def _model_key(model: object, variant: object) -> str:
-    if _is_blank(variant):
+    if _is_blank(variant) or str(variant) == str(model):
         return str(model)
     return f"{model} ({variant})"
 

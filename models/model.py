@@ -191,7 +191,7 @@ class LctxModel(LctxPreTrainedModel):
         self.embed_tokens = value
 
     def forward(self, input_ids=None, attention_mask=None, position_ids=None, cache=None,
-                past_key_values=None, inputs_embeds=None, use_cache=None, **kwargs):
+                past_key_values=None, inputs_embeds=None, use_cache=None, attn_probe=None, **kwargs):
         cache = cache if cache is not None else past_key_values
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of input_ids or inputs_embeds")
@@ -209,7 +209,7 @@ class LctxModel(LctxPreTrainedModel):
         key_valid = (attention_mask.to(device=x.device, dtype=torch.bool) if attention_mask is not None
                      else torch.ones(B, past + T, dtype=torch.bool, device=x.device))
         ctx = AttnContext(q_pos=q_pos, k_pos=k_pos, allowed=allowed, cache=cache, shared=self.variant_shared,
-                          key_valid=key_valid)
+                          key_valid=key_valid, probe=attn_probe)
         for block in self.layers:
             x = block(x, ctx)
         if cache is not None:
@@ -256,10 +256,10 @@ class LctxForCausalLM(LctxPreTrainedModel, GenerationMixin):
 
     def forward(self, input_ids=None, attention_mask=None, position_ids=None, cache=None,
                 past_key_values=None, inputs_embeds=None, labels=None, use_cache=None,
-                logits_to_keep: int | torch.Tensor = 0, return_dict=None, **kwargs):
+                logits_to_keep: int | torch.Tensor = 0, return_dict=None, attn_probe=None, **kwargs):
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                          cache=cache if cache is not None else past_key_values,
-                         inputs_embeds=inputs_embeds, use_cache=use_cache)
+                         inputs_embeds=inputs_embeds, use_cache=use_cache, attn_probe=attn_probe)
         h = out.last_hidden_state
         if isinstance(logits_to_keep, int):
             h = h[:, -logits_to_keep:] if logits_to_keep > 0 else h

@@ -14,7 +14,7 @@ non-padding token of each row.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
@@ -104,6 +104,8 @@ class AttnContext:
     cache: object = None
     shared: nn.Module | None = None
     key_valid: torch.Tensor | None = None  # [B, Tk] bool: real (not padding) tokens, cached and new
+    probe: Callable | None = None  # probe(layer_idx, probs [B,H,Tq,Tk], ctx): diagnostics see the weights
+    memo: dict = field(default_factory=dict)  # per-forward values layers can share (e.g. the float mask)
 
 
 def alibi_slopes(n_heads: int) -> torch.Tensor:
@@ -204,13 +206,28 @@ class AttentionVariant(nn.Module):
             q = q * scale.to(q.dtype)  # c (q.k) = (c q).k: works for both paths below
             if bias is not None and self.scale_bias:
                 bias = bias * scale
+        if ctx.probe is not None:  # diagnostics: explicit weights, handed to the probe
+            probs = attention_probs(q, k, ctx.allowed, bias)
+            ctx.probe(self.layer_idx, probs, ctx)
+            return torch.matmul(probs, v.float()).to(q.dtype)
         if self.config.attn_impl == "reference":
             return reference_attention(q, k, v, ctx.allowed, bias)
-        mask = torch.zeros(ctx.allowed.shape, dtype=q.dtype, device=q.device)
-        mask = mask.masked_fill(~ctx.allowed, float("-inf"))
+        key = ("mask", q.dtype)
+        if key not in ctx.memo:  # one float mask per forward, shared by every layer
+            ctx.memo[key] = torch.zeros(ctx.allowed.shape, dtype=q.dtype, device=q.device).masked_fill(
+                ~ctx.allowed, float("-inf"))
+        mask = ctx.memo[key]
         if bias is not None:
             mask = mask + bias.to(q.dtype)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def attention_probs(q, k, allowed, bias=None) -> torch.Tensor:
+    """Causal softmax attention weights in float32, [B, H, Tq, Tk] (rows sum to 1 over allowed keys)."""
+    scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    if bias is not None:
+        scores = scores + bias
+    return torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
 
 
 def reference_attention(q, k, v, allowed, bias=None) -> torch.Tensor:
@@ -219,11 +236,7 @@ def reference_attention(q, k, v, allowed, bias=None) -> torch.Tensor:
     q: [B, H, Tq, D]; k, v: [B, H, Tk, D]; allowed: [B, 1|H, Tq, Tk] bool; bias: broadcastable to
     [B, H, Tq, Tk] or ``None``. Returns [B, H, Tq, D] in q's dtype. Memory O(Tq * Tk) per head.
     """
-    scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) / math.sqrt(q.shape[-1])
-    if bias is not None:
-        scores = scores + bias
-    scores = scores.masked_fill(~allowed, float("-inf"))
-    return torch.matmul(torch.softmax(scores, dim=-1), v.float()).to(q.dtype)
+    return torch.matmul(attention_probs(q, k, allowed, bias), v.float()).to(q.dtype)
 
 
 @register_variant("nope")
@@ -261,9 +274,14 @@ class ALiBi(AttentionVariant):
     def score_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor, ctx=None) -> torch.Tensor:
         # slopes are recomputed (H floats), not a buffer: from_pretrained builds modules on the meta
         # device and would leave a non-persistent buffer uninitialised.
+        if ctx is not None and "alibi_bias" in ctx.memo:  # the same for every layer of one forward
+            return ctx.memo["alibi_bias"]
         slopes = alibi_slopes(self.n_heads).to(device=q_pos.device, dtype=torch.float32)
         dist = (q_pos[:, None, :, None] - k_pos[:, None, None, :]).float()  # [B, 1, Tq, Tk]
-        return -slopes[None, :, None, None] * dist
+        bias = -slopes[None, :, None, None] * dist
+        if ctx is not None:
+            ctx.memo["alibi_bias"] = bias
+        return bias
 
 
 class SinusoidalEmbedding(nn.Module):
