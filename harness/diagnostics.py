@@ -48,7 +48,7 @@ def prior_table(lm: LM) -> pd.DataFrame:
     """
     rows = []
     for layer, p in _priors(lm):
-        for h, (a, b, mu) in enumerate(zip(p.alpha.tolist(), p.beta.tolist(), p.mu.tolist())):
+        for h, (a, b, mu) in enumerate(zip(p.alpha.detach().tolist(), p.beta.detach().tolist(), p.mu.detach().tolist())):
             rows.append({"model": lm.name, "layer": layer, "head": h, "alpha": a, "beta": b, "mu": mu})
     return pd.DataFrame(rows)
 
@@ -77,9 +77,9 @@ def plot_priors(lm: LM, out_dir: Path, max_distance: int | None = None) -> Path:
         with torch.no_grad():
             b = p(torch.tensor([[D]]), (D - d)[None])[0, :, 0]  # query at D, key at D - d: [H, D + 1]
         for h in range(b.shape[0]):
-            beta = float(p.beta[h])
+            beta = float(p.beta[h].detach())
             ax.plot(d[1:].numpy(), torch.exp(b[h, 1:].double()).numpy(), color=cmap(norm(max(-1, min(1.5, beta)))),
-                    label=f"h{h}: beta={beta:.2f}, alpha={float(p.alpha[h]):.1f}")
+                    label=f"h{h}: beta={beta:.2f}, alpha={float(p.alpha[h].detach()):.1f}")
         if lm.train_length:
             ax.axvline(lm.train_length, ls="--", color="grey", lw=1)
             ax.text(lm.train_length, 1.02, "train length", transform=ax.get_xaxis_transform(), ha="center",
