@@ -11,6 +11,7 @@ from .model import LctxForCausalLM, LctxModel
 from .variants import (MODIFIERS, VARIANTS, AttentionVariant, alibi_slopes, get_variant, register_modifier,
                        register_variant)
 from . import bam, lsh, rotations  # noqa: F401,E402  (register ggd_bam, +ssmax, alibi_lsh, acc_rot)
+from . import path  # noqa: F401,E402  (registers path)
 
 AutoConfig.register("lctx", LctxConfig, exist_ok=True)
 AutoModel.register(LctxConfig, LctxModel, exist_ok=True)
