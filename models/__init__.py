@@ -12,6 +12,7 @@ from .variants import (MODIFIERS, VARIANTS, AttentionVariant, alibi_slopes, get_
                        register_variant)
 from . import bam, lsh, rotations  # noqa: F401,E402  (register ggd_bam, +ssmax, alibi_lsh, acc_rot)
 from . import path  # noqa: F401,E402  (registers path)
+from . import interdomain  # noqa: F401,E402  (register interdomain, s4d)
 
 AutoConfig.register("lctx", LctxConfig, exist_ok=True)
 AutoModel.register(LctxConfig, LctxModel, exist_ok=True)
