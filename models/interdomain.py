@@ -3,16 +3,21 @@ the plain S4D mixer it is compared with.
 
 Both variants replace softmax attention with a complex-diagonal state space model (S4D; Gu, Gupta,
 Goel & Re 2022, "On the parameterization and initialization of diagonal state space models", arXiv
-2206.11893), discretised by zero-order hold. The recurrent state has a fixed size (independent of the
+2206.11893; reference code github.com/state-spaces/s4, ``models/s4/s4d.py``, whose ``S4DKernel`` this
+follows), discretised by zero-order hold. The recurrent state has a fixed size (independent of the
 number of tokens) and lives in ``cache_states(ctx.cache)[layer_idx]``; the KV cache's ``update`` is
 never called. Everything below is per head h; t indexes tokens, n = 0..N-1 the modes, d the head
 channels (D = head dim); all arithmetic in float32 / complex64.
 
 S4D core (shared by both variants)
     continuous:   x'(tau) = A x(tau) + B u(tau),      A_n = -exp(log_A_real_n) + i A_imag_n,
-    S4D-Lin init: A_n = -1/2 + i pi n  (S4D paper, section 4 / eq. 9), B_n = 1,
-    step size:    Delta = exp(log_dt) > 0, log_dt ~ U[log dt_min, log dt_max] (S4D's init),
-    ZOH:          Abar_n = exp(Delta A_n),  Bbar_n = (exp(Delta A_n) - 1) / A_n * B_n  (S4D eq. 6).
+    S4D-Lin init: A_n = -1/2 + i pi n (the paper's S4D-Lin; ``log_A_real = log 0.5``, ``A_imag = pi n``
+                  in s4d.py), B_n = 1,
+    step size:    Delta = exp(log_dt) > 0, log_dt ~ U[log dt_min, log dt_max] (s4d.py's init),
+    ZOH:          Abar_n = exp(Delta A_n),  Bbar_n = (exp(Delta A_n) - 1) / A_n * B_n  (s4d.py's
+                  ``C * (exp(dtA) - 1) / A``).
+N counts complex modes (s4d.py's ``d_state`` N keeps N/2 complex modes, each standing for a conjugate
+pair).
 Padding clock: m_t = 1 for a real token, 0 for (left) padding. The recurrence is
     x_t = Abar^{m_t} x_{t-1} + m_t Bbar u_t,
 so a padding token neither adds input nor advances time (its step size is 0); the decay between a
@@ -54,10 +59,11 @@ Without padding this is the plain S4D recurrence x_t = Abar x_{t-1} + Bbar u_t.
 the decoder's o_proj and SwiGLU replace): every value channel (h, d) is its own S4D system with
 per-channel Delta, A [N], C [N] (B = 1 folded into C, as in S4D):
     x_t[n] = Abar_n^{m_t} x_{t-1}[n] + m_t Bbar_n u_t,    u_t = m_t v_t[d],
-    y_t    = 2 Re( sum_n C_n x_t[n] ) + D_skip u_t        (S4D eq. 7; the 2 Re(.) counts each complex
-                                                            mode with its conjugate pair),
-with C ~ CN(0, 1) and D_skip ~ N(0, 1) at init (S4D's reference init). No query or key is used (q_proj
-and k_proj of the decoder layer are unused). State: x (complex64 [B, H, D, N]).
+    y_t    = 2 Re( sum_n C_n x_t[n] ) + D_skip u_t        (s4d.py: kernel K = 2 Re(C Bbar Abar^l), plus
+                                                            the D skip; 2 Re(.) counts each complex mode
+                                                            with its conjugate pair),
+with C ~ CN(0, 1) (``torch.randn(cfloat)``) and D_skip ~ N(0, 1) at init, as in s4d.py. No query or key
+is used (q_proj and k_proj of the decoder layer are unused). State: x (complex64 [B, H, D, N]).
 
 Two equal computations of each mixer: a chunked-parallel form (training and prefill; within a chunk of
 L tokens the contributions are summed with closed-form decay powers Abar^{c_t - c_s}, the state is
@@ -86,7 +92,7 @@ _FEATURE_EPS = 1e-6
 # ------------------------------------------------------------------------------------------------
 
 def s4d_lin_init(shape: tuple[int, ...], n_modes: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """S4D-Lin initialisation A_n = -1/2 + i pi n (Gu et al. 2022, S4D section 4, eq. 9).
+    """S4D-Lin initialisation A_n = -1/2 + i pi n (Gu et al. 2022; s4d.py's ``log_A_real``, ``A_imag``).
 
     Returns (log_A_real, A_imag), each float32 of shape ``shape + (n_modes,)``: log(1/2) and pi * n, so
     that A = -exp(log_A_real) + i A_imag (the real part stays negative, i.e. stable, for any value of the
@@ -103,8 +109,8 @@ def s4d_lin_init(shape: tuple[int, ...], n_modes: int) -> tuple[torch.Tensor, to
 
 
 def log_uniform_dt(shape: tuple[int, ...], dt_min: float, dt_max: float) -> torch.Tensor:
-    """S4D's step-size init: log Delta ~ U[log dt_min, log dt_max], float32 ``shape`` (Delta in tokens^-1
-    of the continuous time axis; one token is one unit of discrete time).
+    """S4D's step-size init: log Delta ~ U[log dt_min, log dt_max], float32 ``shape`` (Delta: units of the
+    continuous time axis per token; the memory of a mode decays as exp(-Delta t / 2) over t tokens).
 
     Raises:
         ValueError: not 0 < dt_min <= dt_max.
@@ -116,7 +122,7 @@ def log_uniform_dt(shape: tuple[int, ...], dt_min: float, dt_max: float) -> torc
 
 def zoh(log_dt: torch.Tensor, log_a_real: torch.Tensor, a_imag: torch.Tensor,
         b: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Zero-order-hold discretisation (S4D eq. 6): Delta A and Bbar = (exp(Delta A) - 1) / A * B.
+    """Zero-order-hold discretisation (Gu et al. 2022; s4d.py): Delta A and Bbar = (exp(Delta A) - 1) / A * B.
 
     log_dt: broadcastable to ``log_a_real`` after a trailing unsqueeze (Delta = exp(log_dt) > 0);
     log_a_real, a_imag: [..., N]; b: complex, broadcastable to [..., N], or ``None`` for B = 1.
@@ -133,12 +139,36 @@ def zoh(log_dt: torch.Tensor, log_a_real: torch.Tensor, a_imag: torch.Tensor,
 
 
 def real_clock(m: torch.Tensor) -> torch.Tensor:
-    """The padding clock c_t = sum_{r <= t} m_r of one chunk: m [B, L] bool -> [B, L] float32 (real tokens
+    """The padding clock c_t = sum_{r <= t} m_r of one chunk: m [B, L] bool -> [B, L] int64 (real tokens
     up to and including t; padding does not advance it)."""
-    return torch.cumsum(m.float(), dim=-1)
+    return torch.cumsum(m.long(), dim=-1)
 
 
-def causal_depthwise_conv(x: torch.Tensor, weight: torch.Tensor, prev: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def abar_powers(dt_a: torch.Tensor, L: int) -> torch.Tensor:
+    """Abar^j = exp(j Delta A) for j = 0..L, complex64 [..., N, L+1] (dt_a: [..., N]).
+
+    Built as polar(exp(j Re(Delta A)), j Im(Delta A)): a real exp and a cos/sin per entry (complex ``exp``
+    is several times slower on CPU). Every decay of a chunk is a gather from this table by integer clock
+    differences.
+    """
+    j = torch.arange(L + 1, device=dt_a.device, dtype=torch.float32)
+    re, im = dt_a.real[..., None] * j, dt_a.imag[..., None] * j
+    return torch.polar(torch.exp(re), im)
+
+
+def _chunk_tables(cache: dict, m: torch.Tensor, build: Callable[[torch.Tensor], tuple]) -> tuple:
+    """``build(clock)`` for one chunk's mask m [B, L]; a chunk without padding uses the clock 1..L for the
+    whole batch (B' = 1) and its tables are reused by every other such chunk of the same length."""
+    if bool(m.all()):
+        L = m.shape[1]
+        if L not in cache:
+            cache[L] = build(torch.arange(1, L + 1, device=m.device)[None])
+        return cache[L]
+    return build(real_clock(m))
+
+
+def causal_depthwise_conv(x: torch.Tensor, weight: torch.Tensor,
+                          prev: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Short causal depthwise convolution over tokens, y_t = sum_{j=0}^{K-1} w[..., j] x_{t-K+1+j}.
 
     x: [B, H, T, D] float32 new inputs; weight: [H, D, K] (w[..., K-1] multiplies the current token);
@@ -205,7 +235,7 @@ def interdomain_recurrent(fq: torch.Tensor, kt: torch.Tensor, vt: torch.Tensor, 
     for t in range(fq.shape[2]):
         mt = m[:, t].float()[:, None, None]  # [B, 1, 1]
         lam = torch.exp(dt_a[None] * mt)  # [B, H, N]
-        inp = (mt * 1.0)[..., None] * bbar[None, :, :, None]  # [B, H, N, 1]
+        inp = mt[..., None] * bbar[None, :, :, None]  # [B, H, N, 1]
         U = lam[..., None] * U + inp * kt[:, :, t, None, :].to(CDTYPE)
         G = lam[..., None] * G + inp * vt[:, :, t, None, :].to(CDTYPE)
         a = (U * fq[:, :, t, None, :]).sum(-1)  # [B, H, N]
@@ -228,18 +258,18 @@ def _wsum(eq: str, w: torch.Tensor, *others: torch.Tensor) -> torch.Tensor:
     return torch.einsum(eq.replace("z", "b", 1), w, *others)
 
 
-def _decay_table(dt_a: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+def _decay_table(pw: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
     """Real form of W_n(t, s) = Abar_n^{c_t - c_s} (s <= t, else 0) for one chunk.
 
-    dt_a: [H, N] complex64 (Delta A); c: [B', L] clock. Returns [B', H, L(t), 2N, L(s)] float32: the real
-    parts in the first N rows of the mode axis, the imaginary parts in the last N.
+    pw: [H, N, L+1] complex64 from :func:`abar_powers`; c: [B', L] int64 clock. Returns
+    [B', H, L(t), 2N, L(s)] float32: the real parts in the first N rows of the mode axis, the imaginary
+    parts in the last N.
     """
     L = c.shape[-1]
-    dc = (c[:, :, None] - c[:, None, :]).clamp_min(0)[:, None, :, None, :]  # [B', 1, L, 1, L]; no exp overflow
-    causal = torch.ones(L, L, dtype=torch.bool, device=c.device).tril()[:, None, :]  # [L, 1, L]
-    mag = torch.exp(dt_a.real[None, :, None, :, None] * dc) * causal
-    ang = dt_a.imag[None, :, None, :, None] * dc
-    return torch.cat([mag * torch.cos(ang), mag * torch.sin(ang)], dim=3)
+    dc = (c[:, :, None] - c[:, None, :]).clamp_min(0)  # [B', L, L]
+    table = torch.cat([pw.real, pw.imag], dim=1)  # [H, 2N, L+1]
+    causal = torch.ones(L, L, dtype=torch.bool, device=c.device).tril()
+    return (table[:, :, dc] * causal).permute(2, 0, 3, 1, 4)  # [H, 2N, B', L, L] -> [B', H, L, 2N, L]
 
 
 def _cplx(x: torch.Tensor, dim: int) -> torch.Tensor:
@@ -272,13 +302,16 @@ def interdomain_chunked(fq: torch.Tensor, kt: torch.Tensor, vt: torch.Tensor, m:
     T, D = fq.shape[2], fq.shape[3]
     U, G, eta = state["U"], state["Gamma"], state.get("eta")
     bb = bbar[None, :, None, :]  # [1, H, 1, N]
-    outs = []
+    outs, tables = [], {}
+
+    def build(c):  # c: [B' (1 or B), L] clock -> (W [B', H, L, 2N, L], P [B', H, L, N])
+        pw = abar_powers(dt_a, c.shape[1])
+        return _decay_table(pw, c), pw[:, :, c].permute(2, 0, 3, 1)
+
     for a0 in range(0, T, chunk):
         e = min(a0 + chunk, T)
         mc = m[:, a0:e]
-        c = real_clock(mc[:1] if bool(mc.all()) else mc)  # [B' (1 or B), L]
-        W = _decay_table(dt_a, c)  # [B', H, L, 2N, L]
-        P = torch.exp(dt_a[None, :, None, :] * c[:, None, :, None])  # [B', H, L, N]
+        W, P = _chunk_tables(tables, mc, build)
         q, k, v = fq[:, :, a0:e], kt[:, :, a0:e], vt[:, :, a0:e]
         S = torch.matmul(q, k.transpose(-1, -2))  # [B, H, L, L] xi(q_t).kt_s
         a = _cplx(_wsum("zhtms,bhts->bhtm", W, S), -1) * bb  # [B, H, L, N]
@@ -331,7 +364,7 @@ def s4d_chunked(u: torch.Tensor, m: torch.Tensor, dt_a: torch.Tensor, bbar: torc
     """Per-channel S4D, chunked-parallel form; same arguments and result as :func:`s4d_recurrent` plus
     ``chunk`` L. Within a chunk (clock c_t, state x0):
         y_t = sum_{s<=t} Kbar(c_t - c_s) u_s + 2 Re(sum_n C_n Abar_n^{c_t} x0[n]) + D u_t,
-        Kbar(j) = 2 Re(sum_n C_n Bbar_n Abar_n^j)     (the S4D convolution kernel, S4D eq. 7),
+        Kbar(j) = 2 Re(sum_n C_n Bbar_n Abar_n^j)     (the S4D convolution kernel, s4d.py's ``K``),
         x_L[n]  = Abar_n^{c_L} x0[n] + Bbar_n sum_s Abar_n^{c_L - c_s} u_s.
     Kbar is tabulated once per chunk for lags 0..L-1 and gathered by lag (memory O(L^2) per channel).
 
@@ -341,25 +374,27 @@ def s4d_chunked(u: torch.Tensor, m: torch.Tensor, dt_a: torch.Tensor, bbar: torc
     if chunk < 1:
         raise ValueError(f"s4d_chunk must be >= 1, got {chunk}")
     T = u.shape[2]
-    ys = []
+    ys, tables = [], {}
     cb = c * bbar  # [H, D, N]
+
+    def build(clk):  # clk: [B', L] clock -> (Kt [B', H, D, L, L], C P [B', H, D, L, N], P_L, W_L)
+        L = clk.shape[1]
+        pw = abar_powers(dt_a, L)  # [H, D, N, L+1]
+        kern = 2 * torch.einsum("hdn,hdnj->hdj", cb, pw[..., :L]).real  # Kbar(0..L-1): [H, D, L]
+        dc = (clk[:, :, None] - clk[:, None, :]).clamp_min(0)  # [B', L, L]
+        causal = torch.ones(L, L, dtype=torch.bool, device=clk.device).tril()
+        Kt = (kern[:, :, dc] * causal).permute(2, 0, 1, 3, 4)  # [B', H, D, L(t), L(s)]
+        P = pw[..., clk].permute(3, 0, 1, 4, 2)  # Abar^{c_t}: [B', H, D, L, N]
+        Wl = pw[..., clk[:, -1:] - clk].permute(3, 0, 1, 2, 4)  # Abar^{c_L - c_s}: [B', H, D, N, L]
+        return Kt, c[None, :, :, None, :] * P, P[:, :, :, -1], Wl
+
     for a0 in range(0, T, chunk):
         e = min(a0 + chunk, T)
-        L = e - a0
-        mc = m[:, a0:e]
-        clk = real_clock(mc[:1] if bool(mc.all()) else mc)  # [B', L]
-        lags = torch.arange(L, device=u.device, dtype=torch.float32)
-        kern = 2 * torch.einsum("hdn,hdnj->hdj", cb, torch.exp(dt_a[..., None] * lags)).real  # [H, D, L]
-        dc = (clk[:, :, None] - clk[:, None, :]).clamp_min(0).long()  # [B', L, L]
-        causal = torch.ones(L, L, dtype=torch.bool, device=u.device).tril()
-        Kt = (kern[:, :, dc] * causal).permute(2, 0, 1, 3, 4)  # [B', H, D, L(t), L(s)]
+        Kt, CP, Pl, Wl = _chunk_tables(tables, m[:, a0:e], build)
         uc = u[:, :, a0:e]  # [B, H, L, D]
-        y = _wsum("zhdts,bhsd->bhtd", Kt, uc)
-        P = torch.exp(dt_a[None, :, :, None, :] * clk[:, None, None, :, None])  # [B', H, D, L, N]
-        y = y + 2 * _wsum("zhdtn,bhdn->bhtd", c[None, :, :, None, :] * P, x).real
+        y = _wsum("zhdts,bhsd->bhtd", Kt, uc) + 2 * _wsum("zhdtn,bhdn->bhtd", CP, x).real
         ys.append(y + d_skip.float()[:, None, :] * uc)
-        Wl = torch.exp(dt_a[None, :, :, :, None] * (clk[:, -1:, None] - clk[:, None, :])[:, None, None])  # [B',H,D,N,L]
-        x = P[:, :, :, -1] * x + bbar[None] * _wsum("zhdns,bhsd->bhdn", Wl, uc.to(CDTYPE))
+        x = Pl * x + bbar[None] * _wsum("zhdns,bhsd->bhdn", Wl, uc.to(CDTYPE))
     return torch.cat(ys, dim=2), x
 
 
@@ -414,10 +449,10 @@ def _opt(opts: dict, key: str, default, cast):
 
 
 def _no_weight_decay(*params: nn.Parameter) -> None:
-    # S4 convention (state-spaces/s4, ``register``): SSM parameters are marked so an optimiser that looks
-    # for the flag can exclude them from weight decay.
+    """Mark SSM parameters as s4d.py's ``register`` does (``p._optim = {"weight_decay": 0.0}``) so an
+    optimiser that reads the flag keeps weight decay off A, Delta and B (lctx's trainer does not yet)."""
     for p in params:
-        p._no_weight_decay = True
+        p._optim = {"weight_decay": 0.0}
 
 
 @register_variant("interdomain")
@@ -511,10 +546,18 @@ class Interdomain(_FixedState):
             a, b = u[..., :D], u[..., D:]
             u = torch.cat([a * torch.rsqrt(a.pow(2).mean(-1, keepdim=True) + self.eps),
                            b * torch.rsqrt(b.pow(2).mean(-1, keepdim=True) + self.eps)], -1)
-        u = u * self.norm_weight.float()[None, :, None] + torch.cat([self.bias_k, self.bias_v], -1).float()[None, :, None]
+        bias = torch.cat([self.bias_k, self.bias_v], -1).float()[None, :, None]
+        u = u * self.norm_weight.float()[None, :, None] + bias
         return u.chunk(2, dim=-1)
 
     def forward(self, q, k, v, ctx: AttnContext, x=None):
+        """Mix. q, k, v: [B, H, Tq, D] (new tokens); continues from and stores the state on ``ctx.cache``
+        (no cache: starts from zeros, stores nothing). Tq = 1 runs the recurrent form, else the chunked one.
+        Returns [B, H, Tq, D] in q's dtype; rows of padding tokens are finite and meaningless.
+
+        Raises:
+            ValueError: see :meth:`load_state`.
+        """
         B, H, T, D = q.shape
         m = self.new_mask(ctx, B, T, q.device)
         K, N = self.kernel, self.n_modes
@@ -553,7 +596,8 @@ class S4D(_FixedState):
     q, k, v: [B, H, Tq, D] -> [B, H, Tq, D] (in v's dtype; computed in float32/complex64).
 
     Parameters (per layer): ``log_dt`` [H, D], ``log_A_real`` [H, D, N], ``A_imag`` [H, D, N] (S4D-Lin),
-    ``C`` [H, D, N, 2] (real, imaginary parts; init as S4D's ``torch.randn(cfloat)``: N(0, 1/2) each), ``D`` [H, D] (init N(0, 1)).
+    ``C`` [H, D, N, 2] (real, imaginary parts; init as S4D's ``torch.randn(cfloat)``: N(0, 1/2) each),
+    ``D`` [H, D] (init N(0, 1)).
 
     ``config.variant_options``: ``s4d_modes`` N (default 16), ``s4d_chunk`` (default 64), ``s4d_dt_min``,
     ``s4d_dt_max`` (default 1e-3, 1e-1). State per layer: N complex numbers per channel.
@@ -587,6 +631,12 @@ class S4D(_FixedState):
         return dt_a, bbar, torch.complex(self.C[..., 0].float(), self.C[..., 1].float())
 
     def forward(self, q, k, v, ctx: AttnContext, x=None):
+        """Mix the values. v: [B, H, Tq, D] (q, k ignored); state handling as :meth:`Interdomain.forward`.
+        Returns [B, H, Tq, D] in v's dtype.
+
+        Raises:
+            ValueError: see :meth:`load_state`.
+        """
         B, H, T, D = v.shape
         m = self.new_mask(ctx, B, T, v.device)
         st = self.load_state(ctx, T, lambda: {"x": torch.zeros(B, H, D, self.n_modes, dtype=CDTYPE,

@@ -37,8 +37,9 @@ def _inputs(seed=0, pad=9):
 
 
 def test_zoh_matches_closed_form_in_float64():
-    # S4D eq. 6: Bbar = (exp(Delta A) - 1) / A * B, with A = -exp(log_A_real) + i A_imag, Delta = exp(log_dt).
-    log_dt, lar, ai = torch.tensor([-6.9, -2.3]), torch.tensor([[math.log(0.5)] * 3] * 2), torch.tensor([[0.0, 3.14, 47.1]] * 2)
+    # ZOH (s4d.py): Bbar = (exp(Delta A) - 1) / A * B, with A = -exp(log_A_real) + i A_imag, Delta = exp(log_dt).
+    log_dt, lar = torch.tensor([-6.9, -2.3]), torch.tensor([[math.log(0.5)] * 3] * 2)
+    ai = torch.tensor([[0.0, 3.14, 47.1]] * 2)
     dt_a, bbar = zoh(log_dt, lar, ai)
     a = torch.complex(-torch.exp(lar.double()), ai.double())
     ref_dta = a * torch.exp(log_dt.double())[:, None]
@@ -82,7 +83,8 @@ def test_interdomain_equals_documented_double_sum():
                 gram = (K(t - s).conj() * K(t - s2)).sum().real
                 ref[t] += (fq[0, 0, t] @ kt[0, 0, s]) * vt[0, 0, s2] * gram
     m = torch.ones(1, 12, dtype=torch.bool)
-    o, _ = interdomain_chunked(fq.float(), kt.float(), vt.float(), m, dt_a, bbar, interdomain_state(1, 1, N, D, False, "cpu"), 5)
+    st0 = interdomain_state(1, 1, N, D, False, "cpu")
+    o, _ = interdomain_chunked(fq.float(), kt.float(), vt.float(), m, dt_a, bbar, st0, 5)
     assert torch.allclose(o[0, 0].double(), ref, atol=1e-4 * ref.abs().max())
 
 
