@@ -314,7 +314,9 @@ def train(
     decay, no_decay = [], []
     for _, p in model.named_parameters():
         if p.requires_grad:
-            (decay if p.dim() >= 2 else no_decay).append(p)
+            # a parameter may opt out of weight decay (S4D's A, B, step size: the state-spaces/s4 convention)
+            wd_off = getattr(p, "_optim", {}).get("weight_decay", None) == 0.0
+            (decay if p.dim() >= 2 and not wd_off else no_decay).append(p)
     groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     opt = torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), eps=1e-8)
 
