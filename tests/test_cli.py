@@ -13,6 +13,12 @@ import pytest
 from lctx.cli import DEFAULT_MODEL, main, parse_lengths
 
 
+@pytest.fixture(autouse=True)
+def no_user_data_dir(monkeypatch):
+    """CLI tests pass paths explicitly; a LCTX_DATA_DIR from the environment must not change them."""
+    monkeypatch.delenv("LCTX_DATA_DIR", raising=False)
+
+
 def run_cli(args, capsys):
     code = main(list(args))
     cap = capsys.readouterr()
