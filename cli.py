@@ -82,6 +82,23 @@ def parse_options(items: list[str]) -> dict:
     return out
 
 
+def check_writable_dir(path: Path) -> None:
+    """Create ``path`` if needed and check a file can be written there, before any work starts.
+
+    Raises:
+        LctxError: it is a file, under a file, or not writable.
+    """
+    if str(path) == "":
+        raise LctxError("--out is empty; pass a directory for the results, e.g. --out runs/my-run")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".lctx-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise LctxError(f"cannot write to --out {str(path)!r} ({e.strerror or e}); pass a writable directory") from None
+
+
 def _data_path(p: str, data_dir: Optional[Path]) -> str:
     if os.path.exists(p) or data_dir is None:
         return p
@@ -122,6 +139,7 @@ def run(
         raise LctxError(f"--data-dir {str(data_dir)!r} is not a directory; point it at the evaluation data "
                         "(e.g. ../shared/data) or unset LCTX_DATA_DIR")
     length_list, depth_list = parse_lengths(lengths), parse_depths(depths)
+    check_writable_dir(out)
     load_entry_point_tasks()
     for tf in task_file or []:
         load_task_file(str(tf))
@@ -167,6 +185,11 @@ def run(
     else:
         result = run_sweep(lms, task_objs, spec, out, progress=progress)
     _print_summary(result["summary"])
+    failed = result["table"][result["table"]["status"] != "ok"]
+    if len(failed):
+        msgs = failed.drop_duplicates(["model", "task", "length", "depth", "sample"])["error"].value_counts()
+        for msg, n in msgs.head(5).items():
+            typer.echo(f"failed ({n} samples): {msg}", err=True)
     typer.echo(f"wrote {out}/results.parquet, results.csv, summary.csv ({len(result['table'])} rows; "
                f"{result['ran']} samples run, {result['skipped']} resumed, {result['errors']} errors)")
     for p in result["plots"]:
@@ -222,6 +245,7 @@ def train(
     from lctx.harness.train import train as train_fn
 
     variant_options = parse_options(option or [])
+    check_writable_dir(out)
     docs = textdata.load_corpus(data) if data else textdata.pydoc_corpus("train")
     dev = resolve_device(device)
     train_fn(docs, out, variant=variant, context_length=context_length, hidden_size=hidden_size,
@@ -332,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
         if type(e).__name__ == "NoArgsIsHelpError":
             print(msg, file=sys.stderr)  # the help text
         else:
-            print(f"error: {' '.join(msg.split())}; see `lctx --help`", file=sys.stderr)
+            print(f"error: {' '.join(msg.split()).rstrip('.')}; see `lctx --help`", file=sys.stderr)
         code = 2
     if argv is None:
         sys.exit(code)

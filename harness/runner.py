@@ -44,6 +44,19 @@ def git_revision() -> str:
         return "unknown"
 
 
+def fingerprint(path: str) -> str:
+    """A cheap identity of a checkpoint's weights: resolved path plus size and mtime of its weight files,
+    so rerunning into the same ``--out`` after retraining a checkpoint does not reuse stale records."""
+    p = Path(path)
+    parts = [str(p.resolve())]
+    for w in sorted(p.glob("*.safetensors")) + sorted(p.glob("*.bin")):
+        st = w.stat()
+        parts.append(f"{w.name}:{st.st_size}:{int(st.st_mtime)}")
+    import hashlib
+
+    return hashlib.sha1("|".join(parts).encode()).hexdigest()[:12]
+
+
 def peak_memory_bytes(device: torch.device) -> int:
     """Peak memory in bytes: CUDA max allocated since the last reset on a GPU; on CPU the process's
     peak resident set size (``ru_maxrss``, a process-wide high-water mark)."""
@@ -101,8 +114,10 @@ def run_sweep(lms: list[LM], tasks: list[Task], spec: RunSpec, out_dir: Path, pr
     for lm in lms:
         for task in tasks:
             for cell in task.cells(spec.lengths, spec.depths, spec.samples):
-                base = {"model": lm.name, "task": task.name, "length": cell.length, "depth": cell.depth,
-                        "sample": cell.sample, "seed": spec.seed, "task_options": _jsonable(task.options)}
+                base = {"model": lm.name, "model_fingerprint": fingerprint(lm.path),
+                        "dtype": str(lm.dtype).replace("torch.", ""), "task": task.name, "length": cell.length,
+                        "depth": cell.depth, "sample": cell.sample, "seed": spec.seed,
+                        "task_options": _jsonable(task.options)}
                 if record_key(base) in done:
                     continue
                 work.append((lm, task, cell, base))
@@ -114,6 +129,11 @@ def run_sweep(lms: list[LM], tasks: list[Task], spec: RunSpec, out_dir: Path, pr
     from tqdm.auto import tqdm
 
     errors = 0
+    if rec_path.exists() and rec_path.stat().st_size:
+        with open(rec_path, "rb+") as f:  # a run killed mid-write leaves a torn last line: end it
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) != b"\n":
+                f.write(b"\n")
     with open(rec_path, "a") as f, tqdm(total=n_total, disable=not progress, desc="lctx run", unit="sample",
                                         dynamic_ncols=True) as bar:
         for lm, task, cell, base in work:

@@ -17,7 +17,8 @@ import pandas as pd
 COLUMNS = ["run_id", "model", "variant", "task", "metric", "length", "n_tokens", "depth", "depth_actual",
            "sample", "value", "seed", "status", "error", "wall_s", "peak_mem_bytes", "device", "dtype",
            "lctx_version", "git_rev", "timestamp", "train_length", "task_options"]
-KEY = ["model", "task", "length", "depth", "sample", "seed", "task_options"]
+# a sample's identity: which weights (path + file fingerprint), dtype, task, grid point, seed and options
+KEY = ["model", "model_fingerprint", "dtype", "task", "length", "depth", "sample", "seed", "task_options"]
 
 
 def read_records(path: Path) -> list[dict]:
@@ -37,7 +38,8 @@ def read_records(path: Path) -> list[dict]:
 
 
 def record_key(rec: dict) -> tuple:
-    """The identity of a sample across reruns: (model, task, length, depth, sample, seed, task options)."""
+    """The identity of a sample across reruns (:data:`KEY`): the same model name with other weights, another
+    dtype, seed or task options is a different sample and is run again."""
     return tuple(json.dumps(rec.get(k), sort_keys=True) for k in KEY)
 
 

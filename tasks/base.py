@@ -124,6 +124,11 @@ def load_task_file(path: str) -> list[str]:
         raise LctxError(f"task file {path!r} failed to import: {type(e).__name__}: "
                         f"{msg[0] if msg else ''}; fix the file and rerun") from None
     added = [n for n, c in TASKS.items() if before.get(n) is not c]
+    clobbered = [n for n in added if n in before and before[n].__module__.startswith("lctx.tasks")]
+    if clobbered:
+        TASKS.update({n: before[n] for n in clobbered})
+        raise LctxError(f"task file {path!r} registers {clobbered[0]!r}, the name of a built-in task; "
+                        "give your task another name")
     if not added:
         raise LctxError(f"task file {path!r} registered no task; decorate your Task subclass with "
                         "@register_task (from lctx.tasks import Task, register_task)")

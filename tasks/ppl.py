@@ -95,8 +95,12 @@ class Perplexity(Task):
             raise ValueError(f"bos must be 'prepend' or 'none', got {bos!r}")
         if short_docs not in ("drop", "count"):
             raise ValueError(f"short_docs must be 'drop' or 'count', got {short_docs!r}")
-        if float(stride) <= 0:
+        if not float(stride) > 0:  # also refuses NaN
             raise ValueError(f"stride must be positive, got {stride}")
+        if float(stride) > 1 and float(stride) != int(float(stride)):
+            raise ValueError(f"stride {stride} is neither a whole number of tokens nor a fraction <= 1 of the window")
+        if int(max_tokens) < 0:
+            raise ValueError(f"max_tokens must be >= 0 (0 = all), got {max_tokens}")
         concat = (data is None) if concat is None else concat
         super().__init__(data=list(data) if data else None, stride=stride, bos=bos, short_docs=short_docs,
                          max_tokens=max_tokens, concat=concat, **options)

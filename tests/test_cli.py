@@ -159,3 +159,24 @@ def test_console_script_help_runs():
         pytest.skip("lctx console script not installed in this environment (pip install -e .)")
     r = subprocess.run([str(exe), "--help"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "run" in r.stdout and "train" in r.stdout
+
+
+def test_unwritable_out(capsys, tmp_path):
+    f = tmp_path / "afile"
+    f.write_text("x")
+    code, _, err = run_cli(["run", "--out", str(f / "sub")], capsys)
+    assert_one_line_error(code, err, "cannot write to --out")
+    code, _, err = run_cli(["train", "--steps", "1", "--out", str(f)], capsys)
+    assert_one_line_error(code, err, "cannot write to --out")
+
+
+def test_task_file_cannot_replace_builtin(capsys, tmp_path):
+    from lctx.tasks import TASKS
+    from lctx.tasks.passkey import Passkey
+
+    f = tmp_path / "dup.py"
+    f.write_text("from lctx.tasks import Task, register_task\n@register_task\nclass P(Task):\n"
+                 "    name = 'passkey'\n    metrics = ('x',)\n")
+    code, _, err = run_cli(["run", "--task-file", str(f), "--out", str(tmp_path / "o")], capsys)
+    assert_one_line_error(code, err, "built-in task")
+    assert TASKS["passkey"] is Passkey

@@ -104,3 +104,22 @@ def test_tables_files_and_metadata(lm, tmp_path):
     rec = json.loads((tmp_path / "records.jsonl").read_text().splitlines()[0])
     assert rec["extra"]["key"] and "continuation" in rec["extra"]
     assert (tmp_path / "plots" / f"passkey_heatmap_{lm.name}.png").exists()
+
+
+def test_same_name_other_weights_or_dtype_is_not_resumed(lm, tmp_path, make_checkpoint):
+    spec = RunSpec([160], [0.5], samples=1)
+    run_sweep([lm], [Passkey()], spec, tmp_path, progress=False)
+    other = load_lm(str(make_checkpoint("rope", name="ck_alibi_other")), device="cpu")
+    other.name = lm.name  # same display name, different weights
+    assert run_sweep([other], [Passkey()], spec, tmp_path, progress=False)["ran"] == 1
+    bf16 = load_lm(lm.path, device="cpu", dtype="bfloat16")
+    assert run_sweep([bf16], [Passkey()], spec, tmp_path, progress=False)["ran"] == 1
+
+
+def test_torn_last_record_does_not_swallow_the_next(lm, tmp_path):
+    spec = RunSpec([160], [0.5], samples=1)
+    run_sweep([lm], [Passkey()], spec, tmp_path, progress=False)
+    with open(tmp_path / "records.jsonl", "a") as f:
+        f.write('{"model": "half-writ')  # a kill -9 mid-write
+    res = run_sweep([lm], [Passkey()], RunSpec([160, 200], [0.5], samples=1), tmp_path, progress=False)
+    assert res["ran"] == 1 and len(res["table"]) == 4  # both lengths, 2 metrics each
