@@ -39,7 +39,8 @@ def test_mask_mean_converges_like_inverse_sqrt_s():
         errs[s] = sum(e) / len(e)
     assert errs[4] > errs[16] > errs[64]
     # ratio per 4x samples ~ 2 (1/sqrt(4)); allow a wide band
-    assert 1.4 < errs[4] / errs[16] < 2.9 and 1.4 < errs[16] / errs[64] < 2.9, errs
+    ratios = (errs[4] / errs[16], errs[16] / errs[64])
+    assert all(1.4 < r < 2.9 for r in ratios), errs
 
 
 def test_mean_of_many_masks_is_the_alibi_kernel():
