@@ -225,6 +225,12 @@ class LctxForCausalLM(LctxPreTrainedModel, GenerationMixin):
     ``logits_to_keep`` positions (int > 0), or the positions listed in a 1-D ``logits_to_keep`` tensor
     (the harness asks only for the positions it scores, never the full T x vocab at long lengths).
     ``labels`` are the input ids (shifted inside; -100 ignored); loss is the mean token NLL in nats.
+    ``attn_probe(layer_idx, probs [B, H, T, Tk], ctx)``, when given, receives every softmax layer's
+    attention weights (diagnostics; it forces the explicit-softmax path).
+
+    Raises:
+        ValueError: ``labels`` together with ``logits_to_keep`` != 0, or a mask that does not cover
+            cached + new tokens.
     """
 
     _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}

@@ -9,7 +9,7 @@ import torch
 
 from lctx.models import LctxForCausalLM, get_variant
 from lctx.models.rotations import RandomAngles, rotate
-from lctx.models.variants import AttnContext, reference_attention
+from lctx.models.variants import AttnContext
 
 from helpers import tiny_config
 

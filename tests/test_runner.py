@@ -93,7 +93,7 @@ def test_failed_sample_is_recorded_and_sweep_goes_on(lm, tmp_path):
 
 
 def test_tables_files_and_metadata(lm, tmp_path):
-    res = run_sweep([lm], [Passkey()], RunSpec([160], [0.5], samples=1, seed=7), tmp_path, progress=False)
+    run_sweep([lm], [Passkey()], RunSpec([160], [0.5], samples=1, seed=7), tmp_path, progress=False)
     pq = pd.read_parquet(tmp_path / "results.parquet")
     csv = pd.read_csv(tmp_path / "results.csv")
     assert len(pq) == len(csv) == 2  # exact + digit_acc
