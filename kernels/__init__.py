@@ -1,1 +1,53 @@
-"""Fast paths (Triton / FlexAttention) of the attention variants; the references live in lctx.models."""
+"""Fast paths (Triton / FlexAttention / fla-core) of the attention variants.
+
+The dense PyTorch references in :mod:`lctx.models` are the source of truth; every kernel here has a
+test comparing it to its reference. One module per op (flat files, so packaging needs no new entry):
+
+- ``flash_prior``: fused causal flash attention with an in-kernel positional prior (ALiBi / GGD-BAM /
+  none) and the Scalable-Softmax per-query scale; Triton, with a FlexAttention alternative.
+- ``lsh_blocks``: block-local attention over the sampled positional-LSH bins (alibi_lsh).
+- ``interdomain_scan``: chunked scan of the complex-diagonal S4D state (interdomain / s4d) + decode step.
+
+Which path runs is ``config.attn_impl`` (``lctx run --attn-impl``):
+
+- ``"reference"``: the dense PyTorch reference.
+- ``"sdpa"``: the reference maths through ``scaled_dot_product_attention`` (bias as a float mask).
+- ``"fast"``: the variant's kernel: Triton where Triton can run (:func:`triton_runs`), else the best
+  CPU path (FlexAttention forward, or the chunked PyTorch form); a variant without a fast path uses
+  ``"sdpa"``. The path that actually ran is reported by :func:`record_impl` / :func:`impls_used`
+  and lands in the results table.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+_USED: dict[str, str] = {}
+
+
+def triton_runs(device: torch.device | str) -> bool:
+    """Whether a Triton kernel can run for tensors on ``device``: a CUDA device with triton importable,
+    or any device under the Triton interpreter (``TRITON_INTERPRET=1``, fp32 only: bf16 ``tl.dot`` is
+    broken in the interpreter)."""
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    dev = torch.device(device)
+    return dev.type == "cuda" or os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def record_impl(variant: str, impl: str) -> None:
+    """Note that ``variant``'s attention ran through ``impl`` (e.g. ``"triton"``, ``"flex"``,
+    ``"sdpa"``, ``"reference"``, ``"chunked"``) in this process; read back with :func:`impls_used`."""
+    _USED[variant] = impl
+
+
+def impls_used(reset: bool = False) -> dict[str, str]:
+    """{variant: implementation} of the attention calls since the last reset."""
+    out = dict(_USED)
+    if reset:
+        _USED.clear()
+    return out

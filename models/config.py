@@ -25,14 +25,16 @@ class LctxConfig(PretrainedConfig):
             ``None`` when the variant has no hard limit (all native variants compute positions on the fly).
         train_length: context length (tokens) the model was trained at; the harness marks it on plots.
         attn_impl: ``"sdpa"`` (``torch.nn.functional.scaled_dot_product_attention`` with the variant's bias
-            as an additive mask) or ``"reference"`` (the explicit softmax, the source of truth in tests).
+            as an additive mask), ``"reference"`` (the explicit softmax, the source of truth in tests) or
+            ``"fast"`` (the variant's kernel from :mod:`lctx.kernels`: Triton on CUDA, FlexAttention or a
+            chunked form on CPU; falls back to ``"sdpa"`` where a variant has none).
         rms_norm_eps: epsilon of RMSNorm.
         tie_word_embeddings: share the input embedding and output projection.
         initializer_range: std of the normal init of linear and embedding weights.
 
     Raises:
         ValueError: non-positive sizes, ``hidden_size`` not divisible by ``num_attention_heads``, or an
-            odd head dim with ``rope``.
+            odd head dim with ``rope``, or an unknown ``attn_impl``.
     """
 
     model_type = "lctx"
@@ -58,6 +60,8 @@ class LctxConfig(PretrainedConfig):
         pad_token_id: int | None = 0,
         **kwargs,
     ):
+        if attn_impl not in ("sdpa", "reference", "fast"):
+            raise ValueError(f"attn_impl must be sdpa, reference or fast, got {attn_impl!r}")
         if num_attention_heads < 1 or hidden_size < 1:
             raise ValueError(f"hidden_size ({hidden_size}) and num_attention_heads ({num_attention_heads}) "
                              "must be positive")
