@@ -121,5 +121,5 @@ class ALiBiLSH(AttentionVariant):
         if ctx.cache is not None:
             k, v = ctx.cache.update(k, v, self.layer_idx)
         widths, offsets = self.bins()
-        return lsh_attention(q, k, v, ctx.q_pos, ctx.k_pos, ctx.allowed, widths.to(q.device),
+        return lsh_attention(q, k, v, ctx.q_pos, ctx.k_pos, ctx.mask(), widths.to(q.device),
                              offsets.to(q.device), block=self.block)

@@ -118,13 +118,15 @@ class LctxPreTrainedModel(PreTrainedModel):
             nn.init.ones_(module.weight)
 
 
-def positions_and_mask(attention_mask: torch.Tensor | None, B: int, T: int, past: int, device):
+def positions_and_mask(attention_mask: torch.Tensor | None, B: int, T: int, past: int, device,
+                       lazy: bool = False):
     """Positions and the attention pattern for T new tokens after ``past`` cached ones.
 
     attention_mask: [B, past + T] (1 real, 0 padding) or ``None`` (all real).
     Returns q_pos [B, T], k_pos [B, past + T] (tokens from each row's first real token) and
     allowed [B, 1, T, past + T] bool (causal and not padding; a padding query sees itself only,
-    so no row is empty and no NaN appears).
+    so no row is empty and no NaN appears). With ``lazy=True`` the third value is a function that
+    builds ``allowed`` when called (O(T * (past + T)) memory, only for paths that need it).
 
     Raises:
         ValueError: the mask length is not past + T.
@@ -140,13 +142,17 @@ def positions_and_mask(attention_mask: torch.Tensor | None, B: int, T: int, past
             )
         key_valid = attention_mask.to(device=device, dtype=torch.bool)
     k_pos = (torch.cumsum(key_valid.long(), dim=-1) - 1).clamp_min(0)
-    q_idx = torch.arange(past, Tk, device=device)
-    k_idx = torch.arange(Tk, device=device)
-    causal = k_idx[None, :] <= q_idx[:, None]  # [T, Tk]
-    allowed = causal[None] & key_valid[:, None, :]  # [B, T, Tk]
-    empty = ~allowed.any(-1, keepdim=True)
-    allowed = allowed | (empty & (k_idx[None, None, :] == q_idx[None, :, None]))
-    return k_pos[:, past:], k_pos, allowed[:, None]
+
+    def build():
+        q_idx = torch.arange(past, Tk, device=device)
+        k_idx = torch.arange(Tk, device=device)
+        causal = k_idx[None, :] <= q_idx[:, None]  # [T, Tk]
+        allowed = causal[None] & key_valid[:, None, :]  # [B, T, Tk]
+        empty = ~allowed.any(-1, keepdim=True)
+        allowed = allowed | (empty & (k_idx[None, None, :] == q_idx[None, :, None]))
+        return allowed[:, None]
+
+    return k_pos[:, past:], k_pos, (build if lazy else build())
 
 
 def cache_length(cache) -> int:
@@ -200,7 +206,7 @@ class LctxModel(LctxPreTrainedModel):
         if use_cache and cache is None:
             cache = DynamicCache()
         past = cache_length(cache)
-        q_pos, k_pos, allowed = positions_and_mask(attention_mask, B, T, past, x.device)
+        q_pos, k_pos, allowed_fn = positions_and_mask(attention_mask, B, T, past, x.device, lazy=True)
         if position_ids is not None:  # explicit positions for the new tokens override the mask-derived ones
             q_pos = position_ids.expand(B, T).to(x.device)
             k_pos = torch.cat([k_pos[:, :past], q_pos], dim=1)
@@ -208,8 +214,9 @@ class LctxModel(LctxPreTrainedModel):
             x = x * self.embed_scale + self.pos_embed(q_pos).to(x.dtype)
         key_valid = (attention_mask.to(device=x.device, dtype=torch.bool) if attention_mask is not None
                      else torch.ones(B, past + T, dtype=torch.bool, device=x.device))
-        ctx = AttnContext(q_pos=q_pos, k_pos=k_pos, allowed=allowed, cache=cache, shared=self.variant_shared,
-                          key_valid=key_valid, probe=attn_probe)
+        padded = attention_mask is not None and not bool(key_valid.all())
+        ctx = AttnContext(q_pos=q_pos, k_pos=k_pos, allowed_fn=allowed_fn, cache=cache, shared=self.variant_shared,
+                          key_valid=key_valid, probe=attn_probe, padded=padded, past=past)
         for block in self.layers:
             x = block(x, ctx)
         if cache is not None:

@@ -277,7 +277,7 @@ class PaTH(AttentionVariant):
         if self._use_fla(q, past, valid):
             out, keys, gate = self._fla_forward(q, k, v, w, beta, log_f, want_cache=ctx.cache is not None)
         else:
-            out, keys, gate = path_attention(q, k, v, w, beta, ctx.allowed, past_keys, log_f,
+            out, keys, gate = path_attention(q, k, v, w, beta, ctx.mask(), past_keys, log_f,
                                              state.get("gate") if state else None, block=self.block)
         if ctx.cache is not None:
             st = {"keys": keys}

@@ -92,20 +92,39 @@ class AttnContext:
     """What every layer's variant needs besides q, k, v (built once per forward by the model).
 
     q_pos: [B, Tq] and k_pos: [B, Tk] token positions from each row's first real token;
-    allowed: [B, 1, Tq, Tk] bool (causal and not padding; never an empty row);
+    allowed: [B, 1, Tq, Tk] bool (causal and not padding; never an empty row), or ``None`` until first
+    asked for: read it through :meth:`mask`, which builds it from ``allowed_fn`` on demand, so fast
+    paths that apply causality in-kernel never materialise a Tq x Tk tensor;
     cache: the KV cache (``update(k, v, layer_idx)``) or ``None``;
     shared: the model-level module from :meth:`AttentionVariant.shared_module`, or ``None``;
-    key_valid: [B, Tk] bool, real tokens (not padding) among cached + new.
+    key_valid: [B, Tk] bool, real tokens (not padding) among cached + new;
+    padded: whether any key is padding (fast paths handle the unpadded case only);
+    past: tokens already in the cache before this forward (query i sits at key index past + i).
     """
 
     q_pos: torch.Tensor
     k_pos: torch.Tensor
-    allowed: torch.Tensor
+    allowed: torch.Tensor | None = None
     cache: object = None
     shared: nn.Module | None = None
     key_valid: torch.Tensor | None = None  # [B, Tk] bool: real (not padding) tokens, cached and new
     probe: Callable | None = None  # probe(layer_idx, probs [B,H,Tq,Tk], ctx): diagnostics see the weights
     memo: dict = field(default_factory=dict)  # per-forward values layers can share (e.g. the float mask)
+    allowed_fn: Callable | None = None  # () -> allowed, called once by mask()
+    padded: bool = True
+    past: int = 0
+
+    def mask(self) -> torch.Tensor:
+        """The [B, 1, Tq, Tk] bool attention pattern (built on first call, then kept).
+
+        Raises:
+            ValueError: neither ``allowed`` nor ``allowed_fn`` was given.
+        """
+        if self.allowed is None:
+            if self.allowed_fn is None:
+                raise ValueError("AttnContext has no attention pattern; pass allowed= or allowed_fn=")
+            self.allowed = self.allowed_fn()
+        return self.allowed
 
 
 def alibi_slopes(n_heads: int) -> torch.Tensor:
@@ -207,15 +226,15 @@ class AttentionVariant(nn.Module):
             if bias is not None and self.scale_bias:
                 bias = bias * scale
         if ctx.probe is not None:  # diagnostics: explicit weights, handed to the probe
-            probs = attention_probs(q, k, ctx.allowed, bias)
+            probs = attention_probs(q, k, ctx.mask(), bias)
             ctx.probe(self.layer_idx, probs, ctx)
             return torch.matmul(probs, v.float()).to(q.dtype)
         if self.config.attn_impl == "reference":
-            return reference_attention(q, k, v, ctx.allowed, bias)
+            return reference_attention(q, k, v, ctx.mask(), bias)
         key = ("mask", q.dtype)
         if key not in ctx.memo:  # one float mask per forward, shared by every layer
-            ctx.memo[key] = torch.zeros(ctx.allowed.shape, dtype=q.dtype, device=q.device).masked_fill(
-                ~ctx.allowed, float("-inf"))
+            ctx.memo[key] = torch.zeros(ctx.mask().shape, dtype=q.dtype, device=q.device).masked_fill(
+                ~ctx.mask(), float("-inf"))
         mask = ctx.memo[key]
         if bias is not None:
             mask = mask + bias.to(q.dtype)
