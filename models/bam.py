@@ -84,6 +84,14 @@ class GGDBAM(AttentionVariant):
         prior = self.prior if self.prior is not None else ctx.shared
         return prior(q_pos, k_pos)
 
+    def prior_spec(self, ctx=None):
+        from lctx.kernels.flash_prior import PriorSpec
+
+        prior = self.prior if self.prior is not None else getattr(ctx, "shared", None)
+        if prior is None:
+            return None
+        return PriorSpec("ggd", ainv=torch.exp(prior.theta_alpha), beta=prior.beta, mu=prior.mu, eps=prior.eps)
+
 
 @register_modifier("ssmax")
 class SSMax(AttentionVariant):
@@ -98,6 +106,13 @@ class SSMax(AttentionVariant):
     def visible_keys(self, q_pos: torch.Tensor) -> torch.Tensor:
         """n_i, [B, Tq] float32: keys query i sees under the causal mask, counted from its document start."""
         return (q_pos + 1).float()
+
+    def prior_spec(self, ctx=None):
+        spec = super().prior_spec(ctx)
+        if spec is None or spec.ssmax is not None:
+            return None
+        spec.ssmax, spec.scale_bias = self.ssmax_scale, self.scale_bias
+        return spec
 
     def logit_scale(self, q_pos, ctx):
         c = self.ssmax_scale.float()[None, :, None, None] * torch.log(self.visible_keys(q_pos))[:, None, :, None]

@@ -117,9 +117,28 @@ class ALiBiLSH(AttentionVariant):
             self._fixed = sample_bins(slopes, self.n_samples, torch.Generator().manual_seed(self.seed))
         return self._fixed
 
+    def _fast(self, q, k, v, widths, offsets, ctx: AttnContext):
+        """The kernel path (lctx.kernels.lsh_blocks): Triton where it runs without autograd, else compiled
+        FlexAttention (CUDA, or forward only on CPU); ``None`` when neither applies (CPU training)."""
+        from lctx.kernels import record_impl, triton_runs
+        from lctx.kernels.lsh_blocks import lsh_attention_flex, lsh_attention_triton
+
+        needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+        if not needs_grad and triton_runs(q.device) and (q.is_cuda or q.dtype == torch.float32):
+            record_impl(self.variant_name, "triton")
+            return lsh_attention_triton(q, k, v, widths, offsets, past=ctx.past).to(q.dtype)
+        if q.is_cuda or not needs_grad:
+            record_impl(self.variant_name, "flex")
+            return lsh_attention_flex(q, k, v, widths, offsets, past=ctx.past).to(q.dtype)
+        return None
+
     def forward(self, q, k, v, ctx: AttnContext, x=None):
         if ctx.cache is not None:
             k, v = ctx.cache.update(k, v, self.layer_idx)
         widths, offsets = self.bins()
+        if self.config.attn_impl == "fast" and not ctx.padded and ctx.probe is None:
+            out = self._fast(q, k, v, widths, offsets, ctx)
+            if out is not None:
+                return out
         return lsh_attention(q, k, v, ctx.q_pos, ctx.k_pos, ctx.mask(), widths.to(q.device),
                              offsets.to(q.device), block=self.block)

@@ -214,7 +214,8 @@ class LctxModel(LctxPreTrainedModel):
             x = x * self.embed_scale + self.pos_embed(q_pos).to(x.dtype)
         key_valid = (attention_mask.to(device=x.device, dtype=torch.bool) if attention_mask is not None
                      else torch.ones(B, past + T, dtype=torch.bool, device=x.device))
-        padded = attention_mask is not None and not bool(key_valid.all())
+        # fast kernels assume position = key index: no padding and no explicit position_ids
+        padded = (attention_mask is not None and not bool(key_valid.all())) or position_ids is not None
         ctx = AttnContext(q_pos=q_pos, k_pos=k_pos, allowed_fn=allowed_fn, cache=cache, shared=self.variant_shared,
                           key_valid=key_valid, probe=attn_probe, padded=padded, past=past)
         for block in self.layers:

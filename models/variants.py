@@ -98,7 +98,8 @@ class AttnContext:
     cache: the KV cache (``update(k, v, layer_idx)``) or ``None``;
     shared: the model-level module from :meth:`AttentionVariant.shared_module`, or ``None``;
     key_valid: [B, Tk] bool, real tokens (not padding) among cached + new;
-    padded: whether any key is padding (fast paths handle the unpadded case only);
+    padded: whether any key is padding or positions were given explicitly (fast paths assume position =
+    key index and handle only the unpadded case);
     past: tokens already in the cache before this forward (query i sits at key index past + i).
     """
 
@@ -203,6 +204,16 @@ class AttentionVariant(nn.Module):
 
     scale_bias = False  # whether logit_scale also multiplies the bias
 
+    def prior_spec(self, ctx=None):
+        """The prior as the fused kernel sees it (:class:`lctx.kernels.flash_prior.PriorSpec`), or
+        ``None`` when this variant's bias cannot be computed in-kernel (the fast path then falls back).
+        Here: no bias, unless a subclass overrides :meth:`score_bias` without a spec of its own."""
+        from lctx.kernels.flash_prior import PriorSpec
+
+        if type(self).score_bias is not AttentionVariant.score_bias:
+            return None
+        return PriorSpec("none")
+
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: AttnContext,
                 x: torch.Tensor | None = None) -> torch.Tensor:
         """Attend. q, k, v: [B, H, Tq, D] (new tokens only); ``ctx``: positions, mask, KV cache (see
@@ -225,6 +236,12 @@ class AttentionVariant(nn.Module):
             q = q * scale.to(q.dtype)  # c (q.k) = (c q).k: works for both paths below
             if bias is not None and self.scale_bias:
                 bias = bias * scale
+        if self.config.attn_impl == "fast" and ctx.probe is None and not ctx.padded:
+            from lctx.kernels.flash_prior import attend_fast
+
+            out = attend_fast(self, q, k, v, ctx)  # positions, prior and scale are applied in-kernel
+            if out is not None:
+                return out
         if ctx.probe is not None:  # diagnostics: explicit weights, handed to the probe
             probs = attention_probs(q, k, ctx.mask(), bias)
             ctx.probe(self.layer_idx, probs, ctx)
@@ -301,6 +318,11 @@ class ALiBi(AttentionVariant):
         if ctx is not None:
             ctx.memo["alibi_bias"] = bias
         return bias
+
+    def prior_spec(self, ctx=None):
+        from lctx.kernels.flash_prior import PriorSpec
+
+        return PriorSpec("alibi", slope=alibi_slopes(self.n_heads).float())
 
 
 class SinusoidalEmbedding(nn.Module):

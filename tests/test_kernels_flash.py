@@ -1,0 +1,236 @@
+"""The fused prior-attention kernel (kernels/flash_prior.py) against the dense reference, op by op and
+through the whole model. On CPU the Triton kernel runs under TRITON_INTERPRET=1 (set by conftest) in
+fp32; FlexAttention runs eagerly (its math path) except in one compiled forward check."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from lctx.kernels import impls_used, triton_runs
+from lctx.kernels.flash_prior import (PriorSpec, dense_prior_attention, flash_prior_flex, flash_prior_triton,
+                                      merge_lse)
+from lctx.kernels.lsh_blocks import bin_starts, lsh_attention_flex, lsh_attention_triton
+from lctx.models import LctxForCausalLM
+
+from helpers import tiny_config
+
+CPU_TRITON = triton_runs("cpu")
+needs_triton = pytest.mark.skipif(not CPU_TRITON and not torch.cuda.is_available(),
+                                  reason="triton cannot run here (no GPU and TRITON_INTERPRET unset)")
+
+
+def make_spec(kind: str, H: int, ssmax: bool = False, scale_bias: bool = False, g=None) -> PriorSpec:
+    g = g or torch.Generator().manual_seed(0)
+    return PriorSpec(kind=kind, slope=torch.rand(H, generator=g) + 0.05,
+                     ainv=torch.rand(H, generator=g) + 0.1, beta=torch.randn(H, generator=g),
+                     mu=torch.randn(H, generator=g),
+                     ssmax=(torch.rand(H, generator=g) + 0.5) if ssmax else None, scale_bias=scale_bias)
+
+
+def qkv(B, H, Tq, past, D, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(B, H, Tq, D, generator=g), torch.randn(B, H, past + Tq, D, generator=g),
+            torch.randn(B, H, past + Tq, D, generator=g))
+
+
+@needs_triton
+@pytest.mark.parametrize("T", [1, 17, 64, 127, 128, 129, 257])
+@pytest.mark.parametrize("kind", ["none", "alibi", "ggd"])
+def test_triton_matches_dense_reference(T, kind):
+    # lengths around the block sizes (16/64) are where masking bugs hide; 3 heads, head dim 12 (not 2^k)
+    q, k, v = qkv(1, 3, T, 0, 12, seed=T)
+    spec = make_spec(kind, 3, ssmax=(T % 2 == 1))
+    o_ref, lse_ref = dense_prior_attention(q, k, v, spec)
+    o, lse = flash_prior_triton(q, k, v, spec)
+    torch.testing.assert_close(o, o_ref, atol=2e-5, rtol=1e-4)
+    torch.testing.assert_close(lse, lse_ref, atol=2e-5, rtol=1e-4)
+
+
+@needs_triton
+@pytest.mark.parametrize("past,Tq", [(40, 1), (63, 2), (100, 29)])
+def test_triton_with_past_keys_and_ssmax_scaled_bias(past, Tq):
+    # decode (Tq = 1) and chunked prefill: query i sits at key index past + i
+    q, k, v = qkv(2, 2, Tq, past, 16, seed=past)
+    spec = make_spec("ggd", 2, ssmax=True, scale_bias=True)
+    o_ref, lse_ref = dense_prior_attention(q, k, v, spec, past=past)
+    o, lse = flash_prior_triton(q, k, v, spec, past=past)
+    torch.testing.assert_close(o, o_ref, atol=2e-5, rtol=1e-4)
+    torch.testing.assert_close(lse, lse_ref, atol=2e-5, rtol=1e-4)
+
+
+@needs_triton
+def test_triton_windows_and_merge():
+    # W = 3 windowed attentions in one launch; merging them by log-sum-exp equals one softmax over the
+    # union of keys with multiplicity (sum of numerators / sum of denominators), computed here by hand
+    T, H = 90, 2
+    q, k, v = qkv(1, H, T, 0, 16, seed=3)
+    g = torch.Generator().manual_seed(1)
+    ks = torch.minimum(torch.randint(0, T, (3, H, T), generator=g), torch.arange(T))
+    spec = PriorSpec("none")
+    o_ref, lse_ref = dense_prior_attention(q, k, v, spec, kstart=ks)
+    o, lse = flash_prior_triton(q, k, v, spec, kstart=ks)
+    torch.testing.assert_close(o, o_ref, atol=2e-5, rtol=1e-4)
+    torch.testing.assert_close(lse, lse_ref, atol=2e-5, rtol=1e-4)
+    merged = merge_lse(o, lse)
+    i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    count = sum(((j <= i) & (j >= ks[w][:, :, None])).double() for w in range(3))  # [H, T, T]
+    e = torch.exp(q.double() @ k.double().transpose(-1, -2) / 4.0) * count
+    by_hand = (e @ v.double()) / e.sum(-1, keepdim=True)
+    torch.testing.assert_close(merged.double(), by_hand, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("kind", ["none", "alibi", "ggd"])
+def test_flex_eager_matches_dense_reference(kind):
+    # the score_mod / mask_mod definitions, checked through FlexAttention's eager math path
+    q, k, v = qkv(1, 3, 33, 7, 16, seed=5)
+    spec = make_spec(kind, 3, ssmax=True)
+    ks = torch.minimum(torch.randint(0, 30, (2, 3, 33)), torch.arange(33) + 7)
+    o_ref, lse_ref = dense_prior_attention(q, k, v, spec, past=7, kstart=ks)
+    o, lse = flash_prior_flex(q, k, v, spec, past=7, kstart=ks, compile=False)
+    torch.testing.assert_close(o, o_ref, atol=2e-5, rtol=1e-4)
+    torch.testing.assert_close(lse, lse_ref, atol=2e-5, rtol=1e-4)
+
+
+def test_flex_compiled_forward_on_cpu():
+    # the path `attn_impl="fast"` uses on CPU: compiled FlexAttention, block-sparse causal mask
+    q, k, v = qkv(1, 2, 160, 0, 16, seed=9)
+    spec = make_spec("alibi", 2)
+    o_ref, _ = dense_prior_attention(q, k, v, spec)
+    with torch.inference_mode():  # compiled flex on CPU: inference only, no log-sum-exp
+        o, lse = flash_prior_flex(q, k, v, spec, need_lse=False)
+    assert lse is None
+    torch.testing.assert_close(o, o_ref, atol=1e-4, rtol=1e-4)
+
+
+def test_ggd_with_beta_one_is_alibi_in_kernel_terms():
+    # BAM eq.: beta = 1, mu = 0, 1/alpha = m gives -(m d + eps): ALiBi up to a constant per row
+    d = torch.arange(10.0)[None].expand(3, -1) - torch.arange(3.0)[:, None]
+    from lctx.kernels.flash_prior import prior_bias
+
+    m = torch.tensor([0.5, 0.25])
+    a = prior_bias(PriorSpec("alibi", slope=m), d)
+    g = prior_bias(PriorSpec("ggd", ainv=m, beta=torch.ones(2), mu=torch.zeros(2), eps=0.0), d.abs())
+    torch.testing.assert_close(a.abs(), g.abs())
+
+
+FAST_VARIANTS = ["nope", "rope", "alibi", "sinusoidal", "ggd_bam", "ggd_bam+ssmax", "rope+ssmax", "alibi+ssmax",
+                 "acc_rot"]
+
+
+@needs_triton
+@pytest.mark.parametrize("variant", FAST_VARIANTS)
+def test_model_fast_equals_reference_prefill_and_decode(variant):
+    # whole model: attn_impl="fast" (Triton under the interpreter) vs the dense reference, for one prefill
+    # and for chunked prefill + decode through the KV cache
+    opts = {"ggd_shared": False} if variant == "ggd_bam" else {}
+    torch.manual_seed(0)
+    ref = LctxForCausalLM(tiny_config(variant, attn_impl="reference", variant_options=opts)).eval()
+    if "ggd" in variant:  # move the prior off its ALiBi initialisation so beta and mu matter
+        with torch.no_grad():
+            for n, p in ref.named_parameters():
+                if n.endswith(("beta", "theta_alpha")):
+                    p.add_(0.3 * torch.randn_like(p))
+    fast = LctxForCausalLM(tiny_config(variant, attn_impl="fast", variant_options=opts)).eval()
+    fast.load_state_dict(ref.state_dict())
+    ids = torch.randint(3, 200, (1, 37))
+    impls_used(reset=True)
+    with torch.no_grad():
+        want = ref(ids).logits
+        got = fast(ids).logits
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+        assert impls_used().get(variant) == "triton"
+        out = fast(ids[:, :20], use_cache=True)
+        cache, steps = out.cache, [out.logits]
+        steps.append(fast(ids[:, 20:36], cache=cache, use_cache=True).logits)
+        steps.append(fast(ids[:, 36:37], cache=cache, use_cache=True).logits)
+        torch.testing.assert_close(torch.cat(steps, 1), want, atol=1e-4, rtol=1e-4)
+
+
+def test_fast_falls_back_for_padding_and_gradients():
+    # left padding (positions != key index) and training on CPU use the reference maths, same numbers
+    torch.manual_seed(0)
+    ref = LctxForCausalLM(tiny_config("alibi", attn_impl="reference")).eval()
+    fast = LctxForCausalLM(tiny_config("alibi", attn_impl="fast")).eval()
+    fast.load_state_dict(ref.state_dict())
+    ids = torch.randint(3, 200, (2, 12))
+    mask = torch.ones(2, 12, dtype=torch.long)
+    mask[0, :3] = 0
+    with torch.no_grad():
+        torch.testing.assert_close(fast(ids, attention_mask=mask).logits, ref(ids, attention_mask=mask).logits,
+                                   atol=1e-5, rtol=1e-5)
+    loss = fast(ids, labels=ids).loss
+    loss.backward()
+    assert all(p.grad is not None for p in fast.parameters() if p.requires_grad)
+    assert math.isfinite(loss.item())
+
+
+# -- alibi_lsh fast paths ----------------------------------------------------------------------------
+
+def _lsh_case(T, past, H=3, s=4, seed=0):
+    from lctx.models.lsh import sample_bins
+    from lctx.models.variants import alibi_slopes
+
+    widths, offsets = sample_bins(alibi_slopes(H) * 4, s, torch.Generator().manual_seed(seed))  # ~bins of 2-60
+    q, k, v = qkv(1, H, T, past, 16, seed=seed)
+    return q, k, v, widths, offsets
+
+
+def _lsh_reference(q, k, v, widths, offsets, past):
+    from lctx.models.lsh import lsh_attention
+
+    Tq, Tk = q.shape[2], k.shape[2]
+    pos = torch.arange(Tk)[None]
+    allowed = (torch.arange(Tk)[None, :] <= torch.arange(past, Tk)[:, None])[None, None]
+    return lsh_attention(q, k, v, pos[:, past:], pos, allowed, widths, offsets, block=32)
+
+
+def test_bin_starts_match_reference_bins():
+    # kstart_r(i) is the first position sharing i's bin: every j in [kstart, i] shares it, kstart-1 not
+    from lctx.models.lsh import bin_ids
+
+    q, k, v, widths, offsets = _lsh_case(300, 0, s=8)
+    pos = torch.arange(300)
+    ks = bin_starts(pos, widths, offsets)
+    b = bin_ids(pos[None], widths, offsets)[0]  # [s, H, T]
+    for r in range(8):
+        for h in range(3):
+            for i in range(0, 300, 7):
+                st = int(ks[r, h, i])
+                assert (b[r, h, st:i + 1] == b[r, h, i]).all()
+                assert st == 0 or b[r, h, st - 1] != b[r, h, i]
+
+
+@needs_triton
+@pytest.mark.parametrize("T,past", [(1, 0), (77, 0), (129, 0), (1, 90), (30, 100)])
+def test_lsh_triton_matches_reference(T, past):
+    q, k, v, widths, offsets = _lsh_case(T, past)
+    want = _lsh_reference(q, k, v, widths, offsets, past)
+    got = lsh_attention_triton(q, k, v, widths, offsets, past=past)
+    torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-4)
+
+
+def test_lsh_flex_eager_matches_reference():
+    q, k, v, widths, offsets = _lsh_case(70, 20)
+    want = _lsh_reference(q, k, v, widths, offsets, 20)
+    got = lsh_attention_flex(q, k, v, widths, offsets, past=20, compile=False)
+    torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-4)
+
+
+@needs_triton
+def test_lsh_model_fast_equals_reference_with_cache():
+    torch.manual_seed(0)
+    opts = {"lsh_samples": 4}
+    ref = LctxForCausalLM(tiny_config("alibi_lsh", attn_impl="reference", variant_options=opts)).eval()
+    fast = LctxForCausalLM(tiny_config("alibi_lsh", attn_impl="fast", variant_options=opts)).eval()
+    fast.load_state_dict(ref.state_dict())
+    ids = torch.randint(3, 200, (1, 45))
+    impls_used(reset=True)
+    with torch.no_grad():
+        want = ref(ids).logits
+        out = fast(ids[:, :30], use_cache=True)
+        rest = fast(ids[:, 30:], cache=out.cache, use_cache=True).logits
+        torch.testing.assert_close(torch.cat([out.logits, rest], 1), want, atol=1e-4, rtol=1e-4)
+    assert impls_used()["alibi_lsh"] == "triton"
