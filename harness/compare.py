@@ -1,0 +1,526 @@
+"""Compare a run against a baseline run: the regression gate behind ``lctx compare``.
+
+Both runs are read from their run directories (``summary.csv``; else ``results.parquet``/``results.csv``
+or ``records.jsonl``, summarised by :func:`lctx.harness.tables.summarize`). Cells are matched on
+(model, task, metric, length, depth), a run's model name going through the aliases first (``new=old``
+renames run model ``new`` to baseline model ``old``, so a renamed checkpoint still matches). For each
+matched cell the metric's *direction* says which way is better and its *tolerance* says how large a
+difference must be to count:
+
+- direction: ``higher`` (accuracy-like), ``lower`` (ppl, nll), ``equal`` (bookkeeping such as
+  ``n_tokens``: any change beyond tolerance means the run measured something else, a regression) or
+  ``ignore``. From the rules, else the task class's ``higher_is_better`` dict (lm-eval's convention),
+  else :data:`DIRECTIONS`.
+- tolerance: ``abs`` (metric units), ``rel`` (fraction of |baseline mean|) and ``stderr`` (k: the
+  difference must exceed k standard errors of the difference, sqrt(se_run^2 + se_base^2), the usual
+  two-sample z criterion; a cell with n = 1 has no standard error and contributes 0). Combined, a
+  difference counts only when it exceeds all of them: threshold = max(abs, rel |base|, k se).
+
+Each cell gets a status: ``regression``, ``error`` (the run's samples failed where the baseline's did
+not), ``missing`` (in the baseline, not in the run), ``improvement``, ``new`` (in the run only) or
+``same`` (within tolerance). The gate fails on regression or error, and on missing unless allowed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import pandas as pd
+
+from .errors import LctxError
+
+KEYS = ["model", "task", "metric", "length", "depth"]
+SUMMARY_COLUMNS = ["model", "variant", "task", "metric", "length", "depth", "mean", "stderr", "n", "n_error"]
+VALID_DIRECTIONS = ("higher", "lower", "equal", "ignore")
+
+# Which way is better, by metric name (a ",filter" suffix as in lm-eval's "acc,none" is dropped first).
+DIRECTIONS: dict[str, str] = {
+    # perplexity-like: lower is better
+    "ppl": "lower", "nll": "lower", "loss": "lower", "bpb": "lower", "bits_per_byte": "lower",
+    "word_perplexity": "lower", "byte_perplexity": "lower", "ppl_ratio": "lower", "perplexity": "lower",
+    # accuracy-like: higher is better
+    "exact": "higher", "digit_acc": "higher", "acc": "higher", "acc_norm": "higher", "accuracy": "higher",
+    "exact_match": "higher", "string_match": "higher", "string_match_all": "higher",
+    "string_match_part": "higher", "tf_top1": "higher", "tf_mrr": "higher", "tf_logprob": "higher",
+    "tf_gain": "higher", "f1": "higher", "em": "higher", "flat_until": "higher",
+    "flat_length": "higher", "effective_length": "higher",
+    # bookkeeping: must not change (a different count means different data or a different prompt)
+    "n_tokens": "equal", "n_docs": "equal",
+}
+
+# Statuses, in the order they are reported.
+STATUSES = ("regression", "error", "missing", "improvement", "new", "same", "ignored")
+FAILING = ("regression", "error")
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How large a difference must be to count (all >= 0; a difference counts when it exceeds each).
+
+    abs: metric units; rel: fraction of |baseline mean|; stderr: k, in standard errors of the difference.
+    """
+
+    abs: float = 0.0
+    rel: float = 1e-6  # float-noise floor
+    stderr: float = 2.0
+
+    def threshold(self, base: float, se_diff: float) -> tuple[float, str]:
+        """(threshold in metric units, which tolerance sets it: "abs", "rel" or "stderr")."""
+        parts = {"abs": self.abs, "rel": self.rel * abs(base),
+                 "stderr": self.stderr * se_diff if math.isfinite(se_diff) else 0.0}
+        which = max(parts, key=parts.get)
+        return parts[which], which
+
+
+@dataclass
+class Rules:
+    """Directions, tolerances and aliases for :func:`compare_runs`.
+
+    tolerance: fields for every metric (merged over :class:`Tolerance`'s defaults);
+    metrics: {"ppl" or "task.metric": {"direction": ..., "abs"/"rel"/"stderr": ...}};
+    alias: {run model name: baseline model name}.
+    """
+
+    tolerance: dict = field(default_factory=dict)
+    metrics: dict = field(default_factory=dict)
+    alias: dict = field(default_factory=dict)
+
+    def merged(self, other: Rules) -> Rules:
+        """These rules overridden field by field by ``other`` (e.g. CLI flags over a rules file)."""
+        metrics = {k: dict(v) for k, v in self.metrics.items()}
+        for k, v in other.metrics.items():
+            metrics.setdefault(k, {}).update(v)
+        return Rules({**self.tolerance, **other.tolerance}, metrics, {**self.alias, **other.alias})
+
+    def _metric_rules(self, task: str, metric: str) -> dict:
+        out = dict(self.metrics.get(_base_metric(metric), {}))
+        out.update(self.metrics.get(metric, {}))
+        out.update(self.metrics.get(f"{task}.{metric}", {}))
+        return out
+
+    def tolerance_for(self, task: str, metric: str) -> Tolerance:
+        """The tolerance of one (task, metric): defaults < rules' ``tolerance`` < metric < task.metric."""
+        fields = {**self.tolerance, **{k: v for k, v in self._metric_rules(task, metric).items() if k != "direction"}}
+        return replace(Tolerance(), **fields)
+
+    def direction_for(self, task: str, metric: str) -> str | None:
+        """``higher``/``lower``/``equal``/``ignore`` for one (task, metric), or None when nothing says."""
+        d = self._metric_rules(task, metric).get("direction")
+        if d:
+            return d
+        d = _task_direction(task, metric)
+        return d if d else DIRECTIONS.get(_base_metric(metric))
+
+
+def _base_metric(metric: str) -> str:
+    return metric.split(",", 1)[0]
+
+
+def _task_direction(task: str, metric: str) -> str | None:
+    """A registered task class's own ``higher_is_better`` ({metric: bool}, lm-eval's convention), if any."""
+    try:
+        from lctx.tasks import TASKS
+    except Exception:  # noqa: BLE001 - the table lookup must not depend on the task registry importing
+        return None
+    hib = getattr(TASKS.get(task), "higher_is_better", None)
+    if isinstance(hib, dict) and metric in hib:
+        return "higher" if hib[metric] else "lower"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------- parsing
+
+def _check_tolerance_fields(fields: dict, where: str) -> dict:
+    out = {}
+    for k, v in fields.items():
+        if k not in ("abs", "rel", "stderr"):
+            raise LctxError(f"{where}: unknown tolerance {k!r}; use abs, rel or stderr")
+        try:
+            v = float(v)
+        except (TypeError, ValueError):
+            raise LctxError(f"{where}: tolerance {k} = {v!r} is not a number; write e.g. {k} = 0.01") from None
+        if not (v >= 0 and math.isfinite(v)):
+            raise LctxError(f"{where}: tolerance {k} = {v} must be a finite number >= 0")
+        out[k] = v
+    return out
+
+
+def parse_tolerances(items: list[str]) -> Rules:
+    """Parse ``--tolerance`` values: ``abs=0.01,rel=0.02,stderr=2`` (every metric) or
+    ``ppl:rel=0.02`` / ``passkey.exact:abs=0.1`` (one metric).
+
+    Raises:
+        LctxError: an item that is not [METRIC:]KEY=VALUE[,KEY=VALUE], an unknown key, a negative value.
+    """
+    rules = Rules()
+    for item in items:
+        metric, spec = (item.split(":", 1) if ":" in item else (None, item))
+        fields = {}
+        for part in [p.strip() for p in spec.split(",") if p.strip()]:
+            if "=" not in part:
+                raise LctxError(f"--tolerance {item!r} is not [METRIC:]KEY=VALUE; write e.g. --tolerance rel=0.01 "
+                                "or --tolerance ppl:rel=0.02,stderr=2")
+            k, v = part.split("=", 1)
+            fields[k.strip()] = v.strip()
+        if not fields:
+            raise LctxError(f"--tolerance {item!r} is empty; write e.g. --tolerance abs=0.05")
+        fields = _check_tolerance_fields(fields, f"--tolerance {item!r}")
+        if metric is None:
+            rules.tolerance.update(fields)
+        else:
+            rules.metrics.setdefault(metric.strip(), {}).update(fields)
+    return rules
+
+
+def parse_aliases(items: list[str]) -> dict:
+    """Parse ``--alias new=old`` values into {run model name: baseline model name}.
+
+    Raises:
+        LctxError: an item without "=" or with an empty side.
+    """
+    out = {}
+    for item in items:
+        new, sep, old = item.partition("=")
+        if not sep or not new.strip() or not old.strip():
+            raise LctxError(f"--alias {item!r} is not NEW=OLD; write e.g. --alias my-model-v2=my-model")
+        out[new.strip()] = old.strip()
+    return out
+
+
+def load_rules(path: Path) -> Rules:
+    """Read a rules file (TOML, :mod:`tomllib`)::
+
+        [tolerance]              # every metric (defaults: abs = 0, rel = 1e-6, stderr = 2)
+        stderr = 2
+        [metrics.ppl]            # one metric; [metrics."passkey.exact"] for one task's metric
+        direction = "lower"      # higher | lower | equal | ignore
+        rel = 0.01
+        [alias]
+        "my-model-v2" = "my-model"   # run model name = baseline model name
+
+    Raises:
+        LctxError: unreadable file, TOML syntax error, unknown table or key, bad direction or tolerance.
+    """
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        try:
+            import tomli as tomllib
+        except ModuleNotFoundError:
+            raise LctxError("reading --rules needs Python 3.11+ (tomllib) or `pip install tomli`") from None
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except OSError as e:
+        raise LctxError(f"cannot read --rules {str(path)!r} ({e.strerror or e}); pass a TOML rules file") from None
+    except UnicodeDecodeError:
+        raise LctxError(f"--rules {str(path)!r} is not a text file; pass a TOML rules file") from None
+    except tomllib.TOMLDecodeError as e:
+        raise LctxError(f"--rules {str(path)!r} is not valid TOML ({e}); fix the file (see README, lctx compare)") from None
+    where = f"--rules {str(path)!r}"
+    unknown = set(data) - {"tolerance", "metrics", "alias"}
+    if unknown:
+        raise LctxError(f"{where}: unknown table {min(unknown)!r}; use [tolerance], [metrics.NAME] or [alias]")
+    for name in ("tolerance", "metrics", "alias"):
+        if name in data and not isinstance(data[name], dict):
+            raise LctxError(f"{where}: {name!r} must be a table, e.g. [{name}]")
+    rules = Rules(tolerance=_check_tolerance_fields(data.get("tolerance", {}), f"{where} [tolerance]"))
+    for metric, spec in data.get("metrics", {}).items():
+        if not isinstance(spec, dict):
+            raise LctxError(f"{where}: metrics.{metric} must be a table, e.g. [metrics.{metric}] direction = \"lower\"")
+        spec = dict(spec)
+        d = spec.pop("direction", None)
+        entry = _check_tolerance_fields(spec, f"{where} [metrics.{metric}]")
+        if d is not None:
+            if d not in VALID_DIRECTIONS:
+                raise LctxError(f"{where}: metrics.{metric}.direction = {d!r}; use one of {', '.join(VALID_DIRECTIONS)}")
+            entry["direction"] = d
+        rules.metrics[metric] = entry
+    for new, old in data.get("alias", {}).items():
+        if not isinstance(old, str) or not old:
+            raise LctxError(f"{where}: alias {new!r} must map to a baseline model name (a string)")
+        rules.alias[new] = old
+    return rules
+
+
+# ---------------------------------------------------------------------------------------------- reading
+
+def load_summary(run_dir: Path, what: str = "run") -> pd.DataFrame:
+    """The summary table of a run directory (columns :data:`SUMMARY_COLUMNS`, one row per cell).
+
+    Reads ``summary.csv``; without it, summarises ``results.parquet``, ``results.csv`` or ``records.jsonl``.
+
+    Raises:
+        LctxError: not a directory, no readable table, missing columns, or no rows (an empty run).
+    """
+    from .tables import read_records, summarize, to_table
+
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise LctxError(f"{what} {str(run_dir)!r} is not a directory; pass a run directory written by lctx run")
+    try:
+        if (run_dir / "summary.csv").exists():
+            df = pd.read_csv(run_dir / "summary.csv")
+        elif (run_dir / "results.parquet").exists():
+            df = summarize(pd.read_parquet(run_dir / "results.parquet"))
+        elif (run_dir / "results.csv").exists():
+            df = summarize(pd.read_csv(run_dir / "results.csv"))
+        elif (run_dir / "records.jsonl").exists():
+            df = summarize(to_table(read_records(run_dir / "records.jsonl")))
+        else:
+            raise LctxError(f"{what} {str(run_dir)!r} has no summary.csv, results or records.jsonl; "
+                            "pass a run directory written by lctx run")
+    except LctxError:
+        raise
+    except pd.errors.EmptyDataError:
+        raise LctxError(f"{what} {str(run_dir)!r} has an empty summary.csv; rerun lctx run into it") from None
+    except Exception as e:  # noqa: BLE001 - a corrupt table is the user's input, not our bug
+        raise LctxError(f"{what} {str(run_dir)!r}: unreadable table ({type(e).__name__}: {str(e)[:120]}); "
+                        "rerun lctx run into it") from None
+    missing = [c for c in SUMMARY_COLUMNS if c not in df.columns and c not in ("variant", "n_error")]
+    if missing:
+        raise LctxError(f"{what} {str(run_dir)!r}: summary.csv lacks columns {missing}; "
+                        "pass a run directory written by lctx run")
+    if df.empty:
+        raise LctxError(f"{what} {str(run_dir)!r} has no results (empty summary); run lctx run into it first")
+    df = df.copy()
+    if "variant" not in df:
+        df["variant"] = None
+    if "n_error" not in df:
+        df["n_error"] = 0
+    df["model"] = df["model"].astype(str)
+    df["task"] = df["task"].astype(str)
+    df["metric"] = df["metric"].astype(str)
+    df["length"] = df["length"].astype(int)
+    df["depth"] = pd.to_numeric(df["depth"], errors="coerce")
+    df["n"] = df["n"].fillna(0).astype(int)
+    df["n_error"] = df["n_error"].fillna(0).astype(int)
+    return df[SUMMARY_COLUMNS].reset_index(drop=True)
+
+
+# ---------------------------------------------------------------------------------------------- compare
+
+@dataclass
+class Comparison:
+    """The outcome of :func:`compare_runs`.
+
+    table: one row per cell (columns :data:`TABLE_COLUMNS`), ordered by :data:`STATUSES`;
+    counts: {status: n}; failed: whether the gate fails (regression/error, or missing when not allowed).
+    """
+
+    table: pd.DataFrame
+    counts: dict
+    failed: bool
+    run_dir: str = ""
+    baseline_dir: str = ""
+
+    @property
+    def exit_code(self) -> int:
+        """0 when the gate passes, 1 when it fails."""
+        return 1 if self.failed else 0
+
+
+TABLE_COLUMNS = ["status", "model", "baseline_model", "variant", "task", "metric", "length", "depth", "direction",
+                 "base_mean", "base_stderr", "base_n", "run_mean", "run_stderr", "run_n", "diff", "rel_diff", "z",
+                 "threshold", "bound_by", "run_n_error", "base_n_error"]
+
+
+def compare_runs(run: pd.DataFrame, base: pd.DataFrame, rules: Rules | None = None,
+                 allow_missing: bool = False) -> Comparison:
+    """Match the cells of ``run`` and ``base`` (summary tables, :func:`load_summary`) and judge each one.
+
+    diff = run mean - baseline mean (metric units); rel_diff = diff / |baseline mean|;
+    z = diff / sqrt(se_run^2 + se_base^2) (NaN when neither has a standard error).
+
+    Raises:
+        LctxError: no task or no model in common (mismatched runs; the message suggests ``--alias``),
+            a metric with no known direction (add it to the rules).
+    """
+    rules = rules or Rules()
+    run = run.copy()
+    run["run_model"] = run["model"]
+    run["model"] = run["model"].map(lambda m: rules.alias.get(m, m))
+    common_tasks = set(run["task"]) & set(base["task"])
+    if not common_tasks:
+        raise LctxError(f"mismatched tasks: the run has {sorted(set(run['task']))} and the baseline "
+                        f"{sorted(set(base['task']))}; compare runs of the same tasks")
+    if not set(run["model"]) & set(base["model"]):
+        rm, bm = sorted(set(run["run_model"])), sorted(set(base["model"]))
+        hint = f"--alias {rm[0]}={bm[0]}" if len(rm) == 1 and len(bm) == 1 else "--alias NEW=OLD"
+        raise LctxError(f"no model in common: the run has {rm} and the baseline {bm}; "
+                        f"if a checkpoint was renamed, pass {hint}")
+    for what, df, keys in (("run", run, ["run_model"] + KEYS[1:]), ("baseline", base, KEYS)):
+        if df.duplicated(keys).any():
+            r = df[df.duplicated(keys)].iloc[0]
+            raise LctxError(f"the {what}'s summary has two rows for cell ({r[keys[0]]}, {r['task']}, {r['metric']}, "
+                            f"{r['length']}, {r['depth']}); rewrite it with lctx run (one model name per checkpoint)")
+    dupes = run.duplicated(KEYS)
+    if dupes.any():
+        r = run[dupes].iloc[0]
+        raise LctxError(f"two run models map to baseline model {r['model']!r} (check --alias); "
+                        "alias at most one run model to each baseline model")
+    directions = {}
+    for task, metric in set(zip(run["task"], run["metric"])) | set(zip(base["task"], base["metric"])):
+        d = rules.direction_for(task, metric)
+        if d is None:
+            raise LctxError(f"metric {metric!r} of task {task!r} has no known direction; add "
+                            f"[metrics.{metric}] direction = \"higher\" (or \"lower\", \"equal\", \"ignore\") to --rules")
+        directions[(task, metric)] = d
+
+    # pandas matches NaN keys with NaN keys in merges, so a depth-less cell (ppl) matches its counterpart
+    m = run.merge(base, on=KEYS, how="outer", suffixes=("_run", "_base"), indicator=True)
+    rows = []
+    for r in m.to_dict("records"):
+        task, metric = r["task"], r["metric"]
+        direction = directions[(task, metric)]
+        tol = rules.tolerance_for(task, metric)
+        row = {"model": r["run_model"] if isinstance(r["run_model"], str) else r["model"],
+               "baseline_model": r["model"] if r["_merge"] != "left_only" else None,
+               "variant": r["variant_run"] if isinstance(r["variant_run"], str) else r["variant_base"],
+               "task": task, "metric": metric, "length": int(r["length"]), "depth": r["depth"],
+               "direction": direction, "base_mean": r["mean_base"], "base_stderr": r["stderr_base"],
+               "base_n": r["n_base"], "run_mean": r["mean_run"], "run_stderr": r["stderr_run"], "run_n": r["n_run"],
+               "run_n_error": r["n_error_run"], "base_n_error": r["n_error_base"],
+               "diff": math.nan, "rel_diff": math.nan, "z": math.nan, "threshold": math.nan, "bound_by": ""}
+        if r["_merge"] == "left_only":
+            row["status"] = "new"
+        elif r["_merge"] == "right_only":
+            row["status"] = "missing"
+        else:
+            row["status"] = _judge(row, direction, tol)
+        rows.append(row)
+    table = pd.DataFrame(rows, columns=TABLE_COLUMNS)
+    order = {s: i for i, s in enumerate(STATUSES)}
+    table = (table.assign(_o=table["status"].map(order))
+             .sort_values(["_o", "model", "task", "metric", "length", "depth"], na_position="first")
+             .drop(columns="_o").reset_index(drop=True))
+    counts = {s: int((table["status"] == s).sum()) for s in STATUSES}
+    failed = any(counts[s] for s in FAILING) or (counts["missing"] > 0 and not allow_missing)
+    return Comparison(table, counts, failed)
+
+
+def _judge(row: dict, direction: str, tol: Tolerance) -> str:
+    """Status of one matched cell; fills diff, rel_diff, z, threshold and bound_by in ``row``."""
+    b, r = row["base_mean"], row["run_mean"]
+    if direction == "ignore":
+        return "ignored"
+    b_ok, r_ok = math.isfinite(b), math.isfinite(r)
+    # samples that failed now but not in the baseline are a regression whatever the mean of the rest says
+    if (not r_ok and b_ok) or (row["run_n_error"] or 0) > (row["base_n_error"] or 0):
+        return "error"
+    if not r_ok and not b_ok:
+        return "same"
+    if not b_ok:  # the baseline's samples failed, the run's did not
+        return "improvement"
+    diff = r - b
+    se_b = row["base_stderr"] if math.isfinite(row["base_stderr"]) else 0.0
+    se_r = row["run_stderr"] if math.isfinite(row["run_stderr"]) else 0.0
+    se = math.sqrt(se_b**2 + se_r**2)
+    row["diff"] = diff
+    row["rel_diff"] = diff / abs(b) if b != 0 else (0.0 if diff == 0 else math.copysign(math.inf, diff))
+    row["z"] = diff / se if se > 0 else math.nan
+    row["threshold"], row["bound_by"] = tol.threshold(b, se)
+    if abs(diff) <= row["threshold"]:
+        return "same"
+    if direction == "equal":
+        return "regression"
+    better = diff > 0 if direction == "higher" else diff < 0
+    return "improvement" if better else "regression"
+
+
+# ---------------------------------------------------------------------------------------------- output
+
+def _fmt(v, se=None) -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return ""
+    s = f"{v:.4g}"
+    if se is not None and isinstance(se, float) and math.isfinite(se) and se > 0:
+        s += f" ± {se:.2g}"
+    return s
+
+
+def _display_rows(cmp: Comparison, include_same: bool = False) -> list[list[str]]:
+    t = cmp.table if include_same else cmp.table[~cmp.table["status"].isin(["same", "ignored"])]
+    out = []
+    for r in t.itertuples(index=False):
+        model = r.model if not isinstance(r.baseline_model, str) or r.baseline_model == r.model \
+            else f"{r.model} (= {r.baseline_model})"
+        rel = f"{100 * r.rel_diff:+.3g}%" if math.isfinite(r.rel_diff) and abs(r.rel_diff) < 1e6 else ""
+        tol = f"{r.threshold:.3g} ({r.bound_by})" if math.isfinite(r.threshold) else ""
+        out.append([r.status, model, r.task, r.metric, str(r.length), "" if r.depth != r.depth else f"{r.depth:g}",
+                    r.direction, _fmt(r.base_mean, r.base_stderr), _fmt(r.run_mean, r.run_stderr),
+                    _fmt(r.diff), rel, tol])
+    return out
+
+
+DISPLAY_HEADER = ["status", "model", "task", "metric", "length", "depth", "better", "baseline", "run", "diff",
+                  "rel", "tolerance"]
+
+
+def verdict(cmp: Comparison) -> str:
+    """One line: PASS/FAIL and the count of each status."""
+    c = cmp.counts
+    word = "FAIL" if cmp.failed else "PASS"
+    return (f"{word}: {c['regression']} regressed, {c['error']} errored, {c['missing']} missing, "
+            f"{c['improvement']} improved, {c['new']} new, {c['same']} within tolerance")
+
+
+def print_report(cmp: Comparison, console=None) -> None:
+    """Print the non-'same' cells as a rich table, then the verdict line."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console(width=max(Console().width, 140))
+    rows = _display_rows(cmp)
+    if rows:
+        table = Table(title=f"lctx compare: {cmp.run_dir} vs baseline {cmp.baseline_dir}")
+        for h in DISPLAY_HEADER:
+            table.add_column(h, justify="right" if h in ("length", "depth", "baseline", "run", "diff", "rel")
+                             else "left", overflow="fold")
+        style = {"regression": "bold red", "error": "bold red", "missing": "yellow", "improvement": "green",
+                 "new": "cyan"}
+        for row in rows:
+            table.add_row(*row, style=style.get(row[0]))
+        console.print(table)
+    console.print(verdict(cmp), style="bold red" if cmp.failed else "bold green", highlight=False)
+
+
+def write_report(cmp: Comparison, out_dir: Path) -> tuple[Path, Path]:
+    """Write ``compare.csv`` (every cell, all columns) and ``compare.md`` (verdict + the non-'same' cells).
+
+    Raises:
+        LctxError: ``out_dir`` cannot be created or written.
+    """
+    out_dir = Path(out_dir)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        csv = out_dir / "compare.csv"
+        cmp.table.to_csv(csv, index=False)
+        md = out_dir / "compare.md"
+        lines = ["# lctx compare", "", f"- run: `{cmp.run_dir}`", f"- baseline: `{cmp.baseline_dir}`", "",
+                 f"**{verdict(cmp)}**", ""]
+        rows = _display_rows(cmp)
+        if rows:
+            lines += ["| " + " | ".join(DISPLAY_HEADER) + " |", "|" + "---|" * len(DISPLAY_HEADER)]
+            lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
+        else:
+            lines.append("Every matched cell is within tolerance.")
+        md.write_text("\n".join(lines) + "\n")
+    except OSError as e:
+        raise LctxError(f"cannot write to --out {str(out_dir)!r} ({e.strerror or e}); pass a writable directory") from None
+    return csv, md
+
+
+def compare_dirs(run_dir: Path, baseline_dir: Path, rules: Rules | None = None,
+                 allow_missing: bool = False) -> Comparison:
+    """:func:`compare_runs` on two run directories (see :func:`load_summary` for what is read).
+
+    Raises:
+        LctxError: as :func:`load_summary` and :func:`compare_runs`.
+    """
+    run = load_summary(run_dir, "run")
+    base = load_summary(baseline_dir, "baseline")
+    cmp = compare_runs(run, base, rules, allow_missing)
+    cmp.run_dir, cmp.baseline_dir = str(run_dir), str(baseline_dir)
+    return cmp

@@ -1,0 +1,355 @@
+"""lctx compare: the pass and fail paths of the regression gate, tolerances, directions, missing/new cells,
+aliases and bad input (exit 2, one line). Runs are built by writing small summary tables directly, plus
+real runs of the bundled checkpoint (identical reruns pass; a wrong RoPE base fails)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from lctx.cli import main
+from lctx.harness.compare import Rules, Tolerance, compare_runs, load_rules, load_summary
+
+REPO = Path(__file__).resolve().parent.parent
+BASELINE = REPO / "results" / "baselines" / "pydoc-tiny-rope"
+
+
+@pytest.fixture(autouse=True)
+def no_user_data_dir(monkeypatch):
+    monkeypatch.delenv("LCTX_DATA_DIR", raising=False)
+    monkeypatch.setenv("COLUMNS", "200")  # rich tables unwrapped, so cell names can be asserted
+
+
+def cells(model="tiny", variant="rope") -> pd.DataFrame:
+    """A small summary table: passkey (exact, digit_acc; 4 samples) and ppl (ppl, nll, n_tokens) at 256, 512."""
+    rows = []
+    for L, acc, ppl in [(256, 0.75, 20.0), (512, 0.5, 30.0)]:
+        rows.append((model, variant, "passkey", "exact", L, 0.5, acc, 0.25, 4, 0))
+        rows.append((model, variant, "passkey", "digit_acc", L, 0.5, acc + 0.1, 0.05, 4, 0))
+        rows.append((model, variant, "ppl", "ppl", L, math.nan, ppl, math.nan, 1, 0))
+        rows.append((model, variant, "ppl", "nll", L, math.nan, math.log(ppl), math.nan, 1, 0))
+        rows.append((model, variant, "ppl", "n_tokens", L, math.nan, 2048.0, math.nan, 1, 0))
+    return pd.DataFrame(rows, columns=["model", "variant", "task", "metric", "length", "depth", "mean", "stderr",
+                                       "n", "n_error"])
+
+
+def set_cell(df, task, metric, length, **values) -> pd.DataFrame:
+    df = df.copy()
+    sel = (df["task"] == task) & (df["metric"] == metric) & (df["length"] == length)
+    assert sel.sum() == 1
+    for k, v in values.items():
+        df.loc[sel, k] = v
+    return df
+
+
+def write_run(path: Path, df: pd.DataFrame) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    df.to_csv(path / "summary.csv", index=False)
+    return path
+
+
+def run_cli(args, capsys):
+    code = main([str(a) for a in args])
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err
+
+
+def assert_one_line_error(code, err, *needles):
+    assert code == 2
+    lines = [l for l in err.strip().splitlines() if l.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error: ") and "Traceback" not in err
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+
+
+def statuses(cmp) -> dict:
+    return {(r.task, r.metric, r.length): r.status for r in cmp.table.itertuples()}
+
+
+# ------------------------------------------------------------------------------------------ pass / fail
+
+def test_identical_run_passes(tmp_path, capsys):
+    base = write_run(tmp_path / "base", cells())
+    run = write_run(tmp_path / "run", cells())
+    code, out, err = run_cli(["compare", run, "--baseline", base], capsys)
+    assert code == 0, err
+    assert "PASS" in out
+    table = pd.read_csv(run / "compare" / "compare.csv")
+    assert len(table) == len(cells()) and (table["status"] == "same").all()
+    assert "PASS" in (run / "compare" / "compare.md").read_text()
+
+
+def test_worse_run_fails_and_names_the_regressed_cells(tmp_path, capsys):
+    run_df = set_cell(cells(), "ppl", "ppl", 512, mean=33.0)  # +10 % perplexity
+    run_df = set_cell(run_df, "passkey", "digit_acc", 256, mean=0.35)  # 0.85 -> 0.35 (se 0.05 each)
+    base = write_run(tmp_path / "base", cells())
+    run = write_run(tmp_path / "run", run_df)
+    code, out, err = run_cli(["compare", run, "--baseline", base, "--out", tmp_path / "cmp"], capsys)
+    assert code == 1, err
+    assert "FAIL: 2 regressed" in out
+    lines = [l for l in out.splitlines() if "regression" in l]
+    assert len(lines) == 2
+    assert any("ppl" in l and "512" in l and "33" in l for l in lines), lines
+    assert any("digit_acc" in l and "256" in l for l in lines), lines
+    table = pd.read_csv(tmp_path / "cmp" / "compare.csv")
+    reg = set(map(tuple, table[table["status"] == "regression"][["task", "metric", "length"]].values.tolist()))
+    assert reg == {("ppl", "ppl", 512), ("passkey", "digit_acc", 256)}
+    md = (tmp_path / "cmp" / "compare.md").read_text()
+    assert "FAIL" in md and md.count("| regression |") == 2
+
+
+# ------------------------------------------------------------------------------------------ directions
+
+def test_direction_per_metric():
+    base = cells()
+    run = set_cell(base, "ppl", "ppl", 256, mean=15.0)                 # ppl down: better
+    run = set_cell(run, "ppl", "nll", 256, mean=math.log(20.0) + 0.5)  # nll up: worse
+    run = set_cell(run, "passkey", "exact", 512, mean=1.0, stderr=0.0)  # exact up: better
+    run = set_cell(run, "ppl", "n_tokens", 512, mean=2000.0)           # bookkeeping changed: different data
+    plain = {"stderr": 0.0}  # judge by direction alone here (statistical tolerance: its own test)
+    s = statuses(compare_runs(run, base, Rules(tolerance=plain)))
+    assert s[("ppl", "ppl", 256)] == "improvement"
+    assert s[("ppl", "nll", 256)] == "regression"
+    assert s[("passkey", "exact", 512)] == "improvement"
+    assert s[("ppl", "n_tokens", 512)] == "regression"
+    # the rules override the built-in table
+    s = statuses(compare_runs(run, base, Rules(tolerance=plain, metrics={"ppl": {"direction": "higher"},
+                                                        "n_tokens": {"direction": "ignore"}})))
+    assert s[("ppl", "ppl", 256)] == "regression"
+    assert s[("ppl", "n_tokens", 512)] == "ignored"
+    # a task-qualified rule applies to that task only
+    s = statuses(compare_runs(run, base, Rules(tolerance=plain, metrics={"passkey.exact": {"direction": "lower"}})))
+    assert s[("passkey", "exact", 512)] == "regression"
+
+
+def test_task_declared_direction():
+    """A task class's ``higher_is_better`` (lm-eval's convention) gives the direction of its own metrics."""
+    from lctx.tasks import TASKS, Task, register_task
+
+    @register_task
+    class _Probe(Task):
+        name = "compare_probe"
+        metrics = ("widgets",)
+        higher_is_better = {"widgets": False}
+
+    try:
+        base = pd.DataFrame([("m", "v", "compare_probe", "widgets", 64, math.nan, 1.0, math.nan, 1, 0)],
+                            columns=cells().columns)
+        run = base.assign(mean=2.0)
+        assert statuses(compare_runs(run, base))[("compare_probe", "widgets", 64)] == "regression"
+    finally:
+        TASKS.pop("compare_probe", None)
+
+
+# ------------------------------------------------------------------------------------------ tolerances
+
+def test_statistical_tolerance():
+    base = set_cell(cells(), "passkey", "exact", 256, mean=0.5, stderr=0.03)
+    run = set_cell(cells(), "passkey", "exact", 256, mean=0.41, stderr=0.04)
+    # hand computation: se of the difference = sqrt(0.03^2 + 0.04^2) = 0.05; diff = -0.09 = -1.8 se
+    cmp = compare_runs(run, base, Rules(tolerance={"stderr": 2.0}))
+    row = cmp.table[(cmp.table["metric"] == "exact") & (cmp.table["length"] == 256)].iloc[0]
+    assert row["z"] == pytest.approx(-1.8)
+    assert row["threshold"] == pytest.approx(0.10) and row["bound_by"] == "stderr"
+    assert row["status"] == "same" and not cmp.failed  # 1.8 se < 2 se
+    cmp = compare_runs(run, base, Rules(tolerance={"stderr": 1.5}))
+    assert statuses(cmp)[("passkey", "exact", 256)] == "regression" and cmp.failed  # 1.8 se > 1.5 se
+
+
+def test_absolute_and_relative_tolerances_combine():
+    base = cells()
+    run = set_cell(base, "ppl", "ppl", 256, mean=20.5)  # +0.5, +2.5 %
+    assert statuses(compare_runs(run, base, Rules(tolerance={"rel": 0.02})))[("ppl", "ppl", 256)] == "regression"
+    assert statuses(compare_runs(run, base, Rules(tolerance={"rel": 0.03})))[("ppl", "ppl", 256)] == "same"
+    # combined: the difference must exceed every tolerance (threshold = max(abs, rel * |base|) = 1.0 here)
+    cmp = compare_runs(run, base, Rules(tolerance={"rel": 0.02, "abs": 1.0}))
+    assert statuses(cmp)[("ppl", "ppl", 256)] == "same"
+    # a per-metric tolerance overrides the global one for that metric only
+    cmp = compare_runs(run, base, Rules(tolerance={"rel": 0.5}, metrics={"ppl": {"rel": 0.01}}))
+    assert statuses(cmp)[("ppl", "ppl", 256)] == "regression"
+
+
+def test_tolerance_flags_on_the_cli(tmp_path, capsys):
+    base = write_run(tmp_path / "base", cells())
+    run = write_run(tmp_path / "run", set_cell(cells(), "ppl", "ppl", 256, mean=20.5))
+    code, _, err = run_cli(["compare", run, "--baseline", base], capsys)
+    assert code == 1, err
+    code, _, err = run_cli(["compare", run, "--baseline", base, "--tolerance", "ppl:rel=0.03"], capsys)
+    assert code == 0, err
+    code, _, err = run_cli(["compare", run, "--baseline", base, "--tolerance", "abs=0.6,stderr=2"], capsys)
+    assert code == 0, err
+
+
+def test_float_noise_is_not_a_regression():
+    base = cells()
+    run = set_cell(base, "ppl", "ppl", 512, mean=30.0 * (1 + 1e-9))
+    assert not compare_runs(run, base).failed  # default rel = 1e-6 floor
+    assert compare_runs(run, base, Rules(tolerance={"rel": 0.0})).failed
+
+
+# ------------------------------------------------------------------------------------------ cells
+
+def test_missing_and_new_cells(tmp_path, capsys):
+    base_df = cells()
+    extra = base_df[base_df["length"] == 512].assign(length=1024)
+    run_df = pd.concat([base_df[~((base_df["task"] == "ppl") & (base_df["length"] == 512))], extra])
+    base = write_run(tmp_path / "base", base_df)
+    run = write_run(tmp_path / "run", run_df)
+    code, out, err = run_cli(["compare", run, "--baseline", base], capsys)
+    assert code == 1, err  # missing cells fail the gate by default
+    table = pd.read_csv(run / "compare" / "compare.csv")
+    assert set(table[table["status"] == "missing"][["task", "length"]].itertuples(index=False, name=None)) == {("ppl", 512)}
+    assert (table[table["status"] == "missing"]["metric"].nunique()) == 3
+    assert set(table[table["status"] == "new"]["length"]) == {1024} and (table["status"] == "new").sum() == 5
+    assert "3 missing" in out and "5 new" in out
+    code, out, err = run_cli(["compare", run, "--baseline", base, "--allow-missing"], capsys)
+    assert code == 0, err
+
+
+def test_errored_cell_is_a_regression():
+    base = cells()
+    run = set_cell(base, "ppl", "ppl", 512, mean=math.nan, n=0, n_error=1)
+    cmp = compare_runs(run, base)
+    assert statuses(cmp)[("ppl", "ppl", 512)] == "error" and cmp.failed
+
+
+def test_alias(tmp_path, capsys):
+    base = write_run(tmp_path / "base", cells("tiny"))
+    run = write_run(tmp_path / "run", cells("tiny-v2"))
+    code, _, err = run_cli(["compare", run, "--baseline", base], capsys)
+    assert_one_line_error(code, err, "no model in common", "--alias tiny-v2=tiny")
+    code, _, err = run_cli(["compare", run, "--baseline", base, "--alias", "tiny-v2=tiny"], capsys)
+    assert code == 0, err
+    rules = tmp_path / "rules.toml"
+    rules.write_text('[alias]\n"tiny-v2" = "tiny"\n')
+    code, _, err = run_cli(["compare", run, "--baseline", base, "--rules", rules], capsys)
+    assert code == 0, err
+    table = pd.read_csv(run / "compare" / "compare.csv")
+    assert set(table["model"]) == {"tiny-v2"} and set(table["baseline_model"]) == {"tiny"}
+
+
+def test_summary_derived_from_records_when_absent(tmp_path):
+    """A run directory with only records.jsonl (a run killed before its tables) still compares."""
+    recs = [{"model": "tiny", "variant": "rope", "task": "ppl", "length": 256, "depth": None, "sample": s,
+             "seed": 0, "status": "ok", "metrics": {"ppl": v}} for s, v in enumerate([10.0, 12.0])]
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "records.jsonl").write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+    df = load_summary(tmp_path / "r")
+    row = df.iloc[0]
+    # hand computation: mean 11, sample std sqrt(2), stderr sqrt(2)/sqrt(2) = 1
+    assert (row["mean"], row["stderr"], row["n"]) == (11.0, pytest.approx(1.0), 2)
+
+
+# ------------------------------------------------------------------------------------------ bad input
+
+def _bad_rules(tmp_path, text):
+    p = tmp_path / "rules.toml"
+    p.write_text(text)
+    return ["--rules", p]
+
+
+@pytest.mark.parametrize("case, needle", [
+    ("no_dir", "is not a directory"),
+    ("empty_dir", "has no summary.csv"),
+    ("header_only", "no results"),
+    ("zero_bytes", "empty summary.csv"),
+    ("bad_columns", "lacks columns"),
+    ("other_task", "mismatched tasks"),
+    ("unknown_metric", "metric 'widgets' of task 'passkey' has no known direction"),
+    ("duplicate_cells", "two rows for cell"),
+    ("toml_syntax", "not valid TOML"),
+    ("bad_direction", "direction = 'up'"),
+    ("unknown_table", "unknown table 'thresholds'"),
+    ("negative_tol", ">= 0"),
+    ("bad_tolerance_flag", "not [METRIC:]KEY=VALUE"),
+    ("unknown_tolerance_key", "unknown tolerance 'sigma'"),
+    ("bad_alias", "not NEW=OLD"),
+    ("missing_rules", "cannot read --rules"),
+    ("unwritable_out", "cannot write to --out"),
+])
+def test_bad_input_is_one_line_exit_2(tmp_path, capsys, case, needle):
+    base = write_run(tmp_path / "base", cells())
+    run = tmp_path / "run"
+    extra = []
+    if case == "no_dir":
+        pass
+    elif case == "empty_dir":
+        run.mkdir()
+    elif case == "header_only":
+        write_run(run, cells().iloc[0:0])
+    elif case == "zero_bytes":
+        run.mkdir()
+        (run / "summary.csv").write_text("")
+    elif case == "bad_columns":
+        write_run(run, cells().drop(columns=["mean"]))
+    elif case == "other_task":
+        write_run(run, cells().assign(task="niah"))
+    elif case == "duplicate_cells":
+        write_run(run, pd.concat([cells(), cells().iloc[:1]]))
+    elif case == "unknown_metric":
+        write_run(run, cells().replace({"metric": {"exact": "widgets"}}))
+    else:
+        write_run(run, cells())
+        extra = {
+            "toml_syntax": lambda: _bad_rules(tmp_path, "[tolerance\nrel = 1"),
+            "bad_direction": lambda: _bad_rules(tmp_path, '[metrics.ppl]\ndirection = "up"\n'),
+            "unknown_table": lambda: _bad_rules(tmp_path, "[thresholds]\nrel = 1\n"),
+            "negative_tol": lambda: _bad_rules(tmp_path, "[tolerance]\nabs = -1\n"),
+            "bad_tolerance_flag": lambda: ["--tolerance", "rel"],
+            "unknown_tolerance_key": lambda: ["--tolerance", "sigma=2"],
+            "bad_alias": lambda: ["--alias", "tiny"],
+            "missing_rules": lambda: ["--rules", tmp_path / "nope.toml"],
+            "unwritable_out": lambda: ((tmp_path / "file").write_text(""), ["--out", tmp_path / "file" / "x"])[1],
+        }[case]()
+    code, _, err = run_cli(["compare", run, "--baseline", base, *extra], capsys)
+    assert_one_line_error(code, err, needle)
+
+
+# ------------------------------------------------------------------------------------------ committed baseline
+
+def test_committed_ci_baseline_is_well_formed():
+    """The baseline .ci/run gates on: readable, its rules load, and it passes against itself."""
+    rules = load_rules(BASELINE / "rules.toml")
+    df = load_summary(BASELINE)
+    assert set(df["task"]) == {"passkey", "ppl"} and (df["n_error"] == 0).all()
+    cmp = compare_runs(df, df, rules)
+    assert not cmp.failed and cmp.counts["same"] == len(df)
+    assert rules.tolerance_for("ppl", "ppl") == Tolerance(abs=0.0, rel=1e-4, stderr=2.0)
+
+
+# ------------------------------------------------------------------------------------------ real run
+
+def test_real_runs_pass_then_fail(tmp_path, capsys):
+    """Two runs of the bundled checkpoint are identical (the gate passes); the same weights with a wrong
+    RoPE base (1000 instead of the 10000 it was trained with) are worse, and the gate fails naming ppl cells."""
+    import shutil
+
+    from lctx.cli import DEFAULT_MODEL
+
+    ck = tmp_path / "pydoc-tiny-rope"
+    shutil.copytree(DEFAULT_MODEL, ck)
+    args = ["--model", ck, "--tasks", "ppl", "--lengths", "256", "--ppl-max-tokens", "512", "--no-progress",
+            "--device", "cpu"]
+    for name in ("base", "run"):
+        code, _, err = run_cli(["run", "--out", tmp_path / name, *args], capsys)
+        assert code == 0, err
+    code, out, err = run_cli(["compare", tmp_path / "run", "--baseline", tmp_path / "base", "--tolerance", "rel=0"],
+                             capsys)
+    assert code == 0, err  # bit-identical reruns
+    cfg = json.loads((ck / "config.json").read_text())
+    assert cfg["rope_theta"] == 10000.0
+    cfg["rope_theta"] = 1000.0
+    (ck / "config.json").write_text(json.dumps(cfg))
+    code, _, err = run_cli(["run", "--out", tmp_path / "worse", *args], capsys)
+    assert code == 0, err
+    code, out, err = run_cli(["compare", tmp_path / "worse", "--baseline", tmp_path / "base"], capsys)
+    assert code == 1, out + err
+    table = pd.read_csv(tmp_path / "worse" / "compare" / "compare.csv")
+    reg = table[table["status"] == "regression"]
+    assert set(zip(reg["metric"], reg["length"])) == {("ppl", 256), ("nll", 256)}
+    assert (table[table["metric"] == "n_tokens"]["status"] == "same").all()
