@@ -69,6 +69,11 @@ Two equal computations of each mixer: a chunked-parallel form (training and pref
 L tokens the contributions are summed with closed-form decay powers Abar^{c_t - c_s}, the state is
 carried across chunks; O(T L N D) work, O(L^2 N) memory per head and chunk) and an O(N D)-per-token
 recurrent form (decode). Tests check they agree.
+
+Fast path (``config.attn_impl == "fast"``, :meth:`_FixedState.fast_impl`): unpadded prefill chunks run the
+Triton chunked scans of :mod:`lctx.kernels.interdomain_scan` (CUDA, or the Triton interpreter; forward
+only, so training keeps the chunked form below) and unpadded decode steps its O(N D) PyTorch step; both
+read and write the same state on the cache as the forms below.
 """
 
 from __future__ import annotations
@@ -440,6 +445,28 @@ class _FixedState(AttentionVariant):
         if ctx.cache is not None:
             cache_states(ctx.cache)[self.layer_idx] = state
 
+    def fast_impl(self, ctx: AttnContext, T: int, device, *inputs: torch.Tensor) -> str | None:
+        """Which core runs under ``config.attn_impl == "fast"`` (``None`` for "reference"/"sdpa", which keep
+        the chunked form for T > 1 and the recurrent form for T = 1):
+
+        ``"decode"`` for T = 1 on unpadded rows (:mod:`lctx.kernels.interdomain_scan`'s O(N D) step);
+        ``"triton"`` for T > 1 when Triton runs on ``device`` (:func:`lctx.kernels.triton_runs`), the rows
+        are unpadded (``not ctx.padded``) and no gradient is needed through ``inputs`` (the kernels are
+        forward-only); else ``"chunked"`` (the PyTorch chunked form, which autograd differentiates).
+        T > 1 paths are noted with :func:`lctx.kernels.record_impl` (decode steps are not, so a prefill's
+        record stands).
+        """
+        if self.config.attn_impl != "fast":
+            return None
+        if T == 1:
+            return None if ctx.padded else "decode"
+        from lctx import kernels
+        from lctx.kernels.interdomain_scan import wants_grad
+
+        impl = "triton" if (not ctx.padded and kernels.triton_runs(device) and not wants_grad(*inputs)) else "chunked"
+        kernels.record_impl(self.variant_name, impl)
+        return impl
+
 
 def _opt(opts: dict, key: str, default, cast):
     try:
@@ -552,7 +579,8 @@ class Interdomain(_FixedState):
 
     def forward(self, q, k, v, ctx: AttnContext, x=None):
         """Mix. q, k, v: [B, H, Tq, D] (new tokens); continues from and stores the state on ``ctx.cache``
-        (no cache: starts from zeros, stores nothing). Tq = 1 runs the recurrent form, else the chunked one.
+        (no cache: starts from zeros, stores nothing). Tq = 1 runs the recurrent form, else the chunked one;
+        with ``config.attn_impl == "fast"`` see :meth:`fast_impl` (Triton scan / decode step).
         Returns [B, H, Tq, D] in q's dtype; rows of padding tokens are finite and meaningless.
 
         Raises:
@@ -578,7 +606,14 @@ class Interdomain(_FixedState):
         kt, vt = kt * mf, vt * mf
         dt_a, bbar = self.ssm()
         core = {n: t for n, t in st.items() if not n.startswith("conv")}
-        if T == 1:
+        impl = self.fast_impl(ctx, T, q.device, fq, kt, vt, dt_a, bbar)
+        if impl == "decode":
+            from lctx.kernels.interdomain_scan import interdomain_decode_step
+            o, new = interdomain_decode_step(fq, kt, vt, dt_a, bbar, core, self.conj, self.eta_eps)
+        elif impl == "triton":
+            from lctx.kernels.interdomain_scan import interdomain_scan_triton
+            o, new = interdomain_scan_triton(fq, kt, vt, dt_a, bbar, core, self.conj, self.eta_eps)
+        elif T == 1:
             o, new = interdomain_recurrent(fq, kt, vt, m, dt_a, bbar, core, self.conj, self.eta_eps)
         else:
             o, new = interdomain_chunked(fq, kt, vt, m, dt_a, bbar, core, self.chunk, self.conj, self.eta_eps)
@@ -643,7 +678,14 @@ class S4D(_FixedState):
                                                                 device=v.device)}, B)
         u = v.float() * m.float()[:, None, :, None]
         dt_a, bbar, c = self.ssm()
-        if T == 1:
+        impl = self.fast_impl(ctx, T, v.device, u, dt_a, bbar, c, self.D)
+        if impl == "decode":
+            from lctx.kernels.interdomain_scan import s4d_decode_step
+            y, xs = s4d_decode_step(u, dt_a, bbar, c, self.D, st["x"])
+        elif impl == "triton":
+            from lctx.kernels.interdomain_scan import s4d_scan_triton
+            y, xs = s4d_scan_triton(u, dt_a, bbar, c, self.D, st["x"])
+        elif T == 1:
             y, xs = s4d_recurrent(u, m, dt_a, bbar, c, self.D, st["x"])
         else:
             y, xs = s4d_chunked(u, m, dt_a, bbar, c, self.D, st["x"], self.chunk)
