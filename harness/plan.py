@@ -1,0 +1,471 @@
+"""Memory model of a long-context evaluation: expected peak memory before a run starts (``lctx plan``).
+
+A chunked prefill of T tokens in chunks of c = min(chunk_size, T) tokens (``LM.prefill``) holds, at its
+peak (the last chunk, when the KV cache is nearly full):
+
+======================  ==========================================================================
+weights                 parameters x bytes per element (counted on the meta device, tied weights once)
+KV cache                T x per-token bytes; softmax variants: 2 x layers x kv_heads x head_dim x bytes
+                        (K and V). Variants that keep something else (fixed-state mixers: a state whose
+                        size does not grow with T; PaTH: transported keys in float32 as well) are measured
+                        from their own cache after a probe forward of one layer (:func:`cache_bytes`).
+KV cache growth         one layer's cache once more: ``DynamicCache.update`` concatenates the new chunk
+                        to the old keys (``torch.cat``), so old and new tensors coexist for one layer.
+positions               B x T x 17 bytes: k_pos (int64), its cumsum temporary (int64), key_valid (bool).
+activations             one decoder layer is live at a time: B x c x (8 d + 4 I) x bytes (residual,
+                        norm output, q/k/v, rotated q/k, attention output, o_proj; SwiGLU gate, up,
+                        activation, product) + B x c x d x 8 (RMSNorm's float32 temporaries).
+attention working set   depends on the path that runs (found by a probe forward, see :func:`probe_layer`):
+                        * fused kernel (``attn_impl="fast"`` and the variant describes its prior to
+                          the kernel through ``prior_spec``): B x H x c x D x 16 (float32 q tile, output
+                          accumulator and row statistics): O(chunk x head_dim), no chunk x T buffer;
+                        * sdpa: the bool pattern and its negation 2 x B x c x T, and the float mask
+                          2 x B x c x T x bytes (``zeros(...).masked_fill(~pattern, -inf)``: the zeros and
+                          the filled copy coexist while it is built); for bias variants also the bias
+                          B x H x c x T x 4 and mask + bias B x H x c x T x bytes;
+                        * reference: the pattern and its negation 2 x B x c x T + float32 scores, masked
+                          scores and probabilities 3 x B x H x c x T x 4 (+ the bias B x H x c x T x 4);
+                        * blockwise references (alibi_lsh, PaTH): the bool pattern + a block of 128
+                          queries' scores against all keys, B x H x 128 x T x 16;
+                        * fixed-state mixers (no pattern asked for): B x H x c x D x 32 (chunk tables and
+                          state updates of the chunked scan, an upper estimate).
+logits                  kept positions x vocab x 4 (float32, ``LM.prefill`` keeps them) and, when more than
+                        one position is scored (``LM.token_nll``: ppl scores every position of its first
+                        window), x 16 more for the float64 copy and its log-softmax.
+======================  ==========================================================================
+
+The model is an estimate from the shapes (no allocator overhead, no fragmentation); ``benchmarks/long_cpu.py``
+compares it with measured peaks. Hugging Face checkpoints (``num_key_value_heads`` etc.) get the softmax
+formula with an sdpa float causal mask. Source of the KV-cache formula: the usual per-token KV size
+2 n_layers n_kv_heads d_head bytes (e.g. Pope et al. 2022, "Efficiently Scaling Transformer Inference").
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from .errors import LctxError
+
+GIB = 1024**3
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "kib": 1024, "m": 1024**2, "mb": 1024**2, "mib": 1024**2,
+               "g": GIB, "gb": GIB, "gib": GIB, "t": 1024**4, "tb": 1024**4, "tib": 1024**4}
+
+
+def parse_bytes(text: str) -> int:
+    """Parse a memory size: ``"141g"``, ``"141GiB"``, ``"512m"``, ``"1.5t"`` or plain bytes (binary units:
+    g = 1024^3 bytes).
+
+    Raises:
+        LctxError: not a positive number with an optional unit.
+    """
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(text))
+    unit = m.group(2).lower() if m else ""
+    if not m or unit not in _SIZE_UNITS or float(m.group(1)) <= 0:
+        raise LctxError(f"memory size {text!r} is not a positive size; write e.g. 141g, 80GiB or 512m")
+    return int(float(m.group(1)) * _SIZE_UNITS[unit])
+
+
+def gib(n: float) -> str:
+    """Bytes as a short GiB string, e.g. ``"1.50 GiB"``."""
+    return f"{n / GIB:.2f} GiB"
+
+
+@dataclass
+class MemoryItem:
+    """One line of the memory model: a component, its bytes and the formula that gave them."""
+
+    name: str
+    bytes: int
+    formula: str
+
+
+@dataclass
+class MemoryPlan:
+    """The expected peak memory (bytes) of a chunked prefill of ``length`` tokens, as a list of items.
+
+    ``attn_path``: which attention working set was counted (``fused``, ``sdpa``, ``reference``,
+    ``blockwise``, ``fixed-state``); ``notes``: caveats found while planning.
+    """
+
+    model: str
+    length: int
+    chunk_size: int
+    dtype: str
+    impl: str
+    attn_path: str
+    items: list[MemoryItem] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        """Sum of the items in bytes."""
+        return int(sum(i.bytes for i in self.items))
+
+    def get(self, name: str) -> int:
+        """Bytes of the item called ``name`` (0 when absent)."""
+        return int(sum(i.bytes for i in self.items if i.name == name))
+
+    def largest(self) -> MemoryItem:
+        """The item with the most bytes."""
+        return max(self.items, key=lambda i: i.bytes)
+
+    def table(self):
+        """The breakdown as a pandas DataFrame: component, bytes, GiB, formula (plus a total row)."""
+        import pandas as pd
+
+        rows = [{"component": i.name, "bytes": i.bytes, "GiB": i.bytes / GIB, "formula": i.formula}
+                for i in self.items]
+        rows.append({"component": "total", "bytes": self.total, "GiB": self.total / GIB, "formula": ""})
+        return pd.DataFrame(rows)
+
+
+@dataclass
+class ModelShape:
+    """The sizes the memory model needs, read from a config (lctx or Hugging Face).
+
+    layers, heads, kv_heads, head_dim, hidden (d), intermediate (I), vocab: counts; n_params: parameters
+    (tied weights once); lctx: whether it is a native lctx model (then ``variant`` names its attention).
+    """
+
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    hidden: int
+    intermediate: int
+    vocab: int
+    n_params: int
+    lctx: bool
+    variant: str
+    attn_impl: str
+
+
+def load_config(path: str):
+    """The config of a checkpoint directory (lctx or Hugging Face), without loading weights.
+
+    Raises:
+        LctxError: not a directory, no config.json, or an unreadable config.
+    """
+    import lctx.models  # noqa: F401  (registers model_type "lctx")
+    from transformers import AutoConfig
+
+    p = Path(path)
+    if not p.is_dir() or not (p / "config.json").is_file():
+        raise LctxError(f"--model {path!r} is not a checkpoint directory with a config.json; pass a folder "
+                        "written by `lctx train` or save_pretrained")
+    try:
+        return AutoConfig.from_pretrained(p)
+    except Exception as e:  # noqa: BLE001 - any parse failure is a bad checkpoint
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise LctxError(f"checkpoint {path!r} has an unreadable config.json ({first}); re-save it with "
+                        "save_pretrained") from None
+
+
+def count_parameters(config) -> int:
+    """Parameters of the causal LM a config describes, counted on the meta device (no memory, no weights
+    read); shared (tied) tensors count once. Falls back to 12 L d^2 + V d (the usual decoder estimate)
+    when the architecture cannot be built."""
+    from transformers import AutoModelForCausalLM
+
+    try:
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config)
+        seen = {}
+        for t in model.parameters():  # buffers (e.g. rotary inv_freq) are a few floats: not counted
+            seen[id(t)] = t.numel()
+        return int(sum(seen.values()))
+    except Exception:  # noqa: BLE001 - unknown architecture: the textbook estimate
+        d = int(getattr(config, "hidden_size", 0) or 0)
+        return int(12 * int(getattr(config, "num_hidden_layers", 0) or 0) * d * d
+                   + int(getattr(config, "vocab_size", 0) or 0) * d)
+
+
+def model_shape(config) -> ModelShape:
+    """Read layer/head/width/vocab sizes from an lctx or Hugging Face config (``num_key_value_heads``
+    defaults to ``num_attention_heads``, ``head_dim`` to hidden / heads, ``intermediate_size`` to 4 d).
+
+    Raises:
+        LctxError: the config lacks hidden_size, num_hidden_layers or num_attention_heads.
+    """
+    get = lambda *names, default=None: next((getattr(config, n) for n in names  # noqa: E731
+                                             if getattr(config, n, None) is not None), default)
+    d = get("hidden_size", "n_embd", "d_model")
+    L = get("num_hidden_layers", "n_layer", "num_layers")
+    H = get("num_attention_heads", "n_head", "num_heads")
+    if not (d and L and H):
+        raise LctxError(f"config of model_type {getattr(config, 'model_type', '?')!r} lacks hidden_size, "
+                        "num_hidden_layers or num_attention_heads; lctx plan needs a decoder config")
+    is_lctx = getattr(config, "model_type", "") == "lctx"
+    return ModelShape(layers=int(L), heads=int(H), kv_heads=int(get("num_key_value_heads", default=H)),
+                      head_dim=int(get("head_dim", default=d // H)), hidden=int(d),
+                      intermediate=int(get("intermediate_size", "n_inner", default=4 * d)),
+                      vocab=int(get("vocab_size", default=0)), n_params=count_parameters(config),
+                      lctx=is_lctx, variant=str(getattr(config, "variant", getattr(config, "model_type", "?"))),
+                      attn_impl=str(getattr(config, "attn_impl", "sdpa")))
+
+
+def _nbytes(obj) -> int:
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(_nbytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(_nbytes(v) for v in obj)
+    return 0
+
+
+def cache_bytes(cache, layer_idx: int = 0) -> int:
+    """Bytes one layer keeps on a transformers KV cache: its keys and values plus the lctx per-layer state
+    (``cache.lctx_states[layer_idx]``, fixed-state mixers and PaTH)."""
+    n = 0
+    layers = getattr(cache, "layers", None) or []
+    if layer_idx < len(layers):
+        n += _nbytes(getattr(layers[layer_idx], "keys", None)) + _nbytes(getattr(layers[layer_idx], "values", None))
+    n += _nbytes((getattr(cache, "lctx_states", None) or {}).get(layer_idx))
+    return n
+
+
+@dataclass
+class LayerProbe:
+    """What one lctx attention layer did on a small forward (see :func:`probe_layer`).
+
+    per_token / fixed: cache bytes of the layer per token and independent of tokens; mask_asked: it read
+    the Tq x Tk pattern (``ctx.mask()``); float_mask: it built the sdpa float mask (``ctx.memo``);
+    used_attend: it went through :meth:`AttentionVariant.attend` (dense softmax); has_bias: its
+    ``score_bias`` is not ``None``; fused_ok: it goes through ``attend`` and its ``prior_spec`` (the
+    fused kernel's description of its prior) is not ``None``, so ``attn_impl="fast"`` runs the fused kernel.
+    """
+
+    per_token: int
+    fixed: int
+    mask_asked: bool
+    float_mask: bool
+    used_attend: bool
+    has_bias: bool
+    fused_ok: bool
+
+
+def probe_layer(config, dtype: torch.dtype, t1: int = 16, t2: int = 48) -> LayerProbe:
+    """Run one layer of an lctx config's variant on CPU twice into a ``DynamicCache`` (t1 tokens, then
+    t2 - t1 more) with random q, k, v, x in ``dtype`` and read what it kept and which path it took.
+    Layer 0 of a 1-layer copy of the config is used (same heads, head dim and options); cost: a few ms.
+    The probe runs ``attn_impl="reference"`` when the config asks for it and ``"sdpa"`` otherwise (a
+    ``"fast"`` probe would compile kernels); whether the fused kernel takes over is read from the
+    variant's ``prior_spec`` instead.
+    """
+    from transformers.cache_utils import DynamicCache
+
+    from lctx.models.model import positions_and_mask
+    from lctx.models.variants import AttentionVariant, AttnContext, get_variant
+
+    cls = get_variant(config.variant)
+    impl = "reference" if getattr(config, "attn_impl", "sdpa") == "reference" else "sdpa"
+    cfg = config.__class__.from_dict({**config.to_dict(), "num_hidden_layers": 1, "attn_impl": impl})
+    mod = cls(cfg, 0).eval()
+    shared = cls.shared_module(cfg)
+    if shared is not None:
+        shared = shared.to(dtype)
+    mod = mod.to(dtype)
+    used = {"attend": False}
+    orig_attend = mod.attend
+
+    def attend(*a, **kw):
+        used["attend"] = True
+        return orig_attend(*a, **kw)
+
+    mod.attend = attend
+    H, D, d = cfg.num_attention_heads, cfg.head_dim, cfg.hidden_size
+    g = torch.Generator().manual_seed(0)
+    cache, sizes, mask_asked, float_mask = DynamicCache(), [], False, False
+    with torch.inference_mode():
+        for past, T in ((0, t1), (t1, t2 - t1)):
+            q, k, v = (torch.randn(1, H, T, D, generator=g).to(dtype) for _ in range(3))
+            x = torch.randn(1, T, d, generator=g).to(dtype)
+            q_pos, k_pos, allowed_fn = positions_and_mask(None, 1, T, past, "cpu", lazy=True)
+            ctx = AttnContext(q_pos=q_pos, k_pos=k_pos, allowed_fn=allowed_fn, cache=cache, shared=shared,
+                              key_valid=torch.ones(1, past + T, dtype=torch.bool), padded=False, past=past)
+            mod(q, k, v, ctx, x)
+            cache.lctx_length = past + T
+            mask_asked |= ctx.allowed is not None
+            float_mask |= any(isinstance(key, tuple) and key and key[0] == "mask" for key in ctx.memo)
+            sizes.append(cache_bytes(cache, 0))
+        has_bias = (type(mod).score_bias is not AttentionVariant.score_bias
+                    and mod.score_bias(ctx.q_pos, ctx.k_pos, ctx) is not None)
+        try:
+            spec = mod.prior_spec(ctx) if hasattr(mod, "prior_spec") else None
+        except Exception:  # noqa: BLE001 - no usable spec: no fused kernel
+            spec = None
+    per_token = (sizes[1] - sizes[0]) // (t2 - t1)
+    return LayerProbe(per_token=int(per_token), fixed=int(sizes[0] - per_token * t1), mask_asked=mask_asked,
+                      float_mask=float_mask, used_attend=used["attend"], has_bias=has_bias,
+                      fused_ok=used["attend"] and spec is not None)
+
+
+def _dtype(dtype) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    from .lm import resolve_dtype
+
+    return resolve_dtype(str(dtype))
+
+
+def plan_memory(config, length: int, chunk_size: int = 2048, dtype="float32", impl: str | None = None,
+                batch: int = 1, kept_logits: int = 1, name: str | None = None) -> MemoryPlan:
+    """The memory model (module docstring) for a chunked prefill of ``length`` tokens.
+
+    config: an lctx ``LctxConfig`` or a Hugging Face config; length: tokens (T); chunk_size: prefill chunk
+    (tokens); dtype: weights/activations dtype (name or torch dtype); impl: ``attn_impl`` to plan for
+    (default: the config's); batch: rows (B); kept_logits: positions whose logits are kept (1 for
+    generation; the window for ppl). Returns a :class:`MemoryPlan` (bytes).
+
+    Raises:
+        LctxError: non-positive length / chunk / batch, an unknown dtype or impl, or a config lctx cannot
+            read.
+    """
+    if length < 1 or chunk_size < 1 or batch < 1 or kept_logits < 0:
+        raise LctxError(f"length ({length}), chunk size ({chunk_size}) and batch ({batch}) must be positive; "
+                        "pass e.g. --length 512k --chunk-size 2048")
+    dt = _dtype(dtype)
+    b = torch.tensor([], dtype=dt).element_size()
+    s = model_shape(config)
+    impl = impl or s.attn_impl
+    if impl not in ("fast", "sdpa", "reference"):
+        raise LctxError(f"unknown attention implementation {impl!r}; use fast, sdpa or reference")
+    B, T, c = batch, length, min(chunk_size, length)
+    L, H, D, d, I, V = s.layers, s.heads, s.head_dim, s.hidden, s.intermediate, s.vocab
+    plan = MemoryPlan(model=name or s.variant, length=T, chunk_size=chunk_size, dtype=str(dt).replace("torch.", ""),
+                      impl=impl, attn_path="sdpa")
+    add = lambda n, v, f: plan.items.append(MemoryItem(n, int(v), f))  # noqa: E731
+    add("weights", s.n_params * b, f"{s.n_params:,} parameters x {b} B")
+    kv_formula = 2 * s.kv_heads * D * b  # per token per layer
+    if s.lctx:
+        cfg = config.__class__.from_dict({**config.to_dict(), "attn_impl": impl})
+        try:
+            pr = probe_layer(cfg, dt)
+        except Exception as e:  # noqa: BLE001 - a variant that cannot run on CPU: fall back to the formula
+            plan.notes.append(f"probe forward failed ({type(e).__name__}: {str(e)[:120]}); softmax formula used")
+            pr = LayerProbe(kv_formula, 0, True, impl != "reference", True, False, False)
+    else:
+        pr = LayerProbe(kv_formula, 0, True, True, True, False, False)
+    if pr.per_token == kv_formula and pr.fixed == 0:
+        kv_text = f"{T:,} tokens x 2 (K,V) x {L} layers x {s.kv_heads} kv heads x {D} head dim x {b} B"
+    else:
+        kv_text = (f"{T:,} tokens x {pr.per_token} B + {pr.fixed} B fixed, per layer x {L} layers "
+                   "(measured from the variant's cache)")
+    per_layer_cache = B * (pr.per_token * T + pr.fixed)
+    add("KV cache / state", L * per_layer_cache, kv_text)
+    add("KV cache growth", per_layer_cache if pr.per_token else 0,
+        "one layer's cache copied once (DynamicCache torch.cat)")
+    add("positions", B * T * 17, "B x T x (8 + 8 + 1) B: k_pos, cumsum, key_valid")
+    add("activations", B * c * (8 * d + 4 * I) * b + B * c * d * 8,
+        f"chunk {c} x (8 x {d} + 4 x {I}) x {b} B + chunk x d x 8 (RMSNorm fp32)")
+    if impl == "fast" and pr.fused_ok:
+        plan.attn_path = "fused"
+        add("attention working set", B * H * c * D * 16, "fused kernel: B x H x chunk x D x 16; no chunk x T buffer")
+    elif not pr.mask_asked:
+        plan.attn_path = "fixed-state"
+        add("attention working set", B * H * c * D * 32, "fixed-state chunked scan: B x H x chunk x D x 32 (upper estimate)")
+    elif pr.used_attend and (impl == "reference" and not pr.float_mask):
+        plan.attn_path = "reference"
+        add("attention pattern (bool)", 2 * B * c * T, f"2 x B x chunk x T = 2 x {c} x {T:,} x 1 B (pattern, negation)")
+        add("attention scores (fp32)", 3 * B * H * c * T * 4 + (B * H * c * T * 4 if pr.has_bias else 0),
+            "3 x B x H x chunk x T x 4 (scores, masked, probs)" + (" + bias x 4" if pr.has_bias else ""))
+    elif pr.used_attend:
+        plan.attn_path = "sdpa"
+        add("attention pattern (bool)", 2 * B * c * T, f"2 x B x chunk x T = 2 x {c} x {T:,} x 1 B (pattern, negation)")
+        add("sdpa float mask", 2 * B * c * T * b + (B * H * c * T * (4 + b) if pr.has_bias else 0),
+            f"2 x B x chunk x T x {b} B (zeros + masked_fill copy)"
+            + (f" + bias B x H x chunk x T x (4 + {b}) B" if pr.has_bias else ""))
+        if impl == "fast":
+            plan.notes.append(f"attn_impl fast: {s.variant!r} has no prior_spec for the fused kernel, so the "
+                              "sdpa fallback (chunk x T float mask) is counted")
+    else:
+        plan.attn_path = "blockwise"
+        add("attention pattern (bool)", B * c * T, f"B x chunk x T = {c} x {T:,} x 1 B")
+        add("attention blocks (fp32)", B * H * 128 * T * 16, "B x H x 128 queries x T x 16 B (blockwise reference)")
+    logit_b = kept_logits * V * (4 + (16 if kept_logits > 1 else 0)) * B
+    add("logits", logit_b, f"{kept_logits} kept positions x {V} vocab x " + ("20 B (fp32 + float64 scoring)"
+                                                                             if kept_logits > 1 else "4 B"))
+    if not s.lctx:
+        plan.notes.append("Hugging Face config: softmax KV formula and an sdpa float causal mask assumed")
+    return plan
+
+
+def device_memory(device, override: int | None = None) -> tuple[int, str]:
+    """(bytes, source) the device can hold: ``override`` when given; CUDA: the GPU's total memory
+    (``torch.cuda.get_device_properties``); CPU: ``MemAvailable`` from ``/proc/meminfo`` (or total
+    physical memory from ``os.sysconf`` where there is no /proc).
+
+    Raises:
+        LctxError: a CUDA device on a machine without one.
+    """
+    if override is not None:
+        return int(override), "--device-memory"
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise LctxError(f"device {str(device)!r} has no CUDA GPU here; plan with --device cpu, or pass "
+                            "--device-memory 141g to plan for a GPU you do not have")
+        return int(torch.cuda.get_device_properties(dev).total_memory), f"{torch.cuda.get_device_name(dev)} total memory"
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024, "CPU MemAvailable (/proc/meminfo)"
+    except OSError:
+        pass
+    import os
+
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")), "CPU physical memory"
+
+
+def check_fits(plan: MemoryPlan, available: int, source: str, resident: int = 0, hint: str = "") -> None:
+    """Refuse a plan whose total exceeds ``available + resident`` bytes (``resident``: bytes of the plan
+    that are already allocated and so already missing from ``available``, e.g. loaded weights on CPU).
+
+    Raises:
+        LctxError: one line with the need, the room, the largest part and what to change.
+    """
+    room = available + resident
+    if plan.total <= room:
+        return
+    big = plan.largest()
+    raise LctxError(f"a {plan.length:,}-token prefill of {plan.model} needs about {gib(plan.total)} but the device "
+                    f"has {gib(room)} ({source}); largest part: {big.name} {gib(big.bytes)}. Use shorter lengths, "
+                    f"a smaller --chunk-size, --dtype bfloat16{', --attn-impl fast' if plan.attn_path in ('sdpa', 'reference') else ''} "
+                    f"or a bigger device{hint}")
+
+
+def check_run_fits(lms: list, length: int, kept_logits: int = 1, available: int | None = None) -> list[MemoryPlan]:
+    """Before a sweep: plan the longest prefill of every loaded :class:`lctx.harness.lm.LM` and refuse the
+    run when one model's prefill plus the weights of all loaded models exceed their device's memory.
+    On CPU the loaded weights are already out of ``MemAvailable``, so they are added back to the room.
+
+    Raises:
+        LctxError: a run that cannot fit (see :func:`check_fits`).
+    """
+    plans = []
+    for lm in lms:
+        cfg = lm.model.config
+        plan = plan_memory(cfg, length, chunk_size=lm.chunk_size, dtype=lm.dtype,
+                           impl=getattr(cfg, "attn_impl", None) if getattr(cfg, "model_type", "") == "lctx" else None,
+                           kept_logits=kept_logits, name=lm.name)
+        plans.append(plan)
+    by_dev: dict[str, list] = {}
+    for lm, plan in zip(lms, plans):
+        by_dev.setdefault(str(lm.device), []).append((lm, plan))
+    for dev, pairs in by_dev.items():
+        weights = sum(p.get("weights") for _, p in pairs)
+        room, source = device_memory(dev, available)
+        resident = weights if torch.device(dev).type == "cpu" and available is None else 0
+        for lm, plan in pairs:
+            others = weights - plan.get("weights")
+            if others:
+                plan.items.append(MemoryItem("other models' weights", others, "loaded at the same time"))
+            check_fits(plan, room, source, resident,
+                       hint=f"; `lctx plan --model {lm.path} --length {length}` shows the breakdown, "
+                            "--no-memory-check skips this check")
+    return plans

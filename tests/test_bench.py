@@ -1,0 +1,132 @@
+"""lctx bench: exponent fit, one small sweep (two variants, 64/128 tokens), skips, memory method, CLI errors.
+
+No timed assertions: times are only checked to be measured (finite, positive)."""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import pandas as pd
+import pytest
+import torch
+
+from lctx.cli import main
+from lctx.harness.bench import (BenchCase, PeakMemory, estimate_bytes, fit_exponent, measure_isolated, run_bench,
+                                write_bench)
+
+
+def run_cli(args, capsys):
+    code = main(list(args))
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err
+
+
+def assert_one_line_error(code, err, *needles):
+    assert code == 2
+    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error: ") and "Traceback" not in err
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+
+
+def test_fit_exponent_on_synthetic_power_laws():
+    lengths = [1024, 4096, 16384, 65536]
+    # y = c * T^p exactly: the log-log least-squares slope is p (hand: log y = log c + p log T)
+    assert fit_exponent(lengths, [3e-6 * t**1.5 for t in lengths]) == pytest.approx(1.5, abs=1e-9)
+    assert fit_exponent(lengths, [7.0 * t**2 for t in lengths]) == pytest.approx(2.0, abs=1e-9)
+    # two points: slope = log(y2 / y1) / log(x2 / x1) = log(4) / log(8) (hand)
+    assert fit_exponent([1000, 8000], [2.0, 8.0]) == pytest.approx(math.log(4) / math.log(8), abs=1e-9)
+    # NaN / non-positive points are ignored: what is left is 1024 -> 1.0 and 65536 -> 8.0, slope log 8 / log 64
+    assert fit_exponent(lengths, [1.0, float("nan"), 0.0, 8.0]) == pytest.approx(0.5, abs=1e-9)
+    assert math.isnan(fit_exponent([1024], [1.0]))
+    assert math.isnan(fit_exponent([1024, 2048], [float("nan"), 1.0]))
+
+
+def test_small_sweep_two_variants(tmp_path):
+    # alibi: a bias variant (sdpa float mask + bias); interdomain: a fixed-state mixer that reads x
+    table, exps = run_bench(["alibi", "interdomain"], ["sdpa"], [64, 128], heads=2, head_dim=16, repeats=1,
+                            warmup=0, isolate=False)
+    assert set(map(tuple, table[["variant", "impl"]].drop_duplicates().values)) == {
+        ("sdpa_causal", "baseline"), ("sdpa_bias", "baseline"), ("alibi", "sdpa"), ("interdomain", "sdpa")}
+    assert (table["status"] == "ok").all(), table["status"].tolist()
+    assert len(table) == 4 * 2
+    assert (table["time_s"] > 0).all() and table["peak_bytes"].notna().all()
+    var = table[~table["variant"].isin(["sdpa_causal", "sdpa_bias"])]
+    assert var["ratio_sdpa"].notna().all()
+    alibi, inter = table[table["variant"] == "alibi"], table[table["variant"] == "interdomain"]
+    assert alibi["has_bias"].all() and alibi["ratio_sdpa_bias"].notna().all()
+    assert not inter["has_bias"].any() and inter["ratio_sdpa_bias"].isna().all()
+    # the ratio is this row's time over the baseline's at the same length
+    base = table[(table["variant"] == "sdpa_causal") & (table["length"] == 128)]["time_s"].iloc[0]
+    row = alibi[alibi["length"] == 128].iloc[0]
+    assert row["ratio_sdpa"] == pytest.approx(row["time_s"] / base)
+    assert set(zip(exps["variant"], exps["impl"])) >= {("alibi", "sdpa"), ("interdomain", "sdpa")}
+    assert (exps["n_lengths"] == 2).all() and exps["time_exponent"].notna().all()
+    paths = write_bench(table, exps, tmp_path / "out")
+    names = {p.name for p in paths}
+    assert names == {"bench.parquet", "bench.csv", "exponents.csv", "bench.png"}
+    back = pd.read_parquet(tmp_path / "out" / "bench.parquet")
+    assert len(back) == len(table) and list(back["status"]) == list(table["status"])
+
+
+def test_dense_reference_at_64k_is_skipped_not_run():
+    # hand: the reference path holds 3 float32 T x T score tensors: 3 * 65536^2 * 4 B = 48 GiB for one head
+    case = BenchCase("rope", "reference", 65536, heads=1, head_dim=64)
+    est = estimate_bytes(case, {"mask_asked": True, "float_mask": False, "has_bias": False})
+    assert est >= 3 * 65536**2 * 4
+    table, exps = run_bench(["rope"], ["reference"], [65536], heads=1, head_dim=64, repeats=1, warmup=0,
+                            isolate=False, mem_limit=8 * 2**30, baselines=False)
+    assert len(table) == 1 and table["status"].iloc[0].startswith("skipped: needs ~")
+    assert math.isnan(table["time_s"].iloc[0]) and exps["n_lengths"].iloc[0] == 0
+
+
+def test_estimate_grows_quadratically_only_for_dense_paths():
+    dense = {"mask_asked": True, "float_mask": True, "has_bias": True}
+    fixed = {"mask_asked": False, "float_mask": False, "has_bias": False}
+    e = lambda T, p: estimate_bytes(BenchCase("x", "sdpa", T, heads=2, head_dim=16), p)  # noqa: E731
+    assert fit_exponent([4096, 65536], [e(4096, dense), e(65536, dense)]) > 1.9
+    assert fit_exponent([4096, 65536], [e(4096, fixed), e(65536, fixed)]) == pytest.approx(1.0, abs=1e-9)
+
+
+def test_peak_memory_sees_a_large_allocation():
+    n = 64 * 2**20  # 64 MiB of float32: above glibc's mmap threshold, so it is fresh resident memory
+    with PeakMemory("cpu") as pm:
+        x = torch.ones(n // 4)
+        del x
+    if "clear_refs" not in pm.method:
+        pytest.skip(f"no /proc/self/clear_refs here ({pm.method})")
+    assert pm.peak >= 0.95 * n
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="VmHWM / clear_refs are Linux")
+def test_isolated_measurement_runs_in_a_fresh_process():
+    res = measure_isolated(BenchCase("alibi", "sdpa", 256, heads=2, head_dim=16, repeats=1, warmup=0))
+    assert res["status"] == "ok", res
+    assert "VmHWM" in res["mem_method"]
+    # the sdpa path of alibi holds at least the [1, 2, 256, 256] float32 bias
+    assert res["peak_bytes"] >= 2 * 256 * 256 * 4
+
+
+@pytest.mark.parametrize("args,needles", [
+    (["--variants", "nosuch"], ["nosuch", "lctx list variants"]),
+    (["--impl", "fastest"], ["fastest", "fast, sdpa, reference"]),
+    (["--lengths", "1.5k"], ["1.5k"]),
+    (["--mem-limit", "3x"], ["3x"]),
+    (["--heads", "0"], ["--heads"]),
+    (["--variants", "rope", "--head-dim", "15"], ["rope", "head dim"]),
+])
+def test_cli_bench_errors_are_one_line(capsys, tmp_path, args, needles):
+    code, _, err = run_cli(["bench", "--out", str(tmp_path / "b"), "--lengths", "64", "--in-process", *args], capsys)
+    assert_one_line_error(code, err, *needles)
+
+
+def test_cli_bench_happy_path(capsys, tmp_path):
+    out = tmp_path / "b"
+    code, stdout, _ = run_cli(["bench", "--variants", "nope", "--impl", "sdpa", "--lengths", "64,128", "--heads", "2",
+                               "--head-dim", "16", "--repeats", "1", "--warmup", "0", "--in-process", "--out",
+                               str(out)], capsys)
+    assert code == 0
+    assert (out / "bench.csv").is_file() and (out / "bench.png").is_file()
+    assert "scaling exponents" in stdout

@@ -1,0 +1,173 @@
+"""lctx plan: the memory model against hand computations, fixed-state and HF configs, refusals, CLI."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lctx.cli import DEFAULT_MODEL, main
+from lctx.harness.errors import LctxError
+from lctx.harness.plan import (GIB, check_fits, check_run_fits, count_parameters, load_config, parse_bytes,
+                               plan_memory, probe_layer)
+from lctx.models import LctxConfig
+
+
+def run_cli(args, capsys):
+    code = main(list(args))
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err
+
+
+@pytest.fixture(autouse=True)
+def no_user_data_dir(monkeypatch):
+    monkeypatch.delenv("LCTX_DATA_DIR", raising=False)
+
+
+def tiny_rope(**kw):
+    # the bundled pydoc-tiny-rope shape: d = 64, 4 heads (head dim 16), 2 layers, vocab 1024
+    return LctxConfig(**{"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 1024,
+                         "variant": "rope", "attn_impl": "sdpa", **kw})
+
+
+def test_parse_bytes():
+    assert parse_bytes("141g") == 141 * 2**30
+    assert parse_bytes("512MiB") == 512 * 2**20
+    assert parse_bytes("1.5t") == int(1.5 * 2**40)
+    assert parse_bytes("4096") == 4096
+    for bad in ("3x", "-1g", "g", "0"):
+        with pytest.raises(LctxError):
+            parse_bytes(bad)
+
+
+def test_plan_matches_hand_computation():
+    p = plan_memory(tiny_rope(), 8192, chunk_size=1024, dtype="float32")
+    items = {i.name: i.bytes for i in p.items}
+    # hand: parameters = embed 1024*64 (lm_head tied) = 65,536 + per layer (4*64*64 attention + 3*64*192 SwiGLU,
+    # I = 32 * ceil((8*64//3) / 32) = 192, + 2*64 norms) = 53,376, x 2 layers, + 64 final norm = 172,352
+    assert count_parameters(tiny_rope()) == 172_352
+    assert items["weights"] == 172_352 * 4
+    # hand: KV per token = 2 (K, V) x 2 layers x 4 heads x 16 dims x 4 B = 1,024 B; x 8,192 tokens = 8 MiB
+    assert items["KV cache / state"] == 8192 * 1024
+    assert items["KV cache growth"] == 8192 * 1024 // 2  # one of the two layers
+    # hand: sdpa at chunk 1024: bool pattern + negation 2 x 1024 x 8192 = 16 MiB; float mask 2 x 1024 x 8192 x 4 = 64 MiB
+    assert items["attention pattern (bool)"] == 16 * 2**20
+    assert items["sdpa float mask"] == 64 * 2**20
+    # hand: activations 1024 x (8 x 64 + 4 x 192) x 4 + 1024 x 64 x 8 = 5,242,880 + 524,288
+    assert items["activations"] == 5_767_168
+    assert items["logits"] == 1024 * 4  # one kept position x vocab x float32
+    assert p.total == sum(items.values())
+    assert p.attn_path == "sdpa"
+
+
+def test_bfloat16_halves_the_kv_cache_and_reference_counts_scores():
+    f32 = plan_memory(tiny_rope(), 4096, chunk_size=512, dtype="float32")
+    b16 = plan_memory(tiny_rope(), 4096, chunk_size=512, dtype="bfloat16")
+    assert b16.get("KV cache / state") * 2 == f32.get("KV cache / state")
+    ref = plan_memory(tiny_rope(), 4096, chunk_size=512, impl="reference")
+    # hand: 3 float32 score tensors of 4 heads x 512 queries x 4096 keys = 3 x 4 x 512 x 4096 x 4 B = 96 MiB
+    assert ref.get("attention scores (fp32)") == 96 * 2**20 and ref.attn_path == "reference"
+
+
+def test_probe_kv_per_token_equals_formula_for_softmax_variants():
+    for v in ("rope", "alibi", "nope"):
+        pr = probe_layer(tiny_rope(variant=v), torch.float32)
+        assert pr.per_token == 2 * 4 * 16 * 4 and pr.fixed == 0, v  # 2 x heads x head dim x 4 B, per layer
+        assert pr.used_attend and pr.mask_asked and pr.float_mask
+    assert probe_layer(tiny_rope(variant="alibi"), torch.float32).has_bias
+    assert not probe_layer(tiny_rope(variant="rope"), torch.float32).has_bias
+
+
+def test_fixed_state_variant_memory_does_not_grow_with_kv():
+    short = plan_memory(tiny_rope(variant="interdomain"), 1024, chunk_size=256)
+    long = plan_memory(tiny_rope(variant="interdomain"), 65536, chunk_size=256)
+    assert short.attn_path == long.attn_path == "fixed-state"
+    assert short.get("KV cache / state") == long.get("KV cache / state") > 0  # the S4D state, no per-token keys
+    assert long.get("KV cache growth") == 0
+    # everything but the O(T) positions is independent of T
+    assert long.total - long.get("positions") == short.total - short.get("positions")
+
+
+def test_fast_impl_counts_no_chunk_by_length_buffer():
+    from lctx.models.variants import AttentionVariant
+
+    if not hasattr(AttentionVariant, "prior_spec"):
+        pytest.skip("this tree has no fused-kernel prior_spec yet")
+    p = plan_memory(tiny_rope(), 65536, chunk_size=1024, impl="fast")
+    assert p.attn_path == "fused"
+    assert p.get("sdpa float mask") == 0 and p.get("attention pattern (bool)") == 0
+    # hand: B x H x chunk x D x 16 = 4 x 1024 x 16 x 16 B = 1 MiB
+    assert p.get("attention working set") == 2**20
+
+
+def test_hf_config_uses_num_key_value_heads():
+    from transformers import LlamaConfig
+
+    cfg = LlamaConfig(hidden_size=256, num_attention_heads=8, num_key_value_heads=2, num_hidden_layers=3,
+                      intermediate_size=512, vocab_size=1000)
+    p = plan_memory(cfg, 4096, chunk_size=1024, dtype="bfloat16")
+    # hand: 2 x 3 layers x 2 kv heads x 32 head dim x 2 B = 768 B per token; x 4096 tokens
+    assert p.get("KV cache / state") == 4096 * 768
+    # hand: embed 1000 x 256 and an untied lm_head 256 x 1000 (256,000 each); per layer q/o 256 x 256, k/v 256 x 64,
+    # MLP 3 x 256 x 512, two norms 256: 557,568; x 3 layers, + final norm 256 = 2,184,960
+    assert p.get("weights") == 2_184_960 * 2
+    assert any("Hugging Face" in n for n in p.notes)
+
+
+def test_ppl_kept_logits_are_counted():
+    p = plan_memory(tiny_rope(), 4096, kept_logits=4096)
+    # hand: 4096 positions x 1024 vocab x (4 B kept + 8 B float64 copy + 8 B log_softmax)
+    assert p.get("logits") == 4096 * 1024 * 20
+
+
+def test_refusal_names_the_largest_part():
+    p = plan_memory(tiny_rope(), 65536, chunk_size=2048)
+    check_fits(p, p.total, "test")  # exactly enough: no error
+    with pytest.raises(LctxError, match=r"needs about .* largest part: sdpa float mask"):
+        check_fits(p, p.total - 1, "test")
+
+
+def test_check_run_fits_with_a_loaded_model():
+    from lctx.harness.lm import load_lm
+
+    lm = load_lm(str(DEFAULT_MODEL), device="cpu")
+    plans = check_run_fits([lm], 2048, available=64 * GIB)
+    assert plans[0].length == 2048 and plans[0].get("weights") == 172_352 * 4
+    with pytest.raises(LctxError, match="needs about"):
+        check_run_fits([lm], 2048, available=1024)
+
+
+def test_cli_plan_fits_and_refuses(capsys):
+    code, out, err = run_cli(["plan", "--length", "4k", "--device", "cpu", "--device-memory", "64g"], capsys)
+    assert code == 0, err
+    assert "KV cache" in out and "fits:" in out
+    code, out, err = run_cli(["plan", "--length", "512k", "--device-memory", "1m"], capsys)
+    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: ") and "needs about" in lines[0]
+    assert "KV cache" in out  # the breakdown is printed before the refusal
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--model", "/no/such/dir"], "not a checkpoint directory"),
+    (["--length", "1.5k"], "1.5k"),
+    (["--length", "1k,2k"], "pass one"),
+    (["--device-memory", "lots"], "lots"),
+    (["--attn-impl", "turbo"], "turbo"),
+])
+def test_cli_plan_errors_are_one_line(capsys, args, needle):
+    code, _, err = run_cli(["plan", "--device", "cpu", *args], capsys)
+    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], err
+
+
+def test_run_refuses_a_prefill_that_cannot_fit(capsys, tmp_path):
+    # hand: 1024m tokens x 1,024 B of KV per token (bundled model, float32) = 1 TiB, more than any CI machine
+    code, _, err = run_cli(["run", "--tasks", "passkey", "--lengths", "1024m", "--samples", "1", "--device", "cpu",
+                            "--no-progress", "--out", str(tmp_path / "r")], capsys)
+    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+    assert code == 2 and len(lines) == 1 and "needs about" in lines[0] and "lctx plan" in lines[0], err
+    assert not (tmp_path / "r" / "records.jsonl").exists()
+
+
+def test_load_config_reads_the_bundled_checkpoint():
+    cfg = load_config(str(DEFAULT_MODEL))
+    assert cfg.model_type == "lctx" and cfg.num_hidden_layers == 2
