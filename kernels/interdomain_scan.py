@@ -328,7 +328,7 @@ def interdomain_scan_triton(fq: torch.Tensor, kt: torch.Tensor, vt: torch.Tensor
     chunk L (a power of two >= 16; default 32 for D <= 64, else 16); ``block_n``: modes per program
     (rounded up to a power of two; default 1 on CUDA, all N interpreted; more than one program per head
     sums the outputs with atomics); ``num_warps`` (default 8; by ptxas for sm_90, one mode per program
-    with 8 warps fits the registers without spilling at L = 32, D = 64 (179 registers), and about at
+    with 8 warps fits the registers without spilling at L = 32, D = 64, and with 8 bytes of spill at
     L = 16, D = 128); ``precision``: ``tl.dot`` input
     precision (default ``"tf32x3"`` on CUDA, ``"ieee"`` interpreted).
     Returns (o [B, H, T, D] float32, new state as ``state``). Forward only: no autograd graph.
@@ -450,7 +450,7 @@ def s4d_scan_triton(u: torch.Tensor, dt_a: torch.Tensor, bbar: torch.Tensor, c: 
     [B, H, D, N] complex64 (not modified). ``chunk``: tokens per chunk (a power of two; default 32);
     ``block_d``: channels per program (a power of two; default on CUDA min(8, 128 / N rounded up to a
     power of two): with L = 32 the [L, L, block_d] Toeplitz block and the [L, block_d, N] tables then fit
-    the registers of sm_90 with 8 warps without spilling (by ptxas: 239 registers at N = 16, 243 at
+    the registers of sm_90 with 8 warps without spilling (by ptxas: 238 registers at N = 16, 243 at
     N = 32); interpreted: all D); ``num_warps`` (default 8). Returns (y [B, H, T, D] float32, new state
     [B, H, D, N] complex64). Forward only.
 
