@@ -1,0 +1,683 @@
+"""RULER needle-in-a-haystack: the eight NIAH tasks of RULER (Hsieh et al. 2024, "RULER: What's the Real
+Context Size of Your Long-Context Language Models?", section 3.1; reference code NVIDIA/RULER,
+``scripts/data/synthetic/niah.py``, ``scripts/data/synthetic/constants.py``, ``scripts/synthetic.yaml`` and
+``scripts/eval/synthetic/constants.py``).
+
+What is RULER's (copied verbatim, checked against the reference in ``tests/test_niah.py``):
+
+* the needle "One of the special magic {type_needle_v} for {key} is: {value}." (type always plural);
+* the haystacks: ``noise`` (the block "The grass is green. ... There and back again." repeated, one per
+  line), ``essay`` (the Paul Graham essays, whitespace collapsed, cut to a number of words and repeated
+  when a length needs more) and ``needle`` (distractor needles with random keys and values, one per line);
+* keys: adjective-noun words from the wonderwords lists, 7-digit numbers or uuid4s; values: 7-digit
+  numbers (first digit non-zero) or uuids;
+* the template and answer prefix (base-model template ``{task_template}`` + answer prefix, as
+  ``prepare.py`` joins them), made singular exactly as RULER does when one value is asked for
+  ('Some' -> 'A', 'are all' -> 'is', 'are' -> 'is', 'answers' -> 'answer', type without its "s");
+  several queried keys are joined "a, b, and c";
+* the task configurations of ``synthetic.yaml`` (:data:`RULER_CONFIGS`);
+* scoring: ``string_match_all`` (fraction of expected values found in the prediction) and
+  ``string_match_part`` (1 if any is found), case-insensitive, after RULER's ``postprocess_pred``
+  (strip; control characters -> newline).
+
+What lctx does differently (issue 5):
+
+* depth is a grid axis: the queried needle goes to the allowed boundary (a line of the noise/needle
+  haystacks, a sentence boundary of the essay) whose character offset in the haystack is nearest to
+  ``depth`` x haystack length; the other needles of multi-needle tasks are spread at
+  ``(depth + i/N) mod 1``, i = 1..N-1. RULER draws random depths instead. The actual depth (fraction of the
+  prompt tokens before the queried needle) and the token count are recorded per sample;
+* exact budgeting: the haystack size (units: noise blocks, distractor needles, essay words) is the
+  largest n with ``len([BOS] + prompt(n)) + max_new_tokens <= length``, so the total is within one
+  haystack unit of the length (RULER steps by 5..500 units);
+* the default generation budget is the tokens of the expected answer + 8 (RULER reserves 128 for chat
+  models; set ``max_new_tokens=128`` to match it);
+* generation is seeded per (task, seed, length, depth, sample) and cached to disk (see :class:`RulerNIAH`);
+* essay sentences are split by a punctuation + capital-letter rule (:func:`sentence_start_words`; RULER uses
+  ``nltk.sent_tokenize``, whose Punkt model is a download); the essay always starts at its first word, as
+  in RULER;
+* word keys are an adjective and a noun drawn independently (uniform over the pairs; RULER draws from the
+  sorted set of all pairs, which is the same distribution up to a handful of duplicate strings);
+* matching has a named ``match`` mode: ``substring`` (RULER), ``digits`` (the value must not touch another
+  digit, so 1234567 does not match inside 91234567) or ``word`` (no letter/digit/underscore on either side);
+* a teacher-forced score so that tiny models show a signal: each expected value, as " value", is scored
+  right after the prompt (which ends with the answer prefix): ``tf_top1`` (fraction of its tokens the model
+  ranks first), ``tf_mrr`` (mean reciprocal rank of those tokens), ``tf_logprob`` (mean log-probability
+  per token, nats) and ``tf_gain`` (``tf_logprob`` minus the same score of a control value of the same
+  type that is nowhere in the prompt, nats per token: above 0 when the model prefers the value the context
+  holds over an equally formatted one, i.e. retrieval rather than a prior over numbers). Tokens that
+  decode to whitespace only are left out.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import math
+import os
+import random
+import re
+import tempfile
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from lctx.harness.errors import LctxError
+
+from .base import Cell, Sample, Task, register_task
+
+# --- RULER's text, verbatim -----------------------------------------------------------------------
+#: scripts/data/synthetic/constants.py, TASKS["niah"]["template"]
+RULER_TEMPLATE = ("Some special magic {type_needle_v} are hidden within the following text. Make sure to memorize it. "
+                  "I will quiz you about the {type_needle_v} afterwards.\n{context}\n"
+                  "What are all the special magic {type_needle_v} for {query} mentioned in the provided text?")
+#: scripts/data/synthetic/constants.py, TASKS["niah"]["answer_prefix"]
+RULER_ANSWER_PREFIX = " The special magic {type_needle_v} for {query} mentioned in the provided text are"
+#: scripts/data/synthetic/constants.py, TASKS["niah"]["tokens_to_generate"]
+RULER_TOKENS_TO_GENERATE = 128
+#: scripts/data/synthetic/niah.py, ``needle``
+RULER_NEEDLE = "One of the special magic {type_needle_v} for {key} is: {value}."
+#: scripts/data/synthetic/niah.py, the ``noise`` haystack (called ``repeat`` in early versions)
+RULER_NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
+
+ESSAY_FILE = "ruler/PaulGrahamEssays.json"
+NOUN_FILE = "ruler/wonderwords/nounlist.txt"
+ADJ_FILE = "ruler/wonderwords/adjectivelist.txt"
+
+MATCH_MODES = ("substring", "digits", "word")
+METRICS = ("string_match_all", "string_match_part", "tf_top1", "tf_mrr", "tf_logprob", "tf_gain")
+GENERATOR_VERSION = 2  # bump when the prompt construction changes: old cache entries stop matching
+
+
+@dataclass(frozen=True)
+class NIAHConfig:
+    """One RULER NIAH configuration (the ``args`` of a ``synthetic.yaml`` entry).
+
+    type_haystack: ``noise`` | ``essay`` | ``needle``; type_needle_k / type_needle_v: ``words`` |
+    ``numbers`` | ``uuids``; num_needle_k keys (RULER raises it to num_needle_q), num_needle_v values per
+    key, num_needle_q queried keys.
+    """
+
+    type_haystack: str
+    type_needle_k: str
+    type_needle_v: str
+    num_needle_k: int = 1
+    num_needle_v: int = 1
+    num_needle_q: int = 1
+
+
+#: scripts/synthetic.yaml (NVIDIA/RULER): the eight NIAH tasks.
+RULER_CONFIGS: dict[str, NIAHConfig] = {
+    "niah_single_1": NIAHConfig("noise", "words", "numbers"),
+    "niah_single_2": NIAHConfig("essay", "words", "numbers"),
+    "niah_single_3": NIAHConfig("essay", "words", "uuids"),
+    "niah_multikey_1": NIAHConfig("essay", "words", "numbers", num_needle_k=4),
+    "niah_multikey_2": NIAHConfig("needle", "words", "numbers"),
+    "niah_multikey_3": NIAHConfig("needle", "uuids", "uuids"),
+    "niah_multivalue": NIAHConfig("essay", "words", "numbers", num_needle_v=4),
+    "niah_multiquery": NIAHConfig("essay", "words", "numbers", num_needle_q=4),
+}
+
+
+def ruler_template(type_needle_v: str, n_asked: int) -> tuple[str, str]:
+    """RULER's prompt template (template + answer prefix, as ``prepare.py`` joins them) and the value type
+    word, made singular when ``n_asked`` (queried keys x values per key) is 1, exactly as ``niah.py`` does.
+
+    Returns (template with ``{type_needle_v}``, ``{context}``, ``{query}`` fields, type word to put in it).
+    """
+    template = RULER_TEMPLATE + RULER_ANSWER_PREFIX
+    if n_asked == 1:
+        template = template.replace("Some", "A")
+        template = template.replace("are all", "is")
+        template = template.replace("are", "is")
+        template = template.replace("answers", "answer")
+        type_needle_v = type_needle_v[:-1]  # remove "s"
+    return template, type_needle_v
+
+
+def join_queries(queries: list[str]) -> str:
+    """RULER's query phrase: "a" or "a, b, and c"."""
+    return ", ".join(queries[:-1]) + ", and " + queries[-1] if len(queries) > 1 else queries[0]
+
+
+# --- scoring ----------------------------------------------------------------------------------------
+_CONTROL = re.compile(r"[\x00-\x1f]")
+
+
+def postprocess_pred(text: str) -> str:
+    """RULER's ``postprocess_pred`` (scripts/eval/evaluate.py): strip, control characters -> newline, strip."""
+    return _CONTROL.sub("\n", text.strip()).strip()
+
+
+def value_found(pred: str, value: str, match: str = "substring") -> bool:
+    """Whether ``value`` occurs in ``pred``, case-insensitive.
+
+    match: ``substring`` (RULER: plain ``in``), ``digits`` (not preceded or followed by a digit: 1234567
+    is not found in "91234567" nor in "12345678") or ``word`` (not touching a letter, digit or underscore).
+
+    Raises:
+        ValueError: unknown mode.
+    """
+    p, v = pred.lower(), value.lower()
+    if match == "substring":
+        return v in p
+    if match == "digits":
+        return re.search(r"(?<!\d)" + re.escape(v) + r"(?!\d)", p) is not None
+    if match == "word":
+        return re.search(r"(?<!\w)" + re.escape(v) + r"(?!\w)", p) is not None
+    raise ValueError(f"unknown match mode {match!r}; use one of {', '.join(MATCH_MODES)}")
+
+
+def string_match_all(pred: str, refs: list[str], match: str = "substring") -> float:
+    """RULER's ``string_match_all`` for one sample: the fraction of ``refs`` found in ``pred`` (0..1; RULER
+    reports x100 averaged over samples)."""
+    return sum(value_found(pred, r, match) for r in refs) / len(refs)
+
+
+def string_match_part(pred: str, refs: list[str], match: str = "substring") -> float:
+    """RULER's ``string_match_part`` for one sample: 1.0 if any of ``refs`` is found in ``pred``, else 0.0."""
+    return float(max(value_found(pred, r, match) for r in refs))
+
+
+# --- data -------------------------------------------------------------------------------------------
+def resolve_data_dir(data_dir: str | os.PathLike | None, task: str) -> Path:
+    """The data root: ``data_dir`` or ``$LCTX_DATA_DIR``.
+
+    Raises:
+        LctxError: neither is set, or it is not a directory.
+    """
+    raw = data_dir if data_dir not in (None, "") else os.environ.get("LCTX_DATA_DIR")
+    if not raw:
+        raise LctxError(f"task {task!r} needs RULER's data (ruler/PaulGrahamEssays.json, ruler/wonderwords/); "
+                        "pass --data-dir DIR or set LCTX_DATA_DIR (e.g. ../shared/data)")
+    p = Path(raw)
+    if not p.is_dir():
+        raise LctxError(f"task {task!r}: data dir {str(p)!r} (--data-dir / LCTX_DATA_DIR) is not a directory; "
+                        "point it at the folder holding ruler/PaulGrahamEssays.json")
+    return p
+
+
+@functools.lru_cache(maxsize=8)
+def _file_digest(path: str) -> str:
+    return hashlib.sha1(Path(path).read_bytes()).hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=4)
+def load_words(data_dir: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(adjectives, nouns) from RULER's wonderwords lists, read as wonderwords does (``readlines`` +
+    ``rstrip``), deduplicated and sorted."""
+    def read(rel):
+        with open(Path(data_dir) / rel, encoding="utf-8") as f:
+            return tuple(sorted({w.rstrip() for w in f.readlines()} - {""}))
+    return read(ADJ_FILE), read(NOUN_FILE)
+
+
+_SENT_END = re.compile(r"""[.?!]['"\u2019\u201d)\]]*$""")
+_SENT_START = re.compile(r"""^['"\u2018\u201c(\[]*[A-Z0-9]""")
+_INITIAL = re.compile(r"[A-Za-z]\.$")
+
+
+def sentence_start_words(words: list[str]) -> np.ndarray:
+    """Indices i > 0 of ``words`` that start a sentence: word i-1 ends with ``.``, ``?`` or ``!`` (closing
+    quotes/brackets allowed) and is not a one-letter initial, and word i starts with a capital letter, a digit
+    or an opening quote/bracket. A rule in the spirit of ``nltk.sent_tokenize`` (RULER's splitter; its
+    Punkt model is a download lctx does without); on the first 40k essay words it finds 99% of the splits
+    that NLTK's untrained Punkt finds, and misses mainly Punkt's false splits such as "e.g. at"."""
+    return np.array([i for i in range(1, len(words))
+                     if _SENT_END.search(words[i - 1]) and not _INITIAL.fullmatch(words[i - 1])
+                     and _SENT_START.match(words[i])], dtype=np.int64)
+
+
+class Essay:
+    """RULER's essay haystack: the Paul Graham essays as whitespace-separated words, repeated without end.
+
+    Word ``i`` is word ``i mod W`` of the essay (RULER: ``re.sub(r"\\s+", " ", essay).split(" ")``, empty
+    strings dropped); :meth:`sentence_starts` gives the word indices where a sentence starts
+    (:func:`sentence_start_words`; each new copy of the essay starts one).
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        text = json.loads(Path(path).read_text(encoding="utf-8"))["text"]
+        self.words = [w for w in re.sub(r"\s+", " ", text).split(" ") if w]
+        self.W = len(self.words)
+        lens = np.fromiter((len(w) + 1 for w in self.words), dtype=np.int64, count=self.W)
+        self._char_start = np.concatenate([[0], np.cumsum(lens)])  # char offset of word i in " ".join(words)
+        self._starts = sentence_start_words(self.words)
+
+    def sentence_starts(self, n: int) -> np.ndarray:
+        """Word indices 0 < i < n at which a sentence starts in the first ``n`` words."""
+        if n <= self.W:
+            return self._starts[: int(np.searchsorted(self._starts, n))]
+        reps = [self._starts + k * self.W for k in range(n // self.W + 1)]
+        marks = np.arange(1, n // self.W + 1, dtype=np.int64) * self.W
+        allb = np.unique(np.concatenate(reps + [marks]))
+        return allb[(allb > 0) & (allb < n)]
+
+    def text(self, a: int, b: int) -> str:
+        """Words a..b-1 joined by single spaces."""
+        if b <= self.W:
+            return " ".join(self.words[a:b])
+        return " ".join(self.words[i % self.W] for i in range(a, b))
+
+    def char_offsets(self, idx: np.ndarray) -> np.ndarray:
+        """Character offsets of words ``idx`` (int array) in the space-joined, repeated word stream."""
+        k, r = np.divmod(np.asarray(idx, dtype=np.int64), self.W)
+        return k * self._char_start[self.W] + self._char_start[r]
+
+
+@functools.lru_cache(maxsize=2)
+def load_essay(path: str) -> Essay:
+    """The :class:`Essay` of a ``PaulGrahamEssays.json`` (cached per path)."""
+    return Essay(path)
+
+
+# --- tokenizer identity -----------------------------------------------------------------------------
+_TOK_FP: dict[int, tuple[object, str]] = {}
+
+
+def tokenizer_fingerprint(tok) -> str:
+    """A short hash of a tokenizer's full definition (a fast tokenizer's JSON, else its vocabulary and
+    special tokens): two tokenizers with the same hash tokenize identically."""
+    hit = _TOK_FP.get(id(tok))
+    if hit is not None and hit[0] is tok:
+        return hit[1]
+    backend = getattr(tok, "backend_tokenizer", None)
+    if backend is not None:
+        body = backend.to_str()
+    else:
+        vocab = tok.get_vocab() if hasattr(tok, "get_vocab") else {}
+        body = json.dumps(sorted(vocab.items())) + repr(getattr(tok, "all_special_tokens", None))
+    body += f"|bos={getattr(tok, 'bos_token_id', None)}|{type(tok).__name__}"
+    fp = hashlib.sha1(body.encode()).hexdigest()[:16]
+    _TOK_FP[id(tok)] = (tok, fp)
+    return fp
+
+
+def default_cache_dir() -> Path:
+    """``$LCTX_CACHE_DIR`` or ``$XDG_CACHE_HOME/lctx/samples`` (``~/.cache/lctx/samples``)."""
+    if os.environ.get("LCTX_CACHE_DIR"):
+        return Path(os.environ["LCTX_CACHE_DIR"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lctx" / "samples"
+
+
+# --- sample construction ----------------------------------------------------------------------------
+@dataclass
+class _Needle:
+    key: str
+    value: str
+    text: str
+    depth: float  # requested depth in [0, 1]
+    queried: bool
+
+
+class NIAHBuilder:
+    """Builds one NIAH prompt for a given haystack size; :meth:`fit` finds the exact size for a length.
+
+    Everything random (keys, values, which key is asked, the order of the other needles, the distractor
+    needles of the ``needle`` haystack) is drawn from ``random.Random`` seeded with
+    (task, seed, length, depth, sample), before the haystack is sized, so the size search never changes them.
+    """
+
+    def __init__(self, task: "RulerNIAH", lm, cell: Cell, seed: int):
+        self.task, self.lm, self.cell, self.seed = task, lm, cell, seed
+        cfg = task.config
+        depth = 0.5 if cell.depth is None else float(cell.depth)
+        self.depth = depth
+        tag = f"lctx-niah|{task.name}|{seed}|{cell.length}|{depth:.6g}|{cell.sample}"
+        rng = random.Random(tag)
+        self._rng_hay = random.Random(tag + "|haystack")
+        num_k = max(cfg.num_needle_k, cfg.num_needle_q)
+        self.keys = self._distinct(rng, cfg.type_needle_k, num_k, set())
+        used: set[str] = set(self.keys)
+        self.values = [self._distinct(rng, cfg.type_needle_v, cfg.num_needle_v, used) for _ in self.keys]
+        for vs in self.values:
+            used.update(vs)
+        q_idx = rng.sample(range(num_k), cfg.num_needle_q)
+        self.queries = [self.keys[i] for i in q_idx]
+        self.answers = [v for i in q_idx for v in self.values[i]]
+        pairs = [(k, j) for k in range(num_k) for j in range(cfg.num_needle_v)]
+        primary = (q_idx[0], 0)
+        others = [p for p in pairs if p != primary]
+        rng.shuffle(others)
+        n = len(pairs)
+        self.needles = []
+        for i, (k, j) in enumerate([primary] + others):
+            d = depth if i == 0 else (depth + i / n) % 1.0
+            text = RULER_NEEDLE.format(type_needle_v=cfg.type_needle_v, key=self.keys[k], value=self.values[k][j])
+            self.needles.append(_Needle(self.keys[k], self.values[k][j], text, d, k in q_idx))
+        template, type_v = ruler_template(cfg.type_needle_v, cfg.num_needle_q * cfg.num_needle_v)
+        query = join_queries(self.queries)
+        head, tail = template.split("{context}")
+        self.head = head.format(type_needle_v=type_v, query=query)
+        self.tail = tail.format(type_needle_v=type_v, query=query)
+        self.budget = (int(task.max_new_tokens) if task.max_new_tokens is not None
+                       else len(lm.encode(" " + ", ".join(self.answers))) + 8)
+        self._distractors: list[str] = []
+        self._counts: dict[int, int] = {}
+
+    # random draws, as RULER's generate_random_* --------------------------------------------------------
+    def _draw(self, rng: random.Random, kind: str) -> str:
+        if kind == "numbers":
+            return str(rng.randint(10**6, 10**7 - 1))
+        if kind == "uuids":
+            return str(uuid.UUID(int=rng.getrandbits(128), version=4))
+        if kind == "words":
+            adjs, nouns = self.task.words()
+            return f"{rng.choice(adjs)}-{rng.choice(nouns)}"
+        raise ValueError(f"unknown needle type {kind!r}")
+
+    def _distinct(self, rng: random.Random, kind: str, n: int, avoid: set[str]) -> list[str]:
+        out: list[str] = []
+        while len(out) < n:
+            x = self._draw(rng, kind)
+            if x not in avoid and x not in out:
+                out.append(x)
+        return out
+
+    def _distractor(self, i: int) -> str:
+        cfg = self.task.config
+        taken = set(self.keys) | {v for vs in self.values for v in vs}
+        while len(self._distractors) <= i:
+            k = self._draw(self._rng_hay, cfg.type_needle_k)
+            v = self._draw(self._rng_hay, cfg.type_needle_v)
+            if k in taken or v in taken:
+                continue
+            self._distractors.append(RULER_NEEDLE.format(type_needle_v=cfg.type_needle_v, key=k, value=v))
+        return self._distractors[i]
+
+    # the haystack of n units -----------------------------------------------------------------------------
+    def _units(self, n: int) -> tuple[Callable[[int, int], str], str, np.ndarray, np.ndarray]:
+        """(text of units a..b-1, joiner, allowed insertion indices, their char offsets, incl. n)."""
+        kind = self.task.config.type_haystack
+        if kind == "essay":
+            essay = self.task.essay()
+            allowed = np.concatenate([[0], essay.sentence_starts(n), [n]]).astype(np.int64)
+            allowed = np.unique(allowed)
+            offsets = essay.char_offsets(allowed)
+            return essay.text, " ", allowed, offsets
+        if kind == "noise":
+            allowed = np.arange(n + 1, dtype=np.int64)
+            return (lambda a, b: "\n".join([RULER_NOISE] * (b - a))), "\n", allowed, allowed * (len(RULER_NOISE) + 1)
+        if kind == "needle":
+            for i in range(n):
+                self._distractor(i)
+            lens = np.array([len(self._distractors[i]) + 1 for i in range(n)], dtype=np.int64)
+            allowed = np.arange(n + 1, dtype=np.int64)
+            return (lambda a, b: "\n".join(self._distractors[a:b])), "\n", allowed, np.concatenate([[0], np.cumsum(lens)])
+        raise ValueError(f"unknown haystack {kind!r}")
+
+    def prompt(self, n: int) -> tuple[str, list[int], list[int]]:
+        """The prompt text with ``n`` haystack units, the char offset of each needle in it (order of
+        ``self.needles``; the first is the queried one) and the unit index each needle went in before."""
+        text_of, joiner, allowed, offsets = self._units(n)
+        total_chars = max(int(offsets[-1]), 1)
+        where = []
+        for nd in self.needles:
+            target = nd.depth * total_chars
+            j = int(np.argmin(np.abs(offsets - target)))  # first of equally near boundaries
+            where.append(int(allowed[j]))
+        order = sorted(range(len(self.needles)), key=lambda i: (where[i], self.needles[i].depth, i))
+        pieces: list[str] = []
+        needle_pos = [0] * len(self.needles)
+        pos, prev = len(self.head), 0
+        for i in order:
+            if where[i] > prev:
+                seg = text_of(prev, where[i])
+                pieces.append(seg)
+                pos += len(seg) + len(joiner)
+                prev = where[i]
+            pieces.append(self.needles[i].text)
+            needle_pos[i] = pos
+            pos += len(self.needles[i].text) + len(joiner)
+        if n > prev:
+            pieces.append(text_of(prev, n))
+        return self.head + joiner.join(pieces) + self.tail, needle_pos, where
+
+    def n_prompt_tokens(self, n: int) -> int:
+        """Prompt tokens with ``n`` haystack units, BOS included."""
+        if n not in self._counts:
+            self._counts[n] = len(self.lm.with_bos(self.lm.encode(self.prompt(n)[0])))
+        return self._counts[n]
+
+    def total(self, n: int) -> int:
+        """Prompt tokens (BOS included) + generation budget with ``n`` haystack units."""
+        return self.n_prompt_tokens(n) + self.budget
+
+    def fit(self) -> int:
+        """The haystack size n with total(n) <= length < total(n + 1).
+
+        Raises:
+            ValueError: the template, needles, answer prefix and generation budget alone exceed the length.
+        """
+        L = self.cell.length
+        if self.total(0) > L:
+            raise ValueError(f"length {L} is shorter than the {self.task.name} template, needles and generation "
+                             f"budget ({self.n_prompt_tokens(0)} + {self.budget} tokens)")
+        probe = 64 if self.task.config.type_haystack == "essay" else 4
+        per_unit = max((self.n_prompt_tokens(probe) - self.n_prompt_tokens(0)) / probe, 1e-3)
+        guess = max(0, int((L - self.total(0)) / per_unit))
+        step = max(1, guess // 16)
+        if self.total(guess) <= L:
+            lo, hi = guess, guess + step
+            while self.total(hi) <= L:
+                lo, hi, step = hi, hi + step, step * 2
+        else:
+            hi, lo = guess, max(0, guess - step)
+            while self.total(lo) > L:
+                hi, lo, step = lo, max(0, lo - step), step * 2
+        while hi - lo > 1:  # invariant: total(lo) <= L < total(hi)
+            mid = (lo + hi) // 2
+            if self.total(mid) <= L:
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+    def sample_record(self) -> dict:
+        """Fit the haystack and describe the sample as a JSON-able dict (what the cache stores)."""
+        n = self.fit()
+        text, needle_pos, where = self.prompt(n)
+        ids = self.lm.with_bos(self.lm.encode(text))
+        rng_c = random.Random(f"lctx-niah|{self.task.name}|{self.seed}|{self.cell.length}|{self.depth:.6g}|"
+                              f"{self.cell.sample}|control")
+        control = self._draw(rng_c, self.task.config.type_needle_v)
+        while control.lower() in text.lower():
+            control = self._draw(rng_c, self.task.config.type_needle_v)
+        depths = [len(self.lm.with_bos(self.lm.encode(text[:p]))) / len(ids) for p in needle_pos]
+        return {"input_ids": ids, "n_tokens": len(ids), "depth": depths[0], "prompt": text,
+                "meta": {"answers": self.answers, "queries": self.queries, "control": control, "n_haystack": n,
+                         "haystack": self.task.config.type_haystack, "max_new_tokens": self.budget,
+                         "total_tokens": len(ids) + self.budget,
+                         "needle_depths": [round(d, 6) for d in depths],
+                         "needle_depths_requested": [round(nd.depth, 6) for nd in self.needles],
+                         "needle_units": where}}
+
+
+class RulerNIAH(Task):
+    """Base class of the eight RULER NIAH tasks (subclasses set ``name`` and ``config``).
+
+    Options (``lctx run --task-option niah_single_1.KEY=VALUE``):
+        match: ``substring`` (RULER, default), ``digits`` or ``word``; see :func:`value_found`.
+        max_new_tokens: generation budget in tokens, counted in the length (default: the expected answer's
+            tokens + 8; RULER uses 128).
+        data_dir: folder holding ``ruler/PaulGrahamEssays.json`` and ``ruler/wonderwords/`` (default
+            ``$LCTX_DATA_DIR``).
+        cache_dir: where built samples are kept (default :func:`default_cache_dir`; ``lctx run`` passes
+            ``OUT/sample_cache`` or ``--cache-dir``); ``cache=False`` turns the cache off.
+
+    A sample is cached as ``cache_dir/<task>/<length>_<depth>_<sample>_<seed>_<hash>.json``, the hash over
+    (task config, generation budget option, tokenizer fingerprint, data file digests, length, depth, sample,
+    seed, generator version); a rerun loads it instead of rebuilding.
+
+    Metrics: ``string_match_all``, ``string_match_part`` (0..1, on the greedy continuation of at most the
+    generation budget), ``tf_top1``, ``tf_mrr`` (0..1), ``tf_logprob`` (nats per value token, <= 0) and
+    ``tf_gain`` (nats per token over a control value absent from the prompt); the last four
+    teacher-forced (see the module docstring). The heatmaps show :attr:`heatmap_metrics`.
+
+    Raises (constructor):
+        LctxError: unknown match mode, a budget that is not a positive integer, or RULER's data missing.
+    """
+
+    config: NIAHConfig
+    axes = ("depth", "sample")
+    metrics = METRICS
+    heatmap_metrics = ("string_match_all", "string_match_part", "tf_top1", "tf_mrr")
+
+    def __init__(self, match: str = "substring", max_new_tokens: int | None = None,
+                 data_dir: str | os.PathLike | None = None, cache_dir: str | os.PathLike | None = None,
+                 cache: bool = True):
+        if match not in MATCH_MODES:
+            raise LctxError(f"task {self.name!r}: match={match!r} is not a match mode; use one of "
+                            f"{', '.join(MATCH_MODES)}")
+        if max_new_tokens is not None and (isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int)
+                                           or max_new_tokens < 1):
+            raise LctxError(f"task {self.name!r}: max_new_tokens={max_new_tokens!r} is not a positive integer; "
+                            "write e.g. max_new_tokens=128")
+        super().__init__(match=match, max_new_tokens=max_new_tokens)
+        self.match, self.max_new_tokens = match, max_new_tokens
+        self.data_dir = resolve_data_dir(data_dir, self.name)
+        self.use_cache = bool(cache)
+        self.cache_dir = Path(cache_dir) if cache_dir not in (None, "") else default_cache_dir()
+        needed = []
+        if self.config.type_haystack == "essay":
+            needed.append(ESSAY_FILE)
+        if "words" in (self.config.type_needle_k, self.config.type_needle_v):
+            needed += [ADJ_FILE, NOUN_FILE]
+        for rel in needed:
+            if not (self.data_dir / rel).is_file():
+                raise LctxError(f"task {self.name!r}: {rel} not found under data dir {str(self.data_dir)!r} "
+                                "(--data-dir / LCTX_DATA_DIR); point it at the folder holding ruler/")
+        self._needed = needed
+
+    # data ------------------------------------------------------------------------------------------------
+    def words(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """(adjectives, nouns) of RULER's key words."""
+        return load_words(str(self.data_dir))
+
+    def essay(self) -> Essay:
+        """The essay haystack."""
+        return load_essay(str(self.data_dir / ESSAY_FILE))
+
+    # cache -----------------------------------------------------------------------------------------------
+    def cache_key(self, lm, cell: Cell, seed: int) -> dict:
+        """Everything a built sample depends on (JSON-able)."""
+        return {"version": GENERATOR_VERSION, "task": self.name, "config": asdict(self.config),
+                "max_new_tokens": self.max_new_tokens, "tokenizer": tokenizer_fingerprint(lm.tokenizer),
+                "data": {rel: _file_digest(str(self.data_dir / rel)) for rel in self._needed},
+                "length": int(cell.length), "depth": None if cell.depth is None else float(cell.depth),
+                "sample": int(cell.sample), "seed": int(seed)}
+
+    def cache_path(self, key: dict) -> Path:
+        """The cache file of a :meth:`cache_key`."""
+        h = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+        d = "none" if key["depth"] is None else f"{key['depth']:g}"
+        return self.cache_dir / self.name / f"{key['length']}_{d}_{key['sample']}_{key['seed']}_{h}.json"
+
+    def build(self, lm, cell: Cell, seed: int) -> Sample:
+        """Build (or load from the cache) the sample of ``cell``: see :class:`NIAHBuilder`.
+
+        Raises:
+            ValueError: the length cannot hold the template, needles and generation budget.
+        """
+        rec = None
+        key = path = None
+        if self.use_cache:
+            key = self.cache_key(lm, cell, seed)
+            path = self.cache_path(key)
+            try:
+                stored = json.loads(path.read_text())
+                if stored.get("key") == key:
+                    rec = stored["sample"]
+            except (OSError, ValueError, KeyError, TypeError):
+                rec = None
+        if rec is None:
+            rec = NIAHBuilder(self, lm, cell, seed).sample_record()
+            if self.use_cache:
+                _atomic_write_json(path, {"key": key, "sample": rec})
+        meta = dict(rec["meta"])
+        meta["answer"] = "|".join(meta["answers"])
+        meta["needle_depths"] = ",".join(f"{d:.4f}" for d in meta["needle_depths"])
+        return Sample(cell=cell, input_ids=list(rec["input_ids"]), n_tokens=int(rec["n_tokens"]),
+                      depth=float(rec["depth"]), meta=meta)
+
+    # scoring ---------------------------------------------------------------------------------------------
+    def teacher_forced(self, lm, input_ids: list[int], value: str) -> tuple[list[float], list[int]]:
+        """Log-probability (nats) and rank (1 = the model's first choice) of each value-bearing token of
+        " value" right after the prompt. One chunked prefill of prompt + value (the prompt's logits only at
+        the value's positions)."""
+        v_ids = lm.encode(" " + value)
+        pos = [j for j, t in enumerate(v_ids) if lm.decode([t]).strip()]
+        T = len(input_ids)
+        _, got = lm.prefill(list(input_ids) + v_ids[:-1], want=[T - 1 + j for j in pos])
+        logps, ranks = [], []
+        for j in pos:
+            lg = got[T - 1 + j].double()
+            lp = lg.log_softmax(-1)
+            tgt = v_ids[j]
+            logps.append(float(lp[tgt]))
+            ranks.append(int((lg > lg[tgt]).sum()) + 1)
+        return logps, ranks
+
+    def score(self, lm, sample: Sample) -> dict[str, float]:
+        answers = sample.meta["answers"]
+        prefix, _ = lm.prefill(sample.input_ids)
+        cont = lm.greedy(prefix, int(sample.meta["max_new_tokens"]))
+        pred = postprocess_pred(lm.decode(cont))
+        sample.meta["continuation"] = pred
+        logps, ranks = [], []
+        for v in answers:
+            lp, rk = self.teacher_forced(lm, sample.input_ids, v)
+            logps += lp
+            ranks += rk
+        n = max(len(ranks), 1)
+        c_logps, _ = self.teacher_forced(lm, sample.input_ids, sample.meta["control"])
+        c_mean = sum(c_logps) / len(c_logps) if c_logps else math.nan
+        return {"string_match_all": string_match_all(pred, answers, self.match),
+                "string_match_part": string_match_part(pred, answers, self.match),
+                "tf_top1": sum(r == 1 for r in ranks) / n if ranks else math.nan,
+                "tf_mrr": sum(1.0 / r for r in ranks) / n if ranks else math.nan,
+                "tf_logprob": sum(logps) / n if logps else math.nan,
+                "tf_gain": sum(logps) / n - c_mean if logps else math.nan}
+
+
+def _atomic_write_json(path: Path, obj: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(obj, f)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+_DESCRIPTIONS = {
+    "niah_single_1": "RULER NIAH: one needle, noise haystack, word key, 7-digit value",
+    "niah_single_2": "RULER NIAH: one needle, essay haystack, word key, 7-digit value",
+    "niah_single_3": "RULER NIAH: one needle, essay haystack, word key, uuid value",
+    "niah_multikey_1": "RULER NIAH: 4 keys (1 asked), essay haystack, 7-digit values",
+    "niah_multikey_2": "RULER NIAH: needle haystack (distractor needles), word keys, 7-digit values",
+    "niah_multikey_3": "RULER NIAH: needle haystack, uuid keys and values",
+    "niah_multivalue": "RULER NIAH: one key with 4 values, essay haystack, all 4 asked",
+    "niah_multiquery": "RULER NIAH: 4 keys, all 4 asked, essay haystack",
+}
+
+
+def _register(name: str) -> type[RulerNIAH]:
+    cls_name = "".join(p.capitalize() for p in name.split("_"))
+    cls = type(cls_name, (RulerNIAH,), {
+        "name": name, "config": RULER_CONFIGS[name], "description": _DESCRIPTIONS[name], "__module__": __name__,
+        "__doc__": f"RULER ``{name}`` ({RULER_CONFIGS[name]}); see :class:`RulerNIAH`."})
+    return register_task(cls)
+
+
+NIAH_TASKS: dict[str, type[RulerNIAH]] = {name: _register(name) for name in RULER_CONFIGS}
+globals().update({cls.__name__: cls for cls in NIAH_TASKS.values()})
