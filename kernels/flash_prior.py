@@ -155,7 +155,7 @@ if triton is not None:
         skw, skh2,
         H, Tq, Tk, past, D, sm_scale, eps,
         PRIOR: tl.constexpr, SSMAX: tl.constexpr, SCALE_BIAS: tl.constexpr, WINDOW: tl.constexpr,
-        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, PRECISION: tl.constexpr,
     ):
         pid_m = tl.program_id(0)
         pid_bh = tl.program_id(1)
@@ -192,7 +192,7 @@ if triton is not None:
             n_ok = offs_n < Tk
             k = tl.load(K + b * skb + h * skh + offs_n[:, None] * skt + offs_d[None, :],
                         mask=n_ok[:, None] & d_ok[None, :], other=0.0)
-            s = tl.dot(q, tl.trans(k)).to(tl.float32) * qk_scale[:, None]
+            s = tl.dot(q, tl.trans(k), input_precision=PRECISION).to(tl.float32) * qk_scale[:, None]
             if PRIOR != 0:
                 dist = (qpos[:, None] - offs_n[None, :]).to(tl.float32)
                 if PRIOR == 1:
@@ -214,7 +214,7 @@ if triton is not None:
             l_i = l_i * alpha + tl.sum(p, axis=1)
             v = tl.load(V + b * svb + h * svh + offs_n[:, None] * svt + offs_d[None, :],
                         mask=n_ok[:, None] & d_ok[None, :], other=0.0)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v).to(tl.float32)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION).to(tl.float32)
             m_i = m_new
         l_safe = tl.where(l_i == 0.0, 1.0, l_i)
         out = acc / l_safe[:, None]
@@ -266,6 +266,7 @@ def flash_prior_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec: 
         H, Tq, Tk, past, D, 1.0 / math.sqrt(D), float(spec.eps),
         PRIOR=PRIORS[spec.kind], SSMAX=spec.ssmax is not None, SCALE_BIAS=bool(spec.scale_bias),
         WINDOW=kstart is not None, BLOCK_M=BM, BLOCK_N=BN, BLOCK_D=BLOCK_D,
+        PRECISION="ieee" if q.dtype == torch.float32 else "tf32",  # fp32 stays fp32 (no TF32 rounding)
     )
     return out, lse
 

@@ -230,18 +230,18 @@ class AttentionVariant(nn.Module):
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: AttnContext) -> torch.Tensor:
         """Softmax attention of positioned q [B, H, Tq, D] over all keys k, v [B, H, Tk, D] (cached + new),
         applying :meth:`score_bias` and :meth:`logit_scale`, by ``config.attn_impl``. Returns [B, H, Tq, D]."""
-        bias = self.score_bias(ctx.q_pos, ctx.k_pos, ctx)
-        scale = self.logit_scale(ctx.q_pos, ctx)
-        if scale is not None:
-            q = q * scale.to(q.dtype)  # c (q.k) = (c q).k: works for both paths below
-            if bias is not None and self.scale_bias:
-                bias = bias * scale
         if self.config.attn_impl == "fast" and ctx.probe is None and not ctx.padded:
             from lctx.kernels.flash_prior import attend_fast
 
             out = attend_fast(self, q, k, v, ctx)  # positions, prior and scale are applied in-kernel
             if out is not None:
                 return out
+        bias = self.score_bias(ctx.q_pos, ctx.k_pos, ctx)
+        scale = self.logit_scale(ctx.q_pos, ctx)
+        if scale is not None:
+            q = q * scale.to(q.dtype)  # c (q.k) = (c q).k: works for both paths below
+            if bias is not None and self.scale_bias:
+                bias = bias * scale
         if ctx.probe is not None:  # diagnostics: explicit weights, handed to the probe
             probs = attention_probs(q, k, ctx.mask(), bias)
             ctx.probe(self.layer_idx, probs, ctx)

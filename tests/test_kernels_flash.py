@@ -18,6 +18,7 @@ from lctx.models import LctxForCausalLM
 from helpers import tiny_config
 
 CPU_TRITON = triton_runs("cpu")
+DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # compiled Triton on a GPU, else interpreted
 needs_triton = pytest.mark.skipif(not CPU_TRITON and not torch.cuda.is_available(),
                                   reason="triton cannot run here (no GPU and TRITON_INTERPRET unset)")
 
@@ -32,8 +33,8 @@ def make_spec(kind: str, H: int, ssmax: bool = False, scale_bias: bool = False, 
 
 def qkv(B, H, Tq, past, D, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return (torch.randn(B, H, Tq, D, generator=g), torch.randn(B, H, past + Tq, D, generator=g),
-            torch.randn(B, H, past + Tq, D, generator=g))
+    return (torch.randn(B, H, Tq, D, generator=g).to(DEV), torch.randn(B, H, past + Tq, D, generator=g).to(DEV),
+            torch.randn(B, H, past + Tq, D, generator=g).to(DEV))
 
 
 @needs_triton
@@ -68,14 +69,14 @@ def test_triton_windows_and_merge():
     T, H = 90, 2
     q, k, v = qkv(1, H, T, 0, 16, seed=3)
     g = torch.Generator().manual_seed(1)
-    ks = torch.minimum(torch.randint(0, T, (3, H, T), generator=g), torch.arange(T))
+    ks = torch.minimum(torch.randint(0, T, (3, H, T), generator=g), torch.arange(T)).to(DEV)
     spec = PriorSpec("none")
     o_ref, lse_ref = dense_prior_attention(q, k, v, spec, kstart=ks)
     o, lse = flash_prior_triton(q, k, v, spec, kstart=ks)
     torch.testing.assert_close(o, o_ref, atol=2e-5, rtol=1e-4)
     torch.testing.assert_close(lse, lse_ref, atol=2e-5, rtol=1e-4)
     merged = merge_lse(o, lse)
-    i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    i, j = torch.arange(T, device=DEV)[:, None], torch.arange(T, device=DEV)[None, :]
     count = sum(((j <= i) & (j >= ks[w][:, :, None])).double() for w in range(3))  # [H, T, T]
     e = torch.exp(q.double() @ k.double().transpose(-1, -2) / 4.0) * count
     by_hand = (e @ v.double()) / e.sum(-1, keepdim=True)
@@ -87,13 +88,14 @@ def test_flex_eager_matches_dense_reference(kind):
     # the score_mod / mask_mod definitions, checked through FlexAttention's eager math path
     q, k, v = qkv(1, 3, 33, 7, 16, seed=5)
     spec = make_spec(kind, 3, ssmax=True)
-    ks = torch.minimum(torch.randint(0, 30, (2, 3, 33)), torch.arange(33) + 7)
+    ks = torch.minimum(torch.randint(0, 30, (2, 3, 33)), torch.arange(33) + 7).to(DEV)
     o_ref, lse_ref = dense_prior_attention(q, k, v, spec, past=7, kstart=ks)
     o, lse = flash_prior_flex(q, k, v, spec, past=7, kstart=ks, compile=False)
     torch.testing.assert_close(o, o_ref, atol=2e-5, rtol=1e-4)
     torch.testing.assert_close(lse, lse_ref, atol=2e-5, rtol=1e-4)
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CPU path; on a GPU the Triton kernel is the fast path")
 def test_flex_compiled_forward_on_cpu():
     # the path `attn_impl="fast"` uses on CPU: compiled FlexAttention, block-sparse causal mask
     q, k, v = qkv(1, 2, 160, 0, 16, seed=9)
@@ -135,7 +137,8 @@ def test_model_fast_equals_reference_prefill_and_decode(variant):
                     p.add_(0.3 * torch.randn_like(p))
     fast = LctxForCausalLM(tiny_config(variant, attn_impl="fast", variant_options=opts)).eval()
     fast.load_state_dict(ref.state_dict())
-    ids = torch.randint(3, 200, (1, 37))
+    ref, fast = ref.to(DEV), fast.to(DEV)
+    ids = torch.randint(3, 200, (1, 37)).to(DEV)
     impls_used(reset=True)
     with torch.no_grad():
         want = ref(ids).logits
@@ -175,15 +178,15 @@ def _lsh_case(T, past, H=3, s=4, seed=0):
 
     widths, offsets = sample_bins(alibi_slopes(H) * 4, s, torch.Generator().manual_seed(seed))  # ~bins of 2-60
     q, k, v = qkv(1, H, T, past, 16, seed=seed)
-    return q, k, v, widths, offsets
+    return q, k, v, widths.to(DEV), offsets.to(DEV)
 
 
 def _lsh_reference(q, k, v, widths, offsets, past):
     from lctx.models.lsh import lsh_attention
 
     Tq, Tk = q.shape[2], k.shape[2]
-    pos = torch.arange(Tk)[None]
-    allowed = (torch.arange(Tk)[None, :] <= torch.arange(past, Tk)[:, None])[None, None]
+    pos = torch.arange(Tk, device=q.device)[None]
+    allowed = (pos[0][None, :] <= pos[0][past:, None])[None, None]
     return lsh_attention(q, k, v, pos[:, past:], pos, allowed, widths, offsets, block=32)
 
 
@@ -192,7 +195,7 @@ def test_bin_starts_match_reference_bins():
     from lctx.models.lsh import bin_ids
 
     q, k, v, widths, offsets = _lsh_case(300, 0, s=8)
-    pos = torch.arange(300)
+    pos = torch.arange(300, device=DEV)
     ks = bin_starts(pos, widths, offsets)
     b = bin_ids(pos[None], widths, offsets)[0]  # [s, H, T]
     for r in range(8):
@@ -226,7 +229,8 @@ def test_lsh_model_fast_equals_reference_with_cache():
     ref = LctxForCausalLM(tiny_config("alibi_lsh", attn_impl="reference", variant_options=opts)).eval()
     fast = LctxForCausalLM(tiny_config("alibi_lsh", attn_impl="fast", variant_options=opts)).eval()
     fast.load_state_dict(ref.state_dict())
-    ids = torch.randint(3, 200, (1, 45))
+    ref, fast = ref.to(DEV), fast.to(DEV)
+    ids = torch.randint(3, 200, (1, 45)).to(DEV)
     impls_used(reset=True)
     with torch.no_grad():
         want = ref(ids).logits
