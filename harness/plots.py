@@ -17,6 +17,7 @@ Public API:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import re
@@ -39,6 +40,7 @@ __all__ = [
     "passkey_counts",
     "passkey_errors",
     "passkey_heatmaps",
+    "depth_heatmaps",
     "ppl_vs_length",
     "make_plots",
 ]
@@ -146,9 +148,11 @@ def _new_figure(w: float, h: float) -> Figure:
 # passkey tables
 # ----------------------------------------------------------------------------------------------
 
-def _passkey_cells(df: pd.DataFrame, model: object, metric: str, variant: object = None):
-    """Means, ok-sample counts and error flags, each a depth x length DataFrame."""
-    rows = _select(df, "passkey", model, variant)
+def _passkey_cells(df: pd.DataFrame, model: object, metric: str, variant: object = None,
+                   task: str = "passkey", metric_names=None):
+    """Means, ok-sample counts and error flags, each a depth x length DataFrame (rows of ``task``;
+    ``metric_names``: the task's metrics drawn, default the passkey ones)."""
+    rows = _select(df, task, model, variant)
     ok = _ok_mask(rows)
     okrows = rows[ok & (rows["metric"].astype("string") == metric)].copy()
     okrows["value"] = pd.to_numeric(okrows["value"], errors="coerce")
@@ -158,7 +162,7 @@ def _passkey_cells(df: pd.DataFrame, model: object, metric: str, variant: object
     err = rows[~ok]
     if not err.empty:
         em = err["metric"].astype("string")
-        err = err[em.isna() | (em.str.strip() == "") | (em == metric) | ~em.isin(list(PASSKEY_METRICS))]
+        err = err[em.isna() | (em.str.strip() == "") | (em == metric) | ~em.isin(list(metric_names or PASSKEY_METRICS))]
     depths = sorted({float(d) for d in pd.to_numeric(rows["depth"], errors="coerce").dropna()})
     lengths = sorted({int(x) for x in pd.to_numeric(rows["length"], errors="coerce").dropna()})
     index = pd.Index(depths, name="depth", dtype="float64")
@@ -223,7 +227,8 @@ def _text_color(rgba) -> str:
     return "black" if 0.299 * r + 0.587 * g + 0.114 * b > 0.5 else "white"
 
 
-def _draw_heatmap(ax, means, counts, errors, title, train_len, show_ylabels, fontsize):
+def _draw_heatmap(ax, means, counts, errors, title, train_len, show_ylabels, fontsize,
+                  ylabel="Passkey depth (0% = start)"):
     cmap = matplotlib.colormaps[_CMAP].with_extremes(bad=_MISSING_COLOR)
     data = np.ma.masked_invalid(means.to_numpy(dtype=float))
     im = ax.imshow(data, cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
@@ -257,7 +262,7 @@ def _draw_heatmap(ax, means, counts, errors, title, train_len, show_ylabels, fon
     ax.set_yticks(range(n_d))
     if show_ylabels:
         ax.set_yticklabels([f"{d * 100:.0f}%" for d in means.index])
-        ax.set_ylabel("Passkey depth (0% = start)")
+        ax.set_ylabel(ylabel)
     else:
         ax.set_yticklabels([])
     ax.set_xlabel("Context length (tokens)")
@@ -274,12 +279,16 @@ def _draw_heatmap(ax, means, counts, errors, title, train_len, show_ylabels, fon
     return im
 
 
-def _heatmap_figure(df: pd.DataFrame, model: object, variant: object, title_variant: object) -> Figure:
-    tables = {m: _passkey_cells(df, model, m, variant) for m in PASSKEY_METRICS}
-    means0 = tables["exact"][0]
+def _heatmap_figure(df: pd.DataFrame, model: object, variant: object, title_variant: object,
+                    task: str = "passkey", metrics: dict[str, str] | None = None,
+                    title_prefix: str = "Passkey retrieval", ylabel: str = "Passkey depth (0% = start)") -> Figure:
+    metrics = metrics or PASSKEY_METRICS
+    tables = {m: _passkey_cells(df, model, m, variant, task, list(metrics)) for m in metrics}
+    means0 = tables[next(iter(metrics))][0]
     n_d, n_l = means0.shape
     n_d, n_l = max(n_d, 1), max(n_l, 1)
-    rows = _select(df, "passkey", model, variant)
+    n_p = len(metrics)
+    rows = _select(df, task, model, variant)
     train_len = _train_length(rows)
 
     # Layout in inches, so cells keep a readable size for 1..8 lengths and ~5 depths.
@@ -289,26 +298,26 @@ def _heatmap_figure(df: pd.DataFrame, model: object, variant: object, title_vari
     ph = max(1.6, cell_h * n_d)
     left, gap, cgap, cw, right = 0.95, 0.3, 0.25, 0.18, 0.75
     top, bottom = 1.05, 0.62
-    W = left + 2 * pw + gap + cgap + cw + right
+    W = left + n_p * pw + (n_p - 1) * gap + cgap + cw + right
     H = top + ph + bottom
     fig = _new_figure(W, H)
 
     im = None
-    for k, (metric, label) in enumerate(PASSKEY_METRICS.items()):
+    for k, (metric, label) in enumerate(metrics.items()):
         x0 = left + k * (pw + gap)
         ax = fig.add_axes((x0 / W, bottom / H, pw / W, ph / H))
         means, counts, errors = tables[metric]
-        im = _draw_heatmap(ax, means, counts, errors, label, train_len, k == 0, fontsize)
-    cax = fig.add_axes(((left + 2 * pw + gap + cgap) / W, bottom / H, cw / W, ph / H))
+        im = _draw_heatmap(ax, means, counts, errors, label, train_len, k == 0, fontsize, ylabel)
+    cax = fig.add_axes(((left + n_p * pw + (n_p - 1) * gap + cgap) / W, bottom / H, cw / W, ph / H))
     cb = fig.colorbar(im, cax=cax)
     cb.set_label("Mean score (0–1)")
     cb.outline.set_visible(False)
 
     # Title and subtitle.
-    title = f"Passkey retrieval: {_model_key(model, title_variant)}"
+    title = f"{title_prefix}: {_model_key(model, title_variant)}"
     fig.text(0.5, 1 - 0.28 / H, title, ha="center", va="center", fontsize=13, fontweight="bold")
     counts_all = pd.concat([t[1].stack() for t in tables.values()])
-    errs = tables["exact"][2] | tables["digit_acc"][2]
+    errs = functools.reduce(lambda a, b: a | b, [t[2] for t in tables.values()])
     filled = counts_all[counts_all > 0]
     if filled.empty:
         ntxt = "no successful samples"
@@ -352,7 +361,13 @@ def passkey_heatmaps(df: pd.DataFrame, out_dir: str | Path) -> list[Path]:
     show "–". A known ``train_length`` is drawn as a dashed line after the last column within it,
     and its own column label gets a ``*``. The subtitle gives samples per cell and error counts.
     """
-    rows = _select(df, "passkey")
+    return _write_heatmaps(df, out_dir, "passkey", PASSKEY_METRICS, "Passkey retrieval", "passkey_heatmap")
+
+
+def _write_heatmaps(df: pd.DataFrame, out_dir: str | Path, task: str, metrics: dict[str, str], title_prefix: str,
+                    file_prefix: str, ylabel: str = "Passkey depth (0% = start)") -> list[Path]:
+    """One heatmap figure per (model, variant) of ``task``: ``plots/<file_prefix>_<model>.png``."""
+    rows = _select(df, task)
     if rows.empty:
         return []
     plot_dir = Path(out_dir) / "plots"
@@ -370,11 +385,46 @@ def passkey_heatmaps(df: pd.DataFrame, out_dir: str | Path) -> list[Path]:
         if stem in used:
             stem = f"{stem}_{hashlib.sha1(_model_key(model, variant).encode()).hexdigest()[:6]}"
         used.add(stem)
-        path = plot_dir / f"passkey_heatmap_{stem}.png"
+        path = plot_dir / f"{file_prefix}_{stem}.png"
         # One variant per model: use all of its rows; several: one figure per variant.
-        fig = _heatmap_figure(df, model, variant if per_model[str(model)] > 1 else None, variant)
+        fig = _heatmap_figure(df, model, variant if per_model[str(model)] > 1 else None, variant, task, metrics,
+                              title_prefix, ylabel)
         fig.savefig(path, dpi=_DPI)
         written.append(path)
+    return written
+
+
+def depth_heatmaps(df: pd.DataFrame, out_dir: str | Path) -> list[Path]:
+    """Depth x length heatmaps of every task other than passkey that has a depth axis (e.g. RULER's
+    ``niah_*``): one figure per task and model, ``<out_dir>/plots/<task>_heatmap_<model>.png``.
+
+    Input: the results table and an output directory. The panels are the metrics the registered task
+    class lists in ``heatmap_metrics`` (else all its metrics), keeping those whose ``status == "ok"``
+    values all lie in [0, 1] (accuracies, match rates, reciprocal ranks; a log-prob or a perplexity is
+    left out); cells and colours as :func:`passkey_heatmaps`.
+    Output: the written paths; none for a table without such tasks.
+    """
+    if df is None or df.empty or "depth" not in df.columns:
+        return []
+    from lctx.tasks import TASKS
+
+    written: list[Path] = []
+    depth = pd.to_numeric(df["depth"], errors="coerce")
+    for task in pd.unique(df.loc[depth.notna(), "task"].astype("string")):
+        if task in ("passkey", "ppl") or pd.isna(task):
+            continue
+        rows = _select(df, str(task))
+        ok = rows[_ok_mask(rows)].copy()
+        ok["value"] = pd.to_numeric(ok["value"], errors="coerce")
+        metrics = {}
+        declared = getattr(TASKS.get(str(task)), "heatmap_metrics", None)
+        for m in declared or pd.unique(rows["metric"].dropna().astype("string")):
+            v = ok.loc[ok["metric"].astype("string") == m, "value"].dropna()
+            if not v.empty and bool(((v >= 0) & (v <= 1)).all()):
+                metrics[str(m)] = str(m)
+        if metrics:
+            written += _write_heatmaps(df, out_dir, str(task), metrics, str(task), f"{safe_filename(task)}_heatmap",
+                                       "Needle depth (0% = start)")
     return written
 
 
@@ -491,13 +541,15 @@ def make_plots(df: pd.DataFrame, out_dir: str | Path) -> list[Path]:
     n_tokens, depth, sample, value, seed, status, error, ..., train_length; only task, model,
     variant, metric, length, depth, value, status and train_length are read) and an output
     directory. Output: the written paths: :func:`passkey_heatmaps` (one
-    ``plots/passkey_heatmap_<model>.png`` per model, when passkey rows exist) followed by
+    ``plots/passkey_heatmap_<model>.png`` per model, when passkey rows exist), :func:`depth_heatmaps`
+    (``plots/<task>_heatmap_<model>.png`` for other tasks with a depth axis) and
     :func:`ppl_vs_length` (``plots/ppl_vs_length.png``, when ppl rows exist). Tasks that are
     absent are skipped; an empty table writes nothing and returns ``[]``.
     """
     if df is None or df.empty or "task" not in df.columns:
         return []
     paths: list[Path] = list(passkey_heatmaps(df, out_dir))
+    paths += depth_heatmaps(df, out_dir)
     p = ppl_vs_length(df, out_dir)
     if p is not None:
         paths.append(p)

@@ -86,7 +86,8 @@ def check_lengths(lm: LM, lengths: list[int], allow_beyond_max: bool = False) ->
         over = [L for L in lengths if L > lm.max_length]
         if over:
             raise LctxError(f"length {max(over)} exceeds the {lm.max_length} tokens model {lm.name!r} declares "
-                            f"it can address (max_position_embeddings); use lengths <= {lm.max_length}")
+                            f"it can address (max_position_embeddings); use lengths <= {lm.max_length}, or "
+                            "--allow-beyond-max for an extrapolation study")
 
 
 def run_sweep(lms: list[LM], tasks: list[Task], spec: RunSpec, out_dir: Path, progress: bool = True,
@@ -115,7 +116,8 @@ def run_sweep(lms: list[LM], tasks: list[Task], spec: RunSpec, out_dir: Path, pr
         for task in tasks:
             for cell in task.cells(spec.lengths, spec.depths, spec.samples):
                 base = {"model": lm.name, "model_fingerprint": fingerprint(lm.path),
-                        "dtype": str(lm.dtype).replace("torch.", ""), "task": task.name, "length": cell.length,
+                        "dtype": str(lm.dtype).replace("torch.", ""), "attn_impl": lm.attn_impl,
+                        "task": task.name, "length": cell.length,
                         "depth": cell.depth, "sample": cell.sample, "seed": spec.seed,
                         "task_options": _jsonable(task.options)}
                 if record_key(base) in done:
@@ -164,6 +166,9 @@ def _run_one(lm: LM, task: Task, cell, base: dict, seed: int) -> dict:
                error="")
     if lm.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(lm.device)
+    from lctx.kernels import impls_used
+
+    impls_used(reset=True)
     t0 = time.perf_counter()
     try:
         sample = task.build(lm, cell, seed)
@@ -185,6 +190,9 @@ def _run_one(lm: LM, task: Task, cell, base: dict, seed: int) -> dict:
         tb = traceback.extract_tb(e.__traceback__)
         where = f" at {Path(tb[-1].filename).name}:{tb[-1].lineno}" if tb else ""
         rec["status"], rec["error"] = "error", f"{type(e).__name__}: {str(e)[:300]}{where}"
+    used = sorted(set(impls_used().values()))
+    if used:  # the fast path says which kernel ran (triton / flex / chunked ...)
+        rec["attn_kernel"] = "+".join(used)
     rec["wall_s"] = time.perf_counter() - t0
     rec["peak_mem_bytes"] = peak_memory_bytes(lm.device)
     rec["timestamp"] = datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -15,10 +15,11 @@ from pathlib import Path
 import pandas as pd
 
 COLUMNS = ["run_id", "model", "variant", "task", "metric", "length", "n_tokens", "depth", "depth_actual",
-           "sample", "value", "seed", "status", "error", "wall_s", "peak_mem_bytes", "device", "dtype",
+           "sample", "value", "seed", "status", "error", "wall_s", "peak_mem_bytes", "device", "dtype", "attn_impl", "attn_kernel",
            "lctx_version", "git_rev", "timestamp", "train_length", "task_options"]
-# a sample's identity: which weights (path + file fingerprint), dtype, task, grid point, seed and options
-KEY = ["model", "model_fingerprint", "dtype", "task", "length", "depth", "sample", "seed", "task_options"]
+# a sample's identity: which weights (path + file fingerprint), dtype, attention path (reference | sdpa |
+# fast), task, grid point, seed and options. attn_kernel records the kernel the fast path actually ran.
+KEY = ["model", "model_fingerprint", "dtype", "attn_impl", "task", "length", "depth", "sample", "seed", "task_options"]
 
 
 def read_records(path: Path) -> list[dict]:
