@@ -1,0 +1,556 @@
+"""MMLU and ARC through lm-eval's evaluator, written into lctx's tidy results table.
+
+``mmlu`` (Hendrycks et al. 2021; 57 subjects, 5-shot by default, metric ``acc``), ``arc_easy`` and
+``arc_challenge`` (Clark et al. 2018, AI2 Reasoning Challenge; 0-shot by default, metrics ``acc`` and
+``acc_norm``) run through ``lm_eval.simple_evaluate`` with lm-eval's own task definitions (prompt,
+choices, target, metrics): MMLU as lm-eval's ``mmlu/default`` (subject description line, question,
+``A.``..``D.`` choices, ``Answer:``, few-shot = the first k ``dev`` questions), ARC as lm-eval's
+``arc_easy``/``arc_challenge`` (``Question: ...\\nAnswer:``, each choice text scored as a continuation).
+
+Data:
+
+- with a data directory (``lctx run --data-dir DIR`` / ``LCTX_DATA_DIR``), lctx writes task configs
+  that ``include`` lm-eval's YAML and replace only the data: a ``custom_dataset`` hook
+  (:func:`local_dataset`) that reads the original layouts, ``DIR/mmlu/{dev,test}/<subject>_{dev,test}.csv``
+  (hendrycks/test CSVs, no header, columns question, A, B, C, D, answer letter) and
+  ``DIR/arc/ARC-{Easy,Challenge}-{Test,Dev}.jsonl`` (ARC-V1-Feb2018 JSONL), into the Hugging Face
+  layouts the lm-eval templates expect (``cais/mmlu``, ``allenai/ai2_arc``). The configs go to a
+  temporary directory loaded with ``TaskManager(include_path=..., include_defaults=False)``.
+  ARC's local copy has no train split, so an ARC few-shot context (``--num-fewshot`` > 0) is drawn from
+  the Dev split (lm-eval's hub config draws it from train).
+- without one, lm-eval's built-in tasks load ``cais/mmlu`` and ``allenai/ai2_arc`` from the hub.
+
+Models: an :class:`lctx.harness.lm.LM` (native lctx or Hugging Face checkpoint, already loaded by
+``load_lm``) is wrapped in :class:`LctxHFLM`, lm-eval's ``hf`` backend (``HFLM``) with one change:
+native lctx models get the BOS token their training always put first (their tokenizer does not add
+it); Hugging Face models keep lm-eval's default (whatever ``tokenizer.encode`` adds). ``LctxHFLM`` is
+registered in lm-eval's model registry as ``"lctx"``, so
+``lm_eval.simple_evaluate(model="lctx", model_args={"pretrained": "ckpt/rope-256"})`` works too.
+
+Records: one per question (``sample`` = lm-eval ``doc_id``, ``length``/``depth`` empty), metrics
+``acc`` (and ``acc_norm``) as 0/1, so ``summary.csv``'s mean, stderr (sample std / sqrt(n), lm-eval's
+``mean_stderr``) and n are lm-eval's accuracy, standard error and question count. MMLU records all
+have task ``mmlu`` with the subject in ``task_options`` (``summary.csv``'s ``mmlu`` row is the mean over
+questions, lm-eval's size-weighted MMLU aggregate); the per-subject breakdown is written to
+``mmlu_subjects.csv``. ``extra`` holds the predicted and gold answer (letter / ARC label) per question.
+A rerun into the same ``--out`` skips questions already recorded (resumable per subject).
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import math
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from lctx.harness.errors import LctxError
+
+#: lctx name -> metrics it reports
+METRICS = {"mmlu": ("acc",), "arc_easy": ("acc", "acc_norm"), "arc_challenge": ("acc", "acc_norm")}
+#: few-shot examples when ``--num-fewshot`` is not given (MMLU paper: 5-shot; lm-eval's ARC: 0-shot)
+DEFAULT_FEWSHOT = {"mmlu": 5, "arc_easy": 0, "arc_challenge": 0}
+#: ARC task -> (test file, dev file) under ``DATA_DIR/arc`` (ARC-V1-Feb2018 names)
+ARC_FILES = {"arc_easy": ("ARC-Easy-Test.jsonl", "ARC-Easy-Dev.jsonl"),
+             "arc_challenge": ("ARC-Challenge-Test.jsonl", "ARC-Challenge-Dev.jsonl")}
+MMLU_CATEGORIES = ("stem", "humanities", "social_sciences", "other")
+DESCRIPTION = {"mmlu": "MMLU through lm-eval (57 subjects, 5-shot; or mmlu_<subject>, mmlu_<category>)",
+               "arc_easy": "ARC-Easy through lm-eval (0-shot)",
+               "arc_challenge": "ARC-Challenge through lm-eval (0-shot)"}
+
+
+def _lm_eval_dir() -> Path:
+    """Folder of the installed ``lm_eval`` package, found without importing it (that takes seconds)."""
+    spec = importlib.util.find_spec("lm_eval")
+    if spec is None or not spec.submodule_search_locations:
+        raise LctxError("lm-eval is not installed; `pip install lm-eval` (lctx depends on it) to run mmlu/arc")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def mmlu_subjects() -> dict[str, str]:
+    """The 57 MMLU subjects and their category (stem, humanities, social_sciences, other), read from
+    lm-eval's ``tasks/mmlu/default/mmlu_<subject>.yaml`` files (their ``tag`` is ``mmlu_<category>_tasks``)."""
+    out = {}
+    for p in sorted((_lm_eval_dir() / "tasks" / "mmlu" / "default").glob("mmlu_*.yaml")):
+        subject, cat = p.stem[len("mmlu_"):], "other"
+        for line in p.read_text().splitlines():
+            if line.strip().strip('"').startswith("tag"):
+                cat = line.split(":", 1)[1].strip().strip('"')[len("mmlu_"):-len("_tasks")]
+        out[subject] = cat
+    return out
+
+
+def is_lmeval_task(name: str) -> bool:
+    """True for the names this module runs: ``mmlu``, ``arc_easy``, ``arc_challenge``, ``mmlu_<subject>``
+    and ``mmlu_<category>`` (stem, humanities, social_sciences, other)."""
+    if name in METRICS:
+        return True
+    if name.startswith("mmlu_"):
+        rest = name[len("mmlu_"):]
+        return rest in MMLU_CATEGORIES or rest in mmlu_subjects()
+    return False
+
+
+# -- reading the original layouts ---------------------------------------------------------------------
+def read_arc(path: str | Path) -> list[dict]:
+    """Read an ARC-V1-Feb2018 JSONL file (``{"id", "question": {"stem", "choices": [{"text", "label"}]},
+    "answerKey"}`` per line) into the Hugging Face ``allenai/ai2_arc`` layout (``{"id", "question",
+    "choices": {"text": [...], "label": [...]}, "answerKey"}``), order and labels kept as given.
+
+    Labels may be letters (``A``..``E``) or digits (``1``..``4``); lm-eval's target is
+    ``choices.label.index(answerKey)``, so each record's answerKey must be one of its labels.
+
+    Raises:
+        LctxError: the file is missing or a line is not such a record, has duplicate labels, or an
+            answerKey that is not among its labels (names the file and line).
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise LctxError(f"ARC file {str(p)!r} not found; point --data-dir at a folder with "
+                        "arc/ARC-{Easy,Challenge}-{Test,Dev}.jsonl (e.g. ../shared/data)")
+    out = []
+    with open(p, encoding="utf-8") as f:
+        for i, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                r = json.loads(line)
+                q = r["question"]
+                texts = [str(c["text"]) for c in q["choices"]]
+                labels = [str(c["label"]) for c in q["choices"]]
+                rec = {"id": str(r["id"]), "question": str(q["stem"]), "choices": {"text": texts, "label": labels},
+                       "answerKey": str(r["answerKey"]).strip()}
+            except (json.JSONDecodeError, KeyError, TypeError) as e:
+                raise LctxError(f"{p}:{i} is not an ARC-V1 record ({type(e).__name__}: {e}); expected "
+                                '{"id", "question": {"stem", "choices": [{"text", "label"}]}, "answerKey"}') from None
+            if len(set(labels)) != len(labels) or rec["answerKey"] not in labels:
+                raise LctxError(f"{p}:{i}: answerKey {rec['answerKey']!r} is not exactly one of the labels "
+                                f"{labels}; fix or remove the record")
+            out.append(rec)
+    return out
+
+
+def read_mmlu_csv(path: str | Path, subject: str) -> list[dict]:
+    """Read a hendrycks/test MMLU CSV (no header; question, A, B, C, D, answer letter) into the Hugging
+    Face ``cais/mmlu`` layout (``{"question", "subject", "choices": [4 strings], "answer": 0..3}``).
+
+    Read with Python's ``csv`` module, so every field stays the exact string in the file (no number or
+    "None"/"NA" conversion).
+
+    Raises:
+        LctxError: the file is missing, a row does not have six fields, or the answer is not A-D.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise LctxError(f"MMLU file {str(p)!r} not found; point --data-dir at a folder with "
+                        "mmlu/{dev,test}/<subject>_{dev,test}.csv (e.g. ../shared/data)")
+    out = []
+    with open(p, encoding="utf-8", newline="") as f:
+        for i, row in enumerate(csv.reader(f), 1):
+            if not row:
+                continue
+            if len(row) != 6 or row[5].strip() not in ("A", "B", "C", "D"):
+                raise LctxError(f"{p}:{i} is not an MMLU row (question, A, B, C, D, answer letter A-D without "
+                                "a header); use the original hendrycks/test CSV layout")
+            out.append({"question": row[0], "subject": subject, "choices": row[1:5],
+                        "answer": "ABCD".index(row[5].strip())})
+    return out
+
+
+def local_dataset(kind: str, path: str, subject: str | None = None, **_ignored):
+    """lm-eval ``custom_dataset`` hook: a ``datasets.DatasetDict`` read from the original files.
+
+    kind ``"mmlu"``: ``path`` is the ``mmlu`` folder; splits ``test`` and ``dev`` of ``subject``.
+    kind ``"arc_easy"`` / ``"arc_challenge"``: ``path`` is the ``arc`` folder; splits ``test`` and
+    ``validation`` (the Dev file). Extra keyword arguments (lm-eval passes the task metadata) are ignored.
+
+    Raises:
+        LctxError: unknown kind or a file problem (see :func:`read_arc`, :func:`read_mmlu_csv`).
+    """
+    import datasets
+
+    root = Path(path)
+    if kind == "mmlu":
+        splits = {s: read_mmlu_csv(root / s / f"{subject}_{s}.csv", subject) for s in ("test", "dev")}
+    elif kind in ARC_FILES:
+        test, dev = ARC_FILES[kind]
+        splits = {"test": read_arc(root / test), "validation": read_arc(root / dev)}
+    else:
+        raise LctxError(f"unknown local dataset kind {kind!r}; use mmlu, arc_easy or arc_challenge")
+    return datasets.DatasetDict({k: datasets.Dataset.from_list(v) for k, v in splits.items()})
+
+
+# -- task specs and generated configs -------------------------------------------------------------------
+@dataclass(frozen=True)
+class LmEvalSpec:
+    """One lm-eval task to run: ``task`` is the lctx name in the results table (``mmlu``, ``arc_easy``,
+    ``arc_challenge``), ``subject`` the MMLU subject (``None`` for ARC), ``lmeval_name`` the lm-eval task
+    name (``lctx_mmlu_<subject>`` etc. for local data, the built-in name for the hub)."""
+
+    task: str
+    subject: str | None
+    lmeval_name: str
+
+
+def resolve_tasks(names: list[str], data_dir: str | Path | None) -> tuple[list[LmEvalSpec], str]:
+    """Expand task names (``mmlu``, ``mmlu_<subject>``, ``mmlu_<category>``, ``arc_easy``,
+    ``arc_challenge``) into :class:`LmEvalSpec` s and check the data is there, before any model loads.
+
+    Returns (specs, source) with source ``"local"`` (``data_dir`` given) or ``"hub"``.
+
+    Raises:
+        LctxError: an unknown name, or ``data_dir`` lacks the ``mmlu``/``arc`` files a task needs.
+    """
+    subjects = mmlu_subjects()
+    local = data_dir is not None
+    specs: list[LmEvalSpec] = []
+    for name in names:
+        if name == "mmlu":
+            subs = list(subjects)
+        elif name.startswith("mmlu_") and name[5:] in MMLU_CATEGORIES:
+            subs = [s for s, c in subjects.items() if c == name[5:]]
+        elif name.startswith("mmlu_") and name[5:] in subjects:
+            subs = [name[5:]]
+        elif name in ARC_FILES:
+            specs.append(LmEvalSpec(name, None, f"lctx_{name}" if local else name))
+            continue
+        else:
+            raise LctxError(f"unknown lm-eval task {name!r}; use mmlu, mmlu_<subject>, mmlu_<category>, "
+                            "arc_easy or arc_challenge")
+        specs += [LmEvalSpec("mmlu", s, f"lctx_mmlu_{s}" if local else f"mmlu_{s}") for s in subs]
+    specs = list(dict.fromkeys(specs))  # keep order, drop repeats (mmlu + mmlu_anatomy)
+    if local:
+        root = Path(data_dir)
+        for sp in specs:
+            if sp.task == "mmlu":
+                need = [root / "mmlu" / s / f"{sp.subject}_{s}.csv" for s in ("test", "dev")]
+                layout = "mmlu/{dev,test}/<subject>_{dev,test}.csv"
+            else:
+                need = [root / "arc" / f for f in ARC_FILES[sp.task]]
+                layout = "arc/ARC-{Easy,Challenge}-{Test,Dev}.jsonl"
+            missing = [p for p in need if not p.is_file()]
+            if missing:
+                raise LctxError(f"--data-dir {str(root)!r} has no {missing[0].relative_to(root)} for {sp.task}; "
+                                f"point it at a folder with {layout} (e.g. ../shared/data), or unset it to "
+                                "load the Hugging Face hub copy")
+    return specs, ("local" if local else "hub")
+
+
+def write_task_configs(specs: list[LmEvalSpec], data_dir: str | Path, out_dir: str | Path) -> list[Path]:
+    """Write one lm-eval YAML task config per local spec into ``out_dir``; return the paths.
+
+    Each config ``include`` s lm-eval's own YAML (``arc/arc_easy.yaml``, ``mmlu/default/mmlu_<subject>.yaml``)
+    and overrides only the task name, tag and data source (``custom_dataset: !function
+    lctx.tasks.lmeval.local_dataset`` with the folder in ``dataset_kwargs``), so prompts, targets and
+    metrics stay lm-eval's. Load them with ``TaskManager(include_path=out_dir, include_defaults=False)``.
+    """
+    lm_eval_tasks = _lm_eval_dir() / "tasks"
+    root = Path(data_dir).resolve()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for sp in specs:
+        if sp.task == "mmlu":
+            include = lm_eval_tasks / "mmlu" / "default" / f"mmlu_{sp.subject}.yaml"
+            kw = {"kind": "mmlu", "path": str(root / "mmlu"), "subject": sp.subject}
+            extra = {"task_alias": sp.subject}
+        else:
+            include = lm_eval_tasks / "arc" / f"{sp.task}.yaml"
+            kw = {"kind": sp.task, "path": str(root / "arc")}
+            # no train split in the local copy: few-shot examples (if asked for) come from Dev
+            extra = {"training_split": None, "validation_split": "validation", "test_split": "test"}
+        cfg = {"include": str(include), "task": sp.lmeval_name, "tag": "lctx_lmeval",
+               "dataset_path": kw["path"], "dataset_name": None, **extra}
+        lines = [f"{k}: {json.dumps(v)}" for k, v in cfg.items()]  # JSON scalars are valid YAML
+        lines.append("custom_dataset: !function lctx.tasks.lmeval.local_dataset")
+        lines.append("dataset_kwargs: " + json.dumps(kw))
+        p = out / f"{sp.lmeval_name}.yaml"
+        p.write_text("\n".join(lines) + "\n")
+        paths.append(p)
+    return paths
+
+
+# -- the lm-eval model -----------------------------------------------------------------------------------
+_LCTX_HFLM = None
+
+
+def lctx_hflm_class():
+    """lm-eval's ``HFLM`` with BOS handling for native lctx models, registered as lm-eval model ``"lctx"``.
+
+    ``LctxHFLM(pretrained=model_or_dir, tokenizer=..., force_bos=None, **HFLM kwargs)``: with
+    ``force_bos`` (default: the model's ``model_type`` is ``"lctx"``) every encoded context and
+    context + continuation starts with the tokenizer's BOS id, as in lctx training; otherwise it is
+    exactly lm-eval's ``HFLM``. Defined lazily because importing lm-eval takes seconds.
+    """
+    global _LCTX_HFLM
+    if _LCTX_HFLM is not None:
+        return _LCTX_HFLM
+    import lctx.models  # noqa: F401  (registers model_type "lctx" with the Auto classes)
+    from lm_eval.api.registry import register_model
+    from lm_eval.models.huggingface import HFLM
+
+    class LctxHFLM(HFLM):
+        """lm-eval ``hf`` backend; prepends BOS for native lctx checkpoints (see :func:`lctx_hflm_class`)."""
+
+        def __init__(self, pretrained, force_bos: bool | None = None, **kwargs):
+            kwargs.setdefault("backend", "causal")
+            super().__init__(pretrained=pretrained, **kwargs)
+            if force_bos is None:
+                force_bos = getattr(self.model.config, "model_type", None) == "lctx"
+            self.force_bos = bool(force_bos) and self.tokenizer.bos_token_id is not None
+
+        def tok_encode(self, string, add_special_tokens=None, left_truncate_len=None, **kwargs):
+            ids = super().tok_encode(string, add_special_tokens=add_special_tokens, **kwargs)
+            bos = self.tokenizer.bos_token_id
+            if self.force_bos and add_special_tokens is not False and (not ids or ids[0] != bos):
+                ids = [bos] + list(ids)
+            return ids[-left_truncate_len:] if left_truncate_len else ids
+
+    _LCTX_HFLM = register_model("lctx")(LctxHFLM)
+    return _LCTX_HFLM
+
+
+# -- running ---------------------------------------------------------------------------------------------
+def _quiet_lm_eval():
+    import logging
+
+    for name in ("lm_eval", "lm-eval", "lm_eval.models.huggingface"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    try:
+        import datasets
+
+        datasets.disable_progress_bars()
+        datasets.logging.set_verbosity_error()
+    except ImportError:
+        pass
+
+
+def _task_manager(source: str, config_dir: Path | None):
+    """lm-eval ``TaskManager`` over the generated configs (local) or over lm-eval's own ``arc`` and
+    ``mmlu/default`` folders (hub): indexing all of lm-eval's ~13k tasks takes a minute or more on 2 cores."""
+    from lm_eval.tasks import TaskManager
+
+    if source == "local":
+        return TaskManager(include_path=str(config_dir), include_defaults=False)
+    root = _lm_eval_dir() / "tasks"
+    return TaskManager(include_path=[str(root / "arc"), str(root / "mmlu" / "default")], include_defaults=False)
+
+
+def load_tasks(specs: list[LmEvalSpec], source: str, data_dir, config_dir: Path) -> tuple[object, dict]:
+    """Write configs (local data) and load every spec's lm-eval ``Task`` (reads its data).
+
+    Returns (task_manager, {lmeval_name: Task}).
+
+    Raises:
+        LctxError: a task's data cannot be read (a file problem, or the hub unreachable).
+    """
+    _quiet_lm_eval()
+    if source == "local":
+        write_task_configs(specs, data_dir, config_dir)
+    tm = _task_manager(source, config_dir)
+    tasks = {}
+    for sp in specs:
+        try:
+            tasks[sp.lmeval_name] = tm.load([sp.lmeval_name])["tasks"][sp.lmeval_name]
+        except LctxError:
+            raise
+        except Exception as e:  # noqa: BLE001 - datasets/hub failures: one line, with the fix
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+            where = ("the Hugging Face hub (offline?); pass --data-dir with mmlu/ and arc/ (e.g. ../shared/data)"
+                     if source == "hub" else f"{data_dir}; check the files")
+            raise LctxError(f"could not load lm-eval task {sp.lmeval_name!r} from {where} "
+                            f"({type(e).__name__}: {first})") from None
+    return tm, tasks
+
+
+def _choice_labels(spec: LmEvalSpec, doc: dict, n: int) -> list[str]:
+    if spec.task == "mmlu":
+        return list("ABCD")[:n]
+    return list(doc["choices"]["label"])
+
+
+def sample_records(spec: LmEvalSpec, samples: list[dict], hflm=None) -> list[dict]:
+    """Turn lm-eval ``log_samples`` entries of one task into partial lctx records.
+
+    Each: {"sample": doc_id, "metrics": {"acc", ["acc_norm"]}, "n_tokens": context tokens (BOS
+    included, before lm-eval's left truncation; ``None`` without ``hflm``), "extra": {"pred", "gold",
+    "ll", ["pred_norm"], "truncated"}} where pred/gold are answer letters (MMLU) or ARC labels, ll the
+    choices' log-likelihoods (nats, summed over each continuation's tokens); pred is the
+    argmax of the choices' log-likelihoods, pred_norm of log-likelihood per character (lm-eval's
+    acc_norm; Gao et al., lm-eval ``multiple_choice``).
+    """
+    import numpy as np
+
+    out = []
+    for s in samples:
+        lls = np.array([float(r[0]) for r in s["filtered_resps"]])
+        conts = [a[1] for a in s["arguments"]]
+        labels = _choice_labels(spec, s["doc"], len(lls))
+        gold = int(s["target"])
+        extra = {"pred": labels[int(np.argmax(lls))], "gold": labels[gold], "ll": [round(x, 4) for x in lls]}
+        metrics = {"acc": float(s["acc"])}
+        if "acc_norm" in s:
+            metrics["acc_norm"] = float(s["acc_norm"])
+            extra["pred_norm"] = labels[int(np.argmax(lls / np.array([float(len(c)) for c in conts])))]
+        n_tokens = None
+        if hflm is not None:
+            ctx = s["arguments"][0][0]
+            n_tokens = len(hflm.tok_encode(ctx))
+            longest = max(len(hflm.tok_encode(ctx + c)) for c in conts)
+            extra["truncated"] = bool(longest - 1 > hflm.max_length)
+        out.append({"sample": int(s["doc_id"]), "metrics": metrics, "n_tokens": n_tokens, "extra": extra})
+    return out
+
+
+def run_lmeval(lms: list, specs: list[LmEvalSpec], source: str, out_dir: str | Path, data_dir=None,
+               limit: int | None = None, num_fewshot: int | None = None, seed: int = 0, batch_size: int = 32,
+               progress: bool = True, log=print) -> dict:
+    """Run lm-eval tasks for every model, append one record per question to ``OUT/records.jsonl`` and
+    rewrite ``results.parquet``/``results.csv``/``summary.csv`` (all records, other tasks included),
+    ``mmlu_subjects.csv`` and the plots.
+
+    lms: :class:`lctx.harness.lm.LM` s; specs/source from :func:`resolve_tasks`; limit: the first N
+    test questions of each task (each MMLU subject), ``None`` for all; num_fewshot: ``None`` for the
+    task defaults (:data:`DEFAULT_FEWSHOT`); seed: lm-eval's few-shot sampler seed (MMLU takes the
+    first k dev questions regardless); batch_size: lm-eval requests per forward.
+
+    Questions already recorded with status ok for the same model weights, dtype, task options and seed
+    are skipped. A task whose evaluation fails records every question it was to run as status
+    ``error`` with the message, and the run goes on.
+
+    Returns {"records", "ran", "skipped", "errors", "table", "summary", "plots"} like ``run_sweep``.
+
+    Raises:
+        LctxError: unreadable data or an unreachable hub (before any question runs).
+    """
+    import torch
+
+    import lctx
+    from lctx.harness.runner import _jsonable, fingerprint, git_revision, peak_memory_bytes
+    from lctx.harness.tables import read_records, record_key, write_tables
+    from lctx.tasks import TASKS
+
+    if limit is not None and limit < 1:
+        raise LctxError(f"--limit {limit} is not a positive number of questions; pass e.g. --limit 20")
+    if num_fewshot is not None and num_fewshot < 0:
+        raise LctxError(f"--num-fewshot {num_fewshot} is negative; pass 0 or more")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rec_path, meta_path = out / "records.jsonl", out / "run.json"
+    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    run_id = meta.get("run_id") or (datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + f"-{os.getpid()}")
+    git_rev = git_revision()
+    import lm_eval
+
+    meta.update(run_id=run_id, lctx_version=lctx.__version__, git_rev=git_rev, torch=torch.__version__)
+    meta.setdefault("models", [lm.path for lm in lms])
+    meta["tasks"] = sorted(set(meta.get("tasks", [])) | {sp.task for sp in specs})
+    meta["lmeval"] = {"lm_eval": getattr(lm_eval, "__version__", "?"), "source": source,
+                      "data_dir": str(Path(data_dir).resolve()) if data_dir else None, "limit": limit,
+                      "num_fewshot": num_fewshot, "seed": seed}
+    meta_path.write_text(json.dumps(meta, indent=2))
+
+    done = {record_key(r) for r in read_records(rec_path) if r.get("status") == "ok"}
+    ran = skipped = errors = 0
+    with tempfile.TemporaryDirectory(prefix="lctx-lmeval-") as cfg_dir:
+        tm, tasks = load_tasks(specs, source, data_dir, Path(cfg_dir))
+        n_docs = {name: len(t.eval_docs) for name, t in tasks.items()}
+        hflm_cls = lctx_hflm_class()
+        for lm in lms:
+            hflm = hflm_cls(pretrained=lm.model, tokenizer=lm.tokenizer, batch_size=batch_size)
+            fp = fingerprint(lm.path)
+            for sp in specs:
+                k = DEFAULT_FEWSHOT[sp.task] if num_fewshot is None else num_fewshot
+                opts = {"num_fewshot": k, "data": source}
+                if sp.subject:
+                    opts["subject"] = sp.subject
+                base = {"model": lm.name, "model_fingerprint": fp, "dtype": str(lm.dtype).replace("torch.", ""),
+                        "task": sp.task, "length": None, "depth": None, "seed": seed,
+                        "task_options": _jsonable(opts)}
+                wanted = range(min(limit, n_docs[sp.lmeval_name]) if limit else n_docs[sp.lmeval_name])
+                todo = [i for i in wanted if record_key(dict(base, sample=i)) not in done]
+                skipped += len(wanted) - len(todo)
+                if not todo:
+                    continue
+                if progress:
+                    log(f"{lm.name}: {sp.task}{'/' + sp.subject if sp.subject else ''} "
+                        f"{len(todo)} questions, {k}-shot")
+                t0 = time.perf_counter()
+                try:
+                    # set k on the task itself: simple_evaluate(num_fewshot=...) never overrides a task
+                    # whose num_fewshot is already 0 (as an earlier call leaves it)
+                    tasks[sp.lmeval_name].set_config(key="num_fewshot", value=k)
+                    res = lm_eval.simple_evaluate(
+                        model=hflm, tasks=[tasks[sp.lmeval_name]], samples={sp.lmeval_name: todo},
+                        task_manager=tm, log_samples=True, bootstrap_iters=0, fewshot_random_seed=seed)
+                    parts, err = sample_records(sp, res["samples"][sp.lmeval_name], hflm), ""
+                except (KeyboardInterrupt, LctxError):
+                    raise
+                except Exception as e:  # noqa: BLE001 - one failing task must not end the run
+                    first = (str(e).strip().splitlines() or [""])[0][:300]
+                    parts, err = [{"sample": i, "metrics": {}, "n_tokens": None, "extra": {}} for i in todo], \
+                        f"{type(e).__name__}: {first}"
+                    log(f"failed: {lm.name} {sp.lmeval_name}: {err}")
+                wall = (time.perf_counter() - t0) / max(1, len(parts))
+                stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
+                with open(rec_path, "a") as f:
+                    for p in parts:
+                        rec = dict(base, sample=p["sample"], variant=lm.variant, device=str(lm.device),
+                                   train_length=lm.train_length, n_tokens=p["n_tokens"], depth_actual=None,
+                                   metrics=p["metrics"], status="error" if err else "ok", error=err,
+                                   extra=dict(p["extra"], lmeval_task=sp.lmeval_name), wall_s=wall,
+                                   peak_mem_bytes=peak_memory_bytes(lm.device), timestamp=stamp,
+                                   run_id=run_id, lctx_version=lctx.__version__, git_rev=git_rev)
+                        f.write(json.dumps(rec) + "\n")
+                    f.flush()
+                    os.fsync(f.fileno())
+                ran += len(parts)
+                errors += len(parts) if err else 0
+
+    records = read_records(rec_path)
+    metrics_of = {name: cls.metrics for name, cls in TASKS.items()} | METRICS
+    table, summary = write_tables(records, out, metrics_of)
+    subj = mmlu_subject_table(table)
+    if len(subj):
+        subj.to_csv(out / "mmlu_subjects.csv", index=False)
+    from lctx.harness.plots import make_plots
+
+    plots = make_plots(table, out)
+    log(format_summary(summary))
+    return {"records": len(records), "ran": ran, "skipped": skipped, "errors": errors, "table": table,
+            "summary": summary, "plots": plots}
+
+
+def mmlu_subject_table(table):
+    """Per-subject MMLU accuracy from the results table: columns model, variant, subject, category,
+    num_fewshot, metric, mean, stderr (sample std / sqrt(n)), n; status-ok rows only."""
+    import pandas as pd
+
+    rows = table[(table["task"] == "mmlu") & (table["status"] == "ok")].copy()
+    cols = ["model", "variant", "subject", "category", "num_fewshot", "metric", "mean", "stderr", "n"]
+    if rows.empty:
+        return pd.DataFrame(columns=cols)
+    opts = rows["task_options"].map(json.loads)
+    rows["subject"] = opts.map(lambda o: o.get("subject"))
+    rows["num_fewshot"] = opts.map(lambda o: o.get("num_fewshot"))
+    cats = mmlu_subjects()
+    rows["category"] = rows["subject"].map(cats)
+    g = rows.groupby(["model", "variant", "subject", "category", "num_fewshot", "metric"], dropna=False)["value"]
+    agg = g.agg(mean="mean", std="std", n="count").reset_index()
+    agg["stderr"] = agg["std"] / agg["n"].map(math.sqrt)
+    return agg[cols]
+
+
+def format_summary(summary) -> str:
+    """The lm-eval tasks' rows of a summary table as text: model, task, metric, mean +- stderr, n."""
+    rows = summary[summary["task"].isin(list(METRICS))]
+    lines = [f"{'model':24s} {'task':14s} {'metric':9s} {'value':>7s} {'stderr':>7s} {'n':>6s}"]
+    for _, r in rows.iterrows():
+        lines.append(f"{str(r['model'])[:24]:24s} {r['task']:14s} {r['metric']:9s} {r['mean']:7.4f} "
+                     f"{r['stderr']:7.4f} {int(r['n']):6d}")
+    return "\n".join(lines)
