@@ -9,8 +9,11 @@ KV cache                T x per-token bytes; softmax variants: 2 x layers x kv_h
                         (K and V). Variants that keep something else (fixed-state mixers: a state whose
                         size does not grow with T; PaTH: transported keys in float32 as well) are measured
                         from their own cache after a probe forward of one layer (:func:`cache_bytes`).
-KV cache growth         one layer's cache once more: ``DynamicCache.update`` concatenates the new chunk
-                        to the old keys (``torch.cat``), so old and new tensors coexist for one layer.
+KV cache growth         with a ``DynamicCache``, one layer's cache once more: ``update`` concatenates the
+                        new chunk to the old keys (``torch.cat``), so old and new tensors coexist for one
+                        layer. A :class:`lctx.models.cache.PreallocatedKVCache` (what ``LM`` gives lctx
+                        models when it has ``new_cache``) holds T + decode budget tokens from the start
+                        and writes in place: no growth copy (a per-token state beside it still grows).
 positions               B x T x 17 bytes: k_pos (int64), its cumsum temporary (int64), key_valid (bool).
 activations             one decoder layer is live at a time: B x c x (8 d + 4 I) x bytes (residual,
                         norm output, q/k/v, rotated q/k, attention output, o_proj; SwiGLU gate, up,
@@ -97,6 +100,7 @@ class MemoryPlan:
     dtype: str
     impl: str
     attn_path: str
+    kv_cache: str = "dynamic"
     items: list[MemoryItem] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -218,22 +222,40 @@ def _nbytes(obj) -> int:
     return 0
 
 
-def cache_bytes(cache, layer_idx: int = 0) -> int:
-    """Bytes one layer keeps on a transformers KV cache: its keys and values plus the lctx per-layer state
-    (``cache.lctx_states[layer_idx]``, fixed-state mixers and PaTH)."""
+def cache_bytes(cache, layer_idx: int = 0, state: bool = True) -> int:
+    """Bytes one layer keeps on a KV cache: its keys and values (a transformers ``DynamicCache``'s
+    ``layers[i].keys/values``, or the allocated buffers of :class:`lctx.models.cache.PreallocatedKVCache`)
+    plus, with ``state``, the lctx per-layer state (``cache.lctx_states[layer_idx]``: fixed-state mixers,
+    PaTH's transported keys)."""
     n = 0
     layers = getattr(cache, "layers", None) or []
+    keys, values = getattr(cache, "keys", None), getattr(cache, "values", None)
     if layer_idx < len(layers):
         n += _nbytes(getattr(layers[layer_idx], "keys", None)) + _nbytes(getattr(layers[layer_idx], "values", None))
-    n += _nbytes((getattr(cache, "lctx_states", None) or {}).get(layer_idx))
+    elif isinstance(keys, list) and isinstance(values, list) and layer_idx < len(keys):
+        n += _nbytes(keys[layer_idx]) + _nbytes(values[layer_idx])
+    if state:
+        n += _nbytes((getattr(cache, "lctx_states", None) or {}).get(layer_idx))
     return n
+
+
+def default_kv_cache() -> tuple[str, int]:
+    """(kind, decode budget in tokens) of the KV cache :class:`lctx.harness.lm.LM` gives lctx models:
+    ``("preallocated", LM.decode_budget)`` when it has ``new_cache`` (a :class:`PreallocatedKVCache` of
+    prompt + budget tokens), else ``("dynamic", 0)`` (``DynamicCache``, which concatenates per chunk)."""
+    from .lm import LM
+
+    if hasattr(LM, "new_cache"):
+        return "preallocated", int(getattr(LM, "decode_budget", 0) or 0)
+    return "dynamic", 0
 
 
 @dataclass
 class LayerProbe:
     """What one lctx attention layer did on a small forward (see :func:`probe_layer`).
 
-    per_token / fixed: cache bytes of the layer per token and independent of tokens; mask_asked: it read
+    per_token / fixed: cache bytes of the layer per token and independent of tokens (keys, values and
+    state); kv_per_token: the part of per_token stored through ``cache.update`` (keys and values); mask_asked: it read
     the Tq x Tk pattern (``ctx.mask()``); float_mask: it built the sdpa float mask (``ctx.memo``);
     used_attend: it went through :meth:`AttentionVariant.attend` (dense softmax); has_bias: its
     ``score_bias`` is not ``None``; fused_ok: it goes through ``attend`` and its ``prior_spec`` (the
@@ -242,6 +264,7 @@ class LayerProbe:
 
     per_token: int
     fixed: int
+    kv_per_token: int
     mask_asked: bool
     float_mask: bool
     used_attend: bool
@@ -280,7 +303,7 @@ def probe_layer(config, dtype: torch.dtype, t1: int = 16, t2: int = 48) -> Layer
     mod.attend = attend
     H, D, d = cfg.num_attention_heads, cfg.head_dim, cfg.hidden_size
     g = torch.Generator().manual_seed(0)
-    cache, sizes, mask_asked, float_mask = DynamicCache(), [], False, False
+    cache, sizes, kv_sizes, mask_asked, float_mask = DynamicCache(), [], [], False, False
     with torch.inference_mode():
         for past, T in ((0, t1), (t1, t2 - t1)):
             q, k, v = (torch.randn(1, H, T, D, generator=g).to(dtype) for _ in range(3))
@@ -293,6 +316,7 @@ def probe_layer(config, dtype: torch.dtype, t1: int = 16, t2: int = 48) -> Layer
             mask_asked |= ctx.allowed is not None
             float_mask |= any(isinstance(key, tuple) and key and key[0] == "mask" for key in ctx.memo)
             sizes.append(cache_bytes(cache, 0))
+            kv_sizes.append(cache_bytes(cache, 0, state=False))
         has_bias = (type(mod).score_bias is not AttentionVariant.score_bias
                     and mod.score_bias(ctx.q_pos, ctx.k_pos, ctx) is not None)
         try:
@@ -300,7 +324,8 @@ def probe_layer(config, dtype: torch.dtype, t1: int = 16, t2: int = 48) -> Layer
         except Exception:  # noqa: BLE001 - no usable spec: no fused kernel
             spec = None
     per_token = (sizes[1] - sizes[0]) // (t2 - t1)
-    return LayerProbe(per_token=int(per_token), fixed=int(sizes[0] - per_token * t1), mask_asked=mask_asked,
+    return LayerProbe(per_token=int(per_token), fixed=int(sizes[0] - per_token * t1),
+                      kv_per_token=int((kv_sizes[1] - kv_sizes[0]) // (t2 - t1)), mask_asked=mask_asked,
                       float_mask=float_mask, used_attend=used["attend"], has_bias=has_bias,
                       fused_ok=used["attend"] and spec is not None)
 
@@ -314,13 +339,17 @@ def _dtype(dtype) -> torch.dtype:
 
 
 def plan_memory(config, length: int, chunk_size: int = 2048, dtype="float32", impl: str | None = None,
-                batch: int = 1, kept_logits: int = 1, name: str | None = None) -> MemoryPlan:
+                batch: int = 1, kept_logits: int = 1, name: str | None = None, kv_cache: str = "auto",
+                decode_budget: int | None = None) -> MemoryPlan:
     """The memory model (module docstring) for a chunked prefill of ``length`` tokens.
 
     config: an lctx ``LctxConfig`` or a Hugging Face config; length: tokens (T); chunk_size: prefill chunk
     (tokens); dtype: weights/activations dtype (name or torch dtype); impl: ``attn_impl`` to plan for
     (default: the config's); batch: rows (B); kept_logits: positions whose logits are kept (1 for
-    generation; the window for ppl). Returns a :class:`MemoryPlan` (bytes).
+    generation; the window for ppl); kv_cache: ``"dynamic"`` (``DynamicCache``: the cache grows by
+    concatenation, one layer is copied at a time), ``"preallocated"`` (buffers of length + ``decode_budget``
+    tokens written in place) or ``"auto"`` (what ``LM`` uses for this config, :func:`default_kv_cache`).
+    Returns a :class:`MemoryPlan` (bytes).
 
     Raises:
         LctxError: non-positive length / chunk / batch, an unknown dtype or impl, or a config lctx cannot
@@ -348,18 +377,30 @@ def plan_memory(config, length: int, chunk_size: int = 2048, dtype="float32", im
             pr = probe_layer(cfg, dt)
         except Exception as e:  # noqa: BLE001 - a variant that cannot run on CPU: fall back to the formula
             plan.notes.append(f"probe forward failed ({type(e).__name__}: {str(e)[:120]}); softmax formula used")
-            pr = LayerProbe(kv_formula, 0, True, impl != "reference", True, False, False)
+            pr = LayerProbe(kv_formula, 0, kv_formula, True, impl != "reference", True, False, False)
     else:
-        pr = LayerProbe(kv_formula, 0, True, True, True, False, False)
+        pr = LayerProbe(kv_formula, 0, kv_formula, True, True, True, False, False)
+    if kv_cache == "auto":
+        kv_cache, auto_budget = default_kv_cache() if s.lctx else ("dynamic", 0)
+        decode_budget = auto_budget if decode_budget is None else decode_budget
+    if kv_cache not in ("dynamic", "preallocated"):
+        raise LctxError(f"unknown KV cache kind {kv_cache!r}; use auto, dynamic or preallocated")
+    plan.kv_cache = kv_cache
+    cap = T + (int(decode_budget or 0) if kv_cache == "preallocated" else 0)
+    st_tok = pr.per_token - pr.kv_per_token  # per-token state beside the cache (PaTH's transported keys)
     if pr.per_token == kv_formula and pr.fixed == 0:
-        kv_text = f"{T:,} tokens x 2 (K,V) x {L} layers x {s.kv_heads} kv heads x {D} head dim x {b} B"
+        kv_text = f"{cap:,} tokens x 2 (K,V) x {L} layers x {s.kv_heads} kv heads x {D} head dim x {b} B"
     else:
-        kv_text = (f"{T:,} tokens x {pr.per_token} B + {pr.fixed} B fixed, per layer x {L} layers "
-                   "(measured from the variant's cache)")
-    per_layer_cache = B * (pr.per_token * T + pr.fixed)
-    add("KV cache / state", L * per_layer_cache, kv_text)
-    add("KV cache growth", per_layer_cache if pr.per_token else 0,
-        "one layer's cache copied once (DynamicCache torch.cat)")
+        kv_text = (f"{pr.kv_per_token} B x {cap:,} tokens + {st_tok} B x {T:,} tokens + {pr.fixed} B fixed, per layer "
+                   f"x {L} layers (measured from the variant's cache)")
+    if kv_cache == "preallocated":
+        kv_text += f" ({kv_cache}: prompt + {cap - T} decode tokens)"
+    add("KV cache / state", L * B * (pr.kv_per_token * cap + st_tok * T + pr.fixed), kv_text)
+    if kv_cache == "dynamic":
+        add("KV cache growth", B * pr.per_token * T, "one layer's cache copied once (DynamicCache torch.cat)")
+    else:
+        add("KV cache growth", B * st_tok * T, "one layer's per-token state copied once (torch.cat); "
+            "keys and values are written in place")
     add("positions", B * T * 17, "B x T x (8 + 8 + 1) B: k_pos, cumsum, key_valid")
     add("activations", B * c * (8 * d + 4 * I) * b + B * c * d * 8,
         f"chunk {c} x (8 x {d} + 4 x {I}) x {b} B + chunk x d x 8 (RMSNorm fp32)")
@@ -450,9 +491,13 @@ def check_run_fits(lms: list, length: int, kept_logits: int = 1, available: int 
     plans = []
     for lm in lms:
         cfg = lm.model.config
+        kind = "dynamic"
+        if hasattr(lm, "new_cache"):  # the cache this LM really prefills into
+            kind = "preallocated" if type(lm.new_cache(1)).__name__ == "PreallocatedKVCache" else "dynamic"
         plan = plan_memory(cfg, length, chunk_size=lm.chunk_size, dtype=lm.dtype,
                            impl=getattr(cfg, "attn_impl", None) if getattr(cfg, "model_type", "") == "lctx" else None,
-                           kept_logits=kept_logits, name=lm.name)
+                           kept_logits=kept_logits, name=lm.name, kv_cache=kind,
+                           decode_budget=int(getattr(lm, "decode_budget", 0) or 0))
         plans.append(plan)
     by_dev: dict[str, list] = {}
     for lm, plan in zip(lms, plans):

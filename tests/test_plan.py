@@ -40,7 +40,7 @@ def test_parse_bytes():
 
 
 def test_plan_matches_hand_computation():
-    p = plan_memory(tiny_rope(), 8192, chunk_size=1024, dtype="float32")
+    p = plan_memory(tiny_rope(), 8192, chunk_size=1024, dtype="float32", kv_cache="dynamic")
     items = {i.name: i.bytes for i in p.items}
     # hand: parameters = embed 1024*64 (lm_head tied) = 65,536 + per layer (4*64*64 attention + 3*64*192 SwiGLU,
     # I = 32 * ceil((8*64//3) / 32) = 192, + 2*64 norms) = 53,376, x 2 layers, + 64 final norm = 172,352
@@ -57,6 +57,15 @@ def test_plan_matches_hand_computation():
     assert items["logits"] == 1024 * 4  # one kept position x vocab x float32
     assert p.total == sum(items.values())
     assert p.attn_path == "sdpa"
+
+
+def test_preallocated_cache_holds_the_decode_budget_and_is_not_copied():
+    p = plan_memory(tiny_rope(), 8192, chunk_size=1024, kv_cache="preallocated", decode_budget=256)
+    # hand: (8192 prompt + 256 decode) tokens x 1,024 B per token (2 x 2 layers x 4 heads x 16 dims x 4 B)
+    assert p.get("KV cache / state") == (8192 + 256) * 1024
+    assert p.get("KV cache growth") == 0 and p.kv_cache == "preallocated"
+    with pytest.raises(LctxError, match="KV cache kind"):
+        plan_memory(tiny_rope(), 8192, kv_cache="paged")
 
 
 def test_bfloat16_halves_the_kv_cache_and_reference_counts_scores():
