@@ -381,8 +381,8 @@ def sample_records(spec: LmEvalSpec, samples: list[dict], hflm=None) -> list[dic
     included, before lm-eval's left truncation; ``None`` without ``hflm``), "extra": {"pred", "gold",
     "ll", ["pred_norm"], "truncated"}} where pred/gold are answer letters (MMLU) or ARC labels, ll the
     choices' log-likelihoods (nats, summed over each continuation's tokens); pred is the
-    argmax of the choices' log-likelihoods, pred_norm of log-likelihood per character (lm-eval's
-    acc_norm; Gao et al., lm-eval ``multiple_choice``).
+    argmax of the choices' log-likelihoods, pred_norm of log-likelihood per character of the choice text
+    (lm-eval's acc_norm, ``Task.process_results`` for ``multiple_choice``).
     """
     import numpy as np
 
@@ -396,7 +396,8 @@ def sample_records(spec: LmEvalSpec, samples: list[dict], hflm=None) -> list[dic
         metrics = {"acc": float(s["acc"])}
         if "acc_norm" in s:
             metrics["acc_norm"] = float(s["acc_norm"])
-            extra["pred_norm"] = labels[int(np.argmax(lls / np.array([float(len(c)) for c in conts])))]
+            texts = s["doc"]["choices"]["text"]  # ARC; lm-eval divides by len(choice), without the space
+            extra["pred_norm"] = labels[int(np.argmax(lls / np.array([float(len(c)) for c in texts])))]
         n_tokens = None
         if hflm is not None:
             ctx = s["arguments"][0][0]

@@ -184,7 +184,7 @@ def test_run_lmeval_matches_independent_scoring_and_resumes(tiny_data, tmp_path,
         texts = [c["text"] for c in r["question"]["choices"]]
         labels = [c["label"] for c in r["question"]["choices"]]
         lls = [choice_ll(ctx, " " + t) for t in texts]
-        norm = [ll / len(" " + t) for ll, t in zip(lls, texts)]
+        norm = [ll / len(t) for ll, t in zip(lls, texts)]  # lm-eval's acc_norm: per character of the choice
         expect[("arc_easy", i)] = (labels[lls.index(max(lls))], labels[norm.index(max(norm))], r["answerKey"])
     for i, row in enumerate(MMLU_TEST):
         lls = [choice_ll(_mmlu_prompt(MMLU_DEV, row), " " + x) for x in "ABCD"]
