@@ -1,0 +1,433 @@
+"""Length-flatness sweeps: perplexity ratio, flat-until and effective length, derived from a run's records.
+
+A flatness sweep (``lctx run --task flatness --relative 0.5,1,2,4,8``) runs ``ppl`` and a retrieval task
+(``passkey`` by default; any registered task with ``--task-option flatness.retrieval=niah_single_1``) at
+lengths relative to each model's training length ``T`` (the checkpoint config's ``train_length``, or
+``--train-length`` for outside checkpoints). From the sweep's records it derives, per (model, variant):
+
+* ``ppl_ratio`` at each length L: PPL(L) / PPL(T) (seed 004 reports RoPE 16.2x at 16T and ALiBi 0.96x at
+  128T; seed 002 calls a model "flat" to 3.5T);
+* ``flat_until``: the largest length L >= T (tokens) such that every tested length in [T, L] has
+  ``ppl_ratio <= max_ratio`` (default 1.1). Lengths below T do not count (less context, higher PPL is
+  expected there). A length whose ppl failed ends the flat range. When it equals the largest tested
+  length the model is flat as far as the sweep looked (a lower bound);
+* ``effective_length``: the largest length L (tokens) such that every tested length <= L has a mean
+  retrieval score (over depths and samples, status ok) ``>= threshold`` (default 0.8), the "effective
+  length" of RULER (Hsieh et al. 2024, section 4: the longest length whose score stays above a
+  threshold). 0 when the shortest tested length already falls below it.
+
+These are *derived* rows of the tidy table (``task == "flatness"``, metrics ``ppl_ratio``,
+``flat_until``, ``effective_length``; ``length`` is L for ``ppl_ratio`` and empty for the other two;
+``task_options`` records the criterion). They are never written to ``records.jsonl``: :func:`write_tables_with_flatness`
+recomputes them from the records every time the tables are written, so a killed sweep resumes as any
+run does and its derived numbers follow the finished samples.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from .errors import LctxError
+
+TASK = "flatness"
+METRICS = ("ppl_ratio", "flat_until", "effective_length")
+DEFAULT_RELATIVE = (0.5, 1.0, 2.0, 4.0, 8.0)
+#: The retrieval metric a flatness sweep thresholds, per task: passkey's exact match, RULER's
+#: string_match_all for the NIAH tasks (RULER's own metric for niah_*); other tasks: their first metric.
+RETRIEVAL_METRIC = {"passkey": "exact"}
+
+
+def default_retrieval_metric(task: str) -> str:
+    """The metric thresholded for ``effective_length`` when none is named (see :data:`RETRIEVAL_METRIC`).
+
+    Raises:
+        LctxError: ``task`` is not a registered task.
+    """
+    if task in RETRIEVAL_METRIC:
+        return RETRIEVAL_METRIC[task]
+    if task.startswith("niah_"):
+        return "string_match_all"
+    from lctx.tasks import get_task
+
+    return get_task(task).metrics[0]
+
+
+@dataclass(frozen=True)
+class FlatnessSpec:
+    """The criteria of a flatness sweep.
+
+    retrieval: retrieval task name (default ``passkey``), or ``"none"`` for a ppl-only sweep.
+    retrieval_metric: the metric of ``retrieval`` thresholded (default :func:`default_retrieval_metric`).
+    max_ratio: a length is flat when PPL(L)/PPL(T) <= max_ratio (default 1.1; dimensionless).
+    threshold: retrieval works at L when its mean score >= threshold (default 0.8, RULER's idea of 80%).
+    """
+
+    retrieval: str = "passkey"
+    retrieval_metric: str | None = None
+    max_ratio: float = 1.1
+    threshold: float = 0.8
+
+    @classmethod
+    def from_options(cls, opts: dict) -> FlatnessSpec:
+        """Build from ``--task-option flatness.KEY=VALUE`` options and check them.
+
+        Raises:
+            LctxError: an unknown key, an unknown retrieval task or metric, max_ratio < 1, or a
+                non-finite threshold.
+        """
+        valid = [f for f in cls.__dataclass_fields__]
+        for k in opts:
+            if k not in valid:
+                raise LctxError(f"--task-option flatness.{k}: flatness has no option {k!r}; valid options: "
+                                f"{', '.join(valid)}")
+        try:
+            spec = cls(retrieval=str(opts.get("retrieval", "passkey")),
+                       retrieval_metric=None if opts.get("retrieval_metric") is None else str(opts["retrieval_metric"]),
+                       max_ratio=float(opts.get("max_ratio", 1.1)), threshold=float(opts.get("threshold", 0.8)))
+        except (TypeError, ValueError) as e:
+            raise LctxError(f"bad flatness option ({e}); write e.g. --task-option flatness.max_ratio=1.1") from None
+        if not (math.isfinite(spec.max_ratio) and spec.max_ratio >= 1.0):
+            raise LctxError(f"flatness.max_ratio={spec.max_ratio} must be a number >= 1 (PPL(L)/PPL(T) of the "
+                            "training length itself is 1); write e.g. --task-option flatness.max_ratio=1.1")
+        if not math.isfinite(spec.threshold):
+            raise LctxError("flatness.threshold must be a finite number; write e.g. --task-option flatness.threshold=0.8")
+        if spec.retrieval == "none":
+            return spec
+        if spec.retrieval == "ppl":
+            raise LctxError("flatness.retrieval=ppl: ppl already runs in a flatness sweep; name a retrieval task "
+                            "(passkey, niah_single_1, ...) or none")
+        from lctx.tasks import get_task
+
+        metrics = get_task(spec.retrieval).metrics  # raises for an unknown task
+        metric = spec.retrieval_metric or default_retrieval_metric(spec.retrieval)
+        if metric not in metrics:
+            raise LctxError(f"flatness.retrieval_metric={metric!r}: task {spec.retrieval!r} reports "
+                            f"{', '.join(metrics)}; pick one of them")
+        return cls(spec.retrieval, metric, spec.max_ratio, spec.threshold)
+
+    @property
+    def metric(self) -> str | None:
+        """The retrieval metric thresholded (None for ``retrieval="none"``)."""
+        if self.retrieval == "none":
+            return None
+        return self.retrieval_metric or default_retrieval_metric(self.retrieval)
+
+
+# ----------------------------------------------------------------------------------------------
+# planning a sweep: task names, relative lengths, training lengths
+# ----------------------------------------------------------------------------------------------
+
+def split_flatness(task_names: list[str], task_options: list[str]) -> tuple[list[str], list[str], FlatnessSpec | None]:
+    """Expand ``flatness`` in ``--tasks`` into the tasks it runs and take its ``--task-option`` items.
+
+    Input: the task names of ``--tasks`` and the raw ``--task-option`` items. Output: (task names with
+    ``flatness`` replaced by ``ppl`` and the retrieval task, each once, order kept; the items not addressed
+    to ``flatness``; the :class:`FlatnessSpec`, or None when ``flatness`` is not among the tasks, in which
+    case everything is returned unchanged).
+
+    Raises:
+        LctxError: a ``flatness.*`` item that is not ``flatness.KEY=VALUE``, or a bad option (see
+            :meth:`FlatnessSpec.from_options`).
+    """
+    if TASK not in task_names:
+        return list(task_names), list(task_options), None
+    mine, rest, opts = [], [], {}
+    for item in task_options:
+        (mine if item.split(".", 1)[0].strip() == TASK else rest).append(item)
+    for item in mine:
+        head, sep, val = item.partition("=")
+        key = head.split(".", 1)[1].strip() if "." in head else ""
+        if not sep or not key:
+            raise LctxError(f"--task-option {item!r} is not flatness.KEY=VALUE; write e.g. "
+                            "--task-option flatness.retrieval=niah_single_1")
+        try:
+            opts[key] = json.loads(val)
+        except json.JSONDecodeError:
+            opts[key] = val
+    spec = FlatnessSpec.from_options(opts)
+    out: list[str] = []
+    for name in task_names:
+        for n in (["ppl"] + ([spec.retrieval] if spec.retrieval != "none" else [])) if name == TASK else [name]:
+            if n not in out:
+                out.append(n)
+    return out, rest, spec
+
+
+def parse_relative(text: str) -> list[float]:
+    """Parse ``--relative`` "0.5,1,2,4,8" (multiples of the training length; an optional trailing ``x``)
+    into sorted unique positive floats; 1 is added when absent (the ratio needs PPL at the training length).
+
+    Raises:
+        LctxError: an entry is not a positive number, or the list is empty.
+    """
+    out = set()
+    for part in [p.strip() for p in text.split(",") if p.strip()]:
+        try:
+            r = float(re.sub(r"[xX]$", "", part))
+        except ValueError:
+            r = -1.0
+        if not (math.isfinite(r) and r > 0):
+            raise LctxError(f"--relative {part!r} is not a positive multiple of the training length; "
+                            "write e.g. --relative 0.5,1,2,4,8")
+        out.add(r)
+    if not out:
+        raise LctxError("--relative is empty; write e.g. --relative 0.5,1,2,4,8")
+    return sorted(out | {1.0})
+
+
+def relative_lengths(train_length: int, relative: list[float]) -> list[int]:
+    """Token lengths round(r * train_length) for each factor r (at least 2 tokens), sorted, unique."""
+    return sorted({max(2, int(round(r * train_length))) for r in relative})
+
+
+def resolve_train_lengths(lms: list, train_length: int | None) -> None:
+    """Give every model a training length: ``train_length`` (``--train-length``) when given, which then
+    overrides the checkpoint's, else the one its config records. Sets ``lm.train_length`` in place, so the
+    records' ``train_length`` column and the plots' training-length marks carry it.
+
+    Raises:
+        LctxError: a non-positive ``train_length``, or a model with no training length and none given.
+    """
+    if train_length is not None and train_length < 1:
+        raise LctxError(f"--train-length {train_length} is not a positive number of tokens; pass e.g. --train-length 4096")
+    for lm in lms:
+        if train_length is not None:
+            lm.train_length = int(train_length)
+        elif not lm.train_length:
+            raise LctxError(f"model {lm.name!r} records no training length (train_length in config.json); "
+                            "pass --train-length N (tokens) for lengths relative to it")
+
+
+def groups_by_train_length(lms: list, relative: list[float]) -> list[tuple[list, list[int]]]:
+    """Models that share a training length, with the token lengths of ``relative`` for it:
+    [(models, lengths)], in order of first appearance (each group runs as one sweep)."""
+    groups: dict[int, list] = {}
+    for lm in lms:
+        groups.setdefault(int(lm.train_length), []).append(lm)
+    return [(g, relative_lengths(T, relative)) for T, g in groups.items()]
+
+
+# ----------------------------------------------------------------------------------------------
+# deriving the numbers
+# ----------------------------------------------------------------------------------------------
+
+def flat_until(ratios: dict[int, float], train_length: int, max_ratio: float) -> int | None:
+    """The largest length L >= T with ``ratios[L'] <= max_ratio`` for every tested L' in [T, L].
+
+    ratios: {length (tokens): PPL(L)/PPL(T)}, NaN for a failed length. Returns None when T was not
+    tested (or failed). A failed length ends the flat range.
+    """
+    if not math.isfinite(ratios.get(train_length, float("nan"))):
+        return None
+    best = train_length
+    for L in sorted(x for x in ratios if x >= train_length):
+        r = ratios[L]
+        if not (math.isfinite(r) and r <= max_ratio):
+            break
+        best = L
+    return int(best)
+
+
+def effective_length(scores: dict[int, float], threshold: float) -> int:
+    """The largest length L with ``scores[L'] >= threshold`` for every tested L' <= L (RULER's effective
+    length), 0 when the shortest tested length is already below it. scores: {length (tokens): mean
+    score}, NaN for a failed length (which ends the range)."""
+    best = 0
+    for L in sorted(scores):
+        s = scores[L]
+        if not (math.isfinite(s) and s >= threshold):
+            break
+        best = L
+    return int(best)
+
+
+def _ok(df: pd.DataFrame) -> pd.DataFrame:
+    out = df[df["status"].astype("string").fillna("") == "ok"].copy()
+    out["value"] = pd.to_numeric(out["value"], errors="coerce")
+    out["length"] = pd.to_numeric(out["length"], errors="coerce")
+    return out.dropna(subset=["value", "length"])
+
+
+def _train_length(rows: pd.DataFrame) -> int | None:
+    tl = pd.to_numeric(rows["train_length"], errors="coerce").dropna()
+    tl = tl[tl > 0]
+    return int(tl.mode().iloc[0]) if len(tl) else None
+
+
+def _most_common_options(rows: pd.DataFrame) -> pd.DataFrame:
+    """Rows of the most common ``task_options`` only (two ppl configurations of a model never mix)."""
+    if rows.empty or "task_options" not in rows.columns:
+        return rows
+    opts = rows["task_options"].astype("string").fillna("")
+    return rows[opts == opts.value_counts().index[0]]
+
+
+def derive_records(table: pd.DataFrame, spec: FlatnessSpec | None = None) -> list[dict]:
+    """The derived flatness records of a results table (rows of other tasks, as :func:`lctx.harness.tables.to_table`
+    makes them; existing ``flatness`` rows are ignored).
+
+    Per (model, variant) with ppl rows: one ``ppl_ratio`` record per tested length (status error where PPL(L)
+    or PPL(T) is missing) and one ``flat_until`` record; per (model, variant) with rows of
+    ``spec.retrieval``: one ``effective_length`` record. Each is a dict with the runner's record fields
+    (``metrics`` = {metric: value}, ``task`` = ``"flatness"``, ``sample`` 0, ``depth`` None, the criterion in
+    ``task_options``), ready for :func:`lctx.harness.tables.to_table`. Models with no training length get
+    error records saying so. ``spec`` None: the defaults of :class:`FlatnessSpec`.
+    """
+    spec = spec or FlatnessSpec()
+    if table is None or table.empty:
+        return []
+    table = table[table["task"].astype("string") != TASK]
+    out: list[dict] = []
+    keys = ["model", "variant"]
+    tab = table.assign(variant=table["variant"].astype("string").fillna(""))
+    for (model, variant), rows in tab.groupby(keys, sort=False, dropna=False):
+        T = _train_length(rows)
+        ppl = _most_common_options(rows[(rows["task"] == "ppl") & (rows["metric"] == "ppl")])
+        first = (ppl if len(ppl) else rows).iloc[0]
+        base = {"model": model, "variant": variant or None, "task": TASK, "depth": None, "sample": 0,
+                "seed": _scalar(first.get("seed")), "run_id": first.get("run_id"),
+                "device": first.get("device"), "dtype": first.get("dtype"), "attn_impl": first.get("attn_impl"),
+                "lctx_version": first.get("lctx_version"), "git_rev": first.get("git_rev"),
+                "train_length": T, "n_tokens": None, "depth_actual": None, "status": "ok", "error": ""}
+        no_t = ("no training length recorded for this model; rerun with --train-length N")
+        if len(ppl):
+            crit = {"criterion": f"ppl_ratio <= {spec.max_ratio:g}", "max_ratio": spec.max_ratio,
+                    "ppl_options": _json(ppl["task_options"].iloc[0])}
+            ok = _ok(ppl)
+            means = ok.groupby(ok["length"].astype("int64"))["value"].mean().to_dict()
+            every = rows[rows["task"] == "ppl"]  # a failed sample may carry no metric name: all its lengths
+            lengths = sorted({int(x) for x in pd.to_numeric(every["length"], errors="coerce").dropna()})
+            ref = means.get(T, float("nan")) if T else float("nan")
+            why = no_t if not T else (f"no successful ppl at the training length {T} tokens; include relative 1 "
+                                      f"(length {T}) in the sweep")
+            ratios = {}
+            for L in lengths:
+                r = means.get(L, float("nan")) / ref if math.isfinite(ref) and ref > 0 else float("nan")
+                ratios[L] = r
+                rec = dict(base, length=L, task_options={"criterion": "ppl(L) / ppl(train_length)",
+                                                         "ppl_options": crit["ppl_options"]},
+                           metrics={"ppl_ratio": r})
+                if not math.isfinite(r):
+                    rec.update(status="error", error=why if not math.isfinite(ref)
+                               else f"no successful ppl at length {L}")
+                out.append(rec)
+            fu = flat_until(ratios, T, spec.max_ratio) if T else None
+            rec = dict(base, length=None, task_options=crit, metrics={"flat_until": float(fu) if fu else float("nan")})
+            if fu is None:
+                rec.update(status="error", error=why)
+            out.append(rec)
+        metric = spec.metric
+        ret = rows[(rows["task"] == spec.retrieval) & (rows["metric"] == metric)] if metric else rows.iloc[:0]
+        ret = _most_common_options(ret)
+        if len(ret):
+            ok = _ok(ret)
+            scores = ok.groupby(ok["length"].astype("int64"))["value"].mean().to_dict()
+            every = rows[rows["task"] == spec.retrieval]
+            for L in {int(x) for x in pd.to_numeric(every["length"], errors="coerce").dropna()}:
+                scores.setdefault(L, float("nan"))
+            crit = {"criterion": f"{spec.retrieval}.{metric} >= {spec.threshold:g}", "retrieval": spec.retrieval,
+                    "metric": metric, "threshold": spec.threshold, "retrieval_options": _json(ret["task_options"].iloc[0])}
+            out.append(dict(base, length=None, task_options=crit,
+                            metrics={"effective_length": effective_length(scores, spec.threshold)}))
+    return out
+
+
+def _scalar(v):
+    try:
+        return None if v is None or pd.isna(v) else int(v)
+    except (TypeError, ValueError):
+        return v
+
+
+def _json(s):
+    if isinstance(s, str):
+        try:
+            return json.loads(s)
+        except json.JSONDecodeError:
+            return s
+    return None if s is None or (isinstance(s, float) and math.isnan(s)) else s
+
+
+def derive_table(table: pd.DataFrame, spec: FlatnessSpec | None = None) -> pd.DataFrame:
+    """:func:`derive_records` as tidy rows (the columns of :data:`lctx.harness.tables.COLUMNS`)."""
+    from .tables import to_table
+
+    return to_table(derive_records(table, spec), {TASK: METRICS})
+
+
+def write_tables_with_flatness(out_dir: Path, spec: FlatnessSpec | None = None, metrics_of=None,
+                               plots: bool = True) -> tuple[pd.DataFrame, pd.DataFrame, list[Path]]:
+    """Rewrite a run's ``results.parquet``/``results.csv``/``summary.csv`` from its ``records.jsonl`` plus
+    the derived flatness rows, note the criteria in ``run.json`` (key ``flatness``) and (``plots``) draw
+    ``plots/ppl_ratio_vs_relative.png``. Returns (table, summary, plot paths).
+
+    Raises:
+        LctxError: ``out_dir`` has no records.
+    """
+    from lctx.tasks import TASKS
+
+    from .tables import read_records, to_table, write_tables
+
+    out_dir = Path(out_dir)
+    records = read_records(out_dir / "records.jsonl")
+    if not records:
+        raise LctxError(f"{out_dir} has no records.jsonl records; run the sweep first")
+    metrics_of = {**{n: c.metrics for n, c in TASKS.items()}, **(metrics_of or {}), TASK: METRICS}
+    derived = derive_records(to_table(records, metrics_of), spec)
+    table, summary = write_tables(records + derived, out_dir, metrics_of)
+    meta_path = out_dir / "run.json"
+    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    meta["flatness"] = asdict(spec or FlatnessSpec()) | {"retrieval_metric": (spec or FlatnessSpec()).metric}
+    meta_path.write_text(json.dumps(meta, indent=2))
+    paths: list[Path] = []
+    if plots:
+        from .report import ppl_ratio_plot
+
+        p = ppl_ratio_plot(table, out_dir, max_ratio=(spec or FlatnessSpec()).max_ratio)
+        paths += [p] if p else []
+    return table, summary, paths
+
+
+def format_flatness(table: pd.DataFrame) -> str:
+    """The flatness rows of a table as text lines: per model, the ratios by length, flat-until and
+    effective length (tokens and multiples of the training length)."""
+    rows = table[table["task"] == TASK]
+    lines = []
+    for (model, variant), g in rows.groupby(["model", "variant"], sort=False, dropna=False):
+        T = _train_length(g)
+        r = g[(g["metric"] == "ppl_ratio") & (g["status"] == "ok")].sort_values("length")
+        ratios = ", ".join(f"{int(L)}: {v:.3f}" for L, v in zip(r["length"], r["value"]))
+        parts = [f"{model}: train_length {T}", f"ppl_ratio {{{ratios}}}"]
+        for m in ("flat_until", "effective_length"):
+            x = g[g["metric"] == m]
+            if len(x):
+                v = x["value"].iloc[0]
+                crit = _json(x["task_options"].iloc[0]) or {}
+                if pd.isna(v):
+                    txt = f"error ({x['error'].iloc[0]})"
+                elif v == 0:
+                    txt = "0 (below the threshold already at the shortest length)"
+                else:
+                    txt = f"{int(v)}" + (f" ({v / T:g}x)" if T else "")
+                parts.append(f"{m} {txt} [{crit.get('criterion', '')}]")
+        lines.append("; ".join(parts))
+    return "\n".join(lines)
+
+
+def note_run(out_dir: Path, **fields) -> None:
+    """Merge ``fields`` into ``OUT/run.json`` (a sweep run per training length leaves only its own models
+    and lengths there; the CLI records all of them, the ``relative`` factors and each model's training
+    length)."""
+    meta_path = Path(out_dir) / "run.json"
+    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    meta.update(fields)
+    if "relative" in fields and "train_lengths" in fields:
+        meta["lengths"] = sorted({L for T in set(fields["train_lengths"].values()) if T
+                                  for L in relative_lengths(int(T), fields["relative"])})
+    meta_path.write_text(json.dumps(meta, indent=2))

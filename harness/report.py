@@ -1,0 +1,780 @@
+"""``lctx report``: one extrapolation report (HTML + Markdown + PNGs) from one or more run directories.
+
+Inputs are run directories written by ``lctx run`` (``results.parquet`` or ``results.csv``, ``run.json``).
+Their tables are concatenated (a model evaluated on other tasks in another run stays one model; the
+same model and task in two runs is told apart as ``model@run``). Runs without flatness rows get them
+derived with the default criteria of :class:`lctx.harness.flatness.FlatnessSpec` (ppl ratio <= 1.1,
+retrieval >= 0.8) when they have ppl or passkey rows.
+
+The report (``--out``) holds:
+
+* ``report.html``: one self-contained page (the PNGs embedded as base64 data URIs);
+* ``report.md``: the same content in Markdown, linking the PNGs under ``plots/``;
+* ``plots/*.png``: perplexity vs length and PPL(L)/PPL(T) vs relative length (log axes, training length
+  marked), accuracy vs length per retrieval task, depth x length heatmaps per task and model
+  (:mod:`lctx.harness.plots`), MMLU/ARC accuracy bars;
+* ``summary.csv``: one row per model (training length, flat-until, effective length, retrieval scores at
+  the chosen lengths, MMLU/ARC accuracy), ``failures.csv``: the errored cells.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import math
+import re
+from datetime import datetime, timezone
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.lines import Line2D
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator
+
+from .errors import LctxError
+from .plots import _DPI, _model_key, _new_figure, _shorten, format_length, safe_filename
+
+#: lm-eval knowledge tasks drawn as bars (``mmlu*`` too), with their chance accuracy (4 answer choices;
+#: a few ARC questions have 3 or 5, so 0.25 is the usual reference line).
+BENCH_TASKS = ("arc_easy", "arc_challenge")
+CHANCE = 0.25
+#: Secondary (teacher-forced) metric drawn beside the primary one, per retrieval task.
+SECONDARY_METRIC = {"passkey": "digit_acc"}
+
+
+def is_bench_task(task: str) -> bool:
+    """True for the multiple-choice knowledge tasks of the report's bar chart (``mmlu*``, ARC)."""
+    return str(task).startswith("mmlu") or str(task) in BENCH_TASKS
+
+
+# ----------------------------------------------------------------------------------------------
+# loading
+# ----------------------------------------------------------------------------------------------
+
+def load_run(run_dir: str | Path) -> tuple[pd.DataFrame, dict]:
+    """The results table (``results.parquet``, else ``results.csv``) and ``run.json`` of a run directory.
+
+    Raises:
+        LctxError: the directory does not exist, has no results table, or the table is unreadable/empty.
+    """
+    d = Path(run_dir)
+    if not d.is_dir():
+        raise LctxError(f"run directory {str(d)!r} does not exist; pass directories written by `lctx run`")
+    pq, csv = d / "results.parquet", d / "results.csv"
+    try:
+        if pq.exists():
+            table = pd.read_parquet(pq)
+        elif csv.exists():
+            table = pd.read_csv(csv)
+        else:
+            raise LctxError(f"{str(d)!r} has no results.parquet or results.csv; pass a directory written by `lctx run`")
+    except LctxError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a corrupt file is a user problem, not a crash
+        raise LctxError(f"cannot read the results of {str(d)!r} ({type(e).__name__}: {e}); rerun `lctx run` "
+                        "with the same --out to rewrite them") from None
+    if table.empty or not {"model", "task", "metric", "value", "status"} <= set(table.columns):
+        raise LctxError(f"the results table of {str(d)!r} is empty or lacks model/task/metric/value/status columns")
+    meta = {}
+    if (d / "run.json").exists():
+        try:
+            meta = json.loads((d / "run.json").read_text())
+        except json.JSONDecodeError:
+            meta = {}
+    return table, meta
+
+
+def _run_labels(dirs: list[Path]) -> list[str]:
+    """Short unique labels of run directories: the last path parts needed to tell them apart."""
+    parts = [d.resolve().parts for d in dirs]
+    for k in range(1, max(len(p) for p in parts) + 1):
+        labels = ["/".join(p[-k:]) for p in parts]
+        if len(set(labels)) == len(labels):
+            return labels
+    return [str(d) for d in dirs]
+
+
+def load_runs(run_dirs: list[str | Path]) -> tuple[pd.DataFrame, list[dict]]:
+    """Concatenate the tables of several runs with a ``run`` column (a short label of the directory) and
+    derived flatness rows for runs that have none; returns (table, metas), each meta with ``run`` and
+    ``dir`` added. A (model, variant, task) present in two runs gets the model renamed ``model@run`` in
+    the later one, so their samples never mix.
+
+    Raises:
+        LctxError: no directory given, or one that :func:`load_run` refuses.
+    """
+    from .flatness import TASK, derive_table
+
+    if not run_dirs:
+        raise LctxError("no run directory given; pass one or more directories written by `lctx run`")
+    dirs = [Path(d) for d in run_dirs]
+    labels = _run_labels(dirs)
+    tables, metas, seen = [], [], set()
+    for d, label in zip(dirs, labels):
+        t, meta = load_run(d)
+        t = t.copy()
+        for c in ("variant", "train_length", "length", "depth", "device", "dtype", "seed", "error", "task_options"):
+            if c not in t.columns:
+                t[c] = None
+        if (t["task"].astype("string") == TASK).any():
+            flat_note = meta.get("flatness", "from the run")
+        else:
+            flat_note = ""
+            derived = derive_table(t)
+            if len(derived):
+                flat_note = "derived by the report: ppl_ratio <= 1.1, passkey.exact >= 0.8"
+                t = pd.concat([t, derived.astype({c: t[c].dtype for c in derived.columns if c in t.columns},
+                                                 errors="ignore")], ignore_index=True)
+        combos = set(zip(t["model"].astype(str), t["variant"].astype("string").fillna("").astype(str),
+                         t["task"].astype(str)))
+        clash = {m for m, v, k in combos if (m, v, k) in seen}
+        if clash:
+            models = t["model"].astype(str)
+            t["model"] = models.where(~models.isin(clash), models + f"@{label}")
+            combos = set(zip(t["model"].astype(str), t["variant"].astype("string").fillna("").astype(str),
+                             t["task"].astype(str)))
+        seen |= combos
+        t["run"] = label
+        tables.append(t)
+        metas.append(dict(meta, run=label, dir=str(d.resolve()), flatness=flat_note))
+    table = pd.concat(tables, ignore_index=True)
+    table["value"] = pd.to_numeric(table["value"], errors="coerce")
+    table["length"] = pd.to_numeric(table["length"], errors="coerce")
+    table["depth"] = pd.to_numeric(table["depth"], errors="coerce")
+    table["train_length"] = pd.to_numeric(table["train_length"], errors="coerce")
+    table["status"] = table["status"].astype("string").fillna("")
+    table["label"] = [_model_key(m, v) for m, v in zip(table["model"], table["variant"])]
+    return table, metas
+
+
+# ----------------------------------------------------------------------------------------------
+# plot helpers
+# ----------------------------------------------------------------------------------------------
+
+def palette(labels: list[str]) -> dict[str, tuple]:
+    """A (colour, marker) per model label, stable across every plot of a report (tab10, tab20 past 10)."""
+    cmap = matplotlib.colormaps["tab10" if len(labels) <= 10 else "tab20"].colors
+    return {lbl: (cmap[i % len(cmap)], "os^Dv<>ph*P"[i % 11]) for i, lbl in enumerate(labels)}
+
+
+def _ok(df: pd.DataFrame) -> pd.DataFrame:
+    return df[(df["status"] == "ok") & np.isfinite(df["value"].astype(float))]
+
+
+def _length_axis(ax, lengths, rel: bool = False) -> None:
+    ax.set_xscale("log", base=2)
+    ticks = sorted(set(lengths))
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}×" if rel else format_length(v)))
+    ax.xaxis.set_minor_locator(NullLocator())
+    lo, hi = min(ticks), max(ticks)
+    pad = 2 ** 0.3 if hi > lo else 2.0
+    ax.set_xlim(lo / pad, hi * pad)
+
+
+def _log_y(ax, values, candidates) -> None:
+    """Log y axis with plain-number ticks chosen from ``candidates`` inside the data range."""
+    v = np.asarray([x for x in values if np.isfinite(x) and x > 0], dtype=float)
+    if not len(v):
+        return
+    lo, hi = v.min(), v.max()
+    ax.set_yscale("log")
+    span = max(hi / lo, 1.02)
+    ax.set_ylim(lo / span ** 0.08, hi * span ** 0.08)
+    lo2, hi2 = ax.get_ylim()
+    inside = [c for c in candidates if lo2 <= c <= hi2]
+    # keep ticks at least 6% of the axis apart (in log space), 1 first, so labels never overlap
+    gap = 0.06 * math.log(hi2 / lo2)
+    ticks: list[float] = []
+    for c in sorted(inside, key=lambda c: (c != 1.0, inside.index(c))):
+        if all(abs(math.log(c / t)) >= gap for t in ticks):
+            ticks.append(c)
+    ticks.sort()
+    if len(ticks) < 3:
+        ticks = list(np.round(np.geomspace(lo2, hi2, 5), 3 if hi2 < 10 else 1))
+    ax.yaxis.set_major_locator(FixedLocator(ticks))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
+    ax.yaxis.set_minor_locator(NullLocator())
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
+def _legend(fig, ax, handles, labels) -> None:
+    labels = [_shorten(lbl, 48) for lbl in labels]
+    if max(len(x) for x in labels) <= 28 and len(labels) <= 14:
+        ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0,
+                  frameon=False, fontsize=9)
+    else:
+        ncol = max(1, min(len(labels), 110 // (max(len(x) for x in labels) + 6)))
+        fig.legend(handles, labels, loc="outside lower center", ncol=ncol, frameon=False, fontsize=9)
+
+
+def _save(fig, out_dir: Path, name: str) -> Path:
+    plot_dir = Path(out_dir) / "plots"
+    plot_dir.mkdir(parents=True, exist_ok=True)
+    path = plot_dir / name
+    fig.savefig(path, dpi=_DPI)
+    return path
+
+
+def _labels(df: pd.DataFrame) -> pd.Series:
+    if "label" in df.columns:
+        return df["label"]
+    return pd.Series([_model_key(m, v) for m, v in zip(df["model"], df.get("variant", [None] * len(df)))],
+                     index=df.index)
+
+
+def _draw_ppl(ax, table, pal) -> bool:
+    rows = table[(table["task"] == "ppl") & (table["metric"] == "ppl")]
+    rows = _ok(rows.assign(label=_labels(rows)))
+    rows = rows[rows["value"] > 0]
+    if rows.empty:
+        return False
+    lengths, trains = set(), {}
+    for lbl, g in rows.groupby("label", sort=False):
+        s = g.groupby(g["length"].astype("int64"))["value"].mean().sort_index()
+        c, mk = pal[lbl]
+        ax.plot(s.index, s.values, marker=mk, color=c, linewidth=2, markersize=6, label=lbl)
+        lengths |= set(int(x) for x in s.index)
+        tl = g["train_length"].dropna()
+        if len(tl):
+            trains.setdefault(int(tl.mode().iloc[0]), []).append(c)
+    for tl, cols in trains.items():
+        ax.axvline(tl, color="#333333" if len(cols) > 1 else cols[0], linestyle="--", linewidth=1.4, alpha=0.8)
+        ax.annotate(f"train {format_length(tl)}", xy=(tl, 1.0), xycoords=("data", "axes fraction"), xytext=(0, 2),
+                    textcoords="offset points", ha="center", va="bottom", fontsize=8.5, color="#333333")
+    _length_axis(ax, lengths | set(trains))
+    _log_y(ax, rows["value"], [1, 2, 5, 10, 15, 20, 30, 50, 70, 100, 150, 200, 300, 500, 700, 1000, 2000, 5000, 1e4])
+    ax.set_xlabel("Context length (tokens, log scale)")
+    ax.set_ylabel("Perplexity (log scale, lower is better)")
+    ax.set_title("Perplexity vs context length", fontsize=12, fontweight="bold", pad=14)
+    ax.grid(True, alpha=0.35)
+    return True
+
+
+def _draw_ratio(ax, table, pal, max_ratio: float) -> bool:
+    rows = table[(table["task"] == "flatness") & (table["metric"] == "ppl_ratio")]
+    rows = _ok(rows.assign(label=_labels(rows)))
+    rows = rows[(rows["value"] > 0) & (rows["train_length"] > 0)]
+    if rows.empty:
+        return False
+    rel = set()
+    for lbl, g in rows.groupby("label", sort=False):
+        x = (g["length"] / g["train_length"]).round(4)
+        s = g.assign(x=x).groupby("x")["value"].mean().sort_index()
+        c, mk = pal[lbl]
+        ax.plot(s.index, s.values, marker=mk, color=c, linewidth=2, markersize=6, label=lbl)
+        rel |= set(float(v) for v in s.index)
+    ax.axvline(1.0, color="#333333", linestyle="--", linewidth=1.4, alpha=0.8)
+    ax.annotate("train length", xy=(1.0, 1.0), xycoords=("data", "axes fraction"), xytext=(0, 2),
+                textcoords="offset points", ha="center", va="bottom", fontsize=8.5, color="#333333")
+    ax.axhline(max_ratio, color="#b22222", linestyle=":", linewidth=1.6)
+    ax.axhline(1.0, color="#888888", linewidth=0.8)
+    _length_axis(ax, rel | {1.0}, rel=True)
+    vals = list(rows["value"]) + [max_ratio, 1.0]
+    _log_y(ax, vals, [0.5, 0.7, 0.8, 0.9, 0.95, 1.0, 1.05, 1.1, 1.2, 1.5, 2, 3, 5, 10, 20, 50, 100, 1000])
+    ax.annotate(f"flat: ratio ≤ {max_ratio:g}", xy=(1.0, max_ratio), xycoords=("axes fraction", "data"),
+                xytext=(-4, 3), textcoords="offset points", ha="right", va="bottom", fontsize=8.5, color="#b22222")
+    ax.set_xlabel("Context length / training length (log scale)")
+    ax.set_ylabel("PPL(L) / PPL(train length) (log scale)")
+    ax.set_title("Perplexity ratio vs relative length", fontsize=12, fontweight="bold", pad=14)
+    ax.grid(True, alpha=0.35)
+    return True
+
+
+def ppl_ratio_plot(table: pd.DataFrame, out_dir: str | Path, max_ratio: float = 1.1) -> Path | None:
+    """``<out_dir>/plots/ppl_ratio_vs_relative.png``: PPL(L)/PPL(T) (rows ``task == "flatness"``,
+    metric ``ppl_ratio``, status ok) against L/T on log axes, one line per (model, variant), the
+    training length (1x) dashed and the flatness criterion ``max_ratio`` dotted. None (nothing written)
+    without such rows."""
+    t = table.copy()
+    for c in ("value", "length", "train_length"):
+        t[c] = pd.to_numeric(t[c], errors="coerce")
+    t["status"] = t["status"].astype("string").fillna("")
+    labels = list(dict.fromkeys(_labels(t)))
+    fig = _new_figure(9.0, 4.8)
+    fig.set_layout_engine("constrained")
+    ax = fig.add_subplot()
+    if not _draw_ratio(ax, t, palette(labels), max_ratio):
+        return None
+    _legend(fig, ax, *ax.get_legend_handles_labels())
+    return _save(fig, out_dir, "ppl_ratio_vs_relative.png")
+
+
+def perplexity_figure(table: pd.DataFrame, out_dir: Path, pal, max_ratio: float = 1.1) -> Path | None:
+    """``plots/perplexity.png``: perplexity vs length and the ppl ratio vs relative length side by side
+    (see :func:`ppl_ratio_plot`); None without ppl rows."""
+    fig = _new_figure(14.0, 5.2)
+    fig.set_layout_engine("constrained")
+    a1, a2 = fig.subplots(1, 2)
+    if not _draw_ppl(a1, table, pal):
+        return None
+    if not _draw_ratio(a2, table, pal, max_ratio):
+        a2.set_axis_off()
+    handles, labels = a1.get_legend_handles_labels()
+    handles.append(Line2D([], [], color="#333333", linestyle="--", linewidth=1.4))
+    labels.append("training length")
+    _legend(fig, a2 if a2.axison else a1, handles, labels)
+    return _save(fig, out_dir, "perplexity.png")
+
+
+def retrieval_tasks(table: pd.DataFrame) -> list[str]:
+    """Tasks of the table with a needle-depth axis (passkey, niah_*, ...), passkey first."""
+    t = table[table["depth"].notna() & ~table["task"].isin(["ppl", "flatness"])]
+    tasks = sorted(set(t["task"].astype(str)))
+    return sorted(tasks, key=lambda x: (x != "passkey", x))
+
+
+def primary_metric(task: str, table: pd.DataFrame | None = None) -> str:
+    """The headline metric of a retrieval task: :func:`lctx.harness.flatness.default_retrieval_metric`,
+    else the table's first metric of that task."""
+    from .flatness import default_retrieval_metric
+
+    try:
+        return default_retrieval_metric(task)
+    except LctxError:
+        return str(table.loc[table["task"] == task, "metric"].iloc[0]) if table is not None else ""
+
+
+def secondary_metric(task: str) -> str | None:
+    """The teacher-forced metric shown beside the primary one (passkey digit_acc, NIAH tf_top1)."""
+    if task in SECONDARY_METRIC:
+        return SECONDARY_METRIC[task]
+    return "tf_top1" if task.startswith("niah_") else None
+
+
+def accuracy_figure(table: pd.DataFrame, task: str, out_dir: Path, pal, threshold: float = 0.8) -> Path | None:
+    """``plots/<task>_accuracy_vs_length.png``: mean score (over depths and samples, status ok) vs length,
+    one line per model; panels: the primary metric (with the effective-length ``threshold`` dotted) and
+    the teacher-forced one. None without rows."""
+    metrics = [m for m in (primary_metric(task, table), secondary_metric(task)) if m]
+    rows = _ok(table[(table["task"] == task) & table["metric"].isin(metrics) & table["length"].notna()])
+    metrics = [m for m in metrics if (rows["metric"] == m).any()]
+    if not metrics:
+        return None
+    fig = _new_figure(6.8 * len(metrics) + 1.6, 4.8)
+    fig.set_layout_engine("constrained")
+    axes = fig.subplots(1, len(metrics), squeeze=False)[0]
+    trains: set[int] = set()
+    for ax, m in zip(axes, metrics):
+        r = rows[rows["metric"] == m]
+        lengths = set()
+        n_lines = r["label"].nunique()
+        for k, (lbl, g) in enumerate(r.groupby("label", sort=False)):
+            s = g.groupby(g["length"].astype("int64"))["value"].mean().sort_index()
+            c, mk = pal[lbl]
+            # later lines are thinner with smaller markers, on top: coinciding lines (all at 0) stay visible
+            ax.plot(s.index, s.values, marker=mk, color=c, linewidth=max(1.0, 3.2 - 0.4 * k),
+                    markersize=4 + min(2.0, 10.0 / max(1, n_lines - 1)) * (n_lines - 1 - k), zorder=2 + k, label=lbl)
+            lengths |= set(int(x) for x in s.index)
+            trains |= set(int(x) for x in g["train_length"].dropna().unique())
+        for tl in trains:
+            ax.axvline(tl, color="#333333", linestyle="--", linewidth=1.4, alpha=0.8)
+            ax.annotate(f"train {format_length(tl)}", xy=(tl, 1.0), xycoords=("data", "axes fraction"),
+                        xytext=(0, 2), textcoords="offset points", ha="center", va="bottom", fontsize=8.5)
+        if m == metrics[0]:
+            ax.axhline(threshold, color="#b22222", linestyle=":", linewidth=1.6)
+            ax.annotate(f"effective-length threshold {threshold:g}", xy=(0.0, threshold),
+                        xycoords=("axes fraction", "data"), xytext=(4, 3), textcoords="offset points",
+                        fontsize=8.5, color="#b22222")
+        _length_axis(ax, lengths | trains)
+        ax.set_ylim(-0.04, 1.04)
+        ax.set_xlabel("Context length (tokens, log scale)")
+        ax.set_ylabel(f"{m} (mean over depths and samples)")
+        ax.set_title(f"{task}: {m}", fontsize=12, fontweight="bold", pad=14)
+        ax.grid(True, alpha=0.35)
+    handles, labels = axes[0].get_legend_handles_labels()
+    if trains:
+        handles.append(Line2D([], [], color="#333333", linestyle="--", linewidth=1.4))
+        labels.append("training length")
+    _legend(fig, axes[-1], handles, labels)
+    return _save(fig, out_dir, f"{safe_filename(task)}_accuracy_vs_length.png")
+
+
+def bench_figure(table: pd.DataFrame, out_dir: Path, pal) -> Path | None:
+    """``plots/mmlu_arc.png``: accuracy bars (mean over questions, status ok; error bars one standard
+    error) per task x metric (``acc``, ``acc_norm``), one bar per model, chance (0.25) dashed. None when
+    the table has no MMLU/ARC rows."""
+    rows = _ok(table[table["task"].map(is_bench_task) & table["metric"].isin(["acc", "acc_norm"])])
+    if rows.empty:
+        return None
+    g = rows.groupby(["task", "metric", "label"], sort=False)["value"].agg(["mean", "std", "count"]).reset_index()
+    g["se"] = g["std"] / np.sqrt(g["count"])
+    groups = sorted(set(zip(g["task"], g["metric"])), key=lambda tm: (not tm[0].startswith("mmlu"), tm[0], tm[1]))
+    labels = list(dict.fromkeys(g["label"]))
+    width = 0.8 / len(labels)
+    fig = _new_figure(max(8.5, 1.3 * len(groups) * max(1, len(labels) ** 0.5) + 3.0), 4.8)
+    fig.set_layout_engine("constrained")
+    ax = fig.add_subplot()
+    for j, lbl in enumerate(labels):
+        xs, ys, es = [], [], []
+        for i, (t, m) in enumerate(groups):
+            r = g[(g["task"] == t) & (g["metric"] == m) & (g["label"] == lbl)]
+            if len(r):
+                xs.append(i - 0.4 + width * (j + 0.5))
+                ys.append(float(r["mean"].iloc[0]))
+                es.append(float(r["se"].iloc[0]) if r["count"].iloc[0] > 1 else 0.0)
+        c, _ = pal[lbl]
+        bars = ax.bar(xs, ys, width * 0.92, yerr=es, capsize=3, color=c, label=lbl)
+        ax.bar_label(bars, labels=[f"{y:.2f}" for y in ys], padding=2, fontsize=9)
+    ns = g.groupby(["task"])["count"].max().to_dict()
+    ax.set_xticks(range(len(groups)))
+    ax.set_xticklabels([f"{t}\n{m} (n={int(ns[t])})" for t, m in groups])
+    ax.axhline(CHANCE, color="#555555", linestyle="--", linewidth=1.2, label="chance (4 choices)")
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("Accuracy (fraction of questions)")
+    ax.set_title("MMLU / ARC accuracy (error bars: ±1 standard error)", fontsize=12, fontweight="bold")
+    ax.grid(True, axis="y", alpha=0.35)
+    _legend(fig, ax, *ax.get_legend_handles_labels())
+    return _save(fig, out_dir, "mmlu_arc.png")
+
+
+def heatmaps(table: pd.DataFrame, out_dir: Path) -> dict[str, list[Path]]:
+    """Depth x length heatmaps per retrieval task and model, drawn by :mod:`lctx.harness.plots`
+    (``passkey_heatmaps``, ``depth_heatmaps``): {task: [paths]}."""
+    from .plots import depth_heatmaps, passkey_heatmaps
+
+    t = table[~table["task"].isin(["flatness"])].copy()
+    t["model"] = t["model"].astype(str)
+    out: dict[str, list[Path]] = {}
+    for p in passkey_heatmaps(t, out_dir):
+        out.setdefault("passkey", []).append(p)
+    for p in depth_heatmaps(t, out_dir):
+        task = next((k for k in retrieval_tasks(t) if p.name.startswith(f"{safe_filename(k)}_heatmap_")), "other")
+        out.setdefault(task, []).append(p)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# tables
+# ----------------------------------------------------------------------------------------------
+
+def parse_at(text: str) -> list[tuple[str, float]]:
+    """Parse ``--at`` "1x,4x,2k": lengths at which the summary shows retrieval scores, each either a
+    multiple of the model's training length (``Nx``) or tokens (k = 1024). Returns [("rel"|"abs", value)].
+
+    Raises:
+        LctxError: an entry that is neither.
+    """
+    out = []
+    for part in [p.strip() for p in text.split(",") if p.strip()]:
+        m = re.fullmatch(r"(\d+(?:\.\d+)?)[xX]", part)
+        a = re.fullmatch(r"(\d+)([kKmM]?)", part)
+        if m and float(m.group(1)) > 0:
+            out.append(("rel", float(m.group(1))))
+        elif a and int(a.group(1)) > 0:
+            out.append(("abs", float(int(a.group(1)) * {"": 1, "k": 1024, "m": 1024 ** 2}[a.group(2).lower()])))
+        else:
+            raise LctxError(f"--at {part!r} is neither a multiple of the training length (1x, 4x) nor a length "
+                            "in tokens (512, 2k); write e.g. --at 1x,4x,8x")
+    if not out:
+        raise LctxError("--at is empty; write e.g. --at 1x,4x,8x")
+    return out
+
+
+def _fmt_len(v, T=None, max_tested=None, zero="–") -> str:
+    if v is None or not np.isfinite(v):
+        return "–"
+    if v == 0:
+        return zero
+    s = format_length(v) + (f" ({v / T:g}×)" if T else "")
+    return ("≥ " + s) if max_tested is not None and v >= max_tested else s
+
+
+def summary_table(table: pd.DataFrame, at: list[tuple[str, float]] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """One row per model label: (display table of strings, numeric table for ``summary.csv``).
+
+    Columns: model, runs, train length (tokens), PPL at the training length, flat-until (tokens; "≥" when
+    it is the longest length tested, i.e. flat as far as the sweep looked), effective length (tokens;
+    "<L" when the shortest tested length L already falls below the threshold), the primary retrieval
+    metric of each retrieval task at each ``at`` length, and MMLU/ARC ``acc`` (mean over questions).
+    """
+    at = at or [("rel", 1.0), ("rel", 2.0), ("rel", 8.0)]
+    labels = list(dict.fromkeys(table["label"]))
+    rtasks = retrieval_tasks(table)
+    btasks = sorted({t for t in table["task"].astype(str) if is_bench_task(t)}, key=lambda t: (not t.startswith("mmlu"), t))
+    ok = _ok(table)
+    disp, num = [], []
+    for lbl in labels:
+        rows = table[table["label"] == lbl]
+        okr = ok[ok["label"] == lbl]
+        tl = rows["train_length"].dropna()
+        T = int(tl.mode().iloc[0]) if len(tl) else None
+        d = {"model": lbl, "runs": ", ".join(dict.fromkeys(rows["run"].astype(str))),
+             "train length": format_length(T) if T else "–"}
+        n = {"model": lbl, "runs": d["runs"], "train_length": T}
+        ppl = okr[(okr["task"] == "ppl") & (okr["metric"] == "ppl")]
+        pT = ppl[ppl["length"] == T]["value"].mean() if T else float("nan")
+        d["PPL at train length"], n["ppl_at_train_length"] = (f"{pT:.2f}" if np.isfinite(pT) else "–"), pT
+        ppl_max = ppl["length"].max() if len(ppl) else None
+        fl = rows[(rows["task"] == "flatness") & (rows["metric"] == "flat_until")]
+        fv = float(fl["value"].iloc[0]) if len(fl) else float("nan")
+        d["flat until"] = _fmt_len(fv, T, ppl_max)
+        n["flat_until"] = fv
+        ef = rows[(rows["task"] == "flatness") & (rows["metric"] == "effective_length")]
+        ev = float(ef["value"].iloc[0]) if len(ef) else float("nan")
+        ret_task = (json.loads(ef["task_options"].iloc[0]) or {}).get("retrieval") if len(ef) and isinstance(ef["task_options"].iloc[0], str) else None
+        rl = okr[(okr["task"] == ret_task)]["length"] if ret_task else pd.Series(dtype=float)
+        d["effective length"] = _fmt_len(
+            ev, T, rl.max() if len(rl) else None, zero=f"< {format_length(rl.min())}" if len(rl) else "0")
+        n["effective_length"] = ev
+        for task in rtasks:
+            m = primary_metric(task, table)
+            r = okr[(okr["task"] == task) & (okr["metric"] == m)]
+            for kind, x in at:
+                L = x * T if kind == "rel" and T else (x if kind == "abs" else None)
+                name = f"{task} {m} @ {f'{x:g}×' if kind == 'rel' else format_length(x)}"
+                v = r[np.isclose(r["length"], L)]["value"].mean() if L and len(r) else float("nan")
+                d[name], n[name] = (f"{v:.2f}" if np.isfinite(v) else "–"), v
+        for task in btasks:
+            r = okr[(okr["task"] == task) & (okr["metric"] == "acc")]
+            v = r["value"].mean() if len(r) else float("nan")
+            d[f"{task} acc"] = f"{v:.3f}" if len(r) else "–"
+            n[f"{task}_acc"] = v
+        disp.append(d)
+        num.append(n)
+    return pd.DataFrame(disp).fillna("–"), pd.DataFrame(num)
+
+
+def _criterion(rows: pd.DataFrame) -> str:
+    if not len(rows):
+        return ""
+    try:
+        return str((json.loads(rows["task_options"].iloc[0]) or {}).get("criterion", ""))
+    except (TypeError, json.JSONDecodeError):
+        return ""
+
+
+def failures_table(table: pd.DataFrame) -> pd.DataFrame:
+    """The errored cells: one row per (run, model, task, length, depth) with status error: samples failed
+    and the first error message (with how many distinct messages there were)."""
+    err = table[table["status"] == "error"]
+    cols = ["run", "model", "task", "length", "depth", "samples failed", "error"]
+    if err.empty:
+        return pd.DataFrame(columns=cols)
+    err = err.drop_duplicates(["run", "label", "task", "length", "depth", "sample", "task_options"])
+    rows = []
+    for (run, lbl, task, L, dp), g in err.groupby(["run", "label", "task", "length", "depth"], dropna=False, sort=True):
+        msgs = list(dict.fromkeys(g["error"].astype(str)))
+        msg = msgs[0] + (f" (+{len(msgs) - 1} similar messages)" if len(msgs) > 1 else "")
+        rows.append({"run": run, "model": lbl, "task": task, "length": "" if pd.isna(L) else format_length(L),
+                     "depth": "" if pd.isna(dp) else f"{dp * 100:.0f}%", "samples failed": len(g), "error": msg})
+    return pd.DataFrame(rows, columns=cols)
+
+
+def metadata_table(metas: list[dict], table: pd.DataFrame) -> pd.DataFrame:
+    """One row per run: directory, run id, lctx version, git revision, torch, python, host, devices,
+    dtypes, attention path, seeds, models, tasks, lengths, depths, samples, rows, errors and time span."""
+    out = []
+    for meta in metas:
+        t = table[table["run"] == meta["run"]]
+        t = t[t["task"] != "flatness"]
+
+        def uniq(col, t=t):
+            return ", ".join(str(x) for x in dict.fromkeys(t[col].dropna().astype(str))) if col in t.columns else ""
+
+        seeds = sorted({int(s) for s in pd.to_numeric(t["seed"], errors="coerce").dropna()})
+        lm = meta.get("lmeval") or {}
+        ts = pd.to_datetime(t["timestamp"], errors="coerce", utc=True).dropna() if "timestamp" in t.columns else []
+        out.append({
+            "run": meta["run"], "directory": meta["dir"], "run id": meta.get("run_id", ""),
+            "lctx": meta.get("lctx_version", uniq("lctx_version")), "git revision": meta.get("git_rev", uniq("git_rev")),
+            "torch": meta.get("torch", ""), "python": meta.get("python", ""), "host": meta.get("host", ""),
+            "devices": uniq("device"), "dtypes": uniq("dtype"), "attention": uniq("attn_impl"),
+            "seeds": ", ".join(map(str, seeds)), "models": uniq("model"), "tasks": uniq("task"),
+            "lengths": ", ".join(format_length(x) for x in meta.get("lengths", []) or []),
+            "depths": ", ".join(f"{d:g}" for d in meta.get("depths", []) or []),
+            "samples per cell": meta.get("samples", ""),
+            "lm-eval": (f"{lm.get('lm_eval')} ({lm.get('source')}, limit {lm.get('limit')}, "
+                        f"fewshot {lm.get('num_fewshot')})") if lm else "",
+            "flatness": (", ".join(f"{k}={v}" for k, v in meta["flatness"].items()) if isinstance(meta.get("flatness"), dict)
+                         else str(meta.get("flatness", ""))),
+            "rows": len(t), "error rows": int((t["status"] == "error").sum()),
+            "time span (UTC)": (f"{ts.min():%Y-%m-%d %H:%M} – {ts.max():%H:%M}" if len(ts) else ""),
+        })
+    return pd.DataFrame(out)
+
+
+# ----------------------------------------------------------------------------------------------
+# writing
+# ----------------------------------------------------------------------------------------------
+
+def _html_table(df: pd.DataFrame, cls: str = "") -> str:
+    def cell(v, tag):
+        s = "" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
+        num = bool(re.fullmatch(r"[≥<]? ?[\d.,]+[KM]?( \([\d.]+×\))?( \(n=\d+\))?|–", s))
+        return f'<{tag} class="{"num" if num else "txt"}">{html.escape(s)}</{tag}>'
+
+    cols = [str(c) for c in df.columns]
+    groups = [c.split(" @ ", 1) if " @ " in c else [c] for c in cols]
+    if any(len(g) == 2 for g in groups):  # "passkey exact @ 1×" -> a "passkey exact" header over "1×"
+        top, sub, i = [], [], 0
+        while i < len(groups):
+            g = groups[i]
+            if len(g) == 1:
+                top.append(f'<th rowspan="2">{html.escape(g[0])}</th>')
+                i += 1
+                continue
+            j = i
+            while j < len(groups) and len(groups[j]) == 2 and groups[j][0] == g[0]:
+                sub.append(f"<th>{html.escape(groups[j][1])}</th>")
+                j += 1
+            top.append(f'<th colspan="{j - i}">{html.escape(g[0])}</th>')
+            i = j
+        head = "".join(top) + "</tr><tr>" + "".join(sub)
+    else:
+        head = "".join(cell(c, "th") for c in df.columns)
+    body = "\n".join("<tr>" + "".join(cell(v, "td") for v in row) + "</tr>" for row in df.itertuples(index=False))
+    return f'<div class="scroll"><table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+
+
+def _md_table(df: pd.DataFrame) -> str:
+    def esc(v):
+        s = "" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
+        return s.replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(esc(c) for c in df.columns) + " |", "|" + "---|" * len(df.columns)]
+    lines += ["| " + " | ".join(esc(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+_CSS = """
+body{font-family:"DejaVu Sans",system-ui,sans-serif;color:#222;margin:0 auto;max-width:1560px;padding:8px 28px 40px;line-height:1.4}
+h1{font-size:26px;margin:18px 0 4px} h2{font-size:21px;border-bottom:2px solid #ddd;padding-bottom:4px;margin-top:34px}
+h3{font-size:17px;margin:22px 0 6px} p.note{color:#555;font-size:14px;margin:4px 0 10px}
+nav a{margin-right:14px;font-size:15px}
+.scroll{overflow-x:auto} table{border-collapse:collapse;font-size:13px;margin:6px 0}
+th,td{border:1px solid #ccc;padding:4px 8px;vertical-align:top} th{background:#eef1f5;text-align:center}
+td.num{text-align:right;white-space:nowrap} td.txt{text-align:left} tbody tr:nth-child(even){background:#fafafa}
+table.summary td:first-child{font-weight:bold;white-space:nowrap}
+table.meta td{text-align:left;max-width:260px;overflow-wrap:anywhere} table.meta td:first-child{font-weight:bold;white-space:nowrap}
+figure{margin:6px 0 14px} figcaption{font-size:13px;color:#555}
+img{max-width:100%;height:auto;border:1px solid #e4e4e4}
+.grid{display:flex;flex-wrap:wrap;gap:10px 14px} .grid figure{flex:0 1 calc(50% - 8px);margin:0} .grid figure.wide{flex-basis:100%}
+"""
+
+
+def build_report(run_dirs: list[str | Path], out_dir: str | Path, at: str = "1x,2x,8x", title: str | None = None,
+                 max_ratio: float = 1.1, threshold: float = 0.8) -> dict:
+    """Write the report of ``run_dirs`` into ``out_dir`` (see the module docstring).
+
+    at: summary lengths (:func:`parse_at`); max_ratio/threshold: the criteria drawn on the plots (the
+    flatness numbers themselves come from each run's flatness rows, or the defaults when it has none).
+    Returns {"html", "markdown", "summary", "failures": paths, "plots": [paths], "table": the merged table}.
+
+    Raises:
+        LctxError: a run directory :func:`load_runs` refuses, a bad ``at``, or an unwritable ``out_dir``.
+    """
+    at_list = parse_at(at)
+    table, metas = load_runs(run_dirs)
+    out = Path(out_dir)
+    try:
+        (out / "plots").mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise LctxError(f"cannot write to --out {str(out)!r} ({e.strerror or e}); pass a writable directory") from None
+    labels = list(dict.fromkeys(table["label"]))
+    pal = palette(labels)
+
+    sections: list[tuple[str, str, list]] = []  # (id, heading, blocks); a block: ("p", text) | ("table", df, cls) | ("figs", [(path, caption, wide)])
+    disp, num = summary_table(table, at_list)
+    fl = table[table["task"] == "flatness"]
+    crits = {m: ", ".join(sorted({c for c in (_criterion(g.iloc[[i]]) for i in range(len(g))) if c})) or "–"
+             for m, g in ((m, fl[fl["metric"] == m]) for m in ("flat_until", "effective_length"))}
+    crit = (f"Flat until ({crits['flat_until']}): the largest length L ≥ the training length with PPL(L)/PPL(train length) within the "
+            f"criterion at every tested length up to L (“≥” = flat at every length tested). Effective length: the "
+            f"largest length with the retrieval score ({crits['effective_length']}) at or above the threshold at every tested length up to it "
+            f"(RULER's effective length; “< L” = below it already at the shortest length L). Retrieval columns: the "
+            f"headline metric (passkey exact match, NIAH string_match_all) averaged over depths and samples.")
+    sections.append(("summary", "Summary", [("table", disp, "summary"), ("p", crit)]))
+
+    plots: list[Path] = []
+    figs = []
+    p = perplexity_figure(table, out, pal, max_ratio)
+    if p:
+        figs.append((p, "Left: sliding-window perplexity by context length. Right: PPL(L)/PPL(train length) by "
+                        "L / train length; the dotted red line is the flatness criterion.", True))
+    if figs:
+        sections.append(("perplexity", "Perplexity and length flatness", [("figs", figs)]))
+        plots += [f[0] for f in figs]
+
+    maps = heatmaps(table, out)
+    for task in retrieval_tasks(table):
+        blocks = []
+        a = accuracy_figure(table, task, out, pal, threshold)
+        if a:
+            blocks.append(("figs", [(a, f"{task}: mean score by context length, one line per model (markers shrink "
+                                        "from the first model to the last, so lines that coincide stay visible).", True)]))
+            plots.append(a)
+        hm = maps.get(task, [])
+        if hm:
+            wide = task != "passkey"
+            blocks.append(("p", "Depth × length heatmaps (cells: mean over samples; grey “err”: every sample of the "
+                                "cell failed; dashed line: training length)."))
+            blocks.append(("figs", [(h, "", wide) for h in hm]))
+            plots += hm
+        if blocks:
+            sections.append((f"task-{safe_filename(task)}", f"Retrieval: {task}", blocks))
+
+    b = bench_figure(table, out, pal)
+    if b:
+        plots.append(b)
+        bt = _ok(table[table["task"].map(is_bench_task) & table["metric"].isin(["acc", "acc_norm"])])
+        agg = bt.groupby(["label", "task", "metric"])["value"].agg(["mean", "std", "count"]).reset_index()
+        agg["stderr"] = agg["std"] / np.sqrt(agg["count"])
+        agg = agg.rename(columns={"label": "model", "count": "questions"})
+        agg["mean"], agg["stderr"] = agg["mean"].map("{:.3f}".format), agg["stderr"].map(lambda v: f"{v:.3f}" if np.isfinite(v) else "–")
+        sections.append(("bench", "Knowledge benchmarks: MMLU / ARC",
+                         [("figs", [(b, "Accuracy per task and metric (acc: raw log-likelihood; acc_norm: length-"
+                                        "normalised); dashed: chance with 4 choices.", True)]),
+                          ("table", agg[["model", "task", "metric", "mean", "stderr", "questions"]], "")]))
+
+    fails = failures_table(table)
+    n_fail = int(fails["samples failed"].sum()) if len(fails) else 0
+    sections.append(("failures", f"Failures ({len(fails)} cells, {n_fail} samples)",
+                     [("table", fails.head(300), "")] if len(fails) else [("p", "No cell failed.")]))
+    if len(fails) > 300:
+        sections[-1][2].append(("p", f"First 300 of {len(fails)} failed cells shown; all are in failures.csv."))
+    meta = metadata_table(metas, table)
+    meta_t = meta.set_index("run").T.reset_index().rename(columns={"index": "field"})
+    per = 5  # runs per table, so a page of many runs never scrolls sideways
+    sections.append(("metadata", "Run metadata", [("table", meta_t[["field"] + list(meta_t.columns[1 + i:1 + i + per])], "meta")
+                                                  for i in range(0, len(meta_t.columns) - 1, per)]))
+
+    title = title or "lctx extrapolation report"
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    sub = f"{len(metas)} run{'s' if len(metas) != 1 else ''}, {len(labels)} model{'s' if len(labels) != 1 else ''}; generated {stamp}"
+
+    # HTML
+    parts = [f"<!doctype html>\n<html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+             f"<style>{_CSS}</style></head><body>", f"<h1>{html.escape(title)}</h1><p class='note'>{html.escape(sub)}</p>",
+             "<nav>" + "".join(f"<a href='#{sid}'>{html.escape(h)}</a>" for sid, h, _ in sections) + "</nav>"]
+    md = [f"# {title}", "", sub, ""]
+    for sid, heading, blocks in sections:
+        parts.append(f"<h2 id='{sid}'>{html.escape(heading)}</h2>")
+        md += [f"## {heading}", ""]
+        for blk in blocks:
+            if blk[0] == "p":
+                parts.append(f"<p class='note'>{html.escape(blk[1])}</p>")
+                md += [blk[1], ""]
+            elif blk[0] == "table":
+                parts.append(_html_table(blk[1], blk[2]))
+                md += [_md_table(blk[1]), ""]
+            else:
+                parts.append("<div class='grid'>")
+                for path, cap, wide in blk[1]:
+                    data = base64.b64encode(Path(path).read_bytes()).decode()
+                    parts.append(f"<figure class='{'wide' if wide else ''}'><img alt='{html.escape(path.stem)}' "
+                                 f"src='data:image/png;base64,{data}'>"
+                                 + (f"<figcaption>{html.escape(cap)}</figcaption>" if cap else "") + "</figure>")
+                    rel = Path(path).relative_to(out).as_posix()
+                    md += [f"![{path.stem}]({rel})", ""] + ([f"*{cap}*", ""] if cap else [])
+                parts.append("</div>")
+    parts.append("</body></html>")
+    html_path, md_path = out / "report.html", out / "report.md"
+    html_path.write_text("\n".join(parts))
+    md_path.write_text("\n".join(md) + "\n")
+    num.to_csv(out / "summary.csv", index=False)
+    fails.to_csv(out / "failures.csv", index=False)
+    return {"html": html_path, "markdown": md_path, "summary": out / "summary.csv", "failures": out / "failures.csv",
+            "plots": plots, "table": table, "summary_table": disp}

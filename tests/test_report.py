@@ -1,0 +1,141 @@
+"""`lctx report`: HTML/Markdown/PNG report of run directories (lctx.harness.report), on synthetic runs."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+
+import pandas as pd
+import pytest
+from lctx.harness.errors import LctxError
+from lctx.harness.flatness import FlatnessSpec, write_tables_with_flatness
+from lctx.harness.report import build_report, load_runs, parse_at
+from lctx.harness.tables import write_tables
+
+T = 256
+PPL = {"rope": {256: 20.0, 512: 21.0, 1024: 30.0}, "alibi": {256: 22.0, 512: 22.1, 1024: 22.2}}
+EXACT = {"rope": {256: [1.0, 0.5], 512: [0.0, 0.0], 1024: [0.0, 0.0]},  # means .75, 0, 0
+         "alibi": {256: [1.0, 1.0], 512: [1.0, 0.5], 1024: [0.5, 0.5]}}  # means 1, .75, .5
+MMLU = [1, 0, 0, 1, 1]  # acc 0.6
+ARC = [1, 0, 0, 0]  # acc 0.25
+
+
+def _base(model, **kw):
+    return {**dict(model=model, model_fingerprint=model, variant=model, dtype="float32", attn_impl="sdpa", seed=0,
+                   run_id="r", device="cpu", train_length=T, lctx_version="0.1.0", git_rev="abc123def456",
+                   timestamp="2026-01-01T00:00:00+00:00", status="ok", error=""), **kw}
+
+
+def _run(path, models, flat=False, lmeval=False, error=False):
+    recs = []
+    for m in models:
+        for L, v in PPL[m].items():
+            recs.append(_base(m, task="ppl", length=L, depth=None, sample=0, task_options={"stride": 0.5},
+                              metrics={"ppl": v}))
+        for L, vals in EXACT[m].items():
+            for d, v in zip((0.0, 1.0), vals):
+                recs.append(_base(m, task="passkey", length=L, depth=d, sample=0, task_options={},
+                                  metrics={"exact": v, "digit_acc": v}))
+        if lmeval:
+            for task, vals in (("mmlu", MMLU), ("arc_easy", ARC)):
+                for i, v in enumerate(vals):
+                    recs.append(_base(m, task=task, length=None, depth=None, sample=i, task_options={"num_fewshot": 0},
+                                      metrics={"acc": float(v), "acc_norm": float(v)}))
+    if error:
+        recs.append(_base(models[0], task="niah_single_1", length=512, depth=0.5, sample=0, task_options={},
+                          metrics={}, status="error", error="ValueError: too short <at> niah.py"))
+        recs.append(_base(models[0], task="niah_single_1", length=1024, depth=0.5, sample=0, task_options={},
+                          metrics={"string_match_all": 1.0, "tf_top1": 0.5}))
+    path.mkdir(parents=True)
+    (path / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    (path / "run.json").write_text(json.dumps({"run_id": f"id-{path.name}", "git_rev": "abc123def456",
+                                               "lctx_version": "0.1.0", "torch": "2.x", "python": "3.11",
+                                               "lengths": [256, 512, 1024], "depths": [0.0, 1.0], "samples": 1,
+                                               "seed": 0}))
+    if flat:
+        write_tables_with_flatness(path, FlatnessSpec(), plots=False)
+    else:
+        write_tables(recs, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    root = tmp_path_factory.mktemp("rep")
+    r1 = _run(root / "a" / "run1", ["rope"], flat=True, error=True)
+    r2 = _run(root / "b" / "run2", ["alibi"], lmeval=True)
+    return build_report([r1, r2], root / "report", at="1x,4x,512"), root
+
+
+def test_report_files_and_self_contained_html(report):
+    res, root = report
+    out = root / "report"
+    names = {p.name for p in res["plots"]}
+    assert {"perplexity.png", "passkey_accuracy_vs_length.png", "passkey_heatmap_rope.png",
+            "passkey_heatmap_alibi.png", "mmlu_arc.png", "niah_single_1_accuracy_vs_length.png"} <= names
+    page = res["html"].read_text()
+    imgs = re.findall(r"src='data:image/png;base64,([A-Za-z0-9+/=]+)'", page)
+    assert len(imgs) == len(res["plots"])  # every plot embedded, nothing linked
+    assert all(base64.b64decode(i)[:8] == b"\x89PNG\r\n\x1a\n" for i in imgs)
+    assert "src='plots/" not in page
+    assert "too short &lt;at&gt; niah.py" in page and "<at>" not in page  # escaped error text
+    md = res["markdown"].read_text()
+    links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
+    assert len(links) == len(res["plots"]) and all((out / link).is_file() for link in links)
+
+
+def test_summary_numbers(report):
+    res, root = report
+    s = pd.read_csv(root / "report" / "summary.csv").set_index("model")
+    # rope: ratios 1, 1.05, 1.5 -> flat to 512; exact means .75, 0, 0 -> effective length 0 (< 0.8 at 256)
+    assert s.loc["rope", "flat_until"] == 512 and s.loc["rope", "effective_length"] == 0
+    # alibi (flatness derived by the report): ratios 1, 1.0045, 1.009 -> flat to 1024; exact 1, .75 -> 256
+    assert s.loc["alibi", "flat_until"] == 1024 and s.loc["alibi", "effective_length"] == 256
+    assert s.loc["rope", "passkey exact @ 1×"] == pytest.approx(0.75)  # mean of 1 and 0.5 at 256
+    assert s.loc["alibi", "passkey exact @ 512"] == pytest.approx(0.75)
+    assert s.loc["rope", "passkey exact @ 4×"] == 0.0  # 4x of 256 = 1024 tokens
+    assert s.loc["alibi", "mmlu_acc"] == pytest.approx(0.6) and s.loc["alibi", "arc_easy_acc"] == pytest.approx(0.25)
+    disp = res["summary_table"].set_index("model")
+    assert disp.loc["alibi", "flat until"] == "≥ 1K (4×)"  # flat at the longest length tested
+    assert disp.loc["rope", "effective length"] == "< 256"
+
+
+def test_failures_and_metadata(report):
+    res, root = report
+    f = pd.read_csv(root / "report" / "failures.csv")
+    assert len(f) == 1 and f.iloc[0]["task"] == "niah_single_1" and f.iloc[0]["samples failed"] == 1
+    page = res["html"].read_text()
+    assert "abc123def456" in page and "id-run1" in page and "Failures (1 cells, 1 samples)" in page
+
+
+def test_same_model_and_task_in_two_runs_is_kept_apart(tmp_path):
+    r1 = _run(tmp_path / "x" / "r", ["rope"])
+    r2 = _run(tmp_path / "y" / "r", ["rope"])
+    table, metas = load_runs([r1, r2])
+    assert set(table["model"]) == {"rope", "rope@y/r"} and [m["run"] for m in metas] == ["x/r", "y/r"]
+
+
+def test_bad_inputs(tmp_path, capsys):
+    from lctx.cli import main
+
+    with pytest.raises(LctxError, match="does not exist"):
+        load_runs([tmp_path / "missing"])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(LctxError, match="no results.parquet or results.csv"):
+        load_runs([tmp_path / "empty"])
+    assert parse_at("1x, 2.5x,2k") == [("rel", 1.0), ("rel", 2.5), ("abs", 2048.0)]
+    with pytest.raises(LctxError, match="--at"):
+        parse_at("x2")
+    code = main(["report", str(tmp_path / "empty"), "--out", str(tmp_path / "rep")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("error: ")
+
+
+def test_cli_report(tmp_path, capsys):
+    from lctx.cli import main
+
+    run = _run(tmp_path / "run", ["alibi"])
+    assert main(["report", str(run), "--out", str(tmp_path / "rep"), "--title", "My <report>"]) == 0
+    assert "<title>My &lt;report&gt;</title>" in (tmp_path / "rep" / "report.html").read_text()
+    assert "wrote" in capsys.readouterr().out
