@@ -82,6 +82,49 @@ def parse_options(items: list[str]) -> dict:
     return out
 
 
+def parse_task_options(items: list[str], task_names: list[str]) -> dict[str, dict]:
+    """Parse ``--task-option`` items ["niah_single_1.match=digits", ...] into {task: {key: value}} (values as
+    in :func:`parse_options`).
+
+    Raises:
+        LctxError: an item is not TASK.KEY=VALUE, or names a task that is not in ``task_names``.
+    """
+    out: dict[str, dict] = {}
+    for item in items:
+        head = item.split("=", 1)[0]
+        if "=" not in item or "." not in head or not all(p.strip() for p in head.split(".", 1)):
+            raise LctxError(f"--task-option {item!r} is not TASK.KEY=VALUE; write e.g. "
+                            "--task-option niah_single_1.match=digits")
+        task, rest = item.split(".", 1)
+        task = task.strip()
+        if task not in task_names:
+            raise LctxError(f"--task-option {item!r} names task {task!r}, which is not in --tasks "
+                            f"({', '.join(task_names) or 'none'}); add it to --tasks or drop the option")
+        out.setdefault(task, {}).update(parse_options([rest]))
+    return out
+
+
+def task_option_names(cls) -> list[str]:
+    """The keyword options a task class's constructor names (``**kwargs`` catch-alls not counted)."""
+    import inspect
+
+    params = inspect.signature(cls.__init__).parameters.values()
+    return [p.name for p in params if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+
+
+def check_task_options(name: str, cls, opts: dict) -> None:
+    """Refuse options a task does not name.
+
+    Raises:
+        LctxError: an unknown key (the message lists the valid ones).
+    """
+    valid = task_option_names(cls)
+    for key in opts:
+        if key not in valid:
+            raise LctxError(f"--task-option {name}.{key}: task {name!r} has no option {key!r}; "
+                            f"valid options: {', '.join(valid) or 'none'}")
+
+
 def check_writable_dir(path: Path) -> None:
     """Create ``path`` if needed and check a file can be written there, before any work starts.
 
@@ -92,7 +135,7 @@ def check_writable_dir(path: Path) -> None:
         raise LctxError("--out is empty; pass a directory for the results, e.g. --out runs/my-run")
     try:
         path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".lctx-write-test"
+        probe = path / f".lctx-write-test-{os.getpid()}"  # per process: torchrun ranks probe the same --out
         probe.write_text("")
         probe.unlink()
     except OSError as e:
@@ -108,10 +151,13 @@ def _data_path(p: str, data_dir: Optional[Path]) -> str:
 
 @app.command()
 def run(
+    ctx: typer.Context,
     model: List[str] = typer.Option(None, "--model", "-m", help="Checkpoint directory (repeatable). Default: the bundled tiny model."),
-    tasks: str = typer.Option("passkey,ppl", "--tasks", "-t", help="Comma-separated task names (see `lctx list tasks`)."),
+    tasks: str = typer.Option("passkey,ppl", "--tasks", "--task", "-t", help="Comma-separated task names (see `lctx list tasks`); `flatness` runs ppl + a retrieval task and derives ppl_ratio, flat_until, effective_length."),
     task_file: List[Path] = typer.Option(None, "--task-file", help="Python file defining extra tasks (repeatable)."),
     lengths: str = typer.Option("256,512,1k,2k", "--lengths", "-l", help="Context lengths in tokens (k = 1024)."),
+    relative: Optional[str] = typer.Option(None, "--relative", help="Lengths as multiples of each model's training length, e.g. 0.5,1,2,4,8 (instead of --lengths; default for flatness)."),
+    train_length: Optional[int] = typer.Option(None, "--train-length", help="Training length in tokens, for checkpoints whose config records none (overrides the config's)."),
     depths: str = typer.Option(DEFAULT_DEPTHS, "--depths", "-d", help="Needle depths, fractions in [0, 1]."),
     samples: int = typer.Option(2, "--samples", "-n", min=1, help="Samples per (length, depth) cell."),
     stride: float = typer.Option(0.5, "--stride", help="ppl: tokens between windows, or a fraction (<= 1) of the window."),
@@ -121,6 +167,8 @@ def run(
     ppl_short_docs: str = typer.Option("drop", "--ppl-short-docs", help="ppl: drop or count documents shorter than the window."),
     ppl_max_tokens: int = typer.Option(32768, "--ppl-max-tokens", help="ppl: score at most this many tokens per document (0 = all)."),
     key_digits: int = typer.Option(5, "--key-digits", min=1, help="passkey: digits in the key."),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="mmlu/arc_*: only the first N test questions of each task (each MMLU subject)."),
+    num_fewshot: Optional[int] = typer.Option(None, "--num-fewshot", min=0, help="mmlu/arc_*: few-shot examples (default: mmlu 5, arc 0)."),
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", envvar="LCTX_DATA_DIR", help="Root of evaluation data (e.g. ../shared/data)."),
     out: Path = typer.Option(Path("lctx-out"), "--out", "-o", help="Run directory (rerun with the same --out to resume)."),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto."),
@@ -128,13 +176,22 @@ def run(
     seed: int = typer.Option(0, "--seed", help="Seed of sample generation."),
     chunk_size: int = typer.Option(2048, "--chunk-size", min=1, help="Prefill chunk in tokens."),
     allow_beyond_max: bool = typer.Option(False, "--allow-beyond-max", help="Run lengths past a checkpoint's declared maximum."),
+    attn_impl: Optional[str] = typer.Option(None, "--attn-impl", help="lctx models: reference, sdpa or fast (Triton on GPU, FlexAttention on CPU); default: the checkpoint's. Recorded in the table."),
+    task_option: List[str] = typer.Option(None, "--task-option", help="Task option TASK.KEY=VALUE (repeatable; VALUE parsed as JSON when it can be), e.g. niah_single_1.match=digits."),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", envvar="LCTX_CACHE_DIR", help="Where tasks that cache built samples (niah_*) keep them (default: OUT/sample_cache)."),
+    trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Run Python code shipped with a Hugging Face checkpoint (auto_map). Off by default."),
+    attn_override: Optional[str] = typer.Option(None, "--attn-override", help="Change the attention of the loaded models: ssmax[:s=X] (Scalable-Softmax, s fixed, default 1) or alibi_lsh[:s=N] (ALiBi models); recorded in the variant column."),
+    memory_check: bool = typer.Option(True, "--memory-check/--no-memory-check", help="Refuse, before the sweep, a run whose longest prefill does not fit the device (memory model of `lctx plan`)."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
 ):
     """Evaluate checkpoints on tasks x lengths x depths; write records.jsonl, results.parquet/csv, summary.csv and plots."""
     from lctx.harness.lm import load_lm
     from lctx.harness.runner import RunSpec, check_lengths, run_sweep
     from lctx.tasks import get_task, load_entry_point_tasks, load_task_file
+    from lctx.harness import distributed as dist_
 
+    dinfo = dist_.init(device)  # [distributed] under torchrun / accelerate launch: join the job (else no-op)
+    device = dist_.rank_device(device, dinfo)  # rank r on cuda:LOCAL_RANK
     if data_dir is not None and not data_dir.is_dir():
         raise LctxError(f"--data-dir {str(data_dir)!r} is not a directory; point it at the evaluation data "
                         "(e.g. ../shared/data) or unset LCTX_DATA_DIR")
@@ -146,18 +203,36 @@ def run(
     task_names = [t.strip() for t in tasks.split(",") if t.strip()]
     if not task_names:
         raise LctxError("no task given; pass --tasks passkey,ppl (see `lctx list tasks`)")
+    from lctx.harness import flatness  # `flatness` = ppl + a retrieval task, derived rows after the sweep
+
+    task_names, task_option, flat_spec = flatness.split_flatness(task_names, task_option or [])
+    from lctx.tasks import lmeval  # mmlu, arc_easy, arc_challenge: lm-eval's evaluator, no length axis
+
+    lmeval_names = [n for n in task_names if lmeval.is_lmeval_task(n)]
+    task_names = [n for n in task_names if n not in lmeval_names]
+    if lmeval_names and dinfo.distributed:  # [distributed]
+        raise LctxError(f"{', '.join(lmeval_names)} cannot be sharded across processes yet; run them without "
+                        "torchrun / accelerate launch (the length sweeps can be)")
+    lmeval_specs = lmeval.resolve_tasks(lmeval_names, data_dir) if lmeval_names else None  # checks the data
+    task_opts = parse_task_options(task_option or [], task_names)
     task_objs = []
     for name in task_names:
         cls = get_task(name)
+        opts = task_opts.get(name, {})
+        check_task_options(name, cls, opts)
         try:
             if name == "ppl":
-                task_objs.append(cls(data=[_data_path(p, data_dir) for p in ppl_data] if ppl_data else None,
-                                     stride=stride, bos=ppl_bos, short_docs=ppl_short_docs, max_tokens=ppl_max_tokens))
+                task_objs.append(cls(**{"data": [_data_path(p, data_dir) for p in ppl_data] if ppl_data else None,
+                                        "stride": stride, "bos": ppl_bos, "short_docs": ppl_short_docs,
+                                        "max_tokens": ppl_max_tokens, **opts}))
             elif name == "passkey":
-                task_objs.append(cls(key_digits=key_digits))
+                task_objs.append(cls(**{"key_digits": key_digits, **opts}))
             else:
-                task_objs.append(cls())
-        except ValueError as e:
+                valid = task_option_names(cls)  # settings a task may take from the run: data and sample cache
+                auto = {k: v for k, v in (("data_dir", data_dir), ("cache_dir", cache_dir or out / "sample_cache"))
+                        if k in valid and v is not None}
+                task_objs.append(cls(**{**auto, **opts}))
+        except (ValueError, TypeError) as e:
             raise LctxError(f"bad option for task {name!r}: {e}") from None
     if window and "ppl" in task_names:
         ppl_lengths = parse_lengths(window)
@@ -167,23 +242,57 @@ def run(
         ppl = next(t for t in task_objs if t.name == "ppl")
         ppl.documents()  # fail fast on unreadable data, before any model runs
     paths = list(model) if model else [str(DEFAULT_MODEL)]
-    lms = [load_lm(p, device=device, dtype=dtype, chunk_size=chunk_size) for p in paths]
+    if attn_override:
+        from lctx.harness.overrides import parse_override
+
+        parse_override(attn_override)  # a bad spec fails before any model loads
+    lms = [load_lm(p, device=device, dtype=dtype, chunk_size=chunk_size, trust_remote_code=trust_remote_code,
+                   attn_override=attn_override, attn_impl=attn_impl) for p in paths]
     names = [lm.name for lm in lms]
     if len(set(names)) != len(names):
         for i, lm in enumerate(lms):
             lm.name = f"{lm.name}#{i}"
-    for lm in lms:
-        check_lengths(lm, length_list + (ppl_lengths or []), allow_beyond_max)
-    spec = RunSpec(lengths=length_list, depths=depth_list, samples=samples, seed=seed)
-    if ppl_lengths:
-        # ppl sweeps its own windows: run it as a separate pass over those lengths
-        others = [t for t in task_objs if t.name != "ppl"]
-        ppl_task = [t for t in task_objs if t.name == "ppl"]
-        if others:
-            run_sweep(lms, others, spec, out, progress=progress)
-        result = run_sweep(lms, ppl_task, RunSpec(ppl_lengths, depth_list, samples, seed), out, progress=progress)
-    else:
-        result = run_sweep(lms, task_objs, spec, out, progress=progress)
+    explicit_lengths = getattr(ctx.get_parameter_source("lengths"), "name", "DEFAULT") != "DEFAULT"  # --lengths given
+    if relative and explicit_lengths:
+        raise LctxError("give either --lengths (tokens) or --relative (multiples of the training length), not both")
+    if flat_spec and not relative and not explicit_lengths:
+        relative = ",".join(f"{r:g}" for r in flatness.DEFAULT_RELATIVE)
+    if relative or flat_spec or train_length is not None:
+        flatness.resolve_train_lengths(lms, train_length)
+    groups = (flatness.groups_by_train_length(lms, flatness.parse_relative(relative)) if relative
+              else [(lms, length_list)])
+    for lms_g, length_list in groups:  # one sweep per training length with --relative
+        for lm in lms_g if task_objs else []:
+            check_lengths(lm, length_list + (ppl_lengths or []), allow_beyond_max)
+        if memory_check and task_objs:  # the memory model of `lctx plan`, for the longest prefill
+            from lctx.harness.plan import check_run_fits
+
+            longest = max(length_list + (ppl_lengths or []))
+            has_ppl = any(t.name == "ppl" for t in task_objs)  # ppl keeps logits at every scored position
+            check_run_fits(lms_g, longest, kept_logits=max(ppl_lengths or length_list) if has_ppl else 1)
+        spec = RunSpec(lengths=length_list, depths=depth_list, samples=samples, seed=seed)
+        if ppl_lengths:
+            # ppl sweeps its own windows: run it as a separate pass over those lengths
+            others = [t for t in task_objs if t.name != "ppl"]
+            ppl_task = [t for t in task_objs if t.name == "ppl"]
+            if others:
+                run_sweep(lms_g, others, spec, out, progress=progress)
+            result = run_sweep(lms_g, ppl_task, RunSpec(ppl_lengths, depth_list, samples, seed), out, progress=progress)
+        elif task_objs:
+            result = run_sweep(lms_g, task_objs, spec, out, progress=progress)
+    if lmeval_specs:
+        result = lmeval.run_lmeval(lms, *lmeval_specs, out, data_dir=data_dir, limit=limit, num_fewshot=num_fewshot,
+                                   seed=seed, progress=progress, log=typer.echo)
+    dist_.destroy()  # [distributed] leave the process group; only rank 0 prints
+    if not dinfo.is_main:
+        return
+    if relative:
+        flatness.note_run(out, models=[lm.path for lm in lms], relative=flatness.parse_relative(relative),
+                          train_lengths={lm.name: lm.train_length for lm in lms})
+    if flat_spec:
+        table, summary, fplots = flatness.write_tables_with_flatness(out, flat_spec)
+        result.update(table=table, summary=summary, plots=result["plots"] + fplots)
+        typer.echo(flatness.format_flatness(table))
     _print_summary(result["summary"])
     failed = result["table"][result["table"]["status"] != "ok"]
     if len(failed):
@@ -201,6 +310,7 @@ def _print_summary(summary) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    summary = summary[summary["length"].notna()]  # lm-eval tasks (no length) print their own table
     if summary.empty:
         return
     g = summary.groupby(["model", "task", "metric", "length"], dropna=False)
@@ -208,6 +318,7 @@ def _print_summary(summary) -> None:
                   include_groups=False)
     agg = agg.rename("value").reset_index()
     wide = agg.pivot_table(index=["model", "task", "metric"], columns="length", values="value")
+    wide.columns = [int(c) for c in wide.columns]  # 256, not 256.0, when rows without a length made it float
     table = Table(title="mean over depths and samples")
     for c in ["model", "task", "metric"] + [str(c) for c in wide.columns]:
         table.add_column(c, justify="right" if c.isdigit() else "left")
@@ -315,6 +426,145 @@ def diagnose_far_mass(
     typer.echo(f"wrote {out / 'far_mass.csv'} and {plot}")
 
 
+@app.command()
+def compare(
+    run_dir: Path = typer.Argument(..., help="Run directory to check (written by lctx run)."),
+    baseline: Path = typer.Option(..., "--baseline", "-b", help="Baseline run directory (summary.csv at least)."),
+    rules: Optional[Path] = typer.Option(None, "--rules", help="TOML rules file: tolerances, per-metric directions and tolerances, aliases (see README)."),
+    tolerance: List[str] = typer.Option(None, "--tolerance", help="[METRIC:]abs=X,rel=X,stderr=K (repeatable); a difference counts only when it exceeds each."),
+    alias: List[str] = typer.Option(None, "--alias", help="NEW=OLD: run model NEW is baseline model OLD (repeatable)."),
+    allow_missing: bool = typer.Option(False, "--allow-missing", help="Baseline cells absent from the run do not fail the gate."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Where compare.csv and compare.md go (default: RUN_DIR/compare)."),
+):
+    """Gate a run on a baseline: exit 0 when nothing regressed, 1 on a regression, 2 on bad input."""
+    from lctx.harness.compare import Rules, compare_dirs, load_rules, parse_aliases, parse_tolerances, print_report, write_report
+
+    r = load_rules(rules) if rules is not None else Rules()
+    cli_rules = parse_tolerances(tolerance or [])
+    cli_rules.alias = parse_aliases(alias or [])
+    cmp = compare_dirs(run_dir, baseline, r.merged(cli_rules), allow_missing=allow_missing)
+    out = out if out is not None else run_dir / "compare"
+    check_writable_dir(out)
+    print_report(cmp)
+    csv, md = write_report(cmp, out)
+    typer.echo(f"wrote {csv} and {md}")
+    raise typer.Exit(cmp.exit_code)
+
+
+convert_app = typer.Typer(help="Convert checkpoints from other formats into Hugging Face directories.", no_args_is_help=True)
+app.add_typer(convert_app, name="convert")
+
+
+@convert_app.command("llama2c")
+def convert_llama2c(
+    src: Path = typer.Argument(..., help="llama2.c checkpoint .bin (legacy, version 1 or version 2 export)."),
+    tokenizer: Path = typer.Option(..., "--tokenizer", "-z", help="llama2.c tokenizer .bin (e.g. tok512.bin)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Directory to write the Hugging Face LlamaForCausalLM into."),
+):
+    """Convert a llama2.c checkpoint and its tokenizer into a Hugging Face Llama directory (safetensors)."""
+    from lctx.harness.convert import convert_llama2c as convert_fn
+
+    path = convert_fn(src, tokenizer, out)
+    typer.echo(f"wrote {path} (LlamaForCausalLM + tokenizer); run it with `lctx run --model {path}`")
+
+
+@app.command()
+def bench(
+    variants: Optional[str] = typer.Option(None, "--variants", help="Comma-separated variants (default: all of `lctx list variants`); +ssmax compositions allowed."),
+    lengths: str = typer.Option("1k,4k,16k,64k", "--lengths", "-l", help="Sequence lengths in tokens (k = 1024)."),
+    heads: int = typer.Option(1, "--heads", help="Attention heads H."),
+    head_dim: int = typer.Option(64, "--head-dim", help="Head dim D."),
+    batch: int = typer.Option(1, "--batch", help="Batch size B."),
+    impl: str = typer.Option("fast,sdpa,reference", "--impl", help="attn_impl values to time: fast, sdpa, reference."),
+    device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto."),
+    dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
+    repeats: int = typer.Option(5, "--repeats", help="Timed calls per measurement (the median is reported)."),
+    warmup: int = typer.Option(1, "--warmup", help="Untimed calls before the memory and timed calls (compilation happens there)."),
+    option: List[str] = typer.Option(None, "--option", help="Variant option KEY=VALUE (repeatable), e.g. lsh_samples=16."),
+    isolate: Optional[bool] = typer.Option(None, "--isolate/--in-process", help="One fresh process per measurement (default on CPU: honest peak RSS)."),
+    mem_limit: Optional[str] = typer.Option(None, "--mem-limit", help="Skip measurements estimated above this size (e.g. 16g; default 80% of free RAM / 90% of GPU memory)."),
+    time_budget: float = typer.Option(300.0, "--time-budget", help="Skip a measurement predicted to take longer than this (seconds, all calls)."),
+    out: Path = typer.Option(Path("lctx-bench"), "--out", "-o", help="Output directory (bench.parquet/csv, exponents.csv, bench.png)."),
+):
+    """Time one attention layer forward per variant x impl x length; peak memory, ratio to SDPA, scaling exponent."""
+    from lctx.harness.bench import print_bench, run_bench, write_bench
+    from lctx.harness.plan import parse_bytes
+    from lctx.models import VARIANTS
+
+    names = [v.strip() for v in variants.split(",") if v.strip()] if variants else sorted(VARIANTS)
+    impls = [i.strip() for i in impl.split(",") if i.strip()]
+    length_list = parse_lengths(lengths)
+    check_writable_dir(out)
+    table, exps = run_bench(names, impls, length_list, heads=heads, head_dim=head_dim, batch=batch, device=device,
+                            dtype=dtype, repeats=repeats, warmup=warmup, options=parse_options(option or []),
+                            isolate=isolate, mem_limit=parse_bytes(mem_limit) if mem_limit else None,
+                            time_budget=time_budget, log=lambda s: typer.echo(s, err=True))
+    print_bench(table, exps)
+    for p in write_bench(table, exps, out):
+        typer.echo(f"wrote {p}")
+
+
+@app.command()
+def plan(
+    model: str = typer.Option(str(DEFAULT_MODEL), "--model", "-m", help="Checkpoint directory (lctx or Hugging Face config.json)."),
+    length: str = typer.Option("512k", "--length", "-l", help="Prompt length in tokens (k = 1024)."),
+    chunk_size: int = typer.Option(2048, "--chunk-size", min=1, help="Prefill chunk in tokens."),
+    dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
+    device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto: whose memory to compare with."),
+    attn_impl: Optional[str] = typer.Option(None, "--attn-impl", help="fast, sdpa or reference (default: the checkpoint's)."),
+    kept_logits: int = typer.Option(1, "--kept-logits", min=0, help="Positions whose logits are kept (1: generation; the window for ppl)."),
+    batch: int = typer.Option(1, "--batch", min=1, help="Rows prefilled together."),
+    device_memory: Optional[str] = typer.Option(None, "--device-memory", help="Plan for this much memory instead of the device's (e.g. 141g)."),
+):
+    """Print the expected peak memory of a chunked prefill (weights, KV cache, activations) and refuse one that cannot fit."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from lctx.harness import plan as P
+
+    T = parse_lengths(length)
+    if len(T) != 1:
+        raise LctxError(f"--length {length!r} names {len(T)} lengths; pass one, e.g. --length 512k")
+    override = P.parse_bytes(device_memory) if device_memory else None
+    if override is None:
+        from lctx.harness.lm import resolve_device
+
+        device = str(resolve_device(device))
+    cfg = P.load_config(model)
+    mp = P.plan_memory(cfg, T[0], chunk_size=chunk_size, dtype=dtype, impl=attn_impl, batch=batch,
+                       kept_logits=kept_logits, name=Path(model).resolve().name)
+    room, source = P.device_memory(device, override)
+    table = Table(title=f"memory plan: {mp.model}, {mp.length:,} tokens, chunk {mp.chunk_size}, {mp.dtype}, "
+                        f"attn_impl {mp.impl} ({mp.attn_path})")
+    for c in ("component", "bytes", "GiB", "formula"):
+        table.add_column(c, justify="right" if c in ("bytes", "GiB") else "left")
+    for _, r in mp.table().iterrows():
+        table.add_row(r["component"], f"{r['bytes']:,}", f"{r['GiB']:.3f}", r["formula"])
+    Console().print(table)
+    for note in mp.notes:
+        typer.echo(f"note: {note}")
+    typer.echo(f"device: {P.gib(room)} ({source})")
+    P.check_fits(mp, room, source)
+    typer.echo(f"fits: {P.gib(mp.total)} of {P.gib(room)}")
+
+
+@app.command()
+def report(
+    run_dirs: List[Path] = typer.Argument(..., help="Run directories written by lctx run (one or more)."),
+    out: Path = typer.Option(Path("lctx-report"), "--out", "-o", help="Where report.html, report.md, plots/ and summary.csv go."),
+    at: str = typer.Option("1x,2x,8x", "--at", help="Lengths of the summary's retrieval columns: multiples of the training length (4x) or tokens (2k)."),
+    title: Optional[str] = typer.Option(None, "--title", help="Page title."),
+):
+    """Write one extrapolation report (HTML with embedded plots, Markdown, PNGs, summary.csv) from run directories."""
+    from lctx.harness.report import build_report
+
+    check_writable_dir(out)
+    res = build_report([str(d) for d in run_dirs], out, at=at, title=title)
+    cols = ["model", "train length", "PPL at train length", "flat until", "effective length"]
+    typer.echo(res["summary_table"][cols].to_string(index=False))  # all columns: summary.csv and the page
+    typer.echo(f"wrote {res['html']}, {res['markdown']}, {res['summary']}, {res['failures']} and {len(res['plots'])} plots")
+
+
 @app.command("list")
 def list_(what: str = typer.Argument(..., help="tasks or variants")):
     """List registered tasks or attention variants."""
@@ -324,6 +574,12 @@ def list_(what: str = typer.Argument(..., help="tasks or variants")):
         load_entry_point_tasks()
         for name, cls in sorted(TASKS.items()):
             typer.echo(f"{name:12s} {cls.description}  metrics: {', '.join(cls.metrics)}")
+        from lctx.tasks.lmeval import DESCRIPTION, METRICS
+
+        for name in sorted(DESCRIPTION):
+            typer.echo(f"{name:12s} {DESCRIPTION[name]}  metrics: {', '.join(METRICS[name])}")
+        typer.echo("flatness     ppl + a retrieval task at lengths relative to the training length (--relative), "
+                   "derived per model  metrics: ppl_ratio, flat_until, effective_length")
     elif what == "variants":
         from lctx.models import VARIANTS
 

@@ -89,6 +89,8 @@ class LM:
     device: torch.device
     dtype: torch.dtype
     chunk_size: int = 2048
+    decode_budget: int = 256  # tokens reserved past the prompt in a preallocated KV cache
+    attn_impl: str = ""  # lctx models: reference | sdpa | fast (config.attn_impl); HF models: "hf:<impl>"
     _cache_kw: str = field(default="cache", repr=False)
 
     def __post_init__(self):
@@ -114,6 +116,16 @@ class LM:
         return ([self.bos_id] if self.bos_id is not None else []) + list(ids)
 
     # -- model calls -------------------------------------------------------------------------------
+    def new_cache(self, capacity: int):
+        """An empty KV cache for ``capacity`` tokens: lctx models get a
+        :class:`lctx.models.cache.PreallocatedKVCache` (chunks written in place, no concatenation),
+        other models transformers' ``DynamicCache``."""
+        if getattr(self.model.config, "model_type", "") == "lctx":
+            from lctx.models.cache import PreallocatedKVCache
+
+            return PreallocatedKVCache(capacity)
+        return DynamicCache()
+
     def _forward(self, ids: torch.Tensor, cache, keep) -> tuple[torch.Tensor, object]:
         out = self.model(input_ids=ids[None], use_cache=True, logits_to_keep=keep, **{self._cache_kw: cache})
         new_cache = getattr(out, "cache", None)
@@ -128,7 +140,8 @@ class LM:
         ``want``: positions p (0 <= p < T) whose next-token logits are needed besides the last one.
         Returns the :class:`Prefix` (cache + logits after position T-1) and {p: logits [vocab] float32}.
         Peak activation memory is O(chunk_size * (T + vocab)) per layer; logits are computed only at
-        the wanted positions.
+        the wanted positions. lctx models prefill into a KV cache preallocated for T +
+        ``decode_budget`` tokens.
 
         Raises:
             ValueError: empty ``ids``.
@@ -139,7 +152,7 @@ class LM:
         T = len(ids)
         want_set = sorted(set(want or []) | {T - 1})
         wanted = torch.tensor(want_set, dtype=torch.long, device=self.device)
-        cache = DynamicCache()
+        cache = self.new_cache(T + self.decode_budget)
         got: dict[int, torch.Tensor] = {}
         for s in range(0, T, self.chunk_size):
             e = min(s + self.chunk_size, T)
@@ -221,12 +234,21 @@ class LM:
 
 
 def load_lm(path: str, device: str = "auto", dtype: str = "float32", name: str | None = None,
-            chunk_size: int = 2048) -> LM:
-    """Load a checkpoint directory (lctx or Hugging Face causal LM, safetensors preferred) as an :class:`LM`.
+            chunk_size: int = 2048, trust_remote_code: bool = False, attn_override: str | None = None,
+            attn_impl: str | None = None) -> LM:
+    """Load a checkpoint directory (lctx or Hugging Face causal LM) as an :class:`LM`.
+
+    Weights: ``*.safetensors`` when the directory has any (``use_safetensors=True``); otherwise a
+    ``.bin`` through ``torch.load(weights_only=True)`` (transformers' loader, which refuses pickled code).
+    Code shipped with a checkpoint (``auto_map``) runs only with ``trust_remote_code=True``.
+    ``attn_override``: e.g. ``"ssmax:s=0.43"``, applied by :func:`lctx.harness.overrides.apply_override`.
+    ``attn_impl`` (lctx checkpoints): ``"reference"``, ``"sdpa"`` or ``"fast"`` (the kernels of
+    :mod:`lctx.kernels`) replaces the checkpoint's ``config.attn_impl``; ``None`` keeps it.
 
     Raises:
-        LctxError: the directory does not exist, has no ``config.json``, or fails to load (corrupt or
-            incomplete weights, no tokenizer); the message says what to do.
+        LctxError: the directory does not exist, has no ``config.json``, needs remote code without
+            ``trust_remote_code``, fails to load (corrupt or incomplete weights, unsafe pickle, no
+            tokenizer), or cannot take the override; the message says what to do.
     """
     import lctx.models  # noqa: F401  (registers model_type "lctx" with the Auto classes)
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
@@ -243,25 +265,55 @@ def load_lm(path: str, device: str = "auto", dtype: str = "float32", name: str |
     dev, dt = resolve_device(device), resolve_dtype(dtype)
     try:
         json.loads((p / "config.json").read_text())
-        config = AutoConfig.from_pretrained(p)
+        config = AutoConfig.from_pretrained(p, trust_remote_code=trust_remote_code)
     except Exception as e:  # noqa: BLE001 - any parse failure is a corrupt checkpoint
+        _raise_if_remote_code(path, e)
         raise LctxError(f"checkpoint {path!r} has an unreadable config.json ({_first_line(e)}); "
                         "re-save it with save_pretrained") from None
     try:
-        tok = AutoTokenizer.from_pretrained(p)
+        tok = AutoTokenizer.from_pretrained(p, trust_remote_code=trust_remote_code)
     except Exception as e:  # noqa: BLE001
+        _raise_if_remote_code(path, e)
         raise LctxError(f"checkpoint {path!r} has no loadable tokenizer ({_first_line(e)}); save the "
                         "tokenizer beside the weights with tokenizer.save_pretrained") from None
     try:
-        model = AutoModelForCausalLM.from_pretrained(p, dtype=dt).to(dev).eval()
+        safetensors = any(p.glob("*.safetensors"))
+        model = AutoModelForCausalLM.from_pretrained(p, dtype=dt, trust_remote_code=trust_remote_code,
+                                                     use_safetensors=True if safetensors else None,
+                                                     weights_only=True).to(dev).eval()
     except Exception as e:  # noqa: BLE001
+        _raise_if_remote_code(path, e)
+        if not safetensors and "weights_only" in str(e):
+            raise LctxError(f"checkpoint {path!r} has .bin weights that torch.load(weights_only=True) refuses "
+                            "(they pickle code or objects); lctx does not unpickle them: re-save the weights as "
+                            "safetensors from a trusted environment") from None
         raise LctxError(f"checkpoint {path!r} could not be loaded ({_first_line(e)}); the weights are "
                         "corrupt or incomplete: re-save or retrain it") from None
+    if attn_impl is not None:
+        if attn_impl not in ("reference", "sdpa", "fast"):
+            raise LctxError(f"unknown --attn-impl {attn_impl!r}; use reference, sdpa or fast")
+        if config.model_type == "lctx":
+            model.config.attn_impl = attn_impl
+    impl = (model.config.attn_impl if config.model_type == "lctx"
+            else "hf:" + str(getattr(model.config, "_attn_implementation", None) or "eager"))
     variant = getattr(config, "variant", None) or config.model_type
     train_length = getattr(config, "train_length", None)
     max_length = getattr(config, "max_position_embeddings", None)
-    return LM(model=model, tokenizer=tok, name=name or p.resolve().name, path=str(p), variant=variant,
-              train_length=train_length, max_length=max_length, device=dev, dtype=dt, chunk_size=chunk_size)
+    lm = LM(model=model, tokenizer=tok, name=name or p.resolve().name, path=str(p), variant=variant,
+            train_length=train_length, max_length=max_length, device=dev, dtype=dt, chunk_size=chunk_size,
+            attn_impl=impl)
+    if attn_override:
+        from .overrides import apply_override
+
+        apply_override(lm, attn_override)
+    return lm
+
+
+def _raise_if_remote_code(path: str, e: BaseException) -> None:
+    """Turn transformers' "needs trust_remote_code" refusal into a one-line LctxError naming the flag."""
+    if "trust_remote_code" in str(e):
+        raise LctxError(f"checkpoint {path!r} ships its own Python code (auto_map in config.json), which lctx "
+                        "does not run by default; pass --trust-remote-code if you trust its source") from None
 
 
 def _first_line(e: BaseException) -> str:

@@ -26,6 +26,7 @@ import torch
 import lctx
 from lctx.tasks import Task
 
+from . import distributed as D
 from .errors import LctxError
 from .lm import LM
 from .tables import read_records, record_key, write_tables
@@ -94,23 +95,36 @@ def run_sweep(lms: list[LM], tasks: list[Task], spec: RunSpec, out_dir: Path, pr
               log=print) -> dict:
     """Run every (model, task, cell) not yet recorded in ``out_dir`` and write the tables and plots.
 
+    Under ``torchrun`` / ``accelerate launch`` every rank calls this with the same arguments; each runs a
+    deterministic share of the cells and rank 0 merges the records and writes the tables and plots
+    (:mod:`lctx.harness.distributed`); every rank gets the same return value (counts over all ranks).
+
     Returns {"records": n, "ran": n run now, "skipped": n already done, "errors": n errored,
     "table": DataFrame, "summary": DataFrame, "plots": [paths]}.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
-    rec_path = out_dir / "records.jsonl"
+    # [distributed] under torchrun / accelerate launch each rank runs a share and appends to its own
+    # records.rank{r}.jsonl; rank 0 merges them into records.jsonl (harness/distributed.py)
+    dinfo = D.init()
+    rec_path = D.rank_records_path(out_dir, dinfo)
     meta_path = out_dir / "run.json"
     if meta_path.exists():
         run_id = json.loads(meta_path.read_text())["run_id"]
     else:
         run_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + f"-{os.getpid()}"
+    run_id = D.broadcast(run_id)  # [distributed] rank 0's id on every rank
     meta = {"run_id": run_id, "lctx_version": lctx.__version__, "git_rev": git_revision(),
             "torch": torch.__version__, "python": platform.python_version(), "host": platform.node(),
             "models": [lm.path for lm in lms], "tasks": [t.name for t in tasks],
             "lengths": spec.lengths, "depths": spec.depths, "samples": spec.samples, "seed": spec.seed}
-    meta_path.write_text(json.dumps(meta, indent=2))
+    if dinfo.is_main:  # [distributed]
+        meta_path.write_text(json.dumps(dict(meta, world_size=dinfo.world_size) if dinfo.distributed else meta,
+                                        indent=2))
 
-    done = {record_key(r) for r in read_records(rec_path) if r.get("status") == "ok"}
+    # [distributed] all record files (rank files of an interrupted sharded run too); the barrier keeps
+    # every rank from writing before all have read, so all build the same work list
+    done = {record_key(r) for r in D.read_all_records(out_dir) if r.get("status") == "ok"}
+    D.barrier()
     work = []
     for lm in lms:
         for task in tasks:
@@ -125,8 +139,11 @@ def run_sweep(lms: list[LM], tasks: list[Task], spec: RunSpec, out_dir: Path, pr
                 work.append((lm, task, cell, base))
     n_total = len(work)
     skipped = sum(len(t.cells(spec.lengths, spec.depths, spec.samples)) for t in tasks) * len(lms) - n_total
-    if skipped:
+    if skipped and dinfo.is_main:
         log(f"resuming {out_dir}: {skipped} samples already recorded, {n_total} to run")
+    if dinfo.distributed:  # [distributed] a deterministic share, balanced by length in tokens
+        D.check_same_work([record_key(w[3]) for w in work])
+        work = D.shard(work, dinfo, cost=lambda w: w[2].length)
 
     from tqdm.auto import tqdm
 
@@ -136,8 +153,9 @@ def run_sweep(lms: list[LM], tasks: list[Task], spec: RunSpec, out_dir: Path, pr
             f.seek(-1, os.SEEK_END)
             if f.read(1) != b"\n":
                 f.write(b"\n")
-    with open(rec_path, "a") as f, tqdm(total=n_total, disable=not progress, desc="lctx run", unit="sample",
-                                        dynamic_ncols=True) as bar:
+    with open(rec_path, "a") as f, tqdm(total=len(work), disable=not progress or not dinfo.is_main,  # [distributed]
+                                        desc="lctx run" + (f" (rank 0 of {dinfo.world_size})" if dinfo.distributed else ""),
+                                        unit="sample", dynamic_ncols=True) as bar:
         for lm, task, cell, base in work:
             bar.set_postfix_str(f"{lm.name} {task.name} L={cell.length}" +
                                 (f" d={cell.depth:g}" if cell.depth is not None else ""), refresh=False)
@@ -149,12 +167,24 @@ def run_sweep(lms: list[LM], tasks: list[Task], spec: RunSpec, out_dir: Path, pr
             os.fsync(f.fileno())
             bar.update(1)
 
-    records = read_records(rec_path)
+    # [distributed] rank 0 merges the rank files and writes tables and plots once; the other ranks wait for
+    # that, then build the same tables in memory (nothing written); ran/errors are summed over ranks
     metrics_of = {t.name: t.metrics for t in tasks}
-    table, summary = write_tables(records, out_dir, metrics_of)
-    from .plots import make_plots
+    errors = sum(D.gather(errors))
+    D.barrier()
+    if dinfo.is_main:
+        records = D.merge_records(out_dir)
+        table, summary = write_tables(records, out_dir, metrics_of)
+        from .plots import make_plots
 
-    plots = make_plots(table, out_dir)
+        plots = make_plots(table, out_dir)
+    D.barrier()
+    if not dinfo.is_main:
+        from .tables import summarize, to_table
+
+        records = read_records(out_dir / D.RECORDS)
+        table = to_table(records, metrics_of)
+        summary, plots = summarize(table), []
     return {"records": len(records), "ran": n_total, "skipped": skipped, "errors": errors, "table": table,
             "summary": summary, "plots": plots}
 
