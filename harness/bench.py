@@ -449,7 +449,8 @@ def run_bench(variants: list[str], impls: list[str], lengths: list[int], heads: 
             try:
                 probe = probe_case(BenchCase(proto.variant, proto.impl, 64, **kw))
             except Exception as e:  # noqa: BLE001 - reported on every length of this combination
-                probe = {"error": f"error: {type(e).__name__}: {str(e).strip()[:200]}"}
+                first = (str(e).strip().splitlines() or [""])[0][:200]
+                probe = {"error": f"error: {type(e).__name__}: {first}"}
         for T in lengths:
             case = BenchCase(proto.variant, proto.impl, T, **kw)
             est = estimate_bytes(case, probe if probe and "error" not in probe else None)
@@ -477,9 +478,8 @@ def run_bench(variants: list[str], impls: list[str], lengths: list[int], heads: 
                     pts = [r for r in rows if (r["variant"], r["impl"]) == key and r["status"] == "ok"]
                     exp = fit_exponent([r["length"] for r in pts] + [T], [r["time_s"] for r in pts] + [res["time_s"]])
                     last_ok[key] = {"time": res["time_s"], "length": T, "exp": exp}
-            if not res["status"].startswith("ok"):
-                if res["status"].startswith("skipped"):
-                    log(f"{case.variant:>16s} {case.impl:>9s} T={T:<7d} {res['status']}")
+            if "time_s" not in res:  # skipped, or the probe failed: nothing ran
+                log(f"{case.variant:>16s} {case.impl:>9s} T={T:<7d} {res['status']}")
             rows.append({**row, "impl_ran": "", "time_s": float("nan"), "time_min_s": float("nan"),
                          "peak_bytes": float("nan"), "mem_method": "", **res})
     table = pd.DataFrame(rows)
