@@ -154,9 +154,11 @@ def load_runs(run_dirs: list[str | Path]) -> tuple[pd.DataFrame, list[dict]]:
 # ----------------------------------------------------------------------------------------------
 
 def palette(labels: list[str]) -> dict[str, tuple]:
-    """A (colour, marker) per model label, stable across every plot of a report (tab10, tab20 past 10)."""
-    cmap = matplotlib.colormaps["tab10" if len(labels) <= 10 else "tab20"].colors
-    return {lbl: (cmap[i % len(cmap)], "os^Dv<>ph*P"[i % 11]) for i, lbl in enumerate(labels)}
+    """A (colour, marker, line style) per model label, stable across every plot of a report: tab10 colours,
+    solid lines for the first 10 models, dashed for the next 10, dotted after that."""
+    cmap = matplotlib.colormaps["tab10"].colors
+    return {lbl: (cmap[i % 10], "os^Dv<>ph*P"[i % 11], ("-", (0, (5, 2)), (0, (1, 1.5)))[min(i // 10, 2)])
+            for i, lbl in enumerate(labels)}
 
 
 def _ok(df: pd.DataFrame) -> pd.DataFrame:
@@ -234,8 +236,8 @@ def _draw_ppl(ax, table, pal) -> bool:
     lengths, trains = set(), {}
     for lbl, g in rows.groupby("label", sort=False):
         s = g.groupby(g["length"].astype("int64"))["value"].mean().sort_index()
-        c, mk = pal[lbl]
-        ax.plot(s.index, s.values, marker=mk, color=c, linewidth=2, markersize=6, label=lbl)
+        c, mk, ls = pal[lbl]
+        ax.plot(s.index, s.values, marker=mk, color=c, linestyle=ls, linewidth=2, markersize=6, label=lbl)
         lengths |= set(int(x) for x in s.index)
         tl = g["train_length"].dropna()
         if len(tl):
@@ -263,8 +265,8 @@ def _draw_ratio(ax, table, pal, max_ratio: float) -> bool:
     for lbl, g in rows.groupby("label", sort=False):
         x = (g["length"] / g["train_length"]).round(4)
         s = g.assign(x=x).groupby("x")["value"].mean().sort_index()
-        c, mk = pal[lbl]
-        ax.plot(s.index, s.values, marker=mk, color=c, linewidth=2, markersize=6, label=lbl)
+        c, mk, ls = pal[lbl]
+        ax.plot(s.index, s.values, marker=mk, color=c, linestyle=ls, linewidth=2, markersize=6, label=lbl)
         rel |= set(float(v) for v in s.index)
     ax.axvline(1.0, color="#333333", linestyle="--", linewidth=1.4, alpha=0.8)
     ax.annotate("train length", xy=(1.0, 1.0), xycoords=("data", "axes fraction"), xytext=(0, 2),
@@ -274,8 +276,8 @@ def _draw_ratio(ax, table, pal, max_ratio: float) -> bool:
     _length_axis(ax, rel | {1.0}, rel=True)
     vals = list(rows["value"]) + [max_ratio, 1.0]
     _log_y(ax, vals, [0.5, 0.7, 0.8, 0.9, 0.95, 1.0, 1.05, 1.1, 1.2, 1.5, 2, 3, 5, 10, 20, 50, 100, 1000])
-    ax.annotate(f"flat: ratio ≤ {max_ratio:g}", xy=(1.0, max_ratio), xycoords=("axes fraction", "data"),
-                xytext=(-4, 3), textcoords="offset points", ha="right", va="bottom", fontsize=8.5, color="#b22222")
+    ax.annotate(f"flat: ratio ≤ {max_ratio:g}", xy=(0.0, max_ratio), xycoords=("axes fraction", "data"),
+                xytext=(4, 3), textcoords="offset points", ha="left", va="bottom", fontsize=8.5, color="#b22222")
     ax.set_xlabel("Context length / training length (log scale)")
     ax.set_ylabel("PPL(L) / PPL(train length) (log scale)")
     ax.set_title("Perplexity ratio vs relative length", fontsize=12, fontweight="bold", pad=14)
@@ -363,9 +365,9 @@ def accuracy_figure(table: pd.DataFrame, task: str, out_dir: Path, pal, threshol
         n_lines = r["label"].nunique()
         for k, (lbl, g) in enumerate(r.groupby("label", sort=False)):
             s = g.groupby(g["length"].astype("int64"))["value"].mean().sort_index()
-            c, mk = pal[lbl]
+            c, mk, ls = pal[lbl]
             # later lines are thinner with smaller markers, on top: coinciding lines (all at 0) stay visible
-            ax.plot(s.index, s.values, marker=mk, color=c, linewidth=max(1.0, 3.2 - 0.4 * k),
+            ax.plot(s.index, s.values, marker=mk, color=c, linestyle=ls, linewidth=max(1.0, 3.2 - 0.4 * k),
                     markersize=4 + min(2.0, 10.0 / max(1, n_lines - 1)) * (n_lines - 1 - k), zorder=2 + k, label=lbl)
             lengths |= set(int(x) for x in s.index)
             trains |= set(int(x) for x in g["train_length"].dropna().unique())
@@ -415,8 +417,9 @@ def bench_figure(table: pd.DataFrame, out_dir: Path, pal) -> Path | None:
                 xs.append(i - 0.4 + width * (j + 0.5))
                 ys.append(float(r["mean"].iloc[0]))
                 es.append(float(r["se"].iloc[0]) if r["count"].iloc[0] > 1 else 0.0)
-        c, _ = pal[lbl]
-        bars = ax.bar(xs, ys, width * 0.92, yerr=es, capsize=3, color=c, label=lbl)
+        c, _, ls = pal[lbl]
+        bars = ax.bar(xs, ys, width * 0.92, yerr=es, capsize=3, color=c, label=lbl,  # colours repeat past 10: hatch
+                      hatch=None if ls == "-" else "//", edgecolor="white" if ls != "-" else None)
         ax.bar_label(bars, labels=[f"{y:.2f}" for y in ys], padding=2, fontsize=9)
     ns = g.groupby(["task"])["count"].max().to_dict()
     ax.set_xticks(range(len(groups)))
@@ -530,7 +533,7 @@ def summary_table(table: pd.DataFrame, at: list[tuple[str, float]] | None = None
         for task in btasks:
             r = okr[(okr["task"] == task) & (okr["metric"] == "acc")]
             v = r["value"].mean() if len(r) else float("nan")
-            d[f"{task} acc"] = f"{v:.3f}" if len(r) else "–"
+            d[f"acc (mean over questions) @ {task}"] = f"{v:.3f}" if len(r) else "–"
             n[f"{task}_acc"] = v
         disp.append(d)
         num.append(n)
@@ -586,8 +589,9 @@ def metadata_table(metas: list[dict], table: pd.DataFrame) -> pd.DataFrame:
             "lengths": ", ".join(format_length(x) for x in meta.get("lengths", []) or []),
             "depths": ", ".join(f"{d:g}" for d in meta.get("depths", []) or []),
             "samples per cell": meta.get("samples", ""),
-            "lm-eval": (f"{lm.get('lm_eval')} ({lm.get('source')}, limit {lm.get('limit')}, "
-                        f"fewshot {lm.get('num_fewshot')})") if lm else "",
+            "lm-eval": (f"{lm.get('lm_eval')} ({lm.get('source')} data, "
+                        f"{'all questions' if lm.get('limit') is None else 'first %s questions' % lm.get('limit')}, "
+                        f"{'default' if lm.get('num_fewshot') is None else lm.get('num_fewshot')} few-shot)") if lm else "",
             "flatness": (", ".join(f"{k}={v}" for k, v in meta["flatness"].items()) if isinstance(meta.get("flatness"), dict)
                          else str(meta.get("flatness", ""))),
             "rows": len(t), "error rows": int((t["status"] == "error").sum()),
@@ -647,7 +651,7 @@ nav a{margin-right:14px;font-size:15px}
 .scroll{overflow-x:auto} table{border-collapse:collapse;font-size:13px;margin:6px 0}
 th,td{border:1px solid #ccc;padding:4px 8px;vertical-align:top} th{background:#eef1f5;text-align:center}
 td.num{text-align:right;white-space:nowrap} td.txt{text-align:left} tbody tr:nth-child(even){background:#fafafa}
-table.summary td:first-child{font-weight:bold;white-space:nowrap}
+table.summary td,table.summary th{padding:3px 5px} table.summary td:first-child{font-weight:bold;min-width:120px}
 table.meta td{text-align:left;max-width:260px;overflow-wrap:anywhere} table.meta td:first-child{font-weight:bold;white-space:nowrap}
 figure{margin:6px 0 14px} figcaption{font-size:13px;color:#555}
 img{max-width:100%;height:auto;border:1px solid #e4e4e4}
