@@ -120,7 +120,7 @@ class LM:
         """An empty KV cache for ``capacity`` tokens: lctx models get a
         :class:`lctx.models.cache.PreallocatedKVCache` (chunks written in place, no concatenation),
         other models transformers' ``DynamicCache``."""
-        if getattr(self.model.config, "model_type", "") == "lctx":
+        if getattr(getattr(self.model, "config", None), "model_type", "") == "lctx":
             from lctx.models.cache import PreallocatedKVCache
 
             return PreallocatedKVCache(capacity)

@@ -27,7 +27,9 @@ Implementations, each checked against the dense reference (:func:`dense_prior_at
 
 - :func:`flash_prior_triton`: the Triton kernel, forward only (evaluation; autograd falls back).
 - :func:`flash_prior_flex`: the same maths through PyTorch FlexAttention (``score_mod`` + a block mask),
-  compiled; differentiable on CUDA, forward-only on CPU.
+  compiled; differentiable on CUDA (the training path there), forward-only on CPU.
+- :func:`flash_prior_blocked`: the same maths in PyTorch one query block at a time (the CPU path: the
+  working set is one score tile; compiled FlexAttention on CPU measured slower and O(T^2) in memory).
 
 Positions are key indices (query i at past + i): the fast paths require unpadded rows with the
 model's default positions (``AttnContext.padded`` False); the model falls back to the reference
@@ -271,6 +273,57 @@ def flash_prior_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec: 
     return out, lse
 
 
+def flash_prior_blocked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec: PriorSpec, past: int = 0,
+                        kstart: torch.Tensor | None = None, block_bytes: int = 64 << 20) -> torch.Tensor:
+    """The fused kernel's maths in plain PyTorch, one block of queries at a time: the CPU fast path.
+
+    Each query block attends only to its causal (and, with ``kstart``, windowed) key range, with the
+    prior computed for that block from the per-head parameters, so the working set is one
+    [B, H, block, keys] score tile (at most about ``block_bytes``), never Tq x Tk, and the matmuls run
+    on the BLAS. Differentiable (plain autograd). Windows are combined as in the LSH reference: the
+    bias log(count_ij), count_ij = windows of query i containing key j (the sum of the windowed
+    attentions' numerators over the sum of their denominators, :func:`merge_lse`'s result).
+
+    q: [B, H, Tq, D]; k, v: [B, H, past + Tq, D]; kstart: [W, H, Tq] or ``None``. Returns [B, H, Tq, D]
+    float32.
+    """
+    B, H, Tq, D = q.shape
+    Tk = k.shape[2]
+    if Tk != past + Tq:
+        raise ValueError(f"keys ({Tk}) must be past ({past}) + queries ({Tq})")
+    dev = q.device
+    live = lambda t, d: d if t is None else t.float().to(dev).reshape(H)[:, None, None]  # noqa: E731
+    one, zero = torch.ones(H, 1, 1, device=dev), torch.zeros(H, 1, 1, device=dev)
+    p0 = live(spec.slope if spec.kind == "alibi" else spec.ainv, one)
+    beta, mu, ss = live(spec.beta, one), live(spec.mu, zero), live(spec.ssmax, one)
+    ks = kstart.to(dev) if kstart is not None else None
+    step = max(16, min(Tq, block_bytes // max(1, 4 * B * H * Tk)))
+    out = torch.empty(B, H, Tq, D, device=dev, dtype=torch.float32)
+    kf, vf = k.float(), v.float()
+    for a in range(0, Tq, step):
+        e = min(a + step, Tq)
+        lo = int(ks[:, :, a:e].min()) if ks is not None else 0
+        hi = past + e
+        i = torch.arange(past + a, past + e, device=dev)[:, None]
+        j = torch.arange(lo, hi, device=dev)[None, :]
+        logits = q[:, :, a:e].float() @ kf[:, :, lo:hi].transpose(-1, -2) / math.sqrt(D)  # [B, H, tq, w]
+        c = ss * torch.log((i + 1).float())[None] if spec.ssmax is not None else None  # [H, tq, 1]
+        if c is not None:
+            logits = logits * c
+        if spec.kind != "none":
+            dist = (i - j).float()[None]
+            bias = -p0 * dist if spec.kind == "alibi" else -torch.pow((dist - mu).abs() * p0 + spec.eps, beta)
+            logits = logits + (bias * c if (spec.scale_bias and c is not None) else bias)
+        ok = (j <= i)[None]
+        if ks is not None:
+            count = (j[None, None] >= ks[:, :, a:e, None]).sum(0).float()  # [H, tq, w]
+            logits = logits + torch.log(count)
+            ok = ok & (count > 0)
+        logits = logits.masked_fill(~ok, float("-inf"))
+        out[:, :, a:e] = torch.softmax(logits, -1) @ vf[:, :, lo:hi]
+    return out
+
+
 _FLEX_COMPILED = None
 
 
@@ -352,8 +405,8 @@ def attend_fast(variant, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx)
 
     ``variant.prior_spec(ctx)`` describes the prior (``None``: not expressible, use the reference). q:
     [B, H, Tq, D] positioned queries; k, v: [B, H, past + Tq, D] (cache included). Picks the Triton
-    kernel where Triton runs and no gradient is needed, else compiled FlexAttention (CUDA, or forward
-    only on CPU), and notes the choice with :func:`lctx.kernels.record_impl`. Returns [B, H, Tq, D] in
+    kernel where Triton runs and no gradient is needed, else compiled FlexAttention on CUDA, else the
+    blockwise PyTorch form (:func:`flash_prior_blocked`, CPU, differentiable), and notes the choice with :func:`lctx.kernels.record_impl`. Returns [B, H, Tq, D] in
     q's dtype.
     """
     from . import record_impl, triton_runs
@@ -368,9 +421,10 @@ def attend_fast(variant, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx)
     if not needs_grad and triton_runs(q.device) and (q.is_cuda or q.dtype == torch.float32):
         out, _ = flash_prior_triton(q, k, v, spec, past=ctx.past)
         record_impl(name, "triton")
-    elif q.is_cuda or not needs_grad:
+    elif q.is_cuda:
         out, _ = flash_prior_flex(q, k, v, spec, past=ctx.past, need_lse=False)
         record_impl(name, "flex")
-    else:
-        return None
+    else:  # CPU: blockwise PyTorch (compiled Flex on CPU is slower and keeps a T x T buffer)
+        record_impl(name, "blocked")
+        return flash_prior_blocked(q, k, v, spec, past=ctx.past).to(q.dtype)
     return out[0].to(q.dtype)

@@ -9,6 +9,7 @@ exactly the keys kstart_r(i) <= j <= i, kstart_r(i) the first position of its bi
   (:func:`lctx.kernels.flash_prior.flash_prior_triton` with ``kstart`` [s, H, Tq]), each returning its
   log-sum-exp, merged with :func:`lctx.kernels.flash_prior.merge_lse`. A query block only visits key
   blocks from its earliest bin start, so the cost is O(s * T * (block + bin width)): near-linear in T.
+- :func:`lsh_attention_blocked`: the same in blockwise PyTorch (CPU).
 - :func:`lsh_attention_flex`: one FlexAttention call whose ``score_mod`` adds log(count_ij) (count
   computed from the s window starts) and whose block mask keeps keys from min_r kstart_r(i): the same
   block-sparse cost without needing the log-sum-exp (which compiled FlexAttention on CPU cannot return).
@@ -23,7 +24,7 @@ import math
 
 import torch
 
-from .flash_prior import PriorSpec, flash_prior_triton, merge_lse
+from .flash_prior import PriorSpec, flash_prior_blocked, flash_prior_triton, merge_lse
 
 
 def bin_starts(q_pos: torch.Tensor, widths: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
@@ -88,3 +89,11 @@ def lsh_attention_flex(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, widths
     bm = create_block_mask(mask_mod, B=None, H=H, Q_LEN=Tq, KV_LEN=Tk, device=dev)
     fn = _flex() if compile else flex_attention
     return fn(q, k, v, score_mod=score_mod, block_mask=bm, scale=1.0 / math.sqrt(D)).float()
+
+
+def lsh_attention_blocked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, widths: torch.Tensor,
+                          offsets: torch.Tensor, past: int = 0) -> torch.Tensor:
+    """Positional-LSH ALiBi attention in blockwise PyTorch (the CPU fast path): each query block attends
+    from its earliest bin start with the bias log(count_ij). Shapes as :func:`lsh_attention_triton`."""
+    pos = torch.arange(past, past + q.shape[2], device=q.device)
+    return flash_prior_blocked(q, k, v, PriorSpec("none"), past=past, kstart=bin_starts(pos, widths, offsets))

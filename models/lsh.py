@@ -119,18 +119,19 @@ class ALiBiLSH(AttentionVariant):
 
     def _fast(self, q, k, v, widths, offsets, ctx: AttnContext):
         """The kernel path (lctx.kernels.lsh_blocks): Triton where it runs without autograd, else compiled
-        FlexAttention (CUDA, or forward only on CPU); ``None`` when neither applies (CPU training)."""
+        FlexAttention on CUDA, else the blockwise PyTorch form (CPU)."""
         from lctx.kernels import record_impl, triton_runs
-        from lctx.kernels.lsh_blocks import lsh_attention_flex, lsh_attention_triton
+        from lctx.kernels.lsh_blocks import lsh_attention_blocked, lsh_attention_flex, lsh_attention_triton
 
         needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
         if not needs_grad and triton_runs(q.device) and (q.is_cuda or q.dtype == torch.float32):
             record_impl(self.variant_name, "triton")
             return lsh_attention_triton(q, k, v, widths, offsets, past=ctx.past).to(q.dtype)
-        if q.is_cuda or not needs_grad:
+        if q.is_cuda:
             record_impl(self.variant_name, "flex")
             return lsh_attention_flex(q, k, v, widths, offsets, past=ctx.past).to(q.dtype)
-        return None
+        record_impl(self.variant_name, "blocked")
+        return lsh_attention_blocked(q, k, v, widths, offsets, past=ctx.past).to(q.dtype)
 
     def forward(self, q, k, v, ctx: AttnContext, x=None):
         if ctx.cache is not None:
