@@ -328,12 +328,13 @@ _FLEX_COMPILED = None
 
 
 def _flex():
-    """torch.compile'd flex_attention (compiled once per process; shapes are dynamic)."""
+    """torch.compile'd flex_attention (static shapes: one graph per shape, as in training; on CPU the
+    dynamic-shape build failed to compile the GGD ``score_mod`` in torch 2.13)."""
     global _FLEX_COMPILED
     if _FLEX_COMPILED is None:
         from torch.nn.attention.flex_attention import flex_attention
 
-        _FLEX_COMPILED = torch.compile(flex_attention, dynamic=True)
+        _FLEX_COMPILED = torch.compile(flex_attention, dynamic=False)
     return _FLEX_COMPILED
 
 
