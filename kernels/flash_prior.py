@@ -42,6 +42,7 @@ import math
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 try:  # triton is a Linux dependency; the module must import without it
     import triton
@@ -279,8 +280,8 @@ def flash_prior_blocked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec:
 
     Each query block attends only to its causal (and, with ``kstart``, windowed) key range, with the
     prior computed for that block from the per-head parameters, so the working set is one
-    [B, H, block, keys] score tile (at most about ``block_bytes``), never Tq x Tk, and the matmuls run
-    on the BLAS. Differentiable (plain autograd). Windows are combined as in the LSH reference: the
+    [B, H, block, keys] logit tile (at most about ``block_bytes``), never Tq x Tk, and the softmax
+    runs in ``scaled_dot_product_attention`` with the tile as its float mask. Differentiable (plain autograd). Windows are combined as in the LSH reference: the
     bias log(count_ij), count_ij = windows of query i containing key j (the sum of the windowed
     attentions' numerators over the sum of their denominators, :func:`merge_lse`'s result).
 
@@ -306,21 +307,22 @@ def flash_prior_blocked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec:
         hi = past + e
         i = torch.arange(past + a, past + e, device=dev)[:, None]
         j = torch.arange(lo, hi, device=dev)[None, :]
-        logits = q[:, :, a:e].float() @ kf[:, :, lo:hi].transpose(-1, -2) / math.sqrt(D)  # [B, H, tq, w]
         c = ss * torch.log((i + 1).float())[None] if spec.ssmax is not None else None  # [H, tq, 1]
-        if c is not None:
-            logits = logits * c
+        tile = torch.zeros(1, e - a, hi - lo, device=dev)  # the block's additive logit tile [H|1, tq, w]
         if spec.kind != "none":
             dist = (i - j).float()[None]
-            bias = -p0 * dist if spec.kind == "alibi" else -torch.pow((dist - mu).abs() * p0 + spec.eps, beta)
-            logits = logits + (bias * c if (spec.scale_bias and c is not None) else bias)
+            tile = -p0 * dist if spec.kind == "alibi" else -torch.pow((dist - mu).abs() * p0 + spec.eps, beta)
+            if spec.scale_bias and c is not None:
+                tile = tile * c
         ok = (j <= i)[None]
         if ks is not None:
             count = (j[None, None] >= ks[:, :, a:e, None]).sum(0).float()  # [H, tq, w]
-            logits = logits + torch.log(count)
+            tile = tile + torch.log(count)
             ok = ok & (count > 0)
-        logits = logits.masked_fill(~ok, float("-inf"))
-        out[:, :, a:e] = torch.softmax(logits, -1) @ vf[:, :, lo:hi]
+        tile = tile.masked_fill(~ok, float("-inf"))
+        qb = q[:, :, a:e].float() * c if c is not None else q[:, :, a:e].float()
+        # SDPA's fused softmax over the tile (scale 1/sqrt(D), the tile as a float mask)
+        out[:, :, a:e] = F.scaled_dot_product_attention(qb, kf[:, :, lo:hi], vf[:, :, lo:hi], attn_mask=tile[None])
     return out
 
 
