@@ -464,6 +464,7 @@ def convert_llama2c(
     """Convert a llama2.c checkpoint and its tokenizer into a Hugging Face Llama directory (safetensors)."""
     from lctx.harness.convert import convert_llama2c as convert_fn
 
+    check_writable_dir(out)
     path = convert_fn(src, tokenizer, out)
     typer.echo(f"wrote {path} (LlamaForCausalLM + tokenizer); run it with `lctx run --model {path}`")
 

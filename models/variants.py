@@ -75,6 +75,8 @@ def get_variant(name: str) -> type["AttentionVariant"]:
     if base not in VARIANTS or not mods:
         raise KeyError(f"unknown attention variant {name!r}; known: {', '.join(sorted(VARIANTS))}, "
                        f"optionally +{'/+'.join(sorted(MODIFIERS)) or 'modifier'}")
+    if len(set(mods)) != len(mods):
+        raise KeyError(f"attention variant {name!r} repeats a modifier; write each +modifier once")
     unknown = [m for m in mods if m not in MODIFIERS]
     if unknown:
         raise KeyError(f"unknown attention modifier {unknown[0]!r} in {name!r}; known: {', '.join(sorted(MODIFIERS))}")
