@@ -10,25 +10,16 @@ import sys
 import pandas as pd
 import pytest
 import torch
-
-from lctx.cli import main
-from lctx.harness.bench import (BenchCase, PeakMemory, estimate_bytes, fit_exponent, measure_isolated, run_bench,
-                                write_bench)
-
-
-def run_cli(args, capsys):
-    code = main(list(args))
-    cap = capsys.readouterr()
-    return code, cap.out, cap.err
-
-
-def assert_one_line_error(code, err, *needles):
-    assert code == 2
-    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
-    assert len(lines) == 1, err
-    assert lines[0].startswith("error: ") and "Traceback" not in err
-    for n in needles:
-        assert n in lines[0], (n, lines[0])
+from helpers import assert_one_line_error, run_cli
+from lctx.harness.bench import (
+    BenchCase,
+    PeakMemory,
+    estimate_bytes,
+    fit_exponent,
+    measure_isolated,
+    run_bench,
+    write_bench,
+)
 
 
 def test_fit_exponent_on_synthetic_power_laws():

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
-from lctx.cli import DEFAULT_MODEL, main, parse_lengths
+from helpers import assert_one_line_error, run_cli
+from lctx.cli import DEFAULT_MODEL, parse_lengths
 
 
 @pytest.fixture(autouse=True)
@@ -18,20 +18,6 @@ def no_user_data_dir(monkeypatch):
     monkeypatch.delenv("LCTX_DATA_DIR", raising=False)
 
 
-def run_cli(args, capsys):
-    code = main(list(args))
-    cap = capsys.readouterr()
-    return code, cap.out, cap.err
-
-
-def assert_one_line_error(code, err, *needles):
-    assert code == 2
-    lines = [l for l in err.strip().splitlines() if l.strip()]
-    assert len(lines) == 1, err
-    assert lines[0].startswith("error: ")
-    assert "Traceback" not in err
-    for n in needles:
-        assert n in lines[0], (n, lines[0])
 
 
 def test_parse_lengths_suffixes():

@@ -10,9 +10,14 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
-from lctx.cli import main
-from lctx.harness.compare import Rules, Tolerance, compare_runs, load_rules, load_summary
+from helpers import assert_one_line_error, run_cli
+from lctx.harness.compare import (
+    Rules,
+    Tolerance,
+    compare_runs,
+    load_rules,
+    load_summary,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 BASELINE = REPO / "results" / "baselines" / "pydoc-tiny-rope"
@@ -52,19 +57,6 @@ def write_run(path: Path, df: pd.DataFrame) -> Path:
     return path
 
 
-def run_cli(args, capsys):
-    code = main([str(a) for a in args])
-    cap = capsys.readouterr()
-    return code, cap.out, cap.err
-
-
-def assert_one_line_error(code, err, *needles):
-    assert code == 2
-    lines = [l for l in err.strip().splitlines() if l.strip()]
-    assert len(lines) == 1, err
-    assert lines[0].startswith("error: ") and "Traceback" not in err
-    for n in needles:
-        assert n in lines[0], (n, lines[0])
 
 
 def statuses(cmp) -> dict:

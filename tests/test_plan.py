@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from lctx.cli import DEFAULT_MODEL, main
+from helpers import run_cli
+from lctx.cli import DEFAULT_MODEL
 from lctx.harness.errors import LctxError
-from lctx.harness.plan import (GIB, check_fits, check_run_fits, count_parameters, load_config, parse_bytes,
-                               plan_memory, probe_layer)
+from lctx.harness.plan import (
+    GIB,
+    check_fits,
+    check_run_fits,
+    count_parameters,
+    load_config,
+    parse_bytes,
+    plan_memory,
+    probe_layer,
+)
 from lctx.models import LctxConfig
-
-
-def run_cli(args, capsys):
-    code = main(list(args))
-    cap = capsys.readouterr()
-    return code, cap.out, cap.err
 
 
 @pytest.fixture(autouse=True)
