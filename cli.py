@@ -15,7 +15,7 @@ from typing import List, Optional
 import click
 import typer
 
-from lctx.harness.errors import LctxError
+from lctx.harness.errors import EXIT_ALL_FAILED, EXIT_USAGE, LctxError, split_list
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="lctx: does a model really use context longer than it was trained on?")
@@ -28,16 +28,14 @@ def parse_lengths(text: str) -> list[int]:
     """Parse "256,512,1k,4K,512k" into token counts (k = 1024, m = 1024**2).
 
     Raises:
-        LctxError: an entry is not a positive integer (with optional k/m suffix).
+        LctxError: an entry is not a positive integer (with optional k/m suffix), or is empty ("256,,512").
     """
     out = []
-    for part in [p.strip() for p in text.split(",") if p.strip()]:
+    for part in split_list(text, "the length list", "--lengths 256,512,1k"):
         m = re.fullmatch(r"(\d+)([kKmM]?)", part)
         if not m or int(m.group(1)) <= 0:
             raise LctxError(f"length {part!r} is not a positive integer; write lengths like 256,512,1k,4k")
         out.append(int(m.group(1)) * {"": 1, "k": 1024, "m": 1024**2}[m.group(2).lower()])
-    if not out:
-        raise LctxError("no lengths given; write lengths like --lengths 256,512,1k")
     return out
 
 
@@ -45,10 +43,10 @@ def parse_depths(text: str) -> list[float]:
     """Parse "0,0.25,0.5" into fractions in [0, 1].
 
     Raises:
-        LctxError: an entry is not a number in [0, 1].
+        LctxError: an entry is not a number in [0, 1], or is empty ("0,,1").
     """
     out = []
-    for part in [p.strip() for p in text.split(",") if p.strip()]:
+    for part in split_list(text, "the depth list", "--depths 0,0.5,1"):
         try:
             d = float(part)
         except ValueError:
@@ -56,8 +54,6 @@ def parse_depths(text: str) -> list[float]:
         if not 0.0 <= d <= 1.0:
             raise LctxError(f"depth {part!r} is not a fraction in [0, 1]; write depths like 0,0.25,0.5,0.75,1")
         out.append(d)
-    if not out:
-        raise LctxError("no depths given; write depths like --depths 0,0.5,1")
     return out
 
 
@@ -72,7 +68,7 @@ def parse_options(items: list[str]) -> dict:
 
     out = {}
     for item in items:
-        if "=" not in item:
+        if "=" not in item or not item.split("=", 1)[0].strip():
             raise LctxError(f"--option {item!r} is not KEY=VALUE; write e.g. --option lsh_samples=16")
         key, val = item.split("=", 1)
         try:
@@ -125,21 +121,35 @@ def check_task_options(name: str, cls, opts: dict) -> None:
                             f"valid options: {', '.join(valid) or 'none'}")
 
 
-def check_writable_dir(path: Path) -> None:
-    """Create ``path`` if needed and check a file can be written there, before any work starts.
+def check_writable_dir(path: Path, create: bool = False) -> None:
+    """Check, before any work starts, that a file can be written in ``path``: an existing directory gets a
+    probe file (removed again); a missing one must have a writable existing ancestor, and is created only
+    with ``create`` (so a command rejected later leaves no empty directory behind).
 
     Raises:
         LctxError: it is a file, under a file, or not writable.
     """
     if str(path) == "":
         raise LctxError("--out is empty; pass a directory for the results, e.g. --out runs/my-run")
+    fix = "pass a writable directory"
     try:
+        if not path.exists() and not create:
+            anc = path.absolute().parent
+            while not anc.exists():
+                anc = anc.parent
+            if not anc.is_dir():
+                raise LctxError(f"cannot write to --out {str(path)!r} ({str(anc)!r} is a file); {fix}")
+            if not os.access(anc, os.W_OK | os.X_OK):
+                raise LctxError(f"cannot write to --out {str(path)!r} ({str(anc)!r} is not writable); {fix}")
+            return
+        if path.exists() and not path.is_dir():
+            raise LctxError(f"cannot write to --out {str(path)!r} (it is a file, not a directory); {fix}")
         path.mkdir(parents=True, exist_ok=True)
         probe = path / f".lctx-write-test-{os.getpid()}"  # per process: torchrun ranks probe the same --out
         probe.write_text("")
         probe.unlink()
     except OSError as e:
-        raise LctxError(f"cannot write to --out {str(path)!r} ({e.strerror or e}); pass a writable directory") from None
+        raise LctxError(f"cannot write to --out {str(path)!r} ({e.strerror or e}); {fix}") from None
 
 
 def _data_path(p: str, data_dir: Optional[Path]) -> str:
@@ -200,9 +210,7 @@ def run(
     load_entry_point_tasks()
     for tf in task_file or []:
         load_task_file(str(tf))
-    task_names = [t.strip() for t in tasks.split(",") if t.strip()]
-    if not task_names:
-        raise LctxError("no task given; pass --tasks passkey,ppl (see `lctx list tasks`)")
+    task_names = split_list(tasks, "--tasks", "--tasks passkey,ppl (see `lctx list tasks`)")
     from lctx.harness import flatness  # `flatness` = ppl + a retrieval task, derived rows after the sweep
 
     task_names, task_option, flat_spec = flatness.split_flatness(task_names, task_option or [])
@@ -261,7 +269,7 @@ def run(
         flatness.resolve_train_lengths(lms, train_length)
     groups = (flatness.groups_by_train_length(lms, flatness.parse_relative(relative)) if relative
               else [(lms, length_list)])
-    for lms_g, length_list in groups:  # one sweep per training length with --relative
+    for lms_g, length_list in groups:  # check every group before the first sample runs
         for lm in lms_g if task_objs else []:
             check_lengths(lm, length_list + (ppl_lengths or []), allow_beyond_max)
         if memory_check and task_objs:  # the memory model of `lctx plan`, for the longest prefill
@@ -270,49 +278,74 @@ def run(
             longest = max(length_list + (ppl_lengths or []))
             has_ppl = any(t.name == "ppl" for t in task_objs)  # ppl keeps logits at every scored position
             check_run_fits(lms_g, longest, kept_logits=max(ppl_lengths or length_list) if has_ppl else 1)
-        spec = RunSpec(lengths=length_list, depths=depth_list, samples=samples, seed=seed)
-        if ppl_lengths:
-            # ppl sweeps its own windows: run it as a separate pass over those lengths
-            others = [t for t in task_objs if t.name != "ppl"]
-            ppl_task = [t for t in task_objs if t.name == "ppl"]
-            if others:
-                run_sweep(lms_g, others, spec, out, progress=progress)
-            result = run_sweep(lms_g, ppl_task, RunSpec(ppl_lengths, depth_list, samples, seed), out, progress=progress)
-        elif task_objs:
-            result = run_sweep(lms_g, task_objs, spec, out, progress=progress)
-    if lmeval_specs:
-        result = lmeval.run_lmeval(lms, *lmeval_specs, out, data_dir=data_dir, limit=limit, num_fewshot=num_fewshot,
-                                   seed=seed, progress=progress, log=typer.echo)
-    dist_.destroy()  # [distributed] leave the process group; only rank 0 prints
-    if not dinfo.is_main:
-        return
-    if relative:
-        flatness.note_run(out, models=[lm.path for lm in lms], relative=flatness.parse_relative(relative),
-                          train_lengths={lm.name: lm.train_length for lm in lms})
-    if flat_spec:
-        table, summary, fplots = flatness.write_tables_with_flatness(out, flat_spec)
-        result.update(table=table, summary=summary, plots=result["plots"] + fplots)
-        typer.echo(flatness.format_flatness(table))
+    from lctx.harness.rundir import run_dir_lock
+
+    results = []
+    with run_dir_lock(out, dinfo):  # created here, after every check: a rejected command leaves nothing behind
+        for lms_g, length_list in groups:  # one sweep per training length with --relative
+            spec = RunSpec(lengths=length_list, depths=depth_list, samples=samples, seed=seed)
+            if ppl_lengths:
+                # ppl sweeps its own windows: run it as a separate pass over those lengths
+                others = [t for t in task_objs if t.name != "ppl"]
+                ppl_task = [t for t in task_objs if t.name == "ppl"]
+                if others:
+                    results.append(run_sweep(lms_g, others, spec, out, progress=progress))
+                if ppl_task:
+                    results.append(run_sweep(lms_g, ppl_task, RunSpec(ppl_lengths, depth_list, samples, seed), out,
+                                             progress=progress))
+            elif task_objs:
+                results.append(run_sweep(lms_g, task_objs, spec, out, progress=progress))
+        if lmeval_specs:
+            results.append(lmeval.run_lmeval(lms, *lmeval_specs, out, data_dir=data_dir, limit=limit,
+                                             num_fewshot=num_fewshot, seed=seed, progress=progress, log=typer.echo))
+        dist_.destroy()  # [distributed] leave the process group; only rank 0 prints
+        if not dinfo.is_main or not results:
+            return
+        result = dict(results[-1])
+        if relative:
+            flatness.note_run(out, models=[lm.path for lm in lms], relative=flatness.parse_relative(relative),
+                              train_lengths={lm.name: lm.train_length for lm in lms})
+        if flat_spec:
+            table, summary, fplots = flatness.write_tables_with_flatness(out, flat_spec)
+            result.update(table=table, summary=summary, plots=result["plots"] + fplots)
+            typer.echo(flatness.format_flatness(table))
+    totals = {k: sum(r[k] for r in results) for k in ("ran", "skipped", "errors", "ok")}
     _print_summary(result["summary"])
     failed = result["table"][result["table"]["status"] != "ok"]
     if len(failed):
         msgs = failed.drop_duplicates(["model", "task", "length", "depth", "sample"])["error"].value_counts()
         for msg, n in msgs.head(5).items():
-            typer.echo(f"failed ({n} samples): {msg}", err=True)
+            typer.echo(f"failed ({n} sample{'s' if n != 1 else ''}): {msg}", err=True)
+        if len(msgs) > 5:
+            rest = int(msgs.iloc[5:].sum())
+            typer.echo(f"... and {len(msgs) - 5} more distinct error messages ({rest} samples) not shown; "
+                       f"see the error column of {out}/results.csv", err=True)
+    superseded = int(result.get("superseded", 0))
+    if superseded:
+        typer.echo(f"note: {superseded} records of earlier inputs (other weights, data, settings or versions) "
+                   f"are kept in {out}/records.jsonl but left out of the tables", err=True)
     typer.echo(f"wrote {out}/results.parquet, results.csv, summary.csv ({len(result['table'])} rows; "
-               f"{result['ran']} samples run, {result['skipped']} resumed, {result['errors']} errors)")
+               f"{totals['ran']} samples run, {totals['skipped']} resumed, {totals['errors']} errors)")
     for p in result["plots"]:
         typer.echo(f"plot: {p}")
+    if totals["ok"] == 0 and totals["errors"] > 0:
+        typer.echo(f"error: every sample of this run failed ({totals['errors']} errors; see above and "
+                   f"{out}/results.csv); exit status {EXIT_ALL_FAILED}", err=True)
+        raise typer.Exit(EXIT_ALL_FAILED)
 
 
 def _print_summary(summary) -> None:
-    """Print mean per (model, task, metric, length), averaged over depths, as a rich table."""
+    """Print mean per (model, task, metric, length), averaged over depths, as a rich table; cells of
+    different options (a model run with two ``--stride`` values) are separate rows, named by the options."""
     from rich.console import Console
     from rich.table import Table
+
+    from lctx.harness.tables import label_names
 
     summary = summary[summary["length"].notna()]  # lm-eval tasks (no length) print their own table
     if summary.empty:
         return
+    summary = summary.assign(model=label_names(summary))
     g = summary.groupby(["model", "task", "metric", "length"], dropna=False)
     agg = g.apply(lambda d: (d["mean"] * d["n"]).sum() / d["n"].sum() if d["n"].sum() else float("nan"),
                   include_groups=False)
@@ -356,6 +389,16 @@ def train(
     from lctx.harness.train import train as train_fn
 
     variant_options = parse_options(option or [])
+    from lctx.models.config import check_variant_options
+    from lctx.models.variants import get_variant
+
+    try:
+        get_variant(variant)
+        check_variant_options(variant, variant_options)
+    except KeyError as e:
+        raise LctxError(f"{e.args[0]}; see `lctx list variants`") from None
+    except ValueError as e:
+        raise LctxError(f"--option: {e}") from None
     check_writable_dir(out)
     docs = textdata.load_corpus(data) if data else textdata.pydoc_corpus("train")
     dev = resolve_device(device)
@@ -375,13 +418,15 @@ app.add_typer(diagnose_app, name="diagnose")
 def diagnose_prior(
     model: str = typer.Option(..., "--model", "-m", help="A ggd_bam checkpoint directory."),
     out: Path = typer.Option(Path("lctx-diagnostics"), "--out", "-o"),
-    max_distance: Optional[int] = typer.Option(None, "--max-distance", help="Largest distance plotted (tokens; default 8x train length)."),
+    max_distance: Optional[int] = typer.Option(None, "--max-distance", min=1, help="Largest distance plotted (tokens; default 8x train length)."),
+    trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Run Python code shipped with a Hugging Face checkpoint (auto_map). Off by default."),
 ):
     """Plot each head's learned GGD-BAM prior exp(b(d)) vs distance, coloured by beta; write prior_params.csv."""
     from lctx.harness.diagnostics import plot_priors, prior_table
     from lctx.harness.lm import load_lm
 
-    lm = load_lm(model, device="cpu")
+    check_writable_dir(out)
+    lm = load_lm(model, device="cpu", trust_remote_code=trust_remote_code)
     out.mkdir(parents=True, exist_ok=True)
     table = prior_table(lm)
     table.to_csv(out / "prior_params.csv", index=False)
@@ -394,12 +439,13 @@ def diagnose_prior(
 def diagnose_far_mass(
     model: List[str] = typer.Option(..., "--model", "-m", help="Checkpoint directory (repeatable)."),
     lengths: str = typer.Option("256,512,1k,2k", "--lengths", "-l"),
-    distance: Optional[int] = typer.Option(None, "--distance", help="Far means farther than this many tokens (default: half the training length)."),
+    distance: Optional[int] = typer.Option(None, "--distance", min=1, help="Far means farther than this many tokens (default: half the training length)."),
     data: Optional[str] = typer.Option(None, "--data", help="Text file to run (default: held-out pydoc topics)."),
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", envvar="LCTX_DATA_DIR"),
     queries: int = typer.Option(32, "--queries", min=1, help="Last queries averaged per length."),
     device: str = typer.Option("auto", "--device"),
     out: Path = typer.Option(Path("lctx-diagnostics"), "--out", "-o"),
+    trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Run Python code shipped with a Hugging Face checkpoint (auto_map). Off by default."),
 ):
     """Share of attention mass beyond a distance as the context grows (seed 004's near/far mass)."""
     import pandas as pd
@@ -409,11 +455,15 @@ def diagnose_far_mass(
     from lctx.harness.lm import load_lm
 
     length_list = parse_lengths(lengths)
+    if distance is not None and distance >= max(length_list):
+        raise LctxError(f"--distance {distance} is not below the longest length {max(length_list)}: no key would be "
+                        "that far and every far mass would be 0; pass a smaller --distance or longer --lengths")
+    check_writable_dir(out)
     docs = textdata.load_corpus([_data_path(data, data_dir)]) if data else textdata.pydoc_corpus("heldout")
     text = "\n\n".join(t for _, t in docs)
     frames = []
     for path in model:
-        lm = load_lm(path, device=device)
+        lm = load_lm(path, device=device, trust_remote_code=trust_remote_code)
         dist = distance if distance is not None else max(1, (lm.train_length or 512) // 2)
         ids = lm.with_bos(lm.encode(text))
         frames.append(far_mass(lm, ids, length_list, dist, n_queries=queries))
@@ -439,14 +489,21 @@ def compare(
     """Gate a run on a baseline: exit 0 when nothing regressed, 1 on a regression, 2 on bad input."""
     from lctx.harness.compare import Rules, compare_dirs, load_rules, parse_aliases, parse_tolerances, print_report, write_report
 
-    r = load_rules(rules) if rules is not None else Rules()
-    cli_rules = parse_tolerances(tolerance or [])
-    cli_rules.alias = parse_aliases(alias or [])
-    cmp = compare_dirs(run_dir, baseline, r.merged(cli_rules), allow_missing=allow_missing)
-    out = out if out is not None else run_dir / "compare"
-    check_writable_dir(out)
-    print_report(cmp)
-    csv, md = write_report(cmp, out)
+    try:
+        r = load_rules(rules) if rules is not None else Rules()
+        cli_rules = parse_tolerances(tolerance or [])
+        cli_rules.alias = parse_aliases(alias or [])
+        cmp = compare_dirs(run_dir, baseline, r.merged(cli_rules), allow_missing=allow_missing)
+        out = out if out is not None else run_dir / "compare"
+        check_writable_dir(out)
+        print_report(cmp)
+        csv, md = write_report(cmp, out)
+    except LctxError:
+        raise
+    except Exception as e:  # noqa: BLE001 - exit 1 means "regression" to CI: a crash must never read as one
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        raise LctxError(f"lctx compare could not compare {str(run_dir)!r} with {str(baseline)!r} "
+                        f"({type(e).__name__}: {first}); check both run directories' summary.csv") from None
     typer.echo(f"wrote {csv} and {md}")
     raise typer.Exit(cmp.exit_code)
 
@@ -516,6 +573,7 @@ def plan(
     kept_logits: int = typer.Option(1, "--kept-logits", min=0, help="Positions whose logits are kept (1: generation; the window for ppl)."),
     batch: int = typer.Option(1, "--batch", min=1, help="Rows prefilled together."),
     device_memory: Optional[str] = typer.Option(None, "--device-memory", help="Plan for this much memory instead of the device's (e.g. 141g)."),
+    trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Run Python code shipped with a Hugging Face checkpoint (auto_map) to read its config. Off by default."),
 ):
     """Print the expected peak memory of a chunked prefill (weights, KV cache, activations) and refuse one that cannot fit."""
     from rich.console import Console
@@ -531,7 +589,7 @@ def plan(
         from lctx.harness.lm import resolve_device
 
         device = str(resolve_device(device))
-    cfg = P.load_config(model)
+    cfg = P.load_config(model, trust_remote_code=trust_remote_code)
     mp = P.plan_memory(cfg, T[0], chunk_size=chunk_size, dtype=dtype, impl=attn_impl, batch=batch,
                        kept_logits=kept_logits, name=Path(model).resolve().name)
     room, source = P.device_memory(device, override)
@@ -582,39 +640,72 @@ def list_(what: str = typer.Argument(..., help="tasks or variants")):
         typer.echo("flatness     ppl + a retrieval task at lengths relative to the training length (--relative), "
                    "derived per model  metrics: ppl_ratio, flat_until, effective_length")
     elif what == "variants":
-        from lctx.models import VARIANTS
+        from lctx.models import MODIFIERS, VARIANTS
+        from lctx.models.config import option_schema
 
-        for name, cls in sorted(VARIANTS.items()):
-            typer.echo(f"{name:12s} {cls.summary}")
+        for name, cls in sorted(VARIANTS.items()) + sorted((f"+{m}", c) for m, c in MODIFIERS.items()):
+            summary = getattr(cls, "summary", "") or (cls.__doc__ or "").strip().splitlines()[0]
+            typer.echo(f"{name:12s} {summary}")
+            for key, opt in (option_schema(name.lstrip("+")) or {}).items():
+                typer.echo(f"{'':14s}--option {key}=<{opt.describe()}>  {opt.doc}")
     else:
         raise LctxError(f"cannot list {what!r}; use `lctx list tasks` or `lctx list variants`")
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a scheduler's or torchrun's stop), raised like Ctrl-C so finished work is kept and the
+    resume hint is printed."""
+
+
+_SIGNAL = {"term": False}
+
+
+def _on_sigterm(signum, frame):
+    _SIGNAL["term"] = True
+    raise Terminated()
+
+
+def _interrupted() -> int:
+    term = _SIGNAL["term"]
+    print(f"{'terminated (SIGTERM)' if term else 'interrupted'}; finished samples are kept: rerun the same "
+          "command to resume", file=sys.stderr)
+    return 143 if term else 130
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``lctx`` console script: run the typer app, turn user errors into one line.
 
-    Returns (and exits with) 0 on success, 2 on a user error (LctxError or a bad option), 130 on Ctrl-C.
+    Returns (and exits with) 0 on success, 1 when ``lctx compare`` finds a regression, 2 on a user error
+    or damaged input (LctxError or a bad option: one ``error:`` line), 3 when every sample of an
+    ``lctx run`` failed, 130 on Ctrl-C and 143 on SIGTERM (both print the resume hint).
     """
+    import signal
+    import threading
+
+    if argv is None and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _on_sigterm)
     # typer >= 0.20 vendors click (typer._click); older typer raises click's own exceptions.
     usage_errors = tuple({getattr(typer, "TyperException", click.ClickException), click.ClickException})
+    _SIGNAL["term"] = False
     try:
         rv = app(args=argv, standalone_mode=False, prog_name="lctx")
         code = rv if isinstance(rv, int) else 0
+        if code == 130:  # typer turns Ctrl-C (and our SIGTERM) into a returned 130: give the resume hint
+            code = _interrupted()
     except LctxError as e:
         print(f"error: {e}", file=sys.stderr)
-        code = 2
+        code = EXIT_USAGE
     except (typer.Exit, click.exceptions.Exit) as e:
-        code = e.exit_code
+        code = _interrupted() if e.exit_code == 130 else e.exit_code
     except (KeyboardInterrupt, typer.Abort, click.exceptions.Abort):
-        print("interrupted; rerun the same command to resume", file=sys.stderr)
-        code = 130
+        code = _interrupted()
     except usage_errors as e:
         msg = e.format_message() if hasattr(e, "format_message") else str(e)
         if type(e).__name__ == "NoArgsIsHelpError":
             print(msg, file=sys.stderr)  # the help text
         else:
             print(f"error: {' '.join(msg.split()).rstrip('.')}; see `lctx --help`", file=sys.stderr)
-        code = 2
+        code = EXIT_USAGE
     if argv is None:
         sys.exit(code)
     return code

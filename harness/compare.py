@@ -132,11 +132,17 @@ def _task_direction(task: str, metric: str) -> str | None:
 
 # ---------------------------------------------------------------------------------------------- parsing
 
-def _check_tolerance_fields(fields: dict, where: str) -> dict:
+def _check_tolerance_fields(fields: dict, where: str, typed: bool = False) -> dict:
+    """Check tolerance fields; ``typed`` (a rules file): values must be TOML numbers, not strings or
+    booleans (``abs = "1e9"`` or ``abs = true`` would otherwise pass as 1e9 / 1.0)."""
     out = {}
     for k, v in fields.items():
         if k not in ("abs", "rel", "stderr"):
             raise LctxError(f"{where}: unknown tolerance {k!r}; use abs, rel or stderr")
+        if typed and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            kind = "a boolean" if isinstance(v, bool) else ("a string" if isinstance(v, str) else type(v).__name__)
+            raise LctxError(f"{where}: tolerance {k} = {v!r} is {kind}, not a number; write a bare number, "
+                            f"e.g. {k} = 0.01")
         try:
             v = float(v)
         except (TypeError, ValueError):
@@ -210,6 +216,10 @@ def load_rules(path: Path) -> Rules:
             import tomli as tomllib
         except ModuleNotFoundError:
             raise LctxError("reading --rules needs Python 3.11+ (tomllib) or `pip install tomli`") from None
+    from .rundir import check_regular
+
+    if not check_regular(Path(path), f"--rules {str(path)!r}"):
+        raise LctxError(f"cannot read --rules {str(path)!r} (it does not exist); pass a TOML rules file")
     try:
         data = tomllib.loads(Path(path).read_text())
     except OSError as e:
@@ -218,6 +228,9 @@ def load_rules(path: Path) -> Rules:
         raise LctxError(f"--rules {str(path)!r} is not a text file; pass a TOML rules file") from None
     except tomllib.TOMLDecodeError as e:
         raise LctxError(f"--rules {str(path)!r} is not valid TOML ({e}); fix the file (see README, lctx compare)") from None
+    except (RecursionError, MemoryError):
+        raise LctxError(f"--rules {str(path)!r} is nested too deeply to read; a rules file has tables two levels "
+                        "deep ([metrics.NAME]); fix the file") from None
     where = f"--rules {str(path)!r}"
     unknown = set(data) - {"tolerance", "metrics", "alias"}
     if unknown:
@@ -225,15 +238,15 @@ def load_rules(path: Path) -> Rules:
     for name in ("tolerance", "metrics", "alias"):
         if name in data and not isinstance(data[name], dict):
             raise LctxError(f"{where}: {name!r} must be a table, e.g. [{name}]")
-    rules = Rules(tolerance=_check_tolerance_fields(data.get("tolerance", {}), f"{where} [tolerance]"))
+    rules = Rules(tolerance=_check_tolerance_fields(data.get("tolerance", {}), f"{where} [tolerance]", typed=True))
     for metric, spec in data.get("metrics", {}).items():
         if not isinstance(spec, dict):
             raise LctxError(f"{where}: metrics.{metric} must be a table, e.g. [metrics.{metric}] direction = \"lower\"")
         spec = dict(spec)
         d = spec.pop("direction", None)
-        entry = _check_tolerance_fields(spec, f"{where} [metrics.{metric}]")
+        entry = _check_tolerance_fields(spec, f"{where} [metrics.{metric}]", typed=True)
         if d is not None:
-            if d not in VALID_DIRECTIONS:
+            if not isinstance(d, str) or d not in VALID_DIRECTIONS:
                 raise LctxError(f"{where}: metrics.{metric}.direction = {d!r}; use one of {', '.join(VALID_DIRECTIONS)}")
             entry["direction"] = d
         rules.metrics[metric] = entry
@@ -247,27 +260,36 @@ def load_rules(path: Path) -> Rules:
 # ---------------------------------------------------------------------------------------------- reading
 
 def load_summary(run_dir: Path, what: str = "run") -> pd.DataFrame:
-    """The summary table of a run directory (columns :data:`SUMMARY_COLUMNS`, one row per cell).
+    """The summary table of a run directory (columns :data:`SUMMARY_COLUMNS` plus the label columns
+    :data:`LABEL_COLUMNS` it has; one row per cell).
 
     Reads ``summary.csv``; without it, summarises ``results.parquet``, ``results.csv`` or ``records.jsonl``.
+    Every row is checked: ``model``, ``task`` and ``metric`` non-empty; ``length`` empty (tasks without a
+    length axis: mmlu, arc_*) or a positive integer; ``depth`` empty or a number; ``mean``/``stderr``
+    empty or numbers; ``n``/``n_error`` counts.
 
     Raises:
-        LctxError: not a directory, no readable table, missing columns, or no rows (an empty run).
+        LctxError: not a directory, no readable table, missing columns, a bad value (the row is named), or
+            no rows (an empty run).
     """
+    from .rundir import check_regular
     from .tables import read_records, summarize, to_table
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise LctxError(f"{what} {str(run_dir)!r} is not a directory; pass a run directory written by lctx run")
+    src = "summary.csv"
     try:
-        if (run_dir / "summary.csv").exists():
-            df = pd.read_csv(run_dir / "summary.csv")
-        elif (run_dir / "results.parquet").exists():
-            df = summarize(pd.read_parquet(run_dir / "results.parquet"))
-        elif (run_dir / "results.csv").exists():
-            df = summarize(pd.read_csv(run_dir / "results.csv"))
-        elif (run_dir / "records.jsonl").exists():
-            df = summarize(to_table(read_records(run_dir / "records.jsonl")))
+        if check_regular(run_dir / "summary.csv"):
+            df = pd.read_csv(run_dir / "summary.csv", dtype=str, keep_default_na=False)
+        elif check_regular(run_dir / "results.parquet"):
+            src, df = "results.parquet", summarize(pd.read_parquet(run_dir / "results.parquet"))
+        elif check_regular(run_dir / "results.csv"):
+            src, df = "results.csv", summarize(pd.read_csv(run_dir / "results.csv"))
+        elif check_regular(run_dir / "records.jsonl"):
+            src = "records.jsonl"
+            df = summarize(to_table(read_records(run_dir / "records.jsonl",
+                                                 lambda m: print(m, file=__import__("sys").stderr))))
         else:
             raise LctxError(f"{what} {str(run_dir)!r} has no summary.csv, results or records.jsonl; "
                             "pass a run directory written by lctx run")
@@ -280,23 +302,66 @@ def load_summary(run_dir: Path, what: str = "run") -> pd.DataFrame:
                         "rerun lctx run into it") from None
     missing = [c for c in SUMMARY_COLUMNS if c not in df.columns and c not in ("variant", "n_error")]
     if missing:
-        raise LctxError(f"{what} {str(run_dir)!r}: summary.csv lacks columns {missing}; "
+        raise LctxError(f"{what} {str(run_dir)!r}: {src} lacks columns {missing}; "
                         "pass a run directory written by lctx run")
     if df.empty:
         raise LctxError(f"{what} {str(run_dir)!r} has no results (empty summary); run lctx run into it first")
-    df = df.copy()
-    if "variant" not in df:
-        df["variant"] = None
-    if "n_error" not in df:
-        df["n_error"] = 0
-    df["model"] = df["model"].astype(str)
-    df["task"] = df["task"].astype(str)
-    df["metric"] = df["metric"].astype(str)
-    df["length"] = df["length"].astype(int)
-    df["depth"] = pd.to_numeric(df["depth"], errors="coerce")
-    df["n"] = df["n"].fillna(0).astype(int)
-    df["n_error"] = df["n_error"].fillna(0).astype(int)
-    return df[SUMMARY_COLUMNS].reset_index(drop=True)
+    return _checked_summary(df.reset_index(drop=True), f"{what} {str(run_dir)!r}: {src}")
+
+
+LABEL_COLUMNS = ["task_options", "dtype", "attn_impl", "seed"]
+
+
+def _blank(v) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v)) or (isinstance(v, str) and not v.strip()) \
+        or v is pd.NA
+
+
+def _checked_summary(df: pd.DataFrame, where: str) -> pd.DataFrame:
+    """Typed summary columns, or an LctxError naming the first bad row (row 1 = the first data row)."""
+
+    def bad(i, col, v, want):
+        raise LctxError(f"{where} row {i + 1}: {col} {v!r} is not {want}; fix the row or rewrite the file with "
+                        "lctx run")
+
+    def number(i, col, v, blank_ok=True):
+        if _blank(v):
+            if blank_ok:
+                return math.nan
+            bad(i, col, "" if v is None else v, "a number")
+        try:
+            x = float(v)
+        except (TypeError, ValueError):
+            bad(i, col, v, "a number")
+        return x
+
+    out = {c: [] for c in SUMMARY_COLUMNS + [c for c in LABEL_COLUMNS if c in df.columns]}
+    for i, r in enumerate(df.to_dict("records")):
+        for col in ("model", "task", "metric"):
+            if _blank(r.get(col)):
+                bad(i, col, "" if r.get(col) is None else r.get(col), "a name (it is empty)")
+            out[col].append(str(r[col]).strip())
+        out["variant"].append(None if _blank(r.get("variant")) else str(r["variant"]))
+        L = number(i, "length", r.get("length"))
+        if not math.isnan(L) and (L <= 0 or L != int(L)):
+            bad(i, "length", r.get("length"), "a positive whole number of tokens (or empty)")
+        out["length"].append(L)
+        d = number(i, "depth", r.get("depth"))
+        out["depth"].append(d)
+        out["mean"].append(number(i, "mean", r.get("mean")))
+        out["stderr"].append(number(i, "stderr", r.get("stderr")))
+        for col, blank_ok in (("n", False), ("n_error", True)):
+            v = r.get(col)
+            x = 0.0 if (blank_ok and _blank(v)) else number(i, col, v, blank_ok=False)
+            if x < 0 or x != int(x):
+                bad(i, col, v, "a count")
+            out[col].append(int(x))
+        for col in LABEL_COLUMNS:
+            if col in out:
+                v = r.get(col)
+                out[col].append("" if _blank(v) else str(v))
+    res = pd.DataFrame({k: v for k, v in out.items()})
+    return res
 
 
 # ---------------------------------------------------------------------------------------------- compare
@@ -350,12 +415,18 @@ def compare_runs(run: pd.DataFrame, base: pd.DataFrame, rules: Rules | None = No
         hint = f"--alias {rm[0]}={bm[0]}" if len(rm) == 1 and len(bm) == 1 else "--alias NEW=OLD"
         raise LctxError(f"no model in common: the run has {rm} and the baseline {bm}; "
                         f"if a checkpoint was renamed, pass {hint}")
-    for what, df, keys in (("run", run, ["run_model"] + KEYS[1:]), ("baseline", base, KEYS)):
-        if df.duplicated(keys).any():
-            r = df[df.duplicated(keys)].iloc[0]
-            raise LctxError(f"the {what}'s summary has two rows for cell ({r[keys[0]]}, {r['task']}, {r['metric']}, "
-                            f"{r['length']}, {r['depth']}); rewrite it with lctx run (one model name per checkpoint)")
-    dupes = run.duplicated(KEYS)
+    # cells of several option sets (ppl with two strides in one run directory): match option by option
+    keys = list(KEYS)
+    labels = [c for c in LABEL_COLUMNS if c in run.columns and c in base.columns]
+    if labels and (run.duplicated(["run_model"] + KEYS[1:]).any() or base.duplicated(KEYS).any()):
+        keys = KEYS + labels
+    for what, df, ks in (("run", run, ["run_model"] + keys[1:]), ("baseline", base, keys)):
+        if df.duplicated(ks).any():
+            r = df[df.duplicated(ks)].iloc[0]
+            raise LctxError(f"the {what}'s summary has two rows for cell ({r[ks[0]]}, {r['task']}, {r['metric']}, "
+                            f"{_fmt_len(r['length'])}, {r['depth']}) with no option columns to tell them apart; "
+                            "rewrite it with lctx run (one model name per checkpoint)")
+    dupes = run.duplicated(keys)
     if dupes.any():
         r = run[dupes].iloc[0]
         raise LctxError(f"two run models map to baseline model {r['model']!r} (check --alias); "
@@ -369,7 +440,7 @@ def compare_runs(run: pd.DataFrame, base: pd.DataFrame, rules: Rules | None = No
         directions[(task, metric)] = d
 
     # pandas matches NaN keys with NaN keys in merges, so a depth-less cell (ppl) matches its counterpart
-    m = run.merge(base, on=KEYS, how="outer", suffixes=("_run", "_base"), indicator=True)
+    m = run.merge(base, on=keys, how="outer", suffixes=("_run", "_base"), indicator=True)
     rows = []
     for r in m.to_dict("records"):
         task, metric = r["task"], r["metric"]
@@ -378,7 +449,7 @@ def compare_runs(run: pd.DataFrame, base: pd.DataFrame, rules: Rules | None = No
         row = {"model": r["run_model"] if isinstance(r["run_model"], str) else r["model"],
                "baseline_model": r["model"] if r["_merge"] != "left_only" else None,
                "variant": r["variant_run"] if isinstance(r["variant_run"], str) else r["variant_base"],
-               "task": task, "metric": metric, "length": int(r["length"]), "depth": r["depth"],
+               "task": task, "metric": metric, "length": _int_or_none(r["length"]), "depth": r["depth"],
                "direction": direction, "base_mean": r["mean_base"], "base_stderr": r["stderr_base"],
                "base_n": r["n_base"], "run_mean": r["mean_run"], "run_stderr": r["stderr_run"], "run_n": r["n_run"],
                "run_n_error": r["n_error_run"], "base_n_error": r["n_error_base"],
@@ -398,6 +469,18 @@ def compare_runs(run: pd.DataFrame, base: pd.DataFrame, rules: Rules | None = No
     counts = {s: int((table["status"] == s).sum()) for s in STATUSES}
     failed = any(counts[s] for s in FAILING) or (counts["missing"] > 0 and not allow_missing)
     return Comparison(table, counts, failed)
+
+
+def _int_or_none(v):
+    try:
+        return None if v is None or math.isnan(float(v)) else int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _fmt_len(v) -> str:
+    v = _int_or_none(v)
+    return "" if v is None else str(v)
 
 
 def _judge(row: dict, direction: str, tol: Tolerance) -> str:
@@ -448,7 +531,7 @@ def _display_rows(cmp: Comparison, include_same: bool = False) -> list[list[str]
             else f"{r.model} (= {r.baseline_model})"
         rel = f"{100 * r.rel_diff:+.3g}%" if math.isfinite(r.rel_diff) and abs(r.rel_diff) < 1e6 else ""
         tol = f"{r.threshold:.3g} ({r.bound_by})" if math.isfinite(r.threshold) else ""
-        out.append([r.status, model, r.task, r.metric, str(r.length), "" if r.depth != r.depth else f"{r.depth:g}",
+        out.append([r.status, model, r.task, r.metric, _fmt_len(r.length), "" if r.depth != r.depth else f"{r.depth:g}",
                     r.direction, _fmt(r.base_mean, r.base_stderr), _fmt(r.run_mean, r.run_stderr),
                     _fmt(r.diff), rel, tol])
     return out

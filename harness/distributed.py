@@ -239,11 +239,12 @@ def rank_files(out_dir: Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
-def read_all_records(out_dir: Path) -> list[dict]:
-    """Records of ``records.jsonl`` then of every rank file (an interrupted sharded run), in that order."""
-    out = read_records(out_dir / RECORDS)
+def read_all_records(out_dir: Path, report=None) -> list[dict]:
+    """Records of ``records.jsonl`` then of every rank file (an interrupted sharded run), in that order
+    (damaged lines skipped; ``report`` is told how many, see :func:`lctx.harness.rundir.read_records`)."""
+    out = read_records(out_dir / RECORDS, report)
     for p in rank_files(out_dir):
-        out.extend(read_records(p))
+        out.extend(read_records(p, report))
     return out
 
 
@@ -273,12 +274,9 @@ def merge_records(out_dir: Path) -> list[dict]:
     if not parts:
         return read_records(path)
     merged = _dedupe(read_all_records(out_dir))
-    tmp = out_dir / f".{RECORDS}.merge-{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.writelines(json.dumps(r) + "\n" for r in merged)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    from .rundir import atomic_write
+
+    atomic_write(path, lambda tmp: tmp.write_text("".join(json.dumps(r) + "\n" for r in merged)))
     for p in parts:
         p.unlink(missing_ok=True)
     return merged

@@ -166,8 +166,10 @@ def parse_relative(text: str) -> list[float]:
     Raises:
         LctxError: an entry is not a positive number, or the list is empty.
     """
+    from .errors import split_list
+
     out = set()
-    for part in [p.strip() for p in text.split(",") if p.strip()]:
+    for part in split_list(text, "--relative", "--relative 0.5,1,2,4,8"):
         try:
             r = float(re.sub(r"[xX]$", "", part))
         except ValueError:
@@ -372,19 +374,21 @@ def write_tables_with_flatness(out_dir: Path, spec: FlatnessSpec | None = None, 
     """
     from lctx.tasks import TASKS
 
-    from .tables import read_records, to_table, write_tables
+    from .rundir import atomic_write_json, read_json
+    from .tables import current_map, read_records, to_table, write_tables
 
     out_dir = Path(out_dir)
     records = read_records(out_dir / "records.jsonl")
     if not records:
         raise LctxError(f"{out_dir} has no records.jsonl records; run the sweep first")
     metrics_of = {**{n: c.metrics for n, c in TASKS.items()}, **(metrics_of or {}), TASK: METRICS}
-    derived = derive_records(to_table(records, metrics_of), spec)
-    table, summary = write_tables(records + derived, out_dir, metrics_of)
+    current = current_map(out_dir)
+    derived = derive_records(to_table(records, metrics_of, current), spec)
+    table, summary = write_tables(records + derived, out_dir, metrics_of, current)
     meta_path = out_dir / "run.json"
-    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    meta = read_json(meta_path) or {}
     meta["flatness"] = asdict(spec or FlatnessSpec()) | {"retrieval_metric": (spec or FlatnessSpec()).metric}
-    meta_path.write_text(json.dumps(meta, indent=2))
+    atomic_write_json(meta_path, meta)
     paths: list[Path] = []
     if plots:
         from .report import ppl_ratio_plot
@@ -424,10 +428,12 @@ def note_run(out_dir: Path, **fields) -> None:
     """Merge ``fields`` into ``OUT/run.json`` (a sweep run per training length leaves only its own models
     and lengths there; the CLI records all of them, the ``relative`` factors and each model's training
     length)."""
+    from .rundir import atomic_write_json, read_json
+
     meta_path = Path(out_dir) / "run.json"
-    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    meta = read_json(meta_path) or {}
     meta.update(fields)
     if "relative" in fields and "train_lengths" in fields:
         meta["lengths"] = sorted({L for T in set(fields["train_lengths"].values()) if T
                                   for L in relative_lengths(int(T), fields["relative"])})
-    meta_path.write_text(json.dumps(meta, indent=2))
+    atomic_write_json(meta_path, meta)

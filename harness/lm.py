@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from transformers.cache_utils import DynamicCache
 
-from .errors import LctxError
+from .errors import CapturedLog, LctxError, check_finite_logits
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
           "float16": torch.float16, "fp16": torch.float16}
@@ -131,7 +131,9 @@ class LM:
         new_cache = getattr(out, "cache", None)
         if new_cache is None:
             new_cache = getattr(out, "past_key_values", None)
-        return out.logits[0].float(), (new_cache if new_cache is not None else cache)
+        logits = out.logits[0].float()
+        check_finite_logits(logits, f"{self.name}, {len(ids)} tokens")  # every task's one shared check
+        return logits, (new_cache if new_cache is not None else cache)
 
     @torch.inference_mode()
     def prefill(self, ids: list[int], want: list[int] | None = None) -> tuple[Prefix, dict[int, torch.Tensor]]:
@@ -268,6 +270,9 @@ def load_lm(path: str, device: str = "auto", dtype: str = "float32", name: str |
         config = AutoConfig.from_pretrained(p, trust_remote_code=trust_remote_code)
     except Exception as e:  # noqa: BLE001 - any parse failure is a corrupt checkpoint
         _raise_if_remote_code(path, e)
+        if isinstance(e, ValueError) and not isinstance(e, json.JSONDecodeError):  # parsed, but a bad value
+            raise LctxError(f"checkpoint {path!r}: config.json has a value this lctx cannot use ({_first_line(e)}); "
+                            "fix it in config.json, or use the lctx version that wrote the checkpoint") from None
         raise LctxError(f"checkpoint {path!r} has an unreadable config.json ({_first_line(e)}); "
                         "re-save it with save_pretrained") from None
     try:
@@ -276,19 +281,25 @@ def load_lm(path: str, device: str = "auto", dtype: str = "float32", name: str |
         _raise_if_remote_code(path, e)
         raise LctxError(f"checkpoint {path!r} has no loadable tokenizer ({_first_line(e)}); save the "
                         "tokenizer beside the weights with tokenizer.save_pretrained") from None
+    log = CapturedLog()  # transformers' multi-line load report: replayed on success, one line on failure
     try:
         safetensors = any(p.glob("*.safetensors"))
-        model = AutoModelForCausalLM.from_pretrained(p, dtype=dt, trust_remote_code=trust_remote_code,
-                                                     use_safetensors=True if safetensors else None,
-                                                     weights_only=True).to(dev).eval()
+        with log:
+            model = AutoModelForCausalLM.from_pretrained(p, dtype=dt, trust_remote_code=trust_remote_code,
+                                                         use_safetensors=True if safetensors else None,
+                                                         weights_only=True).to(dev).eval()
     except Exception as e:  # noqa: BLE001
         _raise_if_remote_code(path, e)
+        if log.first_problem():
+            raise LctxError(f"checkpoint {path!r} could not be loaded: its weights do not match its config.json "
+                            f"({log.first_problem()}); fix config.json or use the weights it was saved with") from None
         if not safetensors and "weights_only" in str(e):
             raise LctxError(f"checkpoint {path!r} has .bin weights that torch.load(weights_only=True) refuses "
                             "(they pickle code or objects); lctx does not unpickle them: re-save the weights as "
                             "safetensors from a trusted environment") from None
         raise LctxError(f"checkpoint {path!r} could not be loaded ({_first_line(e)}); the weights are "
                         "corrupt or incomplete: re-save or retrain it") from None
+    log.replay()
     if attn_impl is not None:
         if attn_impl not in ("reference", "sdpa", "fast"):
             raise LctxError(f"unknown --attn-impl {attn_impl!r}; use reference, sdpa or fast")

@@ -148,11 +148,13 @@ class ModelShape:
     attn_impl: str
 
 
-def load_config(path: str):
-    """The config of a checkpoint directory (lctx or Hugging Face), without loading weights.
+def load_config(path: str, trust_remote_code: bool = False):
+    """The config of a checkpoint directory (lctx or Hugging Face), without loading weights. Code shipped
+    with the checkpoint (``auto_map``) runs only with ``trust_remote_code=True``.
 
     Raises:
-        LctxError: not a directory, no config.json, or an unreadable config.
+        LctxError: not a directory, no config.json, an unreadable config, or one that needs remote code
+            without ``trust_remote_code``.
     """
     import lctx.models  # noqa: F401  (registers model_type "lctx")
     from transformers import AutoConfig
@@ -162,8 +164,11 @@ def load_config(path: str):
         raise LctxError(f"--model {path!r} is not a checkpoint directory with a config.json; pass a folder "
                         "written by `lctx train` or save_pretrained")
     try:
-        return AutoConfig.from_pretrained(p)
+        return AutoConfig.from_pretrained(p, trust_remote_code=trust_remote_code)
     except Exception as e:  # noqa: BLE001 - any parse failure is a bad checkpoint
+        from .lm import _raise_if_remote_code
+
+        _raise_if_remote_code(path, e)
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
         raise LctxError(f"checkpoint {path!r} has an unreadable config.json ({first}); re-save it with "
                         "save_pretrained") from None

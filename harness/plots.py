@@ -193,6 +193,24 @@ def _passkey_cells(df: pd.DataFrame, model: object, metric: str, variant: object
     return means, counts, errors
 
 
+def depth_off_cells(df: pd.DataFrame, model: object, metric: str, variant: object = None,
+                    task: str = "passkey") -> pd.DataFrame:
+    """Boolean depth x length table (the shape of :func:`passkey_grid`): True where an ok sample of the cell
+    has its needle more than :data:`lctx.harness.tables.DEPTH_TOLERANCE` from the requested depth (the
+    table's ``depth_off`` column), i.e. the row's depth label is not what the sample measured."""
+    means = _passkey_cells(df, model, metric, variant, task)[0]
+    off = pd.DataFrame(False, index=means.index, columns=means.columns)
+    rows = _select(df, task, model, variant)
+    if "depth_off" not in rows.columns or rows.empty:
+        return off
+    rows = rows[_ok_mask(rows) & rows["depth_off"].astype("string").isin(["True", "true", "1", "1.0"])]
+    for _, r in rows.iterrows():
+        d, L = pd.to_numeric(pd.Series([r["depth"], r["length"]]), errors="coerce")
+        if pd.notna(d) and pd.notna(L) and float(d) in off.index and int(L) in off.columns:
+            off.loc[float(d), int(L)] = True
+    return off
+
+
 def passkey_grid(df: pd.DataFrame, model: object, metric: str, variant: object = None) -> pd.DataFrame:
     """Mean passkey score per cell: the table a heatmap panel shows.
 
@@ -228,7 +246,7 @@ def _text_color(rgba) -> str:
 
 
 def _draw_heatmap(ax, means, counts, errors, title, train_len, show_ylabels, fontsize,
-                  ylabel="Passkey depth (0% = start)"):
+                  ylabel="Passkey depth (0% = start)", off=None):
     cmap = matplotlib.colormaps[_CMAP].with_extremes(bad=_MISSING_COLOR)
     data = np.ma.masked_invalid(means.to_numpy(dtype=float))
     im = ax.imshow(data, cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
@@ -243,8 +261,12 @@ def _draw_heatmap(ax, means, counts, errors, title, train_len, show_ylabels, fon
                         fontweight="bold", color="#8b0000",
                         bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.85))
             elif np.isfinite(v):
-                ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=fontsize,
+                flag = off is not None and bool(off.iat[i, j])  # a sample's needle is off this row's depth
+                ax.text(j, i, f"{v:.2f}" + ("\u2020" if flag else ""), ha="center", va="center", fontsize=fontsize,
                         color=_text_color(cmap(float(v))))
+                if flag:
+                    ax.add_patch(Rectangle((j - 0.46, i - 0.44), 0.92, 0.88, fill=False, edgecolor="#d62728",
+                                           linestyle=(0, (2, 2)), linewidth=1.2))
             else:
                 ax.text(j, i, "–", ha="center", va="center", fontsize=fontsize, color="#555555")
     # white grid between cells
@@ -303,11 +325,13 @@ def _heatmap_figure(df: pd.DataFrame, model: object, variant: object, title_vari
     fig = _new_figure(W, H)
 
     im = None
+    offs: dict[str, pd.DataFrame] = {}
     for k, (metric, label) in enumerate(metrics.items()):
         x0 = left + k * (pw + gap)
         ax = fig.add_axes((x0 / W, bottom / H, pw / W, ph / H))
         means, counts, errors = tables[metric]
-        im = _draw_heatmap(ax, means, counts, errors, label, train_len, k == 0, fontsize, ylabel)
+        offs[metric] = depth_off_cells(df, model, metric, variant, task)
+        im = _draw_heatmap(ax, means, counts, errors, label, train_len, k == 0, fontsize, ylabel, offs[metric])
     cax = fig.add_axes(((left + n_p * pw + (n_p - 1) * gap + cgap) / W, bottom / H, cw / W, ph / H))
     cb = fig.colorbar(im, cax=cax)
     cb.set_label("Mean score (0–1)")
@@ -329,6 +353,11 @@ def _heatmap_figure(df: pd.DataFrame, model: object, variant: object, title_vari
     n_err = int(errs.to_numpy().sum())
     if n_err:
         parts.append(f"{n_err} errored cell{'s' if n_err != 1 else ''} (err)")
+    from .tables import DEPTH_TOLERANCE
+
+    n_off = int(functools.reduce(lambda a, b: a | b, list(offs.values())).to_numpy().sum()) if offs else 0
+    if n_off:
+        parts.append(f"\u2020 dashed: {n_off} cell{'s' if n_off != 1 else ''} with a needle > {DEPTH_TOLERANCE:.0%} off its depth")
     if train_len is not None:
         lengths = list(means0.columns)
         if lengths and train_len < min(lengths):

@@ -27,7 +27,7 @@ import lctx
 from lctx.tasks import Task
 
 from . import distributed as D
-from .errors import LctxError
+from .errors import LctxError, NonFiniteLogitsError
 from .lm import LM
 from .tables import read_records, record_key, write_tables
 
@@ -46,16 +46,56 @@ def git_revision() -> str:
 
 
 def fingerprint(path: str) -> str:
-    """A cheap identity of a checkpoint's weights: resolved path plus size and mtime of its weight files,
-    so rerunning into the same ``--out`` after retraining a checkpoint does not reuse stale records."""
-    p = Path(path)
-    parts = [str(p.resolve())]
-    for w in sorted(p.glob("*.safetensors")) + sorted(p.glob("*.bin")):
-        st = w.stat()
-        parts.append(f"{w.name}:{st.st_size}:{int(st.st_mtime)}")
-    import hashlib
+    """The content fingerprint of a checkpoint (:func:`lctx.harness.fingerprint.checkpoint_fingerprint`):
+    16 hex digits over the SHA-256 of its weights, config.json, tokenizer and other model files, so a rerun
+    into the same ``--out`` after retraining (same size, restored mtime) never reuses stale records."""
+    from .fingerprint import checkpoint_fingerprint
 
-    return hashlib.sha1("|".join(parts).encode()).hexdigest()[:12]
+    return checkpoint_fingerprint(path)
+
+
+def model_inputs(lm: LM) -> dict:
+    """{"fingerprint", "files": {name: sha256}, "path"} of ``lm``'s checkpoint, hashed once per LM object
+    (and per process: the digest cache of :mod:`lctx.harness.fingerprint` skips unchanged files)."""
+    got = getattr(lm, "_lctx_inputs", None)
+    if got is None:
+        from .fingerprint import checkpoint_digests, digest_json
+
+        files = checkpoint_digests(lm.path)
+        got = {"path": str(Path(lm.path).resolve()), "fingerprint": digest_json(files), "files": files}
+        lm._lctx_inputs = got
+    return got
+
+
+def versions() -> dict:
+    """Versions of the code that computes a number: lctx, torch, transformers."""
+    import transformers
+
+    return {"lctx": lctx.__version__, "torch": torch.__version__, "transformers": transformers.__version__}
+
+
+def sample_base(lm: LM, task_name: str, task_version, task_options: dict, data_fp: str | None,
+                seed: int, code_fp: str | None = None) -> dict:
+    """The identity fields of a sample's record: everything that can change its numbers, and their hash.
+
+    ``fingerprint`` = 16 hex digits of SHA-256 over: the checkpoint's content fingerprint, the variant
+    (an ``--attn-override`` included), the task's name, version, options, data fingerprint and, for a task
+    from a ``--task-file``, its source file's hash; dtype, attention path (requested), prefill chunk size,
+    device type; the seed; the lctx, torch and transformers versions. With model, task and the grid point
+    it is the resume key (:data:`lctx.harness.tables.KEY`).
+    """
+    from .fingerprint import digest_json
+
+    mi = model_inputs(lm)
+    vs = versions()
+    base = {"model": lm.name, "variant": lm.variant, "model_fingerprint": mi["fingerprint"],
+            "data_fingerprint": data_fp, "dtype": str(lm.dtype).replace("torch.", ""), "attn_impl": lm.attn_impl,
+            "chunk_size": int(lm.chunk_size), "task": task_name, "seed": seed,
+            "task_options": _jsonable(task_options), "versions": vs}
+    ident = dict(base, device_type=lm.device.type, task_version=task_version, code=code_fp)
+    ident.pop("model")
+    base["fingerprint"] = digest_json(ident)
+    return base
 
 
 def peak_memory_bytes(device: torch.device) -> int:
@@ -83,6 +123,10 @@ def check_lengths(lm: LM, lengths: list[int], allow_beyond_max: bool = False) ->
     Raises:
         LctxError: a length exceeds ``lm.max_length`` (names the limit and the fix).
     """
+    if lm.max_length is not None and (isinstance(lm.max_length, bool) or not isinstance(lm.max_length, int)
+                                      or lm.max_length <= 0):
+        raise LctxError(f"model {lm.name!r} declares max_position_embeddings = {lm.max_length!r} in its "
+                        "config.json, which is not a positive number of tokens; fix or remove that key")
     if lm.max_length and not allow_beyond_max:
         over = [L for L in lengths if L > lm.max_length]
         if over:
@@ -95,45 +139,93 @@ def run_sweep(lms: list[LM], tasks: list[Task], spec: RunSpec, out_dir: Path, pr
               log=print) -> dict:
     """Run every (model, task, cell) not yet recorded in ``out_dir`` and write the tables and plots.
 
+    The run directory is locked for the duration (:func:`lctx.harness.rundir.run_dir_lock`: a second process
+    on the same directory refuses). A sample is reused only when a record with the same key exists: same
+    model name, task, grid point and fingerprint (:func:`sample_base`: checkpoint content, data content,
+    options, versions). ``run.json`` maps each label this run ran (:data:`lctx.harness.tables.LABEL`) to its
+    current fingerprint, so the tables show only the current inputs' records (:func:`lctx.harness.tables.to_table`).
+
     Under ``torchrun`` / ``accelerate launch`` every rank calls this with the same arguments; each runs a
     deterministic share of the cells and rank 0 merges the records and writes the tables and plots
     (:mod:`lctx.harness.distributed`); every rank gets the same return value (counts over all ranks).
 
-    Returns {"records": n, "ran": n run now, "skipped": n already done, "errors": n errored,
-    "table": DataFrame, "summary": DataFrame, "plots": [paths]}.
+    Returns {"records": n, "ran": n run now, "skipped": n already done, "errors": n errored now,
+    "ok": n samples of this sweep with status ok (resumed + run), "superseded": records of older inputs left
+    out of the tables, "table": DataFrame, "summary": DataFrame, "plots": [paths]}.
+
+    Raises:
+        LctxError: another process holds the run directory; ``run.json`` or ``records.jsonl`` is damaged
+            beyond skipping (not a regular file, not a JSON object); a file cannot be written (full disk,
+            read-only): finished samples are kept and a rerun resumes.
     """
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = Path(out_dir)
+    dinfo = D.init()
+    from .rundir import run_dir_lock
+
+    with run_dir_lock(out_dir, dinfo):
+        return _sweep(lms, tasks, spec, out_dir, progress, log, dinfo)
+
+
+def _warn(msg: str) -> None:
+    import sys
+
+    print(msg, file=sys.stderr)
+
+
+def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo) -> dict:
+    from .rundir import RecordWriter, atomic_write_json, read_json
+    from .tables import label_of, label_names
+
     # [distributed] under torchrun / accelerate launch each rank runs a share and appends to its own
     # records.rank{r}.jsonl; rank 0 merges them into records.jsonl (harness/distributed.py)
-    dinfo = D.init()
     rec_path = D.rank_records_path(out_dir, dinfo)
     meta_path = out_dir / "run.json"
-    if meta_path.exists():
-        run_id = json.loads(meta_path.read_text())["run_id"]
-    else:
-        run_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + f"-{os.getpid()}"
+    old_meta = read_json(meta_path, f"{meta_path}") or {}
+    run_id = old_meta.get("run_id") if isinstance(old_meta.get("run_id"), str) else None
+    run_id = run_id or datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + f"-{os.getpid()}"
     run_id = D.broadcast(run_id)  # [distributed] rank 0's id on every rank
-    meta = {"run_id": run_id, "lctx_version": lctx.__version__, "git_rev": git_revision(),
-            "torch": torch.__version__, "python": platform.python_version(), "host": platform.node(),
-            "models": [lm.path for lm in lms], "tasks": [t.name for t in tasks],
-            "lengths": spec.lengths, "depths": spec.depths, "samples": spec.samples, "seed": spec.seed}
+
+    # every input that can change a number, hashed (rank 0 reads the files, every rank gets the digests)
+    inputs = None
+    if dinfo.is_main:
+        inputs = {"models": {lm.name: model_inputs(lm) for lm in lms},
+                  "data": {t.name: t.data_fingerprint() for t in tasks}}
+    inputs = D.broadcast(inputs)
+    for lm in lms:
+        lm._lctx_inputs = inputs["models"][lm.name]
+    bases = {}
+    for lm in lms:
+        for task in tasks:
+            bases[(lm.name, task.name)] = sample_base(lm, task.name, getattr(task, "version", 1), task.options,
+                                                      inputs["data"][task.name], spec.seed, task_code_fingerprint(task))
+
+    meta = dict(old_meta)
+    meta.update({"run_id": run_id, "lctx_version": lctx.__version__, "git_rev": git_revision(),
+                 "torch": torch.__version__, "python": platform.python_version(), "host": platform.node(),
+                 "models": [lm.path for lm in lms], "tasks": [t.name for t in tasks],
+                 "lengths": spec.lengths, "depths": spec.depths, "samples": spec.samples, "seed": spec.seed,
+                 "versions": versions()})
+    current = dict(old_meta.get("current") or {}) if isinstance(old_meta.get("current"), dict) else {}
+    current.update({label_of(b): b["fingerprint"] for b in bases.values()})
+    meta["current"] = current
+    known = meta.get("inputs") if isinstance(meta.get("inputs"), dict) else {}
+    meta["inputs"] = {"models": {**(known.get("models") or {}), **inputs["models"]},
+                      "data": {**(known.get("data") or {}), **{k: v for k, v in inputs["data"].items() if v}}}
+    if dinfo.distributed:
+        meta["world_size"] = dinfo.world_size
     if dinfo.is_main:  # [distributed]
-        meta_path.write_text(json.dumps(dict(meta, world_size=dinfo.world_size) if dinfo.distributed else meta,
-                                        indent=2))
+        atomic_write_json(meta_path, meta, str(meta_path))
 
     # [distributed] all record files (rank files of an interrupted sharded run too); the barrier keeps
     # every rank from writing before all have read, so all build the same work list
-    done = {record_key(r) for r in D.read_all_records(out_dir) if r.get("status") == "ok"}
+    done = {record_key(r) for r in D.read_all_records(out_dir, report=_warn if dinfo.is_main else None)
+            if r.get("status") == "ok"}
     D.barrier()
     work = []
     for lm in lms:
         for task in tasks:
             for cell in task.cells(spec.lengths, spec.depths, spec.samples):
-                base = {"model": lm.name, "model_fingerprint": fingerprint(lm.path),
-                        "dtype": str(lm.dtype).replace("torch.", ""), "attn_impl": lm.attn_impl,
-                        "task": task.name, "length": cell.length,
-                        "depth": cell.depth, "sample": cell.sample, "seed": spec.seed,
-                        "task_options": _jsonable(task.options)}
+                base = dict(bases[(lm.name, task.name)], length=cell.length, depth=cell.depth, sample=cell.sample)
                 if record_key(base) in done:
                     continue
                 work.append((lm, task, cell, base))
@@ -148,24 +240,19 @@ def run_sweep(lms: list[LM], tasks: list[Task], spec: RunSpec, out_dir: Path, pr
     from tqdm.auto import tqdm
 
     errors = 0
-    if rec_path.exists() and rec_path.stat().st_size:
-        with open(rec_path, "rb+") as f:  # a run killed mid-write leaves a torn last line: end it
-            f.seek(-1, os.SEEK_END)
-            if f.read(1) != b"\n":
-                f.write(b"\n")
-    with open(rec_path, "a") as f, tqdm(total=len(work), disable=not progress or not dinfo.is_main,  # [distributed]
-                                        desc="lctx run" + (f" (rank 0 of {dinfo.world_size})" if dinfo.distributed else ""),
-                                        unit="sample", dynamic_ncols=True) as bar:
-        for lm, task, cell, base in work:
-            bar.set_postfix_str(f"{lm.name} {task.name} L={cell.length}" +
-                                (f" d={cell.depth:g}" if cell.depth is not None else ""), refresh=False)
-            rec = _run_one(lm, task, cell, base, spec.seed)
-            rec.update(run_id=run_id, lctx_version=lctx.__version__, git_rev=meta["git_rev"])
-            errors += rec["status"] != "ok"
-            f.write(json.dumps(rec) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-            bar.update(1)
+    if work:
+        with RecordWriter(rec_path, kept=skipped) as writer, \
+                tqdm(total=len(work), disable=not progress or not dinfo.is_main,  # [distributed]
+                     desc="lctx run" + (f" (rank 0 of {dinfo.world_size})" if dinfo.distributed else ""),
+                     unit="sample", dynamic_ncols=True) as bar:
+            for lm, task, cell, base in work:
+                bar.set_postfix_str(f"{lm.name} {task.name} L={cell.length}" +
+                                    (f" d={cell.depth:g}" if cell.depth is not None else ""), refresh=False)
+                rec = _run_one(lm, task, cell, base, spec.seed)
+                rec.update(run_id=run_id, lctx_version=lctx.__version__, git_rev=meta["git_rev"])
+                errors += rec["status"] != "ok"
+                writer.write(rec)
+                bar.update(1)
 
     # [distributed] rank 0 merges the rank files and writes tables and plots once; the other ranks wait for
     # that, then build the same tables in memory (nothing written); ran/errors are summed over ranks
@@ -174,19 +261,46 @@ def run_sweep(lms: list[LM], tasks: list[Task], spec: RunSpec, out_dir: Path, pr
     D.barrier()
     if dinfo.is_main:
         records = D.merge_records(out_dir)
-        table, summary = write_tables(records, out_dir, metrics_of)
+        table, summary = write_tables(records, out_dir, metrics_of, current)
         from .plots import make_plots
 
-        plots = make_plots(table, out_dir)
+        try:
+            plots = make_plots(table.assign(model=label_names(table)), out_dir)
+        except OSError as e:
+            raise LctxError(f"cannot write the plots in {out_dir / 'plots'} ({e.strerror or e}); the tables are "
+                            "written: free space and rerun the same command to draw them") from None
     D.barrier()
     if not dinfo.is_main:
         from .tables import summarize, to_table
 
         records = read_records(out_dir / D.RECORDS)
-        table = to_table(records, metrics_of)
+        table = to_table(records, metrics_of, current)
         summary, plots = summarize(table), []
-    return {"records": len(records), "ran": n_total, "skipped": skipped, "errors": errors, "table": table,
-            "summary": summary, "plots": plots}
+    return {"records": len(records), "ran": n_total, "skipped": skipped, "errors": errors,
+            "ok": skipped + n_total - errors, "superseded": int(table.attrs.get("superseded", 0)),
+            "table": table, "summary": summary, "plots": plots}
+
+
+def task_code_fingerprint(task: Task) -> str | None:
+    """SHA-256 (16 hex digits) of the source file of the task registered under ``task.name`` when it is
+    defined outside lctx (a ``--task-file`` or a plug-in), whose code changes its numbers; ``None`` for
+    lctx's own tasks (covered by the lctx version and the task's ``version``)."""
+    import inspect
+
+    from lctx.tasks import TASKS
+
+    cls = TASKS.get(task.name, type(task))
+    if cls.__module__.startswith("lctx."):
+        return None
+    try:
+        src = inspect.getsourcefile(cls)
+    except (TypeError, OSError):
+        src = None
+    if not src or not os.path.isfile(src):
+        return None
+    from .fingerprint import digest_files
+
+    return digest_files({Path(src).name: src})
 
 
 def _run_one(lm: LM, task: Task, cell, base: dict, seed: int) -> dict:
@@ -216,6 +330,10 @@ def _run_one(lm: LM, task: Task, cell, base: dict, seed: int) -> dict:
             rec["status"], rec["error"] = "error", f"non-finite {', '.join(bad)} (NaN/inf logits?)"
     except torch.OutOfMemoryError as e:
         rec["status"], rec["error"] = "error", f"out of memory: {str(e).splitlines()[0][:300]}"
+    except NonFiniteLogitsError as e:
+        rec["status"], rec["error"] = "error", f"non-finite logits: {e}"
+    except SystemExit as e:  # a task's own code called sys.exit(): a broken sample, not the end of the run
+        rec["status"], rec["error"] = "error", f"the task called sys.exit({e.code!r}) while building or scoring"
     except Exception as e:  # noqa: BLE001 - one bad sample must not end the sweep
         tb = traceback.extract_tb(e.__traceback__)
         where = f" at {Path(tb[-1].filename).name}:{tb[-1].lineno}" if tb else ""

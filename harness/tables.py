@@ -3,7 +3,21 @@
 A *record* is one finished sample (one JSON line of ``records.jsonl``) carrying a ``metrics`` dict.
 The *results table* is long and tidy: one row per (run, model, variant, task, metric, length, depth,
 sample) with the value and the run metadata. The *summary* aggregates it to mean, standard error and
-n per (model, variant, task, metric, length, depth).
+n per cell.
+
+Which records are tabulated (never a mean over different inputs):
+
+- A record's ``fingerprint`` (:func:`lctx.harness.runner.sample_fingerprint`) hashes *every* input that can
+  change its numbers: the checkpoint's content, the task's data content, the task's name, version and
+  options, dtype, attention path, chunk size, device type, seed and the lctx/torch/transformers versions.
+  The resume key (:data:`KEY`) is (model, task, fingerprint, length, depth, sample).
+- Its *label* (:data:`LABEL`) is what the user chose: model name, variant, task, task options, dtype,
+  attention path and seed. Records of different labels are different experiments and get separate cells,
+  each carrying its options (e.g. ``ppl`` with ``--stride 1`` beside the default stride).
+- Within one label only one fingerprint is tabulated: the current inputs (``run.json``'s ``current`` map,
+  written by each run for the labels it ran; for a label no run has mapped, the fingerprint of its last
+  record). Records of older inputs (weights retrained, data edited, another chunk size or library
+  version) stay in ``records.jsonl`` but are left out of ``results.parquet``/``summary.csv``.
 """
 
 from __future__ import annotations
@@ -15,85 +29,233 @@ from pathlib import Path
 import pandas as pd
 
 COLUMNS = ["run_id", "model", "variant", "task", "metric", "length", "n_tokens", "depth", "depth_actual",
-           "sample", "value", "seed", "status", "error", "wall_s", "peak_mem_bytes", "device", "dtype", "attn_impl", "attn_kernel",
-           "lctx_version", "git_rev", "timestamp", "train_length", "task_options"]
-# a sample's identity: which weights (path + file fingerprint), dtype, attention path (reference | sdpa |
-# fast), task, grid point, seed and options. attn_kernel records the kernel the fast path actually ran.
-KEY = ["model", "model_fingerprint", "dtype", "attn_impl", "task", "length", "depth", "sample", "seed", "task_options"]
+           "depth_off", "sample", "value", "seed", "status", "error", "wall_s", "peak_mem_bytes", "device", "dtype",
+           "attn_impl", "attn_kernel", "chunk_size", "lctx_version", "git_rev", "torch_version",
+           "transformers_version", "timestamp", "train_length", "task_options", "fingerprint",
+           "model_fingerprint", "data_fingerprint"]
+# a sample's identity across reruns: the fingerprint covers every input besides the grid point
+KEY = ["model", "task", "fingerprint", "length", "depth", "sample"]
+# what the user chose; records of different labels are separate cells of the tables
+LABEL = ["model", "variant", "task", "task_options", "dtype", "attn_impl", "seed"]
+SUMMARY_KEYS = ["model", "variant", "task", "metric", "length", "depth", "task_options", "dtype", "attn_impl",
+                "seed"]
+SUMMARY_COLUMNS = SUMMARY_KEYS + ["mean", "stderr", "n", "n_error", "n_depth_off", "fingerprint"]
+#: option keys that name a sub-task pooled into its task's cell: an MMLU question's ``subject`` (the summary
+#: pools the subjects into MMLU's accuracy, as lm-eval reports it; mmlu_subjects.csv has them apart)
+POOLED_OPTIONS = ("subject",)
+#: a sample whose needle sits farther than this from the requested depth (fraction of the prompt) is
+#: flagged in the ``depth_off`` column and on the heatmaps
+DEPTH_TOLERANCE = 0.05
 
 
-def read_records(path: Path) -> list[dict]:
-    """All records of a ``records.jsonl`` (a torn last line from a killed run is ignored)."""
-    out = []
-    if not path.exists():
-        return out
-    for line in path.read_text().splitlines():
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return out
+def read_records(path: Path, report=None) -> list[dict]:
+    """The valid records of a ``records.jsonl`` (see :func:`lctx.harness.rundir.read_records`: damaged
+    lines are skipped, counted through ``report``; a non-regular file is refused with an LctxError)."""
+    from .rundir import read_records as _read
+
+    return _read(Path(path), report)
 
 
 def record_key(rec: dict) -> tuple:
-    """The identity of a sample across reruns (:data:`KEY`): the same model name with other weights, another
-    dtype, seed or task options is a different sample and is run again."""
+    """The identity of a sample across reruns (:data:`KEY`): a record is reused only when its
+    fingerprint (every input: weights, config, tokenizer, data, options, versions) and grid point match."""
     return tuple(json.dumps(rec.get(k), sort_keys=True) for k in KEY)
 
 
+def label_of(rec: dict) -> str:
+    """The label of a record (:data:`LABEL`) as a canonical JSON string (the key of ``run.json``'s
+    ``current`` map)."""
+    return json.dumps([rec.get(k) for k in LABEL], sort_keys=True, default=str)
+
+
+def _fp(rec: dict):
+    # records written before fingerprints existed are told apart by their old weight fingerprint
+    return rec.get("fingerprint") or ("legacy:" + str(rec.get("model_fingerprint")))
+
+
+def select_current(records: list[dict], current: dict | None = None) -> tuple[list[dict], int]:
+    """(records of the current inputs, number left out): per label, only the records whose fingerprint is
+    ``current[label]``, or, for a label ``current`` does not name, that of the label's last record."""
+    last: dict[str, object] = {}
+    for r in records:
+        last[label_of(r)] = _fp(r)
+    for k, fp in (current or {}).items():
+        if k in last:
+            last[k] = fp
+    keep = [r for r in records if _fp(r) == last[label_of(r)]]
+    return keep, len(records) - len(keep)
+
+
 def latest_records(records: list[dict]) -> list[dict]:
-    """One record per key: the last one written (a retried error is replaced by its rerun)."""
+    """One record per key: an ok record beats an error (a finished sample is never rerun, an errored one
+    is), otherwise the last one written wins."""
     by_key: dict[tuple, dict] = {}
     for r in records:
-        by_key[record_key(r)] = r
+        k = record_key(r)
+        old = by_key.get(k)
+        if old is None or r.get("status") == "ok" or old.get("status") != "ok":
+            by_key.pop(k, None)
+            by_key[k] = r
     return list(by_key.values())
 
 
-def to_table(records: list[dict], metrics_of: dict[str, tuple[str, ...]] | None = None) -> pd.DataFrame:
-    """Explode records into the tidy long table (columns :data:`COLUMNS`).
+def _depth_off(depth, actual) -> bool | None:
+    try:
+        d, a = float(depth), float(actual)
+    except (TypeError, ValueError):
+        return None
+    if not (math.isfinite(d) and math.isfinite(a)):
+        return None
+    return abs(a - d) > DEPTH_TOLERANCE
+
+
+def to_table(records: list[dict], metrics_of: dict[str, tuple[str, ...]] | None = None,
+             current: dict | None = None) -> pd.DataFrame:
+    """Explode the current inputs' records (:func:`select_current`) into the tidy long table (columns
+    :data:`COLUMNS`).
 
     An errored record becomes one row per expected metric (``metrics_of[task]``) with value NaN,
-    status ``"error"`` and its error message, so failures stay visible in every view.
+    status ``"error"`` and its error message, so failures stay visible in every view. ``depth_off`` is True
+    where ``|depth_actual - depth| > DEPTH_TOLERANCE``. ``df.attrs["superseded"]`` counts the records left
+    out because newer inputs replaced them.
     """
+    kept, superseded = select_current(records, current)
     rows = []
-    for r in latest_records(records):
+    for r in latest_records(kept):
         metrics = r.get("metrics") or {}
         names = list(metrics) or list((metrics_of or {}).get(r["task"], ())) or ["_"]
+        versions = r.get("versions") if isinstance(r.get("versions"), dict) else {}
         for m in names:
             row = {c: r.get(c) for c in COLUMNS if c not in ("metric", "value")}
             row["metric"] = m
             v = metrics.get(m)
             row["value"] = float("nan") if v is None else float(v)
             row["task_options"] = json.dumps(r.get("task_options"), sort_keys=True)
+            row["depth_off"] = _depth_off(r.get("depth"), r.get("depth_actual"))
+            row["torch_version"] = versions.get("torch")
+            row["transformers_version"] = versions.get("transformers")
             rows.append(row)
     df = pd.DataFrame(rows, columns=COLUMNS)
     df = df.sort_values(["model", "task", "metric", "length", "depth", "sample"], na_position="first")
-    return df.reset_index(drop=True)
+    df = df.reset_index(drop=True)
+    df.attrs["superseded"] = superseded
+    return df
+
+
+def cell_options(task_options) -> str:
+    """A row's ``task_options`` (JSON) without the :data:`POOLED_OPTIONS` keys, as canonical JSON."""
+    if isinstance(task_options, str):
+        try:
+            opts = json.loads(task_options)
+        except ValueError:
+            return task_options
+    else:
+        opts = task_options
+    if isinstance(opts, dict):
+        opts = {k: v for k, v in opts.items() if k not in POOLED_OPTIONS}
+    return json.dumps(opts, sort_keys=True)
+
+
+def _cell_fingerprint(fps) -> str:
+    u = sorted({str(f) for f in fps if isinstance(f, str) and f})
+    if len(u) <= 1:
+        return u[0] if u else ""
+    from .fingerprint import digest_json
+
+    return digest_json(u)
 
 
 def summarize(df: pd.DataFrame) -> pd.DataFrame:
     """Mean, standard error (sample std / sqrt(n); NaN for n = 1) and n of ``value`` over samples with
-    status ok, per (model, variant, task, metric, length, depth); plus n_error, the failed samples."""
-    keys = ["model", "variant", "task", "metric", "length", "depth"]
+    status ok, per cell (:data:`SUMMARY_KEYS`: model, variant, task, metric, length, depth and the label
+    columns, so cells of different options are never pooled; only :data:`POOLED_OPTIONS` sub-tasks are);
+    plus n_error (failed samples), n_depth_off (ok samples whose needle is off its depth,
+    :data:`DEPTH_TOLERANCE`) and the cell's fingerprint (its samples' fingerprint, or a hash of their
+    sorted fingerprints when pooled sub-tasks bring several). Tables written before a column existed get it
+    empty."""
+    df = df.copy()
+    for c in SUMMARY_KEYS + ["depth_off", "fingerprint"]:
+        if c not in df.columns:
+            df[c] = None
+    df["task_options"] = df["task_options"].map(cell_options)
+    keys = SUMMARY_KEYS
+    df["_off"] = df["depth_off"].astype("string").isin(["True", "true", "1", "1.0"]).astype(int)
     ok = df[df["status"] == "ok"]
-    g = ok.groupby(keys, dropna=False)["value"]
-    out = g.agg(mean="mean", std="std", n="count").reset_index()
+    out = ok.groupby(keys, dropna=False).agg(mean=("value", "mean"), std=("value", "std"), n=("value", "count"),
+                                              n_depth_off=("_off", "sum")).reset_index()
     out["stderr"] = out["std"] / out["n"].map(lambda n: math.sqrt(n) if n > 0 else float("nan"))
     err = (df[df["status"] != "ok"].groupby(keys, dropna=False).size().rename("n_error").reset_index())
     out = out.merge(err, on=keys, how="outer") if len(err) else out.assign(n_error=0)
     out["n_error"] = out["n_error"].fillna(0).astype(int)
     out["n"] = out["n"].fillna(0).astype(int)
-    return out[keys + ["mean", "stderr", "n", "n_error"]].sort_values(keys, na_position="first").reset_index(drop=True)
+    out["n_depth_off"] = out["n_depth_off"].fillna(0).astype(int)
+    fps = df.groupby(keys, dropna=False)["fingerprint"].agg(_cell_fingerprint).rename("fingerprint").reset_index()
+    out = out.merge(fps, on=keys, how="left") if len(out) else out.assign(fingerprint="")
+    return out[SUMMARY_COLUMNS].sort_values(keys, na_position="first").reset_index(drop=True)
 
 
-def write_tables(records: list[dict], out_dir: Path, metrics_of=None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Write ``results.parquet``, ``results.csv`` and ``summary.csv`` into ``out_dir``; return (table, summary)."""
-    df = to_table(records, metrics_of)
-    df.to_parquet(out_dir / "results.parquet", index=False)
-    df.to_csv(out_dir / "results.csv", index=False)
+def current_map(out_dir: Path) -> dict:
+    """``run.json``'s ``current`` map ({label: fingerprint}) of a run directory, or {}.
+
+    Raises:
+        LctxError: ``run.json`` is damaged (:func:`lctx.harness.rundir.read_json`).
+    """
+    from .rundir import read_json
+
+    meta = read_json(Path(out_dir) / "run.json") or {}
+    cur = meta.get("current")
+    return cur if isinstance(cur, dict) else {}
+
+
+def write_tables(records: list[dict], out_dir: Path, metrics_of=None,
+                 current: dict | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Write ``results.parquet``, ``results.csv`` and ``summary.csv`` into ``out_dir`` (each atomically:
+    a failed write leaves the previous file) from the current inputs' records; return (table, summary).
+
+    ``current``: {label: fingerprint}; default ``run.json``'s ``current`` map.
+
+    Raises:
+        LctxError: a table cannot be written (full disk, permissions), or ``run.json`` is damaged.
+    """
+    from .rundir import atomic_write
+
+    out_dir = Path(out_dir)
+    df = to_table(records, metrics_of, current if current is not None else current_map(out_dir))
+    atomic_write(out_dir / "results.parquet", lambda p: df.to_parquet(p, index=False))
+    atomic_write(out_dir / "results.csv", lambda p: df.to_csv(p, index=False))
     summ = summarize(df)
-    summ.to_csv(out_dir / "summary.csv", index=False)
+    atomic_write(out_dir / "summary.csv", lambda p: summ.to_csv(p, index=False))
     return df, summ
+
+
+def label_names(df: pd.DataFrame) -> pd.Series:
+    """Model names for display: ``model`` where a (model, task) has one label, else ``model [k=v, ...]``
+    naming the label fields that differ (e.g. ``m [bos=none, stride=1]``), so plots and printed tables
+    draw separate options as separate series instead of averaging them."""
+    if df.empty:
+        return df.get("model", pd.Series(dtype=object))
+    fields = [c for c in ("variant", "task_options", "dtype", "attn_impl", "seed") if c in df.columns]
+    names = df["model"].astype(str).copy()
+    df = df.assign(task_options=df["task_options"].map(cell_options)) if "task_options" in df.columns else df
+    for (_, _), g in df.groupby(["model", "task"], dropna=False, sort=False):
+        labels = g[fields].astype(str).drop_duplicates()
+        if len(labels) <= 1:
+            continue
+        varying = [c for c in fields if g[c].astype(str).nunique() > 1]
+        for idx, row in g.iterrows():
+            parts = []
+            for c in varying:
+                if c == "task_options":
+                    try:
+                        opts = json.loads(row[c]) if isinstance(row[c], str) else (row[c] or {})
+                    except ValueError:
+                        opts = {}
+                    others = [json.loads(x) if isinstance(x, str) and x.startswith("{") else {}
+                              for x in g[c].drop_duplicates()]
+                    for k in sorted(opts if isinstance(opts, dict) else {}):
+                        if any(not isinstance(o, dict) or o.get(k) != opts.get(k) for o in others):
+                            parts.append(f"{k}={opts[k]}")
+                else:
+                    parts.append(f"{c}={row[c]}")
+            names.at[idx] = f"{row['model']} [{', '.join(parts)}]"
+    return names

@@ -48,6 +48,22 @@ def decode_bytes(data: bytes) -> str:
     return text[1:] if text.startswith("\ufeff") else text
 
 
+_WS_CONTROLS = frozenset("\t\n\r\f\v")
+
+
+def binary_reason(data: bytes, text: str) -> str | None:
+    """Why bytes that decoded to ``text`` are not a text file, or None: a NUL byte (binary, or UTF-16/32
+    text), or C0 control characters (other than tab, newlines, form feed) making up more than 1% of the
+    characters (random bytes give ~10%; text has next to none)."""
+    nul = data.find(b"\x00")
+    if nul >= 0:
+        return f"a NUL byte at offset {nul}: a binary file, or UTF-16/32 text"
+    ctrl = sum(1 for c in text if (c < " " and c not in _WS_CONTROLS) or c == "\x7f")
+    if ctrl > max(4, 0.01 * len(text)):
+        return f"{ctrl} control characters in {len(text)} characters: a binary file"
+    return None
+
+
 def normalize_newlines(text: str) -> str:
     """CRLF and lone CR -> LF (Windows and classic-Mac line endings to Unix)."""
     return text.replace("\r\n", "\n").replace("\r", "\n")
@@ -82,19 +98,25 @@ def read_text(path: str | os.PathLike) -> str:
         The text (``str``, LF line endings, never empty or whitespace-only).
 
     Raises:
-        LctxError: the file does not exist, is a directory, cannot be read, or holds no text (after
-            stripping the Gutenberg boilerplate).
+        LctxError: the file does not exist, is a directory, cannot be read, is binary
+            (:func:`binary_reason`), or holds no text (after stripping the Gutenberg boilerplate).
     """
     p = Path(path)
     if not p.exists():
         raise LctxError(f"text file '{p}' does not exist; check the path (or --data-dir)")
     if p.is_dir():
         raise LctxError(f"'{p}' is a directory, not a text file; use load_corpus for directories")
+    if not p.is_file():  # a device or FIFO: reading it may never end
+        raise LctxError(f"'{p}' is not a regular file (a device, FIFO or socket); pass a text file")
     try:
         data = p.read_bytes()
     except OSError as e:
         raise LctxError(f"cannot read text file '{p}' ({e.strerror or e}); check its permissions") from e
-    text = strip_gutenberg(normalize_newlines(decode_bytes(data)))
+    decoded = decode_bytes(data)
+    why = binary_reason(data, decoded)
+    if why:
+        raise LctxError(f"'{p}' is not a text file ({why}); pass UTF-8 or latin-1 text")
+    text = strip_gutenberg(normalize_newlines(decoded))
     if not text.strip():
         raise LctxError(f"text file '{p}' is empty (no text after Gutenberg stripping); remove it or pass "
                         "a file with text")

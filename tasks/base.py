@@ -54,18 +54,46 @@ class Task:
         name: registry name (``lctx run --tasks NAME``).
         axes: grid axes swept besides length, a subset of ``("depth", "sample")``.
         metrics: names of the values :meth:`score` returns (each becomes a row of the results table).
+        version: an integer to bump when a change of the task's code (prompt, scoring) changes its numbers;
+            it is part of every record's fingerprint, so old records of the task are not reused.
 
     Constructor keyword arguments are the task's options (e.g. ``window``/``stride`` for ``ppl``); they
     are recorded with every result, and a rerun with different options does not reuse old records.
+    A task that reads files names them in :meth:`data_files` (or overrides :meth:`data_fingerprint`), so
+    that new contents under the same path are a different input.
+
+    Every logit a task obtains through :class:`lctx.harness.lm.LM` passes the shared check
+    :func:`lctx.harness.errors.check_finite_logits`: NaN or infinite logits make the sample an error
+    (status ``error``) whatever the task computes from them.
     """
 
     name: ClassVar[str] = ""
     axes: ClassVar[tuple[str, ...]] = ("sample",)
     metrics: ClassVar[tuple[str, ...]] = ()
     description: ClassVar[str] = ""
+    version: ClassVar[int] = 1
 
     def __init__(self, **options: Any):
         self.options = options
+
+    def data_files(self) -> dict[str, Path]:
+        """The files this task reads, {name: path} (names such as paths relative to the data root; where
+        the files live is not part of the identity, their content is). Default: none."""
+        return {}
+
+    def data_fingerprint(self) -> str | None:
+        """16 hex digits identifying the data this task reads (SHA-256 of the content of
+        :meth:`data_files`), or ``None`` for a task without data files. Computed once per task object.
+
+        Raises:
+            LctxError: a data file is missing, not a regular file or unreadable.
+        """
+        if not hasattr(self, "_data_fp"):
+            from lctx.harness.fingerprint import digest_files
+
+            files = self.data_files()
+            self._data_fp = digest_files(files) if files else None
+        return self._data_fp
 
     def cells(self, lengths: list[int], depths: list[float], samples: int) -> list[Cell]:
         """The grid: lengths x (depths if "depth" in axes) x (range(samples) if "sample" in axes)."""
@@ -122,6 +150,9 @@ def load_task_file(path: str) -> list[str]:
         spec.loader.exec_module(module)
     except LctxError:
         raise
+    except SystemExit as e:  # sys.exit() in a task file would end lctx silently, with nothing run
+        raise LctxError(f"task file {path!r} called sys.exit({e.code!r}) while being imported; a task file "
+                        "must only define and register tasks: remove the call") from None
     except Exception as e:  # noqa: BLE001 - user code: report, do not crash
         msg = str(e).strip().splitlines()
         raise LctxError(f"task file {path!r} failed to import: {type(e).__name__}: "

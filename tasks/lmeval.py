@@ -227,18 +227,22 @@ def resolve_tasks(names: list[str], data_dir: str | Path | None) -> tuple[list[L
     if local:
         root = Path(data_dir)
         for sp in specs:
-            if sp.task == "mmlu":
-                need = [root / "mmlu" / s / f"{sp.subject}_{s}.csv" for s in ("test", "dev")]
-                layout = "mmlu/{dev,test}/<subject>_{dev,test}.csv"
-            else:
-                need = [root / "arc" / f for f in ARC_FILES[sp.task]]
-                layout = "arc/ARC-{Easy,Challenge}-{Test,Dev}.jsonl"
+            need = spec_files(sp, root)
+            layout = ("mmlu/{dev,test}/<subject>_{dev,test}.csv" if sp.task == "mmlu"
+                      else "arc/ARC-{Easy,Challenge}-{Test,Dev}.jsonl")
             missing = [p for p in need if not p.is_file()]
             if missing:
                 raise LctxError(f"--data-dir {str(root)!r} has no {missing[0].relative_to(root)} for {sp.task}; "
                                 f"point it at a folder with {layout} (e.g. ../shared/data), or unset it to "
                                 "load the Hugging Face hub copy")
     return specs, ("local" if local else "hub")
+
+
+def spec_files(sp: LmEvalSpec, root: Path) -> list[Path]:
+    """The local data files one spec reads (its test and dev/few-shot files under ``root``)."""
+    if sp.task == "mmlu":
+        return [root / "mmlu" / s / f"{sp.subject}_{s}.csv" for s in ("test", "dev")]
+    return [root / "arc" / f for f in ARC_FILES[sp.task]]
 
 
 def write_task_configs(specs: list[LmEvalSpec], data_dir: str | Path, out_dir: str | Path) -> list[Path]:
@@ -303,6 +307,13 @@ def lctx_hflm_class():
             if force_bos is None:
                 force_bos = getattr(self.model.config, "model_type", None) == "lctx"
             self.force_bos = bool(force_bos) and self.tokenizer.bos_token_id is not None
+
+        def _model_call(self, inps, attn_mask=None, labels=None):
+            logits = super()._model_call(inps, attn_mask=attn_mask, labels=labels)
+            from lctx.harness.errors import check_finite_logits
+
+            check_finite_logits(logits, "lm-eval model call")  # the shared check of every task's logits
+            return logits
 
         def tok_encode(self, string, add_special_tokens=None, left_truncate_len=None, **kwargs):
             ids = super().tok_encode(string, add_special_tokens=add_special_tokens, **kwargs)
@@ -429,21 +440,31 @@ def run_lmeval(lms: list, specs: list[LmEvalSpec], source: str, out_dir: str | P
     Raises:
         LctxError: unreadable data or an unreachable hub (before any question runs).
     """
-    import torch
-
-    import lctx
-    from lctx.harness.runner import _jsonable, fingerprint, git_revision, peak_memory_bytes
-    from lctx.harness.tables import read_records, record_key, write_tables
-    from lctx.tasks import TASKS
-
     if limit is not None and limit < 1:
         raise LctxError(f"--limit {limit} is not a positive number of questions; pass e.g. --limit 20")
     if num_fewshot is not None and num_fewshot < 0:
         raise LctxError(f"--num-fewshot {num_fewshot} is negative; pass 0 or more")
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    from lctx.harness.rundir import run_dir_lock
+
+    with run_dir_lock(out):
+        return _run_lmeval(lms, specs, source, out, data_dir, limit, num_fewshot, seed, batch_size, progress, log)
+
+
+def _run_lmeval(lms, specs, source, out: Path, data_dir, limit, num_fewshot, seed, batch_size, progress, log):
+    import sys
+
+    import torch
+
+    import lctx
+    from lctx.harness.fingerprint import digest_files
+    from lctx.harness.rundir import RecordWriter, atomic_write_json, read_json
+    from lctx.harness.runner import git_revision, peak_memory_bytes, sample_base
+    from lctx.harness.tables import label_of, read_records, record_key, write_tables
+    from lctx.tasks import TASKS
+
     rec_path, meta_path = out / "records.jsonl", out / "run.json"
-    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    meta = read_json(meta_path) or {}
     run_id = meta.get("run_id") or (datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + f"-{os.getpid()}")
     git_rev = git_revision()
     import lm_eval
@@ -454,9 +475,19 @@ def run_lmeval(lms: list, specs: list[LmEvalSpec], source: str, out_dir: str | P
     meta["lmeval"] = {"lm_eval": getattr(lm_eval, "__version__", "?"), "source": source,
                       "data_dir": str(Path(data_dir).resolve()) if data_dir else None, "limit": limit,
                       "num_fewshot": num_fewshot, "seed": seed}
-    meta_path.write_text(json.dumps(meta, indent=2))
+    root = Path(data_dir) if data_dir else None
+    data_fp = {sp: (digest_files({str(p.relative_to(root)): p for p in spec_files(sp, root)}) if source == "local"
+                    else f"hub:{sp.lmeval_name}") for sp in specs}
+    lmeval_version = {"lm_eval": getattr(lm_eval, "__version__", "?")}
+    bases = {(lm.name, sp): sample_base(lm, sp.task, lmeval_version, _options(sp, num_fewshot, source),
+                                        data_fp[sp], seed) for lm in lms for sp in specs}
+    current = dict(meta.get("current") or {}) if isinstance(meta.get("current"), dict) else {}
+    current.update({label_of(b): b["fingerprint"] for b in bases.values()})
+    meta["current"] = current
+    atomic_write_json(meta_path, meta, str(meta_path))
 
-    done = {record_key(r) for r in read_records(rec_path) if r.get("status") == "ok"}
+    done = {record_key(r) for r in read_records(rec_path, lambda m: print(m, file=sys.stderr))
+            if r.get("status") == "ok"}
     ran = skipped = errors = 0
     with tempfile.TemporaryDirectory(prefix="lctx-lmeval-") as cfg_dir:
         tm, tasks = load_tasks(specs, source, data_dir, Path(cfg_dir))
@@ -464,15 +495,9 @@ def run_lmeval(lms: list, specs: list[LmEvalSpec], source: str, out_dir: str | P
         hflm_cls = lctx_hflm_class()
         for lm in lms:
             hflm = hflm_cls(pretrained=lm.model, tokenizer=lm.tokenizer, batch_size=batch_size)
-            fp = fingerprint(lm.path)
             for sp in specs:
                 k = DEFAULT_FEWSHOT[sp.task] if num_fewshot is None else num_fewshot
-                opts = {"num_fewshot": k, "data": source}
-                if sp.subject:
-                    opts["subject"] = sp.subject
-                base = {"model": lm.name, "model_fingerprint": fp, "dtype": str(lm.dtype).replace("torch.", ""),
-                        "task": sp.task, "length": None, "depth": None, "seed": seed,
-                        "task_options": _jsonable(opts)}
+                base = dict(bases[(lm.name, sp)], length=None, depth=None)
                 wanted = range(min(limit, n_docs[sp.lmeval_name]) if limit else n_docs[sp.lmeval_name])
                 todo = [i for i in wanted if record_key(dict(base, sample=i)) not in done]
                 skipped += len(wanted) - len(todo)
@@ -499,7 +524,7 @@ def run_lmeval(lms: list, specs: list[LmEvalSpec], source: str, out_dir: str | P
                     log(f"failed: {lm.name} {sp.lmeval_name}: {err}")
                 wall = (time.perf_counter() - t0) / max(1, len(parts))
                 stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
-                with open(rec_path, "a") as f:
+                with RecordWriter(rec_path, kept=skipped + ran) as writer:
                     for p in parts:
                         rec = dict(base, sample=p["sample"], variant=lm.variant, device=str(lm.device),
                                    train_length=lm.train_length, n_tokens=p["n_tokens"], depth_actual=None,
@@ -507,15 +532,13 @@ def run_lmeval(lms: list, specs: list[LmEvalSpec], source: str, out_dir: str | P
                                    extra=dict(p["extra"], lmeval_task=sp.lmeval_name), wall_s=wall,
                                    peak_mem_bytes=peak_memory_bytes(lm.device), timestamp=stamp,
                                    run_id=run_id, lctx_version=lctx.__version__, git_rev=git_rev)
-                        f.write(json.dumps(rec) + "\n")
-                    f.flush()
-                    os.fsync(f.fileno())
+                        writer.write(rec)
                 ran += len(parts)
                 errors += len(parts) if err else 0
 
     records = read_records(rec_path)
     metrics_of = {name: cls.metrics for name, cls in TASKS.items()} | METRICS
-    table, summary = write_tables(records, out, metrics_of)
+    table, summary = write_tables(records, out, metrics_of, current)
     subj = mmlu_subject_table(table)
     if len(subj):
         subj.to_csv(out / "mmlu_subjects.csv", index=False)
@@ -523,8 +546,17 @@ def run_lmeval(lms: list, specs: list[LmEvalSpec], source: str, out_dir: str | P
 
     plots = make_plots(table, out)
     log(format_summary(summary))
-    return {"records": len(records), "ran": ran, "skipped": skipped, "errors": errors, "table": table,
+    return {"records": len(records), "ran": ran, "skipped": skipped, "errors": errors,
+            "ok": skipped + ran - errors, "superseded": int(table.attrs.get("superseded", 0)), "table": table,
             "summary": summary, "plots": plots}
+
+
+def _options(sp: LmEvalSpec, num_fewshot: int | None, source: str) -> dict:
+    """The task options recorded with an lm-eval question (few-shot count, data source, MMLU subject)."""
+    opts = {"num_fewshot": DEFAULT_FEWSHOT[sp.task] if num_fewshot is None else num_fewshot, "data": source}
+    if sp.subject:
+        opts["subject"] = sp.subject
+    return opts
 
 
 def mmlu_subject_table(table):

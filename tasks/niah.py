@@ -24,9 +24,11 @@ What lctx does differently (issue 5):
 
 * depth is a grid axis: the queried needle goes to the allowed boundary (a line of the noise/needle
   haystacks, a sentence boundary of the essay) whose character offset in the haystack is nearest to
-  ``depth`` x haystack length; the other needles of multi-needle tasks are spread at
-  ``(depth + i/N) mod 1``, i = 1..N-1. RULER draws random depths instead. The actual depth (fraction of the
-  prompt tokens before the queried needle) and the token count are recorded per sample;
+  ``depth`` x haystack length (an essay whose nearest sentence boundary is more than 5% of the haystack
+  away, e.g. text without sentence ends, falls back to the nearest word boundary); the other needles of
+  multi-needle tasks are spread at ``(depth + i/N) mod 1``, i = 1..N-1. RULER draws random depths instead.
+  The actual depth (fraction of the prompt tokens before the queried needle) and the token count are
+  recorded per sample, and the table flags (``depth_off``) a sample more than 0.05 from its depth;
 * exact budgeting: the haystack size (units: noise blocks, distractor needles, essay words) is the
   largest n with ``len([BOS] + prompt(n)) + max_new_tokens <= length``, so the total is within one
   haystack unit of the length (RULER steps by 5..500 units);
@@ -90,7 +92,10 @@ ADJ_FILE = "ruler/wonderwords/adjectivelist.txt"
 
 MATCH_MODES = ("substring", "digits", "word")
 METRICS = ("string_match_all", "string_match_part", "tf_top1", "tf_mrr", "tf_logprob", "tf_gain")
-GENERATOR_VERSION = 2  # bump when the prompt construction changes: old cache entries stop matching
+GENERATOR_VERSION = 3  # bump when the prompt construction changes: old cache entries stop matching
+#: an essay needle goes to the nearest sentence boundary unless that is farther than this fraction of the
+#: haystack from the requested depth; then to the nearest word boundary (a haystack without sentences)
+BOUNDARY_TOLERANCE = 0.05
 
 
 @dataclass(frozen=True)
@@ -416,10 +421,20 @@ class NIAHBuilder:
         text_of, joiner, allowed, offsets = self._units(n)
         total_chars = max(int(offsets[-1]), 1)
         where = []
+        self.boundaries = []
         for nd in self.needles:
             target = nd.depth * total_chars
             j = int(np.argmin(np.abs(offsets - target)))  # first of equally near boundaries
-            where.append(int(allowed[j]))
+            if (self.task.config.type_haystack == "essay"
+                    and abs(int(offsets[j]) - target) > BOUNDARY_TOLERANCE * total_chars):
+                # no sentence boundary near the depth (a haystack without sentence ends): a word boundary
+                words = np.arange(n + 1, dtype=np.int64)
+                k = int(np.argmin(np.abs(self.task.essay().char_offsets(words) - target)))
+                where.append(int(words[k]))
+                self.boundaries.append("word")
+            else:
+                where.append(int(allowed[j]))
+                self.boundaries.append("sentence" if self.task.config.type_haystack == "essay" else "line")
         order = sorted(range(len(self.needles)), key=lambda i: (where[i], self.needles[i].depth, i))
         pieces: list[str] = []
         needle_pos = [0] * len(self.needles)
@@ -494,7 +509,7 @@ class NIAHBuilder:
                          "total_tokens": len(ids) + self.budget,
                          "needle_depths": [round(d, 6) for d in depths],
                          "needle_depths_requested": [round(nd.depth, 6) for nd in self.needles],
-                         "needle_units": where}}
+                         "needle_units": where, "needle_boundaries": list(self.boundaries)}}
 
 
 class RulerNIAH(Task):
@@ -554,6 +569,10 @@ class RulerNIAH(Task):
         self._needed = needed
 
     # data ------------------------------------------------------------------------------------------------
+    def data_files(self) -> dict[str, Path]:
+        """RULER's files this task reads, by their path under the data dir (hashed into the fingerprint)."""
+        return {rel: self.data_dir / rel for rel in self._needed}
+
     def words(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """(adjectives, nouns) of RULER's key words."""
         return load_words(str(self.data_dir))
@@ -601,6 +620,7 @@ class RulerNIAH(Task):
         meta = dict(rec["meta"])
         meta["answer"] = "|".join(meta["answers"])
         meta["needle_depths"] = ",".join(f"{d:.4f}" for d in meta["needle_depths"])
+        meta["needle_boundaries"] = ",".join(meta.get("needle_boundaries") or [])
         return Sample(cell=cell, input_ids=list(rec["input_ids"]), n_tokens=int(rec["n_tokens"]),
                       depth=float(rec["depth"]), meta=meta)
 

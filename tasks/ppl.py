@@ -124,6 +124,14 @@ class Perplexity(Task):
             self._docs = docs
         return self._docs
 
+    def data_fingerprint(self) -> str:
+        """16 hex digits of SHA-256 over the documents as scored (names and cleaned text, after the
+        optional concatenation): new contents under the same ``--ppl-data`` path, or another Python's
+        ``pydoc_data``, are a different input."""
+        from lctx.harness.fingerprint import digest_texts
+
+        return digest_texts(self.documents())
+
     def _doc_tokens(self, lm) -> list[list[int]]:
         key = id(lm.tokenizer)
         if key not in self._tokens:
