@@ -10,7 +10,7 @@ Which records are tabulated (never a mean over different inputs):
 - A record's ``fingerprint`` (:func:`lctx.harness.runner.sample_fingerprint`) hashes *every* input that can
   change its numbers: the checkpoint's content, the task's data content, the task's name, version and
   options, dtype, attention path, chunk size, device type, seed and the lctx/torch/transformers versions.
-  The resume key (:data:`KEY`) is (model, task, fingerprint, length, depth, sample).
+  The resume key (:data:`KEY`) is (model, task, fingerprint, task options, length, depth, sample).
 - Its *label* (:data:`LABEL`) is what the user chose: model name, variant, task, task options, dtype,
   attention path and seed. Records of different labels are different experiments and get separate cells,
   each carrying its options (e.g. ``ppl`` with ``--stride 1`` beside the default stride).
@@ -33,8 +33,9 @@ COLUMNS = ["run_id", "model", "variant", "task", "metric", "length", "n_tokens",
            "attn_impl", "attn_kernel", "chunk_size", "lctx_version", "git_rev", "torch_version",
            "transformers_version", "timestamp", "train_length", "task_options", "fingerprint",
            "model_fingerprint", "data_fingerprint"]
-# a sample's identity across reruns: the fingerprint covers every input besides the grid point
-KEY = ["model", "task", "fingerprint", "length", "depth", "sample"]
+# a sample's identity across reruns: the fingerprint covers every input besides the grid point (task_options
+# too; it is repeated so that records without a fingerprint, derived flatness rows, stay apart)
+KEY = ["model", "task", "fingerprint", "task_options", "length", "depth", "sample"]
 # what the user chose; records of different labels are separate cells of the tables
 LABEL = ["model", "variant", "task", "task_options", "dtype", "attn_impl", "seed"]
 SUMMARY_KEYS = ["model", "variant", "task", "metric", "length", "depth", "task_options", "dtype", "attn_impl",
