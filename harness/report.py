@@ -77,11 +77,14 @@ def load_run(run_dir: str | Path) -> tuple[pd.DataFrame, dict]:
                         "with the same --out to rewrite them") from None
     if table.empty or not {"model", "task", "metric", "value", "status"} <= set(table.columns):
         raise LctxError(f"the results table of {str(d)!r} is empty or lacks model/task/metric/value/status columns")
+    from .tables import label_names
+
+    table = table.assign(model=label_names(table))  # one model run with two option sets: two series, not a mean
     meta = {}
     if (d / "run.json").exists():
         try:
             meta = json.loads((d / "run.json").read_text())
-        except json.JSONDecodeError:
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
             meta = {}
     return table, meta
 

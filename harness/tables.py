@@ -230,7 +230,7 @@ def write_tables(records: list[dict], out_dir: Path, metrics_of=None,
 
 
 def label_names(df: pd.DataFrame) -> pd.Series:
-    """Model names for display: ``model`` where a (model, task) has one label, else ``model [k=v, ...]``
+    """Model names for display: ``model`` where a (model, task, metric) has one label, else ``model [k=v, ...]``
     naming the label fields that differ (e.g. ``m [bos=none, stride=1]``), so plots and printed tables
     draw separate options as separate series instead of averaging them."""
     if df.empty:
@@ -238,7 +238,8 @@ def label_names(df: pd.DataFrame) -> pd.Series:
     fields = [c for c in ("variant", "task_options", "dtype", "attn_impl", "seed") if c in df.columns]
     names = df["model"].astype(str).copy()
     df = df.assign(task_options=df["task_options"].map(cell_options)) if "task_options" in df.columns else df
-    for (_, _), g in df.groupby(["model", "task"], dropna=False, sort=False):
+    by = ["model", "task"] + (["metric"] if "metric" in df.columns else [])  # derived rows: options per metric
+    for _, g in df.groupby(by, dropna=False, sort=False):
         labels = g[fields].astype(str).drop_duplicates()
         if len(labels) <= 1:
             continue

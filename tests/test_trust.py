@@ -821,3 +821,29 @@ def test_17_depth_off_flag_column_and_heatmap(make_checkpoint, tmp_path):
     summary = pd.read_csv(tmp_path / "o" / "summary.csv")
     assert summary.set_index(["depth", "metric"]).loc[(0.0, "exact"), "n_depth_off"] == 1
     assert (tmp_path / "o" / "plots").is_dir()
+
+
+@pytest.mark.slow
+def test_12_compare_a_real_arc_run_and_7_lmeval_nan_model(data_dir, make_checkpoint, tmp_path, capsys):
+    # the command: lctx run --tasks arc_easy --limit 3 --data-dir DATA --out arc; lctx compare arc --baseline arc
+    arc = tmp_path / "arc"
+    common = ["--tasks", "arc_easy", "--limit", "3", "--data-dir", data_dir, "--no-progress"]
+    code, _, err = run_cli(["run", "-m", make_checkpoint("rope"), *common, "--out", arc], capsys)
+    assert code == 0, err
+    code, out, err = run_cli(["compare", arc, "--baseline", arc], capsys)
+    assert code == 0 and "PASS" in out, err
+    # lm-eval's model calls go through the same finite-logits check: a NaN model fails every question
+    code, _, err = run_cli(["run", "-m", nan_checkpoint(make_checkpoint, "layer0"), *common, "--out",
+                            tmp_path / "nan"], capsys)
+    assert code == EXIT_ALL_FAILED, err
+    t = pd.read_csv(tmp_path / "nan" / "results.csv")
+    assert (t["status"] == "error").all() and t["error"].str.contains("NonFiniteLogitsError|logits").all()
+
+
+def test_5_display_names_split_options_but_not_derived_metrics():
+    rows = [dict(model="m", task="ppl", metric="ppl", task_options=json.dumps({"stride": s, "bos": "prepend"}),
+                 variant="rope", dtype="float32", attn_impl="sdpa", seed=0) for s in (0.5, 1)]
+    rows += [dict(model="m", task="flatness", metric=m, task_options=json.dumps({"criterion": m}), variant="rope",
+                  dtype="float32", attn_impl="sdpa", seed=0) for m in ("flat_until", "effective_length")]
+    names = list(label_names(pd.DataFrame(rows)))
+    assert names == ["m [stride=0.5]", "m [stride=1]", "m", "m"]
