@@ -265,8 +265,8 @@ def _draw_heatmap(ax, means, counts, errors, title, train_len, show_ylabels, fon
                 ax.text(j, i, f"{v:.2f}" + ("\u2020" if flag else ""), ha="center", va="center", fontsize=fontsize,
                         color=_text_color(cmap(float(v))))
                 if flag:
-                    ax.add_patch(Rectangle((j - 0.46, i - 0.44), 0.92, 0.88, fill=False, edgecolor="#d62728",
-                                           linestyle=(0, (2, 2)), linewidth=1.2))
+                    ax.add_patch(Rectangle((j - 0.46, i - 0.44), 0.92, 0.88, fill=False, edgecolor="#111111",
+                                           linestyle=(0, (2, 2)), linewidth=1.6))
             else:
                 ax.text(j, i, "–", ha="center", va="center", fontsize=fontsize, color="#555555")
     # white grid between cells

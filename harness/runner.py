@@ -2,9 +2,11 @@
 
 Each finished sample is appended to ``OUT/records.jsonl`` as one JSON line and fsync'ed before the next
 starts, so a killed run loses at most the sample in flight; rerunning the same command on the same
-``--out`` skips every sample already recorded with status ok (errored ones are retried). A sample that
-fails (an exception, out of memory, non-finite scores) is recorded with status ``error`` and the
-message, and the sweep goes on.
+``--out`` skips every sample already recorded with status ok for the same inputs (errored ones are
+retried): the resume key holds a fingerprint of the checkpoint's and the data's content, the options and
+the versions (:func:`sample_base`). A sample that fails (an exception, out of memory, non-finite logits or
+scores, a task calling ``sys.exit``) is recorded with status ``error`` and the message, and the sweep goes
+on. The run directory is locked while a sweep writes it (:mod:`lctx.harness.rundir`).
 """
 
 from __future__ import annotations
