@@ -74,6 +74,14 @@ def tail(p: subprocess.CompletedProcess) -> str:
     return f"exit {p.returncode}; " + (err[-1][:220] if err else "(no stderr)")
 
 
+def counts(p: subprocess.CompletedProcess) -> tuple[int, int] | None:
+    """(samples run, samples resumed) from lctx run's last line, or None."""
+    import re
+
+    m = re.search(r"(\d+) samples? run, (\d+) resumed", p.stdout)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
 def table(out: Path) -> pd.DataFrame:
     t = pd.read_csv(out / "results.csv")
     return t.drop(columns=[c for c in VOLATILE if c in t.columns]).sort_values(
@@ -166,12 +174,12 @@ def input_changes(lab: Lab, rep: Report) -> None:
     base = ppl_of(out)
 
     p = lctx(*lab.args(out, tasks="ppl"))
-    rep.check("rerun with nothing changed resumes", p.returncode == 0 and "0 samples run, 1 resumed" in p.stdout,
+    rep.check("rerun with nothing changed resumes", p.returncode == 0 and counts(p) == (0, 1),
               p.stdout.strip().splitlines()[-1] if p.stdout.strip() else tail(p))
 
     os.utime(lab.ck / "model.safetensors")  # touch: same content
     p = lctx(*lab.args(out, tasks="ppl"))
-    rep.check("touch model.safetensors (same bytes) still resumes", "0 samples run, 1 resumed" in p.stdout,
+    rep.check("touch model.safetensors (same bytes) still resumes", counts(p) == (0, 1),
               p.stdout.strip().splitlines()[-1] if p.stdout.strip() else tail(p))
 
     same = lab.rewrite_weights_same_size()
@@ -179,7 +187,7 @@ def input_changes(lab: Lab, rep: Report) -> None:
     fresh = lab.root / "fresh_w"
     lctx(*lab.args(fresh, tasks="ppl"))
     rep.check("new weights, same size, mtime restored to the ns: rerun, table = a fresh run, n = 1",
-              same and "1 samples run" in p.stdout and ppl_of(out) == ppl_of(fresh) != base and n_of(out) == {1},
+              same and counts(p) == (1, 0) and ppl_of(out) == ppl_of(fresh) != base and n_of(out) == {1},
               f"ppl {base:.3f} -> {ppl_of(out):.3f} (fresh run {ppl_of(fresh):.3f}), n {n_of(out)}")
 
     cfg_path = lab.ck / "config.json"
@@ -188,7 +196,7 @@ def input_changes(lab: Lab, rep: Report) -> None:
     cfg["rope_theta"] = 37.0
     cfg_path.write_text(json.dumps(cfg, indent=2))
     p = lctx(*lab.args(out, tasks="ppl"))
-    rep.check("config.json rope_theta 10000 -> 37: rerun", "1 samples run" in p.stdout and ppl_of(out) != before,
+    rep.check("config.json rope_theta 10000 -> 37: rerun", counts(p) == (1, 0) and ppl_of(out) != before,
               f"ppl {before:.3f} -> {ppl_of(out):.3f}")
 
     tok_path = lab.ck / "tokenizer.json"
@@ -197,14 +205,14 @@ def input_changes(lab: Lab, rep: Report) -> None:
     tok_path.write_text(json.dumps(tok))
     before = ppl_of(out)
     p = lctx(*lab.args(out, tasks="ppl"))
-    rep.check("tokenizer.json normalizer changed: rerun", "1 samples run" in p.stdout, tail(p))
+    rep.check("tokenizer.json normalizer changed: rerun", counts(p) == (1, 0), tail(p))
 
     st = os.stat(lab.data)
     lab.data.write_text(TEXT.upper()[: len(TEXT)])
     os.utime(lab.data, ns=(st.st_atime_ns, st.st_mtime_ns))
     before = ppl_of(out)
     p = lctx(*lab.args(out, tasks="ppl"))
-    rep.check("--ppl-data rewritten (same size and mtime): rerun", "1 samples run" in p.stdout and ppl_of(out) != before,
+    rep.check("--ppl-data rewritten (same size and mtime): rerun", counts(p) == (1, 0) and ppl_of(out) != before,
               f"ppl {before:.3f} -> {ppl_of(out):.3f}")
 
     p = lctx(*lab.args(out, "--ppl-bos", "none", "--stride", "1", tasks="ppl"))
@@ -217,7 +225,7 @@ def input_changes(lab: Lab, rep: Report) -> None:
     p = lctx(*lab.args(out, "--chunk-size", "64", tasks="ppl"))
     s = pd.read_csv(out / "summary.csv")
     rep.check("--chunk-size 64: rerun, old chunk size left out of the tables",
-              "1 samples run" in p.stdout and "left out of the tables" in p.stderr and set(s["n"]) == {1}, tail(p))
+              counts(p) == (1, 0) and "left out of the tables" in p.stderr and set(s["n"]) == {1}, tail(p))
 
 
 # ------------------------------------------------------------------------------------------------ damage
@@ -236,7 +244,7 @@ def damage(lab: Lab, rep: Report, rng: random.Random) -> None:
                        ('a {"status":"ok"} line', b'{"status":"ok"}\n')]:
         rec.write_bytes(good + junk)
         p = lctx(*lab.args(out, **more))
-        rep.check(what, p.returncode == 0 and "could not be read" in p.stderr and "1 samples run, 1 resumed" in p.stdout
+        rep.check(what, p.returncode == 0 and "could not be read" in p.stderr and counts(p) == (1, 1)
                   and "Traceback" not in p.stderr, tail(p))
         rec.write_bytes(good)
 
