@@ -77,14 +77,15 @@ def versions() -> dict:
 
 
 def sample_base(lm: LM, task_name: str, task_version, task_options: dict, data_fp: str | None,
-                seed: int, code_fp: str | None = None) -> dict:
+                seed: int, code_fp: str | None = None, chunked: bool = True) -> dict:
     """The identity fields of a sample's record: everything that can change its numbers, and their hash.
 
     ``fingerprint`` = 16 hex digits of SHA-256 over: the checkpoint's content fingerprint, the variant
     (an ``--attn-override`` included), the task's name, version, options, data fingerprint and, for a task
     from a ``--task-file``, its source file's hash; dtype, attention path (requested), prefill chunk size,
     device type; the seed; the lctx, torch and transformers versions. With model, task and the grid point
-    it is the resume key (:data:`lctx.harness.tables.KEY`).
+    it is the resume key (:data:`lctx.harness.tables.KEY`). ``chunked=False`` for tasks that do not run
+    through ``LM.prefill`` (lm-eval's): the chunk size does not reach them and is left out.
     """
     from .fingerprint import digest_json
 
@@ -92,7 +93,7 @@ def sample_base(lm: LM, task_name: str, task_version, task_options: dict, data_f
     vs = versions()
     base = {"model": lm.name, "variant": lm.variant, "model_fingerprint": mi["fingerprint"],
             "data_fingerprint": data_fp, "dtype": str(lm.dtype).replace("torch.", ""), "attn_impl": lm.attn_impl,
-            "chunk_size": int(lm.chunk_size), "task": task_name, "seed": seed,
+            "chunk_size": int(lm.chunk_size) if chunked else None, "task": task_name, "seed": seed,
             "task_options": _jsonable(task_options), "versions": vs}
     ident = dict(base, device_type=lm.device.type, task_version=task_version, code=code_fp)
     ident.pop("model")

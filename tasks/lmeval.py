@@ -480,7 +480,7 @@ def _run_lmeval(lms, specs, source, out: Path, data_dir, limit, num_fewshot, see
                     else f"hub:{sp.lmeval_name}") for sp in specs}
     lmeval_version = {"lm_eval": getattr(lm_eval, "__version__", "?")}
     bases = {(lm.name, sp): sample_base(lm, sp.task, lmeval_version, _options(sp, num_fewshot, source),
-                                        data_fp[sp], seed) for lm in lms for sp in specs}
+                                        data_fp[sp], seed, chunked=False) for lm in lms for sp in specs}
     current = dict(meta.get("current") or {}) if isinstance(meta.get("current"), dict) else {}
     current.update({label_of(b): b["fingerprint"] for b in bases.values()})
     meta["current"] = current
