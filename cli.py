@@ -644,7 +644,8 @@ def list_(what: str = typer.Argument(..., help="tasks or variants")):
         from lctx.models.config import option_schema
 
         for name, cls in sorted(VARIANTS.items()) + sorted((f"+{m}", c) for m, c in MODIFIERS.items()):
-            summary = getattr(cls, "summary", "") or (cls.__doc__ or "").strip().splitlines()[0]
+            doc = " ".join((cls.__doc__ or "").split())
+            summary = cls.__dict__.get("summary") or doc.split(". ")[0].rstrip(".").replace("``", "")
             typer.echo(f"{name:12s} {summary}")
             for key, opt in (option_schema(name.lstrip("+")) or {}).items():
                 typer.echo(f"{'':14s}--option {key}=<{opt.describe()}>  {opt.doc}")
