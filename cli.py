@@ -645,7 +645,7 @@ def list_(what: str = typer.Argument(..., help="tasks or variants")):
 
         for name, cls in sorted(VARIANTS.items()) + sorted((f"+{m}", c) for m, c in MODIFIERS.items()):
             doc = " ".join((cls.__doc__ or "").split())
-            summary = cls.__dict__.get("summary") or doc.split(". ")[0].rstrip(".").replace("``", "")
+            summary = cls.__dict__.get("summary") or doc.split(" (")[0].split(". ")[0].replace("``", "")
             typer.echo(f"{name:12s} {summary}")
             for key, opt in (option_schema(name.lstrip("+")) or {}).items():
                 typer.echo(f"{'':14s}--option {key}=<{opt.describe()}>  {opt.doc}")
