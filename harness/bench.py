@@ -98,9 +98,13 @@ def make_config(variant: str, impl: str, heads: int, head_dim: int, options: dic
         get_variant(variant)
     except KeyError as e:
         raise LctxError(f"{e.args[0]}; see `lctx list variants`") from None
+    from lctx.models.config import option_schema
+
+    schema = option_schema(variant)  # one --option set for several variants: each takes the keys it knows
+    opts = {k: v for k, v in (options or {}).items() if schema is None or k in schema}
     try:
         return LctxConfig(hidden_size=heads * head_dim, num_attention_heads=heads, num_hidden_layers=1,
-                          variant=variant, attn_impl=impl, variant_options=dict(options or {}), vocab_size=16)
+                          variant=variant, attn_impl=impl, variant_options=opts, vocab_size=16)
     except ValueError as e:
         raise LctxError(f"cannot build {variant!r} with {heads} heads of dim {head_dim}: {e}") from None
 
@@ -430,6 +434,14 @@ def run_bench(variants: list[str], impls: list[str], lengths: list[int], heads: 
     for v in variants:
         for i in impls:
             make_config(v, i, heads, head_dim, options)  # validate everything before any work
+    from lctx.models.config import option_schema
+
+    schemas = [option_schema(v) for v in variants]
+    if options and all(sc is not None for sc in schemas):
+        unknown = [k for k in options if not any(k in sc for sc in schemas)]
+        if unknown:
+            raise LctxError(f"--option {unknown[0]} is not an option of any variant benched ({', '.join(variants)}); "
+                            "see `lctx list variants` for each variant's options")
     isolate = (dev.type == "cpu") if isolate is None else isolate
     mem_limit = default_mem_limit(dev) if mem_limit is None else mem_limit
     log = log or (lambda s: None)

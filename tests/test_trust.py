@@ -850,3 +850,14 @@ def test_5_display_names_split_options_but_not_derived_metrics():
                   dtype="float32", attn_impl="sdpa", seed=0) for m in ("flat_until", "effective_length")]
     names = list(label_names(pd.DataFrame(rows)))
     assert names == ["m [stride=0.5]", "m [stride=1]", "m", "m"]
+
+
+def test_15_bench_option_goes_to_the_variants_that_take_it(tmp_path, capsys):
+    from lctx.harness.bench import make_config
+
+    assert make_config("rope", "sdpa", 1, 16, {"lsh_samples": 4}).variant_options == {}
+    assert make_config("alibi_lsh", "sdpa", 1, 16, {"lsh_samples": 4}).variant_options == {"lsh_samples": 4}
+    code, _, err = run_cli(["bench", "--variants", "rope,alibi_lsh", "--option", "lsh_sampels=4", "--lengths", "64",
+                            "--out", tmp_path / "b"], capsys)
+    assert_one_line_error(code, err, "lsh_sampels", "not an option of any variant")
+    assert not (tmp_path / "b").exists()
