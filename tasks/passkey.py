@@ -63,6 +63,7 @@ class Passkey(Task):
     axes = ("depth", "sample")
     metrics = ("exact", "digit_acc")
     description = "passkey retrieval (exact + teacher-forced digit accuracy) over length x depth"
+    requires = "none (generated)"
 
     def __init__(self, key_digits: int = 5, max_new_tokens: int | None = None, **options):
         super().__init__(key_digits=key_digits, max_new_tokens=max_new_tokens, **options)
@@ -74,6 +75,16 @@ class Passkey(Task):
         before = INSTRUCTION + filler(n_before)
         rest = NEEDLE.format(key=key) + filler(n_filler - n_before, n_before) + QUESTION
         return before, rest
+
+    def min_length(self, lm) -> int:
+        """Tokens of the prompt with no filler (BOS, instruction, needle, question) with ``lm``'s tokenizer:
+        the fewest over a few keys, so it is a lower bound whatever the key (see :meth:`Task.min_length`)."""
+        keys = [make_key(0, Cell(0, 0.5, s), self.key_digits) for s in range(4)]
+        return min(len(lm.with_bos(lm.encode("".join(self._prompt(0, 0.5, k))))) for k in keys)
+
+    def cost(self, lm, cell: Cell) -> float:
+        """Prefill of the prompt (at most ``cell.length`` tokens), greedy decoding and the teacher-forced key."""
+        return float(cell.length + self.max_new_tokens + self.key_digits + 1)
 
     def build(self, lm, cell: Cell, seed: int) -> Sample:
         """Budget the filler so that len([BOS] + prompt) <= cell.length, within one filler sentence.
