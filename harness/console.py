@@ -122,10 +122,11 @@ def print_line(text: str, style: str | None = None, file: IO | None = None) -> N
 
 
 class SweepProgress:
-    """The progress bar of a sweep, counted in tokens (each sample's :meth:`lctx.tasks.Task.cost`), not in
-    samples: a ppl cell scores thousands of windows and a 2K passkey prompt costs 8x a 256-token one, so a
-    bar in samples claims 16 s left when 97 s remain. The bar's text names the cell being run (model, task,
-    length, depth) and the sample count; tqdm's time-left estimate is tokens left / tokens per second.
+    """The progress bar of a sweep, weighted by each sample's cost in prefill tokens
+    (:meth:`lctx.tasks.Task.cost`), not by samples: a ppl cell feeds every window of every document and a
+    2K passkey prompt costs several 256-token ones, so a bar in samples claimed 16 s left when 97 s
+    remained. The bar's text names the sample count and the cell being run (model, task, length, depth);
+    the time left is cost left / cost per second averaged over the run so far.
 
     Use as a context manager: ``start(label)`` before a sample, ``done(tokens)`` after it. Written to stderr.
     """
@@ -135,21 +136,20 @@ class SweepProgress:
 
         self.n_samples, self.i, self.desc = len(costs), 0, desc
         file = sys.stderr if file is None else file
-        self.bar = tqdm(total=float(sum(costs)), disable=not enabled, desc=desc, unit="tok", unit_scale=True,
-                        dynamic_ncols=True, file=file, smoothing=0.1,
-                        mininterval=0.1 if is_terminal(file) else 10.0,  # a log file: a line every 10 s
-                        bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} tokens "
-                                   "[{elapsed}<{remaining}, {rate_fmt}] {postfix}")
+        self.bar = tqdm(total=float(sum(costs)), disable=not enabled, desc=desc, dynamic_ncols=True, file=file,
+                        smoothing=0.0,  # the average rate: a sample's cost, not its neighbours', sets its weight
+                        mininterval=0.1 if is_terminal(file) else 10.0,  # a log file: an update every 10 s
+                        bar_format="{desc}: {percentage:3.0f}%|{bar}| [{elapsed}<{remaining} left]")
 
     def start(self, label: str) -> None:
-        """Show the cell about to run (``label``: model, task, length, depth) and its sample number."""
+        """Show the cell about to run (``label``: model, task, length, depth) and its sample number (shown at
+        the bar's next refresh)."""
         self.i += 1
-        self.bar.set_description_str(f"{self.desc} {label}", refresh=False)
-        self.bar.set_postfix_str(f"sample {self.i}/{self.n_samples}", refresh=True)
+        self.bar.set_description_str(f"{self.desc} [{self.i}/{self.n_samples}] {label}", refresh=False)
 
-    def done(self, tokens: float) -> None:
-        """Count a finished sample's ``tokens`` (its cost)."""
-        self.bar.update(float(tokens))
+    def done(self, cost: float) -> None:
+        """Count a finished sample's ``cost`` (prefill tokens)."""
+        self.bar.update(float(cost))
 
     def __enter__(self) -> "SweepProgress":
         return self

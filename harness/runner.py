@@ -92,8 +92,8 @@ def check_lengths(lm: LM, lengths: list[int], allow_beyond_max: bool = False) ->
 
 
 def sample_cost(task: Task, lm: LM, cell) -> float:
-    """Tokens the model processes for one cell (:meth:`lctx.tasks.Task.cost`, at least 1): the progress
-    bar's unit. A cost hook that fails falls back to the cell's length; it never stops a run."""
+    """What one cell costs in prefill tokens (:meth:`lctx.tasks.Task.cost`, at least 1): the progress bar's
+    weight. A cost hook that fails falls back to the cell's length; it never stops a run."""
     try:
         c = float(task.cost(lm, cell))
     except Exception:  # noqa: BLE001 - an estimate for the progress bar only
@@ -178,7 +178,7 @@ def run_sweep(lms: list[LM], tasks: list[Task], spec: RunSpec, out_dir: Path, pr
 
     from .console import SweepProgress
 
-    costs = [sample_cost(task, lm, cell) for lm, task, cell, _ in work]  # tokens: the progress bar's unit
+    costs = [sample_cost(task, lm, cell) for lm, task, cell, _ in work]  # prefill tokens: the bar's weights
     errors = 0
     if rec_path.exists() and rec_path.stat().st_size:
         with open(rec_path, "rb+") as f:  # a run killed mid-write leaves a torn last line: end it

@@ -21,6 +21,13 @@ from lctx.harness.errors import LctxError
 
 TASKS: dict[str, type["Task"]] = {}
 
+#: A greedy decode step (one token through the model with its KV cache) costs about as much as prefilling
+#: this many tokens: measured on the bundled model on 2 CPU cores, a decode step takes ~60-80 ms where a
+#: prefill takes ~1 ms per token (passkey at 256 tokens: 1.0 s, at 2048: 1.5 s, with 10 decode steps each);
+#: on a GPU a decode step is memory-bound and likewise worth tens to hundreds of prefill tokens. Used by
+#: :meth:`Task.cost`, so a sweep's progress bar does not under-count generation.
+DECODE_STEP_TOKENS = 64
+
 
 @dataclass(frozen=True)
 class Cell:
@@ -61,7 +68,8 @@ class Task:
         requires: the data the task reads, for ``lctx list tasks`` (e.g. ``ruler/ under --data-dir``).
         min_length(lm): the fewest tokens a sample can have with ``lm`` (its fixed template); ``lctx run``
             refuses shorter lengths before the sweep starts instead of recording error rows.
-        cost(lm, cell): the tokens the model processes for one cell; the progress bar is weighted by it.
+        cost(lm, cell): what one cell costs, in prefill tokens (a decode step counts
+            :data:`DECODE_STEP_TOKENS`); the progress bar and its time-left estimate are weighted by it.
 
     Constructor keyword arguments are the task's options (e.g. ``window``/``stride`` for ``ppl``); they
     are recorded with every result, and a rerun with different options does not reuse old records.
@@ -85,11 +93,11 @@ class Task:
         return 1
 
     def cost(self, lm, cell: Cell) -> float:
-        """The tokens the model processes for ``cell`` (prefill + generated + teacher-forced), the unit in
-        which ``lctx run``'s progress bar and its time-left estimate count. Default: ``cell.length`` plus 16
-        tokens of decoding. Override when a sample costs more than one prefill of its length (several
-        passes, many windows)."""
-        return float(cell.length) + 16.0
+        """What ``cell`` costs the model, in prefill tokens: tokens prefilled (every pass) plus
+        :data:`DECODE_STEP_TOKENS` per greedy decode step. ``lctx run``'s progress bar and its time-left
+        estimate are weighted by it. Default: one prefill of ``cell.length`` tokens. Override when a sample
+        costs more (several passes, many windows, generation)."""
+        return float(cell.length)
 
     def cells(self, lengths: list[int], depths: list[float], samples: int) -> list[Cell]:
         """The grid: lengths x (depths if "depth" in axes) x (range(samples) if "sample" in axes)."""

@@ -68,7 +68,7 @@ import numpy as np
 
 from lctx.harness.errors import LctxError
 
-from .base import Cell, Sample, Task, register_task
+from .base import DECODE_STEP_TOKENS, Cell, Sample, Task, register_task
 
 # --- RULER's text, verbatim -----------------------------------------------------------------------
 #: scripts/data/synthetic/constants.py, TASKS["niah"]["template"]
@@ -566,10 +566,13 @@ class RulerNIAH(Task):
         return min(int(NIAHBuilder(self, lm, Cell(1 << 30, 0.5, s), 0).total(0)) for s in range(8))
 
     def cost(self, lm, cell: Cell) -> float:
-        """The prompt prefill with greedy decoding (``cell.length`` tokens in all), then one teacher-forced
-        prefill of the prompt per expected value and one for the control value."""
+        """In prefill tokens (see :data:`DECODE_STEP_TOKENS`): the prompt prefill and the generation budget
+        (``cell.length`` tokens in all, the budget as decode steps), then one teacher-forced prefill of the
+        prompt per expected value and one for the control value."""
         n_values = self.config.num_needle_q * self.config.num_needle_v
-        return float(cell.length) * (2 + n_values)
+        example = {"numbers": "1234567", "uuids": str(uuid.UUID(int=0, version=4))}[self.config.type_needle_v]
+        budget = self.max_new_tokens or len(lm.encode(" " + ", ".join([example] * n_values))) + 8  # as NIAHBuilder
+        return float(cell.length) * (2 + n_values) + budget * (DECODE_STEP_TOKENS - 1)
 
     # data ------------------------------------------------------------------------------------------------
     def words(self) -> tuple[tuple[str, ...], tuple[str, ...]]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 import re
 
-from .base import Cell, Sample, Task, register_task
+from .base import DECODE_STEP_TOKENS, Cell, Sample, Task, register_task
 
 INSTRUCTION = ("There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. "
                "I will quiz you about the important information there.")
@@ -83,8 +83,9 @@ class Passkey(Task):
         return min(len(lm.with_bos(lm.encode("".join(self._prompt(0, 0.5, k))))) for k in keys)
 
     def cost(self, lm, cell: Cell) -> float:
-        """Prefill of the prompt (at most ``cell.length`` tokens), greedy decoding and the teacher-forced key."""
-        return float(cell.length + self.max_new_tokens + self.key_digits + 1)
+        """Prefill of the prompt (at most ``cell.length`` tokens), ``max_new_tokens`` greedy decode steps and
+        one teacher-forced pass over the key, in prefill tokens (see :data:`DECODE_STEP_TOKENS`)."""
+        return float(cell.length + (self.max_new_tokens + 1) * DECODE_STEP_TOKENS)
 
     def build(self, lm, cell: Cell, seed: int) -> Sample:
         """Budget the filler so that len([BOS] + prompt) <= cell.length, within one filler sentence.
