@@ -383,9 +383,6 @@ def train(
     from lctx.harness.train import train as train_fn
 
     variant_options = parse_options(option or [])
-    if warmup >= steps:  # lr_at ramps for min(warmup, steps) steps: the cosine decay never starts
-        typer.echo(f"warning: --warmup {warmup} >= --steps {steps}: the learning rate only ramps up and never "
-                   f"decays; use a warm-up well below the steps, e.g. --warmup {max(1, steps // 10)}", err=True)
     check_writable_dir(out)
     docs = textdata.load_corpus(data) if data else textdata.pydoc_corpus("train")
     dev = resolve_device(device)
@@ -394,7 +391,7 @@ def train(
                        batch_size=batch_size, lr=lr, warmup_steps=warmup, eval_every=eval_every,
                        val_fraction=val_fraction, seed=seed, device=str(dev), progress=progress,
                        variant_options=variant_options,
-                       log=typer.echo)
+                       log=typer.echo, warn=lambda m: typer.echo(m, err=True))
 
 
 diagnose_app = typer.Typer(cls=_Group, help="Diagnostics: learned GGD prior shapes, attention far-mass.", no_args_is_help=True)
