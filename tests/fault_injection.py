@@ -142,7 +142,9 @@ def kills(lab: Lab, rep: Report, n_kills: int, rng: random.Random) -> None:
     codes = []
     for sig in sigs:
         proc = subprocess.Popen(LCTX + [str(a) for a in lab.args(out, **grid)], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+                                stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+                                # as from a terminal (this script may run as `cmd &`, which ignores SIGINT)
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         time.sleep(rng.uniform(0.3, 1.0) * full_s)
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=600)

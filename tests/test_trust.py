@@ -745,7 +745,9 @@ def test_16_sigint_and_sigterm_in_a_real_process(make_checkpoint, tmp_path):
         out = tmp_path / f"o{code}"
         p = subprocess.Popen([sys.executable, "-m", "lctx.cli", "run", "-m", str(ck), "--tasks", "passkey",
                               "--lengths", "160,200,240", "--depths", "0,0.5,1", "--samples", "40", "--out",
-                              str(out), "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                              str(out), "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             # as from a terminal: a shell without job control starts `cmd &` with SIGINT ignored
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         deadline = time.time() + 240
         while time.time() < deadline and not ((out / "records.jsonl").exists()
                                                and (out / "records.jsonl").stat().st_size):
