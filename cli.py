@@ -568,12 +568,14 @@ def plan(
 
         device = str(resolve_device(device))
     cfg = P.load_config(model)
+    shown = Path(model).resolve()
+    shown = shown.stem if shown.suffix.lower() == ".gguf" else shown.name  # as `lctx run` names the model
     if attn_impl is not None:
         from lctx.harness.lm import check_attn_impl
 
-        check_attn_impl(attn_impl, cfg, Path(model).resolve().name)  # fast on a Hugging Face model: refused
+        check_attn_impl(attn_impl, cfg, shown)  # fast on a Hugging Face model: refused
     mp = P.plan_memory(cfg, T[0], chunk_size=chunk_size, dtype=dtype, impl=attn_impl, batch=batch,
-                       kept_logits=kept_logits, name=Path(model).resolve().name)
+                       kept_logits=kept_logits, name=shown)
     room, source = P.device_memory(device, override)
     table = Table(title=f"memory plan: {mp.model}, {mp.length:,} tokens, chunk {mp.chunk_size}, {mp.dtype}, "
                         f"attn_impl {mp.impl} ({mp.attn_path})")
