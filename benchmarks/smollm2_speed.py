@@ -1,0 +1,99 @@
+"""Per-sample time of an lctx passkey sample against a plain transformers ``generate`` loop on the same
+prompt (issue 11, item 6), measured side by side in one process, interleaved (the order alternates per
+repeat), so a busy shared CPU slows both alike; the ratio is the result, not the seconds.
+
+    python benchmarks/smollm2_speed.py --model ../shared/data/checkpoints/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf \
+        --hf-dir /tmp/smollm2 --length 4k --repeats 3
+
+``--hf-dir`` is the dequantised directory (``lctx convert gguf ... --out DIR``), loaded by transformers
+itself for the baseline. lctx's sample = build + chunked prefill + greedy decode + the teacher-forced
+digit score (``Passkey.score``); the baseline = tokenise + ``generate`` (greedy, the same number of new
+tokens) + parse. The peak RSS printed is the process's (both sides together); the peak RSS of one 16K
+lctx sample is measured in a fresh process with ``--rss-only``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import resource
+import statistics
+import time
+
+
+def generate_loop(model_dir: str, prompt: str, max_new_tokens: int):
+    """The baseline: what a user writes with transformers alone (about 20 lines)."""
+    import re
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+
+    def run_one() -> str | None:
+        ids = tok(prompt, return_tensors="pt")
+        with torch.inference_mode():
+            out = model.generate(**ids, max_new_tokens=max_new_tokens, do_sample=False,
+                                 pad_token_id=tok.eos_token_id)
+        text = tok.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
+        m = re.search(r"\d+", text)
+        return m.group(0) if m else None
+
+    return run_one, tok
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--hf-dir", required=True)
+    ap.add_argument("--length", default="4k")
+    ap.add_argument("--depth", type=float, default=0.5)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--rss-only", action="store_true", help="one lctx sample, then its peak RSS (fresh process)")
+    a = ap.parse_args()
+
+    import torch
+
+    from lctx.cli import parse_lengths
+    from lctx.harness.lm import load_lm
+    from lctx.tasks.base import Cell
+    from lctx.tasks.passkey import Passkey
+
+    L = parse_lengths(a.length)[0]
+    lm = load_lm(a.model, device="cpu")
+    task = Passkey()
+    sample = task.build(lm, Cell(L, a.depth, 0), 0)
+    prompt = sample.meta["prompt_text"]
+    if a.rss_only:  # one lctx sample in this fresh process: its peak RSS
+        t0 = time.perf_counter()
+        m = task.score(lm, sample)
+        print(f"{L} tokens: {m}, {time.perf_counter() - t0:.1f} s, peak RSS "
+              f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB")
+        return
+    run_hf, tok = generate_loop(a.hf_dir, prompt, task.max_new_tokens)
+    assert tok(prompt)["input_ids"] == sample.input_ids, "the two sides must see the same prompt tokens"
+    print(f"threads {torch.get_num_threads()}; prompt {len(sample.input_ids)} tokens; key {sample.meta['key']}",
+          flush=True)
+
+    def run_lctx():
+        s = copy.deepcopy(sample)
+        return task.score(lm, s), s.meta["continuation"]
+
+    times = {"lctx": [], "generate": []}
+    for r in range(a.repeats):
+        order = ["lctx", "generate"] if r % 2 == 0 else ["generate", "lctx"]
+        for side in order:
+            t0 = time.perf_counter()
+            out = run_lctx() if side == "lctx" else run_hf()
+            times[side].append(time.perf_counter() - t0)
+            print(f"repeat {r} {side:8s} {times[side][-1]:7.2f} s  -> {out}", flush=True)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    ratios = [x / y for x, y in zip(times["lctx"], times["generate"])]
+    print(f"median per sample: lctx {med['lctx']:.2f} s, generate {med['generate']:.2f} s; "
+          f"lctx/generate per repeat {', '.join(f'{x:.2f}' for x in ratios)} (median {statistics.median(ratios):.2f})")
+    print(f"peak RSS of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB")
+
+
+if __name__ == "__main__":
+    main()
