@@ -220,6 +220,31 @@ class RetrievalMix:
         return d
 
 
+@torch.no_grad()
+def passkey_probe(model, prompts: list[tuple[list[int], list[int], list[int]]], device: torch.device
+                  ) -> dict[str, float]:
+    """Teacher-forced passkey retrieval of ``model`` on fixed prompts: a cheap learning curve for
+    :class:`RetrievalMix` training (``lctx run --tasks passkey`` is the evaluation).
+
+    prompts: ``[(prompt_ids, answer_ids, digit_positions), ...]`` (prompt ending in "The pass key is",
+    answer the tokens of " KEY", digit_positions the indices of ``answer_ids`` that carry digits, as
+    ``passkey``'s digit_acc counts them). Returns ``{"passkey_tf_digit_acc": fraction of
+    key digits ranked first, "passkey_tf_exact": fraction of prompts with every digit ranked first}``.
+    """
+    was_training = model.training
+    model.eval()
+    digits, exact = [], []
+    for prompt, answer, pos in prompts:
+        ids = torch.tensor([prompt + answer], device=device)
+        logits = model(input_ids=ids).logits[0]
+        at = torch.tensor(pos, device=device)
+        ok = logits[len(prompt) - 1 + at].argmax(-1) == ids[0, len(prompt) + at]
+        digits.append(ok.float().mean().item())
+        exact.append(float(bool(ok.all())))
+    model.train(was_training)
+    return {"passkey_tf_digit_acc": sum(digits) / len(digits), "passkey_tf_exact": sum(exact) / len(exact)}
+
+
 def sample_batch(stream: torch.Tensor, n: int, context_length: int, generator: torch.Generator,
                  mix: RetrievalMix | None = None, lm: TokenizerLM | None = None, counter: list[int] | None = None
                  ) -> torch.Tensor:
@@ -391,7 +416,9 @@ def train(
     Returns:
         The dict written to ``train_log.json``: ``args``, ``corpus`` (document names), ``n_docs``,
         ``train_tokens``/``val_tokens`` (stream sizes), ``vocab_size`` (real), ``n_params`` (unique
-        parameters), ``evals`` (list of ``{"step", "train_loss", "val_loss", "lr", "elapsed_s"}``;
+        parameters), ``evals`` (list of ``{"step", "train_loss", "val_loss", "lr", "elapsed_s"}``, plus
+        ``passkey_tf_exact``/``passkey_tf_digit_acc`` (:func:`passkey_probe` on 20 fixed prompts of the
+        context length) when ``retrieval`` includes passkey;
         ``train_loss`` is the mean training loss since the previous evaluation, ``None`` at step 0;
         losses in nats per token), ``initial_val_loss``, ``final_val_loss``, ``final_val_ppl``,
         ``wall_seconds`` (whole call), ``train_seconds`` (optimizer steps only), ``tokens_per_second``
@@ -508,14 +535,31 @@ def train(
     train_seconds = 0.0
     window_losses: list[float] = []
 
+    probes = []
+    if mix is not None and "passkey" in mix.tasks:  # fixed held-out passkey prompts at the full context
+        from lctx.tasks import Cell
+
+        pk = mix.task("passkey")
+        for i in range(20):
+            s = pk.build(doc_lm, Cell(context_length - 1, i % 5 / 4, i), seed + 7)
+            answer = doc_lm.encode(" " + s.meta["key"])
+            probes.append((s.input_ids, answer,
+                           [j for j, t in enumerate(answer) if any(c.isdigit() for c in doc_lm.decode([t]))]))
+
     def run_eval(step: int, cur_lr: float) -> float:
         v = evaluate(model, val_crops, batch_size, dev)
         tl = sum(window_losses) / len(window_losses) if window_losses else None
-        evals.append({"step": step, "train_loss": tl, "val_loss": v, "lr": cur_lr,
-                      "elapsed_s": round(time.perf_counter() - t_start, 3)})
+        row = {"step": step, "train_loss": tl, "val_loss": v, "lr": cur_lr}
+        extra = ""
+        if probes:
+            row.update(passkey_probe(model, probes, dev))
+            extra = f"  passkey tf exact {row['passkey_tf_exact']:.2f} digits {row['passkey_tf_digit_acc']:.2f}"
+        row["elapsed_s"] = round(time.perf_counter() - t_start, 3)
+        evals.append(row)
         window_losses.clear()
         tl_s = f"{tl:.4f}" if tl is not None else "-"
-        say(f"step {step:>6}/{steps}: train {tl_s}  val {v:.4f} (ppl {math.exp(min(v, 50)):.1f})  lr {cur_lr:.2e}")
+        say(f"step {step:>6}/{steps}: train {tl_s}  val {v:.4f} (ppl {math.exp(min(v, 50)):.1f})  lr {cur_lr:.2e}"
+            + extra)
         return v
 
     run_eval(0, lr_at(0, lr=lr, steps=steps, warmup_steps=warmup, min_lr_ratio=min_lr_ratio))

@@ -214,8 +214,29 @@ def test_train_with_retrieval_mix_logs_it(docs, tmp_path):
     log = train(docs, tmp_path / "mix", **{**TINY, "steps": 4, "eval_every": 4, "context_length": 256},
                 retrieval=RetrievalMix(fraction=0.25))
     assert log["retrieval"]["fraction"] == 0.25 and log["retrieval"]["tasks"] == ["passkey"]
+    assert all(0 <= e["passkey_tf_exact"] <= 1 for e in log["evals"])  # the learning curve of retrieval
     assert 4 <= log["retrieval_docs"] <= 12  # 8 windows x 4 steps x 0.25 = 8 in expectation, at most 2 per step
     with pytest.raises(LctxError, match="retrieval fraction"):
         train(docs, tmp_path / "bad", **TINY, retrieval=RetrievalMix(fraction=1.5))
     with pytest.raises(LctxError, match="unknown task"):
         train(docs, tmp_path / "bad", **TINY, retrieval=RetrievalMix(fraction=0.5, tasks=("passkeys",)))
+
+
+def test_passkey_probe_matches_the_passkey_tasks_digit_accuracy(run, doc_lm):
+    # the training-time probe is the passkey task's teacher-forced digit_acc on the same prompts
+    from lctx.harness.lm import load_lm
+    from lctx.harness.train import passkey_probe
+    from lctx.tasks import Cell
+    from lctx.tasks.passkey import Passkey
+
+    out, _ = run
+    lm = load_lm(str(out), device="cpu")
+    task = Passkey()
+    prompts, want = [], []
+    for i in range(3):
+        s = task.build(lm, Cell(220, i / 2, i), 3)
+        answer = lm.encode(" " + s.meta["key"])
+        prompts.append((s.input_ids, answer, [j for j, t in enumerate(answer) if lm.decode([t]).strip().isdigit()]))
+        want.append(task.score(lm, s)["digit_acc"])
+    got = passkey_probe(lm.model, prompts, torch.device("cpu"))
+    assert got["passkey_tf_digit_acc"] == pytest.approx(sum(want) / 3, abs=1e-6)
