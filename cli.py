@@ -426,11 +426,16 @@ def train(
     seed: int = typer.Option(0, "--seed"),
     device: str = typer.Option("auto", "--device"),
     out: Path = typer.Option(..., "--out", "-o", help="Checkpoint directory to write."),
+    retrieval_fraction: float = typer.Option(0.0, "--retrieval-fraction", help="Share of training windows that start with a synthetic retrieval document (0 = plain text)."),
+    retrieval: str = typer.Option("passkey", "--retrieval", help="Tasks that build the retrieval documents, comma-separated: passkey and/or niah_* (e.g. passkey,niah_multikey_1)."),
+    retrieval_min_length: Optional[int] = typer.Option(None, "--retrieval-min-length", help="Shortest retrieval document in tokens (default: half the context)."),
+    data_dir: Optional[str] = typer.Option(None, "--data-dir", help="RULER data root for niah_* retrieval documents (default $LCTX_DATA_DIR)."),
     progress: bool = typer.Option(True, "--progress/--no-progress"),
 ):
     """Train a small model of one variant (tokenizer + AdamW/cosine), write a checkpoint directory."""
     from lctx.harness import textdata
     from lctx.harness.lm import resolve_device
+    from lctx.harness.train import RetrievalMix
     from lctx.harness.train import train as train_fn
 
     variant_options = parse_options(option or [])
@@ -452,6 +457,10 @@ def train(
                        batch_size=batch_size, lr=lr, warmup_steps=warmup, eval_every=eval_every,
                        val_fraction=val_fraction, seed=seed, device=str(dev), progress=progress,
                        variant_options=variant_options,
+                       retrieval=(RetrievalMix(fraction=retrieval_fraction,
+                                               tasks=tuple(t.strip() for t in retrieval.split(",") if t.strip()),
+                                               min_length=retrieval_min_length, data_dir=data_dir)
+                                  if retrieval_fraction > 0 else None),
                        log=typer.echo, warn=lambda m: typer.echo(m, err=True))
 
 

@@ -41,7 +41,9 @@ def _priors(lm: LM):
 
 
 def prior_table(lm: LM) -> pd.DataFrame:
-    """One row per (layer, head): alpha (tokens), beta, mu (tokens) of the learned GGD prior.
+    """One row per (layer, head): alpha (tokens; 1/alpha = e^theta_alpha), beta, mu (tokens) of the learned
+    GGD prior and its ``form`` (``reference``: b = -(1/alpha) (|j-i-mu| + eps)^beta; ``paper``/``legacy``:
+    b = -(|(j-i-mu)/alpha| + eps)^beta, see :mod:`lctx.models.bam`).
 
     Raises:
         LctxError: not a ggd_bam checkpoint.
@@ -49,7 +51,8 @@ def prior_table(lm: LM) -> pd.DataFrame:
     rows = []
     for layer, p in _priors(lm):
         for h, (a, b, mu) in enumerate(zip(p.alpha.detach().tolist(), p.beta.detach().tolist(), p.mu.detach().tolist())):
-            rows.append({"model": lm.name, "layer": layer, "head": h, "alpha": a, "beta": b, "mu": mu})
+            rows.append({"model": lm.name, "layer": layer, "head": h, "alpha": a, "beta": b, "mu": mu,
+                         "form": getattr(p, "form", "legacy")})
     return pd.DataFrame(rows)
 
 

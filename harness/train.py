@@ -7,8 +7,11 @@ The recipe is the plain GPT-style one, kept small enough to run on a laptop CPU:
    every document's tokens is held out (a contiguous tail) as the validation stream;
 3. training windows are random crops of ``context_length - 1`` tokens with BOS prepended
    (``[BOS] + text``, ``context_length`` tokens in all), drawn from a seeded ``torch.Generator``;
+   optionally a chosen fraction of the windows start with a synthetic retrieval document instead
+   (:class:`RetrievalMix`: a passkey or NIAH prompt built by the evaluation task's own code, its answer
+   and EOS, then text), so that tiny models learn to retrieve;
 4. AdamW (Loshchilov & Hutter 2019, "Decoupled Weight Decay Regularization"), betas (0.9, 0.95), weight
-   decay on matrices only, linear warmup then cosine decay (Loshchilov & Hutter 2017, "SGDR") to
+   decay on matrices only (:func:`param_groups`), linear warmup then cosine decay (Loshchilov & Hutter 2017, "SGDR") to
    ``min_lr_ratio * lr``, global-norm gradient clipping (Pascanu et al. 2013);
 5. held-out loss on fixed seeded validation crops every ``eval_every`` steps and at the end;
 6. the model, the tokenizer and ``train_log.json`` written to ``out_dir`` (a Hugging Face directory that
@@ -25,6 +28,7 @@ import os
 import platform
 import sys
 import time
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -94,6 +98,186 @@ def sample_crops(stream: torch.Tensor, n: int, context_length: int, generator: t
     idx = starts[:, None] + torch.arange(span)[None, :]
     bos = torch.full((n, 1), BOS_ID, dtype=torch.long)
     return torch.cat([bos, stream[idx]], dim=1)
+
+
+def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """AdamW parameter groups: weight decay on weight matrices only.
+
+    A trainable parameter is decayed when it has 2 or more dimensions after squeezing (projections,
+    embeddings, convolution kernels) and is not marked ``p._optim = {"weight_decay": 0.0}`` (the
+    state-spaces/s4 convention; :mod:`lctx.models.interdomain` marks its SSM parameters, gains and
+    biases). Gains, biases and per-head scalars (RMSNorm weights, the GGD-BAM prior, SSMax's s_h) are
+    not decayed: GPT-3's rule (Brown et al. 2020) and the BAM reference's ``train.py`` (lines 306-318:
+    ``p.squeeze().dim() >= 2 and 'prior' not in n`` decayed, the rest not).
+
+    Returns ``[{"params": decayed, "weight_decay": weight_decay, "names": [...]}, {"params": rest,
+    "weight_decay": 0.0, "names": [...]}]`` (``names`` for logs and tests; torch ignores the key).
+    """
+    decay, no_decay, dn, nn_ = [], [], [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        wd_off = getattr(p, "_optim", {}).get("weight_decay", None) == 0.0
+        if p.squeeze().dim() >= 2 and not wd_off:
+            decay.append(p)
+            dn.append(name)
+        else:
+            no_decay.append(p)
+            nn_.append(name)
+    return [{"params": decay, "weight_decay": weight_decay, "names": dn},
+            {"params": no_decay, "weight_decay": 0.0, "names": nn_}]
+
+
+class TokenizerLM:
+    """The part of :class:`lctx.harness.lm.LM` that a task's ``build`` uses (``encode``, ``decode``,
+    ``with_bos``, ``tokenizer``), over a tokenizer alone: training documents are built by the
+    evaluation tasks' own code, so their format is the evaluation's, token for token."""
+
+    def __init__(self, tokenizer, bos_id: int = BOS_ID):
+        self.tokenizer, self.bos_id = tokenizer, bos_id
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` without special tokens."""
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def decode(self, ids: list[int]) -> str:
+        """Text of ``ids`` (special tokens dropped)."""
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def with_bos(self, ids: list[int]) -> list[int]:
+        """``[BOS] + ids``."""
+        return [self.bos_id] + list(ids)
+
+
+@dataclass
+class RetrievalMix:
+    """Synthetic retrieval documents mixed into the training windows (issue 12, item 6).
+
+    fraction: share of training windows (per batch: floor(fraction * batch) windows, plus one more with
+        probability equal to the remainder) that begin with a retrieval document.
+    tasks: evaluation tasks whose ``build`` makes the documents, drawn uniformly per document:
+        ``"passkey"`` (the passkey prompt, random 5-digit key, random depth) and/or RULER NIAH tasks
+        (``"niah_single_1"``, ``"niah_multikey_1"``, ...: key-value needles; they need RULER's data,
+        ``data_dir`` or ``$LCTX_DATA_DIR``).
+    min_length: shortest document in tokens (default: half the context length); lengths are uniform in
+        [min_length, context_length], depths uniform in [0, 1].
+    seed: seeds keys and haystacks (documents differ from the evaluation's, which uses the run seed and
+        integer depths/sample indices, by construction of the task's seeded generators).
+
+    A document is ``[BOS] + prompt + " " + answer + "." + [EOS]`` (the prompt ends with the task's answer
+    prefix, e.g. "The pass key is"); the rest of the window is a text crop. Every token is a target.
+    """
+
+    fraction: float = 0.0
+    tasks: tuple[str, ...] = ("passkey",)
+    min_length: int | None = None
+    data_dir: str | None = None
+    seed: int = 1_000_003
+    _built: dict = field(default_factory=dict, repr=False)
+
+    def task(self, name: str):
+        """The task instance that builds ``name``'s documents (NIAH without its disk cache).
+
+        Raises:
+            LctxError: unknown task, a task that is not passkey or NIAH, or RULER's data missing.
+        """
+        if name not in self._built:
+            from lctx.tasks import get_task
+
+            cls = get_task(name)
+            if name == "passkey":
+                self._built[name] = cls()
+            elif name.startswith("niah_"):
+                self._built[name] = cls(cache=False, data_dir=self.data_dir)
+            else:
+                raise LctxError(f"retrieval task {name!r} cannot make training documents; use passkey or a "
+                                "niah_* task")
+        return self._built[name]
+
+    def document(self, lm: TokenizerLM, name: str, length: int, depth: float, index: int) -> list[int]:
+        """One document of at most ``length`` tokens: [BOS] + prompt + answer + [EOS].
+
+        Raises:
+            ValueError: ``length`` cannot hold the task's template.
+        """
+        from lctx.tasks import Cell
+
+        task = self.task(name)
+        if name == "passkey":
+            n_answer = len(lm.encode(" " + "1" * task.key_digits + "."))  # a key of the same width
+            sample = task.build(lm, Cell(length - n_answer - 1, depth, index), self.seed)
+            answer = lm.encode(" " + sample.meta["key"] + ".")
+        else:
+            sample = task.build(lm, Cell(length, depth, index), self.seed)
+            answer = lm.encode(" " + ", ".join(sample.meta["answer"].split("|")) + ".")
+        doc = list(sample.input_ids) + answer + [EOS_ID]
+        return doc[:length]
+
+    def record(self) -> dict:
+        """The settings, JSON-able (for ``train_log.json``)."""
+        d = asdict(self)
+        d.pop("_built")
+        d["tasks"] = list(self.tasks)
+        return d
+
+
+@torch.no_grad()
+def passkey_probe(model, prompts: list[tuple[list[int], list[int], list[int]]], device: torch.device
+                  ) -> dict[str, float]:
+    """Teacher-forced passkey retrieval of ``model`` on fixed prompts: a cheap learning curve for
+    :class:`RetrievalMix` training (``lctx run --tasks passkey`` is the evaluation).
+
+    prompts: ``[(prompt_ids, answer_ids, digit_positions), ...]`` (prompt ending in "The pass key is",
+    answer the tokens of " KEY", digit_positions the indices of ``answer_ids`` that carry digits, as
+    ``passkey``'s digit_acc counts them). Returns ``{"passkey_tf_digit_acc": fraction of
+    key digits ranked first, "passkey_tf_exact": fraction of prompts with every digit ranked first}``.
+    """
+    was_training = model.training
+    model.eval()
+    digits, exact = [], []
+    for prompt, answer, pos in prompts:
+        ids = torch.tensor([prompt + answer], device=device)
+        logits = model(input_ids=ids).logits[0]
+        at = torch.tensor(pos, device=device)
+        ok = logits[len(prompt) - 1 + at].argmax(-1) == ids[0, len(prompt) + at]
+        digits.append(ok.float().mean().item())
+        exact.append(float(bool(ok.all())))
+    model.train(was_training)
+    return {"passkey_tf_digit_acc": sum(digits) / len(digits), "passkey_tf_exact": sum(exact) / len(exact)}
+
+
+def sample_batch(stream: torch.Tensor, n: int, context_length: int, generator: torch.Generator,
+                 mix: RetrievalMix | None = None, lm: TokenizerLM | None = None, counter: list[int] | None = None
+                 ) -> torch.Tensor:
+    """A training batch [n, context_length] (long): :func:`sample_crops`, with ``mix.fraction`` of the rows
+    (the first ones) replaced by a retrieval document followed by a text crop (see :class:`RetrievalMix`).
+    ``counter`` ([next document index]) numbers the documents so each gets its own key; all randomness
+    comes from ``generator``.
+    """
+    crops = sample_crops(stream, n, context_length, generator)
+    if mix is None or mix.fraction <= 0:
+        return crops
+    k = int(mix.fraction * n)
+    if torch.rand((), generator=generator).item() < mix.fraction * n - k:
+        k += 1
+    lo = min(context_length, mix.min_length or context_length // 2)
+    for r in range(min(k, n)):
+        length = int(torch.randint(lo, context_length + 1, (), generator=generator))
+        depth = round(float(torch.rand((), generator=generator)), 4)
+        name = mix.tasks[int(torch.randint(0, len(mix.tasks), (), generator=generator))]
+        idx = counter[0] if counter is not None else r
+        if counter is not None:
+            counter[0] += 1
+        try:
+            doc = mix.document(lm, name, length, depth, idx)
+        except ValueError:  # too short for the template: use the whole window
+            doc = mix.document(lm, name, context_length, depth, idx)
+        fill = context_length - len(doc)
+        if fill > 0:
+            start = int(torch.randint(0, stream.numel() - fill + 1, (), generator=generator))
+            doc = doc + stream[start:start + fill].tolist()
+        crops[r] = torch.tensor(doc, dtype=torch.long)
+    return crops
 
 
 def _check_args(*, variant, context_length, hidden_size, num_layers, num_heads, vocab_size, steps, batch_size,
@@ -195,6 +379,7 @@ def train(
     device: str = "cpu",
     tie_embeddings: bool = True,
     variant_options: dict | None = None,
+    retrieval: RetrievalMix | None = None,
     progress: bool = True,
     log: Callable[[str], None] | None = print,
     warn: Callable[[str], None] | None = None,
@@ -215,7 +400,7 @@ def train(
             tokenizer actually reached.
         steps: optimizer steps; batch_size: windows per step (tokens per step = batch_size * context_length).
         lr: peak learning rate; min_lr_ratio: final lr as a fraction of ``lr``; warmup_steps: linear warmup.
-        weight_decay: AdamW decoupled decay, applied to 2-D weights (projections, embeddings) only.
+        weight_decay: AdamW decoupled decay, applied to weight matrices only (:func:`param_groups`).
         grad_clip: max global gradient L2 norm (0 disables).
         val_fraction: fraction of every document's tokens (its tail) held out for validation, in (0, 1).
         eval_every: evaluate the held-out loss every this many steps (also before step 1 and at the end).
@@ -224,6 +409,8 @@ def train(
         device: torch device string (``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...). Training is float32.
         tie_embeddings: share the input embedding and the LM head.
         variant_options: extra variant settings stored in ``config.variant_options``.
+        retrieval: synthetic retrieval documents mixed into the training windows (:class:`RetrievalMix`),
+            or ``None``. The validation loss stays on text crops only.
         progress: show a tqdm bar with the running loss and learning rate.
         log: called with one line of text at every evaluation and at the end (``None``: silent). The
             default ``print`` is routed through ``tqdm.write`` while the bar is shown.
@@ -234,12 +421,15 @@ def train(
     Returns:
         The dict written to ``train_log.json``: ``args``, ``corpus`` (document names), ``n_docs``,
         ``train_tokens``/``val_tokens`` (stream sizes), ``vocab_size`` (real), ``n_params`` (unique
-        parameters), ``evals`` (list of ``{"step", "train_loss", "val_loss", "lr", "elapsed_s"}``;
+        parameters), ``evals`` (list of ``{"step", "train_loss", "val_loss", "lr", "elapsed_s"}``, plus
+        ``passkey_tf_exact``/``passkey_tf_digit_acc`` (:func:`passkey_probe` on 20 fixed prompts of the
+        context length) when ``retrieval`` includes passkey;
         ``train_loss`` is the mean training loss since the previous evaluation, ``None`` at step 0;
         losses in nats per token), ``initial_val_loss``, ``final_val_loss``, ``final_val_ppl``,
         ``wall_seconds`` (whole call), ``train_seconds`` (optimizer steps only), ``tokens_per_second``
         (training tokens / train_seconds), ``torch_version``, ``transformers_version``, ``python_version``,
-        ``device``, ``num_threads``, ``out_dir``.
+        ``device``, ``num_threads``, ``out_dir``; with ``retrieval``, ``retrieval`` (its settings) and
+        ``retrieval_docs`` (documents trained on).
 
     Raises:
         LctxError: a non-positive size or step count, ``hidden_size`` not divisible by ``num_heads``, an
@@ -262,13 +452,22 @@ def train(
                 min_lr_ratio=min_lr_ratio, warmup_steps=warmup_steps, weight_decay=weight_decay,
                 grad_clip=grad_clip, val_fraction=val_fraction, eval_every=eval_every,
                 eval_batches=eval_batches, seed=seed, device=str(device), tie_embeddings=tie_embeddings,
-                variant_options=dict(variant_options or {}))
+                variant_options=dict(variant_options or {}),
+                retrieval=retrieval.record() if retrieval is not None else None)
     _check_args(
         variant=variant, context_length=context_length, hidden_size=hidden_size, num_layers=num_layers,
         num_heads=num_heads, vocab_size=vocab_size, steps=steps, batch_size=batch_size, lr=lr,
         min_lr_ratio=min_lr_ratio, warmup_steps=warmup_steps, weight_decay=weight_decay, grad_clip=grad_clip,
         val_fraction=val_fraction, eval_every=eval_every, eval_batches=eval_batches,
         variant_options=variant_options)
+    if retrieval is not None:
+        if not (0.0 <= retrieval.fraction <= 1.0):
+            raise LctxError(f"retrieval fraction must be in [0, 1], got {retrieval.fraction!r}; e.g. 0.5 makes half "
+                            "the training windows retrieval documents")
+        if not retrieval.tasks:
+            raise LctxError("no retrieval task given; write e.g. --retrieval passkey or passkey,niah_single_1")
+        for name in retrieval.tasks:
+            retrieval.task(name)  # unknown task or missing RULER data: the user's mistake, before any work
     dev = _resolve_device(device)
     if warmup_steps >= steps:  # lr_at ramps for min(warmup, steps) steps: the cosine decay never starts
         (warn or (lambda m: print(m, file=sys.stderr)))(
@@ -320,14 +519,16 @@ def train(
     model.train()
     n_params = sum(p.numel() for p in model.parameters())
 
-    decay, no_decay = [], []
-    for _, p in model.named_parameters():
-        if p.requires_grad:
-            # a parameter may opt out of weight decay (S4D's A, B, step size: the state-spaces/s4 convention)
-            wd_off = getattr(p, "_optim", {}).get("weight_decay", None) == 0.0
-            (decay if p.dim() >= 2 and not wd_off else no_decay).append(p)
-    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    groups = [{k: v for k, v in g.items() if k != "names"} for g in param_groups(model, weight_decay)]
     opt = torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), eps=1e-8)
+    mix = retrieval if retrieval is not None and retrieval.fraction > 0 else None
+    doc_lm, doc_counter = TokenizerLM(tokenizer), [0]
+    for name in (mix.tasks if mix is not None else ()):
+        try:
+            mix.document(doc_lm, name, context_length, 0.5, 0)
+        except ValueError as e:
+            raise LctxError(f"context_length {context_length} cannot hold a {name} retrieval document ({e}); raise "
+                            "--context-length or --vocab-size (a larger vocabulary makes the template shorter)") from None
 
     gen = torch.Generator().manual_seed(seed)
     val_crops = sample_crops(val_stream, eval_batches * batch_size, context_length,
@@ -343,14 +544,31 @@ def train(
     train_seconds = 0.0
     window_losses: list[float] = []
 
+    probes = []
+    if mix is not None and "passkey" in mix.tasks:  # fixed held-out passkey prompts at the full context
+        from lctx.tasks import Cell
+
+        pk = mix.task("passkey")
+        for i in range(20):
+            s = pk.build(doc_lm, Cell(context_length - 1, i % 5 / 4, i), seed + 7)
+            answer = doc_lm.encode(" " + s.meta["key"])
+            probes.append((s.input_ids, answer,
+                           [j for j, t in enumerate(answer) if any(c.isdigit() for c in doc_lm.decode([t]))]))
+
     def run_eval(step: int, cur_lr: float) -> float:
         v = evaluate(model, val_crops, batch_size, dev)
         tl = sum(window_losses) / len(window_losses) if window_losses else None
-        evals.append({"step": step, "train_loss": tl, "val_loss": v, "lr": cur_lr,
-                      "elapsed_s": round(time.perf_counter() - t_start, 3)})
+        row = {"step": step, "train_loss": tl, "val_loss": v, "lr": cur_lr}
+        extra = ""
+        if probes:
+            row.update(passkey_probe(model, probes, dev))
+            extra = f"  passkey tf exact {row['passkey_tf_exact']:.2f} digits {row['passkey_tf_digit_acc']:.2f}"
+        row["elapsed_s"] = round(time.perf_counter() - t_start, 3)
+        evals.append(row)
         window_losses.clear()
         tl_s = f"{tl:.4f}" if tl is not None else "-"
-        say(f"step {step:>6}/{steps}: train {tl_s}  val {v:.4f} (ppl {math.exp(min(v, 50)):.1f})  lr {cur_lr:.2e}")
+        say(f"step {step:>6}/{steps}: train {tl_s}  val {v:.4f} (ppl {math.exp(min(v, 50)):.1f})  lr {cur_lr:.2e}"
+            + extra)
         return v
 
     run_eval(0, lr_at(0, lr=lr, steps=steps, warmup_steps=warmup, min_lr_ratio=min_lr_ratio))
@@ -362,7 +580,7 @@ def train(
             cur_lr = lr_at(step, lr=lr, steps=steps, warmup_steps=warmup, min_lr_ratio=min_lr_ratio)
             for g in opt.param_groups:
                 g["lr"] = cur_lr
-            x = sample_crops(train_stream, batch_size, context_length, gen).to(dev)
+            x = sample_batch(train_stream, batch_size, context_length, gen, mix, doc_lm, doc_counter).to(dev)
             loss = model(input_ids=x, labels=x).loss
             if not torch.isfinite(loss):
                 raise LctxError(f"training diverged at step {step + 1} (loss {loss.item()}); lower lr "
@@ -423,6 +641,9 @@ def train(
         "num_threads": torch.get_num_threads(),
         "out_dir": str(out),
     }
+    if retrieval is not None:
+        result["retrieval"] = retrieval.record()
+        result["retrieval_docs"] = doc_counter[0]
     (out / "train_log.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     say(f"done in {result['wall_seconds']:.1f}s ({result['tokens_per_second']} tok/s): val loss "
         f"{evals[0]['val_loss']:.4f} -> {final:.4f}; wrote {out}")

@@ -8,8 +8,10 @@ past + i) and key j <= past + i it computes, per head h,
 
     prior "none":  b = 0
     prior "alibi": b(d) = -m_h d                                   (Press et al. 2022)
-    prior "ggd":   b(d) = -(|d - mu_h| * ainv_h + eps)^beta_h       (BAM, arXiv 2505.22842; reference
-                   github.com/ArthurSBianchessi/BAM models/bam_ssmax.py: ainv = 1/alpha, eps = 1e-5)
+    prior "ggd":   b(d) = -amp_h * (|d - mu_h| * ainv_h + eps)^beta_h  (BAM, arXiv 2505.22842;
+                   :func:`lctx.models.bam.ggd_bias`, whose ``GGDPrior.kernel_params`` map each form
+                   onto (amp, ainv, mu): the reference's -e^theta (|j-i-mu| + eps)^beta is amp = e^theta,
+                   ainv = 1, mu_k = -mu; the paper's form amp = 1, ainv = 1/alpha)
     c_i = s_h * log(past + i + 1) with Scalable-Softmax (Nakanishi 2025, arXiv 2501.19399, eq. 1), else 1
 
 and returns softmax_j(logit_ij) v_j with its log-sum-exp, by the online softmax of FlashAttention (Dao et
@@ -60,8 +62,9 @@ class PriorSpec:
 
     kind: ``"none"``, ``"alibi"`` or ``"ggd"`` (see the module docstring for b(d)).
     slope: [H] ALiBi slopes m_h (kind ``"alibi"``).
-    ainv, beta, mu: [H] GGD 1/alpha_h (per token), beta_h, mu_h (tokens) (kind ``"ggd"``); eps its
-        distance epsilon.
+    ainv, beta, mu: [H] GGD inner scale (per token), beta_h, mu_h (tokens, kernel convention
+        |d - mu|) (kind ``"ggd"``); eps its distance epsilon.
+    amp: [H] GGD outer scale (kind ``"ggd"``; ``None`` = 1), see :func:`lctx.models.bam.ggd_bias`.
     ssmax: [H] Scalable-Softmax s_h, or ``None`` for no per-query scale.
     scale_bias: whether the SSMax factor also multiplies the bias.
     """
@@ -74,6 +77,7 @@ class PriorSpec:
     eps: float = 1e-5
     ssmax: torch.Tensor | None = None
     scale_bias: bool = False
+    amp: torch.Tensor | None = None
 
     def params(self, H: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """(p0, beta, mu, s), each [H] float32 on ``device``: p0 is the slope (alibi) or 1/alpha (ggd).
@@ -92,6 +96,10 @@ class PriorSpec:
         p0 = f(self.slope, zeros) if self.kind == "alibi" else f(self.ainv, ones)
         return p0, f(self.beta, ones), f(self.mu, zeros), f(self.ssmax, ones)
 
+    def amplitude(self, H: int, device) -> torch.Tensor:
+        """[H] float32 on ``device``: the GGD outer scale amp_h (1 when not given)."""
+        return torch.ones(H, device=device) if self.amp is None else self.amp.detach().float().to(device).reshape(H)
+
 
 def prior_bias(spec: PriorSpec, dist: torch.Tensor, h_index: int | None = None) -> torch.Tensor:
     """The prior b_h(d) of ``spec`` at distances ``dist`` (tokens, float), per head.
@@ -106,7 +114,9 @@ def prior_bias(spec: PriorSpec, dist: torch.Tensor, h_index: int | None = None) 
         return torch.zeros_like(dist) if h_index is not None else torch.zeros((H,) + dist.shape, device=dist.device)
     if spec.kind == "alibi":
         return -sl(p0) * dist
-    return -torch.pow((dist - sl(mu)).abs() * sl(p0) + spec.eps, sl(beta))
+    from lctx.models.bam import ggd_bias
+
+    return ggd_bias(dist, sl(spec.amplitude(H, dist.device)), sl(p0), sl(beta), sl(mu), spec.eps)
 
 
 def dense_prior_attention(q, k, v, spec: PriorSpec, past: int = 0, kstart: torch.Tensor | None = None):
@@ -152,7 +162,7 @@ if triton is not None:
 
     @triton.jit
     def _flash_prior_fwd(
-        Q, K, V, O, LSE, P0, BETA, MU, SS, KSTART,
+        Q, K, V, O, LSE, P0, BETA, MU, SS, KSTART, AMP,
         sqb, sqh, sqt, skb, skh, skt, svb, svh, svt,
         sow, sob, soh, sot, slw, slb, slh,
         skw, skh2,
@@ -176,6 +186,7 @@ if triton is not None:
         p0 = tl.load(P0 + h)
         beta = tl.load(BETA + h)
         mu = tl.load(MU + h)
+        amp = tl.load(AMP + h)
         c = tl.full([BLOCK_M], 1.0, tl.float32)
         if SSMAX:
             c = tl.load(SS + h) * tl.log((qpos + 1).to(tl.float32))
@@ -201,8 +212,8 @@ if triton is not None:
                 if PRIOR == 1:
                     bias = -p0 * dist
                 else:
-                    z = tl.abs(dist - mu) * p0 + eps
-                    bias = -tl.exp(beta * tl.log(z))
+                    z = tl.abs(dist - mu) * p0 + eps  # lctx.models.bam.ggd_bias, inlined
+                    bias = -amp * tl.exp(beta * tl.log(z))
                 if SCALE_BIAS:
                     bias = bias * c[:, None]
                 s = s + bias
@@ -254,6 +265,7 @@ def flash_prior_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec: 
     out = torch.empty(W, B, H, Tq, D, device=q.device, dtype=torch.float32)
     lse = torch.empty(W, B, H, Tq, device=q.device, dtype=torch.float32)
     p0, beta, mu, s = spec.params(H, q.device)
+    amp = spec.amplitude(H, q.device)
     ks = (kstart.to(device=q.device, dtype=torch.int32).contiguous() if kstart is not None
           else torch.zeros(1, 1, 1, device=q.device, dtype=torch.int32))
     BLOCK_D = max(16, triton.next_power_of_2(D))
@@ -261,7 +273,7 @@ def flash_prior_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec: 
     BN = block_n or (64 if D <= 64 else 32)
     grid = (triton.cdiv(Tq, BM), B * H, W)
     _flash_prior_fwd[grid](
-        q, k, v, out, lse, p0, beta, mu, s, ks,
+        q, k, v, out, lse, p0, beta, mu, s, ks, amp,
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2),
         out.stride(0), out.stride(1), out.stride(2), out.stride(3), lse.stride(0), lse.stride(1), lse.stride(2),
@@ -288,6 +300,8 @@ def flash_prior_blocked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec:
     q: [B, H, Tq, D]; k, v: [B, H, past + Tq, D]; kstart: [W, H, Tq] or ``None``. Returns [B, H, Tq, D]
     float32.
     """
+    from lctx.models.bam import ggd_bias
+
     B, H, Tq, D = q.shape
     Tk = k.shape[2]
     if Tk != past + Tq:
@@ -297,6 +311,7 @@ def flash_prior_blocked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec:
     one, zero = torch.ones(H, 1, 1, device=dev), torch.zeros(H, 1, 1, device=dev)
     p0 = live(spec.slope if spec.kind == "alibi" else spec.ainv, one)
     beta, mu, ss = live(spec.beta, one), live(spec.mu, zero), live(spec.ssmax, one)
+    amp = live(spec.amp, one)
     ks = kstart.to(dev) if kstart is not None else None
     step = max(16, min(Tq, block_bytes // max(1, 4 * B * H * Tk)))
     out = torch.empty(B, H, Tq, D, device=dev, dtype=torch.float32)
@@ -311,7 +326,7 @@ def flash_prior_blocked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec:
         tile = torch.zeros(1, e - a, hi - lo, device=dev)  # the block's additive logit tile [H|1, tq, w]
         if spec.kind != "none":
             dist = (i - j).float()[None]
-            tile = -p0 * dist if spec.kind == "alibi" else -torch.pow((dist - mu).abs() * p0 + spec.eps, beta)
+            tile = -p0 * dist if spec.kind == "alibi" else ggd_bias(dist, amp, p0, beta, mu, spec.eps)
             if spec.scale_bias and c is not None:
                 tile = tile * c
         ok = (j <= i)[None]
@@ -356,6 +371,8 @@ def flash_prior_flex(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec: Pr
     from torch.nn.attention import flex_attention as flex_module
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
+    from lctx.models.bam import ggd_bias
+
     aux_request = getattr(flex_module, "AuxRequest", None)
     B, H, Tq, D = q.shape
     Tk = k.shape[2]
@@ -369,6 +386,7 @@ def flash_prior_flex(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec: Pr
     beta = live(spec.beta, torch.ones(H, device=dev))
     mu = live(spec.mu, torch.zeros(H, device=dev))
     s = live(spec.ssmax, torch.ones(H, device=dev))
+    amp = live(spec.amp, torch.ones(H, device=dev))
     kind, eps, scale_bias, use_ss = spec.kind, float(spec.eps), bool(spec.scale_bias), spec.ssmax is not None
     sm = 1.0 / math.sqrt(D)
     past_t = torch.tensor(past, device=dev)  # a tensor, not a constant: no recompile per prefill chunk
@@ -379,7 +397,7 @@ def flash_prior_flex(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec: Pr
         out = score * c  # flex has already multiplied by the scale passed below
         if kind != "none":
             dist = (qp - kj).to(torch.float32)
-            bias = -p0[h] * dist if kind == "alibi" else -torch.pow(torch.abs(dist - mu[h]) * p0[h] + eps, beta[h])
+            bias = -p0[h] * dist if kind == "alibi" else ggd_bias(dist, amp[h], p0[h], beta[h], mu[h], eps)
             out = out + (bias * c if scale_bias else bias)
         return out
 
@@ -424,7 +442,8 @@ def attend_fast(variant, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx)
         return None
     needs_grad = torch.is_grad_enabled() and (
         any(t.requires_grad for t in (q, k, v))
-        or any(t is not None and t.requires_grad for t in (spec.slope, spec.ainv, spec.beta, spec.mu, spec.ssmax)))
+        or any(t is not None and t.requires_grad for t in (spec.slope, spec.ainv, spec.beta, spec.mu, spec.ssmax,
+                                                            spec.amp)))
     name = getattr(variant, "variant_name", "?")
     if not needs_grad and triton_runs(q.device) and (q.is_cuda or q.dtype == torch.float32):
         out, _ = flash_prior_triton(q, k, v, spec, past=ctx.past)

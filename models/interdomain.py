@@ -476,8 +476,12 @@ def _opt(opts: dict, key: str, default, cast):
 
 
 def _no_weight_decay(*params: nn.Parameter) -> None:
-    """Mark SSM parameters as s4d.py's ``register`` does (``p._optim = {"weight_decay": 0.0}``) so an
-    optimiser that reads the flag keeps weight decay off A, Delta and B (lctx's trainer does not yet)."""
+    """Mark parameters as s4d.py's ``register`` does (``p._optim = {"weight_decay": 0.0}``): ``lctx train``
+    (:func:`lctx.harness.train.train`) reads the flag and keeps weight decay off them. Marked: the SSM's
+    A, Delta and B (the state-spaces/s4 convention) and the gains and biases that are stored as
+    multi-dimensional tensors (input-norm gains, per-head key/value biases, S4D's skip gain D), which the
+    trainer's dimension rule (decay tensors of 2 or more dims) would otherwise decay (GPT-3's rule, and
+    the BAM reference's ``train.py`` lines 306-318: no decay on gains and biases)."""
     for p in params:
         p._optim = {"weight_decay": 0.0}
 
@@ -492,6 +496,8 @@ class Interdomain(_FixedState):
     Parameters (per layer): ``log_dt`` [H] (Delta = exp(log_dt)), ``log_A_real`` [H, N], ``A_imag`` [H, N],
     ``B`` [H, N, 2] (real, imaginary; init 1 + 0i), ``conv_q``/``conv_k`` [H, D, K] (init U(+-1/sqrt K),
     torch's Conv1d default), ``norm_weight`` [H, 2D] (init 1), ``bias_k``/``bias_v`` [H, D] (init 0).
+    ``lctx train`` decays only the convolution weights among them (A, Delta, B, the gain and the biases
+    are marked by :func:`_no_weight_decay`).
     With the conjugate readout only |B_n| matters (the phase cancels in conj(a) Gamma).
 
     ``config.variant_options``:
@@ -555,7 +561,8 @@ class Interdomain(_FixedState):
         self.norm_weight = nn.Parameter(torch.ones(H, 2 * D))
         self.bias_k = nn.Parameter(torch.zeros(H, D))
         self.bias_v = nn.Parameter(torch.zeros(H, D))
-        _no_weight_decay(self.log_dt, self.log_A_real, self.A_imag, self.B)
+        _no_weight_decay(self.log_dt, self.log_A_real, self.A_imag, self.B, self.norm_weight, self.bias_k,
+                         self.bias_v)
 
     def ssm(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(Delta A, Bbar), complex64 [H, N], from the current parameters (:func:`zoh`)."""
@@ -632,7 +639,8 @@ class S4D(_FixedState):
 
     Parameters (per layer): ``log_dt`` [H, D], ``log_A_real`` [H, D, N], ``A_imag`` [H, D, N] (S4D-Lin),
     ``C`` [H, D, N, 2] (real, imaginary parts; init as S4D's ``torch.randn(cfloat)``: N(0, 1/2) each),
-    ``D`` [H, D] (init N(0, 1)).
+    ``D`` [H, D] (init N(0, 1)). ``lctx train`` decays only ``C`` (the others are marked by
+    :func:`_no_weight_decay`).
 
     ``config.variant_options``: ``s4d_modes`` N (default 16), ``s4d_chunk`` (default 64), ``s4d_dt_min``,
     ``s4d_dt_max`` (default 1e-3, 1e-1). State per layer: N complex numbers per channel.
@@ -658,7 +666,7 @@ class S4D(_FixedState):
         self.A_imag = nn.Parameter(a_imag)
         self.C = nn.Parameter(torch.randn(H, D, self.n_modes, 2) * math.sqrt(0.5))
         self.D = nn.Parameter(torch.randn(H, D))
-        _no_weight_decay(self.log_dt, self.log_A_real, self.A_imag)
+        _no_weight_decay(self.log_dt, self.log_A_real, self.A_imag, self.D)
 
     def ssm(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(Delta A, Bbar, C), complex64 [H, D, N]."""

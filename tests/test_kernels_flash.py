@@ -28,7 +28,8 @@ def make_spec(kind: str, H: int, ssmax: bool = False, scale_bias: bool = False, 
     return PriorSpec(kind=kind, slope=torch.rand(H, generator=g) + 0.05,
                      ainv=torch.rand(H, generator=g) + 0.1, beta=torch.randn(H, generator=g),
                      mu=torch.randn(H, generator=g),
-                     ssmax=(torch.rand(H, generator=g) + 0.5) if ssmax else None, scale_bias=scale_bias)
+                     ssmax=(torch.rand(H, generator=g) + 0.5) if ssmax else None, scale_bias=scale_bias,
+                     amp=torch.rand(H, generator=g) + 0.2)
 
 
 def qkv(B, H, Tq, past, D, seed=0):
@@ -119,6 +120,39 @@ def test_ggd_with_beta_one_is_alibi_in_kernel_terms():
     a = prior_bias(PriorSpec("alibi", slope=m), d)
     g = prior_bias(PriorSpec("ggd", ainv=m, beta=torch.ones(2), mu=torch.zeros(2), eps=0.0), d.abs())
     torch.testing.assert_close(a.abs(), g.abs())
+
+
+@pytest.mark.parametrize("form", ["reference", "paper", "legacy"])
+def test_every_fast_path_computes_the_ggd_prior_module_of_each_form(form):
+    # the GGD-BAM prior as the model's reference computes it (GGDPrior.forward, issue 12's forms) against
+    # the dense kernel reference, the blocked CPU path, eager FlexAttention and (where it runs) Triton
+    from lctx.models.bam import GGDPrior
+
+    H, T, past = 3, 45, 20
+    g = torch.Generator().manual_seed(4)
+    prior = GGDPrior(H, learn_mu=True, form=form)
+    with torch.no_grad():
+        prior.theta_alpha.add_(0.5 * torch.randn(H, generator=g))
+        prior.beta.copy_(torch.randn(H, generator=g))
+        prior.theta_mu.copy_(torch.randn(H, generator=g))
+    amp, ainv, beta, mu = prior.kernel_params()
+    ss = torch.rand(H, generator=g) + 0.5
+    q, k, v = qkv(1, H, T, past, 8, seed=11)
+    for scale_bias in (True, False):
+        spec = PriorSpec("ggd", amp=amp, ainv=ainv, beta=beta, mu=mu, eps=prior.eps, ssmax=ss, scale_bias=scale_bias)
+        i = torch.arange(past, past + T)
+        bias = prior(i[None], torch.arange(past + T)[None])[0].detach().to(DEV)  # [H, T, Tk]
+        c = (ss[:, None] * torch.log((i + 1).float())[None]).to(DEV)[:, :, None]  # [H, T, 1]
+        logits = c * (q @ k.transpose(-1, -2)) / math.sqrt(8) + (c * bias if scale_bias else bias)
+        ok = (torch.arange(past + T)[None, :] <= i[:, None]).to(DEV)
+        want = torch.softmax(logits.masked_fill(~ok, float("-inf")), -1) @ v
+        torch.testing.assert_close(dense_prior_attention(q, k, v, spec, past=past)[0][0], want, atol=2e-5, rtol=1e-4)
+        torch.testing.assert_close(flash_prior_blocked(q, k, v, spec, past=past, block_bytes=4096), want,
+                                   atol=2e-5, rtol=1e-4)
+        torch.testing.assert_close(flash_prior_flex(q, k, v, spec, past=past, compile=False)[0][0], want,
+                                   atol=2e-5, rtol=1e-4)
+        if CPU_TRITON or torch.cuda.is_available():
+            torch.testing.assert_close(flash_prior_triton(q, k, v, spec, past=past)[0][0], want, atol=2e-5, rtol=1e-4)
 
 
 FAST_VARIANTS = ["nope", "rope", "alibi", "sinusoidal", "ggd_bam", "ggd_bam+ssmax", "rope+ssmax", "alibi+ssmax",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
 from lctx.models import LctxForCausalLM, alibi_slopes
@@ -115,3 +116,31 @@ def test_training_resamples_eval_is_fixed():
     other_layer = m.model.layers[1].attn.variant
     m.eval()
     assert not torch.equal(var.bins()[0], other_layer.bins()[0])  # seed + layer index
+
+
+def test_max_bin_width_grows_like_sigma_log_s():
+    # Seed 003 bounds the largest block b_max with high probability. The width of each sampled binning is
+    # Gamma(2, sigma), P(W > x) = (1 + x/sigma) e^(-x/sigma), so the largest of s widths is
+    # sigma (log s + log log s + O(1)): E[b_max] / sigma is computed here by integrating 1 - F(x)^s (hand
+    # computation of the exact expectation) and compared with the mean over 400 draws of s binnings.
+    def exact(s):
+        x = torch.linspace(0, 80, 400001, dtype=torch.float64)
+        return torch.trapezoid(1 - (1 - (1 + x) * torch.exp(-x)) ** s, x).item()
+
+    ss = (4, 16, 64, 256, 1024)
+    means = {}
+    for sigma in (4.0, 64.0):
+        for s in ss:
+            w, _ = sample_bins(torch.tensor([1 / sigma]), 400 * s, torch.Generator().manual_seed(s))
+            means[sigma, s] = w.view(400, s).amax(1).mean().item()  # 400 independent sets of s binnings
+            assert means[sigma, s] / sigma == pytest.approx(exact(s), rel=0.05), (sigma, s)
+        # linear in sigma: b_max / sigma does not depend on sigma (widths are sigma x a Gamma(2, 1) draw)
+    for s in ss:
+        assert means[4.0, s] / 4.0 == pytest.approx(means[64.0, s] / 64.0, rel=1e-9)
+    # growth like sigma log s: each 4x more samples adds about sigma log 4 (1 + 1/log s from log log s)
+    for a, b in zip(ss, ss[1:]):
+        step = (means[64.0, b] - means[64.0, a]) / (64.0 * math.log(4))
+        assert 0.95 < step < 1.35, (a, b, step)
+    # and b_max / (sigma log s) falls toward 1 as s grows
+    r = [means[64.0, s] / (64.0 * math.log(s)) for s in ss]
+    assert all(x > y for x, y in zip(r, r[1:])) and 1.0 < r[-1] < 1.5

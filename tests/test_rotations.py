@@ -120,3 +120,26 @@ def test_learned_padding_does_not_turn_the_route():
     batch = torch.cat([torch.zeros(1, 4, dtype=torch.long), a], 1)
     mask = torch.cat([torch.zeros(1, 4, dtype=torch.long), torch.ones(1, 8, dtype=torch.long)], 1)
     assert torch.allclose(m(batch, attention_mask=mask).logits[0, 4:], m(a).logits[0], atol=1e-5)
+
+
+@pytest.mark.parametrize("spread,d,want", [
+    (1.0, 1, 0.61), (1.0, 4, 0.14), (1.0, 16, 0.0),  # issue 12's numbers for the old default: a 2-token window
+    (0.25, 1, 0.969), (0.25, 16, 0.607), (0.25, 32, 0.368), (0.25, 64, 0.135),  # exp(-spread^2 d / 2)
+])
+def test_mixing_window_of_random_rotations(spread, d, want):
+    # E cos(theta_i - theta_{i-d}) of the random part (base 0): the sum of d N(0, spread^2) steps has
+    # characteristic function exp(-spread^2 d / 2) (hand computation), measured over 4 x 32 x 2K samples
+    ra = RandomAngles(4, 32, torch.zeros(32), spread=spread, seed=0, layer=0)
+    th = ra.theta(torch.arange(2048)[None])[0]
+    assert torch.cos(th[:, d:] - th[:, :-d]).mean().item() == pytest.approx(want, abs=0.015)
+
+
+def test_default_spread_is_recorded_and_legacy_keeps_one():
+    from lctx.models import LctxConfig
+
+    cfg = tiny_config("acc_rot")
+    assert cfg.variant_options["acc_rot_spread"] == 0.25  # 2 / 0.25^2 = 32-token window
+    assert get_variant("acc_rot")(cfg, 0).spread == 0.25
+    old = LctxConfig.from_dict({**{k: v for k, v in cfg.to_dict().items() if k != "options_version"},
+                                "variant_options": {}})
+    assert old.options_version == 1 and old.variant_options["acc_rot_spread"] == 1.0

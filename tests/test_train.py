@@ -108,3 +108,135 @@ def test_bad_args(tmp_path, docs, bad, match):
     with pytest.raises(LctxError, match=match):
         train(docs, tmp_path / "bad", **{**TINY, **bad})
     assert not (tmp_path / "bad").exists()
+
+
+# -- issue 12: weight decay on matrices only; retrieval documents in training -------------------------
+
+def test_weight_decay_exempts_gains_and_biases():
+    # interdomain's input-norm gain and per-head biases are 2-D but are gains/biases: no decay (issue 12 item 5)
+    import sys
+
+    from lctx.harness.train import param_groups
+    from lctx.models import LctxForCausalLM
+
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+    from helpers import tiny_config
+
+    m = LctxForCausalLM(tiny_config("interdomain"))
+    decay, rest = (set(g["names"]) for g in param_groups(m, 0.1))
+    for layer in range(2):
+        v = f"model.layers.{layer}.attn.variant."
+        assert {v + "norm_weight", v + "bias_k", v + "bias_v", v + "log_A_real", v + "B"} <= rest
+        assert {v + "conv_q", v + "conv_k", f"model.layers.{layer}.attn.q_proj.weight"} <= decay
+        assert f"model.layers.{layer}.attn_norm.weight" in rest
+    s4d = LctxForCausalLM(tiny_config("s4d"))
+    decay, rest = (set(g["names"]) for g in param_groups(s4d, 0.1))
+    assert "model.layers.0.attn.variant.D" in rest and "model.layers.0.attn.variant.C" in decay
+
+
+def test_weight_decay_groups_match_the_bam_reference_rule():
+    # port of BAM train.py lines 306-318: decayed iff p.squeeze().dim() >= 2 and 'prior' not in name
+    import sys
+
+    from lctx.harness.train import param_groups
+    from lctx.models import LctxForCausalLM
+
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+    from helpers import tiny_config
+
+    m = LctxForCausalLM(tiny_config("ggd_bam+ssmax"))
+    param_dict = {pn: p for pn, p in m.named_parameters() if p.requires_grad}
+    ref_decay = {n for n, p in param_dict.items() if p.squeeze().dim() >= 2 and "prior" not in n}
+    decay, rest = (set(g["names"]) for g in param_groups(m, 0.1))
+    assert decay == ref_decay and rest == set(param_dict) - ref_decay
+    assert any("prior.beta" in n for n in rest) and any("ssmax_scale" in n for n in rest)
+
+
+@pytest.fixture(scope="module")
+def doc_lm(docs):
+    from lctx.harness.train import TokenizerLM
+    from lctx.models.tokenizer import train_tokenizer
+
+    return TokenizerLM(train_tokenizer([t for _, t in docs], 400))
+
+
+def test_retrieval_documents_are_the_passkey_task_prompts(docs, doc_lm):
+    from lctx.harness.train import RetrievalMix, sample_batch
+    from lctx.tasks import Cell
+    from lctx.tasks.passkey import Passkey
+
+    stream = torch.tensor(doc_lm.encode(" ".join(t for _, t in docs)))
+    mix = RetrievalMix(fraction=0.5)
+    counter = [0]
+    b = sample_batch(stream, 8, 200, torch.Generator().manual_seed(0), mix, doc_lm, counter)
+    assert b.shape == (8, 200) and (b[:, 0] == 1).all()
+    assert counter[0] == 4  # half of 8 windows
+    texts = [doc_lm.decode(r.tolist()) for r in b]
+    assert all(t.startswith("There is an important info hidden") for t in texts[:4])
+    assert not any("The pass key is" in t for t in texts[4:])
+    for r, t in enumerate(texts[:4]):
+        ids = b[r].tolist()
+        eos = ids.index(2)
+        key = t.split("The pass key is ")[1][:5]
+        assert t.count(key) == 3  # needle (twice) and the answer
+        answer = doc_lm.encode(" " + key + ".")
+        assert ids[eos - len(answer): eos] == answer
+        assert doc_lm.decode(ids[: eos - len(answer)]).endswith("What is the pass key? The pass key is")
+    # a document is the very prompt the passkey task builds (same code) for a length that leaves room for
+    # " key." and EOS, then the answer and EOS
+    doc = mix.document(doc_lm, "passkey", 180, 0.37, 11)
+    n_answer = len(doc_lm.encode(" 11111."))
+    s = Passkey().build(doc_lm, Cell(180 - n_answer - 1, 0.37, 11), mix.seed)
+    assert doc == s.input_ids + doc_lm.encode(" " + s.meta["key"] + ".") + [2]
+    assert len(doc) <= 180
+    again = sample_batch(stream, 8, 200, torch.Generator().manual_seed(0), mix, doc_lm, [0])
+    assert torch.equal(b, again)  # deterministic in the generator
+
+
+def test_retrieval_niah_documents(docs, doc_lm, data_dir):
+    from lctx.harness.train import RetrievalMix
+
+    mix = RetrievalMix(fraction=1.0, tasks=("niah_single_1",), data_dir=str(data_dir))
+    doc = mix.document(doc_lm, "niah_single_1", 400, 0.3, 7)
+    text = doc_lm.decode(doc)
+    assert len(doc) <= 400 and doc[0] == 1 and doc[-1] == 2
+    import re
+
+    value = re.search(r"special magic numbers for [\w-]+ is: (\d{7})\.", text).group(1)  # the needle
+    assert text.rstrip().endswith(f"mentioned in the provided text is {value}.")
+
+
+def test_train_with_retrieval_mix_logs_it(docs, tmp_path):
+    from lctx.harness.train import RetrievalMix
+
+    with pytest.raises(LctxError, match="cannot hold a passkey retrieval document"):
+        train(docs, tmp_path / "short", **{**TINY, "steps": 1}, retrieval=RetrievalMix(fraction=0.25))
+    log = train(docs, tmp_path / "mix", **{**TINY, "steps": 4, "eval_every": 4, "context_length": 256},
+                retrieval=RetrievalMix(fraction=0.25))
+    assert log["retrieval"]["fraction"] == 0.25 and log["retrieval"]["tasks"] == ["passkey"]
+    assert all(0 <= e["passkey_tf_exact"] <= 1 for e in log["evals"])  # the learning curve of retrieval
+    assert 4 <= log["retrieval_docs"] <= 12  # 8 windows x 4 steps x 0.25 = 8 in expectation, at most 2 per step
+    with pytest.raises(LctxError, match="retrieval fraction"):
+        train(docs, tmp_path / "bad", **TINY, retrieval=RetrievalMix(fraction=1.5))
+    with pytest.raises(LctxError, match="unknown task"):
+        train(docs, tmp_path / "bad", **TINY, retrieval=RetrievalMix(fraction=0.5, tasks=("passkeys",)))
+
+
+def test_passkey_probe_matches_the_passkey_tasks_digit_accuracy(run, doc_lm):
+    # the training-time probe is the passkey task's teacher-forced digit_acc on the same prompts
+    from lctx.harness.lm import load_lm
+    from lctx.harness.train import passkey_probe
+    from lctx.tasks import Cell
+    from lctx.tasks.passkey import Passkey
+
+    out, _ = run
+    lm = load_lm(str(out), device="cpu")
+    task = Passkey()
+    prompts, want = [], []
+    for i in range(3):
+        s = task.build(lm, Cell(220, i / 2, i), 3)
+        answer = lm.encode(" " + s.meta["key"])
+        prompts.append((s.input_ids, answer, [j for j, t in enumerate(answer) if lm.decode([t]).strip().isdigit()]))
+        want.append(task.score(lm, s)["digit_acc"])
+    got = passkey_probe(lm.model, prompts, torch.device("cpu"))
+    assert got["passkey_tf_digit_acc"] == pytest.approx(sum(want) / 3, abs=1e-6)

@@ -1,0 +1,47 @@
+# Shared by results/2026-12-01-seed*/run.sh (issue 12's seed experiments); source it, do not run it.
+#
+# Tiny models on CPU: one thread per process is 2-3x more CPU-efficient than two for these sizes
+# (measured: a 172K-parameter training step at 16 x 128 tokens took 0.10 CPU-s with 1 thread and 0.34
+# with 2, on a shared 2-core machine), so each training / evaluation runs single-threaded and JOBS of
+# them (default 2, one per core) run side by side.
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+JOBS="${JOBS:-2}"
+DATA="${LCTX_DATA_DIR:-$HERE/../../../shared/data}"
+B="$DATA/books"
+BOOKS=(--data "$B/pg1342_pride_and_prejudice.txt" --data "$B/pg1661_adventures_of_sherlock_holmes.txt"
+       --data "$B/pg345_dracula.txt")
+HELDOUT="$B/pg98_a_tale_of_two_cities.txt"
+START=$(date +%s)
+
+par() {  # run "$@" in the background, at most JOBS at a time; `wait` (set -e) reports a failure
+  while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n; done
+  "$@" &
+}
+
+train_model() {  # train_model NAME VARIANT [lctx train args ...]: skipped when the checkpoint exists
+  local n="$1" v="$2"; shift 2
+  [ -f "$OUT/ckpt/$n/model.safetensors" ] && return 0
+  lctx train --variant "$v" "${BOOKS[@]}" "${TRAIN_ARGS[@]}" "$@" --no-progress --out "$OUT/ckpt/$n" \
+    > "$OUT/logs/train_$n.log" 2>&1
+}
+
+eval_model() {  # eval_model NAME [lctx run args ...]: one run directory per model (resumable)
+  local n="$1"; shift
+  eval_as "$n" "$n" "$@"
+}
+
+eval_as() {  # eval_as RUN NAME [lctx run args ...]: model NAME evaluated into run directory RUN
+  local r="$1" n="$2"; shift 2
+  lctx run -m "$OUT/ckpt/$n" "$@" --no-progress --out "$OUT/run/$r" > "$OUT/logs/run_$r.log" 2>&1
+}
+
+finish() {  # finish TITLE [lctx report args ...]: report, timing, copies into $HERE
+  local title="$1"; shift
+  lctx report "$OUT"/run/* --out "$OUT/report" --title "$title" "$@" > "$OUT/logs/report.log" 2>&1
+  echo "wall $(( $(date +%s) - START )) s; CPU user/sys of the commands (children): $(times | tail -1)" \
+    | tee "$OUT/time.txt"
+  mkdir -p "$HERE/plots"
+  cp "$OUT/report/report.md" "$OUT/report/summary.csv" "$OUT/time.txt" "$HERE/"
+  cp "$OUT"/report/plots/*.png "$HERE/plots/"
+  for d in "$OUT"/ckpt/*/; do cp "$d/train_log.json" "$HERE/train_log_$(basename "$d").json"; done
+}
