@@ -178,7 +178,7 @@ def run(
     allow_beyond_max: bool = typer.Option(False, "--allow-beyond-max", help="Run lengths past a checkpoint's declared maximum."),
     attn_impl: Optional[str] = typer.Option(None, "--attn-impl", help="lctx models: reference, sdpa or fast (Triton on GPU, FlexAttention on CPU); default: the checkpoint's. Recorded in the table."),
     task_option: List[str] = typer.Option(None, "--task-option", help="Task option TASK.KEY=VALUE (repeatable; VALUE parsed as JSON when it can be), e.g. niah_single_1.match=digits."),
-    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", envvar="LCTX_CACHE_DIR", help="Where tasks that cache built samples (niah_*) keep them (default: OUT/sample_cache)."),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", envvar="LCTX_CACHE_DIR", help="Cache root: built samples of niah_* (default: OUT/sample_cache) and dequantised GGUF checkpoints (default: the user cache dir, ~/.cache/lctx)."),
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Run Python code shipped with a Hugging Face checkpoint (auto_map). Off by default."),
     attn_override: Optional[str] = typer.Option(None, "--attn-override", help="Change the attention of the loaded models: ssmax[:s=X] (Scalable-Softmax, s fixed, default 1) or alibi_lsh[:s=N] (ALiBi models); recorded in the variant column."),
     memory_check: bool = typer.Option(True, "--memory-check/--no-memory-check", help="Refuse, before the sweep, a run whose longest prefill does not fit the device (memory model of `lctx plan`)."),
@@ -253,7 +253,8 @@ def run(
 
         parse_override(attn_override)  # a bad spec fails before any model loads
     lms = [load_lm(p, device=device, dtype=dtype, chunk_size=chunk_size, trust_remote_code=trust_remote_code,
-                   attn_override=attn_override, attn_impl=attn_impl) for p in paths]
+                   attn_override=attn_override, attn_impl=attn_impl, cache_dir=cache_dir,
+                   log=lambda m: typer.echo(m, err=True)) for p in paths]
     names = [lm.name for lm in lms]
     if len(set(names)) != len(names):
         for i, lm in enumerate(lms):
@@ -480,6 +481,23 @@ def convert_llama2c(
     check_writable_dir(out)
     path = convert_fn(src, tokenizer, out)
     typer.echo(f"wrote {path} (LlamaForCausalLM + tokenizer); run it with `lctx run --model {path}`")
+
+
+@convert_app.command("gguf")
+def convert_gguf(
+    src: Path = typer.Argument(..., help="GGUF file (.gguf), e.g. a llama.cpp Q4_1 / Q8_0 / K-quant checkpoint."),
+    out: Path = typer.Option(..., "--out", "-o", help="Directory to write the Hugging Face checkpoint into."),
+    dtype: str = typer.Option("float32", "--dtype", help="Dtype of the dequantised weights: float32, bfloat16 or float16."),
+):
+    """Dequantise a GGUF checkpoint (transformers' GGUF support) into a Hugging Face directory (safetensors + tokenizer with its chat template)."""
+    from lctx.harness.gguf import convert_gguf as convert_fn, find_gguf
+
+    gguf_file = find_gguf(src)
+    if gguf_file is None:
+        raise LctxError(f"{str(src)!r} is not a .gguf file (nor a directory holding one); pass the GGUF file")
+    check_writable_dir(out)
+    path = convert_fn(gguf_file, out, dtype=dtype)
+    typer.echo(f"wrote {path} (dequantised to {dtype}); run it with `lctx run --model {path}`")
 
 
 @app.command()

@@ -235,8 +235,13 @@ class LM:
 
 def load_lm(path: str, device: str = "auto", dtype: str = "float32", name: str | None = None,
             chunk_size: int = 2048, trust_remote_code: bool = False, attn_override: str | None = None,
-            attn_impl: str | None = None) -> LM:
-    """Load a checkpoint directory (lctx or Hugging Face causal LM) as an :class:`LM`.
+            attn_impl: str | None = None, cache_dir: str | None = None, log=None) -> LM:
+    """Load a checkpoint (lctx or Hugging Face causal-LM directory, or a GGUF file) as an :class:`LM`.
+
+    A ``.gguf`` file, or a directory holding exactly one (and no ``config.json``), is dequantised to
+    ``dtype`` by transformers' GGUF support into a Hugging Face directory cached under ``cache_dir`` (default
+    the user cache directory) and keyed by the file's SHA-256 (:mod:`lctx.harness.gguf`); the model's name is
+    the file's stem and ``LM.path`` the file itself.
 
     Weights: ``*.safetensors`` when the directory has any (``use_safetensors=True``); otherwise a
     ``.bin`` through ``torch.load(weights_only=True)`` (transformers' loader, which refuses pickled code).
@@ -246,7 +251,9 @@ def load_lm(path: str, device: str = "auto", dtype: str = "float32", name: str |
     :mod:`lctx.kernels`) replaces the checkpoint's ``config.attn_impl``; ``None`` keeps it.
 
     Raises:
-        LctxError: the directory does not exist, has no ``config.json``, needs remote code without
+        LctxError: the path does not exist, a directory has no ``config.json`` (nor one ``.gguf``), a GGUF
+            file is truncated or of an architecture transformers cannot load from GGUF, a directory
+            holds several ``.gguf`` files, a directory needs remote code without
             ``trust_remote_code``, fails to load (corrupt or incomplete weights, unsafe pickle, no
             tokenizer), or cannot take the override; the message says what to do.
     """
@@ -255,10 +262,18 @@ def load_lm(path: str, device: str = "auto", dtype: str = "float32", name: str |
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # one lctx progress bar, not one per checkpoint shard
+    from .gguf import cached_gguf_dir, find_gguf
+
+    gguf_file = find_gguf(path)
+    source = path
+    if gguf_file is not None:
+        path, _ = cached_gguf_dir(gguf_file, dtype=dtype, cache_dir=cache_dir, log=log)
+        name = name or gguf_file.stem
+        source = str(gguf_file)
     p = Path(path)
     if not p.is_dir():
-        raise LctxError(f"checkpoint {path!r} is not a directory; pass a folder written by `lctx train` "
-                        "or save_pretrained (or omit --model for the bundled default)")
+        raise LctxError(f"checkpoint {path!r} is not a directory nor a .gguf file; pass a folder written by "
+                        "`lctx train` or save_pretrained, a .gguf file (or omit --model for the bundled default)")
     if not (p / "config.json").is_file():
         raise LctxError(f"checkpoint {path!r} has no config.json; pass a folder written by `lctx train` "
                         "or save_pretrained")
@@ -299,7 +314,7 @@ def load_lm(path: str, device: str = "auto", dtype: str = "float32", name: str |
     variant = getattr(config, "variant", None) or config.model_type
     train_length = getattr(config, "train_length", None)
     max_length = getattr(config, "max_position_embeddings", None)
-    lm = LM(model=model, tokenizer=tok, name=name or p.resolve().name, path=str(p), variant=variant,
+    lm = LM(model=model, tokenizer=tok, name=name or p.resolve().name, path=str(source), variant=variant,
             train_length=train_length, max_length=max_length, device=dev, dtype=dt, chunk_size=chunk_size,
             attn_impl=impl)
     if attn_override:

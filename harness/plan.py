@@ -158,6 +158,17 @@ def load_config(path: str):
     from transformers import AutoConfig
 
     p = Path(path)
+    from .gguf import check_header, find_gguf
+
+    gguf_file = find_gguf(p)
+    if gguf_file is not None:  # the config inside a GGUF file (read by transformers; no tensors dequantised)
+        check_header(gguf_file)
+        try:
+            return AutoConfig.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name)
+        except Exception as e:  # noqa: BLE001
+            from .gguf import _load_error
+
+            raise _load_error(gguf_file, e) from None
     if not p.is_dir() or not (p / "config.json").is_file():
         raise LctxError(f"--model {path!r} is not a checkpoint directory with a config.json; pass a folder "
                         "written by `lctx train` or save_pretrained")

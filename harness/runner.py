@@ -50,7 +50,7 @@ def fingerprint(path: str) -> str:
     so rerunning into the same ``--out`` after retraining a checkpoint does not reuse stale records."""
     p = Path(path)
     parts = [str(p.resolve())]
-    for w in sorted(p.glob("*.safetensors")) + sorted(p.glob("*.bin")):
+    for w in [p] if p.is_file() else sorted(p.glob("*.safetensors")) + sorted(p.glob("*.bin")):  # a file: GGUF
         st = w.stat()
         parts.append(f"{w.name}:{st.st_size}:{int(st.st_mtime)}")
     import hashlib

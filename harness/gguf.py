@@ -1,0 +1,226 @@
+"""GGUF checkpoints (llama.cpp's single-file format) as Hugging Face directories, through transformers' own
+GGUF support (``from_pretrained(dir, gguf_file=...)``, the ``gguf`` package; reference: transformers
+``modeling_gguf_pytorch_utils.py`` and the GGUF spec in ggml-org/ggml ``docs/gguf.md``).
+
+transformers reads the config, the tokenizer (with its chat template) and the tensors from the file and
+dequantises every tensor (Q4_0, Q4_1, Q8_0, K-quants, ...) to float; lctx then saves the result as a plain
+Hugging Face directory (``model.safetensors``, ``config.json``, tokenizer files, ``lctx_gguf.json`` naming
+the source file and its SHA-256). That directory is cached under ``<cache root>/gguf/<sha256>-<dtype>/``,
+keyed by the file's **content** hash, so the next load of the same bytes takes seconds and a changed file
+(same name, same size, same mtime or not) never meets a stale cache. The cache root is ``--cache-dir`` /
+``LCTX_CACHE_DIR`` when given, else the user cache directory (``$XDG_CACHE_HOME/lctx``, default
+``~/.cache/lctx``).
+
+Dequantised weights are not the original weights: a Q4_1 file gives the values llama.cpp computes with,
+stored exactly in float32 (``--dtype bfloat16`` rounds them once more).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from .errors import LctxError
+
+GGUF_MAGIC = b"GGUF"
+META_FILE = "lctx_gguf.json"  # provenance of a converted directory (source file, sha256, dtype)
+
+
+def user_cache_root() -> Path:
+    """The default cache root: ``$XDG_CACHE_HOME/lctx`` or ``~/.cache/lctx`` (no network, no registry)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "lctx"
+
+
+def find_gguf(path: str | os.PathLike) -> Path | None:
+    """The GGUF file ``path`` names: the file itself when it ends in ``.gguf``, or the one ``.gguf`` of a
+    directory without a ``config.json`` (a Hugging Face directory stays one). ``None`` otherwise.
+
+    Raises:
+        LctxError: a directory (without config.json) holding several ``.gguf`` files.
+    """
+    p = Path(path)
+    if p.is_file():
+        return p if p.suffix.lower() == ".gguf" else None
+    if p.is_dir() and not (p / "config.json").is_file():
+        files = sorted(f for f in p.iterdir() if f.suffix.lower() == ".gguf" and f.is_file())
+        if len(files) > 1:
+            names = ", ".join(f.name for f in files[:4]) + (", ..." if len(files) > 4 else "")
+            raise LctxError(f"directory {str(p)!r} holds {len(files)} .gguf files ({names}); pass the one to "
+                            f"evaluate, e.g. --model {str(p / files[0].name)!r}")
+        return files[0] if files else None
+    return None
+
+
+def sha256_file(path: str | os.PathLike, block: int = 1 << 22) -> str:
+    """Hex SHA-256 of a file's bytes (read in 4 MiB blocks; about 0.1 s per 100 MB)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(block):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def check_header(path: Path) -> None:
+    """Refuse a file that does not start like a GGUF file (magic ``GGUF``, then a uint32 version).
+
+    Raises:
+        LctxError: unreadable, shorter than the header, or another format.
+    """
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+    except OSError as e:
+        raise LctxError(f"cannot read GGUF file {str(path)!r} ({e.strerror or e})") from None
+    if len(head) < 8:
+        raise LctxError(f"GGUF file {str(path)!r} is truncated ({len(head)} bytes, not even a header); "
+                        "download or copy it again")
+    if head[:4] != GGUF_MAGIC:
+        raise LctxError(f"{str(path)!r} is not a GGUF file (it starts with {head[:4]!r}, not b'GGUF'); pass a "
+                        ".gguf file or a Hugging Face checkpoint directory")
+
+
+def _first_line(e: BaseException) -> str:
+    s = str(e).strip().splitlines()
+    return (s[0] if s else type(e).__name__)[:200]
+
+
+def _expected_size(path: Path) -> int | None:
+    """Bytes a complete file needs (end of its last tensor) when the header and tensor table parse."""
+    try:
+        from gguf import GGUFReader
+
+        r = GGUFReader(str(path))
+        return max(int(t.data_offset) + int(t.n_bytes) for t in r.tensors) if r.tensors else None
+    except Exception:  # noqa: BLE001 - a damaged table: the caller reports the original error
+        return None
+
+
+def _load_error(path: Path, e: BaseException) -> LctxError:
+    """Turn a transformers/gguf failure on ``path`` into one line: unsupported architecture, truncated
+    file, or damaged file."""
+    msg = _first_line(e)
+    if "is not supported yet" in msg or "architecture" in msg.lower() and "support" in msg.lower():
+        import transformers
+        from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+
+        arch = msg.split("architecture", 1)[-1].split("is not", 1)[0].strip() or "?"
+        return LctxError(f"GGUF file {str(path)!r} holds a {arch!r} model, an architecture transformers "
+                         f"{transformers.__version__} cannot load from GGUF (it can: "
+                         f"{', '.join(sorted(GGUF_SUPPORTED_ARCHITECTURES))}); use a Hugging Face directory of "
+                         "the model instead")
+    size = path.stat().st_size
+    need = _expected_size(path)
+    if need is not None and need > size:
+        return LctxError(f"GGUF file {str(path)!r} is truncated ({size:,} bytes; its tensors need {need:,}); "
+                         "download or copy it again")
+    return LctxError(f"GGUF file {str(path)!r} is truncated or damaged ({type(e).__name__}: {msg}); "
+                     "download or copy it again")
+
+
+def convert_gguf(src: str | os.PathLike, out: str | os.PathLike, dtype: str = "float32",
+                 sha256: str | None = None) -> Path:
+    """Dequantise a GGUF checkpoint into a Hugging Face directory ``out`` (written whole, then moved into
+    place): ``model.safetensors`` in ``dtype``, ``config.json``, the tokenizer (its chat template
+    included) and ``lctx_gguf.json`` = {source, source_name, sha256, size_bytes, dtype, transformers}.
+
+    Returns ``out``. Takes about 30 s for a 135M-parameter Q4_1 file on 2 CPU cores.
+
+    Raises:
+        LctxError: not a GGUF file, truncated or damaged, an architecture transformers cannot load from
+            GGUF, or an unknown dtype.
+    """
+    import torch  # noqa: F401
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    from .lm import resolve_dtype
+
+    src = Path(src)
+    if not src.is_file():
+        raise LctxError(f"GGUF file {str(src)!r} does not exist; pass the path of a .gguf file")
+    check_header(src)
+    dt = resolve_dtype(dtype)
+    digest = sha256 or sha256_file(src)
+    hf_logging.disable_progress_bar()
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        tok = AutoTokenizer.from_pretrained(str(src.parent), gguf_file=src.name)
+        model = AutoModelForCausalLM.from_pretrained(str(src.parent), gguf_file=src.name, dtype=dt)
+    except LctxError:
+        raise
+    except Exception as e:  # noqa: BLE001 - transformers/gguf raise many kinds; classify into one line
+        raise _load_error(src, e) from None
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    # transformers marks a GGUF-loaded model as "quantized" (its GGUF quantizer only dequantised the
+    # tensors) and refuses to save it; the weights are plain tensors now, so drop the marks
+    model.hf_quantizer = None
+    for attr in ("is_quantized", "quantization_method"):
+        if attr in model.__dict__:
+            delattr(model, attr)
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tok.save_pretrained(tmp)
+        (tmp / META_FILE).write_text(json.dumps(
+            {"source": str(src.resolve()), "source_name": src.name, "sha256": digest,
+             "size_bytes": src.stat().st_size, "dtype": str(dt).replace("torch.", ""),
+             "transformers": transformers.__version__}, indent=2))
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def cached_gguf_dir(src: str | os.PathLike, dtype: str = "float32", cache_dir: str | os.PathLike | None = None,
+                    log=None) -> tuple[Path, str]:
+    """The Hugging Face directory of a GGUF file, converted on first use into
+    ``<cache root>/gguf/<sha256>-<dtype>/`` (see the module docstring); returns (directory, sha256).
+
+    A cache entry counts only when complete (its ``lctx_gguf.json`` names the same hash); a half-written
+    one from a killed process is rebuilt. Two processes converting at once each write a private temporary
+    directory and the later rename wins, so neither sees a partial directory.
+
+    Raises:
+        LctxError: as :func:`convert_gguf`, or a cache root that cannot be written.
+    """
+    from .lm import resolve_dtype
+
+    src = Path(src)
+    check_header(src)
+    dt = str(resolve_dtype(dtype)).replace("torch.", "")
+    digest = sha256_file(src)
+    root = Path(cache_dir) if cache_dir not in (None, "") else user_cache_root()
+    target = root / "gguf" / f"{digest}-{dt}"
+    try:
+        meta = json.loads((target / META_FILE).read_text())
+        if meta.get("sha256") == digest and any(target.glob("*.safetensors")):
+            return target, digest
+    except (OSError, ValueError):
+        pass
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise LctxError(f"cannot write the GGUF cache under {str(root)!r} ({e.strerror or e}); pass a writable "
+                        "--cache-dir") from None
+    import time
+
+    t0 = time.perf_counter()
+    convert_gguf(src, target, dtype=dt, sha256=digest)
+    if log:  # after the conversion, so that a refused file gets its one error line alone
+        log(f"dequantised {src.name} to {dt} in {time.perf_counter() - t0:.0f} s; cached in {target}")
+    return target, digest

@@ -1,0 +1,123 @@
+"""GGUF checkpoints (issue 11, item 1): dequantised through transformers' GGUF support, cached by content
+hash, converted by `lctx convert gguf`, named by the file stem; one-line errors for damaged input."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+
+from gguf_tiny import write_tiny_gguf
+from helpers import assert_one_line_error, run_cli
+
+
+@pytest.fixture
+def tiny_gguf(tmp_path):
+    d = tmp_path / "g"
+    d.mkdir()
+    return write_tiny_gguf(d / "tiny-llama.Q0.gguf")
+
+
+def test_gguf_loads_as_transformers_does_and_is_named_by_stem(tiny_gguf, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from lctx.harness.lm import load_lm
+
+    lm = load_lm(str(tiny_gguf), device="cpu", cache_dir=str(tmp_path / "cache"))
+    assert lm.name == "tiny-llama.Q0"  # the file stem, not the hash-named cache directory
+    assert lm.path == str(tiny_gguf) and lm.variant == "llama" and lm.max_length == 128
+    ref = AutoModelForCausalLM.from_pretrained(str(tiny_gguf.parent), gguf_file=tiny_gguf.name).eval()
+    ids = torch.tensor([[1, 5, 70, 80, 90, 259]])
+    with torch.no_grad():
+        torch.testing.assert_close(lm.model(ids).logits, ref(ids).logits)  # the cache holds what transformers reads
+    assert lm.tokenizer.chat_template  # the template inside the GGUF came along
+
+
+def test_cache_keyed_by_content_hash(tiny_gguf, tmp_path, monkeypatch):
+    from lctx.harness import gguf as G
+
+    cache = tmp_path / "cache"
+    d1, h1 = G.cached_gguf_dir(tiny_gguf, cache_dir=cache)
+    assert d1 == cache / "gguf" / f"{h1}-float32" and json.loads((d1 / G.META_FILE).read_text())["sha256"] == h1
+    calls = []
+    real = G.convert_gguf
+    monkeypatch.setattr(G, "convert_gguf", lambda *a, **k: calls.append(a) or real(*a, **k))
+    assert G.cached_gguf_dir(tiny_gguf, cache_dir=cache) == (d1, h1) and calls == []  # second load: no conversion
+    st = tiny_gguf.stat()
+    size = st.st_size
+    write_tiny_gguf(tiny_gguf, seed=1)  # other weights, same size, same mtime: a cp -p / rsync -a replacement
+    os.utime(tiny_gguf, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert tiny_gguf.stat().st_size == size
+    d2, h2 = G.cached_gguf_dir(tiny_gguf, cache_dir=cache)
+    assert h2 != h1 and d2 != d1 and len(calls) == 1  # never the stale entry
+    assert G.cached_gguf_dir(tiny_gguf, cache_dir=cache, dtype="bfloat16")[0].name == f"{h2}-bfloat16"
+
+
+def test_half_written_cache_entry_is_rebuilt(tiny_gguf, tmp_path):
+    from lctx.harness import gguf as G
+
+    cache = tmp_path / "cache"
+    h = G.sha256_file(tiny_gguf)
+    broken = cache / "gguf" / f"{h}-float32"
+    broken.mkdir(parents=True)
+    (broken / "config.json").write_text("{}")  # no weights, no lctx_gguf.json: a killed conversion
+    d, _ = G.cached_gguf_dir(tiny_gguf, cache_dir=cache)
+    assert (d / "model.safetensors").is_file()
+
+
+def test_directory_with_one_gguf_and_convert_command(tiny_gguf, tmp_path, capsys):
+    code, out, err = run_cli(["convert", "gguf", tiny_gguf, "--out", tmp_path / "hf"], capsys)
+    assert code == 0, err
+    assert (tmp_path / "hf" / "model.safetensors").is_file() and (tmp_path / "hf" / "tokenizer.json").is_file()
+    from lctx.harness.lm import load_lm
+
+    a = load_lm(str(tmp_path / "hf"), device="cpu")
+    b = load_lm(str(tiny_gguf.parent), device="cpu", cache_dir=str(tmp_path / "c"))  # a folder holding one .gguf
+    assert b.name == "tiny-llama.Q0"
+    ids = torch.tensor([[1, 100, 101, 102]])
+    with torch.no_grad():
+        assert torch.equal(a.model(ids).logits, b.model(ids).logits)
+
+
+def test_one_line_errors(tiny_gguf, tmp_path, capsys):
+    # a truncated file (the tensors cut off)
+    data = tiny_gguf.read_bytes()
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    (cut / "t.gguf").write_bytes(data[: len(data) // 2])
+    code, _, err = run_cli(["run", "-m", cut / "t.gguf", "--tasks", "passkey", "--lengths", "64", "--cache-dir",
+                            tmp_path / "c", "--out", tmp_path / "o"], capsys)
+    assert_one_line_error(code, err, "truncated", "t.gguf")
+    # an architecture transformers cannot read from GGUF
+    (tmp_path / "rw").mkdir()
+    write_tiny_gguf(tmp_path / "rw" / "r.gguf", arch="rwkv6")
+    code, _, err = run_cli(["run", "-m", tmp_path / "rw" / "r.gguf", "--tasks", "passkey", "--lengths", "64",
+                            "--cache-dir", tmp_path / "c", "--out", tmp_path / "o"], capsys)
+    assert_one_line_error(code, err, "rwkv6", "cannot load from GGUF")
+    # several .gguf files in one directory
+    write_tiny_gguf(tiny_gguf.parent / "other.gguf", seed=2)
+    code, _, err = run_cli(["run", "-m", tiny_gguf.parent, "--tasks", "passkey", "--lengths", "64", "--out",
+                            tmp_path / "o"], capsys)
+    assert_one_line_error(code, err, "2 .gguf files", "other.gguf")
+    # not a GGUF at all
+    (tmp_path / "x.gguf").write_bytes(b"PK\x03\x04" + bytes(100))
+    code, _, err = run_cli(["convert", "gguf", tmp_path / "x.gguf", "--out", tmp_path / "hf"], capsys)
+    assert_one_line_error(code, err, "not a GGUF file")
+
+
+@pytest.mark.slow
+def test_smollm2_gguf_passkey_1k(data_dir, tmp_path, capsys):
+    """The issue's done-when: SmolLM2-135M-Instruct Q4_1 retrieves the passkey at 1K, depth 0.5."""
+    gguf_file = data_dir / "checkpoints" / "smollm2-135m-instruct" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    if not gguf_file.is_file():
+        pytest.skip("SmolLM2 GGUF not in the data dir")
+    code, out, err = run_cli(["run", "-m", gguf_file, "--tasks", "passkey", "--lengths", "1k", "--depths", "0.5",
+                              "--samples", "1", "--out", tmp_path / "o", "--no-progress"], capsys)
+    assert code == 0, err
+    import pandas as pd
+
+    s = pd.read_csv(tmp_path / "o" / "summary.csv")
+    row = s[(s["metric"] == "exact")].iloc[0]
+    assert row["model"] == "SmolLM2-135M-Instruct.Q4_1" and row["mean"] == 1.0
