@@ -109,6 +109,8 @@ def data_missing(task: str, data_dir, opts: dict) -> str | None:
             [niah.ADJ_FILE, niah.NOUN_FILE] if "words" in (cfg.type_needle_k, cfg.type_needle_v) else [])
     elif task == "cwe":
         need = [niah.NOUN_FILE, niah.ADJ_FILE, VERB_FILE]
+    if task.startswith("niah_") and not root:  # every niah task takes its data from the data dir (multikey_3: none)
+        return "no --data-dir / LCTX_DATA_DIR given (RULER's essay and word lists)"
     if not need:
         return None
     if not root:
