@@ -142,6 +142,12 @@ def check_writable_dir(path: Path) -> None:
         raise LctxError(f"cannot write to --out {str(path)!r} ({e.strerror or e}); pass a writable directory") from None
 
 
+def chat_options(system_prompt: Optional[str]) -> dict:
+    """The task options that record ``--chat-template on`` (and the system prompt) in every record; with
+    the template off nothing is added, so runs from before the option resume as they were."""
+    return {"chat_template": "on", **({"system_prompt": system_prompt} if system_prompt is not None else {})}
+
+
 def _data_path(p: str, data_dir: Optional[Path]) -> str:
     if os.path.exists(p) or data_dir is None:
         return p
@@ -181,6 +187,8 @@ def run(
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", envvar="LCTX_CACHE_DIR", help="Cache root: built samples of niah_* (default: OUT/sample_cache) and dequantised GGUF checkpoints (default: the user cache dir, ~/.cache/lctx)."),
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Run Python code shipped with a Hugging Face checkpoint (auto_map). Off by default."),
     attn_override: Optional[str] = typer.Option(None, "--attn-override", help="Change the attention of the loaded models: ssmax[:s=X] (Scalable-Softmax, s fixed, default 1) or alibi_lsh[:s=N] (ALiBi models); recorded in the variant column."),
+    chat_template: str = typer.Option("off", "--chat-template", help="on: wrap each task prompt in the model's chat template (the task text is the user's turn, its answer prefix starts the assistant's; mmlu/arc: lm-eval's apply_chat_template). off (default, as lm-eval). Recorded in task_options."),
+    system_prompt: Optional[str] = typer.Option(None, "--system-prompt", help="System message for --chat-template on (default: the template's own, if any)."),
     memory_check: bool = typer.Option(True, "--memory-check/--no-memory-check", help="Refuse, before the sweep, a run whose longest prefill does not fit the device (memory model of `lctx plan`)."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
 ):
@@ -196,6 +204,11 @@ def run(
         raise LctxError(f"--data-dir {str(data_dir)!r} is not a directory; point it at the evaluation data "
                         "(e.g. ../shared/data) or unset LCTX_DATA_DIR")
     length_list, depth_list = parse_lengths(lengths), parse_depths(depths)
+    if chat_template not in ("on", "off"):
+        raise LctxError(f"--chat-template {chat_template!r} is not on or off; write --chat-template on")
+    if system_prompt is not None and chat_template != "on":
+        raise LctxError("--system-prompt needs --chat-template on (without a chat template there is no system turn)")
+    chat_on = chat_template == "on"
     check_writable_dir(out)
     load_entry_point_tasks()
     for tf in task_file or []:
@@ -254,7 +267,11 @@ def run(
         parse_override(attn_override)  # a bad spec fails before any model loads
     lms = [load_lm(p, device=device, dtype=dtype, chunk_size=chunk_size, trust_remote_code=trust_remote_code,
                    attn_override=attn_override, attn_impl=attn_impl, cache_dir=cache_dir,
-                   log=lambda m: typer.echo(m, err=True)) for p in paths]
+                   log=lambda m: typer.echo(m, err=True), chat_template=chat_on, system_prompt=system_prompt)
+           for p in paths]
+    if chat_on:  # the setting reaches every record (and so the resume key) through the task options
+        for t in task_objs:
+            t.options.update(chat_options(system_prompt))
     names = [lm.name for lm in lms]
     if len(set(names)) != len(names):
         for i, lm in enumerate(lms):
@@ -289,7 +306,8 @@ def run(
             result = run_sweep(lms_g, task_objs, spec, out, progress=progress)
     if lmeval_specs:
         result = lmeval.run_lmeval(lms, *lmeval_specs, out, data_dir=data_dir, limit=limit, num_fewshot=num_fewshot,
-                                   seed=seed, progress=progress, log=typer.echo)
+                                   seed=seed, progress=progress, log=typer.echo, chat_template=chat_on,
+                                   system_prompt=system_prompt)
     dist_.destroy()  # [distributed] leave the process group; only rank 0 prints
     if not dinfo.is_main:
         return
@@ -563,6 +581,10 @@ def plan(
 
         device = str(resolve_device(device))
     cfg = P.load_config(model)
+    if attn_impl is not None:
+        from lctx.harness.lm import check_attn_impl
+
+        check_attn_impl(attn_impl, cfg, Path(model).resolve().name)  # fast on a Hugging Face model: refused
     mp = P.plan_memory(cfg, T[0], chunk_size=chunk_size, dtype=dtype, impl=attn_impl, batch=batch,
                        kept_logits=kept_logits, name=Path(model).resolve().name)
     room, source = P.device_memory(device, override)

@@ -66,6 +66,17 @@ class Prefix:
 
 
 @dataclass
+class Prompt:
+    """A built prompt: ``ids`` (tokens, BOS / chat template included), ``text`` (the prompt as text, chat
+    template included, without the BOS the model adds) and ``marks`` (tokens before each requested
+    character offset of the task's text)."""
+
+    ids: list[int]
+    text: str
+    marks: list[int]
+
+
+@dataclass
 class LM:
     """A causal LM and its tokenizer, as the tasks see them.
 
@@ -77,6 +88,12 @@ class LM:
         train_length: training context length in tokens, if the config records it.
         max_length: the longest input (tokens) the checkpoint declares it can address, or ``None``.
         chunk_size: prefill chunk length in tokens.
+        add_bos: whether prompts start with the BOS token (:meth:`with_bos`). Default (``None``): always for
+            lctx checkpoints (their training puts BOS first); for other models, when their tokenizer adds
+            it itself (``encode(..., add_special_tokens=True)``), as lm-eval's ``hf`` backend and
+            ``generate`` pipelines do. SmolLM2's tokenizer does not (its BOS is the chat-turn opener).
+        chat_template: wrap task prompts in the tokenizer's chat template (:meth:`prompt`); ``--chat-template``.
+        system_prompt: system message of the chat template (``None``: the template's default, if any).
     """
 
     model: object
@@ -91,17 +108,27 @@ class LM:
     chunk_size: int = 2048
     decode_budget: int = 256  # tokens reserved past the prompt in a preallocated KV cache
     attn_impl: str = ""  # lctx models: reference | sdpa | fast (config.attn_impl); HF models: "hf:<impl>"
+    add_bos: bool | None = None
+    chat_template: bool = False
+    system_prompt: str | None = None
     _cache_kw: str = field(default="cache", repr=False)
+    _length_ropes: list = field(default_factory=list, repr=False)
 
     def __post_init__(self):
         params = inspect.signature(self.model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        if self.add_bos is None:
+            self.add_bos = _tokenizer_adds_bos(self.tokenizer, getattr(getattr(self.model, "config", None),
+                                                                       "model_type", None))
+        self._length_ropes = _length_dependent_ropes(self.model)
+        if self.chat_template:
+            self.check_chat_template()
 
     # -- text <-> ids ------------------------------------------------------------------------------
     @property
     def bos_id(self) -> int | None:
-        """The BOS token id, or ``None`` when the tokenizer has none."""
-        return self.tokenizer.bos_token_id
+        """The BOS token id lctx puts first (:attr:`add_bos`), or ``None`` when the model takes none."""
+        return self.tokenizer.bos_token_id if self.add_bos else None
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` without special tokens (no BOS)."""
@@ -112,8 +139,100 @@ class LM:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
     def with_bos(self, ids: list[int]) -> list[int]:
-        """``[BOS] + ids`` when the tokenizer has a BOS token, else ``ids``."""
+        """``[BOS] + ids`` when the model takes a BOS token (:attr:`add_bos`), else ``ids``."""
         return ([self.bos_id] if self.bos_id is not None else []) + list(ids)
+
+    # -- prompts (the one place a chat template is applied) ------------------------------------------
+    def check_chat_template(self) -> None:
+        """Raises LctxError when the tokenizer has no chat template (``--chat-template on`` cannot apply)."""
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise LctxError(f"--chat-template on: the tokenizer of model {self.name!r} has no chat template; "
+                            "use --chat-template off (the default) for this model")
+
+    def chat_signature(self) -> dict | None:
+        """What the chat setting changes in a prompt, for cache keys and records: ``None`` when off, else
+        {"template": sha1 of the template text, "system_prompt": ...}."""
+        if not self.chat_template:
+            return None
+        import hashlib
+
+        tmpl = self.tokenizer.chat_template
+        return {"template": hashlib.sha1(str(tmpl).encode()).hexdigest()[:12], "system_prompt": self.system_prompt}
+
+    def prompt_text(self, user: str, answer_prefix: str = "") -> tuple[str, int]:
+        """The prompt as text and the character offset where ``user`` starts in it.
+
+        Chat template off: ``user + answer_prefix`` (offset 0). On: the tokenizer's chat template applied to
+        [system (``system_prompt``, when given), user] with the generation prompt (the assistant turn's
+        header), then ``answer_prefix`` as the start of the assistant's turn, as RULER joins its model
+        templates with its answer prefixes (NVIDIA/RULER ``scripts/data/prepare.py``); the prefix keeps its
+        leading space, as there.
+        """
+        if not self.chat_template:
+            return user + answer_prefix, 0
+        self.check_chat_template()
+        mark = "\x00lctx-user\x00"
+        msgs = ([{"role": "system", "content": self.system_prompt}] if self.system_prompt is not None else [])
+        msgs.append({"role": "user", "content": mark})
+        try:
+            text = self.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+        except Exception as e:  # noqa: BLE001 - e.g. a template that refuses a system turn
+            raise LctxError(f"the chat template of model {self.name!r} cannot format this prompt "
+                            f"({_first_line(e)}); drop --system-prompt or use --chat-template off") from None
+        if text.count(mark) != 1:
+            raise LctxError(f"the chat template of model {self.name!r} does not place the user message verbatim; "
+                            "use --chat-template off")
+        start = text.index(mark)
+        return text[:start] + user + text[start + len(mark):] + answer_prefix, start
+
+    def prompt(self, user: str, answer_prefix: str = "", marks: tuple[int, ...] | list[int] = ()) -> "Prompt":
+        """The token ids of a task prompt: the one helper every task (built-in or custom) builds prompts with.
+
+        ``user`` is the task's text (instruction, context, question); ``answer_prefix`` the text the answer
+        follows (passkey's " The pass key is", RULER's answer prefixes). With the chat template off the ids
+        are ``with_bos(encode(user + answer_prefix))``; with it on, the template's tokens (system turn, user
+        turn, assistant header, any BOS the template writes) are part of the ids, so a task that budgets
+        ``len(prompt(...).ids) <= length`` counts them. ``marks``: character offsets in ``user``; the result
+        gives, for each, the number of prompt tokens before it (e.g. where the needle starts).
+
+        Returns a :class:`Prompt` (ids, text, marks).
+
+        Raises:
+            LctxError: chat template on and the tokenizer has none (or it cannot format the turn).
+        """
+        text, start = self.prompt_text(user, answer_prefix)
+        head = self.bos_prefix()
+        ids = head + self.encode(text)
+        pos = [len(head) + len(self.encode(text[: start + m])) if start + m > 0 else len(head) for m in marks]
+        return Prompt(ids=ids, text=text, marks=pos)
+
+    def bos_prefix(self) -> list[int]:
+        """The ids put before an encoded prompt: ``[BOS]`` when the model takes one, except with the chat
+        template on (the template writes any BOS it wants as text)."""
+        return [] if self.chat_template else self.with_bos([])
+
+    def continuation_ids(self, context: str, continuation: str) -> list[int]:
+        """The tokens ``continuation`` has *after* ``context`` (encode both together, take the tail), as
+        lm-eval's ``_encode_pair`` (lm_eval/api/model.py): trailing spaces of the context move to the
+        continuation first. Every teacher-forced score uses these, not ``encode(continuation)`` alone: a
+        SentencePiece tokenizer encodes " 27611" alone with an extra "▁" it does not have in context.
+        ``context`` is a :meth:`prompt`'s ``text`` (no BOS; BOS does not change the tail).
+        """
+        n_spaces = len(context) - len(context.rstrip())
+        if n_spaces:
+            continuation = context[-n_spaces:] + continuation
+            context = context[:-n_spaces]
+        whole = self.encode(context + continuation)
+        return whole[len(self.encode(context)):]
+
+    def prompt_budget(self, length: int, answer_tokens: int) -> int:
+        """Prompt tokens a generating task may use at ``length`` so that its ``answer_tokens`` still fall on
+        positions the model can address: ``length``, less what the answer would need past ``max_length``
+        when ``length <= max_length`` (GPT-2 at ``n_positions`` = 1024 has no position 1024; past the
+        declared maximum, an ``--allow-beyond-max`` study, the length is taken as given)."""
+        if self.max_length and length <= self.max_length:
+            return min(length, self.max_length - answer_tokens)
+        return length
 
     # -- model calls -------------------------------------------------------------------------------
     def new_cache(self, capacity: int):
@@ -150,6 +269,7 @@ class LM:
             raise ValueError("prefill needs at least one token")
         x = torch.tensor(ids, dtype=torch.long, device=self.device)
         T = len(ids)
+        self.fix_rope_length(T)
         want_set = sorted(set(want or []) | {T - 1})
         wanted = torch.tensor(want_set, dtype=torch.long, device=self.device)
         cache = self.new_cache(T + self.decode_budget)
@@ -164,6 +284,37 @@ class LM:
         states = getattr(cache, "lctx_states", None)
         snapshot = {k: {n: t.clone() for n, t in st.items()} for k, st in states.items()} if states else None
         return Prefix(cache, got[T - 1], T, snapshot), got
+
+    def fix_rope_length(self, n_tokens: int) -> None:
+        """Set every length-dependent RoPE (dynamic NTK, LongRoPE) to the frequencies transformers computes
+        for one forward of ``n_tokens`` tokens from a fresh load, and hold them for the whole sample (prefill
+        chunks, decode steps, teacher-forced continuations). Without this, transformers' dynamic NTK keeps the
+        frequencies of the longest forward it has seen and re-decides per chunk, so a cell's score depended
+        on the cells run before it and on ``--chunk-size`` (issue 11 a). A no-op for other models."""
+        from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+        for mod, rt, scaling in self._length_ropes:
+            mod.rope_type = "lctx_fixed"  # not "dynamic"/"longrope": transformers' per-call update is skipped
+            dev = mod.inv_freq.device
+            mod.attention_scaling = scaling
+            if rt == "longrope":
+                orig = mod.config.rope_parameters["original_max_position_embeddings"]
+                inv = (ROPE_INIT_FUNCTIONS[rt](mod.config, dev, seq_len=orig + 1)[0] if n_tokens > orig
+                       else mod.original_inv_freq)
+            elif n_tokens > mod.original_max_seq_len:
+                inv, mod.attention_scaling = ROPE_INIT_FUNCTIONS[rt](mod.config, dev, seq_len=n_tokens)
+            else:
+                inv = mod.original_inv_freq
+            mod.register_buffer("inv_freq", inv.to(dev), persistent=False)
+            mod.max_seq_len_cached = max(n_tokens, mod.original_max_seq_len)
+
+    def release_rope(self) -> None:
+        """Give length-dependent RoPE modules back their own per-forward behaviour (fresh-load state), for
+        code that calls the model directly (lm-eval's ``hf`` backend)."""
+        for mod, rt, scaling in self._length_ropes:
+            mod.rope_type, mod.attention_scaling = rt, scaling
+            mod.register_buffer("inv_freq", mod.original_inv_freq.to(mod.inv_freq.device), persistent=False)
+            mod.max_seq_len_cached = mod.original_max_seq_len
 
     @torch.inference_mode()
     def greedy(self, prefix: Prefix, max_new_tokens: int, stop_ids: set[int] | None = None) -> list[int]:
@@ -197,21 +348,29 @@ class LM:
             prefix.cache.lctx_states = {k: {n: t.clone() for n, t in st.items()} for k, st in prefix.states.items()}
 
     @torch.inference_mode()
-    def score_continuation(self, prefix: Prefix, cont: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Teacher-forced scores of ``cont`` after a prefilled prompt.
-
-        Returns (logprob [n] float64 of each continuation token, top1 [n] bool: the token is the
-        model's argmax at its position). The cache is rewound to the prompt afterwards.
-        """
+    def continuation_logits(self, prefix: Prefix, cont: list[int]) -> torch.Tensor:
+        """Next-token logits [n, vocab] (float32) at each token of ``cont`` teacher-forced after a prefilled
+        prompt: row j predicts ``cont[j]``. One forward of ``cont[:-1]`` through the prompt's KV cache, which
+        is rewound to the prompt before and after."""
         self.rewind(prefix)
         logits = [prefix.last_logits]
         if len(cont) > 1:
             step, prefix.cache = self._forward(torch.tensor(cont[:-1], device=self.device), prefix.cache, 0)
             logits.extend(step)
-        lg = torch.stack(logits)
+        self.rewind(prefix)
+        return torch.stack(logits)
+
+    @torch.inference_mode()
+    def score_continuation(self, prefix: Prefix, cont: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Teacher-forced scores of ``cont`` after a prefilled prompt (take ``cont`` from
+        :meth:`continuation_ids`, the tokens it has in context).
+
+        Returns (logprob [n] float64 of each continuation token, top1 [n] bool: the token is the
+        model's argmax at its position). The cache is rewound to the prompt afterwards.
+        """
+        lg = self.continuation_logits(prefix, cont)
         target = torch.tensor(cont, device=lg.device)
         logprob = torch.log_softmax(lg.double(), -1).gather(-1, target[:, None])[:, 0]
-        self.rewind(prefix)
         return logprob.cpu(), (lg.argmax(-1) == target).cpu()
 
     @torch.inference_mode()
@@ -235,7 +394,8 @@ class LM:
 
 def load_lm(path: str, device: str = "auto", dtype: str = "float32", name: str | None = None,
             chunk_size: int = 2048, trust_remote_code: bool = False, attn_override: str | None = None,
-            attn_impl: str | None = None, cache_dir: str | None = None, log=None) -> LM:
+            attn_impl: str | None = None, cache_dir: str | None = None, log=None, chat_template: bool = False,
+            system_prompt: str | None = None) -> LM:
     """Load a checkpoint (lctx or Hugging Face causal-LM directory, or a GGUF file) as an :class:`LM`.
 
     A ``.gguf`` file, or a directory holding exactly one (and no ``config.json``), is dequantised to
@@ -247,11 +407,15 @@ def load_lm(path: str, device: str = "auto", dtype: str = "float32", name: str |
     ``.bin`` through ``torch.load(weights_only=True)`` (transformers' loader, which refuses pickled code).
     Code shipped with a checkpoint (``auto_map``) runs only with ``trust_remote_code=True``.
     ``attn_override``: e.g. ``"ssmax:s=0.43"``, applied by :func:`lctx.harness.overrides.apply_override`.
-    ``attn_impl`` (lctx checkpoints): ``"reference"``, ``"sdpa"`` or ``"fast"`` (the kernels of
-    :mod:`lctx.kernels`) replaces the checkpoint's ``config.attn_impl``; ``None`` keeps it.
+    ``attn_impl``: lctx checkpoints: ``"reference"``, ``"sdpa"`` or ``"fast"`` (the kernels of
+    :mod:`lctx.kernels`) replaces the checkpoint's ``config.attn_impl``; ``None`` keeps it. Hugging Face
+    checkpoints: ``"reference"`` runs transformers' ``eager`` attention, ``"sdpa"`` its ``sdpa``;
+    ``"fast"`` is refused (lctx's kernels implement lctx's variants, not transformers' attention classes).
+    ``chat_template`` / ``system_prompt``: see :meth:`LM.prompt` (``--chat-template on``, ``--system-prompt``).
 
     Raises:
-        LctxError: the path does not exist, a directory has no ``config.json`` (nor one ``.gguf``), a GGUF
+        LctxError: ``attn_impl="fast"`` for a Hugging Face checkpoint; ``chat_template`` for a tokenizer without
+            one; the path does not exist, a directory has no ``config.json`` (nor one ``.gguf``), a GGUF
             file is truncated or of an architecture transformers cannot load from GGUF, a directory
             holds several ``.gguf`` files, a directory needs remote code without
             ``trust_remote_code``, fails to load (corrupt or incomplete weights, unsafe pickle, no
@@ -305,10 +469,11 @@ def load_lm(path: str, device: str = "auto", dtype: str = "float32", name: str |
         raise LctxError(f"checkpoint {path!r} could not be loaded ({_first_line(e)}); the weights are "
                         "corrupt or incomplete: re-save or retrain it") from None
     if attn_impl is not None:
-        if attn_impl not in ("reference", "sdpa", "fast"):
-            raise LctxError(f"unknown --attn-impl {attn_impl!r}; use reference, sdpa or fast")
+        check_attn_impl(attn_impl, config, name or p.resolve().name)
         if config.model_type == "lctx":
             model.config.attn_impl = attn_impl
+        else:  # transformers' own attention: reference = eager, sdpa = sdpa (fast was refused above)
+            model.set_attn_implementation(HF_ATTN[attn_impl])
     impl = (model.config.attn_impl if config.model_type == "lctx"
             else "hf:" + str(getattr(model.config, "_attn_implementation", None) or "eager"))
     variant = getattr(config, "variant", None) or config.model_type
@@ -316,12 +481,63 @@ def load_lm(path: str, device: str = "auto", dtype: str = "float32", name: str |
     max_length = getattr(config, "max_position_embeddings", None)
     lm = LM(model=model, tokenizer=tok, name=name or p.resolve().name, path=str(source), variant=variant,
             train_length=train_length, max_length=max_length, device=dev, dtype=dt, chunk_size=chunk_size,
-            attn_impl=impl)
+            attn_impl=impl, chat_template=chat_template, system_prompt=system_prompt)
     if attn_override:
         from .overrides import apply_override
 
         apply_override(lm, attn_override)
     return lm
+
+
+HF_ATTN = {"reference": "eager", "sdpa": "sdpa"}  # --attn-impl -> transformers attn_implementation
+
+
+def check_attn_impl(attn_impl: str, config, name: str) -> None:
+    """Refuse an ``--attn-impl`` a checkpoint cannot take (used by ``lctx run`` and ``lctx plan``).
+
+    Raises:
+        LctxError: an unknown value, or ``fast`` for a Hugging Face checkpoint (issue 11 e: it used to be
+            ignored without a word).
+    """
+    if attn_impl not in ("reference", "sdpa", "fast"):
+        raise LctxError(f"unknown --attn-impl {attn_impl!r}; use reference, sdpa or fast")
+    if attn_impl == "fast" and getattr(config, "model_type", None) != "lctx":
+        raise LctxError(f"--attn-impl fast applies to lctx checkpoints (the kernels in lctx.kernels); model {name!r} "
+                        f"is a Hugging Face {getattr(config, 'model_type', '?')} checkpoint, which runs transformers' "
+                        "attention: use --attn-impl sdpa (transformers' sdpa) or reference (eager), or omit it")
+
+
+def _tokenizer_adds_bos(tok, model_type: str | None) -> bool:
+    """lctx checkpoints: True (BOS first in training). Others: whether ``tok`` puts its BOS first when it
+    encodes with special tokens (Llama-2 / SentencePiece tokenizers do; GPT-2-style BPE such as SmolLM2's
+    does not)."""
+    bos = getattr(tok, "bos_token_id", None)
+    if bos is None:
+        return False
+    if model_type == "lctx":
+        return True
+    try:
+        ids = tok.encode("a", add_special_tokens=True)
+    except Exception:  # noqa: BLE001 - a tokenizer that cannot encode: keep the old behaviour
+        return True
+    return bool(ids) and ids[0] == bos
+
+
+def _length_dependent_ropes(model) -> list:
+    """Transformers rotary-embedding modules whose frequencies depend on the sequence length the module
+    sees (``rope_type`` "dynamic" (dynamic NTK) or "longrope"): [(module, rope_type)]. Their
+    ``dynamic_rope_update`` keeps the frequencies of the longest forward seen and switches on the length of
+    each chunk (transformers ``modeling_rope_utils.py``), so :meth:`LM.prefill` fixes them per sample.
+    Returns [(module, rope_type, attention_scaling at load)]."""
+    out = []
+    for mod in getattr(model, "modules", lambda: [])():
+        rt = getattr(mod, "rope_type", None)
+        if isinstance(rt, str) and ("dynamic" in rt or rt == "longrope") and hasattr(mod, "original_inv_freq"):
+            out.append((mod, rt, getattr(mod, "attention_scaling", 1.0)))
+        elif isinstance(rt, dict) and any("dynamic" in v or v == "longrope" for v in rt.values()):
+            raise LctxError("this checkpoint uses per-layer-type length-dependent RoPE (dynamic/longrope), which "
+                            "lctx cannot yet fix per sample; its scores would depend on --chunk-size")
+    return out
 
 
 def _raise_if_remote_code(path: str, e: BaseException) -> None:

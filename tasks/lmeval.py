@@ -303,13 +303,25 @@ def lctx_hflm_class():
             if force_bos is None:
                 force_bos = getattr(self.model.config, "model_type", None) == "lctx"
             self.force_bos = bool(force_bos) and self.tokenizer.bos_token_id is not None
+            self._rolling = False
 
         def tok_encode(self, string, add_special_tokens=None, left_truncate_len=None, **kwargs):
             ids = super().tok_encode(string, add_special_tokens=add_special_tokens, **kwargs)
             bos = self.tokenizer.bos_token_id
-            if self.force_bos and add_special_tokens is not False and (not ids or ids[0] != bos):
+            if (self.force_bos and not self._rolling and add_special_tokens is not False
+                    and (not ids or ids[0] != bos)):
                 ids = [bos] + list(ids)
             return ids[-left_truncate_len:] if left_truncate_len else ids
+
+        def loglikelihood_rolling(self, requests, disable_tqdm: bool = False):
+            """lm-eval's rolling log-likelihood, with the text's tokens encoded *without* the forced BOS:
+            lm-eval already conditions the first window on ``prefix_token_id`` (BOS), so a BOS in the
+            token list would be scored as the first token after BOS (counted twice, issue 11 c)."""
+            self._rolling = True
+            try:
+                return super().loglikelihood_rolling(requests, disable_tqdm=disable_tqdm)
+            finally:
+                self._rolling = False
 
     _LCTX_HFLM = register_model("lctx")(LctxHFLM)
     return _LCTX_HFLM
@@ -410,7 +422,8 @@ def sample_records(spec: LmEvalSpec, samples: list[dict], hflm=None) -> list[dic
 
 def run_lmeval(lms: list, specs: list[LmEvalSpec], source: str, out_dir: str | Path, data_dir=None,
                limit: int | None = None, num_fewshot: int | None = None, seed: int = 0, batch_size: int = 32,
-               progress: bool = True, log=print) -> dict:
+               progress: bool = True, log=print, chat_template: bool = False,
+               system_prompt: str | None = None) -> dict:
     """Run lm-eval tasks for every model, append one record per question to ``OUT/records.jsonl`` and
     rewrite ``results.parquet``/``results.csv``/``summary.csv`` (all records, other tasks included),
     ``mmlu_subjects.csv`` and the plots.
@@ -418,7 +431,9 @@ def run_lmeval(lms: list, specs: list[LmEvalSpec], source: str, out_dir: str | P
     lms: :class:`lctx.harness.lm.LM` s; specs/source from :func:`resolve_tasks`; limit: the first N
     test questions of each task (each MMLU subject), ``None`` for all; num_fewshot: ``None`` for the
     task defaults (:data:`DEFAULT_FEWSHOT`); seed: lm-eval's few-shot sampler seed (MMLU takes the
-    first k dev questions regardless); batch_size: lm-eval requests per forward.
+    first k dev questions regardless); batch_size: lm-eval requests per forward; chat_template /
+    system_prompt: lm-eval's own ``apply_chat_template`` / ``system_instruction`` (``--chat-template on``,
+    ``--system-prompt``; recorded in the task options).
 
     Questions already recorded with status ok for the same model weights, dtype, task options and seed
     are skipped. A task whose evaluation fails records every question it was to run as status
@@ -463,6 +478,11 @@ def run_lmeval(lms: list, specs: list[LmEvalSpec], source: str, out_dir: str | P
         n_docs = {name: len(t.eval_docs) for name, t in tasks.items()}
         hflm_cls = lctx_hflm_class()
         for lm in lms:
+            if chat_template and not getattr(lm.tokenizer, "chat_template", None):
+                raise LctxError(f"--chat-template on: the tokenizer of model {lm.name!r} has no chat template; "
+                                "use --chat-template off (the default) for this model")
+            if hasattr(lm, "release_rope"):
+                lm.release_rope()  # lm-eval calls the model directly: transformers' own RoPE behaviour
             hflm = hflm_cls(pretrained=lm.model, tokenizer=lm.tokenizer, batch_size=batch_size)
             fp = fingerprint(lm.path)
             for sp in specs:
@@ -470,6 +490,10 @@ def run_lmeval(lms: list, specs: list[LmEvalSpec], source: str, out_dir: str | P
                 opts = {"num_fewshot": k, "data": source}
                 if sp.subject:
                     opts["subject"] = sp.subject
+                if chat_template:  # only when on: records from before the option keep their keys
+                    opts["chat_template"] = "on"
+                    if system_prompt is not None:
+                        opts["system_prompt"] = system_prompt
                 base = {"model": lm.name, "model_fingerprint": fp, "dtype": str(lm.dtype).replace("torch.", ""),
                         "task": sp.task, "length": None, "depth": None, "seed": seed,
                         "task_options": _jsonable(opts)}
@@ -488,7 +512,8 @@ def run_lmeval(lms: list, specs: list[LmEvalSpec], source: str, out_dir: str | P
                     tasks[sp.lmeval_name].set_config(key="num_fewshot", value=k)
                     res = lm_eval.simple_evaluate(
                         model=hflm, tasks=[tasks[sp.lmeval_name]], samples={sp.lmeval_name: todo},
-                        task_manager=tm, log_samples=True, bootstrap_iters=0, fewshot_random_seed=seed)
+                        task_manager=tm, log_samples=True, bootstrap_iters=0, fewshot_random_seed=seed,
+                        apply_chat_template=bool(chat_template), system_instruction=system_prompt)
                     parts, err = sample_records(sp, res["samples"][sp.lmeval_name], hflm), ""
                 except (KeyboardInterrupt, LctxError):
                     raise

@@ -12,7 +12,9 @@ What is RULER's (copied verbatim, checked against the reference in ``tests/test_
 * keys: adjective-noun words from the wonderwords lists, 7-digit numbers or uuid4s; values: 7-digit
   numbers (first digit non-zero) or uuids;
 * the template and answer prefix (base-model template ``{task_template}`` + answer prefix, as
-  ``prepare.py`` joins them), made singular exactly as RULER does when one value is asked for
+  ``prepare.py`` joins them; with ``--chat-template on`` the task template is the user's turn of the
+  model's own chat template and the answer prefix starts the assistant's turn, as RULER's chat templates
+  do, through ``LM.prompt``), made singular exactly as RULER does when one value is asked for
   ('Some' -> 'A', 'are all' -> 'is', 'are' -> 'is', 'answers' -> 'answer', type without its "s");
   several queried keys are joined "a, b, and c";
 * the task configurations of ``synthetic.yaml`` (:data:`RULER_CONFIGS`);
@@ -40,8 +42,9 @@ What lctx does differently (issue 5):
   sorted set of all pairs, which is the same distribution up to a handful of duplicate strings);
 * matching has a named ``match`` mode: ``substring`` (RULER), ``digits`` (the value must not touch another
   digit, so 1234567 does not match inside 91234567) or ``word`` (no letter/digit/underscore on either side);
-* a teacher-forced score so that tiny models show a signal: each expected value, as " value", is scored
-  right after the prompt (which ends with the answer prefix): ``tf_top1`` (fraction of its tokens the model
+* a teacher-forced score so that tiny models show a signal: each expected value, as " value" with the
+  tokens it has in context (prompt + value encoded together, the tail taken, as lm-eval's ``_encode_pair``),
+  is scored right after the prompt (which ends with the answer prefix), through the prompt's KV cache: ``tf_top1`` (fraction of its tokens the model
   ranks first), ``tf_mrr`` (mean reciprocal rank of those tokens), ``tf_logprob`` (mean log-probability
   per token, nats) and ``tf_gain`` (``tf_logprob`` minus the same score of a control value of the same
   type that is nowhere in the prompt, nats per token: above 0 when the model prefers the value the context
@@ -137,6 +140,17 @@ def ruler_template(type_needle_v: str, n_asked: int) -> tuple[str, str]:
         template = template.replace("answers", "answer")
         type_needle_v = type_needle_v[:-1]  # remove "s"
     return template, type_needle_v
+
+
+def ruler_template_prefix(type_needle_v: str, n_asked: int) -> tuple[str, str]:
+    """RULER's answer prefix alone, made singular as :func:`ruler_template` makes the whole template (the
+    replacements match nothing across the template/prefix boundary, so the pieces join to that template)."""
+    prefix = RULER_ANSWER_PREFIX
+    if n_asked == 1:
+        for a, b in (("Some", "A"), ("are all", "is"), ("are", "is"), ("answers", "answer")):
+            prefix = prefix.replace(a, b)
+        type_needle_v = type_needle_v[:-1]
+    return prefix, type_needle_v
 
 
 def join_queries(queries: list[str]) -> str:
@@ -353,7 +367,13 @@ class NIAHBuilder:
         query = join_queries(self.queries)
         head, tail = template.split("{context}")
         self.head = head.format(type_needle_v=type_v, query=query)
-        self.tail = tail.format(type_needle_v=type_v, query=query)
+        tail = tail.format(type_needle_v=type_v, query=query)
+        # the answer prefix (made singular with the template) starts the answer, or the assistant's turn
+        # with the chat template on (lm.prompt); self.tail is the question that ends the user's text
+        prefix, _ = ruler_template_prefix(cfg.type_needle_v, cfg.num_needle_q * cfg.num_needle_v)
+        self.answer_prefix = prefix.format(type_needle_v=type_v, query=query)
+        assert tail.endswith(self.answer_prefix), (tail, self.answer_prefix)
+        self.tail = tail[: len(tail) - len(self.answer_prefix)]
         self.budget = (int(task.max_new_tokens) if task.max_new_tokens is not None
                        else len(lm.encode(" " + ", ".join(self.answers))) + 8)
         self._distractors: list[str] = []
@@ -411,8 +431,9 @@ class NIAHBuilder:
         raise ValueError(f"unknown haystack {kind!r}")
 
     def prompt(self, n: int) -> tuple[str, list[int], list[int]]:
-        """The prompt text with ``n`` haystack units, the char offset of each needle in it (order of
-        ``self.needles``; the first is the queried one) and the unit index each needle went in before."""
+        """The task's text with ``n`` haystack units (template head, haystack, question; the answer prefix
+        is :attr:`answer_prefix`), the char offset of each needle in it (order of ``self.needles``; the
+        first is the queried one) and the unit index each needle went in before."""
         text_of, joiner, allowed, offsets = self._units(n)
         total_chars = max(int(offsets[-1]), 1)
         where = []
@@ -438,9 +459,10 @@ class NIAHBuilder:
         return self.head + joiner.join(pieces) + self.tail, needle_pos, where
 
     def n_prompt_tokens(self, n: int) -> int:
-        """Prompt tokens with ``n`` haystack units, BOS included."""
+        """Prompt tokens with ``n`` haystack units, BOS or chat template and answer prefix included
+        (``lm.prompt``)."""
         if n not in self._counts:
-            self._counts[n] = len(self.lm.with_bos(self.lm.encode(self.prompt(n)[0])))
+            self._counts[n] = len(self.lm.prompt(self.prompt(n)[0], self.answer_prefix).ids)
         return self._counts[n]
 
     def total(self, n: int) -> int:
@@ -481,14 +503,15 @@ class NIAHBuilder:
         """Fit the haystack and describe the sample as a JSON-able dict (what the cache stores)."""
         n = self.fit()
         text, needle_pos, where = self.prompt(n)
-        ids = self.lm.with_bos(self.lm.encode(text))
+        p = self.lm.prompt(text, self.answer_prefix, marks=needle_pos)
+        ids = p.ids
         rng_c = random.Random(f"lctx-niah|{self.task.name}|{self.seed}|{self.cell.length}|{self.depth:.6g}|"
                               f"{self.cell.sample}|control")
         control = self._draw(rng_c, self.task.config.type_needle_v)
         while control.lower() in text.lower():
             control = self._draw(rng_c, self.task.config.type_needle_v)
-        depths = [len(self.lm.with_bos(self.lm.encode(text[:p]))) / len(ids) for p in needle_pos]
-        return {"input_ids": ids, "n_tokens": len(ids), "depth": depths[0], "prompt": text,
+        depths = [m / len(ids) for m in p.marks]
+        return {"input_ids": ids, "n_tokens": len(ids), "depth": depths[0], "prompt": p.text,
                 "meta": {"answers": self.answers, "queries": self.queries, "control": control, "n_haystack": n,
                          "haystack": self.task.config.type_haystack, "max_new_tokens": self.budget,
                          "total_tokens": len(ids) + self.budget,
@@ -569,7 +592,20 @@ class RulerNIAH(Task):
                 "max_new_tokens": self.max_new_tokens, "tokenizer": tokenizer_fingerprint(lm.tokenizer),
                 "data": {rel: _file_digest(str(self.data_dir / rel)) for rel in self._needed},
                 "length": int(cell.length), "depth": None if cell.depth is None else float(cell.depth),
-                "sample": int(cell.sample), "seed": int(seed)}
+                "sample": int(cell.sample), "seed": int(seed)} | self._prompt_key(lm)
+
+    @staticmethod
+    def _prompt_key(lm) -> dict:
+        """What else shapes the prompt's tokens: the chat template and system prompt (only when on, so
+        that cache entries written before the chat option still match), BOS use when it differs from the
+        tokenizer's."""
+        out: dict = {}
+        chat = lm.chat_signature() if hasattr(lm, "chat_signature") else None
+        if chat is not None:
+            out["chat"] = chat
+        if getattr(lm, "bos_id", None) != getattr(lm.tokenizer, "bos_token_id", None):
+            out["bos"] = getattr(lm, "bos_id", None)
+        return out
 
     def cache_path(self, key: dict) -> Path:
         """The cache file of a :meth:`cache_key`."""
@@ -599,42 +635,48 @@ class RulerNIAH(Task):
             if self.use_cache:
                 _atomic_write_json(path, {"key": key, "sample": rec})
         meta = dict(rec["meta"])
+        meta["prompt_text"] = rec["prompt"]  # for the in-context answer tokens; dropped after scoring
         meta["answer"] = "|".join(meta["answers"])
         meta["needle_depths"] = ",".join(f"{d:.4f}" for d in meta["needle_depths"])
         return Sample(cell=cell, input_ids=list(rec["input_ids"]), n_tokens=int(rec["n_tokens"]),
                       depth=float(rec["depth"]), meta=meta)
 
     # scoring ---------------------------------------------------------------------------------------------
-    def teacher_forced(self, lm, input_ids: list[int], value: str) -> tuple[list[float], list[int]]:
+    def teacher_forced(self, lm, prefix, value: str, context: str) -> tuple[list[float], list[int]]:
         """Log-probability (nats) and rank (1 = the model's first choice) of each value-bearing token of
-        " value" right after the prompt. One chunked prefill of prompt + value (the prompt's logits only at
-        the value's positions)."""
-        v_ids = lm.encode(" " + value)
+        " value" right after the prompt, with the tokens " value" has *in context* (``lm.continuation_ids``,
+        as lm-eval's ``_encode_pair``). ``prefix``: the prefilled prompt (a :class:`lctx.harness.lm.Prefix`,
+        scored through its KV cache and rewound) or the prompt's token ids (prefilled here); ``context``:
+        the prompt's text (``Sample.meta["prompt_text"]``)."""
+        if not hasattr(prefix, "cache"):
+            prefix, _ = lm.prefill(list(prefix))
+        v_ids = lm.continuation_ids(context, " " + value)
         pos = [j for j, t in enumerate(v_ids) if lm.decode([t]).strip()]
-        T = len(input_ids)
-        _, got = lm.prefill(list(input_ids) + v_ids[:-1], want=[T - 1 + j for j in pos])
+        lg = lm.continuation_logits(prefix, v_ids).double()
         logps, ranks = [], []
         for j in pos:
-            lg = got[T - 1 + j].double()
-            lp = lg.log_softmax(-1)
+            lp = lg[j].log_softmax(-1)
             tgt = v_ids[j]
             logps.append(float(lp[tgt]))
-            ranks.append(int((lg > lg[tgt]).sum()) + 1)
+            ranks.append(int((lg[j] > lg[j, tgt]).sum()) + 1)
         return logps, ranks
 
     def score(self, lm, sample: Sample) -> dict[str, float]:
+        """Greedy continuation (string_match_*), then the teacher-forced scores of every expected value and
+        of the control value through the same prefilled KV cache (one prefill per sample)."""
         answers = sample.meta["answers"]
+        context = sample.meta.pop("prompt_text")
         prefix, _ = lm.prefill(sample.input_ids)
         cont = lm.greedy(prefix, int(sample.meta["max_new_tokens"]))
         pred = postprocess_pred(lm.decode(cont))
         sample.meta["continuation"] = pred
         logps, ranks = [], []
         for v in answers:
-            lp, rk = self.teacher_forced(lm, sample.input_ids, v)
+            lp, rk = self.teacher_forced(lm, prefix, v, context)
             logps += lp
             ranks += rk
         n = max(len(ranks), 1)
-        c_logps, _ = self.teacher_forced(lm, sample.input_ids, sample.meta["control"])
+        c_logps, _ = self.teacher_forced(lm, prefix, sample.meta["control"], context)
         c_mean = sum(c_logps) / len(c_logps) if c_logps else math.nan
         return {"string_match_all": string_match_all(pred, answers, self.match),
                 "string_match_part": string_match_part(pred, answers, self.match),

@@ -19,7 +19,8 @@ INSTRUCTION = ("There is an important info hidden inside a lot of irrelevant tex
 FILLER_SENTENCES = (" The grass is green.", " The sky is blue.", " The sun is yellow.", " Here we go.",
                     " There and back again.")
 NEEDLE = " The pass key is {key}. Remember it. {key} is the pass key."
-QUESTION = " What is the pass key? The pass key is"
+QUESTION = " What is the pass key?"
+ANSWER_PREFIX = " The pass key is"  # starts the assistant's turn with --chat-template on
 
 _NUMBER = re.compile(r"\d+")
 
@@ -70,46 +71,56 @@ class Passkey(Task):
         self.max_new_tokens = max_new_tokens or self.key_digits + 4
 
     def _prompt(self, n_filler: int, depth: float, key: str) -> tuple[str, str]:
+        """(user text, character offset of the needle in it) with ``n_filler`` filler sentences."""
         n_before = int(round(depth * n_filler))
         before = INSTRUCTION + filler(n_before)
         rest = NEEDLE.format(key=key) + filler(n_filler - n_before, n_before) + QUESTION
-        return before, rest
+        return before + rest, len(before)
 
     def build(self, lm, cell: Cell, seed: int) -> Sample:
-        """Budget the filler so that len([BOS] + prompt) <= cell.length, within one filler sentence.
+        """Budget the filler so that the prompt (BOS, or the chat template's tokens, included) is at most
+        ``lm.prompt_budget(cell.length, max_new_tokens)`` tokens (the length, less what the answer needs past
+        a model's last position), within one filler sentence. The prompt comes from ``lm.prompt``: the
+        question is the user's text and " The pass key is" starts the answer (the assistant's turn with
+        ``--chat-template on``).
 
         Raises:
             ValueError: the length is too short for instruction + needle + question.
         """
         key = make_key(seed, cell, self.key_digits)
         depth = 0.5 if cell.depth is None else float(cell.depth)
-        n_fixed = len(lm.with_bos(lm.encode("".join(self._prompt(0, depth, key)))))
-        if n_fixed > cell.length:
-            raise ValueError(f"length {cell.length} is shorter than the passkey template ({n_fixed} tokens)")
-        per_sentence = len(lm.encode(filler(len(FILLER_SENTENCES)))) / len(FILLER_SENTENCES)
+        budget = lm.prompt_budget(cell.length, self.max_new_tokens)
 
         def count(n: int) -> int:
-            return len(lm.with_bos(lm.encode("".join(self._prompt(n, depth, key)))))
+            return len(lm.prompt(self._prompt(n, depth, key)[0], ANSWER_PREFIX).ids)
 
-        n = max(0, int((cell.length - n_fixed) / per_sentence))
-        while n > 0 and count(n) > cell.length:
+        n_fixed = count(0)
+        if n_fixed > budget:
+            raise ValueError(f"length {cell.length} is shorter than the passkey template ({n_fixed} tokens"
+                             + (f" + {cell.length - budget} for the answer" if budget < cell.length else "") + ")")
+        per_sentence = len(lm.encode(filler(len(FILLER_SENTENCES)))) / len(FILLER_SENTENCES)
+        n = max(0, int((budget - n_fixed) / per_sentence))
+        while n > 0 and count(n) > budget:
             n -= 1
-        while count(n + 1) <= cell.length:
+        while count(n + 1) <= budget:
             n += 1
-        before, rest = self._prompt(n, depth, key)
-        ids = lm.with_bos(lm.encode(before + rest))
-        n_before = len(lm.with_bos(lm.encode(before)))
-        return Sample(cell=cell, input_ids=ids, n_tokens=len(ids), depth=n_before / len(ids),
-                      meta={"key": key, "n_filler": n})
+        user, at = self._prompt(n, depth, key)
+        p = lm.prompt(user, ANSWER_PREFIX, marks=[at])
+        return Sample(cell=cell, input_ids=p.ids, n_tokens=len(p.ids), depth=p.marks[0] / len(p.ids),
+                      meta={"key": key, "n_filler": n, "prompt_text": p.text})
 
     def score(self, lm, sample: Sample) -> dict[str, float]:
+        """exact from the greedy continuation; digit_acc teacher-forced on the key's tokens *in context*
+        (``lm.continuation_ids(prompt, " " + key)``, lm-eval's ``_encode_pair``)."""
         key = sample.meta["key"]
         prefix, _ = lm.prefill(sample.input_ids)
         cont = lm.greedy(prefix, self.max_new_tokens)
         answer = parse_answer(lm.decode(cont))
-        answer_ids = lm.encode(" " + key)
+        text = sample.meta.get("prompt_text")
+        answer_ids = lm.continuation_ids(text, " " + key) if text is not None else lm.encode(" " + key)
         _, top1 = lm.score_continuation(prefix, answer_ids)
         digit_pos = [i for i, t in enumerate(answer_ids) if any(c.isdigit() for c in lm.decode([t]))]
         digit_acc = float(top1[digit_pos].float().mean()) if digit_pos else float("nan")
         sample.meta["continuation"] = lm.decode(cont)
+        sample.meta.pop("prompt_text", None)  # not a record column (the prompt is rebuilt from the seed)
         return {"exact": float(answer == key), "digit_acc": digit_acc}

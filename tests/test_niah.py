@@ -332,12 +332,15 @@ def test_score_metrics_and_teacher_forcing(lm, fake_data):
     assert 0 <= m["string_match_all"] <= m["string_match_part"] <= 1
     assert 0 <= m["tf_top1"] <= m["tf_mrr"] <= 1 and m["tf_mrr"] > 0 and m["tf_logprob"] < 0
     assert isinstance(s.meta["continuation"], str)
-    # the teacher-forced log-probs equal LM.score_continuation's (a separate code path: KV-cache decode)
+    # the teacher-forced log-probs equal a one-pass prefill of prompt + value (another code path than the
+    # KV-cache continuation teacher_forced uses), on the value's tokens in context
+    s = task.build(lm, Cell(500, 0.5, 0), 0)
     v = s.meta["answers"][0]
-    logps, ranks = task.teacher_forced(lm, s.input_ids, v)
-    prefix, _ = lm.prefill(s.input_ids)
-    ref_lp, ref_top1 = lm.score_continuation(prefix, lm.encode(" " + v))
-    v_ids = lm.encode(" " + v)
+    logps, ranks = task.teacher_forced(lm, s.input_ids, v, s.meta["prompt_text"])
+    v_ids = lm.continuation_ids(s.meta["prompt_text"], " " + v)
+    T = len(s.input_ids)
+    lp_all, top1_all = lm.token_nll(s.input_ids + v_ids, list(range(T, T + len(v_ids))))
+    ref_lp, ref_top1 = -lp_all, top1_all
     keep = [j for j, t in enumerate(v_ids) if lm.decode([t]).strip()]
     assert logps == pytest.approx([float(ref_lp[j]) for j in keep], abs=1e-4)
     assert [r == 1 for r in ranks] == [bool(ref_top1[j]) for j in keep]

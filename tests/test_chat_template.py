@@ -1,0 +1,136 @@
+"""--chat-template on|off and --system-prompt (issue 11, item 2): one helper (LM.prompt) for every task,
+the template's tokens counted in the length, the setting in the records and the resume key, lm-eval's own
+apply_chat_template for mmlu/arc, a one-line error for a tokenizer without a template."""
+
+from __future__ import annotations
+
+import json
+import os
+
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest  # noqa: E402
+
+from gguf_tiny import write_tiny_gguf  # noqa: E402
+from helpers import assert_one_line_error, run_cli  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def chat_ckpt(tmp_path_factory):
+    """A tiny Llama with a ChatML template (from a GGUF file, converted once)."""
+    from lctx.harness.gguf import convert_gguf
+
+    d = tmp_path_factory.mktemp("chat")
+    g = write_tiny_gguf(d / "tiny-chat.gguf")
+    return convert_gguf(g, d / "tiny-chat")
+
+
+def _lm(path, **kw):
+    from lctx.harness.lm import load_lm
+
+    return load_lm(str(path), device="cpu", **kw)
+
+
+def test_prompt_helper_wraps_user_turn_and_starts_assistant_turn(chat_ckpt):
+    off, on = _lm(chat_ckpt), _lm(chat_ckpt, chat_template=True)
+    assert off.prompt("Hello there.", " Answer:").text == "Hello there. Answer:"
+    p = on.prompt("Hello there.", " Answer:", marks=[6])
+    # ChatML as the tokenizer's own template writes it, then RULER's way: the answer prefix opens the
+    # assistant's turn, its leading space kept
+    assert p.text == "<|im_start|>user\nHello there.<|im_end|>\n<|im_start|>assistant\n Answer:"
+    assert p.ids == on.encode(p.text) and p.ids[0] == on.tokenizer.convert_tokens_to_ids("<|im_start|>")
+    assert p.marks == [len(on.encode("<|im_start|>user\nHello "))]  # tokens before "there."
+    sp = _lm(chat_ckpt, chat_template=True, system_prompt="Be brief.")
+    assert sp.prompt("Hi", "").text.startswith("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi")
+
+
+def test_passkey_and_niah_count_the_template_in_the_length(chat_ckpt, tmp_path):
+    from lctx.tasks.base import Cell
+    from lctx.tasks.niah import NIAH_TASKS
+    from lctx.tasks.passkey import Passkey
+
+    on = _lm(chat_ckpt, chat_template=True)
+    s = Passkey().build(on, Cell(300, 0.5, 0), 0)
+    text = on.decode(s.input_ids)
+    assert text.startswith("user\nThere is an important info") and text.endswith("assistant\n The pass key is")
+    assert 300 - 12 <= s.n_tokens <= 300  # within one filler sentence of the length, template included
+    assert on.decode(s.input_ids[round(s.depth * s.n_tokens):]).startswith(" The pass key is")  # needle depth
+    data = tmp_path / "data" / "ruler" / "wonderwords"
+    data.mkdir(parents=True)
+    (data / "adjectivelist.txt").write_text("red\nbig\n")
+    (data / "nounlist.txt").write_text("cat\ndog\n")
+    task = NIAH_TASKS["niah_single_1"](data_dir=tmp_path / "data", cache_dir=tmp_path / "c")
+    n = task.build(on, Cell(500, 0.5, 0), 0)
+    t = on.decode(n.input_ids)
+    assert t.startswith("user\nA special magic number is hidden") and "?\nassistant\n The special magic number for" in t
+    assert n.meta["total_tokens"] <= 500  # prompt + generation budget, template included
+    off = task.build(_lm(chat_ckpt), Cell(500, 0.5, 0), 0)  # the cache keeps the two apart
+    assert off.input_ids != n.input_ids and len(list((tmp_path / "c").rglob("*.json"))) == 2
+
+
+def test_cli_records_the_setting_and_resume_key(chat_ckpt, tmp_path, capsys):
+    args = ["run", "-m", chat_ckpt, "--tasks", "passkey", "--lengths", "128", "--depths", "0.5", "--samples", "1",
+            "--out", tmp_path / "o", "--no-progress"]
+    assert run_cli(args, capsys)[0] == 0
+    code, out, err = run_cli(args + ["--chat-template", "on", "--system-prompt", "Be brief."], capsys)
+    assert code == 0, err
+    assert "1 samples run, 0 resumed" in out  # chat on is another sample, not the chat-off one resumed
+    recs = [json.loads(x) for x in (tmp_path / "o" / "records.jsonl").read_text().splitlines()]
+    assert [r["task_options"].get("chat_template") for r in recs] == [None, "on"]
+    assert recs[1]["task_options"]["system_prompt"] == "Be brief."
+    import pandas as pd
+
+    t = pd.read_csv(tmp_path / "o" / "results.csv")
+    assert t["task_options"].str.contains('"chat_template": "on"').sum() == 2  # exact + digit_acc rows
+
+
+def test_tokenizer_without_template_is_one_line_error(tmp_path, capsys):
+    code, _, err = run_cli(["run", "--tasks", "passkey", "--lengths", "256", "--chat-template", "on", "--out",
+                            tmp_path / "o"], capsys)  # the bundled model's tokenizer has no chat template
+    assert_one_line_error(code, err, "--chat-template", "no chat template")
+    code, _, err = run_cli(["run", "--tasks", "passkey", "--system-prompt", "x", "--out", tmp_path / "o"], capsys)
+    assert_one_line_error(code, err, "--system-prompt needs --chat-template on")
+    code, _, err = run_cli(["run", "--tasks", "passkey", "--chat-template", "yes", "--out", tmp_path / "o"], capsys)
+    assert_one_line_error(code, err, "--chat-template 'yes'")
+
+
+def test_arc_chat_template_through_lm_eval(chat_ckpt, tmp_path, monkeypatch):
+    """mmlu/arc with --chat-template on use lm-eval's own apply_chat_template (called by its evaluator)."""
+    from lctx.tasks import lmeval
+
+    root = tmp_path / "data" / "arc"
+    root.mkdir(parents=True)
+    recs = [{"id": f"q{i}", "question": {"stem": f"Which is {c}?", "choices": [
+        {"text": "sand", "label": "A"}, {"text": c, "label": "B"}]}, "answerKey": "B"} for i, c in enumerate("xy")]
+    lines = "".join(json.dumps(r) + "\n" for r in recs)
+    (root / "ARC-Easy-Test.jsonl").write_text(lines)
+    (root / "ARC-Easy-Dev.jsonl").write_text(lines)
+    cls = lmeval.lctx_hflm_class()
+    calls = []
+    real = cls.apply_chat_template
+    monkeypatch.setattr(cls, "apply_chat_template", lambda self, h, **k: calls.append(h) or real(self, h, **k))
+    specs, source = lmeval.resolve_tasks(["arc_easy"], tmp_path / "data")
+    lm = _lm(chat_ckpt, chat_template=True)
+    res = lmeval.run_lmeval([lm], specs, source, tmp_path / "o", data_dir=tmp_path / "data", progress=False,
+                            log=lambda *a: None, chat_template=True, system_prompt="Be brief.")
+    assert res["errors"] == 0 and res["ran"] == 2
+    assert calls and calls[0][0] == {"role": "system", "content": "Be brief."}
+    assert calls[0][-1]["role"] == "user" and "Question: Which is x?" in calls[0][-1]["content"]
+    r = json.loads((tmp_path / "o" / "records.jsonl").read_text().splitlines()[0])
+    assert r["task_options"]["chat_template"] == "on" and r["task_options"]["system_prompt"] == "Be brief."
+    # n_tokens counts the chat-formatted context (template tokens included)
+    assert r["n_tokens"] > len(lm.encode("Question: Which is x?\nAnswer:"))
+
+
+@pytest.mark.slow
+def test_smollm2_passkey_chat_on(data_dir, tmp_path, capsys):
+    gguf_file = data_dir / "checkpoints" / "smollm2-135m-instruct" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    if not gguf_file.is_file():
+        pytest.skip("SmolLM2 GGUF not in the data dir")
+    code, out, err = run_cli(["run", "-m", gguf_file, "--tasks", "passkey", "--lengths", "1k", "--depths", "0.5",
+                              "--samples", "1", "--chat-template", "on", "--out", tmp_path / "o", "--no-progress"],
+                             capsys)
+    assert code == 0, err
+    rec = json.loads((tmp_path / "o" / "records.jsonl").read_text().splitlines()[0])
+    assert rec["status"] == "ok" and rec["n_tokens"] <= 1024 and rec["metrics"]["exact"] == 1.0, rec

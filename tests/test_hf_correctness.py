@@ -1,0 +1,216 @@
+"""Hugging Face model correctness (issue 11, item 3 a-e): each kind of bug from public reports, with the
+value the issue gives."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from helpers import assert_one_line_error, run_cli
+
+BUNDLED = Path(__file__).resolve().parents[1] / "models" / "checkpoints" / "pydoc-tiny-rope"
+
+
+# -- a. dynamic-NTK RoPE state must not leak between cells nor depend on the chunk size -------------------
+DYNAMIC_CFG = dict(vocab_size=1024, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                   num_key_value_heads=4, max_position_embeddings=64, initializer_range=0.3,
+                   rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0})
+
+
+@pytest.fixture(scope="module")
+def dynamic_llama(tmp_path_factory):
+    """The issue's tiny dynamic-NTK Llama (seed 0) with the bundled 1024-token tokenizer, saved as a directory."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(**DYNAMIC_CFG))
+    out = tmp_path_factory.mktemp("dyn") / "dyn-llama"
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(BUNDLED).save_pretrained(out)
+    return out
+
+
+def _doc_ids(lm, n):
+    from lctx.harness.textdata import pydoc_corpus
+
+    text = "\n\n".join(t for _, t in pydoc_corpus("heldout"))
+    return lm.encode(text)[:n]
+
+
+def _fresh_nll(path, ids):
+    """Reference: a fresh load of the checkpoint and ONE plain transformers forward over the window (no lctx
+    code), the mean NLL (nats) of tokens 1..T-1 — what a cell's value must be whatever ran before it."""
+    from transformers import AutoModelForCausalLM
+
+    m = AutoModelForCausalLM.from_pretrained(path).eval()
+    with torch.no_grad():
+        logits = m(torch.tensor([ids[:-1]])).logits[0].double()
+    return float(-logits.log_softmax(-1).gather(-1, torch.tensor(ids[1:])[:, None]).mean())
+
+
+def test_dynamic_ntk_state_does_not_leak_between_cells_or_chunk_sizes(dynamic_llama):
+    from lctx.harness.lm import load_lm
+
+    lm = load_lm(str(dynamic_llama), device="cpu", chunk_size=2048)
+    ids = {L: _doc_ids(lm, L) for L in (96, 128)}
+    ref = {L: _fresh_nll(dynamic_llama, ids[L]) for L in ids}
+
+    def cell(L, chunk):
+        lm.chunk_size = chunk
+        nll, _ = lm.token_nll(ids[L], list(range(1, L)))
+        return float(nll.mean())
+
+    fresh96 = cell(96, 2048)
+    c128 = cell(128, 2048)
+    after128 = cell(96, 2048)  # issue: 9.863815 fresh, 9.961469 after the 128 cell (its document; same kind here)
+    c128_chunk32 = cell(128, 32)  # issue: 9.727390 with chunk 2048, 9.593803 with chunk 32
+    assert fresh96 == pytest.approx(ref[96], abs=1e-5) and after128 == pytest.approx(fresh96, abs=1e-6)
+    assert c128 == pytest.approx(ref[128], abs=1e-5) and c128_chunk32 == pytest.approx(c128, abs=1e-5)
+
+    # the test can fail: transformers' own per-forward update (what lctx did before) leaks and re-decides
+    # per chunk, giving other values for the same cells
+    lm.release_rope()
+    lm.fix_rope_length = lambda n: None  # the old behaviour: no per-sample fix
+    leaked = [cell(128, 2048), cell(96, 2048), cell(128, 32)]
+    assert abs(leaked[1] - fresh96) > 1e-3 and abs(leaked[2] - c128) > 1e-3
+
+
+# -- b. teacher-forced continuations use the tokens they have in context ----------------------------------
+@pytest.fixture(scope="module")
+def stories(tmp_path_factory):
+    root = Path(os.environ.get("LCTX_DATA_DIR", Path(__file__).resolve().parents[2] / "shared" / "data"))
+    src = root / "checkpoints" / "stories260K"
+    if not (src / "stories260K.bin").is_file():
+        pytest.skip(f"stories260K not found under {root}; set LCTX_DATA_DIR")
+    from lctx.harness.convert import convert_llama2c
+    from lctx.harness.lm import load_lm
+
+    out = tmp_path_factory.mktemp("stories") / "hf"
+    convert_llama2c(src / "stories260K.bin", src / "tok512.bin", out)
+    return load_lm(str(out), device="cpu")
+
+
+def test_continuation_tokens_in_context(stories):
+    lm = stories
+    alone = [lm.tokenizer.convert_ids_to_tokens(i) for i in lm.encode(" 27611")]
+    assert alone == ["▁", "▁", "2", "7", "6", "1", "1"]  # the issue's value: an extra "▁" when encoded alone
+    ctx = "What is the pass key? The pass key is"
+    inctx = [lm.tokenizer.convert_ids_to_tokens(i) for i in lm.continuation_ids(ctx, " 27611")]
+    assert inctx == ["▁", "2", "7", "6", "1", "1"]  # the issue's value: in context after the prompt
+    # lm-eval's _encode_pair gives the same split (its reference implementation, on the same tokenizer)
+    whole = lm.encode(ctx + " 27611")
+    assert lm.continuation_ids(ctx, " 27611") == whole[len(lm.encode(ctx)):]
+    assert lm.continuation_ids(ctx + " ", "27611") == lm.continuation_ids(ctx, " 27611")  # trailing space moves
+
+
+def _spy_scores(monkeypatch, lm):
+    seen = []
+    real = type(lm).continuation_logits
+
+    def spy(self, prefix, cont):
+        seen.append(list(cont))
+        return real(self, prefix, cont)
+
+    monkeypatch.setattr(type(lm), "continuation_logits", spy)
+    return seen
+
+
+def test_passkey_digit_acc_scores_the_in_context_tokens(stories, monkeypatch):
+    from lctx.tasks.base import Cell
+    from lctx.tasks.passkey import Passkey
+
+    lm, task = stories, Passkey()
+    s = task.build(lm, Cell(256, 0.5, 0), 0)
+    key, text = s.meta["key"], s.meta["prompt_text"]
+    seen = _spy_scores(monkeypatch, lm)
+    task.score(lm, s)
+    assert seen == [lm.continuation_ids(text, " " + key)]
+    assert seen[0] != lm.encode(" " + key)  # the alone form (with the extra "▁") is not what is scored
+
+
+def test_niah_tf_scores_and_control_use_in_context_tokens(stories, monkeypatch, tmp_path):
+    from lctx.tasks.base import Cell
+    from lctx.tasks.niah import NIAH_TASKS
+
+    data = tmp_path / "data" / "ruler" / "wonderwords"
+    data.mkdir(parents=True)
+    (data / "adjectivelist.txt").write_text("red\nbig\n")
+    (data / "nounlist.txt").write_text("cat\ndog\n")
+    task = NIAH_TASKS["niah_single_1"](data_dir=tmp_path / "data", cache=False)
+    lm = stories
+    s = task.build(lm, Cell(400, 0.5, 0), 0)
+    text = s.meta["prompt_text"]
+    seen = _spy_scores(monkeypatch, lm)
+    task.score(lm, s)
+    want = [lm.continuation_ids(text, " " + v) for v in s.meta["answers"] + [s.meta["control"]]]
+    assert seen == want and all(w != lm.encode(" " + v) for w, v in zip(want, s.meta["answers"]))
+
+
+# -- c. BOS counted once in loglikelihood_rolling ------------------------------------------------------------
+@pytest.mark.slow
+def test_loglikelihood_rolling_counts_bos_once():
+    from lm_eval.api.instance import Instance
+
+    from lctx.harness.lm import load_lm
+    from lctx.tasks.lmeval import lctx_hflm_class
+
+    lm = load_lm(str(BUNDLED), device="cpu")
+    text = "Once upon a time there was a cat."
+    ids = lm.with_bos(lm.encode(text))
+    nll, _ = lm.token_nll(ids, list(range(1, len(ids))))
+    hand = -float(nll.sum())
+    assert hand == pytest.approx(-75.3730, abs=1e-3)  # the issue's value: sum of log p(token | BOS, ...)
+    hflm = lctx_hflm_class()(pretrained=lm.model, tokenizer=lm.tokenizer, batch_size=1)
+    req = Instance(request_type="loglikelihood_rolling", doc={}, arguments=(text,), idx=0)
+    (rolling,) = hflm.loglikelihood_rolling([req], disable_tqdm=True)
+    assert rolling == pytest.approx(hand, abs=1e-3)  # was -79.3037: BOS scored as a token after BOS
+    # the forced BOS stays for ordinary requests (context + continuation)
+    assert hflm.tok_encode(text)[0] == lm.bos_id
+
+
+# -- d. a generating task leaves room for its answer within the positions a model can address ------------
+def test_passkey_at_the_maximum_of_an_absolute_position_model(tmp_path, capsys):
+    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
+
+    tok = AutoTokenizer.from_pretrained(BUNDLED)
+    torch.manual_seed(0)
+    m = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_positions=1024, n_embd=32, n_layer=1, n_head=2))
+    m.save_pretrained(tmp_path / "gpt2-1024")
+    tok.save_pretrained(tmp_path / "gpt2-1024")
+    code, out, err = run_cli(["run", "-m", tmp_path / "gpt2-1024", "--tasks", "passkey", "--lengths", "1k",
+                              "--depths", "0.5", "--samples", "1", "--out", tmp_path / "o", "--no-progress"], capsys)
+    assert code == 0, err
+    import pandas as pd
+
+    t = pd.read_csv(tmp_path / "o" / "results.csv")
+    assert set(t["status"]) == {"ok"}, t["error"].tolist()  # was: IndexError while decoding
+    n = int(t["n_tokens"].iloc[0])
+    assert n + 9 <= 1024 and n > 1024 - 9 - 12  # prompt + answer budget (5 digits + 4) fit n_positions
+
+
+def test_prompt_budget():
+    from lctx.harness.lm import LM
+
+    class _L:
+        max_length = 1024
+
+    assert LM.prompt_budget(_L(), 1024, 9) == 1015
+    assert LM.prompt_budget(_L(), 512, 9) == 512
+    assert LM.prompt_budget(_L(), 4096, 9) == 4096  # past the maximum (--allow-beyond-max): as given
+
+
+# -- e. --attn-impl fast on a Hugging Face checkpoint: refused in run and plan ----------------------------
+def test_attn_impl_fast_refused_for_hf_and_others_applied(dynamic_llama, tmp_path, capsys):
+    code, _, err = run_cli(["run", "-m", dynamic_llama, "--tasks", "passkey", "--lengths", "64", "--attn-impl",
+                            "fast", "--out", tmp_path / "o"], capsys)
+    assert_one_line_error(code, err, "--attn-impl fast", "Hugging Face", "sdpa")
+    code, _, err = run_cli(["plan", "-m", dynamic_llama, "--length", "1k", "--attn-impl", "fast"], capsys)
+    assert_one_line_error(code, err, "--attn-impl fast", "Hugging Face")
+    from lctx.harness.lm import load_lm
+
+    assert load_lm(str(dynamic_llama), device="cpu", attn_impl="reference").attn_impl == "hf:eager"
+    assert load_lm(str(dynamic_llama), device="cpu", attn_impl="sdpa").attn_impl == "hf:sdpa"
+    assert load_lm(str(BUNDLED), device="cpu", attn_impl="fast").attn_impl == "fast"  # lctx: applied
