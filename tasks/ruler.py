@@ -14,8 +14,10 @@ freq_ucw 3, num_cw 10; fwe: alpha 2) and ``scripts/eval/synthetic/constants.py``
 What is RULER's (copied verbatim; ``tests/test_ruler.py`` checks it against the source text):
 
 * the templates and answer prefixes, joined as ``prepare.py`` joins them for a base model
-  (``{task_template}`` + answer prefix), and RULER's generation budgets (30, 120, 50 tokens) as the default
-  ``max_new_tokens``;
+  (``{task_template}`` + answer prefix; with ``--chat-template on`` the task text is the user's turn of the
+  model's chat template and the answer prefix opens the assistant's turn, as RULER's model templates do,
+  through :meth:`lctx.harness.lm.LM.prompt`), and RULER's generation budgets (30, 120, 50 tokens) as the
+  default ``max_new_tokens``;
 * ``vt``: chains ``VAR XXXXX = 12345`` then ``VAR YYYYY = VAR XXXXX `` (trailing space, as RULER), five
   upper-case letters per variable, values in [10000, 99998] (numpy's ``randint(10000, 99999)``), the chain's
   lines inserted in order among lines of the ``noise`` block of NIAH, ``". \\n" -> ".\\n"``; the question asks
@@ -44,8 +46,12 @@ too small.
 What lctx does differently (the same choices as :mod:`lctx.tasks.niah`):
 
 * exact budgets: the haystack size (``vt``: noise lines; ``cwe``: distinct words; ``fwe``: the word-count
-  scale n) is the largest with ``len([BOS] + prompt) + max_new_tokens <= length``, found by search; RULER
-  binary-searches without the BOS and, for ``fwe``, steps by ``length / 32`` words;
+  scale n) is the largest with ``len(prompt ids) + max_new_tokens <= length``, the ids counting the BOS or
+  the chat template's tokens, found by search; RULER binary-searches without them and, for ``fwe``, steps by
+  ``length / 32`` words;
+* the solved examples (``vt``, ``cwe``) are part of the task text, so with the chat template on they sit in
+  the user's turn (RULER's ``vt`` puts its example after the model template's opening too; its ``cwe`` formats
+  the example with the whole model template, repeating it);
 * everything random is drawn from ``random.Random`` seeded with (task, seed, length, depth, sample), and
   built samples are cached on disk like NIAH's (:class:`RulerTask`); RULER reshuffles every list with the
   same fixed seed, lctx with the sample's;
@@ -80,9 +86,9 @@ import numpy as np
 from lctx.harness.errors import LctxError
 
 from .base import Cell, Sample, Task, register_task
-from .niah import (ADJ_FILE, ESSAY_FILE, MATCH_MODES, NOUN_FILE, RULER_NOISE, _atomic_write_json, _file_digest,
-                   default_cache_dir, postprocess_pred, resolve_data_dir, string_match_all, string_match_part,
-                   tokenizer_fingerprint)
+from .niah import (ADJ_FILE, ESSAY_FILE, MATCH_MODES, NOUN_FILE, RULER_NOISE, RulerNIAH, _atomic_write_json,
+                   _file_digest, default_cache_dir, postprocess_pred, resolve_data_dir, string_match_all,
+                   string_match_part, tokenizer_fingerprint)
 
 VERB_FILE = "ruler/wonderwords/verblist.txt"
 
@@ -226,27 +232,18 @@ class RulerTask(Task):
     @staticmethod
     def make_prompt(lm, user: str, answer_prefix: str, marks: tuple[int, ...] | list[int] = ()
                     ) -> tuple[list[int], str, list[int]]:
-        """The prompt as the model reads it: (token ids, text, tokens before each character offset ``marks`` of
-        ``user``). Through ``lm.prompt`` (the task text is the user's turn and the answer prefix starts the
-        assistant's with ``--chat-template on``; BOS as the model takes it), else ``[BOS] + encode(user +
-        answer_prefix)``."""
-        if hasattr(lm, "prompt"):
-            p = lm.prompt(user, answer_prefix, marks=list(marks))
-            return list(p.ids), p.text, list(p.marks)
-        text = user + answer_prefix
-        return lm.with_bos(lm.encode(text)), text, [len(lm.with_bos(lm.encode(text[:m]))) for m in marks]
+        """The prompt as the model reads it, through ``lm.prompt`` (:meth:`lctx.harness.lm.LM.prompt`: BOS as
+        the model takes it; with ``--chat-template on`` the task text is the user's turn and the answer prefix
+        starts the assistant's, as RULER's model templates): (token ids, text, tokens before each character
+        offset ``marks`` of ``user``)."""
+        p = lm.prompt(user, answer_prefix, marks=list(marks))
+        return list(p.ids), p.text, list(p.marks)
 
     @staticmethod
     def prompt_key(lm) -> dict:
-        """What shapes a prompt's tokens besides the tokenizer: the chat template and system prompt (only when
-        on) and the BOS use when it differs from the tokenizer's (for the cache key)."""
-        out: dict = {}
-        chat = lm.chat_signature() if hasattr(lm, "chat_signature") else None
-        if chat is not None:
-            out["chat"] = chat
-        if getattr(lm, "bos_id", None) != getattr(lm.tokenizer, "bos_token_id", None):
-            out["bos"] = getattr(lm, "bos_id", None)
-        return out
+        """What shapes a prompt's tokens besides the tokenizer (chat template, BOS use), for the cache key; the
+        same as NIAH's."""
+        return RulerNIAH._prompt_key(lm)
 
     # to implement --------------------------------------------------------------------------------------
     def generation_config(self) -> dict:

@@ -27,8 +27,8 @@ What lctx does differently:
   ``supporting_facts``) are a depth axis: they go, together, to the document boundary whose character offset
   is nearest ``depth`` x the context; RULER shuffles all documents with a fixed seed. HotpotQA's other eight
   paragraphs of the question are its first distractors (RULER always includes all ten);
-* exact budgets: the number of distractors is the largest with ``len([BOS] + prompt) + max_new_tokens <=
-  length``; the distractors are the hard ones first (same article / same question, in random order), then
+* exact budgets: the number of distractors is the largest with ``len(prompt ids) + max_new_tokens <= length``
+  (BOS or chat template included); the distractors are the hard ones first (same article / same question, in random order), then
   random other documents (the document list repeats when a length needs more than the file has, as RULER's
   does); their order in the context is random but fixed per sample, so the search is monotone;
 * with a seed other than 0, sample i asks question ``perm(i)`` of a seeded permutation.

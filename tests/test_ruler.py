@@ -642,3 +642,40 @@ def test_cli_ruler_option_errors(fake_data, tmp_path, capsys, monkeypatch):
     assert_one_line_error(code, err, "no option 'colour'", "num_hops")
     code, _, err = run_cli(base + ["--task-option", "qa_1.path=/nonexistent.json"], capsys)
     assert_one_line_error(code, err, "cannot read", "nonexistent.json")
+
+
+# ---------------------------------------------------------------------------------------------------
+# --chat-template on: the task text is the user's turn, the answer prefix opens the assistant's turn
+@pytest.fixture(scope="module")
+def chat_lm(tmp_path_factory):
+    """A tiny Llama with a ChatML template (test_chat_template's GGUF fixture), chat template on."""
+    from gguf_tiny import write_tiny_gguf
+    from lctx.harness.gguf import convert_gguf
+
+    d = tmp_path_factory.mktemp("chat")
+    return load_lm(str(convert_gguf(write_tiny_gguf(d / "tiny-chat.gguf"), d / "tiny-chat")), device="cpu",
+                   chat_template=True)
+
+
+@pytest.mark.parametrize("name,length,prefix", [
+    ("vt", 2500, " Answer: According to the chain(s) of variable assignment in the text above, 5 variables are "
+                 "assigned the value {value}, they are: "),
+    ("cwe", 3000, " Answer: The top 10 words that appear most often in the list are:"),
+    ("fwe", 1500, " Answer: According to the coded text above, the three most frequently appeared words are:"),
+    ("qa_2", 1500, " Answer:")])
+def test_chat_template_wraps_the_task(chat_lm, lm, fake_data, tmp_path, name, length, prefix):
+    task = make(name, fake_data, cache=True, cache_dir=tmp_path)
+    cell = Cell(length, 0.0 if "depth" in task.axes else None, 0)
+    s = task.build(chat_lm, cell, 0)
+    text = task.make_record(chat_lm, cell, 0)["prompt"]
+    first = {"vt": "Memorize and track", "cwe": "Below is a numbered", "fwe": "Read the following", "qa_2": "Answer the"}
+    assert text.startswith("<|im_start|>user\n" + first[name])  # the solved example (vt, cwe) inside the user turn
+    assert text.endswith("<|im_end|>\n<|im_start|>assistant\n" + prefix.format(value=s.meta.get("value")))
+    assert text.count("<|im_start|>") == 2
+    b = task.builder(chat_lm, cell, 0)
+    n = b.fit()
+    assert b.total(n) <= length < b.total(n + 1) and s.n_tokens + task.budget == b.total(n)  # template counted
+    if s.depth is not None:  # depth 0: the first statement / gold document opens the haystack
+        assert 0 < s.depth < 0.5
+    off = task.build(lm, cell, 0)  # the cache keeps chat on and off apart
+    assert off.input_ids != s.input_ids and len(list((tmp_path / name).glob("*.json"))) == 2
