@@ -554,8 +554,7 @@ def ruler_figure(rows: pd.DataFrame, name: str, path: str | Path) -> Path:
     fig = _new_figure(3.2 + 0.9 * max(n_l, 3) + 5.2, 1.6 + 0.42 * n_t)
     fig.set_layout_engine("constrained")
     ax, ax2 = fig.subplots(1, 2, width_ratios=[0.9 * max(n_l, 3) + 2.4, 5.0])
-    cmap = matplotlib.colormaps[_CMAP].copy()
-    cmap.set_bad(_MISSING_COLOR)
+    cmap = matplotlib.colormaps[_CMAP].with_extremes(bad=_MISSING_COLOR)
     im = ax.imshow(np.ma.masked_invalid(vals), cmap=cmap, vmin=0, vmax=100, aspect="auto")
     for i in range(n_t):
         for j in range(n_l):
