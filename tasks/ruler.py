@@ -648,6 +648,8 @@ class CommonWordsExtraction(RulerTask):
                     num_cw=num_cw, num_fewshot=num_fewshot)
         self.freq_cw, self.freq_ucw, self.num_cw, self.num_fewshot = freq_cw, freq_ucw, num_cw, num_fewshot
         self.data_dir = self._need(data_dir, [NOUN_FILE, ADJ_FILE, VERB_FILE])
+        if (self.data_dir / ESSAY_FILE).is_file():  # the extra word pool past wonderwords' (long lengths)
+            self.data_files[ESSAY_FILE] = self.data_dir / ESSAY_FILE
         self.template = (CWE_TEMPLATE + CWE_ANSWER_PREFIX).replace("10", str(num_cw))  # of the solved example
         self.question = CWE_TEMPLATE.replace("10", str(num_cw))
         self.answer_prefix = CWE_ANSWER_PREFIX.replace("10", str(num_cw))
@@ -680,7 +682,6 @@ class CommonWordsExtraction(RulerTask):
         if not (self.data_dir / ESSAY_FILE).is_file():
             raise ValueError(f"cwe at {cell.length} tokens needs more than the {len(pool)} wonderwords words; RULER "
                              f"then reads english_words.json (absent); lctx reads {ESSAY_FILE}, not found")
-        self.data_files[ESSAY_FILE] = self.data_dir / ESSAY_FILE
         return CWEBuilder(self, lm, cell, seed, pool + load_essay_words(str(self.data_dir), pool), "wonderwords+essay")
 
     def make_record(self, lm, cell: Cell, seed: int) -> dict:
