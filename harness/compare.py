@@ -45,7 +45,7 @@ DIRECTIONS: dict[str, str] = {
     "exact_match": "higher", "string_match": "higher", "string_match_all": "higher",
     "string_match_part": "higher", "tf_top1": "higher", "tf_mrr": "higher", "tf_logprob": "higher",
     "tf_gain": "higher", "f1": "higher", "em": "higher", "flat_until": "higher",
-    "flat_length": "higher", "effective_length": "higher",
+    "flat_length": "higher", "effective_length": "higher", "average": "higher",  # average: RULER's mean task score
     # bookkeeping: must not change (a different count means different data or a different prompt)
     "n_tokens": "equal", "n_docs": "equal",
 }
@@ -292,7 +292,7 @@ def load_summary(run_dir: Path, what: str = "run") -> pd.DataFrame:
     df["model"] = df["model"].astype(str)
     df["task"] = df["task"].astype(str)
     df["metric"] = df["metric"].astype(str)
-    df["length"] = df["length"].astype(int)
+    df["length"] = pd.to_numeric(df["length"], errors="coerce")  # NaN: cells without a length (ruler/flatness)
     df["depth"] = pd.to_numeric(df["depth"], errors="coerce")
     df["n"] = df["n"].fillna(0).astype(int)
     df["n_error"] = df["n_error"].fillna(0).astype(int)
@@ -378,7 +378,8 @@ def compare_runs(run: pd.DataFrame, base: pd.DataFrame, rules: Rules | None = No
         row = {"model": r["run_model"] if isinstance(r["run_model"], str) else r["model"],
                "baseline_model": r["model"] if r["_merge"] != "left_only" else None,
                "variant": r["variant_run"] if isinstance(r["variant_run"], str) else r["variant_base"],
-               "task": task, "metric": metric, "length": int(r["length"]), "depth": r["depth"],
+               "task": task, "metric": metric, "length": int(r["length"]) if r["length"] == r["length"] else None,
+               "depth": r["depth"],
                "direction": direction, "base_mean": r["mean_base"], "base_stderr": r["stderr_base"],
                "base_n": r["n_base"], "run_mean": r["mean_run"], "run_stderr": r["stderr_run"], "run_n": r["n_run"],
                "run_n_error": r["n_error_run"], "base_n_error": r["n_error_base"],
@@ -448,7 +449,8 @@ def _display_rows(cmp: Comparison, include_same: bool = False) -> list[list[str]
             else f"{r.model} (= {r.baseline_model})"
         rel = f"{100 * r.rel_diff:+.3g}%" if math.isfinite(r.rel_diff) and abs(r.rel_diff) < 1e6 else ""
         tol = f"{r.threshold:.3g} ({r.bound_by})" if math.isfinite(r.threshold) else ""
-        out.append([r.status, model, r.task, r.metric, str(r.length), "" if r.depth != r.depth else f"{r.depth:g}",
+        length = "" if r.length is None or r.length != r.length else str(int(r.length))
+        out.append([r.status, model, r.task, r.metric, length, "" if r.depth != r.depth else f"{r.depth:g}",
                     r.direction, _fmt(r.base_mean, r.base_stderr), _fmt(r.run_mean, r.run_stderr),
                     _fmt(r.diff), rel, tol])
     return out

@@ -620,6 +620,8 @@ def test_cli_ruler_group_end_to_end_and_report(lm, fake_data, tmp_path, capsys, 
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "## RULER" in md and "plots/ruler_tiny_rope.png" in md and "| average |" in md
     assert (tmp_path / "rep" / "plots" / "ruler_tiny_rope.png").is_file()
+    code, stdout, err = run_cli(["compare", out, "--baseline", out], capsys)  # the ruler rows have a direction
+    assert code == 0, err
     # QA left out without its data, and said so
     code, stdout, err = run_cli(args[:-4] + ["--data-dir", tmp_path / "empty_data"], capsys)
     assert code == 2 and "not a directory" in err
