@@ -550,27 +550,22 @@ def write_bench(table, exponents, out: Path) -> list[Path]:
     return paths
 
 
-def print_bench(table, exponents, console=None) -> None:
-    """Print the measurements and the exponents as rich tables."""
-    from rich.console import Console
-    from rich.table import Table
+def print_bench(table, exponents, file=None) -> None:
+    """Print the measurements and the exponents as tables (rich on a terminal, Markdown off one: every
+    cell whole, see :mod:`lctx.harness.console`)."""
+    from .console import print_table
 
-    console = console or Console()
-    t = Table(title="lctx bench: one attention layer forward")
-    for c in ("variant", "impl", "ran", "length", "time ms", "peak MiB", "x sdpa", "x sdpa+bias", "status"):
-        t.add_column(c, justify="right" if c in ("length", "time ms", "peak MiB", "x sdpa", "x sdpa+bias") else "left")
     f = lambda v, fmt: "" if v != v else format(v, fmt)  # noqa: E731
-    for _, r in table.iterrows():
-        t.add_row(r["variant"], r["impl"], str(r["impl_ran"]), str(r["length"]), f(r["time_s"] * 1e3, ".2f"),
-                  f(r["peak_bytes"] / 2**20, ".1f"), f(r["ratio_sdpa"], ".2f"), f(r["ratio_sdpa_bias"], ".2f"),
-                  r["status"])
-    console.print(t)
-    e = Table(title="scaling exponents (least squares on log-log)")
-    for c in ("variant", "impl", "time exp", "mem exp", "lengths"):
-        e.add_column(c)
-    for _, r in exponents.iterrows():
-        e.add_row(r["variant"], r["impl"], f(r["time_exponent"], ".2f"), f(r["mem_exponent"], ".2f"), r["lengths"])
-    console.print(e)
+    rows = [[r["variant"], r["impl"], str(r["impl_ran"]), str(r["length"]), f(r["time_s"] * 1e3, ".2f"),
+             f(r["peak_bytes"] / 2**20, ".1f"), f(r["ratio_sdpa"], ".2f"), f(r["ratio_sdpa_bias"], ".2f"), r["status"]]
+            for _, r in table.iterrows()]
+    print_table(["variant", "impl", "ran", "length", "time ms", "peak MiB", "x sdpa", "x sdpa+bias", "status"], rows,
+                title="lctx bench: one attention layer forward",
+                right=("length", "time ms", "peak MiB", "x sdpa", "x sdpa+bias"), file=file)
+    rows = [[r["variant"], r["impl"], f(r["time_exponent"], ".2f"), f(r["mem_exponent"], ".2f"), r["lengths"]]
+            for _, r in exponents.iterrows()]
+    print_table(["variant", "impl", "time exp", "mem exp", "lengths"], rows,
+                title="scaling exponents (least squares on log-log)", right=("time exp", "mem exp"), file=file)
 
 
 def _worker_main(argv: list[str]) -> int:

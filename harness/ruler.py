@@ -36,6 +36,9 @@ from .errors import LctxError
 
 GROUP = "ruler"
 METRICS = ("average", "effective_length")
+DESCRIPTION = ("RULER's 13 tasks (niah_*, vt, cwe, fwe, qa_1, qa_2; those whose data is present), derived per model "
+               "and length: average (percent), effective_length (--task-option ruler.threshold=85.6)")
+REQUIRES = "as its tasks (the QA JSON files are left out when absent)"
 DEFAULT_THRESHOLD = 85.6
 
 
@@ -104,9 +107,7 @@ def data_missing(task: str, data_dir, opts: dict) -> str | None:
         return None if find_qa_file(cls.dataset, root) else cls.missing_data_message(root)
     need: list[str] = []
     if task.startswith("niah_"):
-        cfg = niah.RULER_CONFIGS[task]
-        need = ([niah.ESSAY_FILE] if cfg.type_haystack == "essay" else []) + (
-            [niah.ADJ_FILE, niah.NOUN_FILE] if "words" in (cfg.type_needle_k, cfg.type_needle_v) else [])
+        need = niah.data_files(niah.RULER_CONFIGS[task])
     elif task == "cwe":
         need = [niah.NOUN_FILE, niah.ADJ_FILE, VERB_FILE]
     if task.startswith("niah_") and not root:  # every niah task takes its data from the data dir (multikey_3: none)

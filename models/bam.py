@@ -98,6 +98,8 @@ class SSMax(AttentionVariant):
     """Scalable-Softmax modifier: content logits times s_h log(n_i) (Nakanishi 2025, eq. 1 with
     n = keys visible to query i; BAM reference ``seq_scale``). Parameter ``ssmax_scale`` [H], init 1."""
 
+    summary = "Scalable-Softmax: content logits x s_h log(n_i), n_i = keys query i sees (Nakanishi 2025)"
+
     def __init__(self, config, layer_idx: int):
         super().__init__(config, layer_idx)
         self.ssmax_scale = nn.Parameter(torch.ones(config.num_attention_heads))

@@ -85,7 +85,7 @@ import numpy as np
 
 from lctx.harness.errors import LctxError
 
-from .base import Cell, Sample, Task, register_task
+from .base import DECODE_STEP_TOKENS, Cell, Sample, Task, register_task
 from .niah import (ADJ_FILE, ESSAY_FILE, MATCH_MODES, NOUN_FILE, RULER_NOISE, RulerNIAH, _atomic_write_json,
                    _file_digest, default_cache_dir, postprocess_pred, resolve_data_dir, string_match_all,
                    string_match_part, tokenizer_fingerprint)
@@ -223,6 +223,29 @@ class RulerTask(Task):
     def budget(self) -> int:
         """Generation budget in tokens: ``max_new_tokens`` or RULER's ``tokens_to_generate``."""
         return int(self.max_new_tokens) if self.max_new_tokens is not None else int(self.tokens_to_generate)
+
+    #: the cell length at which :meth:`min_length` sizes the smallest prompt (cwe: below 4096, its smaller example)
+    min_length_probe: ClassVar[int] = 1 << 20
+
+    def min_length(self, lm) -> int:
+        """The fewest tokens a sample can take with ``lm``: the prompt at the smallest haystack plus the
+        generation budget, the least over 8 draws (word lists and questions vary by tens of tokens; see
+        :meth:`lctx.tasks.Task.min_length`)."""
+        d = 0.5 if "depth" in self.axes else None
+        totals = []
+        for s in range(8):
+            b = self.builder(lm, Cell(self.min_length_probe, d, s), 0)
+            totals.append(int(b.total(b.lo)))
+        return min(totals)
+
+    def cost(self, lm, cell: Cell) -> float:
+        """In prefill tokens (:data:`lctx.tasks.base.DECODE_STEP_TOKENS`): one prefill of the prompt and the
+        generation budget as decode steps (``cell.length`` tokens in all)."""
+        return float(cell.length) + self.budget * (DECODE_STEP_TOKENS - 1)
+
+    def builder(self, lm, cell: Cell, seed: int) -> "HaystackBuilder":
+        """The :class:`HaystackBuilder` of a cell."""
+        raise NotImplementedError
 
     def cells(self, lengths: list[int], depths: list[float], samples: int) -> list[Cell]:
         """As :meth:`Task.cells`; the ``samples`` option (tasks without a depth axis) overrides ``--samples``."""
@@ -541,6 +564,7 @@ class VariableTracking(RulerTask):
     """
 
     name = "vt"
+    requires = "none (generated)"
     description = "RULER variable tracking: 1 chain of 4 hops in the noise haystack (+1 solved example)"
     axes = ("depth", "sample")
     tokens_to_generate = VT_TOKENS_TO_GENERATE
@@ -630,6 +654,8 @@ class CommonWordsExtraction(RulerTask):
     """
 
     name = "cwe"
+    min_length_probe = 2048
+    requires = "ruler/wonderwords/ (and ruler/PaulGrahamEssays.json past ~120K tokens)"
     description = "RULER common words extraction: 10 words x30 among words x3 (x6/x1 below 4K), +1 solved example"
     axes = ("sample",)
     tokens_to_generate = CWE_TOKENS_TO_GENERATE
@@ -757,6 +783,7 @@ class FrequentWordsExtraction(RulerTask):
     """
 
     name = "fwe"
+    requires = "none (generated)"
     description = "RULER frequent words extraction: top-3 coded words of a Zipf(alpha=2) text"
     axes = ("sample",)
     tokens_to_generate = FWE_TOKENS_TO_GENERATE
@@ -789,6 +816,11 @@ class FrequentWordsExtraction(RulerTask):
         rng.shuffle(vocab)
         vocab[0] = "..."
         return vocab
+
+    def min_length(self, lm) -> int:
+        """As :meth:`RulerTask.min_length`, and at least what a vocabulary of 5 words needs (RULER's
+        ``(length - budget) // 50`` words; with ``vocab_size`` unset)."""
+        return max(super().min_length(lm), 0 if self.vocab_size else 5 * 50 + self.budget)
 
     def builder(self, lm, cell: Cell, seed: int) -> FWEBuilder:
         """The :class:`FWEBuilder` of a cell.

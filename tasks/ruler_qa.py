@@ -279,6 +279,7 @@ class QA1(RulerQA):
     """RULER ``qa_1``: SQuAD v2.0 dev, one gold paragraph; see :class:`RulerQA`."""
 
     name = "qa_1"
+    requires = "SQuAD v2.0 dev JSON (path=, or ruler/squad.json / squad/dev-v2.0.json; never downloaded)"
     dataset = "squad"
     description = "RULER QA on SQuAD v2 dev: gold paragraph among distractors (local JSON: path= or --data-dir)"
 
@@ -287,6 +288,8 @@ class QA2(RulerQA):
     """RULER ``qa_2``: HotpotQA dev (distractor setting), two gold paragraphs; see :class:`RulerQA`."""
 
     name = "qa_2"
+    requires = ("HotpotQA dev distractor JSON (path=, or ruler/hotpotqa.json / "
+                "hotpotqa/hotpot_dev_distractor_v1.json; never downloaded)")
     dataset = "hotpotqa"
     description = "RULER QA on HotpotQA dev distractor: 2 gold paragraphs among distractors (local JSON)"
 

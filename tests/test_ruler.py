@@ -135,7 +135,7 @@ def test_the_13_tasks_are_registered_and_listed(capsys):
     assert all(n in TASKS for n in SRC_TASKS)
     code, out, _ = run_cli(["list", "tasks"], capsys)
     assert code == 0
-    listed = {line.split()[0] for line in out.splitlines() if line.strip()}
+    listed = {m.group(1) for line in out.splitlines() if (m := re.match(r"\|?\s*(\w+)", line))}
     assert set(SRC_TASKS) | {"ruler"} <= listed
 
 
@@ -499,6 +499,22 @@ def test_options_and_errors(fake_data, monkeypatch):
     # samples= runs that many samples per length (the ruler group's way to match the depth tasks' count)
     assert len(make("cwe", fake_data, samples=10).cells([1024, 2048], [0, 0.5, 1], 2)) == 20
     assert len(make("cwe", fake_data).cells([1024], [0, 0.5, 1], 2)) == 2
+
+
+def test_min_length_and_cost(lm, fake_data, tmp_path, capsys, monkeypatch):
+    # the pre-flight bound (Task.min_length) is the prompt at the smallest haystack + the generation budget
+    for name, L in (("vt", 3000), ("cwe", 3000), ("fwe", 3000), ("qa_1", 3000)):
+        t = make(name, fake_data)
+        need = t.min_length(lm)
+        d = 0.5 if "depth" in t.axes else None
+        smallest = [(b := t.builder(lm, Cell(t.min_length_probe, d, s), 0)).total(b.lo) for s in range(8)]
+        assert need == min(smallest) < L and t.cost(lm, Cell(L, None, 0)) == L + t.budget * 63  # 64 per decode step
+        assert t.build(lm, Cell(L, d, 0), 0).n_tokens + t.budget >= min(smallest) - 40  # draws differ a little
+    assert make("fwe", fake_data).min_length(lm) >= 5 * 50 + 50  # RULER's vocabulary (L - 50) // 50 >= 5
+    monkeypatch.delenv("LCTX_DATA_DIR", raising=False)
+    code, _, err = run_cli(["run", "--model", lm.path, "--tasks", "vt", "--lengths", "300,4k", "--depths", "0.5",
+                            "--device", "cpu", "--out", tmp_path / "o"], capsys)
+    assert_one_line_error(code, err, "vt needs at least", "300")
 
 
 def test_too_short_length(lm, fake_data):
