@@ -609,7 +609,8 @@ def ruler_figure(rows: pd.DataFrame, name: str, path: str | Path) -> Path:
     ax2.set_ylim(-3, 103)
     ax2.set_xlabel("Context length (tokens, log scale)")
     ax2.set_ylabel("average over tasks (%)")
-    etxt = "–" if e is None or not math.isfinite(e) else ("< shortest" if e == 0 else format_length(e))
+    etxt = ("–" if e is None or not math.isfinite(e) else
+            (f"< {format_length(min(lengths))}" if e == 0 and lengths else format_length(e)))
     n = len(info.get("tasks", [])) or (n_t - 1)
     ax2.set_title(f"average of {n} tasks; effective length {etxt}", fontsize=11, fontweight="bold")
     ax2.grid(True, alpha=0.35)
