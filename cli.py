@@ -193,7 +193,7 @@ def _data_path(p: str, data_dir: Optional[Path]) -> str:
 def run(
     ctx: typer.Context,
     model: List[str] = typer.Option(None, "--model", "-m", help="Checkpoint directory (repeatable). Default: the bundled tiny model."),
-    tasks: str = typer.Option("passkey,ppl", "--tasks", "--task", "-t", help="Comma-separated task names (see `lctx list tasks`); `flatness` runs ppl + a retrieval task and derives ppl_ratio, flat_until, effective_length."),
+    tasks: str = typer.Option("passkey,ppl", "--tasks", "--task", "-t", help="Comma-separated task names (see `lctx list tasks`); `flatness` runs ppl + a retrieval task and derives ppl_ratio, flat_until, effective_length; `ruler` runs RULER's 13 tasks and derives their average and effective length."),
     task_file: List[Path] = typer.Option(None, "--task-file", help="Python file defining extra tasks (repeatable)."),
     lengths: str = typer.Option("256,512,1k,2k", "--lengths", "-l", help="Context lengths in tokens (k = 1024)."),
     relative: Optional[str] = typer.Option(None, "--relative", help="Lengths as multiples of each model's training length, e.g. 0.5,1,2,4,8 (instead of --lengths; default for flatness)."),
@@ -251,6 +251,12 @@ def run(
     from lctx.harness import flatness  # `flatness` = ppl + a retrieval task, derived rows after the sweep
 
     task_names, task_option, flat_spec = flatness.split_flatness(task_names, task_option or [])
+    from lctx.harness import ruler as ruler_group  # `ruler` = RULER's 13 tasks, average + effective length after
+
+    task_names, task_option, ruler_spec, ruler_notes = ruler_group.split_ruler(task_names, task_option, data_dir,
+                                                                               samples, depth_list)
+    for line in ruler_notes if dinfo.is_main else []:
+        typer.echo(line)
     from lctx.tasks import lmeval  # mmlu, arc_easy, arc_challenge: lm-eval's evaluator, no length axis
 
     lmeval_names = [n for n in task_names if lmeval.is_lmeval_task(n)]
@@ -351,7 +357,12 @@ def run(
         if relative:
             flatness.note_run(out, models=[lm.path for lm in lms], relative=flatness.parse_relative(relative),
                               train_lengths={lm.name: lm.train_length for lm in lms})
-        if flat_spec:
+        if ruler_spec:  # the derived ruler rows (and flatness rows, when asked too) join the tables
+            table, summary, rplots = ruler_group.write_tables_with_ruler(out, ruler_spec, flat_spec)
+            result.update(table=table, summary=summary, plots=result["plots"] + rplots)
+            if flat_spec:
+                typer.echo(flatness.format_flatness(table))
+        elif flat_spec:
             table, summary, fplots = flatness.write_tables_with_flatness(out, flat_spec)
             result.update(table=table, summary=summary, plots=result["plots"] + fplots)
             typer.echo(flatness.format_flatness(table))
@@ -374,6 +385,8 @@ def run(
                f"{totals['ran']} samples run, {totals['skipped']} resumed, {totals['errors']} errors)")
     for p in result["plots"]:
         typer.echo(f"plot: {p}")
+    if ruler_spec:
+        typer.echo(ruler_group.format_ruler(result["table"]))
     if totals["ok"] == 0 and totals["errors"] > 0:
         typer.echo(f"error: every sample of this run failed ({totals['errors']} errors; see above and "
                    f"{out}/results.csv); exit status {EXIT_ALL_FAILED}", err=True)

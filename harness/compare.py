@@ -45,7 +45,7 @@ DIRECTIONS: dict[str, str] = {
     "exact_match": "higher", "string_match": "higher", "string_match_all": "higher",
     "string_match_part": "higher", "tf_top1": "higher", "tf_mrr": "higher", "tf_logprob": "higher",
     "tf_gain": "higher", "f1": "higher", "em": "higher", "flat_until": "higher",
-    "flat_length": "higher", "effective_length": "higher",
+    "flat_length": "higher", "effective_length": "higher", "average": "higher",  # average: RULER's mean task score
     # bookkeeping: must not change (a different count means different data or a different prompt)
     "n_tokens": "equal", "n_docs": "equal",
 }

@@ -12,6 +12,7 @@ Public API:
   a heatmap shows (means, number of ok samples, failed cells).
 * :func:`passkey_heatmaps`: ``plots/passkey_heatmap_<model>.png`` per model.
 * :func:`ppl_vs_length`: ``plots/ppl_vs_length.png``.
+* :func:`ruler_grids`: ``plots/ruler_<model>.png``, RULER's task x length grid beside its average.
 * :func:`make_plots`: all of the above that the table has data for.
 """
 
@@ -42,6 +43,8 @@ __all__ = [
     "passkey_heatmaps",
     "depth_heatmaps",
     "ppl_vs_length",
+    "ruler_figure",
+    "ruler_grids",
     "mark_train_lengths",
     "make_plots",
 ]
@@ -577,6 +580,95 @@ def ppl_vs_length(df: pd.DataFrame, out_dir: str | Path) -> Path | None:
     path = plot_dir / "ppl_vs_length.png"
     fig.savefig(path, dpi=_DPI)
     return path
+
+
+# ----------------------------------------------------------------------------------------------
+# RULER: task x length grid beside the average
+# ----------------------------------------------------------------------------------------------
+
+def ruler_figure(rows: pd.DataFrame, name: str, path: str | Path) -> Path:
+    """Draw one model's RULER figure to ``path``: left, the task x length grid (RULER's score of each task in
+    percent, the ``average`` row below a rule; grey "–": no successful sample); right, the average against
+    length (log2 axis) with the effective-length threshold dashed and the effective length marked.
+
+    Input: the model's rows of a results table (its task rows and its ``ruler`` rows, see
+    :mod:`lctx.harness.ruler`) and a display name. Output: ``path``.
+    """
+    from .ruler import ruler_table
+
+    grid, info = ruler_table(rows)
+    lengths = [int(c) for c in grid.columns]
+    vals = grid.to_numpy(dtype=float)
+    n_t, n_l = vals.shape
+    fig = _new_figure(3.2 + 0.9 * max(n_l, 3) + 5.2, 1.6 + 0.42 * n_t)
+    fig.set_layout_engine("constrained")
+    ax, ax2 = fig.subplots(1, 2, width_ratios=[0.9 * max(n_l, 3) + 2.4, 5.0])
+    cmap = matplotlib.colormaps[_CMAP].with_extremes(bad=_MISSING_COLOR)
+    im = ax.imshow(np.ma.masked_invalid(vals), cmap=cmap, vmin=0, vmax=100, aspect="auto")
+    for i in range(n_t):
+        for j in range(n_l):
+            v = vals[i, j]
+            ax.text(j, i, "–" if not math.isfinite(v) else f"{v:.1f}", ha="center", va="center", fontsize=9,
+                    fontweight="bold" if grid.index[i] == "average" else "normal",
+                    color="black" if not math.isfinite(v) else _text_color(cmap(v / 100.0)))
+    ax.axhline(n_t - 1.5, color="black", linewidth=2.0)
+    ax.set_xticks(range(n_l), [format_length(L) for L in lengths])
+    ax.set_yticks(range(n_t), list(grid.index))
+    ax.set_xlabel("Context length (tokens)")
+    ax.set_title("RULER score per task (%)", fontsize=11, fontweight="bold")
+    fig.colorbar(im, ax=ax, fraction=0.05, pad=0.02)
+    thr = info.get("threshold")
+    avg = grid.loc["average"] if "average" in grid.index else pd.Series(dtype=float)
+    ok = [(L, float(v)) for L, v in zip(lengths, avg) if math.isfinite(v)]
+    if ok:
+        ax2.plot([L for L, _ in ok], [v for _, v in ok], marker="o", color="#1f77b4", linewidth=2.2, label="average")
+    if thr is not None:
+        ax2.axhline(thr, color="#b22222", linestyle="--", linewidth=1.4, label=f"threshold {thr:g}")
+    e = info.get("effective_length", float("nan"))
+    if e is not None and math.isfinite(e) and e > 0:
+        ax2.axvline(e, color="#333333", linestyle=":", linewidth=1.4, label=f"effective length {format_length(e)}")
+    if lengths:
+        ax2.set_xscale("log", base=2)
+        ax2.xaxis.set_major_locator(FixedLocator(lengths))
+        ax2.xaxis.set_major_formatter(FuncFormatter(lambda x, _: format_length(x)))
+        ax2.xaxis.set_minor_locator(NullLocator())
+        ax2.xaxis.set_minor_formatter(NullFormatter())
+        if len(lengths) == 1:
+            ax2.set_xlim(lengths[0] / 1.5, lengths[0] * 1.5)
+    ax2.set_ylim(-3, 103)
+    ax2.set_xlabel("Context length (tokens, log scale)")
+    ax2.set_ylabel("average over tasks (%)")
+    etxt = ("–" if e is None or not math.isfinite(e) else
+            (f"< {format_length(min(lengths))}" if e == 0 and lengths else format_length(e)))
+    n = len(info.get("tasks", [])) or (n_t - 1)
+    ax2.set_title(f"average of {n} tasks; effective length {etxt}", fontsize=11, fontweight="bold")
+    ax2.grid(True, alpha=0.35)
+    ax2.legend(loc="best", fontsize=8.5)
+    fig.suptitle(f"RULER: {_shorten(str(name), 80)}", fontsize=13, fontweight="bold")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=_DPI)
+    return path
+
+
+def ruler_grids(df: pd.DataFrame, out_dir: str | Path) -> list[Path]:
+    """``plots/ruler_<model>.png`` (:func:`ruler_figure`) per (model, variant) with derived ``ruler`` rows
+    (:mod:`lctx.harness.ruler`); none without them."""
+    if df is None or df.empty or not (df["task"].astype("string") == "ruler").any():
+        return []
+    written: list[Path] = []
+    r = df[df["task"].astype("string") == "ruler"]
+    groups = _series_groups(r)
+    per_model: dict[str, int] = {}
+    for m, _ in groups:
+        per_model[str(m)] = per_model.get(str(m), 0) + 1
+    for model, variant in groups:
+        rows = df[df["model"].astype("string") == str(model)]
+        if variant is not None and "variant" in rows.columns:
+            rows = rows[rows["variant"].astype("string") == str(variant)]
+        stem = safe_filename(model) + (f"_{safe_filename(variant)}" if per_model[str(model)] > 1 and variant else "")
+        written.append(ruler_figure(rows, _model_key(model, variant), Path(out_dir) / "plots" / f"ruler_{stem}.png"))
+    return written
 
 
 # ----------------------------------------------------------------------------------------------

@@ -431,6 +431,40 @@ def bench_figure(table: pd.DataFrame, out_dir: Path, pal) -> Path | None:
     return _save(fig, out_dir, "mmlu_arc.png")
 
 
+def ruler_blocks(table: pd.DataFrame, out_dir: Path) -> tuple[list, list[Path]]:
+    """The report's RULER section (:mod:`lctx.harness.ruler`): per model label with ``ruler`` rows, its table
+    (RULER's score of each task per length in percent, the average, the effective length at the threshold)
+    and ``plots/ruler_<label>.png`` (the grid beside the average, :func:`lctx.harness.plots.ruler_figure`).
+    Returns (blocks, plot paths); no blocks without ``ruler`` rows."""
+    from .plots import ruler_figure
+    from .ruler import ruler_table
+
+    labels = list(dict.fromkeys(table.loc[table["task"] == "ruler", "label"]))
+    blocks: list = []
+    paths: list[Path] = []
+    for lbl in labels:
+        rows = table[table["label"] == lbl]
+        grid, info = ruler_table(rows)
+        disp = grid.copy()
+        disp.columns = [format_length(c) for c in grid.columns]
+        disp = disp.map(lambda v: f"{v:.1f}" if np.isfinite(v) else "–").reset_index().rename(columns={"index": "task"})
+        e = info.get("effective_length", float("nan"))
+        thr = info.get("threshold")
+        etxt = ("–" if not np.isfinite(e) else f"< {format_length(min(grid.columns))}" if e == 0 else format_length(e))
+        left = info.get("left_out") or []
+        blocks.append(("p", f"{lbl}: RULER score per task and length in percent (mean over samples and depths; "
+                            f"NIAH, vt, cwe, fwe: string_match_all; QA: string_match_part); average = mean of the "
+                            f"{len(info.get('tasks', []))} tasks" + (f" ({', '.join(left)} left out)" if left else "")
+                       + f". Effective length (average ≥ {thr:g} at every length up to it): {etxt}."))
+        blocks.append(("table", disp, ""))
+        p = ruler_figure(rows, lbl, out_dir / "plots" / f"ruler_{safe_filename(lbl)}.png")
+        blocks.append(("figs", [(p, "Left: RULER score per task and length (%); the last row is the average. "
+                                    "Right: the average by length with the threshold (dashed) and the effective "
+                                    "length (dotted).", True)]))
+        paths.append(p)
+    return blocks, paths
+
+
 def heatmaps(table: pd.DataFrame, out_dir: Path) -> dict[str, list[Path]]:
     """Depth x length heatmaps per retrieval task and model, drawn by :mod:`lctx.harness.plots`
     (``passkey_heatmaps``, ``depth_heatmaps``): {task: [paths]}."""
@@ -520,6 +554,14 @@ def summary_table(table: pd.DataFrame, at: list[tuple[str, float]] | None = None
         d["effective length"] = _fmt_len(
             ev, T, rl.max() if len(rl) else None, zero=f"< {format_length(rl.min())}" if len(rl) else "0")
         n["effective_length"] = ev
+        rr = rows[rows["task"] == "ruler"]  # RULER's group (harness/ruler.py): average per length, effective length
+        if len(rr):
+            re_ = rr[rr["metric"] == "effective_length"]
+            rv = float(re_["value"].iloc[0]) if len(re_) else float("nan")
+            ra = rr[(rr["metric"] == "average") & (rr["status"] == "ok")]
+            d["RULER effective length"] = _fmt_len(rv, T, ra["length"].max() if len(ra) else None,
+                                                   zero=f"< {format_length(rr['length'].min())}" if rr["length"].notna().any() else "0")
+            n["ruler_effective_length"] = rv
         for task in rtasks:
             m = primary_metric(task, table)
             r = okr[(okr["task"] == task) & (okr["metric"] == m)]
@@ -691,6 +733,10 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, at: str = "1x,
     sections.append(("summary", "Summary", [("table", disp, "summary"), ("p", crit)]))
 
     plots: list[Path] = []
+    rblocks, rplots = ruler_blocks(table, out)
+    if rblocks:
+        sections.append(("ruler", "RULER", rblocks))
+        plots += rplots
     figs = []
     p = perplexity_figure(table, out, pal, max_ratio)
     if p:

@@ -82,7 +82,7 @@ class Passkey(Task):
         """Tokens of the prompt with no filler (BOS, instruction, needle, question) with ``lm``'s tokenizer:
         the fewest over a few keys, so it is a lower bound whatever the key (see :meth:`Task.min_length`)."""
         keys = [make_key(0, Cell(0, 0.5, s), self.key_digits) for s in range(4)]
-        return min(len(lm.with_bos(lm.encode("".join(self._prompt(0, 0.5, k))))) for k in keys)
+        return min(len(lm.prompt(self._prompt(0, 0.5, k)[0], ANSWER_PREFIX).ids) for k in keys)
 
     def cost(self, lm, cell: Cell) -> float:
         """Prefill of the prompt (at most ``cell.length`` tokens), ``max_new_tokens`` greedy decode steps and

@@ -1,0 +1,381 @@
+"""The ``ruler`` task group: RULER's 13 tasks in one run, their average per length and the effective length.
+
+``lctx run --tasks ruler`` runs the 13 tasks of RULER's benchmark (:data:`lctx.tasks.ruler.RULER_TASKS`: the
+eight ``niah_*``, ``vt``, ``cwe``, ``fwe``, ``qa_1``, ``qa_2``), or those whose data is present, and says which
+it left out and why (:func:`split_ruler`). From the records it derives, per (model, variant), rows with task
+``ruler`` (Hsieh et al. 2024, section 4 and Table 3; NVIDIA/RULER's README table):
+
+* ``average`` at each length L: the mean over the tasks of each task's score at L, in **percent** (0-100, as
+  RULER reports it). A task's score is the mean of RULER's metric for it (``string_match_all`` for NIAH, vt,
+  cwe, fwe; ``string_match_part`` for QA: :func:`task_metric`) over its samples and depths with status ok;
+  every task weighs the same, as in RULER. When a task of the group has no successful sample at L the
+  average there is an error row (a partial average is not RULER's);
+* ``effective_length``: the largest tested length L such that the average is ``>= threshold`` at every
+  tested length up to L (RULER's "effective length"; the threshold defaults to 85.6, Llama-2-7B's RULER
+  score at 4K, and is set with ``--task-option ruler.threshold=X``, in percent); 0 when the shortest tested
+  length already falls below it.
+
+The derived rows are recomputed from ``records.jsonl`` whenever the tables are written (never stored as
+records), like the flatness rows, so a resumed run's numbers follow its finished samples. The criterion and
+the tasks averaged are in each row's ``task_options``; ``run.json`` gains a ``ruler`` entry (threshold, tasks,
+left-out tasks with the reason). ``plots/ruler_<model>.png`` draws the task x length grid beside the average
+(:func:`lctx.harness.plots.ruler_grids`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from .errors import LctxError
+
+GROUP = "ruler"
+METRICS = ("average", "effective_length")
+DESCRIPTION = ("RULER's 13 tasks (niah_*, vt, cwe, fwe, qa_1, qa_2; those whose data is present), derived per model "
+               "and length: average (percent), effective_length (--task-option ruler.threshold=85.6)")
+REQUIRES = "as its tasks (the QA JSON files are left out when absent)"
+DEFAULT_THRESHOLD = 85.6
+
+
+def ruler_tasks() -> tuple[str, ...]:
+    """RULER's 13 task names in RULER's order (``scripts/config_tasks.sh``)."""
+    from lctx.tasks.ruler import RULER_TASKS
+
+    return RULER_TASKS
+
+
+def task_metric(task: str) -> str:
+    """RULER's metric of a task (``scripts/eval/synthetic/constants.py``): ``string_match_part`` for ``qa_*``,
+    ``string_match_all`` for the others."""
+    return "string_match_part" if str(task).startswith("qa_") else "string_match_all"
+
+
+@dataclass(frozen=True)
+class RulerSpec:
+    """What the group runs and how it is scored.
+
+    threshold: effective-length threshold on the average, percent (default 85.6); tasks: the tasks averaged
+    (those run); left_out: (task, reason) of the tasks left out for missing data.
+    """
+
+    threshold: float = DEFAULT_THRESHOLD
+    tasks: tuple[str, ...] = field(default_factory=ruler_tasks)
+    left_out: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def from_options(cls, opts: dict) -> "RulerSpec":
+        """Build from ``--task-option ruler.KEY=VALUE`` options (only ``threshold``).
+
+        Raises:
+            LctxError: an unknown key, or a threshold that is not a number in (1, 100] (it is in percent, as
+                RULER's tables; 0.856 is a fraction and is refused).
+        """
+        for k in opts:
+            if k != "threshold":
+                raise LctxError(f"--task-option ruler.{k}: the ruler group has no option {k!r}; valid options: "
+                                "threshold (options of one task go to it: --task-option cwe.max_new_tokens=120)")
+        raw = opts.get("threshold", DEFAULT_THRESHOLD)
+        try:
+            t = float(raw)
+        except (TypeError, ValueError):
+            t = float("nan")
+        if isinstance(raw, bool) or not (math.isfinite(t) and 1.0 < t <= 100.0):
+            raise LctxError(f"ruler.threshold={raw!r} must be a score in percent in (1, 100], as RULER's tables "
+                            "(Llama-2-7B at 4K: 85.6); write e.g. --task-option ruler.threshold=85.6")
+        return cls(threshold=t)
+
+
+def data_missing(task: str, data_dir, opts: dict) -> str | None:
+    """Why ``task`` cannot run for lack of data (None when its data is present): NIAH needs the essay and the
+    word lists, ``cwe`` the word lists, ``qa_*`` its JSON (``path`` option or found under the data dir); ``vt`` and
+    ``fwe`` need nothing."""
+    from lctx.tasks import niah
+    from lctx.tasks.ruler import VERB_FILE
+    from lctx.tasks.ruler_qa import RulerQA, find_qa_file
+    from lctx.tasks import get_task
+
+    root = data_dir if data_dir not in (None, "") else os.environ.get("LCTX_DATA_DIR")
+    if task.startswith("qa_"):
+        cls: type[RulerQA] = get_task(task)
+        if opts.get("path") not in (None, ""):
+            return None  # given explicitly: the task itself reports a bad path
+        return None if find_qa_file(cls.dataset, root) else cls.missing_data_message(root)
+    need: list[str] = []
+    if task.startswith("niah_"):
+        need = niah.data_files(niah.RULER_CONFIGS[task])
+    elif task == "cwe":
+        need = [niah.NOUN_FILE, niah.ADJ_FILE, VERB_FILE]
+    if task.startswith("niah_") and not root:  # every niah task takes its data from the data dir (multikey_3: none)
+        return "no --data-dir / LCTX_DATA_DIR given (RULER's essay and word lists)"
+    if not need:
+        return None
+    if not root:
+        return f"needs {', '.join(need)}: no --data-dir / LCTX_DATA_DIR given"
+    missing = [r for r in need if not (Path(root) / r).is_file()]
+    return f"{', '.join(missing)} not found under {str(root)!r}" if missing else None
+
+
+def split_ruler(task_names: list[str], task_options: list[str], data_dir=None, samples: int = 1,
+                depths: list[float] | None = None) -> tuple[list[str], list[str], RulerSpec | None, list[str]]:
+    """Expand ``ruler`` in ``--tasks`` into RULER's tasks whose data is present and take its ``--task-option``s.
+
+    Input: the task names of ``--tasks``, the raw ``--task-option`` items, the data dir, ``--samples`` and the
+    depths. Output: (task names with ``ruler`` replaced, each once, order kept; the option items not addressed
+    to ``ruler``, plus ``cwe.samples=`` / ``fwe.samples=`` = samples x number of depths unless given, so that the
+    tasks without a depth axis get as many samples per length as the others; the :class:`RulerSpec`; lines
+    to print: which tasks run and which are left out, and why). Without ``ruler`` in the names, everything is
+    returned unchanged with spec None.
+
+    Raises:
+        LctxError: a ``ruler.*`` item that is not ``ruler.KEY=VALUE`` or a bad option
+            (:meth:`RulerSpec.from_options`), or no RULER task has its data.
+    """
+    if GROUP not in task_names:
+        return list(task_names), list(task_options), None, []
+    mine, rest, opts = [], [], {}
+    for item in task_options:
+        (mine if item.split(".", 1)[0].strip() == GROUP else rest).append(item)
+    for item in mine:
+        head, sep, val = item.partition("=")
+        key = head.split(".", 1)[1].strip() if "." in head else ""
+        if not sep or not key:
+            raise LctxError(f"--task-option {item!r} is not ruler.KEY=VALUE; write e.g. --task-option ruler.threshold=85.6")
+        try:
+            opts[key] = json.loads(val)
+        except json.JSONDecodeError:
+            opts[key] = val
+    spec = RulerSpec.from_options(opts)
+    per_task: dict[str, dict] = {}
+    for item in rest:
+        head, _, val = item.partition("=")
+        if "." in head:
+            t, k = head.split(".", 1)
+            per_task.setdefault(t.strip(), {})[k.strip()] = val
+    run, left = [], []
+    for t in ruler_tasks():
+        why = data_missing(t, data_dir, per_task.get(t, {}))
+        (left.append((t, why)) if why else run.append(t))
+    if not run:
+        raise LctxError("ruler: no RULER task can run: " + "; ".join(f"{t}: {w}" for t, w in left[:3])
+                        + "; pass --data-dir ../shared/data (RULER's essay and word lists)")
+    out: list[str] = []
+    for name in task_names:
+        for n in (run if name == GROUP else [name]):
+            if n not in out:
+                out.append(n)
+    n_depths = len(depths) if depths else 1
+    for t in ("cwe", "fwe"):
+        if t in run and "samples" not in per_task.get(t, {}) and n_depths > 1:
+            rest.append(f"{t}.samples={samples * n_depths}")
+    spec = RulerSpec(threshold=spec.threshold, tasks=tuple(run), left_out=tuple(left))
+    notes = [f"ruler: running {len(run)} of RULER's {len(ruler_tasks())} tasks ({', '.join(run)}); "
+             f"average and effective length at {spec.threshold:g}%"]
+    notes += [f"ruler: left out {t}: {w}" for t, w in left]
+    if n_depths > 1 and any(t in run for t in ("cwe", "fwe")):
+        notes.append(f"ruler: cwe and fwe have no depth axis: {samples * n_depths} samples per length each "
+                     f"(--samples {samples} x {n_depths} depths), as many as a depth task")
+    return out, rest, spec, notes
+
+
+# ----------------------------------------------------------------------------------------------
+# deriving the numbers
+# ----------------------------------------------------------------------------------------------
+
+def _ok(df: pd.DataFrame) -> pd.DataFrame:
+    out = df[df["status"].astype("string").fillna("") == "ok"].copy()
+    out["value"] = pd.to_numeric(out["value"], errors="coerce")
+    out["length"] = pd.to_numeric(out["length"], errors="coerce")
+    return out.dropna(subset=["value", "length"])
+
+
+def task_scores(rows: pd.DataFrame, tasks: list[str] | tuple[str, ...]) -> pd.DataFrame:
+    """Per task x length: RULER's score of each task (percent: mean of its metric over ok samples and depths,
+    x100) for one model's rows; NaN where a task ran at a length but no sample succeeded. Index: the tasks
+    present (in ``tasks`` order), columns: the lengths (int) at which any of them ran."""
+    present = [t for t in tasks if (rows["task"] == t).any()]
+    lengths = sorted({int(x) for x in pd.to_numeric(rows.loc[rows["task"].isin(present), "length"],
+                                                    errors="coerce").dropna()})
+    grid = pd.DataFrame(float("nan"), index=present, columns=lengths)
+    ok = _ok(rows)
+    for t in present:
+        r = ok[(ok["task"] == t) & (ok["metric"] == task_metric(t))]
+        for L, v in r.groupby(r["length"].astype("int64"))["value"].mean().items():
+            grid.loc[t, int(L)] = 100.0 * float(v)
+    return grid
+
+
+def average_by_length(grid: pd.DataFrame, tasks: list[str] | tuple[str, ...]) -> dict[int, tuple[float, str]]:
+    """{length: (average over ``tasks`` in percent, error)}: NaN and a reason where a task lacks a score."""
+    out = {}
+    for L in grid.columns:
+        missing = [t for t in tasks if t not in grid.index or not math.isfinite(grid.loc[t, L])]
+        if missing:
+            out[int(L)] = (float("nan"), f"no successful sample of {', '.join(missing)} at length {int(L)}")
+        else:
+            out[int(L)] = (float(grid.loc[list(tasks), L].mean()), "")
+    return out
+
+
+def derive_records(table: pd.DataFrame, spec: RulerSpec | None = None) -> list[dict]:
+    """The derived ``ruler`` records of a results table (rows of the tasks, as :func:`lctx.harness.tables.to_table`
+    makes them; existing ``ruler`` rows are ignored): per (model, variant) that ran any of ``spec.tasks``, one
+    ``average`` record per length and one ``effective_length`` record (see the module docstring), each a dict
+    with the runner's record fields, ready for :func:`lctx.harness.tables.to_table`."""
+    from .flatness import effective_length
+
+    spec = spec or RulerSpec()
+    if table is None or table.empty:
+        return []
+    table = table[table["task"].astype("string") != GROUP]
+    tab = table.assign(variant=table["variant"].astype("string").fillna(""))
+    out: list[dict] = []
+    tasks = list(spec.tasks)
+    for (model, variant), rows in tab.groupby(["model", "variant"], sort=False, dropna=False):
+        rows = rows[rows["task"].isin(tasks)]
+        if rows.empty:
+            continue
+        first = rows.iloc[0]
+        tl = pd.to_numeric(rows["train_length"], errors="coerce").dropna()
+        base = {"model": model, "variant": variant or None, "task": GROUP, "depth": None, "sample": 0,
+                "seed": _scalar(first.get("seed")), "run_id": first.get("run_id"), "device": first.get("device"),
+                "dtype": first.get("dtype"), "attn_impl": first.get("attn_impl"),
+                "lctx_version": first.get("lctx_version"), "git_rev": first.get("git_rev"),
+                "train_length": int(tl.mode().iloc[0]) if len(tl) else None, "n_tokens": None, "depth_actual": None,
+                "status": "ok", "error": ""}
+        grid = task_scores(rows, tasks)
+        crit = {"tasks": tasks, "metrics": {t: task_metric(t) for t in tasks}, "unit": "percent",
+                "left_out": [t for t, _ in spec.left_out]}
+        avgs = average_by_length(grid, tasks)
+        for L, (v, err) in sorted(avgs.items()):
+            rec = dict(base, length=L, task_options=dict(crit, criterion=f"mean of {len(tasks)} RULER task scores"),
+                       metrics={"average": v})
+            if err:
+                rec.update(status="error", error=err)
+            out.append(rec)
+        scores = {L: v for L, (v, _) in avgs.items()}
+        out.append(dict(base, length=None, metrics={"effective_length": effective_length(scores, spec.threshold)},
+                        task_options=dict(crit, criterion=f"RULER average >= {spec.threshold:g}",
+                                          threshold=spec.threshold)))
+    return out
+
+
+def _scalar(v):
+    try:
+        return None if v is None or pd.isna(v) else int(v)
+    except (TypeError, ValueError):
+        return v
+
+
+def write_tables_with_ruler(out_dir: Path, spec: RulerSpec, flat_spec=None,
+                            plots: bool = True) -> tuple[pd.DataFrame, pd.DataFrame, list[Path]]:
+    """Rewrite a run's ``results.parquet``/``results.csv``/``summary.csv`` from its ``records.jsonl`` plus the
+    derived ``ruler`` rows (and the flatness rows when ``flat_spec`` is given), note the group in ``run.json``
+    (key ``ruler``) and (``plots``) draw ``plots/ruler_<model>.png``. Returns (table, summary, plot paths).
+
+    Raises:
+        LctxError: ``out_dir`` has no records.
+    """
+    from dataclasses import asdict
+
+    from lctx.tasks import TASKS
+
+    from . import flatness
+    from .rundir import atomic_write_json, read_json
+    from .tables import current_map, read_records, to_table, write_tables
+
+    out_dir = Path(out_dir)
+    records = read_records(out_dir / "records.jsonl")
+    if not records:
+        raise LctxError(f"{out_dir} has no records.jsonl records; run the sweep first")
+    metrics_of = {**{n: c.metrics for n, c in TASKS.items()}, GROUP: METRICS, flatness.TASK: flatness.METRICS}
+    current = current_map(out_dir)  # only the current inputs' records are averaged (issue 10)
+    base = to_table(records, metrics_of, current)
+    derived = derive_records(base, spec)
+    if flat_spec is not None:
+        derived += flatness.derive_records(base, flat_spec)
+    table, summary = write_tables(records + derived, out_dir, metrics_of, current)
+    meta_path = out_dir / "run.json"
+    meta = read_json(meta_path) or {}
+    meta[GROUP] = {"threshold": spec.threshold, "tasks": list(spec.tasks),
+                   "left_out": {t: w for t, w in spec.left_out}}
+    if flat_spec is not None:
+        meta["flatness"] = asdict(flat_spec) | {"retrieval_metric": flat_spec.metric}
+    atomic_write_json(meta_path, meta)
+    paths: list[Path] = []
+    if plots:
+        from .plots import ruler_grids
+
+        paths += ruler_grids(table, out_dir)
+        if flat_spec is not None:
+            from .report import ppl_ratio_plot
+
+            p = ppl_ratio_plot(table, out_dir, max_ratio=flat_spec.max_ratio)
+            paths += [p] if p else []
+    return table, summary, paths
+
+
+# ----------------------------------------------------------------------------------------------
+# presenting
+# ----------------------------------------------------------------------------------------------
+
+def ruler_table(rows: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
+    """One model's RULER table from its rows of a results table (task rows and its ``ruler`` rows): tasks x
+    lengths (percent, RULER's order) and a last row ``average``; plus {"threshold", "effective_length",
+    "tasks", "left_out"} from the ``ruler`` rows (empty dict without them)."""
+    r = rows[rows["task"] == GROUP]
+    info: dict = {}
+    tasks = list(ruler_tasks())
+    if len(r):
+        eff = r[r["metric"] == "effective_length"]
+        opts = _json(eff["task_options"].iloc[0]) if len(eff) else _json(r["task_options"].iloc[0])
+        opts = opts or {}
+        tasks = list(opts.get("tasks", tasks))
+        info = {"threshold": opts.get("threshold"), "tasks": tasks, "left_out": opts.get("left_out", []),
+                "effective_length": float(eff["value"].iloc[0]) if len(eff) else float("nan")}
+    grid = task_scores(rows[rows["task"] != GROUP], tasks)
+    avg = r[r["metric"] == "average"]
+    av = {int(L): float(v) for L, v in zip(pd.to_numeric(avg["length"]), pd.to_numeric(avg["value"]))}
+    grid.loc["average"] = [av.get(int(L), float("nan")) for L in grid.columns]
+    return grid, info
+
+
+def _json(s):
+    if isinstance(s, str):
+        try:
+            return json.loads(s)
+        except json.JSONDecodeError:
+            return None
+    return s if isinstance(s, dict) else None
+
+
+def format_ruler(table: pd.DataFrame) -> str:
+    """The RULER rows of a table as text, per model: tasks x lengths (percent), the average and the effective
+    length at the threshold."""
+    from .plots import format_length
+
+    lines = []
+    models = table[table["task"] == GROUP]
+    for (model, variant), _ in models.groupby(["model", "variant"], sort=False, dropna=False):
+        rows = table[(table["model"] == model) & (table["variant"].astype("string").fillna("") == (variant or ""))]
+        grid, info = ruler_table(rows)
+        cols = [format_length(L) for L in grid.columns]
+        w = max(len(str(i)) for i in grid.index)
+        lines.append(f"RULER, {model}: score in percent (mean over samples and depths; niah/vt/cwe/fwe "
+                     f"string_match_all, qa string_match_part)")
+        lines.append(" " * (w + 2) + "".join(f"{c:>8}" for c in cols))
+        for task, row in grid.iterrows():
+            lines.append(f"{task:<{w}}  " + "".join(f"{v:8.1f}" if math.isfinite(v) else f"{'-':>8}" for v in row))
+        e = info.get("effective_length", float("nan"))
+        thr = info.get("threshold")
+        etxt = ("-" if not math.isfinite(e) else (f"< {format_length(grid.columns.min())} (below the threshold at "
+                                                  "the shortest length)" if e == 0 else format_length(e)))
+        n = len(info.get("tasks", []))
+        left = info.get("left_out") or []
+        lines.append(f"effective length (average >= {thr:g}): {etxt}; average of {n} tasks"
+                     + (f" ({', '.join(left)} left out)" if left else ""))
+    return "\n".join(lines)
