@@ -24,7 +24,7 @@ import os
 
 import torch
 
-_USED: dict[str, str] = {}
+_USED: dict[str, list[str]] = {}
 
 
 def triton_runs(device: torch.device | str) -> bool:
@@ -42,12 +42,16 @@ def triton_runs(device: torch.device | str) -> bool:
 def record_impl(variant: str, impl: str) -> None:
     """Note that ``variant``'s attention ran through ``impl`` (e.g. ``"triton"``, ``"flex"``,
     ``"sdpa"``, ``"reference"``, ``"chunked"``) in this process; read back with :func:`impls_used`."""
-    _USED[variant] = impl
+    seen = _USED.setdefault(variant, [])
+    if impl not in seen:
+        seen.append(impl)
 
 
 def impls_used(reset: bool = False) -> dict[str, str]:
-    """{variant: implementation} of the attention calls since the last reset."""
-    out = dict(_USED)
+    """{variant: implementation} of the attention calls since the last reset; a variant whose calls took
+    different paths (e.g. ``alibi_lsh``: exact ALiBi for a short first chunk, LSH later) lists them in the
+    order they first ran, joined by ``+``."""
+    out = {k: "+".join(v) for k, v in _USED.items()}
     if reset:
         _USED.clear()
     return out

@@ -50,11 +50,17 @@ class GGDPrior(nn.Module):
         """mu_h, [H] (tokens): the prior's location."""
         return 2 * torch.sinh(self.theta_mu)
 
-    def forward(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
-        d = (q_pos[:, None, :, None] - k_pos[:, None, None, :]).float()  # [B, 1, Tq, Tk]
-        h = lambda t: t.float()[None, :, None, None]  # noqa: E731
-        z = (d - h(self.mu)) * h(torch.exp(self.theta_alpha))
+    def bias(self, d: torch.Tensor) -> torch.Tensor:
+        """The prior at distances d (any shape, tokens): [H, *d.shape] float32. The one formula: the
+        reference (:meth:`forward`) evaluates it on the Tq x Tk distances, the fast paths on d = 0..T-1
+        (their Toeplitz table, :class:`lctx.kernels.flash_prior.PriorSpec`)."""
+        h = lambda t: t.float().reshape(-1, *([1] * d.dim()))  # noqa: E731
+        z = (d.float() - h(self.mu)) * h(torch.exp(self.theta_alpha))
         return -((z.abs() + self.eps) ** h(self.beta))
+
+    def forward(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+        d = (q_pos[:, :, None] - k_pos[:, None, :]).float()  # [B, Tq, Tk]
+        return self.bias(d).transpose(0, 1)
 
 
 @register_variant("ggd_bam")
@@ -90,7 +96,7 @@ class GGDBAM(AttentionVariant):
         prior = self.prior if self.prior is not None else getattr(ctx, "shared", None)
         if prior is None:
             return None
-        return PriorSpec("ggd", ainv=torch.exp(prior.theta_alpha), beta=prior.beta, mu=prior.mu, eps=prior.eps)
+        return PriorSpec("ggd", bias=prior.bias)
 
 
 @register_modifier("ssmax")

@@ -156,6 +156,14 @@ def alibi_slopes(n_heads: int) -> torch.Tensor:
     return torch.tensor(slopes, dtype=torch.float64)
 
 
+def alibi_bias(slopes: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+    """The ALiBi prior b_h(d) = -m_h d (Press et al. 2022, section 3): slopes [H] (any dtype), d any-shaped
+    distances i - j in tokens. Returns [H, *d.shape] float32. The one formula: the reference path
+    (:meth:`ALiBi.score_bias`) and the fast paths' Toeplitz table (``PriorSpec.bias``) both call it."""
+    m = slopes.to(device=d.device, dtype=torch.float32).reshape(-1, *([1] * d.dim()))
+    return -m * d.float()
+
+
 class AttentionVariant(nn.Module):
     """Causal softmax attention with two positional hooks; the base of every softmax variant.
 
@@ -314,9 +322,8 @@ class ALiBi(AttentionVariant):
         # device and would leave a non-persistent buffer uninitialised.
         if ctx is not None and "alibi_bias" in ctx.memo:  # the same for every layer of one forward
             return ctx.memo["alibi_bias"]
-        slopes = alibi_slopes(self.n_heads).to(device=q_pos.device, dtype=torch.float32)
-        dist = (q_pos[:, None, :, None] - k_pos[:, None, None, :]).float()  # [B, 1, Tq, Tk]
-        bias = -slopes[None, :, None, None] * dist
+        dist = (q_pos[:, :, None] - k_pos[:, None, :]).float()  # [B, Tq, Tk]
+        bias = alibi_bias(alibi_slopes(self.n_heads), dist).transpose(0, 1)  # [B, H, Tq, Tk]
         if ctx is not None:
             ctx.memo["alibi_bias"] = bias
         return bias
@@ -324,7 +331,8 @@ class ALiBi(AttentionVariant):
     def prior_spec(self, ctx=None):
         from lctx.kernels.flash_prior import PriorSpec
 
-        return PriorSpec("alibi", slope=alibi_slopes(self.n_heads).float())
+        slopes = alibi_slopes(self.n_heads)
+        return PriorSpec("alibi", bias=lambda d: alibi_bias(slopes, d))
 
 
 class SinusoidalEmbedding(nn.Module):
