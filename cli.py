@@ -185,6 +185,10 @@ def run(
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
 ):
     """Evaluate checkpoints on tasks x lengths x depths; write records.jsonl, results.parquet/csv, summary.csv and plots."""
+    if data_dir is not None and not data_dir.is_dir():
+        raise LctxError(f"--data-dir {str(data_dir)!r} is not a directory; point it at the evaluation data "
+                        "(e.g. ../shared/data) or unset LCTX_DATA_DIR")
+    length_list, depth_list = parse_lengths(lengths), parse_depths(depths)  # before the heavy imports below
     from lctx.harness.lm import load_lm
     from lctx.harness.runner import RunSpec, check_lengths, run_sweep
     from lctx.tasks import get_task, load_entry_point_tasks, load_task_file
@@ -192,10 +196,6 @@ def run(
 
     dinfo = dist_.init(device)  # [distributed] under torchrun / accelerate launch: join the job (else no-op)
     device = dist_.rank_device(device, dinfo)  # rank r on cuda:LOCAL_RANK
-    if data_dir is not None and not data_dir.is_dir():
-        raise LctxError(f"--data-dir {str(data_dir)!r} is not a directory; point it at the evaluation data "
-                        "(e.g. ../shared/data) or unset LCTX_DATA_DIR")
-    length_list, depth_list = parse_lengths(lengths), parse_depths(depths)
     check_writable_dir(out)
     load_entry_point_tasks()
     for tf in task_file or []:
@@ -479,27 +479,46 @@ def bench(
     impl: str = typer.Option("fast,sdpa,reference", "--impl", help="attn_impl values to time: fast, sdpa, reference."),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto."),
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
-    repeats: int = typer.Option(5, "--repeats", help="Timed calls per measurement (the median is reported)."),
-    warmup: int = typer.Option(1, "--warmup", help="Untimed calls before the memory and timed calls (compilation happens there)."),
+    repeats: int = typer.Option(5, "--repeats", help="Interleaved rounds: each times SDPA causal and the variant back to back."),
+    warmup: int = typer.Option(1, "--warmup", help="Untimed calls of each function before measuring (compilation happens there)."),
     option: List[str] = typer.Option(None, "--option", help="Variant option KEY=VALUE (repeatable), e.g. lsh_samples=16."),
-    isolate: Optional[bool] = typer.Option(None, "--isolate/--in-process", help="One fresh process per measurement (default on CPU: honest peak RSS)."),
+    isolate: Optional[bool] = typer.Option(None, "--isolate/--in-process", help="One fresh process per variant (default on CPU)."),
+    threads: Optional[int] = typer.Option(None, "--threads", help="Intra-op threads of the measuring processes (default: torch's, i.e. LCTX_NUM_THREADS / OMP_NUM_THREADS / all cores)."),
     mem_limit: Optional[str] = typer.Option(None, "--mem-limit", help="Skip measurements estimated above this size (e.g. 16g; default 80% of free RAM / 90% of GPU memory)."),
     time_budget: float = typer.Option(300.0, "--time-budget", help="Skip a measurement predicted to take longer than this (seconds, all calls)."),
-    out: Path = typer.Option(Path("lctx-bench"), "--out", "-o", help="Output directory (bench.parquet/csv, exponents.csv, bench.png)."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Instead of one layer: a whole checkpoint's chunked prefill per --impl x length, each in a fresh process, with peak RSS against `lctx plan`."),
+    chunk_size: int = typer.Option(2048, "--chunk-size", min=1, help="--model: prefill chunk in tokens."),
+    warmup_tokens: int = typer.Option(0, "--warmup-tokens", min=0, help="--model: prefill this many tokens before measuring (kernel compilation)."),
+    out: Path = typer.Option(Path("lctx-bench"), "--out", "-o", help="Output directory (bench.parquet/csv, exponents.csv, ratios.md, bench.png)."),
 ):
-    """Time one attention layer forward per variant x impl x length; peak memory, ratio to SDPA, scaling exponent."""
+    """Time one attention layer forward per variant x impl x length, alternately with SDPA causal: ratios (median, min), peak memory, exponents. With --model: a whole-model prefill against the memory plan."""
+    length_list = parse_lengths(lengths)
+    impls = [i.strip() for i in impl.split(",") if i.strip()]
+    bad = [i for i in impls if i not in ("fast", "sdpa", "reference")]
+    if bad:
+        raise LctxError(f"unknown attention implementation {bad[0]!r}; use fast, sdpa, reference")
+    check_writable_dir(out)
+    if model is not None:
+        from lctx.harness.bench import print_prefill, run_prefill_bench
+
+        if "--impl" not in sys.argv and impl == "fast,sdpa,reference":
+            impls = ["sdpa", "fast"]
+        table, exps = run_prefill_bench(model, impls, length_list, chunk=chunk_size, warmup_tokens=warmup_tokens,
+                                        threads=threads, log=lambda s: typer.echo(s, err=True))
+        print_prefill(table, exps, typer.echo)
+        table.to_csv(out / "prefill.csv", index=False)
+        exps.to_csv(out / "prefill_exponents.csv", index=False)
+        typer.echo(f"wrote {out / 'prefill.csv'} and {out / 'prefill_exponents.csv'}")
+        return
     from lctx.harness.bench import print_bench, run_bench, write_bench
     from lctx.harness.plan import parse_bytes
     from lctx.models import VARIANTS
 
     names = [v.strip() for v in variants.split(",") if v.strip()] if variants else sorted(VARIANTS)
-    impls = [i.strip() for i in impl.split(",") if i.strip()]
-    length_list = parse_lengths(lengths)
-    check_writable_dir(out)
     table, exps = run_bench(names, impls, length_list, heads=heads, head_dim=head_dim, batch=batch, device=device,
                             dtype=dtype, repeats=repeats, warmup=warmup, options=parse_options(option or []),
                             isolate=isolate, mem_limit=parse_bytes(mem_limit) if mem_limit else None,
-                            time_budget=time_budget, log=lambda s: typer.echo(s, err=True))
+                            time_budget=time_budget, threads=threads, log=lambda s: typer.echo(s, err=True))
     print_bench(table, exps)
     for p in write_bench(table, exps, out):
         typer.echo(f"wrote {p}")
@@ -582,6 +601,9 @@ def list_(what: str = typer.Argument(..., help="tasks or variants")):
         typer.echo("flatness     ppl + a retrieval task at lengths relative to the training length (--relative), "
                    "derived per model  metrics: ppl_ratio, flat_until, effective_length")
     elif what == "variants":
+        import lctx
+
+        lctx._light_import = True  # the registry only: no transformers modeling stack (lctx.models docstring)
         from lctx.models import VARIANTS
 
         for name, cls in sorted(VARIANTS.items()):

@@ -85,7 +85,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .model import cache_states
+from .cache import cache_states
 from .variants import AttentionVariant, AttnContext, register_variant
 
 CDTYPE = torch.complex64
