@@ -483,7 +483,8 @@ def bench(
     warmup: int = typer.Option(1, "--warmup", help="Untimed calls of each function before measuring (compilation happens there)."),
     option: List[str] = typer.Option(None, "--option", help="Variant option KEY=VALUE (repeatable), e.g. lsh_samples=16."),
     isolate: Optional[bool] = typer.Option(None, "--isolate/--in-process", help="One fresh process per variant (default on CPU)."),
-    threads: Optional[int] = typer.Option(None, "--threads", help="Intra-op threads of the measuring processes (default: torch's, i.e. LCTX_NUM_THREADS / OMP_NUM_THREADS / all cores)."),
+    threads: Optional[str] = typer.Option(None, "--threads", help="Intra-op threads of the measuring processes, e.g. 1 or 1,2 (several: measured in the same interleaved rounds, one row each; default: torch's)."),
+    busy: int = typer.Option(0, "--busy", min=0, help="Run this many CPU-bound processes beside the measurement (a loaded machine on purpose)."),
     mem_limit: Optional[str] = typer.Option(None, "--mem-limit", help="Skip measurements estimated above this size (e.g. 16g; default 80% of free RAM / 90% of GPU memory)."),
     time_budget: float = typer.Option(300.0, "--time-budget", help="Skip a measurement predicted to take longer than this (seconds, all calls)."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Instead of one layer: a whole checkpoint's chunked prefill per --impl x length, each in a fresh process, with peak RSS against `lctx plan`."),
@@ -497,6 +498,14 @@ def bench(
     bad = [i for i in impls if i not in ("fast", "sdpa", "reference")]
     if bad:
         raise LctxError(f"unknown attention implementation {bad[0]!r}; use fast, sdpa, reference")
+    thread_list = None
+    if threads is not None:
+        try:
+            thread_list = [int(t) for t in threads.split(",") if t.strip()]
+        except ValueError:
+            thread_list = [0]
+        if not thread_list or min(thread_list) < 1:
+            raise LctxError(f"--threads {threads!r} is not a list of positive integers; write e.g. --threads 1,2")
     check_writable_dir(out)
     if model is not None:
         from lctx.harness.bench import print_prefill, run_prefill_bench
@@ -504,7 +513,8 @@ def bench(
         if "--impl" not in sys.argv and impl == "fast,sdpa,reference":
             impls = ["sdpa", "fast"]
         table, exps = run_prefill_bench(model, impls, length_list, chunk=chunk_size, warmup_tokens=warmup_tokens,
-                                        threads=threads, log=lambda s: typer.echo(s, err=True))
+                                        threads=thread_list[0] if thread_list else None,
+                                        log=lambda s: typer.echo(s, err=True))
         print_prefill(table, exps, typer.echo)
         table.to_csv(out / "prefill.csv", index=False)
         exps.to_csv(out / "prefill_exponents.csv", index=False)
@@ -518,7 +528,8 @@ def bench(
     table, exps = run_bench(names, impls, length_list, heads=heads, head_dim=head_dim, batch=batch, device=device,
                             dtype=dtype, repeats=repeats, warmup=warmup, options=parse_options(option or []),
                             isolate=isolate, mem_limit=parse_bytes(mem_limit) if mem_limit else None,
-                            time_budget=time_budget, threads=threads, log=lambda s: typer.echo(s, err=True))
+                            time_budget=time_budget, threads=thread_list, busy=busy,
+                            log=lambda s: typer.echo(s, err=True))
     print_bench(table, exps)
     for p in write_bench(table, exps, out):
         typer.echo(f"wrote {p}")

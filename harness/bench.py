@@ -320,7 +320,8 @@ class BenchGroup:
     H = ``heads``, D = ``head_dim``, timing ``repeats`` interleaved rounds after ``warmup`` untimed calls of
     each function, skipping a case estimated above ``mem_limit`` bytes or predicted above ``time_budget``
     seconds; ``baselines`` times SDPA causal (and, for bias variants, SDPA with a bias mask) alongside;
-    ``threads``: intra-op threads (``torch.set_num_threads``; ``None`` keeps torch's default)."""
+    ``threads``: intra-op thread counts (``torch.set_num_threads``), an int or a list measured in the same
+    interleaved rounds (one row each); ``None`` keeps torch's default."""
 
     variant: str
     impls: list
@@ -337,7 +338,7 @@ class BenchGroup:
     mem_limit: int = 8 << 30
     time_budget: float = 300.0
     baselines: bool = True
-    threads: int | None = None
+    threads: int | list | None = None
 
 
 def _timed(fn, dev) -> float:
@@ -373,62 +374,90 @@ UNSTABLE = 0.20  # a row whose per-pair ratios spread by more than this fraction
 
 
 def _nan_row(group: BenchGroup, impl: str, T: int, status: str) -> dict:
-    return {"variant": group.variant, "impl": impl, "length": T, "status": status}
+    return {"variant": group.variant, "impl": impl, "length": T, "status": status, "threads": thread_counts(group)[0]}
 
 
-def measure_case(group: BenchGroup, impl: str, T: int, probe: dict | None) -> dict:
+def thread_counts(group: BenchGroup) -> list[int]:
+    """The intra-op thread counts a group measures at: ``group.threads`` (an int or a list), or torch's
+    current count."""
+    th = group.threads
+    if th is None:
+        return [torch.get_num_threads()]
+    return [int(t) for t in (th if isinstance(th, (list, tuple)) else [th])]
+
+
+def _at_threads(n: int, fn):
+    def call():
+        torch.set_num_threads(n)
+        return fn()
+    return call
+
+
+def measure_case(group: BenchGroup, impl: str, T: int, probe: dict | None) -> list[dict]:
     """Measure ``group.variant`` with ``impl`` at T tokens in this process: warm-up, the peak memory of one
     call of the variant and of SDPA causal (:class:`PeakMemory`), then ``repeats`` interleaved rounds of
-    (SDPA causal, variant[, SDPA with the ALiBi bias mask]). Returns one row (dict): times (median, min),
-    ratios to each baseline (median and min of the per-round ratios, their spread, ``unstable``), peaks,
-    thread count, load average before and after, the kernel that ran and ``status``."""
+    (SDPA causal, variant[, SDPA with the ALiBi bias mask]) at each thread count of
+    :func:`thread_counts` (all in the same rounds). Returns one row (dict) per thread count: times
+    (median, min), ratios to each baseline at that thread count (median and min of the per-round ratios,
+    their spread, ``unstable``), ``ratio_threads`` (median per-round time over the time at the first
+    thread count), peaks, load average before and after, the kernel that ran and ``status``."""
     from lctx import kernels
 
     dev, dt = torch.device(group.device), _torch_dtype(group.dtype)
     B, H, D = group.batch, group.heads, group.head_dim
-    row = {"variant": group.variant, "impl": impl, "length": T, "threads": torch.get_num_threads(),
-           "load_avg_start": load_average(), "status": "ok"}
+    counts = thread_counts(group)
+    base_row = {"variant": group.variant, "impl": impl, "length": T, "load_avg_start": load_average(), "status": "ok"}
+    rows = [dict(base_row, threads=n) for n in counts]
     try:
         with torch.inference_mode():
             q, k, v, x = make_inputs(B, H, T, D, dev, dt, group.seed)
             mod, shared = make_layer(make_config(group.variant, impl, H, D, group.options), dev, dt)
-            fns = {"variant": lambda: layer_call(mod, shared, q, k, v, x)}
+            one = {"variant": lambda: layer_call(mod, shared, q, k, v, x)}
             if group.baselines:
-                fns["sdpa_causal"] = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                one["sdpa_causal"] = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)
                 bias_bytes = B * H * T * T * dt.itemsize
                 if probe and probe.get("has_bias") and bias_bytes <= group.mem_limit // 4:
                     mask = bias_mask(B, H, T, dev, dt)
-                    fns["sdpa_bias"] = lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+                    one["sdpa_bias"] = lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
                 elif probe and probe.get("has_bias"):
-                    row["note"] = f"sdpa_bias skipped: its {bias_bytes / 2**30:.1f} GiB mask > a quarter of the limit"
+                    for r in rows:
+                        r["note"] = f"sdpa_bias skipped: its {bias_bytes / 2**30:.1f} GiB mask > a quarter of the limit"
+            fns = {(name, n): _at_threads(n, fn) for n in counts for name, fn in one.items()}
             kernels.impls_used(reset=True)
             for _ in range(group.warmup):  # compilation (Triton, torch.compile) happens here, not below
                 for fn in fns.values():
                     fn()
             _sync(dev)
+            peaks = {}
             for name in ("variant", "sdpa_causal"):
-                if name in fns:
+                if name in one:
                     with PeakMemory(dev) as pm:
-                        y = fns[name]()
+                        y = fns[(name, counts[0])]()
                         _sync(dev)
                         del y
-                    row[f"{'peak' if name == 'variant' else 'base_peak'}_bytes"] = pm.peak
-                    row["mem_method"] = pm.method
+                    peaks[f"{'peak' if name == 'variant' else 'base_peak'}_bytes"] = pm.peak
+                    peaks["mem_method"] = pm.method
             times = interleave(fns, group.repeats, dev)
         ran = sorted(set(kernels.impls_used(reset=True).values()))
-        row["impl_ran"] = ",".join(ran) if ran else "unrecorded"
-        row["time_s"], row["time_min_s"] = _median(times["variant"]), min(times["variant"])
-        for base, col in (("sdpa_causal", "sdpa"), ("sdpa_bias", "sdpa_bias")):
-            if base in times:
-                st = pair_stats(times["variant"], times[base])
-                row[f"{'base' if base == 'sdpa_causal' else 'bias'}_time_s"] = _median(times[base])
-                row[f"ratio_{col}"], row[f"ratio_{col}_min"], row[f"ratio_{col}_spread"] = st["median"], st["min"], st["spread"]
-        row["unstable"] = bool(row.get("ratio_sdpa_spread", 0) > UNSTABLE)
+        for row, n in zip(rows, counts):
+            row.update(peaks, impl_ran=",".join(ran) if ran else "unrecorded")
+            tv = times[("variant", n)]
+            row["time_s"], row["time_min_s"] = _median(tv), min(tv)
+            row["ratio_threads"] = pair_stats(tv, times[("variant", counts[0])])["median"]
+            for base, col in (("sdpa_causal", "sdpa"), ("sdpa_bias", "sdpa_bias")):
+                if (base, n) in times:
+                    st = pair_stats(tv, times[(base, n)])
+                    row[f"{'base' if base == 'sdpa_causal' else 'bias'}_time_s"] = _median(times[(base, n)])
+                    row[f"ratio_{col}"], row[f"ratio_{col}_min"], row[f"ratio_{col}_spread"] = (
+                        st["median"], st["min"], st["spread"])
+            row["unstable"] = bool(row.get("ratio_sdpa_spread", 0) > UNSTABLE)
     except Exception as e:  # noqa: BLE001 - a failed combination is a row, the bench goes on
         msg = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
-        row["status"] = f"error: {type(e).__name__}: {msg}"
-    row["load_avg_end"] = load_average()
-    return row
+        for row in rows:
+            row["status"] = f"error: {type(e).__name__}: {msg}"
+    for row in rows:
+        row["load_avg_end"] = load_average()
+    return rows
 
 
 def run_group(group: BenchGroup, emit=None) -> list[dict]:
@@ -436,12 +465,11 @@ def run_group(group: BenchGroup, emit=None) -> list[dict]:
     increasing order, skipping what is estimated not to fit ``mem_limit`` (:func:`estimate_bytes`) or
     predicted (from the previous length's time and exponent) to exceed ``time_budget``. ``emit(row)`` is
     called for each row as it is done. Returns the rows."""
-    if group.threads:
-        torch.set_num_threads(int(group.threads))
+    torch.set_num_threads(thread_counts(group)[0])
     torch.manual_seed(group.seed)
     emit = emit or (lambda r: None)
     rows = []
-    n_fns = 3 if group.baselines else 1
+    n_fns = 1.5 if group.baselines else 1.0  # prev time holds variant + SDPA causal; SDPA+bias ~ half more
     for impl in group.impls:
         kw = dict(batch=group.batch, heads=group.heads, head_dim=group.head_dim, dtype=group.dtype,
                   device=group.device, repeats=group.repeats, warmup=group.warmup, options=dict(group.options))
@@ -465,14 +493,16 @@ def run_group(group: BenchGroup, emit=None) -> list[dict]:
             elif pred is not None and pred > group.time_budget:
                 row = _nan_row(group, impl, T, f"skipped: predicted {pred:.0f} s > time budget {group.time_budget:.0f} s")
             else:
-                row = measure_case(group, impl, T, probe)
+                new = measure_case(group, impl, T, probe)
+                row = new[0]
                 if row["status"] == "ok":
-                    pts = [r for r in rows if r["impl"] == impl and r["status"] == "ok"]
+                    pts = [r for r in rows if r["impl"] == impl and r["status"] == "ok" and r["threads"] == row["threads"]]
                     exp = fit_exponent([r["length"] for r in pts] + [T], [r["time_s"] for r in pts] + [row["time_s"]])
-                    prev = {"time": row["time_s"] + row.get("base_time_s", 0.0), "length": T, "exp": exp}
-            row.update(est_bytes=est, has_bias=bool(probe.get("has_bias")))
-            rows.append(row)
-            emit(row)
+                    prev = {"time": sum(r["time_s"] + r.get("base_time_s", 0.0) for r in new), "length": T, "exp": exp}
+            for row in (new if "time_s" in row else [row]):
+                row.update(est_bytes=est, has_bias=bool(probe.get("has_bias")))
+                rows.append(row)
+                emit(row)
     return rows
 
 
@@ -542,7 +572,8 @@ def default_mem_limit(device) -> int:
 def run_bench(variants: list[str], impls: list[str], lengths: list[int], heads: int = 1, head_dim: int = 64,
               batch: int = 1, device: str = "cpu", dtype: str = "float32", repeats: int = 5, warmup: int = 1,
               options: dict | None = None, isolate: bool | None = None, mem_limit: int | None = None,
-              time_budget: float = 300.0, baselines: bool = True, threads: int | None = None, log=None):
+              time_budget: float = 300.0, baselines: bool = True, threads: int | list | None = None, busy: int = 0,
+              log=None):
     """Measure every variant x impl x length, each timed alternately with SDPA causal (and SDPA with an
     ALiBi bias mask for bias variants) in one process per variant, and return ``(table, exponents)`` as
     pandas DataFrames (module docstring for the method and columns).
@@ -551,8 +582,10 @@ def run_bench(variants: list[str], impls: list[str], lengths: list[int], heads: 
     fast/sdpa/reference; lengths: tokens; heads/head_dim/batch: shapes; device: ``cpu``/``cuda[:N]``;
     dtype: name; repeats: interleaved rounds; isolate: one subprocess per variant (default: on CPU);
     mem_limit: bytes a measurement may use (default :func:`default_mem_limit`); time_budget: seconds a
-    measurement may take (warm-up and rounds together, extrapolated); threads: intra-op threads of the
-    workers (default torch's); log: ``callable(str)`` for progress lines.
+    measurement may take (warm-up and rounds together, extrapolated); threads: intra-op thread count(s)
+    of the workers, a list measured in the same interleaved rounds (default torch's); busy: CPU-bound
+    processes to run beside the measurement (a shared machine on purpose; column ``busy``); log:
+    ``callable(str)`` for progress lines.
 
     Raises:
         LctxError: unknown variant / impl / dtype / device, non-positive sizes or repeats.
@@ -566,9 +599,10 @@ def run_bench(variants: list[str], impls: list[str], lengths: list[int], heads: 
 
     if not variants or not impls or not lengths:
         raise LctxError("nothing to bench; pass --variants, --impl and --lengths with at least one value each")
-    if min(heads, head_dim, batch, repeats) < 1 or warmup < 0 or (threads is not None and threads < 1):
+    tl = [] if threads is None else list(threads) if isinstance(threads, (list, tuple)) else [threads]
+    if min(heads, head_dim, batch, repeats) < 1 or warmup < 0 or any(t < 1 for t in tl) or busy < 0:
         raise LctxError(f"--heads ({heads}), --head-dim ({head_dim}), --batch ({batch}), --repeats ({repeats}) and "
-                        f"--threads must be >= 1 and --warmup >= 0")
+                        f"--threads must be >= 1, --warmup and --busy >= 0")
     dev = resolve_device(device)
     _torch_dtype(dtype)
     for v in variants:
@@ -590,12 +624,20 @@ def run_bench(variants: list[str], impls: list[str], lengths: list[int], heads: 
         log(f"{r['variant']:>16s} {r['impl']:>9s} T={r['length']:<7d} {extra}")
 
     rows = []
-    for v in variants:
-        group = BenchGroup(v, list(impls), lengths, batch=batch, heads=heads, head_dim=head_dim, dtype=dtype,
-                           device=str(dev), repeats=repeats, warmup=warmup, options=dict(options or {}),
-                           mem_limit=mem_limit, time_budget=time_budget, baselines=baselines, threads=threads)
-        timeout = 120 + 2 * time_budget * len(impls) * len(lengths)
-        rows += run_group_isolated(group, show, timeout) if isolate else run_group(group, show)
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
+    try:
+        for v in variants:
+            group = BenchGroup(v, list(impls), lengths, batch=batch, heads=heads, head_dim=head_dim, dtype=dtype,
+                               device=str(dev), repeats=repeats, warmup=warmup, options=dict(options or {}),
+                               mem_limit=mem_limit, time_budget=time_budget, baselines=baselines,
+                               threads=tl or None)
+            timeout = 120 + 2 * time_budget * len(impls) * len(lengths) * max(1, len(tl))
+            rows += run_group_isolated(group, show, timeout) if isolate else run_group(group, show)
+    finally:
+        for p in spinners:
+            p.kill()
+            p.wait()
+    meta["busy"] = busy
     table = pd.DataFrame([{**{c: float("nan") for c in TABLE_COLUMNS}, **r, **meta} for r in rows])
     table["unstable"] = [bool(u) if u == u else False for u in table["unstable"]]
     for c in ("impl_ran", "mem_method", "note"):
@@ -603,9 +645,9 @@ def run_bench(variants: list[str], impls: list[str], lengths: list[int], heads: 
     table = table[TABLE_COLUMNS + [c for c in table.columns if c not in TABLE_COLUMNS]]
     table["timestamp"] = pd.Timestamp.now(tz="UTC").isoformat()
     exps = []
-    for (v, i), g in table.groupby(["variant", "impl"], sort=False):
+    for (v, i, th), g in table.groupby(["variant", "impl", "threads"], sort=False, dropna=False):
         ok = g[g["status"] == "ok"]
-        exps.append({"variant": v, "impl": i, "time_exponent": fit_exponent(ok["length"], ok["time_s"]),
+        exps.append({"variant": v, "impl": i, "threads": th, "time_exponent": fit_exponent(ok["length"], ok["time_s"]),
                      "mem_exponent": fit_exponent(ok["length"], ok["peak_bytes"]), "n_lengths": len(ok),
                      "lengths": ",".join(str(int(t)) for t in ok["length"])})
     return table, pd.DataFrame(exps)
@@ -614,7 +656,7 @@ def run_bench(variants: list[str], impls: list[str], lengths: list[int], heads: 
 TABLE_COLUMNS = ["variant", "impl", "length", "impl_ran", "time_s", "time_min_s", "base_time_s", "ratio_sdpa",
                  "ratio_sdpa_min", "ratio_sdpa_spread", "unstable", "bias_time_s", "ratio_sdpa_bias",
                  "ratio_sdpa_bias_min", "ratio_sdpa_bias_spread", "peak_bytes", "base_peak_bytes", "mem_method",
-                 "threads", "load_avg_start", "load_avg_end", "est_bytes", "has_bias", "status", "note"]
+                 "threads", "ratio_threads", "load_avg_start", "load_avg_end", "est_bytes", "has_bias", "status", "note"]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -807,6 +849,8 @@ def ratio_pivot(table, stat: str = "ratio_sdpa"):
     the interleaved pairs; ``ratio_sdpa_min``: their minimum), as a pandas DataFrame."""
     ok = table[table["status"] == "ok"].copy()
     ok["row"] = ok["variant"] + " [" + ok["impl"] + "]"
+    if ok["threads"].nunique() > 1:
+        ok["row"] = ok["row"] + " " + ok["threads"].map(lambda t: f"{int(t)}t")
     return ok.pivot_table(index="row", columns="length", values=stat, sort=False)
 
 
@@ -852,7 +896,7 @@ def print_bench(table, exponents, console=None) -> None:
     console = console or Console()
     f = lambda v, fmt: "" if v != v else format(v, fmt)  # noqa: E731
     t = Table(title="lctx bench: one attention layer forward, timed alternately with SDPA causal")
-    num = ("length", "time ms", "peak MiB", "x sdpa", "min", "spread", "x sdpa+bias", "threads", "load")
+    num = ("length", "time ms", "peak MiB", "x sdpa", "min", "spread", "x sdpa+bias", "threads", "x 1st thr", "load")
     for c in ("variant", "impl", "ran") + num + ("status",):
         t.add_column(c, justify="right" if c in num else "left")
     for _, r in table.iterrows():
@@ -860,15 +904,16 @@ def print_bench(table, exponents, console=None) -> None:
         t.add_row(r["variant"], r["impl"], str(r["impl_ran"]), str(r["length"]), f(r["time_s"] * 1e3, ".2f"),
                   f(r["peak_bytes"] / 2**20, ".1f"), f(r["ratio_sdpa"], ".2f"), f(r["ratio_sdpa_min"], ".2f"),
                   f(r["ratio_sdpa_spread"], ".0%"), f(r["ratio_sdpa_bias"], ".2f"), f(r["threads"], ".0f"),
-                  f(r["load_avg_start"], ".1f"), status)
+                  f(r["ratio_threads"], ".2f"), f(r["load_avg_start"], ".1f"), status)
     console.print(t)
     if (table["status"] == "ok").any():
         console.print(ratio_markdown(table), markup=False, highlight=False, soft_wrap=True)
     e = Table(title="scaling exponents (least squares on log-log)")
-    for c in ("variant", "impl", "time exp", "mem exp", "lengths"):
+    for c in ("variant", "impl", "threads", "time exp", "mem exp", "lengths"):
         e.add_column(c)
     for _, r in exponents.iterrows():
-        e.add_row(r["variant"], r["impl"], f(r["time_exponent"], ".2f"), f(r["mem_exponent"], ".2f"), r["lengths"])
+        e.add_row(r["variant"], r["impl"], f(r["threads"], ".0f"), f(r["time_exponent"], ".2f"),
+                  f(r["mem_exponent"], ".2f"), r["lengths"])
     console.print(e)
     if table["unstable"].any():
         console.print(f"warning: {int(table['unstable'].sum())} rows have per-pair ratios that disagree by more than "

@@ -21,6 +21,7 @@ Which path runs is ``config.attn_impl`` (``lctx run --attn-impl``):
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 
 import torch
 
@@ -55,3 +56,35 @@ def impls_used(reset: bool = False) -> dict[str, str]:
     if reset:
         _USED.clear()
     return out
+
+
+def scan_threads() -> int:
+    """Intra-op threads for the fixed-state mixers' CPU scans (``interdomain``, ``s4d``): the environment
+    variable ``LCTX_SCAN_THREADS`` (a positive integer, or 0 for torch's current setting), default 1.
+
+    Why 1: those scans are tens of medium-sized ops (batched matmuls, einsums), and every parallel op
+    ends in a barrier that waits for the slowest thread; on a machine whose cores are shared (load above
+    the core count) a descheduled thread costs the barrier a scheduler time slice. Measured on 2 cores
+    at load ~10 (issue 14.3, one layer, 16K tokens, one head of dim 64): s4d 0.14 s with 1 thread and
+    5.8 s with 2; interdomain 0.23 s and 0.88 s; the model's per-chunk form 0.52 s and 4.5 s.
+    """
+    try:
+        n = int(os.environ.get("LCTX_SCAN_THREADS", "1"))
+    except ValueError:
+        n = 1
+    return max(0, n)
+
+
+@contextmanager
+def intra_op_threads(n: int, device="cpu"):
+    """Run the block with torch's intra-op thread count lowered to ``n`` on CPU (restored after); a no-op on
+    other devices, for ``n`` <= 0, or when torch already uses ``n`` threads or fewer."""
+    old = torch.get_num_threads()
+    if torch.device(device).type != "cpu" or n <= 0 or n >= old:
+        yield
+        return
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
