@@ -1,20 +1,40 @@
 """Seed 000 (Bianchessi et al., "Bayesian Attention Mechanism", arXiv 2505.22842; reference code
-github.com/ArthurSBianchessi/BAM, ``models/bam_ssmax.py``): the GGD-BAM positional prior and
-Scalable-Softmax (Nakanishi 2025, arXiv 2501.19399).
+github.com/ArthurSBianchessi/BAM, ``models/bam_ssmax.py`` and ``train.py``): the GGD-BAM positional prior
+and Scalable-Softmax (Nakanishi 2025, arXiv 2501.19399).
 
-``ggd_bam``: logit bias b_ij = -(|(i - j - mu) / alpha_h| + eps)^beta_h for keys j <= i. Per head two
-unconstrained parameters: theta_alpha = log(1/alpha_h) and beta_h itself (any real: beta in (0, 1) is a
-heavy tail, beta <= 0 the inverted prior); mu = 2 sinh(theta_mu) is fixed at 0 unless
-``variant_options["ggd_learn_mu"]``. Initialised as ALiBi (beta = 1, 1/alpha = the ALiBi slope), like
-the reference. The j = i term: as in the reference, eps = 1e-5 is added to |.| before the power, so
-for beta < 0 the bias at distance 0 is -(1e-5)^beta (finite, -316 at beta = -0.5: the query's own token
-is suppressed) and for beta = 1 the whole row shifts by -eps, which the softmax removes.
+``ggd_bam``: an additive logit bias b_ij for query i and key j <= i, per head h. Three parameterisations
+of the same family (``variant_options["ggd_form"]``), all from the same three unconstrained parameters
+per head: ``theta_alpha`` = log(1/alpha_h) (initialised to log of the ALiBi slope, as the reference's
+``scale_init='slope'``), ``beta`` (any real: beta in (0, 1) is a heavy tail, beta <= 0 the inverted
+prior) and ``theta_mu`` (mu = 2 sinh(theta_mu), frozen at 0 unless ``ggd_learn_mu``):
 
-``+ssmax``: the content logits of query i are multiplied by s_h log(n_i), n_i = i + 1 keys visible from
-the start of its document (decode steps: the cache length); s_h learnable per head, initialised to 1.
-The reference code scales q k^T / sqrt(D) only and adds the prior afterwards (``scores * section_log_len
-* seq_scale`` then ``+ prior``); that is the default here. ``variant_options["ssmax_scale_bias"] = True``
-scales the bias as well.
+- ``"reference"`` (the default): b_ij = -e^theta_alpha * (|j - i - mu| + eps)^beta, the reference code's
+  ``AttentionPrior.forward`` (``models/bam_ssmax.py`` lines 105-106): the scale sits outside the power, so
+  dB/dbeta = b * log(|j - i - mu| + eps) has the sign of -log(distance) (beta grows to widen the prior
+  only when the loss wants it), and the j = i term is -e^theta_alpha * eps^beta.
+- ``"paper"``: b_ij = -(|(j - i - mu) / alpha| + eps)^beta, the paper's equation for B (seed 000) with eps
+  added inside the power so the j = i term is finite for beta < 0 (-(eps)^beta).
+- ``"legacy"``: b_ij = -(|(i - j - mu) / alpha| + eps)^beta, what lctx computed before config version 2
+  (the paper's form with mu's sign flipped). Checkpoints whose ``config.json`` predates
+  ``options_version`` load with this form (see :meth:`GGDBAM.option_defaults`), so they compute what they
+  computed when they were trained.
+
+With mu = 0 (the default) the three agree at beta = 1 up to a constant per row (ALiBi with slope
+1/alpha) and at beta = 0 (NoPE). ``ggd_shared`` (default False: one prior per layer, the paper's 2 L H
+parameters, "384 for a 120M model" = 2 x 12 layers x 16 heads; True: one prior for all layers, the
+reference's ``global_positional_encoding``).
+
+``+ssmax``: query i's logits are multiplied by c_i = s_h log(n_i), n_i = i + 1 keys visible from the
+start of its document (decode steps: the cache length); s_h learnable per head, initialised to 1. Where
+the factor goes (``variant_options["ssmax_scale_bias"]``):
+
+- on ``ggd_bam`` the whole logit, c_i (q.k / sqrt(D) + b_ij), as BAM-SSMax with ``ssmax_prior=True``
+  (``models/bam_ssmax.py`` lines 33 and 183-184): the prior sharpens with length (default True);
+- on every other base (``alibi``, ``rope``, ``nope``, ...) the content logits only, c_i q.k / sqrt(D) + b_ij,
+  as the reference's ``alibi_ssmax.py`` (lines 92-94: scale, then add the ALiBi mask) (default False).
+
+Legacy configs (no ``options_version``) keep ``ggd_shared=True`` and the content-only SSMax they were
+trained with.
 """
 
 from __future__ import annotations
@@ -24,67 +44,128 @@ from torch import nn
 
 from .variants import AttentionVariant, AttnContext, alibi_slopes, register_modifier, register_variant
 
+GGD_FORMS = ("reference", "paper", "legacy")
+
+
+def ggd_bias(dist: torch.Tensor, amp: torch.Tensor, ainv: torch.Tensor, beta: torch.Tensor, mu: torch.Tensor,
+             eps: float) -> torch.Tensor:
+    """The GGD-BAM prior at distances ``dist``: b(d) = -amp * (|d - mu| * ainv + eps)^beta.
+
+    The one formula every path uses: the reference evaluates it on the Tq x Tk distances
+    (:meth:`GGDPrior.forward`), and every fast path (Triton, FlexAttention, the blocked CPU path) reads the
+    Toeplitz table b_h[d] = :meth:`GGDPrior.bias` (``torch.arange(T)``), [H, T], through
+    :class:`lctx.kernels.flash_prior.PriorSpec`.
+
+    dist: distances d = i - j in tokens (float, any shape broadcastable against the parameters); amp,
+    ainv, beta, mu: the kernel parameters of :meth:`GGDPrior.kernel_params` (shapes broadcastable against
+    ``dist``, e.g. [H, 1, 1] for [Tq, Tk] distances), in the kernel's convention (mu already carries the
+    form's sign). Returns the bias in ``dist``'s broadcast shape, float32 when the inputs are.
+    Differentiable in all parameters.
+    """
+    return -amp * torch.pow((dist - mu).abs() * ainv + eps, beta)
+
 
 class GGDPrior(nn.Module):
-    """GGD positional prior, per head: b(d) = -(|(d - mu) / alpha| + eps)^beta for distance d = i - j.
+    """GGD positional prior, per head (seed 000; forms in the module docstring).
 
-    Parameters (each [H]): ``theta_alpha`` (alpha = exp(-theta_alpha)), ``beta``, ``theta_mu``
-    (mu = 2 sinh(theta_mu); frozen unless ``learn_mu``). Forward: q_pos [B, Tq], k_pos [B, Tk] ->
-    bias [B, H, Tq, Tk] float32. Memory O(Tq * Tk) per head (the fast path computes it in-kernel).
+    Parameters (each [H]): ``theta_alpha`` (1/alpha = e^theta_alpha, the reference's ``scale``),
+    ``beta`` (the reference's ``shape``), ``theta_mu`` (mu = 2 sinh(theta_mu), the reference's ``loc``;
+    frozen unless ``learn_mu``). ``form``: ``"reference"`` (default), ``"paper"`` or ``"legacy"``.
+    Forward: q_pos [B, Tq], k_pos [B, Tk] (tokens) -> bias [B, H, Tq, Tk] float32. Memory O(Tq * Tk) per
+    head (the fast paths read a table over distances instead, :meth:`bias`).
+
+    Raises:
+        ValueError: unknown ``form``.
     """
 
-    def __init__(self, n_heads: int, learn_mu: bool = False, eps: float = 1e-5):
+    def __init__(self, n_heads: int, learn_mu: bool = False, eps: float = 1e-5, form: str = "reference"):
         super().__init__()
+        if form not in GGD_FORMS:
+            raise ValueError(f"ggd_form must be one of {', '.join(GGD_FORMS)}, got {form!r}")
         self.eps = eps
+        self.form = form
         self.theta_alpha = nn.Parameter(torch.log(alibi_slopes(n_heads)).float())
         self.beta = nn.Parameter(torch.ones(n_heads))
         self.theta_mu = nn.Parameter(torch.zeros(n_heads), requires_grad=learn_mu)
 
     @property
     def alpha(self) -> torch.Tensor:
-        """alpha_h, [H] (tokens): the prior's scale."""
+        """alpha_h, [H] (tokens): the prior's scale (1 / the reference's e^scale)."""
         return torch.exp(-self.theta_alpha)
 
     @property
     def mu(self) -> torch.Tensor:
-        """mu_h, [H] (tokens): the prior's location."""
+        """mu_h, [H] (tokens): the prior's location, in the convention of the form (j - i - mu for
+        ``reference``/``paper``, i - j - mu for ``legacy``)."""
         return 2 * torch.sinh(self.theta_mu)
 
-    def bias(self, d: torch.Tensor) -> torch.Tensor:
-        """The prior at distances d (any shape, tokens): [H, *d.shape] float32. The one formula: the
-        reference (:meth:`forward`) evaluates it on the Tq x Tk distances, the fast paths on d = 0..T-1
-        (their Toeplitz table, :class:`lctx.kernels.flash_prior.PriorSpec`)."""
-        h = lambda t: t.float().reshape(-1, *([1] * d.dim()))  # noqa: E731
-        z = (d.float() - h(self.mu)) * h(torch.exp(self.theta_alpha))
-        return -((z.abs() + self.eps) ** h(self.beta))
+    def kernel_params(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(amp, ainv, beta, mu_k), each [H] float32 (live: gradients flow), such that
+        b(d) = :func:`ggd_bias` (d, amp, ainv, beta, mu_k, eps) for distance d = i - j.
+
+        reference: amp = 1/alpha, ainv = 1, mu_k = -mu (|j - i - mu| = |d + mu|);
+        paper: amp = 1, ainv = 1/alpha, mu_k = -mu; legacy: amp = 1, ainv = 1/alpha, mu_k = mu.
+        """
+        scale = torch.exp(self.theta_alpha.float())
+        one = torch.ones_like(scale)
+        mu = self.mu.float()
+        if self.form == "reference":
+            return scale, one, self.beta.float(), -mu
+        return one, scale, self.beta.float(), (-mu if self.form == "paper" else mu)
+
+    def bias(self, dist: torch.Tensor) -> torch.Tensor:
+        """b_h(d) for distances ``dist`` [...] (tokens) -> [H, ...] float32 (e.g. a table over
+        d = 0..T-1 with ``dist = torch.arange(T)``)."""
+        amp, ainv, beta, mu = (t.reshape((-1,) + (1,) * dist.dim()) for t in self.kernel_params())
+        return ggd_bias(dist.float(), amp, ainv, beta, mu, self.eps)
 
     def forward(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
         d = (q_pos[:, :, None] - k_pos[:, None, :]).float()  # [B, Tq, Tk]
-        return self.bias(d).transpose(0, 1)
+        return self.bias(d).transpose(0, 1)  # [H, B, Tq, Tk] -> [B, H, Tq, Tk]
 
 
 @register_variant("ggd_bam")
 class GGDBAM(AttentionVariant):
     """GGD-BAM: softmax attention with the learnable generalized-Gaussian prior :class:`GGDPrior`
-    (seed 000, eq. for b_ij). ``variant_options``: ``ggd_shared`` (default True: one prior for all
-    layers, the reference's ``global_positional_encoding``), ``ggd_learn_mu`` (default False),
-    ``ggd_eps`` (default 1e-5)."""
+    (seed 000, eq. for b_ij). ``variant_options``: ``ggd_form`` (``"reference"``, default; ``"paper"``;
+    ``"legacy"``), ``ggd_shared`` (default False: a prior per layer, 2 L H parameters as the paper;
+    True: one for all layers, the reference's ``global_positional_encoding``), ``ggd_learn_mu`` (default
+    False), ``ggd_eps`` (default 1e-5).
 
-    summary = "learnable generalized-Gaussian prior -|(i-j-mu)/alpha|^beta per head (BAM)"
+    Raises:
+        ValueError: an unknown ``ggd_form``.
+    """
+
+    summary = "learnable generalized-Gaussian prior -e^theta (|j-i-mu|+eps)^beta per head and layer (BAM)"
+
+    @classmethod
+    def option_defaults(cls, version: int) -> dict:
+        """Options whose default changed: version 1 (configs saved before ``options_version``) computed the
+        ``legacy`` form with one prior shared by all layers and content-only SSMax."""
+        if version < 2:
+            return {"ggd_form": "legacy", "ggd_shared": True}
+        return {"ggd_form": "reference", "ggd_shared": False}
 
     @staticmethod
-    def _make_prior(config) -> GGDPrior:
+    def _opt(config, key):
+        opts = config.variant_options or {}
+        if key in opts:
+            return opts[key]
+        return GGDBAM.option_defaults(getattr(config, "options_version", 2))[key]
+
+    @classmethod
+    def _make_prior(cls, config) -> GGDPrior:
         opts = config.variant_options or {}
         return GGDPrior(config.num_attention_heads, learn_mu=bool(opts.get("ggd_learn_mu", False)),
-                        eps=float(opts.get("ggd_eps", 1e-5)))
+                        eps=float(opts.get("ggd_eps", 1e-5)), form=str(cls._opt(config, "ggd_form")))
 
     @classmethod
     def shared_module(cls, config) -> nn.Module | None:
-        return cls._make_prior(config) if (config.variant_options or {}).get("ggd_shared", True) else None
+        return cls._make_prior(config) if bool(cls._opt(config, "ggd_shared")) else None
 
     def __init__(self, config, layer_idx: int):
         super().__init__(config, layer_idx)
-        self.prior = None if (config.variant_options or {}).get("ggd_shared", True) else self._make_prior(config)
+        self.prior = None if bool(self._opt(config, "ggd_shared")) else self._make_prior(config)
 
     def score_bias(self, q_pos, k_pos, ctx: AttnContext):
         prior = self.prior if self.prior is not None else ctx.shared
@@ -96,18 +177,32 @@ class GGDBAM(AttentionVariant):
         prior = self.prior if self.prior is not None else getattr(ctx, "shared", None)
         if prior is None:
             return None
-        return PriorSpec("ggd", bias=prior.bias)
+        return PriorSpec("ggd", bias=prior.bias)  # the fast paths tabulate ggd_bias over d = 0..T-1
 
 
 @register_modifier("ssmax")
 class SSMax(AttentionVariant):
-    """Scalable-Softmax modifier: content logits times s_h log(n_i) (Nakanishi 2025, eq. 1 with
-    n = keys visible to query i; BAM reference ``seq_scale``). Parameter ``ssmax_scale`` [H], init 1."""
+    """Scalable-Softmax modifier: logits times c_i = s_h log(n_i) (Nakanishi 2025, eq. 1 with n = keys
+    visible to query i; BAM reference ``seq_scale``). Parameter ``ssmax_scale`` [H], init 1.
+    ``variant_options["ssmax_scale_bias"]``: whether c_i also multiplies the positional bias (default:
+    True on ``ggd_bam``, as BAM-SSMax ``ssmax_prior=True``; False elsewhere, as ``alibi_ssmax``; False on
+    every base for legacy configs)."""
+
+    @classmethod
+    def option_defaults(cls, version: int) -> dict:
+        """``ssmax_scale_bias``: True for a ``ggd_bam`` base from config version 2 on, else False."""
+        out = super().option_defaults(version)
+        out["ssmax_scale_bias"] = version >= 2 and issubclass(cls, GGDBAM)
+        return out
 
     def __init__(self, config, layer_idx: int):
         super().__init__(config, layer_idx)
         self.ssmax_scale = nn.Parameter(torch.ones(config.num_attention_heads))
-        self.scale_bias = bool((config.variant_options or {}).get("ssmax_scale_bias", False))
+        opts = config.variant_options or {}
+        if "ssmax_scale_bias" in opts:
+            self.scale_bias = bool(opts["ssmax_scale_bias"])
+        else:  # a config built for the base variant (e.g. lctx run --attn-override ssmax)
+            self.scale_bias = bool(type(self).option_defaults(getattr(config, "options_version", 2))["ssmax_scale_bias"])
 
     def visible_keys(self, q_pos: torch.Tensor) -> torch.Tensor:
         """n_i, [B, Tq] float32: keys query i sees under the causal mask, counted from its document start."""

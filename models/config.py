@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from transformers import PretrainedConfig
 
+# Version of the variant options' defaults. 1: configs saved before the field existed (GGD-BAM legacy
+# form, one prior shared by all layers, content-only SSMax, acc_rot spread 1.0). 2: the seeds' and the
+# reference code's defaults (issue 12). A config.json without ``options_version`` is version 1.
+OPTIONS_VERSION = 2
+
 
 class LctxConfig(PretrainedConfig):
     """Hyper-parameters of :class:`lctx.models.model.LctxForCausalLM`.
@@ -31,6 +36,10 @@ class LctxConfig(PretrainedConfig):
         rms_norm_eps: epsilon of RMSNorm.
         tie_word_embeddings: share the input embedding and output projection.
         initializer_range: std of the normal init of linear and embedding weights.
+        options_version: version of the variant options' defaults (:data:`OPTIONS_VERSION` for a new
+            config; a ``config.json`` without the field loads as version 1, see :meth:`from_dict`). The
+            defaults that changed (each variant's ``option_defaults``) are written into
+            ``variant_options``, so the saved config records them.
 
     Raises:
         ValueError: non-positive sizes, ``hidden_size`` not divisible by ``num_attention_heads``, or an
@@ -58,6 +67,7 @@ class LctxConfig(PretrainedConfig):
         bos_token_id: int | None = 1,
         eos_token_id: int | None = 2,
         pad_token_id: int | None = 0,
+        options_version: int = OPTIONS_VERSION,
         **kwargs,
     ):
         if attn_impl not in ("sdpa", "reference", "fast"):
@@ -82,7 +92,8 @@ class LctxConfig(PretrainedConfig):
             intermediate_size = 32 * ((8 * hidden_size // 3 + 31) // 32)
         self.intermediate_size = intermediate_size
         self.variant = variant
-        self.variant_options = dict(variant_options or {})
+        self.options_version = int(options_version)
+        self.variant_options = {**_versioned_defaults(variant, self.options_version), **dict(variant_options or {})}
         self.rope_theta = rope_theta
         self.max_position_embeddings = max_position_embeddings
         self.train_length = train_length
@@ -96,3 +107,24 @@ class LctxConfig(PretrainedConfig):
             tie_word_embeddings=tie_word_embeddings,
             **kwargs,
         )
+
+    @classmethod
+    def from_dict(cls, config_dict: dict, **kwargs):
+        """Build from a ``config.json`` dict (``from_pretrained`` comes here). A dict without
+        ``options_version`` was saved before the field existed: it loads as version 1, so the variant
+        keeps the options it was trained with."""
+        if "options_version" not in config_dict:
+            config_dict = {**config_dict, "options_version": 1}
+        return super().from_dict(config_dict, **kwargs)
+
+
+def _versioned_defaults(variant: str, version: int) -> dict:
+    """The option defaults of ``variant`` at ``version`` (empty for an unknown variant: the model
+    constructor reports that)."""
+    from .variants import get_variant
+
+    try:
+        cls = get_variant(variant)
+    except KeyError:
+        return {}
+    return dict(cls.option_defaults(version))

@@ -192,6 +192,14 @@ class AttentionVariant(nn.Module):
         return None
 
     @classmethod
+    def option_defaults(cls, version: int) -> dict:
+        """Defaults of the ``variant_options`` whose default changed between config versions
+        (:data:`lctx.models.config.OPTIONS_VERSION`), for a config of ``version``; :class:`LctxConfig`
+        writes them into ``variant_options`` so ``config.json`` records every value the model computes
+        with, and configs saved before a change keep computing what they computed. Here: none."""
+        return {}
+
+    @classmethod
     def shared_module(cls, config) -> nn.Module | None:
         """A module owned by the model and handed to every layer as ``ctx.shared`` (one set of
         parameters for all layers), or ``None``."""

@@ -24,29 +24,35 @@ def test_ggd_beta_one_equals_alibi_with_slope_inverse_alpha():
     # Seed 000 / SPEC: beta = 1 is ALiBi with slope 1/alpha (the eps shift is removed by the softmax).
     torch.manual_seed(0)
     alibi = LctxForCausalLM(tiny_config("alibi", attn_impl="reference")).eval()
-    ggd = copy_weights(LctxForCausalLM(tiny_config("ggd_bam", attn_impl="reference")), alibi).eval()
-    prior = ggd.model.variant_shared
-    assert torch.allclose(prior.beta, torch.ones(4))  # initialised as ALiBi
-    assert torch.allclose(1 / prior.alpha, alibi_slopes(4).float())
     ids = torch.randint(0, 400, (2, 30))
-    assert torch.allclose(ggd(ids).logits, alibi(ids).logits, atol=1e-5)
-    with torch.no_grad():  # a different alpha is no longer this ALiBi
-        prior.theta_alpha.add_(1.0)
-    assert not torch.allclose(ggd(ids).logits, alibi(ids).logits, atol=1e-3)
+    for form in ("reference", "paper", "legacy"):  # mu = 0: the three forms agree at beta = 1
+        for shared in (False, True):
+            opts = {"ggd_form": form, "ggd_shared": shared}
+            ggd = copy_weights(LctxForCausalLM(tiny_config("ggd_bam", attn_impl="reference", variant_options=opts)),
+                               alibi).eval()
+            prior = ggd.model.variant_shared if shared else ggd.model.layers[1].attn.variant.prior
+            assert torch.allclose(prior.beta, torch.ones(4))  # initialised as ALiBi
+            assert torch.allclose(1 / prior.alpha, alibi_slopes(4).float())
+            assert torch.allclose(ggd(ids).logits, alibi(ids).logits, atol=1e-5)
+            with torch.no_grad():  # a different alpha is no longer this ALiBi
+                prior.theta_alpha.add_(1.0)
+            assert not torch.allclose(ggd(ids).logits, alibi(ids).logits, atol=1e-3)
 
 
 def test_ggd_beta_zero_equals_nope():
     torch.manual_seed(0)
     nope = LctxForCausalLM(tiny_config("nope")).eval()
     ggd = copy_weights(LctxForCausalLM(tiny_config("ggd_bam")), nope).eval()
-    with torch.no_grad():
-        ggd.model.variant_shared.beta.zero_()  # b_ij = -(...)^0 = -1 everywhere: a constant
+    with torch.no_grad():  # b_ij = -e^theta (...)^0 = -e^theta_h everywhere: a constant per head
+        for blk in ggd.model.layers:
+            blk.attn.variant.prior.beta.zero_()
     ids = torch.randint(0, 400, (2, 30))
     assert torch.allclose(ggd(ids).logits, nope(ids).logits, atol=1e-5)
 
 
-def test_ggd_negative_beta_puts_prior_mass_far():
-    prior = GGDPrior(1)
+@pytest.mark.parametrize("form", ["reference", "paper"])
+def test_ggd_negative_beta_puts_prior_mass_far(form):
+    prior = GGDPrior(1, form=form)
     with torch.no_grad():
         prior.beta.fill_(-0.5)
         prior.theta_alpha.zero_()  # alpha = 1
@@ -70,8 +76,8 @@ def test_ggd_negative_beta_puts_prior_mass_far():
 
 
 def test_ggd_prior_param_count_shared_and_per_layer():
-    shared = LctxForCausalLM(tiny_config("ggd_bam", num_hidden_layers=3))
-    per_layer = LctxForCausalLM(tiny_config("ggd_bam", num_hidden_layers=3, variant_options={"ggd_shared": False}))
+    shared = LctxForCausalLM(tiny_config("ggd_bam", num_hidden_layers=3, variant_options={"ggd_shared": True}))
+    per_layer = LctxForCausalLM(tiny_config("ggd_bam", num_hidden_layers=3))  # the default (paper: 2 L H)
 
     def n_prior(m):
         return sum(p.numel() for n, p in m.named_parameters() if p.requires_grad and ("prior" in n or "variant_shared" in n))
@@ -127,7 +133,8 @@ def test_ssmax_with_unit_multiplier_is_the_base_variant(base, monkeypatch):
 
 
 def test_ssmax_scale_bias_option_matches_hand_formula():
-    # with ssmax_scale_bias the logits are c * (q.k/sqrt(D) + b); by default c * q.k/sqrt(D) + b (reference code)
+    # with ssmax_scale_bias the logits are c * (q.k/sqrt(D) + b); alibi's default is c * q.k/sqrt(D) + b
+    # (reference alibi_ssmax.py)
     cfg = tiny_config("alibi+ssmax", attn_impl="reference")
     cfg_b = tiny_config("alibi+ssmax", attn_impl="reference", variant_options={"ssmax_scale_bias": True})
     torch.manual_seed(0)

@@ -125,17 +125,19 @@ def test_flex_compiled_forward_on_cpu():
 
 
 def test_ggd_with_beta_one_is_alibi_in_kernel_terms():
-    # BAM eq.: beta = 1, mu = 0, 1/alpha = m gives -(m |d| + eps): ALiBi's -m d for d >= 0, up to -eps
+    # BAM eq.: beta = 1, mu = 0, 1/alpha = m gives ALiBi's -m d for d >= 0 up to a constant: the paper's
+    # form -(m |d| + eps) is -m d - eps, the reference code's -m (|d| + eps) is -m d - m eps (hand)
     from lctx.models.bam import GGDPrior
     from lctx.models.variants import alibi_bias
 
     m = torch.tensor([0.5, 0.25])
-    prior = GGDPrior(2)
-    with torch.no_grad():
-        prior.theta_alpha.copy_(torch.log(m))
     d = torch.arange(10.0)
-    torch.testing.assert_close(PriorSpec("ggd", bias=prior.bias).table(10, 2, "cpu"),
-                               alibi_bias(m, d) - prior.eps, atol=1e-6, rtol=1e-6)
+    for form, const in (("paper", torch.full((2, 1), 1e-5)), ("reference", 1e-5 * m[:, None])):
+        prior = GGDPrior(2, form=form)
+        with torch.no_grad():
+            prior.theta_alpha.copy_(torch.log(m))
+        torch.testing.assert_close(PriorSpec("ggd", bias=prior.bias).table(10, 2, "cpu"),
+                                   alibi_bias(m, d) - const, atol=1e-6, rtol=1e-6)
 
 
 def test_toeplitz_table_is_the_reference_bias_on_the_diagonals():
@@ -153,7 +155,40 @@ def test_toeplitz_table_is_the_reference_bias_on_the_diagonals():
         tbl = mod.prior_spec(None).table(50, cfg.num_attention_heads, "cpu")
         i, j = torch.arange(30, 50)[:, None], torch.arange(50)[None, :]
         ok = j <= i
-        torch.testing.assert_close(tbl[:, (i - j).clamp_min(0)][:, ok], ref[:, ok], atol=0, rtol=0)
+        # the same function on the same distances: equal up to float32 rounding (pow's vector vs scalar lanes)
+        torch.testing.assert_close(tbl[:, (i - j).clamp_min(0)][:, ok], ref[:, ok], atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("form", ["reference", "paper", "legacy"])
+def test_every_fast_path_computes_the_ggd_prior_module_of_each_form(form):
+    # the GGD-BAM prior as the model's reference computes it (GGDPrior.forward, issue 12's forms) against
+    # the dense kernel reference, the blocked CPU path, eager FlexAttention and (where it runs) Triton
+    from lctx.models.bam import GGDPrior
+
+    H, T, past = 3, 45, 20
+    g = torch.Generator().manual_seed(4)
+    prior = GGDPrior(H, learn_mu=True, form=form)
+    with torch.no_grad():
+        prior.theta_alpha.add_(0.5 * torch.randn(H, generator=g))
+        prior.beta.copy_(torch.randn(H, generator=g))
+        prior.theta_mu.copy_(torch.randn(H, generator=g))
+    ss = torch.rand(H, generator=g) + 0.5
+    q, k, v = qkv(1, H, T, past, 8, seed=11)
+    for scale_bias in (True, False):
+        spec = PriorSpec("ggd", bias=prior.to(DEV).bias, ssmax=ss.to(DEV), scale_bias=scale_bias)
+        i = torch.arange(past, past + T)
+        bias = prior(i[None], torch.arange(past + T)[None])[0].detach().to(DEV)  # [H, T, Tk]
+        c = (ss[:, None] * torch.log((i + 1).float())[None]).to(DEV)[:, :, None]  # [H, T, 1]
+        logits = c * (q @ k.transpose(-1, -2)) / math.sqrt(8) + (c * bias if scale_bias else bias)
+        ok = (torch.arange(past + T)[None, :] <= i[:, None]).to(DEV)
+        want = torch.softmax(logits.masked_fill(~ok, float("-inf")), -1) @ v
+        torch.testing.assert_close(dense_prior_attention(q, k, v, spec, past=past)[0][0], want, atol=2e-5, rtol=1e-4)
+        torch.testing.assert_close(flash_prior_blocked(q, k, v, spec, past=past, block=16), want,
+                                   atol=2e-5, rtol=1e-4)
+        torch.testing.assert_close(flash_prior_flex(q, k, v, spec, past=past, compile=False)[0][0], want,
+                                   atol=2e-5, rtol=1e-4)
+        if CPU_TRITON or torch.cuda.is_available():
+            torch.testing.assert_close(flash_prior_triton(q, k, v, spec, past=past)[0][0], want, atol=2e-5, rtol=1e-4)
 
 
 FAST_VARIANTS = ["nope", "rope", "alibi", "sinusoidal", "ggd_bam", "ggd_bam+ssmax", "rope+ssmax", "alibi+ssmax",
@@ -295,7 +330,7 @@ def test_blocked_is_differentiable_like_the_reference():
     q, k, v = (t.requires_grad_() for t in qkv(1, 2, 40, 0, 8, seed=2))
     from lctx.models.bam import GGDPrior
 
-    prior = GGDPrior(2)
+    prior = GGDPrior(2, form="paper")  # the by-hand dense form below: -(|d| / alpha + eps)^beta
     with torch.no_grad():
         prior.theta_alpha.copy_(torch.log(torch.tensor([0.5, 0.2])))
         prior.beta.copy_(torch.tensor([0.7, 1.3]))
