@@ -142,6 +142,14 @@ def check_writable_dir(path: Path) -> None:
         raise LctxError(f"cannot write to --out {str(path)!r} ({e.strerror or e}); pass a writable directory") from None
 
 
+def _configure_threads() -> None:
+    """Intra-op threads for a computing command: LCTX_NUM_THREADS / OMP_NUM_THREADS, else the cores not
+    already busy (:func:`lctx.kernels.default_threads`; README "Threads")."""
+    from lctx.kernels import configure_threads
+
+    configure_threads()
+
+
 def _data_path(p: str, data_dir: Optional[Path]) -> str:
     if os.path.exists(p) or data_dir is None:
         return p
@@ -189,6 +197,7 @@ def run(
         raise LctxError(f"--data-dir {str(data_dir)!r} is not a directory; point it at the evaluation data "
                         "(e.g. ../shared/data) or unset LCTX_DATA_DIR")
     length_list, depth_list = parse_lengths(lengths), parse_depths(depths)  # before the heavy imports below
+    _configure_threads()
     from lctx.harness.lm import load_lm
     from lctx.harness.runner import RunSpec, check_lengths, run_sweep
     from lctx.tasks import get_task, load_entry_point_tasks, load_task_file
@@ -357,6 +366,7 @@ def train(
 
     variant_options = parse_options(option or [])
     check_writable_dir(out)
+    _configure_threads()
     docs = textdata.load_corpus(data) if data else textdata.pydoc_corpus("train")
     dev = resolve_device(device)
     train_fn(docs, out, variant=variant, context_length=context_length, hidden_size=hidden_size,

@@ -378,11 +378,13 @@ def _nan_row(group: BenchGroup, impl: str, T: int, status: str) -> dict:
 
 
 def thread_counts(group: BenchGroup) -> list[int]:
-    """The intra-op thread counts a group measures at: ``group.threads`` (an int or a list), or torch's
-    current count."""
+    """The intra-op thread counts a group measures at: ``group.threads`` (an int or a list), or lctx's
+    default (:func:`lctx.kernels.default_threads`: the cores not already busy)."""
     th = group.threads
     if th is None:
-        return [torch.get_num_threads()]
+        from lctx.kernels import default_threads
+
+        return [default_threads()[0]]
     return [int(t) for t in (th if isinstance(th, (list, tuple)) else [th])]
 
 
@@ -691,8 +693,9 @@ def measure_prefill(case: PrefillCase) -> dict:
     from .lm import load_lm
     from .plan import cache_bytes, plan_memory
 
-    if case.threads:
-        torch.set_num_threads(int(case.threads))
+    from lctx.kernels import default_threads
+
+    torch.set_num_threads(int(case.threads or default_threads()[0]))
     torch.manual_seed(case.seed)
     row = {"model": Path(case.model).name, "length": case.length, "chunk": case.chunk,
            "threads": torch.get_num_threads(), "load_avg_start": load_average(), "status": "ok"}

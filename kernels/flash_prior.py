@@ -331,16 +331,17 @@ def flash_prior_blocked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec:
     if scaled:  # c_i b(d) is not Toeplitz: the bias part finite, causality in a second (unscaled) table
         causal = reversed_table(PriorSpec("none"), Tk, H, rows, dev)
         rt = torch.cat([rt[:, :Tk], torch.zeros(H, max(rows - 1, 0), device=dev)], -1).contiguous()
-    out = torch.empty(B, H, Tq, D, device=dev, dtype=torch.float32)
+    q_rev = qf.flip(2)  # query Tq - 1 - r at row r: a block's rows are the reversed order its mask needs
+    outs = []
     for a in range(0, Tq, step):
         e = min(a + step, Tq)
         hi = past + e
         mask = hankel_mask(rt, Tk, hi, e - a, hi)
-        if scaled:
-            mask = mask * c[:, a:e].flip(1)[None] + hankel_mask(causal, Tk, hi, e - a, hi)
-        o = F.scaled_dot_product_attention(qf[:, :, a:e].flip(2), kf[:, :, :hi], vf[:, :, :hi], attn_mask=mask)
-        out[:, :, a:e] = o.flip(2)
-    return out
+        if scaled:  # one pass: causal + c_i * b
+            mask = torch.addcmul(hankel_mask(causal, Tk, hi, e - a, hi), mask, c[:, a:e].flip(1)[None])
+        outs.append(F.scaled_dot_product_attention(q_rev[:, :, Tq - e:Tq - a], kf[:, :, :hi], vf[:, :, :hi],
+                                                   attn_mask=mask))
+    return torch.cat(outs[::-1], 2).flip(2)
 
 
 _FLEX_COMPILED = None

@@ -164,23 +164,25 @@ def lsh_attention_blocked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, wid
     s = ks.shape[0]
     step = block or lsh_block(ks - past if past else ks)
     kf, vf = k.float(), v.float()
-    out = torch.empty(B, H, Tq, D, device=dev, dtype=torch.float32)
-    # increments of the row's running value at its sorted bin starts: +BIG at the first (leaves -BIG, the
-    # masked region), then log(m + 1) - log(m) at the (m+1)-th; -(BIG + log s) one past the query
+    qf = q.float()
+    # per row: its sorted bin starts, then the key one past the query, then key index 0 (the -BIG start);
+    # the increments added there: +BIG at the first start, log((m+1)/m) at the (m+1)-th, -(BIG + log s)
+    # one past the query, -BIG at the window's first key. Built once; each block shifts the indices.
     m = torch.arange(1, s, device=dev, dtype=torch.float32)
-    steps = torch.cat([torch.full((1,), _BIG, device=dev), torch.log1p(1.0 / m)])  # [s]
-    for a in range(0, Tq, step):
+    steps = torch.cat([torch.full((1,), _BIG, device=dev), torch.log1p(1.0 / m),
+                       torch.tensor([-_BIG - math.log(s), -_BIG], device=dev)])  # [s + 2]
+    idx = torch.cat([ks.permute(1, 2, 0).sort(-1).values,
+                     torch.arange(past + 1, Tk + 1, device=dev).expand(H, Tq)[..., None],
+                     torch.zeros(H, Tq, 1, device=dev, dtype=ks.dtype)], -1)  # [H, Tq, s + 2]
+    los = [int(ks[:, :, a:a + step].min()) for a in range(0, Tq, step)]
+    outs = []
+    for a, lo in zip(range(0, Tq, step), los):
         e = min(a + step, Tq)
         rows, hi = e - a, past + e
-        lo = int(ks[:, :, a:e].min())
         w = hi - lo
-        starts = ks[:, :, a:e].permute(1, 2, 0).sort(-1).values - lo  # [H, rows, s]
-        diag = (torch.arange(past + a + 1, hi + 1, device=dev) - lo).expand(H, rows)[..., None]
+        shift = torch.tensor([lo] * (s + 1) + [0], device=dev)  # the window's first key stays at 0
         hist = torch.zeros(H, rows, w + 1, device=dev)
-        hist[..., 0] = -_BIG
-        hist.scatter_add_(-1, torch.cat([starts, diag], -1),
-                          torch.cat([steps, steps.new_tensor([-_BIG - math.log(s)])]).expand(H, rows, s + 1))
+        hist.scatter_add_(-1, idx[:, a:e] - shift, steps.expand(H, rows, s + 2))
         mask = torch.cumsum(hist, -1)[..., :w]  # log count_ij up to a per-row constant; about -BIG elsewhere
-        out[:, :, a:e] = F.scaled_dot_product_attention(q[:, :, a:e].float(), kf[:, :, lo:hi], vf[:, :, lo:hi],
-                                                        attn_mask=mask[None])
-    return out
+        outs.append(F.scaled_dot_product_attention(qf[:, :, a:e], kf[:, :, lo:hi], vf[:, :, lo:hi], attn_mask=mask[None]))
+    return torch.cat(outs, 2)
