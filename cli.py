@@ -573,7 +573,9 @@ def plan(
         device = str(resolve_device(device))
     cfg = P.load_config(model)
     mp = P.plan_memory(cfg, T[0], chunk_size=chunk_size, dtype=dtype, impl=attn_impl, batch=batch,
-                       kept_logits=kept_logits, name=Path(model).resolve().name)
+                       kept_logits=kept_logits, name=Path(model).resolve().name,
+                       device="cuda" if str(device).startswith("cuda") or (override is not None and device == "auto")
+                       else "cpu")
     room, source = P.device_memory(device, override)
     table = Table(title=f"memory plan: {mp.model}, {mp.length:,} tokens, chunk {mp.chunk_size}, {mp.dtype}, "
                         f"attn_impl {mp.impl} ({mp.attn_path})")

@@ -508,6 +508,12 @@ def run_group(group: BenchGroup, emit=None) -> list[dict]:
     return rows
 
 
+def worker_env() -> dict:
+    """The environment of a measuring process: this one's without ``TRITON_INTERPRET`` (the Triton
+    interpreter runs kernels in numpy, for tests; timing it is never a benchmark of lctx's CPU paths)."""
+    return {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+
+
 def run_group_isolated(group: BenchGroup, emit=None, timeout: float | None = None) -> list[dict]:
     """:func:`run_group` in one fresh ``python -m lctx.harness.bench`` process (its rows stream back as JSON
     lines; ``emit`` sees each as it arrives). A crash or a timeout becomes an ``error`` row for each case
@@ -518,7 +524,7 @@ def run_group_isolated(group: BenchGroup, emit=None, timeout: float | None = Non
     import tempfile
 
     with tempfile.TemporaryFile("w+") as errf:  # a file, not a pipe: a chatty stderr cannot block the worker
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errf, text=True)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errf, text=True, env=worker_env())
         t0 = time.monotonic()
         err = ""
         try:
@@ -740,7 +746,7 @@ def measure_prefill_isolated(case: PrefillCase, timeout: float | None = None) ->
     cmd = [sys.executable, "-m", "lctx.harness.bench", "--prefill", json.dumps(asdict(case))]
     base = {"model": Path(case.model).name, "impl": case.impl or "", "length": case.length, "chunk": case.chunk}
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=worker_env())
     except subprocess.TimeoutExpired:
         return {**base, "status": f"error: timed out after {timeout:.0f} s"}
     for line in reversed(proc.stdout.strip().splitlines()):

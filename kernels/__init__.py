@@ -3,19 +3,24 @@
 The dense PyTorch references in :mod:`lctx.models` are the source of truth; every kernel here has a
 test comparing it to its reference. One module per op (flat files, so packaging needs no new entry):
 
-- ``flash_prior``: fused causal flash attention with an in-kernel positional prior (ALiBi / GGD-BAM /
-  none) and the Scalable-Softmax per-query scale; Triton, with a FlexAttention alternative.
+- ``flash_prior``: causal flash attention with a positional prior read from a Toeplitz table (ALiBi /
+  GGD-BAM / none) and the Scalable-Softmax per-query scale; Triton, FlexAttention, and the blocked CPU path.
 - ``lsh_blocks``: block-local attention over the sampled positional-LSH bins (alibi_lsh).
-- ``interdomain_scan``: chunked scan of the complex-diagonal S4D state (interdomain / s4d) + decode step.
+- ``interdomain_scan``: chunked scan of the complex-diagonal S4D state (interdomain / s4d): Triton, the
+  CPU form vectorised over chunks, and the decode step.
 
 Which path runs is ``config.attn_impl`` (``lctx run --attn-impl``):
 
 - ``"reference"``: the dense PyTorch reference.
 - ``"sdpa"``: the reference maths through ``scaled_dot_product_attention`` (bias as a float mask).
 - ``"fast"``: the variant's kernel: Triton where Triton can run (:func:`triton_runs`), else the best
-  CPU path (FlexAttention forward, or the chunked PyTorch form); a variant without a fast path uses
-  ``"sdpa"``. The path that actually ran is reported by :func:`record_impl` / :func:`impls_used`
-  and lands in the results table.
+  CPU path (``blocked``: SDPA per query block with the prior as a view of its Toeplitz table; the LSH
+  blocked kernel or ``exact-alibi``; ``vectorized``: the fixed-state scans over all chunks at once); a
+  variant without a fast path uses ``"sdpa"``. The path that actually ran is reported by
+  :func:`record_impl` / :func:`impls_used` and lands in the results table.
+
+Threads on CPU: :func:`default_threads` / :func:`configure_threads` (the CLI's policy) and
+:func:`scan_threads` / :func:`intra_op_threads` (the fixed-state scans); README "Threads".
 """
 
 from __future__ import annotations
