@@ -17,7 +17,31 @@ import typer
 
 from lctx.harness.errors import LctxError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+class _WholeHelp:
+    """Help that is never cut: usage lines as the rest of the world writes them (``lctx compare [OPTIONS]
+    RUN_DIR``, not typer's ``{run_dir}``: required arguments carry an upper-case ``metavar`` and only the
+    braces are dropped here), and a command's one-line help whole in the command list (click shortens it
+    to ``...`` to fit 80 columns; the list wraps it instead)."""
+
+    def collect_usage_pieces(self, ctx) -> list[str]:
+        return [re.sub(r"^\{(.*)\}((\.\.\.)?)$", r"\1\2", p) for p in super().collect_usage_pieces(ctx)]
+
+    def get_short_help_str(self, limit: int = 45) -> str:
+        import inspect
+
+        text = inspect.cleandoc(self.short_help or self.help or "").split("\n\n")[0]
+        return " ".join(text.split())
+
+
+class _Command(_WholeHelp, typer.core.TyperCommand):
+    pass
+
+
+class _Group(_WholeHelp, typer.core.TyperGroup):
+    pass
+
+
+app = typer.Typer(cls=_Group, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="lctx: does a model really use context longer than it was trained on?")
 
 DEFAULT_MODEL = Path(__file__).resolve().parent / "models" / "checkpoints" / "pydoc-tiny-rope"
@@ -199,7 +223,7 @@ def run(
     length_list, depth_list = parse_lengths(lengths), parse_depths(depths)  # before the heavy imports below
     _configure_threads()
     from lctx.harness.lm import load_lm
-    from lctx.harness.runner import RunSpec, check_lengths, run_sweep
+    from lctx.harness.runner import RunSpec, check_lengths, check_min_lengths, run_sweep
     from lctx.tasks import get_task, load_entry_point_tasks, load_task_file
     from lctx.harness import distributed as dist_
 
@@ -270,15 +294,19 @@ def run(
         flatness.resolve_train_lengths(lms, train_length)
     groups = (flatness.groups_by_train_length(lms, flatness.parse_relative(relative)) if relative
               else [(lms, length_list)])
-    for lms_g, length_list in groups:  # one sweep per training length with --relative
+    for lms_g, length_list in groups:  # every problem found before the first sweep starts
         for lm in lms_g if task_objs else []:
             check_lengths(lm, length_list + (ppl_lengths or []), allow_beyond_max)
+        check_min_lengths(lms_g, [t for t in task_objs if not (ppl_lengths and t.name == "ppl")], length_list)
+        if ppl_lengths:
+            check_min_lengths(lms_g, [t for t in task_objs if t.name == "ppl"], ppl_lengths)
         if memory_check and task_objs:  # the memory model of `lctx plan`, for the longest prefill
             from lctx.harness.plan import check_run_fits
 
             longest = max(length_list + (ppl_lengths or []))
             has_ppl = any(t.name == "ppl" for t in task_objs)  # ppl keeps logits at every scored position
             check_run_fits(lms_g, longest, kept_logits=max(ppl_lengths or length_list) if has_ppl else 1)
+    for lms_g, length_list in groups:  # one sweep per training length with --relative
         spec = RunSpec(lengths=length_list, depths=depth_list, samples=samples, seed=seed)
         if ppl_lengths:
             # ppl sweeps its own windows: run it as a separate pass over those lengths
@@ -315,9 +343,9 @@ def run(
 
 
 def _print_summary(summary) -> None:
-    """Print mean per (model, task, metric, length), averaged over depths, as a rich table."""
-    from rich.console import Console
-    from rich.table import Table
+    """Print mean per (model, task, metric, length), averaged over depths: a rich table on a terminal, a
+    Markdown table off one (every cell whole; see :mod:`lctx.harness.console`)."""
+    from lctx.harness.console import print_table
 
     summary = summary[summary["length"].notna()]  # lm-eval tasks (no length) print their own table
     if summary.empty:
@@ -328,14 +356,13 @@ def _print_summary(summary) -> None:
     agg = agg.rename("value").reset_index()
     wide = agg.pivot_table(index=["model", "task", "metric"], columns="length", values="value")
     wide.columns = [int(c) for c in wide.columns]  # 256, not 256.0, when rows without a length made it float
-    table = Table(title="mean over depths and samples")
-    for c in ["model", "task", "metric"] + [str(c) for c in wide.columns]:
-        table.add_column(c, justify="right" if c.isdigit() else "left")
+    lengths = [str(c) for c in wide.columns]
+    rows = []
     for idx, row in wide.iterrows():
         if idx[2] in ("n_docs",):
             continue
-        table.add_row(*idx, *[("" if v != v else (f"{v:.0f}" if idx[2] == "n_tokens" else f"{v:.3f}")) for v in row])
-    Console(stderr=False).print(table)
+        rows.append([*idx, *[("" if v != v else (f"{v:.0f}" if idx[2] == "n_tokens" else f"{v:.3f}")) for v in row]])
+    print_table(["model", "task", "metric"] + lengths, rows, title="mean over depths and samples", right=lengths)
 
 
 @app.command()
@@ -374,10 +401,10 @@ def train(
                        batch_size=batch_size, lr=lr, warmup_steps=warmup, eval_every=eval_every,
                        val_fraction=val_fraction, seed=seed, device=str(dev), progress=progress,
                        variant_options=variant_options,
-                       log=typer.echo)
+                       log=typer.echo, warn=lambda m: typer.echo(m, err=True))
 
 
-diagnose_app = typer.Typer(help="Diagnostics: learned GGD prior shapes, attention far-mass.", no_args_is_help=True)
+diagnose_app = typer.Typer(cls=_Group, help="Diagnostics: learned GGD prior shapes, attention far-mass.", no_args_is_help=True)
 app.add_typer(diagnose_app, name="diagnose")
 
 
@@ -438,7 +465,7 @@ def diagnose_far_mass(
 
 @app.command()
 def compare(
-    run_dir: Path = typer.Argument(..., help="Run directory to check (written by lctx run)."),
+    run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="Run directory to check (written by lctx run)."),
     baseline: Path = typer.Option(..., "--baseline", "-b", help="Baseline run directory (summary.csv at least)."),
     rules: Optional[Path] = typer.Option(None, "--rules", help="TOML rules file: tolerances, per-metric directions and tolerances, aliases (see README)."),
     tolerance: List[str] = typer.Option(None, "--tolerance", help="[METRIC:]abs=X,rel=X,stderr=K (repeatable); a difference counts only when it exceeds each."),
@@ -461,13 +488,13 @@ def compare(
     raise typer.Exit(cmp.exit_code)
 
 
-convert_app = typer.Typer(help="Convert checkpoints from other formats into Hugging Face directories.", no_args_is_help=True)
+convert_app = typer.Typer(cls=_Group, help="Convert checkpoints from other formats into Hugging Face directories.", no_args_is_help=True)
 app.add_typer(convert_app, name="convert")
 
 
 @convert_app.command("llama2c")
 def convert_llama2c(
-    src: Path = typer.Argument(..., help="llama2.c checkpoint .bin (legacy, version 1 or version 2 export)."),
+    src: Path = typer.Argument(..., metavar="SRC", help="llama2.c checkpoint .bin (legacy, version 1 or version 2 export)."),
     tokenizer: Path = typer.Option(..., "--tokenizer", "-z", help="llama2.c tokenizer .bin (e.g. tok512.bin)."),
     out: Path = typer.Option(..., "--out", "-o", help="Directory to write the Hugging Face LlamaForCausalLM into."),
 ):
@@ -525,7 +552,7 @@ def bench(
         table, exps = run_prefill_bench(model, impls, length_list, chunk=chunk_size, warmup_tokens=warmup_tokens,
                                         threads=thread_list[0] if thread_list else None,
                                         log=lambda s: typer.echo(s, err=True))
-        print_prefill(table, exps, typer.echo)
+        print_prefill(table, exps)
         table.to_csv(out / "prefill.csv", index=False)
         exps.to_csv(out / "prefill_exponents.csv", index=False)
         typer.echo(f"wrote {out / 'prefill.csv'} and {out / 'prefill_exponents.csv'}")
@@ -558,10 +585,8 @@ def plan(
     device_memory: Optional[str] = typer.Option(None, "--device-memory", help="Plan for this much memory instead of the device's (e.g. 141g)."),
 ):
     """Print the expected peak memory of a chunked prefill (weights, KV cache, activations) and refuse one that cannot fit."""
-    from rich.console import Console
-    from rich.table import Table
-
     from lctx.harness import plan as P
+    from lctx.harness.console import print_table
 
     T = parse_lengths(length)
     if len(T) != 1:
@@ -577,13 +602,10 @@ def plan(
                        device="cuda" if str(device).startswith("cuda") or (override is not None and device == "auto")
                        else "cpu")
     room, source = P.device_memory(device, override)
-    table = Table(title=f"memory plan: {mp.model}, {mp.length:,} tokens, chunk {mp.chunk_size}, {mp.dtype}, "
-                        f"attn_impl {mp.impl} ({mp.attn_path})")
-    for c in ("component", "bytes", "GiB", "formula"):
-        table.add_column(c, justify="right" if c in ("bytes", "GiB") else "left")
-    for _, r in mp.table().iterrows():
-        table.add_row(r["component"], f"{r['bytes']:,}", f"{r['GiB']:.3f}", r["formula"])
-    Console().print(table)
+    rows = [[r["component"], f"{r['bytes']:,}", f"{r['GiB']:.3f}", r["formula"]] for _, r in mp.table().iterrows()]
+    print_table(["component", "bytes", "GiB", "formula"], rows, right=("bytes", "GiB"),
+                title=f"memory plan: {mp.model}, {mp.length:,} tokens, chunk {mp.chunk_size}, {mp.dtype}, "
+                      f"attn_impl {mp.impl} ({mp.attn_path})")
     for note in mp.notes:
         typer.echo(f"note: {note}")
     typer.echo(f"device: {P.gib(room)} ({source})")
@@ -593,46 +615,68 @@ def plan(
 
 @app.command()
 def report(
-    run_dirs: List[Path] = typer.Argument(..., help="Run directories written by lctx run (one or more)."),
+    run_dirs: List[Path] = typer.Argument(..., metavar="RUN_DIR", help="Run directories written by lctx run (one or more)."),
     out: Path = typer.Option(Path("lctx-report"), "--out", "-o", help="Where report.html, report.md, plots/ and summary.csv go."),
     at: str = typer.Option("1x,2x,8x", "--at", help="Lengths of the summary's retrieval columns: multiples of the training length (4x) or tokens (2k)."),
     title: Optional[str] = typer.Option(None, "--title", help="Page title."),
 ):
     """Write one extrapolation report (HTML with embedded plots, Markdown, PNGs, summary.csv) from run directories."""
+    from lctx.harness.console import print_frame
     from lctx.harness.report import build_report
 
     check_writable_dir(out)
     res = build_report([str(d) for d in run_dirs], out, at=at, title=title)
-    cols = ["model", "train length", "PPL at train length", "flat until", "effective length"]
-    typer.echo(res["summary_table"][cols].to_string(index=False))  # all columns: summary.csv and the page
+    disp = res["summary_table"].drop(columns=["runs"], errors="ignore")  # the runs: summary.csv and the page
+    print_frame(disp, right=[c for c in disp.columns if c != "model"])
     typer.echo(f"wrote {res['html']}, {res['markdown']}, {res['summary']}, {res['failures']} and {len(res['plots'])} plots")
 
 
 @app.command("list")
-def list_(what: str = typer.Argument(..., help="tasks or variants")):
-    """List registered tasks or attention variants."""
+def list_(
+    what: str = typer.Argument(..., metavar="WHAT", help="tasks or variants"),
+    task_file: List[Path] = typer.Option(None, "--task-file", help="Python file defining extra tasks (repeatable), listed too."),
+):
+    """List the tasks `lctx run --tasks` accepts, or the attention variants and modifiers `lctx train --variant` accepts."""
+    from lctx.harness.console import print_table
+
     if what == "tasks":
-        from lctx.tasks import TASKS, load_entry_point_tasks
+        from lctx.tasks import load_entry_point_tasks, load_task_file, task_catalog
 
         load_entry_point_tasks()
-        for name, cls in sorted(TASKS.items()):
-            typer.echo(f"{name:12s} {cls.description}  metrics: {', '.join(cls.metrics)}")
-        from lctx.tasks.lmeval import DESCRIPTION, METRICS
-
-        for name in sorted(DESCRIPTION):
-            typer.echo(f"{name:12s} {DESCRIPTION[name]}  metrics: {', '.join(METRICS[name])}")
-        typer.echo("flatness     ppl + a retrieval task at lengths relative to the training length (--relative), "
-                   "derived per model  metrics: ppl_ratio, flat_until, effective_length")
+        for tf in task_file or []:
+            load_task_file(str(tf))
+        print_table(["task", "description", "metrics", "data (under --data-dir)"],
+                    [[t.name, t.description, ", ".join(t.metrics), t.requires] for t in task_catalog()])
     elif what == "variants":
         import lctx
 
         lctx._light_import = True  # the registry only: no transformers modeling stack (lctx.models docstring)
-        from lctx.models import VARIANTS
+        from lctx.models import MODIFIERS, VARIANTS
 
-        for name, cls in sorted(VARIANTS.items()):
-            typer.echo(f"{name:12s} {cls.summary}")
+        rows = [[name, cls.summary] for name, cls in sorted(VARIANTS.items())]
+        takes = sorted(n for n, c in VARIANTS.items() if getattr(c, "composable", True))
+        for name, cls in sorted(MODIFIERS.items()):  # e.g. rope+ssmax
+            rows.append([f"+{name}", f"{cls.summary}; a modifier: add it to a softmax variant "
+                                     f"({', '.join(takes)}), e.g. --variant rope+{name}"])
+        print_table(["variant", "what it is"], rows)
     else:
         raise LctxError(f"cannot list {what!r}; use `lctx list tasks` or `lctx list variants`")
+
+
+for _typer_app in (app, diagnose_app, convert_app):  # every command gets the whole-help class
+    for _info in _typer_app.registered_commands:
+        if _info.cls in (None, typer.core.TyperCommand):
+            _info.cls = _Command
+
+
+def _help_format() -> None:
+    """``--help`` as rich panels on a terminal; off one (a log, a pipe) as click's plain text, which wraps
+    long help instead of cutting option names and defaults to ``…`` (rich's panels are 80 columns there)."""
+    from lctx.harness.console import table_format
+
+    mode = "rich" if table_format() == "rich" else None
+    for a in (app, diagnose_app, convert_app):
+        a.rich_markup_mode = mode
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -642,6 +686,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     # typer >= 0.20 vendors click (typer._click); older typer raises click's own exceptions.
     usage_errors = tuple({getattr(typer, "TyperException", click.ClickException), click.ClickException})
+    _help_format()
     try:
         rv = app(args=argv, standalone_mode=False, prog_name="lctx")
         code = rv if isinstance(rv, int) else 0

@@ -795,22 +795,24 @@ def run_prefill_bench(model: str, impls: list[str | None], lengths: list[int], c
     return table, pd.DataFrame(exps)
 
 
-def print_prefill(table, exponents, echo=print) -> None:
-    """Print the whole-model prefill rows (time, measured peak, plan and its error) and the exponents as
-    plain text through ``echo``."""
-    cols = {"model": "model", "impl": "impl", "impl_ran": "ran", "length": "length", "prefill_s": "prefill s",
-            "peak_bytes": "peak MiB", "plan_bytes": "plan MiB", "plan_error": "plan error", "plan_path": "path",
-            "threads": "threads", "load_avg_start": "load", "status": "status"}
-    t = table.reindex(columns=list(cols)).copy()
-    for c in ("peak_bytes", "plan_bytes"):
-        t[c] = (t[c] / 2**20).map(lambda v: "" if v != v else f"{v:.1f}")
-    t["plan_error"] = t["plan_error"].map(lambda v: "" if v != v else f"{v:+.0%}")
-    t["prefill_s"] = t["prefill_s"].map(lambda v: "" if v != v else f"{v:.2f}")
-    echo("whole-model chunked prefill: time, peak RSS (fresh process) and lctx plan (plan error = plan / peak - 1)")
-    echo(t.rename(columns=cols).fillna("").to_string(index=False))
+def print_prefill(table, exponents, file=None) -> None:
+    """Print the whole-model prefill rows (time, measured peak, plan and its error) and the fitted exponents
+    (:func:`lctx.harness.console.print_table`)."""
+    from .console import print_table
+
+    f = lambda v, fmt: "" if v != v else format(v, fmt)  # noqa: E731
+    g = lambda r, c: r.get(c, float("nan"))  # noqa: E731
+    num = ["length", "prefill s", "peak MiB", "plan MiB", "plan error", "threads", "load"]
+    rows = [[str(r["model"]), str(r.get("impl", "")), str(r.get("impl_ran", "")), str(r["length"]),
+             f(g(r, "prefill_s"), ".2f"), f(g(r, "peak_bytes") / 2**20, ".1f"), f(g(r, "plan_bytes") / 2**20, ".1f"),
+             f(g(r, "plan_error"), "+.0%"), str(r.get("plan_path", "")), f(g(r, "threads"), ".0f"),
+             f(g(r, "load_avg_start"), ".1f"), str(r["status"])] for _, r in table.iterrows()]
+    print_table(["model", "impl", "ran"] + num[:5] + ["path"] + num[5:] + ["status"], rows, right=num, file=file,
+                title="whole-model chunked prefill: time, peak RSS (fresh process) and lctx plan "
+                      "(plan error = plan / peak - 1)")
     for _, r in exponents.iterrows():
-        echo(f"{r['model']} [{r['impl']}] exponents vs length: time {r['time_exponent']:.2f}, peak memory "
-             f"{r['mem_exponent']:.2f}, plan {r['plan_exponent']:.2f}")
+        print(f"{r['model']} [{r['impl']}] exponents vs length: time {r['time_exponent']:.2f}, peak memory "
+              f"{r['mem_exponent']:.2f}, plan {r['plan_exponent']:.2f}", file=file)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -897,36 +899,43 @@ def write_bench(table, exponents, out: Path) -> list[Path]:
     return paths
 
 
-def print_bench(table, exponents, console=None) -> None:
-    """Print the measurements, the ratio-to-SDPA-causal table (variant x length) and the exponents."""
-    from rich.console import Console
-    from rich.table import Table
+def print_bench(table, exponents, file=None) -> None:
+    """Print the measurements, the ratio-to-SDPA-causal table (variant x length; median of the interleaved
+    pairs, min in brackets) and the exponents as tables (rich on a terminal, Markdown off one: every cell
+    whole, see :mod:`lctx.harness.console`), then a warning when rows are flagged unstable."""
+    from .console import print_table
 
-    console = console or Console()
+    table = table.copy()
+    for c in TABLE_COLUMNS:  # a table from an older lctx (or built by hand) may lack the newer columns
+        if c not in table.columns:
+            table[c] = False if c == "unstable" else ("" if c in ("impl_ran", "note", "mem_method") else float("nan"))
+    exponents = exponents.reindex(columns=list(dict.fromkeys(["variant", "impl", "threads", *exponents.columns])))
     f = lambda v, fmt: "" if v != v else format(v, fmt)  # noqa: E731
-    t = Table(title="lctx bench: one attention layer forward, timed alternately with SDPA causal")
-    num = ("length", "time ms", "peak MiB", "x sdpa", "min", "spread", "x sdpa+bias", "threads", "x 1st thr", "load")
-    for c in ("variant", "impl", "ran") + num + ("status",):
-        t.add_column(c, justify="right" if c in num else "left")
-    for _, r in table.iterrows():
-        status = r["status"] + (" UNSTABLE" if r["unstable"] else "")
-        t.add_row(r["variant"], r["impl"], str(r["impl_ran"]), str(r["length"]), f(r["time_s"] * 1e3, ".2f"),
-                  f(r["peak_bytes"] / 2**20, ".1f"), f(r["ratio_sdpa"], ".2f"), f(r["ratio_sdpa_min"], ".2f"),
-                  f(r["ratio_sdpa_spread"], ".0%"), f(r["ratio_sdpa_bias"], ".2f"), f(r["threads"], ".0f"),
-                  f(r["ratio_threads"], ".2f"), f(r["load_avg_start"], ".1f"), status)
-    console.print(t)
+    num = ["length", "time ms", "peak MiB", "x sdpa", "min", "spread", "x sdpa+bias", "threads", "x 1st thr", "load"]
+    rows = [[r["variant"], r["impl"], str(r["impl_ran"]), str(r["length"]), f(r["time_s"] * 1e3, ".2f"),
+             f(r["peak_bytes"] / 2**20, ".1f"), f(r["ratio_sdpa"], ".2f"), f(r["ratio_sdpa_min"], ".2f"),
+             f(r["ratio_sdpa_spread"], ".0%"), f(r["ratio_sdpa_bias"], ".2f"), f(r["threads"], ".0f"),
+             f(r["ratio_threads"], ".2f"), f(r["load_avg_start"], ".1f"),
+             r["status"] + (" UNSTABLE" if r["unstable"] else "")] for _, r in table.iterrows()]
+    print_table(["variant", "impl", "ran"] + num + ["status"], rows,
+                title="lctx bench: one attention layer forward, timed alternately with SDPA causal", right=num,
+                file=file)
     if (table["status"] == "ok").any():
-        console.print(ratio_markdown(table), markup=False, highlight=False, soft_wrap=True)
-    e = Table(title="scaling exponents (least squares on log-log)")
-    for c in ("variant", "impl", "threads", "time exp", "mem exp", "lengths"):
-        e.add_column(c)
-    for _, r in exponents.iterrows():
-        e.add_row(r["variant"], r["impl"], f(r["threads"], ".0f"), f(r["time_exponent"], ".2f"),
-                  f(r["mem_exponent"], ".2f"), r["lengths"])
-    console.print(e)
+        pv, mins = ratio_pivot(table), ratio_pivot(table, "ratio_sdpa_min")
+        cols = [str(c) for c in pv.columns]
+        lo = lambda i, c: mins.loc[i, c] if i in mins.index and c in mins.columns else float("nan")  # noqa: E731
+        rows = [[idx] + ["" if v != v else f"{v:.2f} ({lo(idx, c):.2f})" for c, v in row.items()]
+                for idx, row in pv.iterrows()]
+        print_table(["variant [impl]"] + cols, rows, right=cols, file=file,
+                    title="time / SDPA causal time, median of the interleaved pairs (min)")
+    rows = [[r["variant"], r["impl"], f(r["threads"], ".0f"), f(r["time_exponent"], ".2f"), f(r["mem_exponent"], ".2f"),
+             r["lengths"]] for _, r in exponents.iterrows()]
+    print_table(["variant", "impl", "threads", "time exp", "mem exp", "lengths"], rows,
+                title="scaling exponents (least squares on log-log)", right=("threads", "time exp", "mem exp"),
+                file=file)
     if table["unstable"].any():
-        console.print(f"warning: {int(table['unstable'].sum())} rows have per-pair ratios that disagree by more than "
-                      f"{UNSTABLE:.0%} (flagged UNSTABLE): the machine's load changed during them; rerun them")
+        print(f"warning: {int(table['unstable'].sum())} rows have per-pair ratios that disagree by more than "
+              f"{UNSTABLE:.0%} (flagged UNSTABLE): the machine's load changed during them; rerun them", file=file)
 
 
 def _worker_main(argv: list[str]) -> int:

@@ -466,24 +466,19 @@ def verdict(cmp: Comparison) -> str:
             f"{c['improvement']} improved, {c['new']} new, {c['same']} within tolerance")
 
 
-def print_report(cmp: Comparison, console=None) -> None:
-    """Print the non-'same' cells as a rich table, then the verdict line."""
-    from rich.console import Console
-    from rich.table import Table
+def print_report(cmp: Comparison, file=None) -> None:
+    """Print the non-'same' cells as a table (rich on a terminal, Markdown off one: every cell whole, see
+    :mod:`lctx.harness.console`), then the verdict line."""
+    from .console import print_line, print_table
 
-    console = console or Console(width=max(Console().width, 140))
     rows = _display_rows(cmp)
     if rows:
-        table = Table(title=f"lctx compare: {cmp.run_dir} vs baseline {cmp.baseline_dir}")
-        for h in DISPLAY_HEADER:
-            table.add_column(h, justify="right" if h in ("length", "depth", "baseline", "run", "diff", "rel")
-                             else "left", overflow="fold")
         style = {"regression": "bold red", "error": "bold red", "missing": "yellow", "improvement": "green",
                  "new": "cyan"}
-        for row in rows:
-            table.add_row(*row, style=style.get(row[0]))
-        console.print(table)
-    console.print(verdict(cmp), style="bold red" if cmp.failed else "bold green", highlight=False)
+        print_table(DISPLAY_HEADER, rows, title=f"lctx compare: {cmp.run_dir} vs baseline {cmp.baseline_dir}",
+                    right=("length", "depth", "baseline", "run", "diff", "rel"),
+                    row_styles=[style.get(r[0]) for r in rows], file=file)
+    print_line(verdict(cmp), style="bold red" if cmp.failed else "bold green", file=file)
 
 
 def write_report(cmp: Comparison, out_dir: Path) -> tuple[Path, Path]:

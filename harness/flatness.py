@@ -37,6 +37,8 @@ from .errors import LctxError
 
 TASK = "flatness"
 METRICS = ("ppl_ratio", "flat_until", "effective_length")
+DESCRIPTION = ("ppl + a retrieval task at lengths relative to the training length (--relative), "
+               "derived per model")
 DEFAULT_RELATIVE = (0.5, 1.0, 2.0, 4.0, 8.0)
 #: The retrieval metric a flatness sweep thresholds, per task: passkey's exact match, RULER's
 #: string_match_all for the NIAH tasks (RULER's own metric for niah_*); other tasks: their first metric.

@@ -42,6 +42,7 @@ __all__ = [
     "passkey_heatmaps",
     "depth_heatmaps",
     "ppl_vs_length",
+    "mark_train_lengths",
     "make_plots",
 ]
 
@@ -394,6 +395,35 @@ def _write_heatmaps(df: pd.DataFrame, out_dir: str | Path, task: str, metrics: d
     return written
 
 
+def mark_train_lengths(ax, train_lines: dict[float, list], label: str = "train") -> None:
+    """Mark training lengths on a length axis: for each x in ``train_lines`` a dashed vertical line in the
+    colour of every model trained at that length (several models: the dashes offset so each colour
+    shows), and its x tick label gets a second line ``label`` in that model's colour (dark grey when
+    models share it). Labels sit under the axis, never near the title or on a data point.
+
+    Call after the axis's ticks are set (the lengths must include the training lengths).
+    ``train_lines``: {x in data units: [matplotlib colours of the models trained there]}.
+    """
+    for x, cols in train_lines.items():
+        for k, c in enumerate(cols):
+            ax.axvline(x, color=c, linestyle=(k * 3, (5, 3 * len(cols) + 2)) if len(cols) > 1 else "--",
+                       linewidth=1.6, alpha=0.9, zorder=1.5)
+    if not train_lines:
+        return
+    base = ax.xaxis.get_major_formatter()
+
+    def which(v: float):
+        return next((x for x in train_lines if math.isclose(v, x, rel_tol=1e-6)), None)
+
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, pos: base(v, pos) + (f"\n{label}" if which(v) is not None else "")))
+    locs = ax.xaxis.get_majorticklocs()
+    for loc, tick in zip(locs, ax.xaxis.get_major_ticks(len(locs))):  # tick objects persist: colour their labels
+        x = which(loc)
+        if x is not None:
+            cols = train_lines[x]
+            tick.label1.set_color(cols[0] if len(set(map(str, cols))) == 1 else "#333333")
+
+
 def depth_heatmaps(df: pd.DataFrame, out_dir: str | Path) -> list[Path]:
     """Depth x length heatmaps of every task other than passkey that has a depth axis (e.g. RULER's
     ``niah_*``): one figure per task and model, ``<out_dir>/plots/<task>_heatmap_<model>.png``.
@@ -477,16 +507,6 @@ def ppl_vs_length(df: pd.DataFrame, out_dir: str | Path) -> Path | None:
 
     values = rows["value"].to_numpy(dtype=float)
     ticks = sorted(all_lengths | set(train_lines))
-    for tl, cols in train_lines.items():
-        # Several models sharing a training length: offset the dashes so every colour shows.
-        for k, c in enumerate(cols):
-            ax.axvline(tl, color=c, linestyle=(k * 3, (5, 3 * len(cols) + 2)) if len(cols) > 1 else "--",
-                       linewidth=1.6, alpha=0.9)
-        # Above the top spine, so the label never sits on a data point.
-        ax.annotate(f"train {format_length(tl)}", xy=(tl, 1.0), xycoords=("data", "axes fraction"),
-                    xytext=(0, 2), textcoords="offset points", ha="center", va="bottom", fontsize=8.5,
-                    color=cols[0] if len(cols) == 1 else "#444444")
-
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_locator(FixedLocator(ticks))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: format_length(v)))
@@ -494,6 +514,7 @@ def ppl_vs_length(df: pd.DataFrame, out_dir: str | Path) -> Path | None:
     lo, hi = min(ticks), max(ticks)
     pad = 2 ** 0.35 if hi > lo else 4.0  # a lone length gets room either side
     ax.set_xlim(lo / pad, hi * pad)
+    mark_train_lengths(ax, train_lines)  # dashed lines in each model's colour, "train" under the tick
 
     vmin, vmax = float(values.min()), float(values.max())
     if vmax / vmin > 10:
@@ -505,8 +526,7 @@ def ppl_vs_length(df: pd.DataFrame, out_dir: str | Path) -> Path | None:
     else:
         ax.set_ylabel("Perplexity (lower is better)")
     ax.set_xlabel("Context length (tokens, log2 scale)")
-    ax.set_title("Sliding-window perplexity vs context length", fontsize=13, fontweight="bold",
-                 pad=16 if train_lines else 8)
+    ax.set_title("Sliding-window perplexity vs context length", fontsize=13, fontweight="bold", pad=8)
     ax.grid(True, which="major", alpha=0.35)
 
     handles, labels = ax.get_legend_handles_labels()

@@ -34,7 +34,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator
 
 from .errors import LctxError
-from .plots import _DPI, _model_key, _new_figure, _shorten, format_length, safe_filename
+from .plots import _DPI, _model_key, _new_figure, _shorten, format_length, mark_train_lengths, safe_filename
 
 #: lm-eval knowledge tasks drawn as bars (``mmlu*`` too), with their chance accuracy (4 answer choices;
 #: a few ARC questions have 3 or 5, so 0.25 is the usual reference line).
@@ -242,15 +242,12 @@ def _draw_ppl(ax, table, pal) -> bool:
         tl = g["train_length"].dropna()
         if len(tl):
             trains.setdefault(int(tl.mode().iloc[0]), []).append(c)
-    for tl, cols in trains.items():
-        ax.axvline(tl, color="#333333" if len(cols) > 1 else cols[0], linestyle="--", linewidth=1.4, alpha=0.8)
-        ax.annotate(f"train {format_length(tl)}", xy=(tl, 1.0), xycoords=("data", "axes fraction"), xytext=(0, 2),
-                    textcoords="offset points", ha="center", va="bottom", fontsize=8.5, color="#333333")
     _length_axis(ax, lengths | set(trains))
+    mark_train_lengths(ax, trains)  # dashed lines in each model's colour, "train" under the tick
     _log_y(ax, rows["value"], [1, 2, 5, 10, 15, 20, 30, 50, 70, 100, 150, 200, 300, 500, 700, 1000, 2000, 5000, 1e4])
     ax.set_xlabel("Context length (tokens, log scale)")
     ax.set_ylabel("Perplexity (log scale, lower is better)")
-    ax.set_title("Perplexity vs context length", fontsize=12, fontweight="bold", pad=14)
+    ax.set_title("Perplexity vs context length", fontsize=12, fontweight="bold", pad=8)
     ax.grid(True, alpha=0.35)
     return True
 
@@ -268,19 +265,17 @@ def _draw_ratio(ax, table, pal, max_ratio: float) -> bool:
         c, mk, ls = pal[lbl]
         ax.plot(s.index, s.values, marker=mk, color=c, linestyle=ls, linewidth=2, markersize=6, label=lbl)
         rel |= set(float(v) for v in s.index)
-    ax.axvline(1.0, color="#333333", linestyle="--", linewidth=1.4, alpha=0.8)
-    ax.annotate("train length", xy=(1.0, 1.0), xycoords=("data", "axes fraction"), xytext=(0, 2),
-                textcoords="offset points", ha="center", va="bottom", fontsize=8.5, color="#333333")
     ax.axhline(max_ratio, color="#b22222", linestyle=":", linewidth=1.6)
     ax.axhline(1.0, color="#888888", linewidth=0.8)
     _length_axis(ax, rel | {1.0}, rel=True)
+    mark_train_lengths(ax, {1.0: [pal[lbl][0] for lbl in dict.fromkeys(rows["label"])]})  # 1x: every model
     vals = list(rows["value"]) + [max_ratio, 1.0]
     _log_y(ax, vals, [0.5, 0.7, 0.8, 0.9, 0.95, 1.0, 1.05, 1.1, 1.2, 1.5, 2, 3, 5, 10, 20, 50, 100, 1000])
     ax.annotate(f"flat: ratio ≤ {max_ratio:g}", xy=(0.0, max_ratio), xycoords=("axes fraction", "data"),
                 xytext=(4, 3), textcoords="offset points", ha="left", va="bottom", fontsize=8.5, color="#b22222")
     ax.set_xlabel("Context length / training length (log scale)")
     ax.set_ylabel("PPL(L) / PPL(train length) (log scale)")
-    ax.set_title("Perplexity ratio vs relative length", fontsize=12, fontweight="bold", pad=14)
+    ax.set_title("Perplexity ratio vs relative length", fontsize=12, fontweight="bold", pad=8)
     ax.grid(True, alpha=0.35)
     return True
 
@@ -358,10 +353,11 @@ def accuracy_figure(table: pd.DataFrame, task: str, out_dir: Path, pal, threshol
     fig = _new_figure(6.8 * len(metrics) + 1.6, 4.8)
     fig.set_layout_engine("constrained")
     axes = fig.subplots(1, len(metrics), squeeze=False)[0]
-    trains: set[int] = set()
+    trains: dict[int, list] = {}
     for ax, m in zip(axes, metrics):
         r = rows[rows["metric"] == m]
         lengths = set()
+        trains = {}
         n_lines = r["label"].nunique()
         for k, (lbl, g) in enumerate(r.groupby("label", sort=False)):
             s = g.groupby(g["length"].astype("int64"))["value"].mean().sort_index()
@@ -370,21 +366,20 @@ def accuracy_figure(table: pd.DataFrame, task: str, out_dir: Path, pal, threshol
             ax.plot(s.index, s.values, marker=mk, color=c, linestyle=ls, linewidth=max(1.0, 3.2 - 0.4 * k),
                     markersize=4 + min(2.0, 10.0 / max(1, n_lines - 1)) * (n_lines - 1 - k), zorder=2 + k, label=lbl)
             lengths |= set(int(x) for x in s.index)
-            trains |= set(int(x) for x in g["train_length"].dropna().unique())
-        for tl in trains:
-            ax.axvline(tl, color="#333333", linestyle="--", linewidth=1.4, alpha=0.8)
-            ax.annotate(f"train {format_length(tl)}", xy=(tl, 1.0), xycoords=("data", "axes fraction"),
-                        xytext=(0, 2), textcoords="offset points", ha="center", va="bottom", fontsize=8.5)
+            tl = g["train_length"].dropna()
+            if len(tl):  # the model's training length, in the model's colour (as the perplexity plot)
+                trains.setdefault(int(tl.mode().iloc[0]), []).append(c)
         if m == metrics[0]:
             ax.axhline(threshold, color="#b22222", linestyle=":", linewidth=1.6)
             ax.annotate(f"effective-length threshold {threshold:g}", xy=(0.0, threshold),
                         xycoords=("axes fraction", "data"), xytext=(4, 3), textcoords="offset points",
                         fontsize=8.5, color="#b22222")
-        _length_axis(ax, lengths | trains)
+        _length_axis(ax, lengths | set(trains))
+        mark_train_lengths(ax, trains)
         ax.set_ylim(-0.04, 1.04)
         ax.set_xlabel("Context length (tokens, log scale)")
         ax.set_ylabel(f"{m} (mean over depths and samples)")
-        ax.set_title(f"{task}: {m}", fontsize=12, fontweight="bold", pad=14)
+        ax.set_title(f"{task}: {m}", fontsize=12, fontweight="bold", pad=8)
         ax.grid(True, alpha=0.35)
     handles, labels = axes[0].get_legend_handles_labels()
     if trains:

@@ -91,6 +91,37 @@ def check_lengths(lm: LM, lengths: list[int], allow_beyond_max: bool = False) ->
                             "--allow-beyond-max for an extrapolation study")
 
 
+def sample_cost(task: Task, lm: LM, cell) -> float:
+    """What one cell costs in prefill tokens (:meth:`lctx.tasks.Task.cost`, at least 1): the progress bar's
+    weight. A cost hook that fails falls back to the cell's length; it never stops a run."""
+    try:
+        c = float(task.cost(lm, cell))
+    except Exception:  # noqa: BLE001 - an estimate for the progress bar only
+        c = float(cell.length)
+    return c if math.isfinite(c) and c >= 1 else 1.0
+
+
+def check_min_lengths(lms: list[LM], tasks: list[Task], lengths: list[int]) -> None:
+    """Before the sweep: refuse every (model, task, length) whose length is shorter than the task's fixed
+    template with that model's tokenizer (:meth:`lctx.tasks.Task.min_length`), so it fails now, once, instead
+    of as error rows in the middle of the run. Each (model, task) is checked once.
+
+    Raises:
+        LctxError: one or more lengths are too short (names each model, task, its minimum and the fix).
+    """
+    problems = []
+    for lm in lms:
+        for task in tasks:
+            need = int(task.min_length(lm))
+            short = sorted({int(L) for L in lengths if L < need})
+            if short:
+                problems.append(f"{task.name} needs at least {need} tokens with model {lm.name!r} (its template) "
+                                f"but length{'s' if len(short) > 1 else ''} {', '.join(map(str, short))} "
+                                f"{'are' if len(short) > 1 else 'is'} shorter")
+    if problems:
+        raise LctxError("; ".join(problems) + "; drop those lengths (--lengths / --relative) or that task")
+
+
 def run_sweep(lms: list[LM], tasks: list[Task], spec: RunSpec, out_dir: Path, progress: bool = True,
               log=print) -> dict:
     """Run every (model, task, cell) not yet recorded in ``out_dir`` and write the tables and plots.
@@ -145,27 +176,27 @@ def run_sweep(lms: list[LM], tasks: list[Task], spec: RunSpec, out_dir: Path, pr
         D.check_same_work([record_key(w[3]) for w in work])
         work = D.shard(work, dinfo, cost=lambda w: w[2].length)
 
-    from tqdm.auto import tqdm
+    from .console import SweepProgress
 
+    costs = [sample_cost(task, lm, cell) for lm, task, cell, _ in work]  # prefill tokens: the bar's weights
     errors = 0
     if rec_path.exists() and rec_path.stat().st_size:
         with open(rec_path, "rb+") as f:  # a run killed mid-write leaves a torn last line: end it
             f.seek(-1, os.SEEK_END)
             if f.read(1) != b"\n":
                 f.write(b"\n")
-    with open(rec_path, "a") as f, tqdm(total=len(work), disable=not progress or not dinfo.is_main,  # [distributed]
-                                        desc="lctx run" + (f" (rank 0 of {dinfo.world_size})" if dinfo.distributed else ""),
-                                        unit="sample", dynamic_ncols=True) as bar:
-        for lm, task, cell, base in work:
-            bar.set_postfix_str(f"{lm.name} {task.name} L={cell.length}" +
-                                (f" d={cell.depth:g}" if cell.depth is not None else ""), refresh=False)
+    with open(rec_path, "a") as f, SweepProgress(costs, enabled=progress and dinfo.is_main,  # [distributed]
+                                                 desc="lctx run" + (f" (rank 0 of {dinfo.world_size})"
+                                                                    if dinfo.distributed else "")) as bar:
+        for (lm, task, cell, base), cost in zip(work, costs):
+            bar.start(f"{lm.name} {task.name} L={cell.length}" + (f" d={cell.depth:g}" if cell.depth is not None else ""))
             rec = _run_one(lm, task, cell, base, spec.seed)
             rec.update(run_id=run_id, lctx_version=lctx.__version__, git_rev=meta["git_rev"])
             errors += rec["status"] != "ok"
             f.write(json.dumps(rec) + "\n")
             f.flush()
             os.fsync(f.fileno())
-            bar.update(1)
+            bar.done(cost)
 
     # [distributed] rank 0 merges the rank files and writes tables and plots once; the other ranks wait for
     # that, then build the same tables in memory (nothing written); ran/errors are summed over ranks

@@ -23,6 +23,7 @@ import json
 import math
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 from typing import Callable
@@ -196,6 +197,7 @@ def train(
     variant_options: dict | None = None,
     progress: bool = True,
     log: Callable[[str], None] | None = print,
+    warn: Callable[[str], None] | None = None,
 ) -> dict:
     """Train a native lctx model from scratch and write it to ``out_dir`` as a Hugging Face checkpoint.
 
@@ -225,6 +227,9 @@ def train(
         progress: show a tqdm bar with the running loss and learning rate.
         log: called with one line of text at every evaluation and at the end (``None``: silent). The
             default ``print`` is routed through ``tqdm.write`` while the bar is shown.
+        warn: called with a ``warning: ...`` line, once the arguments are valid, for settings that run but
+            are probably a mistake (``warmup_steps >= steps``: the learning rate never decays). Default:
+            printed on stderr.
 
     Returns:
         The dict written to ``train_log.json``: ``args``, ``corpus`` (document names), ``n_docs``,
@@ -265,6 +270,10 @@ def train(
         val_fraction=val_fraction, eval_every=eval_every, eval_batches=eval_batches,
         variant_options=variant_options)
     dev = _resolve_device(device)
+    if warmup_steps >= steps:  # lr_at ramps for min(warmup, steps) steps: the cosine decay never starts
+        (warn or (lambda m: print(m, file=sys.stderr)))(
+            f"warning: warm-up of {warmup_steps} steps >= {steps} steps (--warmup, --steps): the learning rate "
+            f"only ramps up and never decays; use a warm-up well below the steps, e.g. {max(1, steps // 10)}")
     docs = [(str(name), text) for name, text in docs if text and text.strip()]
     if not docs:
         raise LctxError("no training text: the corpus has no non-empty documents; pass text files or "

@@ -372,8 +372,10 @@ def flash_prior_flex(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec: Pr
     callers ask for the output only). ``compile=False`` runs the eager FlexAttention (a dense math path;
     for tests).
     """
+    from torch.nn.attention import flex_attention as flex_module
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
+    aux_request = getattr(flex_module, "AuxRequest", None)
     B, H, Tq, D = q.shape
     Tk = k.shape[2]
     if Tk != past + Tq:
@@ -408,7 +410,10 @@ def flash_prior_flex(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec: Pr
             def mask_mod(b, h, qi, kj, ksw=ksw):
                 return (kj <= qi + past_t) & (kj >= ksw[h, qi])
         bm = create_block_mask(mask_mod, B=None, H=None if kstart is None else H, Q_LEN=Tq, KV_LEN=Tk, device=dev)
-        if need_lse:
+        if need_lse and aux_request is not None:  # torch >= 2.9: return_lse is deprecated for return_aux
+            o, aux = fn(q, k, v, score_mod=score_mod, block_mask=bm, scale=sm, return_aux=aux_request(lse=True))
+            lses.append(aux.lse.float())
+        elif need_lse:
             o, lse = fn(q, k, v, score_mod=score_mod, block_mask=bm, scale=sm, return_lse=True)
             lses.append(lse.float())
         else:

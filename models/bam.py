@@ -195,6 +195,8 @@ class SSMax(AttentionVariant):
         out["ssmax_scale_bias"] = version >= 2 and issubclass(cls, GGDBAM)
         return out
 
+    summary = "Scalable-Softmax: content logits x s_h log(n_i), n_i = keys query i sees (Nakanishi 2025)"
+
     def __init__(self, config, layer_idx: int):
         super().__init__(config, layer_idx)
         self.ssmax_scale = nn.Parameter(torch.ones(config.num_attention_heads))

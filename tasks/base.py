@@ -21,6 +21,13 @@ from lctx.harness.errors import LctxError
 
 TASKS: dict[str, type["Task"]] = {}
 
+#: A greedy decode step (one token through the model with its KV cache) costs about as much as prefilling
+#: this many tokens: measured on the bundled model on 2 CPU cores, a decode step takes ~60-80 ms where a
+#: prefill takes ~1 ms per token (passkey at 256 tokens: 1.0 s, at 2048: 1.5 s, with 10 decode steps each);
+#: on a GPU a decode step is memory-bound and likewise worth tens to hundreds of prefill tokens. Used by
+#: :meth:`Task.cost`, so a sweep's progress bar does not under-count generation.
+DECODE_STEP_TOKENS = 64
+
 
 @dataclass(frozen=True)
 class Cell:
@@ -55,6 +62,15 @@ class Task:
         axes: grid axes swept besides length, a subset of ``("depth", "sample")``.
         metrics: names of the values :meth:`score` returns (each becomes a row of the results table).
 
+    Optional:
+        description: one line for ``lctx list tasks``; when a class sets none, the first paragraph of its
+            docstring is used.
+        requires: the data the task reads, for ``lctx list tasks`` (e.g. ``ruler/ under --data-dir``).
+        min_length(lm): the fewest tokens a sample can have with ``lm`` (its fixed template); ``lctx run``
+            refuses shorter lengths before the sweep starts instead of recording error rows.
+        cost(lm, cell): what one cell costs, in prefill tokens (a decode step counts
+            :data:`DECODE_STEP_TOKENS`); the progress bar and its time-left estimate are weighted by it.
+
     Constructor keyword arguments are the task's options (e.g. ``window``/``stride`` for ``ppl``); they
     are recorded with every result, and a rerun with different options does not reuse old records.
     """
@@ -63,9 +79,25 @@ class Task:
     axes: ClassVar[tuple[str, ...]] = ("sample",)
     metrics: ClassVar[tuple[str, ...]] = ()
     description: ClassVar[str] = ""
+    requires: ClassVar[str] = ""
 
     def __init__(self, **options: Any):
         self.options = options
+
+    def min_length(self, lm) -> int:
+        """The fewest tokens (BOS included) a sample of this task can have with ``lm``'s tokenizer: its fixed
+        template (instruction, needle, question, and any generation budget counted in the length) with no
+        filler. A lower bound: ``lctx run`` refuses every requested length below it, for every model, before
+        the sweep starts (:func:`lctx.harness.runner.check_min_lengths`); :meth:`build` still raises for a
+        sample that does not fit. Default 1 (no template)."""
+        return 1
+
+    def cost(self, lm, cell: Cell) -> float:
+        """What ``cell`` costs the model, in prefill tokens: tokens prefilled (every pass) plus
+        :data:`DECODE_STEP_TOKENS` per greedy decode step. ``lctx run``'s progress bar and its time-left
+        estimate are weighted by it. Default: one prefill of ``cell.length`` tokens. Override when a sample
+        costs more (several passes, many windows, generation)."""
+        return float(cell.length)
 
     def cells(self, lengths: list[int], depths: list[float], samples: int) -> list[Cell]:
         """The grid: lengths x (depths if "depth" in axes) x (range(samples) if "sample" in axes)."""
@@ -95,8 +127,18 @@ def register_task(cls: type[Task]) -> type[Task]:
         raise LctxError(f"{cls!r} is not a subclass of lctx.tasks.Task; subclass it to register a task")
     if not cls.name or not cls.metrics:
         raise LctxError(f"task class {cls.__name__} must set `name` and `metrics`")
+    if not cls.__dict__.get("description") and cls.__dict__.get("__doc__"):
+        cls.description = doc_summary(cls.__doc__)  # the class's own docstring beats an inherited description
     TASKS[cls.name] = cls
     return cls
+
+
+def doc_summary(doc: str | None) -> str:
+    """The first paragraph of a docstring on one line ("" for none)."""
+    import inspect
+
+    text = inspect.cleandoc(doc or "").split("\n\n")[0]
+    return " ".join(text.split())
 
 
 def load_task_file(path: str) -> list[str]:
@@ -160,6 +202,8 @@ def get_task(name: str) -> type[Task]:
         LctxError: unknown name (the message lists the known ones).
     """
     if name not in TASKS:
-        raise LctxError(f"unknown task {name!r}; known tasks: {', '.join(sorted(TASKS))} "
+        from lctx.tasks import task_catalog
+
+        raise LctxError(f"unknown task {name!r}; known tasks: {', '.join(t.name for t in task_catalog())} "
                         "(see `lctx list tasks`, or add one with --task-file)")
     return TASKS[name]

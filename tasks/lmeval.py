@@ -38,6 +38,7 @@ A rerun into the same ``--out`` skips questions already recorded (resumable per 
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import importlib.util
 import json
@@ -62,6 +63,10 @@ MMLU_CATEGORIES = ("stem", "humanities", "social_sciences", "other")
 DESCRIPTION = {"mmlu": "MMLU through lm-eval (57 subjects, 5-shot; or mmlu_<subject>, mmlu_<category>)",
                "arc_easy": "ARC-Easy through lm-eval (0-shot)",
                "arc_challenge": "ARC-Challenge through lm-eval (0-shot)"}
+#: the data each task reads (for ``lctx list tasks``)
+REQUIRES = {"mmlu": "mmlu/{dev,test}/ (else the hub: cais/mmlu)",
+            "arc_easy": "arc/ARC-Easy-*.jsonl (else the hub: allenai/ai2_arc)",
+            "arc_challenge": "arc/ARC-Challenge-*.jsonl (else the hub: allenai/ai2_arc)"}
 
 
 def _lm_eval_dir() -> Path:
@@ -486,9 +491,10 @@ def run_lmeval(lms: list, specs: list[LmEvalSpec], source: str, out_dir: str | P
                     # set k on the task itself: simple_evaluate(num_fewshot=...) never overrides a task
                     # whose num_fewshot is already 0 (as an earlier call leaves it)
                     tasks[sp.lmeval_name].set_config(key="num_fewshot", value=k)
-                    res = lm_eval.simple_evaluate(
-                        model=hflm, tasks=[tasks[sp.lmeval_name]], samples={sp.lmeval_name: todo},
-                        task_manager=tm, log_samples=True, bootstrap_iters=0, fewshot_random_seed=seed)
+                    with quiet_git_probe():
+                        res = lm_eval.simple_evaluate(
+                            model=hflm, tasks=[tasks[sp.lmeval_name]], samples={sp.lmeval_name: todo},
+                            task_manager=tm, log_samples=True, bootstrap_iters=0, fewshot_random_seed=seed)
                     parts, err = sample_records(sp, res["samples"][sp.lmeval_name], hflm), ""
                 except (KeyboardInterrupt, LctxError):
                     raise
@@ -547,11 +553,37 @@ def mmlu_subject_table(table):
     return agg[cols]
 
 
+@contextlib.contextmanager
+def quiet_git_probe():
+    """Within the block, lm-eval's evaluator runs its ``git describe --always`` probe (the ``git_hash`` of
+    its results; lctx records its own ``git_rev``) with git's stderr silenced: outside a git repository
+    git prints ``fatal: not a git repository`` on every lm-eval run. Same value as lm-eval's own
+    ``get_git_commit_hash`` otherwise (its fallback reads ``.git`` by hand); restored on exit."""
+    import subprocess
+
+    import lm_eval.evaluator as evaluator
+    from lm_eval.loggers.utils import get_commit_from_path
+
+    def get_git_commit_hash():
+        try:
+            return subprocess.check_output(["git", "describe", "--always"], stderr=subprocess.DEVNULL).strip().decode()
+        except (subprocess.CalledProcessError, OSError):
+            return get_commit_from_path(os.getcwd())
+
+    original = evaluator.get_git_commit_hash
+    evaluator.get_git_commit_hash = get_git_commit_hash
+    try:
+        yield
+    finally:
+        evaluator.get_git_commit_hash = original
+
+
 def format_summary(summary) -> str:
-    """The lm-eval tasks' rows of a summary table as text: model, task, metric, mean +- stderr, n."""
+    """The lm-eval tasks' rows of a summary table as an aligned Markdown table (every cell whole, model names
+    never cut): model, task, metric, mean, stderr, n."""
+    from lctx.harness.console import markdown_table
+
     rows = summary[summary["task"].isin(list(METRICS))]
-    lines = [f"{'model':24s} {'task':14s} {'metric':9s} {'value':>7s} {'stderr':>7s} {'n':>6s}"]
-    for _, r in rows.iterrows():
-        lines.append(f"{str(r['model'])[:24]:24s} {r['task']:14s} {r['metric']:9s} {r['mean']:7.4f} "
-                     f"{r['stderr']:7.4f} {int(r['n']):6d}")
-    return "\n".join(lines)
+    body = [[str(r["model"]), r["task"], r["metric"], f"{r['mean']:.4f}", f"{r['stderr']:.4f}", int(r["n"])]
+            for _, r in rows.iterrows()]
+    return markdown_table(["model", "task", "metric", "value", "stderr", "n"], body, right=("value", "stderr", "n"))

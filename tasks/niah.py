@@ -68,7 +68,7 @@ import numpy as np
 
 from lctx.harness.errors import LctxError
 
-from .base import Cell, Sample, Task, register_task
+from .base import DECODE_STEP_TOKENS, Cell, Sample, Task, register_task
 
 # --- RULER's text, verbatim -----------------------------------------------------------------------
 #: scripts/data/synthetic/constants.py, TASKS["niah"]["template"]
@@ -314,6 +314,15 @@ class _Needle:
     queried: bool
 
 
+def data_files(config: NIAHConfig) -> list[str]:
+    """The files a configuration reads under the data dir: the essays for an ``essay`` haystack, the
+    wonderwords lists for ``words`` keys or values (none for ``niah_multikey_3``: uuids in a needle haystack)."""
+    needed = [ESSAY_FILE] if config.type_haystack == "essay" else []
+    if "words" in (config.type_needle_k, config.type_needle_v):
+        needed += [ADJ_FILE, NOUN_FILE]
+    return needed
+
+
 class NIAHBuilder:
     """Builds one NIAH prompt for a given haystack size; :meth:`fit` finds the exact size for a length.
 
@@ -542,16 +551,28 @@ class RulerNIAH(Task):
         self.data_dir = resolve_data_dir(data_dir, self.name)
         self.use_cache = bool(cache)
         self.cache_dir = Path(cache_dir) if cache_dir not in (None, "") else default_cache_dir()
-        needed = []
-        if self.config.type_haystack == "essay":
-            needed.append(ESSAY_FILE)
-        if "words" in (self.config.type_needle_k, self.config.type_needle_v):
-            needed += [ADJ_FILE, NOUN_FILE]
+        needed = data_files(self.config)
         for rel in needed:
             if not (self.data_dir / rel).is_file():
                 raise LctxError(f"task {self.name!r}: {rel} not found under data dir {str(self.data_dir)!r} "
                                 "(--data-dir / LCTX_DATA_DIR); point it at the folder holding ruler/")
         self._needed = needed
+
+    # pre-flight and progress ------------------------------------------------------------------------------
+    def min_length(self, lm) -> int:
+        """Template, needles, answer prefix and generation budget with an empty haystack, with ``lm``'s
+        tokenizer: the least :meth:`NIAHBuilder.total` of 0 units over 8 draws of keys and values (word keys
+        and answers vary by 10-30 tokens between draws; see :meth:`Task.min_length`)."""
+        return min(int(NIAHBuilder(self, lm, Cell(1 << 30, 0.5, s), 0).total(0)) for s in range(8))
+
+    def cost(self, lm, cell: Cell) -> float:
+        """In prefill tokens (see :data:`DECODE_STEP_TOKENS`): the prompt prefill and the generation budget
+        (``cell.length`` tokens in all, the budget as decode steps), then one teacher-forced prefill of the
+        prompt per expected value and one for the control value."""
+        n_values = self.config.num_needle_q * self.config.num_needle_v
+        example = {"numbers": "1234567", "uuids": str(uuid.UUID(int=0, version=4))}[self.config.type_needle_v]
+        budget = self.max_new_tokens or len(lm.encode(" " + ", ".join([example] * n_values))) + 8  # as NIAHBuilder
+        return float(cell.length) * (2 + n_values) + budget * (DECODE_STEP_TOKENS - 1)
 
     # data ------------------------------------------------------------------------------------------------
     def words(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -675,6 +696,8 @@ def _register(name: str) -> type[RulerNIAH]:
     cls_name = "".join(p.capitalize() for p in name.split("_"))
     cls = type(cls_name, (RulerNIAH,), {
         "name": name, "config": RULER_CONFIGS[name], "description": _DESCRIPTIONS[name], "__module__": __name__,
+        "requires": ", ".join(sorted({f.rsplit("/", 1)[0] + "/" if "wonderwords" in f else f
+                                      for f in data_files(RULER_CONFIGS[name])})) or "none (generated)",
         "__doc__": f"RULER ``{name}`` ({RULER_CONFIGS[name]}); see :class:`RulerNIAH`."})
     return register_task(cls)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 import re
 
-from .base import Cell, Sample, Task, register_task
+from .base import DECODE_STEP_TOKENS, Cell, Sample, Task, register_task
 
 INSTRUCTION = ("There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. "
                "I will quiz you about the important information there.")
@@ -63,6 +63,7 @@ class Passkey(Task):
     axes = ("depth", "sample")
     metrics = ("exact", "digit_acc")
     description = "passkey retrieval (exact + teacher-forced digit accuracy) over length x depth"
+    requires = "none (generated)"
 
     def __init__(self, key_digits: int = 5, max_new_tokens: int | None = None, **options):
         super().__init__(key_digits=key_digits, max_new_tokens=max_new_tokens, **options)
@@ -74,6 +75,17 @@ class Passkey(Task):
         before = INSTRUCTION + filler(n_before)
         rest = NEEDLE.format(key=key) + filler(n_filler - n_before, n_before) + QUESTION
         return before, rest
+
+    def min_length(self, lm) -> int:
+        """Tokens of the prompt with no filler (BOS, instruction, needle, question) with ``lm``'s tokenizer:
+        the fewest over a few keys, so it is a lower bound whatever the key (see :meth:`Task.min_length`)."""
+        keys = [make_key(0, Cell(0, 0.5, s), self.key_digits) for s in range(4)]
+        return min(len(lm.with_bos(lm.encode("".join(self._prompt(0, 0.5, k))))) for k in keys)
+
+    def cost(self, lm, cell: Cell) -> float:
+        """Prefill of the prompt (at most ``cell.length`` tokens), ``max_new_tokens`` greedy decode steps and
+        one teacher-forced pass over the key, in prefill tokens (see :data:`DECODE_STEP_TOKENS`)."""
+        return float(cell.length + (self.max_new_tokens + 1) * DECODE_STEP_TOKENS)
 
     def build(self, lm, cell: Cell, seed: int) -> Sample:
         """Budget the filler so that len([BOS] + prompt) <= cell.length, within one filler sentence.

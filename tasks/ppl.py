@@ -88,6 +88,7 @@ class Perplexity(Task):
     axes = ()
     metrics = ("ppl", "nll", "n_tokens", "n_docs")
     description = "sliding-window perplexity (window = length, every token scored once)"
+    requires = "--ppl-data files (default: Python's pydoc_data topics)"
 
     def __init__(self, data: list[str] | None = None, stride: float = 0.5, bos: str = "prepend",
                  short_docs: str = "drop", max_tokens: int = 32768, concat: bool | None = None, **options):
@@ -136,6 +137,22 @@ class Perplexity(Task):
         s = float(self.stride)
         stride = int(s) if s > 1 else max(1, int(round(s * (length - 1))))
         return length, min(stride, length - 1)
+
+    def min_length(self, lm) -> int:
+        """2: a window must hold a token and its context (:func:`window_plan`)."""
+        return 2
+
+    def cost(self, lm, cell: Cell) -> float:
+        """Tokens fed to the model over every window of every scored document (:func:`window_plan`,
+        BOS included): about ``window / stride`` times the scored tokens."""
+        window, stride = self.window_stride(cell.length)
+        bos = self.bos == "prepend"
+        need = window - (1 if bos else 0)
+        total = 0
+        for d in self._doc_tokens(lm):
+            if len(d) >= need or (self.short_docs == "count" and len(d) >= 2):
+                total += sum(end - begin + bos for begin, end, _ in window_plan(len(d), window, stride, bos))
+        return float(max(total, 1))
 
     def build(self, lm, cell: Cell, seed: int) -> Sample:
         window, stride = self.window_stride(cell.length)

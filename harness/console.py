@@ -1,0 +1,158 @@
+"""Tables and status lines for lctx's console output, whole in a terminal and in a log file alike.
+
+Every table the CLI prints (``lctx run``, ``compare``, ``bench``, ``report``, ``list``, ``plan``) goes
+through :func:`print_table`:
+
+* on a terminal (the stream is a TTY) it is a rich table whose columns *fold* a cell that does not fit
+  onto the next line, so nothing is ever cut to ``…``;
+* off a terminal (a log file, a CI job, a pipe) it is a GitHub-flavoured Markdown pipe table (tabulate's
+  ``pipe`` format) with aligned columns and no width limit: every cell is whole, and the log pastes
+  straight into a Markdown page (e.g. ``$GITHUB_STEP_SUMMARY``).
+
+``LCTX_TABLE_FORMAT=rich`` or ``=markdown`` overrides the choice (e.g. Markdown in a terminal to copy from).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from typing import IO
+
+#: Environment variable that forces the table format: ``rich`` or ``markdown``.
+FORMAT_ENV = "LCTX_TABLE_FORMAT"
+
+
+def is_terminal(stream: IO | None = None) -> bool:
+    """Whether ``stream`` (default: ``sys.stdout``) is an interactive terminal (a TTY)."""
+    stream = sys.stdout if stream is None else stream
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # closed or not a file
+        return False
+
+
+def table_format(stream: IO | None = None) -> str:
+    """``"rich"`` on a terminal, ``"markdown"`` otherwise; :data:`FORMAT_ENV` overrides both."""
+    forced = os.environ.get(FORMAT_ENV, "").strip().lower()
+    if forced in ("rich", "markdown"):
+        return forced
+    return "rich" if is_terminal(stream) else "markdown"
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]], right: Sequence[str] = ()) -> str:
+    """A GitHub-flavoured pipe table: columns padded to their widest cell, ``right``-named columns
+    right-aligned (``---:``), cells printed as given (``str()``; never re-parsed as numbers), ``|`` in a
+    cell escaped. No width limit: every cell is whole."""
+    from tabulate import tabulate
+
+    def cell(v: object) -> str:
+        return "" if v is None else str(v).replace("|", "\\|").replace("\n", " ")
+
+    body = [[cell(v) for v in r] for r in rows]
+    align = ["right" if h in right else "left" for h in header]
+    return tabulate(body, headers=[cell(h) for h in header], tablefmt="pipe", disable_numparse=True,
+                    colalign=align)
+
+
+def print_table(header: Sequence[str], rows: Sequence[Sequence[object]], title: str | None = None,
+                right: Sequence[str] = (), row_styles: Sequence[str | None] | None = None,
+                file: IO | None = None) -> None:
+    """Print a table whole: rich (folding cells that do not fit) on a terminal, Markdown off one.
+
+    Args:
+        header: column names.
+        rows: one sequence of cells per row (printed with ``str()``; ``None`` prints empty).
+        title: printed above the table (a line of its own off a terminal).
+        right: names of the columns to right-align (numbers).
+        row_styles: a rich style per row (e.g. ``"bold red"``), used on a terminal only.
+        file: the stream (default ``sys.stdout``).
+    """
+    file = sys.stdout if file is None else file
+    if table_format(file) == "markdown":
+        if title:
+            file.write(f"{title}\n\n")
+        file.write(markdown_table(header, rows, right) + "\n\n")
+        file.flush()
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    for h in header:
+        table.add_column(h, justify="right" if h in right else "left", overflow="fold")
+    for i, r in enumerate(rows):
+        table.add_row(*["" if v is None else str(v) for v in r],
+                      style=row_styles[i] if row_styles is not None else None)
+    Console(file=file, highlight=False).print(table)
+
+
+def print_frame(df, title: str | None = None, float_format: str = ".3f", right: Sequence[str] | None = None,
+                file: IO | None = None) -> None:
+    """:func:`print_table` of a pandas DataFrame (index dropped): floats with ``float_format``, NaN empty;
+    numeric columns right-aligned unless ``right`` names them."""
+    import math
+
+    import pandas as pd
+
+    def fmt(v: object) -> str:
+        if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA:
+            return ""
+        if isinstance(v, float):
+            return format(v, float_format)
+        return str(v)
+
+    header = [str(c) for c in df.columns]
+    if right is None:
+        right = [str(c) for c in df.columns if pd.api.types.is_numeric_dtype(df[c])]
+    rows = [[fmt(v) for v in r] for r in df.itertuples(index=False, name=None)]
+    print_table(header, rows, title=title, right=right, file=file)
+
+
+def print_line(text: str, style: str | None = None, file: IO | None = None) -> None:
+    """Print one line whole: styled through rich on a terminal, plain (never wrapped) off one."""
+    file = sys.stdout if file is None else file
+    if not is_terminal(file):
+        file.write(text + "\n")
+        file.flush()
+        return
+    from rich.console import Console
+
+    Console(file=file, highlight=False, soft_wrap=True).print(text, style=style, markup=False)
+
+
+class SweepProgress:
+    """The progress bar of a sweep, weighted by each sample's cost in prefill tokens
+    (:meth:`lctx.tasks.Task.cost`), not by samples: a ppl cell feeds every window of every document and a
+    2K passkey prompt costs several 256-token ones, so a bar in samples claimed 16 s left when 97 s
+    remained. The bar's text names the sample count and the cell being run (model, task, length, depth);
+    the time left is cost left / cost per second averaged over the run so far.
+
+    Use as a context manager: ``start(label)`` before a sample, ``done(tokens)`` after it. Written to stderr.
+    """
+
+    def __init__(self, costs: Sequence[float], enabled: bool = True, desc: str = "lctx run", file: IO | None = None):
+        from tqdm.auto import tqdm
+
+        self.n_samples, self.i, self.desc = len(costs), 0, desc
+        file = sys.stderr if file is None else file
+        self.bar = tqdm(total=float(sum(costs)), disable=not enabled, desc=desc, dynamic_ncols=True, file=file,
+                        smoothing=0.0,  # the average rate: a sample's cost, not its neighbours', sets its weight
+                        mininterval=0.1 if is_terminal(file) else 10.0,  # a log file: an update every 10 s
+                        bar_format="{desc}: {percentage:3.0f}%|{bar}| [{elapsed}<{remaining} left]")
+
+    def start(self, label: str) -> None:
+        """Show the cell about to run (``label``: model, task, length, depth) and its sample number (shown at
+        the bar's next refresh)."""
+        self.i += 1
+        self.bar.set_description_str(f"{self.desc} [{self.i}/{self.n_samples}] {label}", refresh=False)
+
+    def done(self, cost: float) -> None:
+        """Count a finished sample's ``cost`` (prefill tokens)."""
+        self.bar.update(float(cost))
+
+    def __enter__(self) -> "SweepProgress":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.bar.close()
