@@ -55,6 +55,7 @@ def test_interleave_alternates_and_pair_stats_are_per_round():
     assert st["spread"] == pytest.approx((3.0 - 2.0) / 2.5)
 
 
+@pytest.mark.slow
 def test_small_sweep_two_variants(tmp_path):
     # alibi: a bias variant (sdpa float mask + bias); interdomain: a fixed-state mixer that reads x
     table, exps = run_bench(["alibi", "interdomain"], ["sdpa"], [64, 128], heads=2, head_dim=16, repeats=3,
@@ -111,6 +112,7 @@ def test_peak_memory_sees_a_large_allocation():
     assert pm.peak >= 0.95 * n
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="VmHWM / clear_refs are Linux")
 def test_one_worker_process_per_variant_streams_its_rows():
     group = BenchGroup("alibi", ["sdpa", "fast"], [128, 256], heads=2, head_dim=16, repeats=2, warmup=0, threads=1)
@@ -124,6 +126,7 @@ def test_one_worker_process_per_variant_streams_its_rows():
     assert rows[1]["peak_bytes"] >= 2 * 256 * 256 * 4
 
 
+@pytest.mark.slow
 def test_a_crashing_worker_gives_error_rows():
     group = BenchGroup("alibi", ["sdpa"], [64, 128], heads=2, head_dim=16, repeats=1, warmup=0, threads=1,
                        dtype="no-such-dtype")
@@ -154,6 +157,7 @@ def test_cli_bench_happy_path(capsys, tmp_path):
     assert "scaling exponents" in stdout
 
 
+@pytest.mark.slow
 def test_cli_bench_prints_the_ratio_table(capsys, tmp_path):
     out = tmp_path / "b"
     code, stdout, _ = run_cli(["bench", "--variants", "alibi,rope", "--impl", "fast", "--lengths", "64,128", "--heads",
@@ -164,6 +168,7 @@ def test_cli_bench_prints_the_ratio_table(capsys, tmp_path):
     assert (out / "ratios.md").is_file()
 
 
+@pytest.mark.slow
 def test_cli_bench_model_mode_compares_peak_with_the_plan(capsys, tmp_path):
     # the whole-model prefill (was benchmarks/long_cpu.py): one fresh process per impl x length
     out = tmp_path / "b"

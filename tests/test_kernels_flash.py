@@ -115,6 +115,7 @@ def test_flex_eager_matches_dense_reference(kind):
     torch.testing.assert_close(lse, lse_ref, atol=2e-5, rtol=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CPU path; on a GPU the Triton kernel is the fast path")
 def test_flex_compiled_forward_on_cpu():
     # the FlexAttention alternative compiled on CPU (the fast path on CUDA for training)
@@ -198,6 +199,7 @@ FAST_VARIANTS = ["nope", "rope", "alibi", "sinusoidal", "ggd_bam", "ggd_bam+ssma
                  "acc_rot"]
 
 
+@pytest.mark.slow
 @needs_triton
 @pytest.mark.parametrize("variant", FAST_VARIANTS)
 def test_model_fast_equals_reference_prefill_and_decode(variant):
@@ -298,6 +300,7 @@ def test_lsh_flex_eager_matches_reference():
     torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-4)
 
 
+@pytest.mark.slow
 @needs_triton
 def test_lsh_model_fast_equals_reference_with_cache():
     torch.manual_seed(0)

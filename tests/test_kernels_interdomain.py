@@ -333,6 +333,7 @@ def test_s4d_scan_cpu_equals_chunked_and_recurrent(T, chunk):
     _close(x, x_rec)
 
 
+@pytest.mark.slow
 def test_scan_cpu_op_count_does_not_grow_per_chunk():
     # the point of the vectorised form: about two ops per chunk (the state scan) instead of ~15; counted
     # with the profiler at 4096 tokens in chunks of 64 (64 chunks)

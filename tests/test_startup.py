@@ -34,6 +34,7 @@ def test_import_cli_pulls_in_nothing_heavy():
 
 @pytest.mark.parametrize("args", [["--help"], ["list", "variants"], ["run", "--lengths", "1.5k"],
                                   ["bench", "--lengths", "1.5k"], ["list", "nothing"]])
+@pytest.mark.slow
 def test_cli_help_listing_and_one_line_errors_stay_light(args):
     stmt = (f"from lctx.cli import main\nimport contextlib, io\n"
             f"with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
@@ -41,6 +42,7 @@ def test_cli_help_listing_and_one_line_errors_stay_light(args):
     assert _imported_after(stmt) == []
 
 
+@pytest.mark.slow
 def test_import_lctx_models_still_registers_with_transformers():
     code = ("import json, lctx.models\nfrom transformers import AutoConfig, AutoModelForCausalLM\n"
             "cfg = AutoConfig.for_model('lctx', variant='alibi', hidden_size=32, num_attention_heads=4, "
