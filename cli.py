@@ -182,6 +182,14 @@ def chat_options(system_prompt: Optional[str]) -> dict:
     return {"chat_template": "on", **({"system_prompt": system_prompt} if system_prompt is not None else {})}
 
 
+def _configure_threads() -> None:
+    """Intra-op threads for a computing command: LCTX_NUM_THREADS / OMP_NUM_THREADS, else the cores not
+    already busy (:func:`lctx.kernels.default_threads`; README "Threads")."""
+    from lctx.kernels import configure_threads
+
+    configure_threads()
+
+
 def _data_path(p: str, data_dir: Optional[Path]) -> str:
     if os.path.exists(p) or data_dir is None:
         return p
@@ -227,6 +235,11 @@ def run(
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
 ):
     """Evaluate checkpoints on tasks x lengths x depths; write records.jsonl, results.parquet/csv, summary.csv and plots."""
+    if data_dir is not None and not data_dir.is_dir():
+        raise LctxError(f"--data-dir {str(data_dir)!r} is not a directory; point it at the evaluation data "
+                        "(e.g. ../shared/data) or unset LCTX_DATA_DIR")
+    length_list, depth_list = parse_lengths(lengths), parse_depths(depths)  # before the heavy imports below
+    _configure_threads()
     from lctx.harness.lm import load_lm
     from lctx.harness.runner import RunSpec, check_lengths, check_min_lengths, run_sweep
     from lctx.tasks import get_task, load_entry_point_tasks, load_task_file
@@ -234,10 +247,6 @@ def run(
 
     dinfo = dist_.init(device)  # [distributed] under torchrun / accelerate launch: join the job (else no-op)
     device = dist_.rank_device(device, dinfo)  # rank r on cuda:LOCAL_RANK
-    if data_dir is not None and not data_dir.is_dir():
-        raise LctxError(f"--data-dir {str(data_dir)!r} is not a directory; point it at the evaluation data "
-                        "(e.g. ../shared/data) or unset LCTX_DATA_DIR")
-    length_list, depth_list = parse_lengths(lengths), parse_depths(depths)
     if chat_template not in ("on", "off"):
         raise LctxError(f"--chat-template {chat_template!r} is not on or off; write --chat-template on")
     if system_prompt is not None and chat_template != "on":
@@ -463,6 +472,7 @@ def train(
     except ValueError as e:
         raise LctxError(f"--option: {e}") from None
     check_writable_dir(out)
+    _configure_threads()
     docs = textdata.load_corpus(data) if data else textdata.pydoc_corpus("train")
     dev = resolve_device(device)
     train_fn(docs, out, variant=variant, context_length=context_length, hidden_size=hidden_size,
@@ -620,27 +630,57 @@ def bench(
     impl: str = typer.Option("fast,sdpa,reference", "--impl", help="attn_impl values to time: fast, sdpa, reference."),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto."),
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
-    repeats: int = typer.Option(5, "--repeats", help="Timed calls per measurement (the median is reported)."),
-    warmup: int = typer.Option(1, "--warmup", help="Untimed calls before the memory and timed calls (compilation happens there)."),
+    repeats: int = typer.Option(5, "--repeats", help="Interleaved rounds: each times SDPA causal and the variant back to back."),
+    warmup: int = typer.Option(1, "--warmup", help="Untimed calls of each function before measuring (compilation happens there)."),
     option: List[str] = typer.Option(None, "--option", help="Variant option KEY=VALUE (repeatable), e.g. lsh_samples=16."),
-    isolate: Optional[bool] = typer.Option(None, "--isolate/--in-process", help="One fresh process per measurement (default on CPU: honest peak RSS)."),
+    isolate: Optional[bool] = typer.Option(None, "--isolate/--in-process", help="One fresh process per variant (default on CPU)."),
+    threads: Optional[str] = typer.Option(None, "--threads", help="Intra-op threads of the measuring processes, e.g. 1 or 1,2 (several: measured in the same interleaved rounds, one row each; default: torch's)."),
+    busy: int = typer.Option(0, "--busy", min=0, help="Run this many CPU-bound processes beside the measurement (a loaded machine on purpose)."),
     mem_limit: Optional[str] = typer.Option(None, "--mem-limit", help="Skip measurements estimated above this size (e.g. 16g; default 80% of free RAM / 90% of GPU memory)."),
     time_budget: float = typer.Option(300.0, "--time-budget", help="Skip a measurement predicted to take longer than this (seconds, all calls)."),
-    out: Path = typer.Option(Path("lctx-bench"), "--out", "-o", help="Output directory (bench.parquet/csv, exponents.csv, bench.png)."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Instead of one layer: a whole checkpoint's chunked prefill per --impl x length, each in a fresh process, with peak RSS against `lctx plan`."),
+    chunk_size: int = typer.Option(2048, "--chunk-size", min=1, help="--model: prefill chunk in tokens."),
+    warmup_tokens: int = typer.Option(0, "--warmup-tokens", min=0, help="--model: prefill this many tokens before measuring (kernel compilation)."),
+    out: Path = typer.Option(Path("lctx-bench"), "--out", "-o", help="Output directory (bench.parquet/csv, exponents.csv, ratios.md, bench.png)."),
 ):
-    """Time one attention layer forward per variant x impl x length; peak memory, ratio to SDPA, scaling exponent."""
+    """Time one attention layer forward per variant x impl x length, alternately with SDPA causal: ratios (median, min), peak memory, exponents. With --model: a whole-model prefill against the memory plan."""
+    length_list = parse_lengths(lengths)
+    impls = [i.strip() for i in impl.split(",") if i.strip()]
+    bad = [i for i in impls if i not in ("fast", "sdpa", "reference")]
+    if bad:
+        raise LctxError(f"unknown attention implementation {bad[0]!r}; use fast, sdpa, reference")
+    thread_list = None
+    if threads is not None:
+        try:
+            thread_list = [int(t) for t in threads.split(",") if t.strip()]
+        except ValueError:
+            thread_list = [0]
+        if not thread_list or min(thread_list) < 1:
+            raise LctxError(f"--threads {threads!r} is not a list of positive integers; write e.g. --threads 1,2")
+    check_writable_dir(out)
+    if model is not None:
+        from lctx.harness.bench import print_prefill, run_prefill_bench
+
+        if "--impl" not in sys.argv and impl == "fast,sdpa,reference":
+            impls = ["sdpa", "fast"]
+        table, exps = run_prefill_bench(model, impls, length_list, chunk=chunk_size, warmup_tokens=warmup_tokens,
+                                        threads=thread_list[0] if thread_list else None,
+                                        log=lambda s: typer.echo(s, err=True))
+        print_prefill(table, exps)
+        table.to_csv(out / "prefill.csv", index=False)
+        exps.to_csv(out / "prefill_exponents.csv", index=False)
+        typer.echo(f"wrote {out / 'prefill.csv'} and {out / 'prefill_exponents.csv'}")
+        return
     from lctx.harness.bench import print_bench, run_bench, write_bench
     from lctx.harness.plan import parse_bytes
     from lctx.models import VARIANTS
 
     names = [v.strip() for v in variants.split(",") if v.strip()] if variants else sorted(VARIANTS)
-    impls = [i.strip() for i in impl.split(",") if i.strip()]
-    length_list = parse_lengths(lengths)
-    check_writable_dir(out)
     table, exps = run_bench(names, impls, length_list, heads=heads, head_dim=head_dim, batch=batch, device=device,
                             dtype=dtype, repeats=repeats, warmup=warmup, options=parse_options(option or []),
                             isolate=isolate, mem_limit=parse_bytes(mem_limit) if mem_limit else None,
-                            time_budget=time_budget, log=lambda s: typer.echo(s, err=True))
+                            time_budget=time_budget, threads=thread_list, busy=busy,
+                            log=lambda s: typer.echo(s, err=True))
     print_bench(table, exps)
     for p in write_bench(table, exps, out):
         typer.echo(f"wrote {p}")
@@ -679,7 +719,9 @@ def plan(
 
         check_attn_impl(attn_impl, cfg, shown)  # fast on a Hugging Face model: refused
     mp = P.plan_memory(cfg, T[0], chunk_size=chunk_size, dtype=dtype, impl=attn_impl, batch=batch,
-                       kept_logits=kept_logits, name=shown)
+                       kept_logits=kept_logits, name=shown,
+                       device="cuda" if str(device).startswith("cuda") or (override is not None and device == "auto")
+                       else "cpu")
     room, source = P.device_memory(device, override)
     rows = [[r["component"], f"{r['bytes']:,}", f"{r['GiB']:.3f}", r["formula"]] for _, r in mp.table().iterrows()]
     print_table(["component", "bytes", "GiB", "formula"], rows, right=("bytes", "GiB"),
@@ -727,6 +769,9 @@ def list_(
         print_table(["task", "description", "metrics", "data (under --data-dir)"],
                     [[t.name, t.description, ", ".join(t.metrics), t.requires] for t in task_catalog()])
     elif what == "variants":
+        import lctx
+
+        lctx._light_import = True  # the registry only: no transformers modeling stack (lctx.models docstring)
         from lctx.models import MODIFIERS, VARIANTS
         from lctx.models.config import option_schema
 

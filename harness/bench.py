@@ -10,21 +10,27 @@ sdpa float mask, are rebuilt as in a real forward). Inputs: random q, k, v [B, H
 selects the path inside the variant, and :func:`lctx.kernels.impls_used` reports which one ran.
 
 Baselines on the same shapes: ``sdpa_causal`` (``F.scaled_dot_product_attention(q, k, v, is_causal=True)``)
-and ``sdpa_bias`` (the same with an explicit float mask [B, H, T, T] holding the causal -inf and the ALiBi
-bias, built before the timed call; its memory counts the mask). Every variant row gets ``ratio_sdpa`` =
-time / sdpa_causal time; rows of variants with a logit bias (``score_bias`` not ``None``) also get
-``ratio_sdpa_bias``.
+and, for variants with a logit bias (``score_bias`` not ``None``), ``sdpa_bias`` (the same with an explicit
+float mask [B, H, T, T] holding the causal -inf and the ALiBi bias, built before timing; skipped when the
+mask would exceed a quarter of ``mem_limit``).
 
-Timing: ``warmup`` untimed calls, then the median (and min) of ``repeats`` timed calls (CUDA: synchronised
-``perf_counter``). Memory (``mem_method`` column):
+Timing is interleaved, because on a shared machine two times taken minutes apart are measured under
+different loads and their ratio is not a measurement (issue 14: ratios of 2.9x-5.9x for the same code).
+One process per variant (``isolate``, the default on CPU) measures all its impls and lengths; per
+(impl, length) it warms up every function (``warmup`` calls each), measures peak memory, then runs
+``repeats`` rounds, each timing SDPA causal, the variant (and SDPA with the bias) back to back, in
+alternating order. The row reports the median and min of the variant's times, and of the per-round
+ratios variant / baseline (``ratio_sdpa``: median, ``ratio_sdpa_min``: min, ``ratio_sdpa_spread``:
+(max - min) / median); ``unstable`` flags a spread above 20 % (the load changed during the row), and
+the row records the intra-op thread count and the machine's 1-minute load average before and after.
+
+Memory (``peak_bytes`` for the variant, ``base_peak_bytes`` for SDPA causal; ``mem_method`` column):
 
 - CUDA: ``torch.cuda.max_memory_allocated`` minus the allocation before the call (peak stats reset first).
 - CPU: the peak resident set size of the process around one call after the warm-up: glibc's
   ``malloc_trim(0)`` first returns freed heap pages to the system, then Linux's ``/proc/self/clear_refs``
   (``5``) resets ``VmHWM`` to the current ``VmRSS``; the peak is ``VmHWM`` after the call minus ``VmRSS``
-  before it. By default each measurement runs in a fresh subprocess (``isolate=True``) so memory kept by
-  earlier measurements (allocator caches, compiled kernels) cannot hide new allocations; in-process
-  measurements (tests) can undercount for that reason.
+  before it.
 
 Combinations predicted not to fit (dense T x T buffers, estimated by :func:`estimate_bytes` against
 ``mem_limit``) or predicted to take longer than ``time_budget`` seconds (extrapolated from the previous
@@ -37,6 +43,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 import time
@@ -289,7 +296,7 @@ def probe_case(case: BenchCase, length: int = 64) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------------
-# one measurement
+# one group: a variant's lengths x impls, each timed alternately with its baselines
 # ---------------------------------------------------------------------------------------------------
 
 def _sync(dev: torch.device) -> None:
@@ -297,83 +304,256 @@ def _sync(dev: torch.device) -> None:
         torch.cuda.synchronize(dev)
 
 
-def measure(case: BenchCase) -> dict:
-    """Run one measurement in this process: ``warmup`` untimed calls (compilation happens there), one
-    call under :class:`PeakMemory` (for ``sdpa_bias`` the mask is rebuilt inside it), then ``repeats``
-    timed calls. Returns a dict with ``time_s`` (median
-    seconds), ``time_min_s``, ``peak_bytes``, ``mem_method``, ``impl_ran`` and ``status`` ("ok" or
-    "error: ...")."""
-    from lctx import kernels
+def _median(xs: list[float]) -> float:
+    s = sorted(xs)
+    n = len(s)
+    return float("nan") if not n else float(s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2)
 
-    dev, dt = torch.device(case.device), _torch_dtype(case.dtype)
-    B, H, T, D = case.batch, case.heads, case.length, case.head_dim
-    out = {"time_s": float("nan"), "time_min_s": float("nan"), "peak_bytes": float("nan"), "mem_method": "",
-           "impl_ran": "", "status": "ok"}
+
+def load_average() -> float:
+    """The machine's 1-minute load average (``os.getloadavg``; NaN where there is none)."""
     try:
-        with torch.inference_mode():
-            q, k, v, x = make_inputs(B, H, T, D, dev, dt, case.seed)
-            if case.variant == "sdpa_causal":
-                mask = None
+        return float(os.getloadavg()[0])
+    except (OSError, AttributeError):
+        return float("nan")
 
-                def call():
-                    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            elif case.variant == "sdpa_bias":
-                mask = None
 
-                def call():
-                    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-            else:
-                mod, shared = make_layer(make_config(case.variant, case.impl, H, D, case.options), dev, dt)
+@dataclass
+class BenchGroup:
+    """What one worker process measures: ``variant`` x ``impls`` x ``lengths`` with shapes B = ``batch``,
+    H = ``heads``, D = ``head_dim``, timing ``repeats`` interleaved rounds after ``warmup`` untimed calls of
+    each function, skipping a case estimated above ``mem_limit`` bytes or predicted above ``time_budget``
+    seconds; ``baselines`` times SDPA causal (and, for bias variants, SDPA with a bias mask) alongside;
+    ``threads``: intra-op thread counts (``torch.set_num_threads``), an int or a list measured in the same
+    interleaved rounds (one row each); ``None`` keeps torch's default."""
 
-                def call():
-                    return layer_call(mod, shared, q, k, v, x)
-            kernels.impls_used(reset=True)
-            if case.variant == "sdpa_bias" and case.warmup:
-                mask = bias_mask(B, H, T, dev, dt)
-            for _ in range(case.warmup):  # compilation (Triton, torch.compile) happens here, not below
-                call()
-            mask = None
-            _sync(dev)
-            with PeakMemory(dev) as pm:
-                if case.variant == "sdpa_bias":
-                    mask = bias_mask(B, H, T, dev, dt)
-                y = call()
-                _sync(dev)
-                del y
-            out["peak_bytes"], out["mem_method"] = pm.peak, pm.method
-            times = []
-            for _ in range(case.repeats):
-                t0 = time.perf_counter()
-                call()
-                _sync(dev)
-                times.append(time.perf_counter() - t0)
-        out["time_s"] = float(sorted(times)[len(times) // 2]) if len(times) % 2 else float(
-            sum(sorted(times)[len(times) // 2 - 1: len(times) // 2 + 1]) / 2)
-        out["time_min_s"] = float(min(times))
-        ran = sorted(set(kernels.impls_used(reset=True).values()))
-        out["impl_ran"] = ",".join(ran) if ran else ("sdpa" if case.variant in BASELINES else "unrecorded")
-    except Exception as e:  # noqa: BLE001 - a failed combination is a row, the bench goes on
-        msg = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
-        out["status"] = f"error: {type(e).__name__}: {msg}"
+    variant: str
+    impls: list
+    lengths: list
+    batch: int = 1
+    heads: int = 1
+    head_dim: int = 64
+    dtype: str = "float32"
+    device: str = "cpu"
+    repeats: int = 5
+    warmup: int = 1
+    options: dict = field(default_factory=dict)
+    seed: int = 0
+    mem_limit: int = 8 << 30
+    time_budget: float = 300.0
+    baselines: bool = True
+    threads: int | list | None = None
+
+
+def _timed(fn, dev) -> float:
+    t0 = time.perf_counter()
+    fn()
+    _sync(dev)
+    return time.perf_counter() - t0
+
+
+def interleave(fns: dict, repeats: int, dev) -> dict[str, list[float]]:
+    """Time every function of ``fns`` ({name: callable}) once per round, ``repeats`` rounds, in an order
+    that alternates (forward on even rounds, backward on odd ones) so that a slow drift of the machine
+    weighs on each function alike. Returns {name: [seconds per round]}."""
+    names = list(fns)
+    out = {n: [] for n in names}
+    for r in range(repeats):
+        for n in (names if r % 2 == 0 else names[::-1]):
+            out[n].append(_timed(fns[n], dev))
     return out
 
 
-def measure_isolated(case: BenchCase, timeout: float | None = None) -> dict:
-    """:func:`measure` in a fresh ``python -m lctx.harness.bench`` subprocess (honest CPU peak memory: no
-    allocator reuse from earlier measurements). Returns the same dict; a crash or a timeout is an
-    ``error`` row."""
-    cmd = [sys.executable, "-m", "lctx.harness.bench", json.dumps(asdict(case))]
+def pair_stats(var: list[float], base: list[float]) -> dict:
+    """Statistics of the per-round ratios var_r / base_r (each pair timed back to back): min, median and
+    spread = (max - min) / median of the ratios."""
+    ratios = [a / b for a, b in zip(var, base) if b > 0]
+    if not ratios:
+        return {"min": float("nan"), "median": float("nan"), "spread": float("nan")}
+    med = _median(ratios)
+    return {"min": min(ratios), "median": med, "spread": (max(ratios) - min(ratios)) / med if med > 0 else float("nan")}
+
+
+UNSTABLE = 0.20  # a row whose per-pair ratios spread by more than this fraction of their median is flagged
+
+
+def _nan_row(group: BenchGroup, impl: str, T: int, status: str) -> dict:
+    return {"variant": group.variant, "impl": impl, "length": T, "status": status, "threads": thread_counts(group)[0]}
+
+
+def thread_counts(group: BenchGroup) -> list[int]:
+    """The intra-op thread counts a group measures at: ``group.threads`` (an int or a list), or lctx's
+    default (:func:`lctx.kernels.default_threads`: the cores not already busy)."""
+    th = group.threads
+    if th is None:
+        from lctx.kernels import default_threads
+
+        return [default_threads()[0]]
+    return [int(t) for t in (th if isinstance(th, (list, tuple)) else [th])]
+
+
+def _at_threads(n: int, fn):
+    def call():
+        torch.set_num_threads(n)
+        return fn()
+    return call
+
+
+def measure_case(group: BenchGroup, impl: str, T: int, probe: dict | None) -> list[dict]:
+    """Measure ``group.variant`` with ``impl`` at T tokens in this process: warm-up, the peak memory of one
+    call of the variant and of SDPA causal (:class:`PeakMemory`), then ``repeats`` interleaved rounds of
+    (SDPA causal, variant[, SDPA with the ALiBi bias mask]) at each thread count of
+    :func:`thread_counts` (all in the same rounds). Returns one row (dict) per thread count: times
+    (median, min), ratios to each baseline at that thread count (median and min of the per-round ratios,
+    their spread, ``unstable``), ``ratio_threads`` (median per-round time over the time at the first
+    thread count), peaks, load average before and after, the kernel that ran and ``status``."""
+    from lctx import kernels
+
+    dev, dt = torch.device(group.device), _torch_dtype(group.dtype)
+    B, H, D = group.batch, group.heads, group.head_dim
+    counts = thread_counts(group)
+    base_row = {"variant": group.variant, "impl": impl, "length": T, "load_avg_start": load_average(), "status": "ok"}
+    rows = [dict(base_row, threads=n) for n in counts]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"time_s": float("nan"), "time_min_s": float("nan"), "peak_bytes": float("nan"), "mem_method": "",
-                "impl_ran": "", "status": f"error: timed out after {timeout:.0f} s"}
-    for line in reversed(proc.stdout.strip().splitlines()):
-        if line.startswith("{"):
-            return json.loads(line)
-    err = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1][:300]
-    return {"time_s": float("nan"), "time_min_s": float("nan"), "peak_bytes": float("nan"), "mem_method": "",
-            "impl_ran": "", "status": f"error: worker failed ({err})"}
+        with torch.inference_mode():
+            q, k, v, x = make_inputs(B, H, T, D, dev, dt, group.seed)
+            mod, shared = make_layer(make_config(group.variant, impl, H, D, group.options), dev, dt)
+            one = {"variant": lambda: layer_call(mod, shared, q, k, v, x)}
+            if group.baselines:
+                one["sdpa_causal"] = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                bias_bytes = B * H * T * T * dt.itemsize
+                if probe and probe.get("has_bias") and bias_bytes <= group.mem_limit // 4:
+                    mask = bias_mask(B, H, T, dev, dt)
+                    one["sdpa_bias"] = lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+                elif probe and probe.get("has_bias"):
+                    for r in rows:
+                        r["note"] = f"sdpa_bias skipped: its {bias_bytes / 2**30:.1f} GiB mask > a quarter of the limit"
+            fns = {(name, n): _at_threads(n, fn) for n in counts for name, fn in one.items()}
+            kernels.impls_used(reset=True)
+            for _ in range(group.warmup):  # compilation (Triton, torch.compile) happens here, not below
+                for fn in fns.values():
+                    fn()
+            _sync(dev)
+            peaks = {}
+            for name in ("variant", "sdpa_causal"):
+                if name in one:
+                    with PeakMemory(dev) as pm:
+                        y = fns[(name, counts[0])]()
+                        _sync(dev)
+                        del y
+                    peaks[f"{'peak' if name == 'variant' else 'base_peak'}_bytes"] = pm.peak
+                    peaks["mem_method"] = pm.method
+            times = interleave(fns, group.repeats, dev)
+        ran = sorted(set(kernels.impls_used(reset=True).values()))
+        for row, n in zip(rows, counts):
+            row.update(peaks, impl_ran=",".join(ran) if ran else "unrecorded")
+            tv = times[("variant", n)]
+            row["time_s"], row["time_min_s"] = _median(tv), min(tv)
+            row["ratio_threads"] = pair_stats(tv, times[("variant", counts[0])])["median"]
+            for base, col in (("sdpa_causal", "sdpa"), ("sdpa_bias", "sdpa_bias")):
+                if (base, n) in times:
+                    st = pair_stats(tv, times[(base, n)])
+                    row[f"{'base' if base == 'sdpa_causal' else 'bias'}_time_s"] = _median(times[(base, n)])
+                    row[f"ratio_{col}"], row[f"ratio_{col}_min"], row[f"ratio_{col}_spread"] = (
+                        st["median"], st["min"], st["spread"])
+            row["unstable"] = bool(row.get("ratio_sdpa_spread", 0) > UNSTABLE)
+    except Exception as e:  # noqa: BLE001 - a failed combination is a row, the bench goes on
+        msg = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+        for row in rows:
+            row["status"] = f"error: {type(e).__name__}: {msg}"
+    for row in rows:
+        row["load_avg_end"] = load_average()
+    return rows
+
+
+def run_group(group: BenchGroup, emit=None) -> list[dict]:
+    """Measure a group in this process: per impl, a probe (:func:`probe_case`) and then each length in
+    increasing order, skipping what is estimated not to fit ``mem_limit`` (:func:`estimate_bytes`) or
+    predicted (from the previous length's time and exponent) to exceed ``time_budget``. ``emit(row)`` is
+    called for each row as it is done. Returns the rows."""
+    torch.set_num_threads(thread_counts(group)[0])
+    torch.manual_seed(group.seed)
+    emit = emit or (lambda r: None)
+    rows = []
+    n_fns = 1.5 if group.baselines else 1.0  # prev time holds variant + SDPA causal; SDPA+bias ~ half more
+    for impl in group.impls:
+        kw = dict(batch=group.batch, heads=group.heads, head_dim=group.head_dim, dtype=group.dtype,
+                  device=group.device, repeats=group.repeats, warmup=group.warmup, options=dict(group.options))
+        try:
+            probe = probe_case(BenchCase(group.variant, impl, 64, **kw))
+        except Exception as e:  # noqa: BLE001 - reported on every length of this combination
+            first = (str(e).strip().splitlines() or [""])[0][:200]
+            probe = {"error": f"error: {type(e).__name__}: {first}"}
+        prev = None
+        for T in sorted(group.lengths):
+            est = estimate_bytes(BenchCase(group.variant, impl, T, **kw), None if "error" in probe else probe)
+            pred = None
+            if prev:
+                p = max(1.0, min(2.0, prev["exp"])) if math.isfinite(prev["exp"]) else 2.0
+                pred = prev["time"] * (T / prev["length"]) ** p * (group.repeats + group.warmup) * n_fns
+            if "error" in probe:
+                row = _nan_row(group, impl, T, probe["error"])
+            elif est > group.mem_limit:
+                row = _nan_row(group, impl, T, f"skipped: needs ~{est / 2**30:.1f} GiB (estimate) > limit "
+                                               f"{group.mem_limit / 2**30:.1f} GiB")
+            elif pred is not None and pred > group.time_budget:
+                row = _nan_row(group, impl, T, f"skipped: predicted {pred:.0f} s > time budget {group.time_budget:.0f} s")
+            else:
+                new = measure_case(group, impl, T, probe)
+                row = new[0]
+                if row["status"] == "ok":
+                    pts = [r for r in rows if r["impl"] == impl and r["status"] == "ok" and r["threads"] == row["threads"]]
+                    exp = fit_exponent([r["length"] for r in pts] + [T], [r["time_s"] for r in pts] + [row["time_s"]])
+                    prev = {"time": sum(r["time_s"] + r.get("base_time_s", 0.0) for r in new), "length": T, "exp": exp}
+            for row in (new if "time_s" in row else [row]):
+                row.update(est_bytes=est, has_bias=bool(probe.get("has_bias")))
+                rows.append(row)
+                emit(row)
+    return rows
+
+
+def worker_env() -> dict:
+    """The environment of a measuring process: this one's without ``TRITON_INTERPRET`` (the Triton
+    interpreter runs kernels in numpy, for tests; timing it is never a benchmark of lctx's CPU paths)."""
+    return {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+
+
+def run_group_isolated(group: BenchGroup, emit=None, timeout: float | None = None) -> list[dict]:
+    """:func:`run_group` in one fresh ``python -m lctx.harness.bench`` process (its rows stream back as JSON
+    lines; ``emit`` sees each as it arrives). A crash or a timeout becomes an ``error`` row for each case
+    that did not report."""
+    emit = emit or (lambda r: None)
+    cmd = [sys.executable, "-m", "lctx.harness.bench", json.dumps(asdict(group))]
+    rows: list[dict] = []
+    import tempfile
+
+    with tempfile.TemporaryFile("w+") as errf:  # a file, not a pipe: a chatty stderr cannot block the worker
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errf, text=True, env=worker_env())
+        t0 = time.monotonic()
+        err = ""
+        try:
+            for line in proc.stdout:
+                if line.startswith("{"):
+                    rows.append(json.loads(line))
+                    emit(rows[-1])
+                if timeout is not None and time.monotonic() - t0 > timeout:
+                    proc.kill()
+                    err = f"timed out after {timeout:.0f} s"
+                    break
+            proc.wait()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        errf.seek(0)
+        err = err or (errf.read().strip().splitlines() or [f"exit status {proc.returncode}"])[-1][:300]
+    done = {(r["impl"], r["length"]) for r in rows}
+    for impl in group.impls:
+        for T in sorted(group.lengths):
+            if (impl, T) not in done:
+                rows.append(_nan_row(group, impl, T, f"error: worker failed ({err})"))
+                emit(rows[-1])
+    return rows
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -404,15 +584,20 @@ def default_mem_limit(device) -> int:
 def run_bench(variants: list[str], impls: list[str], lengths: list[int], heads: int = 1, head_dim: int = 64,
               batch: int = 1, device: str = "cpu", dtype: str = "float32", repeats: int = 5, warmup: int = 1,
               options: dict | None = None, isolate: bool | None = None, mem_limit: int | None = None,
-              time_budget: float = 300.0, baselines: bool = True, log=None):
-    """Measure every variant x impl x length (plus the SDPA baselines per length) and return
-    ``(table, exponents)`` as pandas DataFrames (module docstring for the method and columns).
+              time_budget: float = 300.0, baselines: bool = True, threads: int | list | None = None, busy: int = 0,
+              log=None):
+    """Measure every variant x impl x length, each timed alternately with SDPA causal (and SDPA with an
+    ALiBi bias mask for bias variants) in one process per variant, and return ``(table, exponents)`` as
+    pandas DataFrames (module docstring for the method and columns).
 
     variants: registered names (``lctx list variants``, ``+ssmax`` compositions allowed); impls: subset of
     fast/sdpa/reference; lengths: tokens; heads/head_dim/batch: shapes; device: ``cpu``/``cuda[:N]``;
-    dtype: name; isolate: one subprocess per measurement (default: on CPU); mem_limit: bytes a
-    measurement may use (default :func:`default_mem_limit`); time_budget: seconds a measurement may take
-    (warm-up and repeats together, extrapolated); log: ``callable(str)`` for progress lines.
+    dtype: name; repeats: interleaved rounds; isolate: one subprocess per variant (default: on CPU);
+    mem_limit: bytes a measurement may use (default :func:`default_mem_limit`); time_budget: seconds a
+    measurement may take (warm-up and rounds together, extrapolated); threads: intra-op thread count(s)
+    of the workers, a list measured in the same interleaved rounds (default torch's); busy: CPU-bound
+    processes to run beside the measurement (a shared machine on purpose; column ``busy``); log:
+    ``callable(str)`` for progress lines.
 
     Raises:
         LctxError: unknown variant / impl / dtype / device, non-positive sizes or repeats.
@@ -426,9 +611,10 @@ def run_bench(variants: list[str], impls: list[str], lengths: list[int], heads: 
 
     if not variants or not impls or not lengths:
         raise LctxError("nothing to bench; pass --variants, --impl and --lengths with at least one value each")
-    if min(heads, head_dim, batch, repeats) < 1 or warmup < 0:
-        raise LctxError(f"--heads ({heads}), --head-dim ({head_dim}), --batch ({batch}) and --repeats ({repeats}) "
-                        "must be >= 1 and --warmup >= 0")
+    tl = [] if threads is None else list(threads) if isinstance(threads, (list, tuple)) else [threads]
+    if min(heads, head_dim, batch, repeats) < 1 or warmup < 0 or any(t < 1 for t in tl) or busy < 0:
+        raise LctxError(f"--heads ({heads}), --head-dim ({head_dim}), --batch ({batch}), --repeats ({repeats}) and "
+                        f"--threads must be >= 1, --warmup and --busy >= 0")
     dev = resolve_device(device)
     _torch_dtype(dtype)
     for v in variants:
@@ -447,70 +633,198 @@ def run_bench(variants: list[str], impls: list[str], lengths: list[int], heads: 
     log = log or (lambda s: None)
     lengths = sorted(set(lengths))
     meta = {"batch": batch, "heads": heads, "head_dim": head_dim, "dtype": dtype, "device": str(dev),
-            "lctx_version": lctx.__version__, "git_rev": git_revision(), "torch": torch.__version__}
-    cases = []
-    if baselines:
-        cases += [BenchCase(b, "baseline", 0) for b in BASELINES]
-    cases += [BenchCase(v, i, 0) for v in variants for i in impls]
-    rows, last_ok = [], {}
-    for proto in cases:
-        kw = dict(batch=batch, heads=heads, head_dim=head_dim, dtype=dtype, device=str(dev), repeats=repeats,
-                  warmup=warmup, options=dict(options or {}))
-        probe = None
-        if proto.variant not in BASELINES:
-            try:
-                probe = probe_case(BenchCase(proto.variant, proto.impl, 64, **kw))
-            except Exception as e:  # noqa: BLE001 - reported on every length of this combination
-                first = (str(e).strip().splitlines() or [""])[0][:200]
-                probe = {"error": f"error: {type(e).__name__}: {first}"}
-        for T in lengths:
-            case = BenchCase(proto.variant, proto.impl, T, **kw)
-            est = estimate_bytes(case, probe if probe and "error" not in probe else None)
-            row = {"variant": case.variant, "impl": case.impl, "length": T, **meta, "repeats": repeats,
-                   "est_bytes": est, "has_bias": bool(probe and probe.get("has_bias"))}
-            key = (case.variant, case.impl)
-            prev = last_ok.get(key)
-            pred = None
-            if prev:
-                p = max(1.0, min(2.0, prev["exp"])) if math.isfinite(prev["exp"]) else 2.0
-                pred = prev["time"] * (T / prev["length"]) ** p * (repeats + warmup)
-            if probe and "error" in probe:
-                res = {"status": probe["error"]}
-            elif est > mem_limit:
-                res = {"status": f"skipped: needs ~{est / 2**30:.1f} GiB (estimate) > limit {mem_limit / 2**30:.1f} GiB"}
-            elif pred is not None and pred > time_budget:
-                res = {"status": f"skipped: predicted {pred:.0f} s > time budget {time_budget:.0f} s"}
-            else:
-                t0 = time.perf_counter()
-                res = measure_isolated(case) if isolate else measure(case)
-                log(f"{case.variant:>16s} {case.impl:>9s} T={T:<7d} {res['status']:<6s} "
-                    f"time {res.get('time_s', float('nan')):.4g} s  peak {res.get('peak_bytes', float('nan')) / 2**20:.1f} MiB"
-                    f"  ({time.perf_counter() - t0:.1f} s wall)")
-                if res["status"] == "ok":
-                    pts = [r for r in rows if (r["variant"], r["impl"]) == key and r["status"] == "ok"]
-                    exp = fit_exponent([r["length"] for r in pts] + [T], [r["time_s"] for r in pts] + [res["time_s"]])
-                    last_ok[key] = {"time": res["time_s"], "length": T, "exp": exp}
-            if "time_s" not in res:  # skipped, or the probe failed: nothing ran
-                log(f"{case.variant:>16s} {case.impl:>9s} T={T:<7d} {res['status']}")
-            rows.append({**row, "impl_ran": "", "time_s": float("nan"), "time_min_s": float("nan"),
-                         "peak_bytes": float("nan"), "mem_method": "", **res})
-    table = pd.DataFrame(rows)
+            "repeats": repeats, "lctx_version": lctx.__version__, "git_rev": git_revision(),
+            "torch": torch.__version__}
+
+    def show(r: dict) -> None:
+        ok = r["status"] == "ok"
+        extra = (f"time {r['time_s'] * 1e3:.4g} ms  x sdpa {r.get('ratio_sdpa', float('nan')):.2f} (min "
+                 f"{r.get('ratio_sdpa_min', float('nan')):.2f}){'  UNSTABLE' if r.get('unstable') else ''}  "
+                 f"threads {r.get('threads')}  load {r.get('load_avg_start', float('nan')):.1f}") if ok else r["status"]
+        log(f"{r['variant']:>16s} {r['impl']:>9s} T={r['length']:<7d} {extra}")
+
+    rows = []
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
+    try:
+        for v in variants:
+            group = BenchGroup(v, list(impls), lengths, batch=batch, heads=heads, head_dim=head_dim, dtype=dtype,
+                               device=str(dev), repeats=repeats, warmup=warmup, options=dict(options or {}),
+                               mem_limit=mem_limit, time_budget=time_budget, baselines=baselines,
+                               threads=tl or None)
+            timeout = 120 + 2 * time_budget * len(impls) * len(lengths) * max(1, len(tl))
+            rows += run_group_isolated(group, show, timeout) if isolate else run_group(group, show)
+    finally:
+        for p in spinners:
+            p.kill()
+            p.wait()
+    meta["busy"] = busy
+    table = pd.DataFrame([{**{c: float("nan") for c in TABLE_COLUMNS}, **r, **meta} for r in rows])
+    table["unstable"] = [bool(u) if u == u else False for u in table["unstable"]]
+    for c in ("impl_ran", "mem_method", "note"):
+        table[c] = table[c].where(table[c].notna(), "").astype(str)
+    table = table[TABLE_COLUMNS + [c for c in table.columns if c not in TABLE_COLUMNS]]
     table["timestamp"] = pd.Timestamp.now(tz="UTC").isoformat()
-    base = table[table["status"] == "ok"].set_index(["variant", "length"])["time_s"]
-
-    def ratio(r, b):
-        t = base.get((b, r["length"]), float("nan"))
-        return r["time_s"] / t if t == t and t > 0 else float("nan")
-
-    table["ratio_sdpa"] = [ratio(r, "sdpa_causal") for _, r in table.iterrows()]
-    table["ratio_sdpa_bias"] = [ratio(r, "sdpa_bias") if r["has_bias"] else float("nan") for _, r in table.iterrows()]
     exps = []
-    for (v, i), g in table.groupby(["variant", "impl"], sort=False):
+    for (v, i, th), g in table.groupby(["variant", "impl", "threads"], sort=False, dropna=False):
         ok = g[g["status"] == "ok"]
-        exps.append({"variant": v, "impl": i, "time_exponent": fit_exponent(ok["length"], ok["time_s"]),
+        exps.append({"variant": v, "impl": i, "threads": th, "time_exponent": fit_exponent(ok["length"], ok["time_s"]),
                      "mem_exponent": fit_exponent(ok["length"], ok["peak_bytes"]), "n_lengths": len(ok),
                      "lengths": ",".join(str(int(t)) for t in ok["length"])})
     return table, pd.DataFrame(exps)
+
+
+TABLE_COLUMNS = ["variant", "impl", "length", "impl_ran", "time_s", "time_min_s", "base_time_s", "ratio_sdpa",
+                 "ratio_sdpa_min", "ratio_sdpa_spread", "unstable", "bias_time_s", "ratio_sdpa_bias",
+                 "ratio_sdpa_bias_min", "ratio_sdpa_bias_spread", "peak_bytes", "base_peak_bytes", "mem_method",
+                 "threads", "ratio_threads", "load_avg_start", "load_avg_end", "est_bytes", "has_bias", "status", "note"]
+
+
+# ---------------------------------------------------------------------------------------------------
+# whole-model prefill (was benchmarks/long_cpu.py): time, peak memory and the memory plan
+# ---------------------------------------------------------------------------------------------------
+
+@dataclass
+class PrefillCase:
+    """One whole-model measurement: a chunked prefill of ``length`` tokens (BOS + seeded uniform ids) of the
+    checkpoint ``model`` through ``LM.prefill`` in chunks of ``chunk`` tokens with ``attn_impl`` = ``impl``
+    (``None``: the checkpoint's), then ``decode`` greedy steps; ``warmup_tokens``: a prefill of that many
+    tokens first (compiles kernels, not measured); ``threads`` as :class:`BenchGroup`."""
+
+    model: str
+    length: int
+    impl: str | None = None
+    chunk: int = 2048
+    decode: int = 4
+    seed: int = 0
+    warmup_tokens: int = 0
+    threads: int | None = None
+
+
+def measure_prefill(case: PrefillCase) -> dict:
+    """Run :class:`PrefillCase` in this process (call it in a fresh one: peak RSS). Returns a row: prefill
+    and total seconds, ``peak_bytes`` (VmHWM - VmRSS around prefill + decode, :class:`PeakMemory`), the
+    KV cache actually held, ``plan_bytes`` (:func:`lctx.harness.plan.plan_memory` of the same prefill minus
+    the weights, which are resident before the measurement) with its ``plan_path`` and largest item,
+    ``plan_error`` = plan / peak - 1, the kernel that ran, threads and load averages."""
+    from lctx import kernels
+
+    from .lm import load_lm
+    from .plan import cache_bytes, plan_memory
+
+    from lctx.kernels import default_threads
+
+    torch.set_num_threads(int(case.threads or default_threads()[0]))
+    torch.manual_seed(case.seed)
+    row = {"model": Path(case.model).name, "length": case.length, "chunk": case.chunk,
+           "threads": torch.get_num_threads(), "load_avg_start": load_average(), "status": "ok"}
+    try:
+        lm = load_lm(case.model, device="cpu", chunk_size=case.chunk, attn_impl=case.impl)
+        cfg = lm.model.config
+        row["impl"] = str(getattr(cfg, "attn_impl", "") or "")
+        g = torch.Generator().manual_seed(case.seed)
+        ids = lm.with_bos(torch.randint(3, cfg.vocab_size, (case.length - 1,), generator=g).tolist())
+        plan = plan_memory(cfg, case.length, chunk_size=case.chunk, dtype=lm.dtype,
+                           impl=getattr(cfg, "attn_impl", None) if getattr(cfg, "model_type", "") == "lctx" else None,
+                           kv_cache="preallocated" if hasattr(lm, "new_cache") else "dynamic",
+                           decode_budget=int(getattr(lm, "decode_budget", 0) or 0))
+        if case.warmup_tokens:
+            w, _ = lm.prefill(ids[: min(case.length, case.warmup_tokens)])
+            lm.greedy(w, case.decode, stop_ids=set())
+            del w
+        kernels.impls_used(reset=True)
+        with PeakMemory("cpu") as pm:
+            t0 = time.perf_counter()
+            prefix, _ = lm.prefill(ids)
+            row["prefill_s"] = time.perf_counter() - t0
+            lm.greedy(prefix, case.decode, stop_ids=set())
+            row["total_s"] = time.perf_counter() - t0
+        row["impl_ran"] = "+".join(sorted(set(kernels.impls_used().values())))
+        row["peak_bytes"], row["mem_method"] = pm.peak, pm.method
+        row["kv_cache_bytes"] = sum(cache_bytes(prefix.cache, i) for i in range(cfg.num_hidden_layers))
+        row["plan_bytes"] = plan.total - plan.get("weights")
+        row["plan_path"], row["plan_largest"] = plan.attn_path, plan.largest().name
+        row["plan_error"] = row["plan_bytes"] / pm.peak - 1 if pm.peak else float("nan")
+        row["logits_finite"] = bool(torch.isfinite(prefix.last_logits).all())
+    except Exception as e:  # noqa: BLE001 - a failed length is a row
+        msg = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+        row["status"] = f"error: {type(e).__name__}: {msg}"
+    row["load_avg_end"] = load_average()
+    return row
+
+
+def measure_prefill_isolated(case: PrefillCase, timeout: float | None = None) -> dict:
+    """:func:`measure_prefill` in a fresh ``python -m lctx.harness.bench --prefill`` process (an honest
+    peak RSS: nothing freed earlier can hide an allocation). A crash or timeout is an ``error`` row."""
+    cmd = [sys.executable, "-m", "lctx.harness.bench", "--prefill", json.dumps(asdict(case))]
+    base = {"model": Path(case.model).name, "impl": case.impl or "", "length": case.length, "chunk": case.chunk}
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=worker_env())
+    except subprocess.TimeoutExpired:
+        return {**base, "status": f"error: timed out after {timeout:.0f} s"}
+    for line in reversed(proc.stdout.strip().splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    err = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1][:300]
+    return {**base, "status": f"error: worker failed ({err})"}
+
+
+def run_prefill_bench(model: str, impls: list[str | None], lengths: list[int], chunk: int = 2048, decode: int = 4,
+                      warmup_tokens: int = 0, threads: int | None = None, log=None):
+    """Whole-model chunked prefill of ``model`` per impl x length, each in a fresh process; returns
+    ``(table, exponents)`` (pandas): one row per measurement (:func:`measure_prefill`'s columns) and the
+    fitted exponents of prefill time, peak memory and the plan vs length per impl.
+
+    Raises:
+        LctxError: ``model`` is not a checkpoint directory, or a non-positive length or chunk.
+    """
+    import pandas as pd
+
+    from .plan import load_config
+
+    load_config(model)  # a bad --model fails here, before any process starts
+    if chunk < 1 or min(lengths) < 2:
+        raise LctxError(f"--chunk-size ({chunk}) must be >= 1 and lengths >= 2 tokens")
+    log = log or (lambda s: None)
+    rows = []
+    for impl in impls:
+        for T in sorted(set(lengths)):
+            r = measure_prefill_isolated(PrefillCase(model, T, impl, chunk, decode, 0, warmup_tokens, threads))
+            rows.append(r)
+            log(f"{r['model']} {r.get('impl') or impl or ''} T={T}: " + (
+                f"prefill {r['prefill_s']:.2f} s  peak {r['peak_bytes'] / 2**20:.1f} MiB  plan "
+                f"{r['plan_bytes'] / 2**20:.1f} MiB ({r['plan_error']:+.0%}, {r['plan_path']})  threads "
+                f"{r['threads']}  load {r['load_avg_start']:.1f}" if r["status"] == "ok" else r["status"]))
+    table = pd.DataFrame(rows)
+    exps = []
+    for impl, g in table.groupby("impl", sort=False):
+        ok = g[g["status"] == "ok"]
+        if len(ok):
+            exps.append({"model": ok["model"].iloc[0], "impl": impl,
+                         "time_exponent": fit_exponent(ok["length"], ok["prefill_s"]),
+                         "mem_exponent": fit_exponent(ok["length"], ok["peak_bytes"]),
+                         "plan_exponent": fit_exponent(ok["length"], ok["plan_bytes"]),
+                         "lengths": ",".join(str(int(t)) for t in ok["length"])})
+    return table, pd.DataFrame(exps)
+
+
+def print_prefill(table, exponents, file=None) -> None:
+    """Print the whole-model prefill rows (time, measured peak, plan and its error) and the fitted exponents
+    (:func:`lctx.harness.console.print_table`)."""
+    from .console import print_table
+
+    f = lambda v, fmt: "" if v != v else format(v, fmt)  # noqa: E731
+    g = lambda r, c: r.get(c, float("nan"))  # noqa: E731
+    num = ["length", "prefill s", "peak MiB", "plan MiB", "plan error", "threads", "load"]
+    rows = [[str(r["model"]), str(r.get("impl", "")), str(r.get("impl_ran", "")), str(r["length"]),
+             f(g(r, "prefill_s"), ".2f"), f(g(r, "peak_bytes") / 2**20, ".1f"), f(g(r, "plan_bytes") / 2**20, ".1f"),
+             f(g(r, "plan_error"), "+.0%"), str(r.get("plan_path", "")), f(g(r, "threads"), ".0f"),
+             f(g(r, "load_avg_start"), ".1f"), str(r["status"])] for _, r in table.iterrows()]
+    print_table(["model", "impl", "ran"] + num[:5] + ["path"] + num[5:] + ["status"], rows, right=num, file=file,
+                title="whole-model chunked prefill: time, peak RSS (fresh process) and lctx plan "
+                      "(plan error = plan / peak - 1)")
+    for _, r in exponents.iterrows():
+        print(f"{r['model']} [{r['impl']}] exponents vs length: time {r['time_exponent']:.2f}, peak memory "
+              f"{r['mem_exponent']:.2f}, plan {r['plan_exponent']:.2f}", file=file)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -518,8 +832,8 @@ def run_bench(variants: list[str], impls: list[str], lengths: list[int], heads: 
 # ---------------------------------------------------------------------------------------------------
 
 def plot_bench(table, path: Path) -> Path:
-    """Log-log plot: forward time and peak memory vs length, one line per variant/impl (baselines
-    dashed). Writes ``path`` (PNG) and returns it."""
+    """Log-log plot: forward time and peak memory vs length, one line per variant/impl, and SDPA causal
+    (the median of its timings across groups, dashed). Writes ``path`` (PNG) and returns it."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -529,18 +843,21 @@ def plot_bench(table, path: Path) -> Path:
     fig, axes = plt.subplots(1, 2, figsize=(13, 5))
     for (v, i), g in ok.groupby(["variant", "impl"], sort=False):
         g = g.sort_values("length")
-        style = dict(ls="--", color="black" if v == "sdpa_causal" else "grey", lw=2) if v in BASELINES else {}
-        label = v if v in BASELINES else f"{v} [{i}]"
-        axes[0].plot(g["length"], g["time_s"], marker="o", label=label, **style)
-        axes[1].plot(g["length"], g["peak_bytes"] / 2**20, marker="o", label=label, **style)
+        axes[0].plot(g["length"], g["time_s"], marker="o", label=f"{v} [{i}]")
+        axes[1].plot(g["length"], g["peak_bytes"] / 2**20, marker="o", label=f"{v} [{i}]")
+    base = ok.dropna(subset=["base_time_s"]).groupby("length")[["base_time_s", "base_peak_bytes"]].median()
+    if len(base):
+        style = dict(ls="--", color="black", lw=2, label="sdpa_causal")
+        axes[0].plot(base.index, base["base_time_s"], marker="o", **style)
+        axes[1].plot(base.index, base["base_peak_bytes"] / 2**20, marker="o", **style)
     for ax, name in zip(axes, ("forward time (s, median)", "peak memory (MiB)")):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("length (tokens)")
         ax.set_ylabel(name)
         ax.grid(True, which="both", alpha=0.3)
-    r = table.iloc[0] if len(table) else None
-    if r is not None:
+    if len(table):
+        r = table.iloc[0]
         fig.suptitle(f"one attention layer: B={r['batch']} H={r['heads']} D={r['head_dim']} {r['dtype']} on {r['device']}")
     axes[0].legend(fontsize=7, ncol=2)
     fig.tight_layout()
@@ -550,42 +867,98 @@ def plot_bench(table, path: Path) -> Path:
     return path
 
 
+def ratio_pivot(table, stat: str = "ratio_sdpa"):
+    """The ratio table (rows ``variant [impl]``, columns lengths) of ``stat`` (``ratio_sdpa``: median of
+    the interleaved pairs; ``ratio_sdpa_min``: their minimum), as a pandas DataFrame."""
+    ok = table[table["status"] == "ok"].copy()
+    ok["row"] = ok["variant"] + " [" + ok["impl"] + "]"
+    if ok["threads"].nunique() > 1:
+        ok["row"] = ok["row"] + " " + ok["threads"].map(lambda t: f"{int(t)}t")
+    return ok.pivot_table(index="row", columns="length", values=stat, sort=False)
+
+
+def ratio_markdown(table) -> str:
+    """The ratio-to-SDPA-causal tables (median, then minimum of the interleaved pairs; rows ``variant
+    [impl]``, columns lengths) as Markdown, with the threads and the load average of the run."""
+    lines = []
+    for stat, what in (("ratio_sdpa", "median"), ("ratio_sdpa_min", "minimum")):
+        pv = ratio_pivot(table, stat)
+        lines += [f"time / SDPA causal time, {what} of the interleaved pairs", "",
+                  "| variant [impl] | " + " | ".join(str(c) for c in pv.columns) + " |",
+                  "|---|" + "---|" * len(pv.columns)]
+        lines += ["| " + idx + " | " + " | ".join("" if v != v else f"{v:.2f}" for v in row) + " |"
+                  for idx, row in pv.iterrows()]
+        lines.append("")
+    loads = table["load_avg_start"].dropna()
+    lines.append(f"threads {sorted(set(int(t) for t in table['threads'].dropna()))}, load average "
+                 f"{loads.min():.1f}-{loads.max():.1f} (1 min) during the run; rows flagged unstable: "
+                 f"{int(table['unstable'].sum())}")
+    return "\n".join(lines) + "\n"
+
+
 def write_bench(table, exponents, out: Path) -> list[Path]:
-    """Write ``bench.parquet``, ``bench.csv``, ``exponents.csv`` and ``bench.png`` under ``out``."""
+    """Write ``bench.parquet``, ``bench.csv``, ``exponents.csv``, ``ratios.md`` (the ratio tables) and
+    ``bench.png`` under ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / "bench.parquet", out / "bench.csv", out / "exponents.csv"]
     table.to_parquet(paths[0], index=False)
     table.to_csv(paths[1], index=False)
     exponents.to_csv(paths[2], index=False)
     if (table["status"] == "ok").any():
+        (out / "ratios.md").write_text(ratio_markdown(table))
+        paths.append(out / "ratios.md")
         paths.append(plot_bench(table, out / "bench.png"))
     return paths
 
 
 def print_bench(table, exponents, file=None) -> None:
-    """Print the measurements and the exponents as tables (rich on a terminal, Markdown off one: every
-    cell whole, see :mod:`lctx.harness.console`)."""
+    """Print the measurements, the ratio-to-SDPA-causal table (variant x length; median of the interleaved
+    pairs, min in brackets) and the exponents as tables (rich on a terminal, Markdown off one: every cell
+    whole, see :mod:`lctx.harness.console`), then a warning when rows are flagged unstable."""
     from .console import print_table
 
+    table = table.copy()
+    for c in TABLE_COLUMNS:  # a table from an older lctx (or built by hand) may lack the newer columns
+        if c not in table.columns:
+            table[c] = False if c == "unstable" else ("" if c in ("impl_ran", "note", "mem_method") else float("nan"))
+    exponents = exponents.reindex(columns=list(dict.fromkeys(["variant", "impl", "threads", *exponents.columns])))
     f = lambda v, fmt: "" if v != v else format(v, fmt)  # noqa: E731
+    num = ["length", "time ms", "peak MiB", "x sdpa", "min", "spread", "x sdpa+bias", "threads", "x 1st thr", "load"]
     rows = [[r["variant"], r["impl"], str(r["impl_ran"]), str(r["length"]), f(r["time_s"] * 1e3, ".2f"),
-             f(r["peak_bytes"] / 2**20, ".1f"), f(r["ratio_sdpa"], ".2f"), f(r["ratio_sdpa_bias"], ".2f"), r["status"]]
-            for _, r in table.iterrows()]
-    print_table(["variant", "impl", "ran", "length", "time ms", "peak MiB", "x sdpa", "x sdpa+bias", "status"], rows,
-                title="lctx bench: one attention layer forward",
-                right=("length", "time ms", "peak MiB", "x sdpa", "x sdpa+bias"), file=file)
-    rows = [[r["variant"], r["impl"], f(r["time_exponent"], ".2f"), f(r["mem_exponent"], ".2f"), r["lengths"]]
-            for _, r in exponents.iterrows()]
-    print_table(["variant", "impl", "time exp", "mem exp", "lengths"], rows,
-                title="scaling exponents (least squares on log-log)", right=("time exp", "mem exp"), file=file)
+             f(r["peak_bytes"] / 2**20, ".1f"), f(r["ratio_sdpa"], ".2f"), f(r["ratio_sdpa_min"], ".2f"),
+             f(r["ratio_sdpa_spread"], ".0%"), f(r["ratio_sdpa_bias"], ".2f"), f(r["threads"], ".0f"),
+             f(r["ratio_threads"], ".2f"), f(r["load_avg_start"], ".1f"),
+             r["status"] + (" UNSTABLE" if r["unstable"] else "")] for _, r in table.iterrows()]
+    print_table(["variant", "impl", "ran"] + num + ["status"], rows,
+                title="lctx bench: one attention layer forward, timed alternately with SDPA causal", right=num,
+                file=file)
+    if (table["status"] == "ok").any():
+        pv, mins = ratio_pivot(table), ratio_pivot(table, "ratio_sdpa_min")
+        cols = [str(c) for c in pv.columns]
+        lo = lambda i, c: mins.loc[i, c] if i in mins.index and c in mins.columns else float("nan")  # noqa: E731
+        rows = [[idx] + ["" if v != v else f"{v:.2f} ({lo(idx, c):.2f})" for c, v in row.items()]
+                for idx, row in pv.iterrows()]
+        print_table(["variant [impl]"] + cols, rows, right=cols, file=file,
+                    title="time / SDPA causal time, median of the interleaved pairs (min)")
+    rows = [[r["variant"], r["impl"], f(r["threads"], ".0f"), f(r["time_exponent"], ".2f"), f(r["mem_exponent"], ".2f"),
+             r["lengths"]] for _, r in exponents.iterrows()]
+    print_table(["variant", "impl", "threads", "time exp", "mem exp", "lengths"], rows,
+                title="scaling exponents (least squares on log-log)", right=("threads", "time exp", "mem exp"),
+                file=file)
+    if table["unstable"].any():
+        print(f"warning: {int(table['unstable'].sum())} rows have per-pair ratios that disagree by more than "
+              f"{UNSTABLE:.0%} (flagged UNSTABLE): the machine's load changed during them; rerun them", file=file)
 
 
 def _worker_main(argv: list[str]) -> int:
-    """``python -m lctx.harness.bench '<BenchCase JSON>'``: run :func:`measure` and print its dict as one
-    JSON line (used by :func:`measure_isolated`)."""
-    case = BenchCase(**json.loads(argv[0]))
-    torch.manual_seed(case.seed)
-    print(json.dumps(measure(case)), flush=True)
+    """``python -m lctx.harness.bench '<BenchGroup JSON>'``: run :func:`run_group` and print each row as one
+    JSON line as it finishes (read by :func:`run_group_isolated`); ``--prefill '<PrefillCase JSON>'``: one
+    :func:`measure_prefill` row."""
+    if argv and argv[0] == "--prefill":
+        print(json.dumps(measure_prefill(PrefillCase(**json.loads(argv[1])))), flush=True)
+        return 0
+    group = BenchGroup(**json.loads(argv[0]))
+    run_group(group, emit=lambda r: print(json.dumps(r), flush=True))
     return 0
 
 

@@ -275,7 +275,9 @@ class LayerProbe:
     the Tq x Tk pattern (``ctx.mask()``); float_mask: it built the sdpa float mask (``ctx.memo``);
     used_attend: it went through :meth:`AttentionVariant.attend` (dense softmax); has_bias: its
     ``score_bias`` is not ``None``; fused_ok: it goes through ``attend`` and its ``prior_spec`` (the
-    fused kernel's description of its prior) is not ``None``, so ``attn_impl="fast"`` runs the fused kernel.
+    fused kernel's description of its prior) is not ``None``, so ``attn_impl="fast"`` runs the fused kernel;
+    ssmax / scaled_bias: that spec has a Scalable-Softmax scale / one that multiplies a prior (the CPU
+    blocked path then builds each block's mask instead of viewing the table).
     """
 
     per_token: int
@@ -286,6 +288,8 @@ class LayerProbe:
     used_attend: bool
     has_bias: bool
     fused_ok: bool
+    ssmax: bool = False
+    scaled_bias: bool = False
 
 
 def probe_layer(config, dtype: torch.dtype, t1: int = 16, t2: int = 48) -> LayerProbe:
@@ -343,7 +347,10 @@ def probe_layer(config, dtype: torch.dtype, t1: int = 16, t2: int = 48) -> Layer
     return LayerProbe(per_token=int(per_token), fixed=int(sizes[0] - per_token * t1),
                       kv_per_token=int((kv_sizes[1] - kv_sizes[0]) // (t2 - t1)), mask_asked=mask_asked,
                       float_mask=float_mask, used_attend=used["attend"], has_bias=has_bias,
-                      fused_ok=used["attend"] and spec is not None)
+                      fused_ok=used["attend"] and spec is not None,
+                      ssmax=spec is not None and spec.ssmax is not None,
+                      scaled_bias=spec is not None and spec.ssmax is not None and bool(spec.scale_bias)
+                      and getattr(spec, "bias", None) is not None)
 
 
 def _dtype(dtype) -> torch.dtype:
@@ -356,7 +363,7 @@ def _dtype(dtype) -> torch.dtype:
 
 def plan_memory(config, length: int, chunk_size: int = 2048, dtype="float32", impl: str | None = None,
                 batch: int = 1, kept_logits: int = 1, name: str | None = None, kv_cache: str = "auto",
-                decode_budget: int | None = None) -> MemoryPlan:
+                decode_budget: int | None = None, device="cpu") -> MemoryPlan:
     """The memory model (module docstring) for a chunked prefill of ``length`` tokens.
 
     config: an lctx ``LctxConfig`` or a Hugging Face config; length: tokens (T); chunk_size: prefill chunk
@@ -364,8 +371,9 @@ def plan_memory(config, length: int, chunk_size: int = 2048, dtype="float32", im
     (default: the config's); batch: rows (B); kept_logits: positions whose logits are kept (1 for
     generation; the window for ppl); kv_cache: ``"dynamic"`` (``DynamicCache``: the cache grows by
     concatenation, one layer is copied at a time), ``"preallocated"`` (buffers of length + ``decode_budget``
-    tokens written in place) or ``"auto"`` (what ``LM`` uses for this config, :func:`default_kv_cache`).
-    Returns a :class:`MemoryPlan` (bytes).
+    tokens written in place) or ``"auto"`` (what ``LM`` uses for this config, :func:`default_kv_cache`);
+    device: where it runs (the fast paths differ: Triton on CUDA, the blocked / vectorised PyTorch forms
+    on CPU). Returns a :class:`MemoryPlan` (bytes).
 
     Raises:
         LctxError: non-positive length / chunk / batch, an unknown dtype or impl, or a config lctx cannot
@@ -420,12 +428,16 @@ def plan_memory(config, length: int, chunk_size: int = 2048, dtype="float32", im
     add("positions", B * T * 17, "B x T x (8 + 8 + 1) B: k_pos, cumsum, key_valid")
     add("activations", B * c * (8 * d + 4 * I) * b + B * c * d * 8,
         f"chunk {c} x (8 x {d} + 4 x {I}) x {b} B + chunk x d x 8 (RMSNorm fp32)")
+    cuda = torch.device(device).type == "cuda"
+    opts = dict(getattr(config, "variant_options", None) or {})
     if impl == "fast" and pr.fused_ok:
         plan.attn_path = "fused"
-        add("attention working set", B * H * c * D * 16, "fused kernel: B x H x chunk x D x 16; no chunk x T buffer")
+        for item in fused_working_set(B, H, c, D, T, cuda, pr):
+            add(*item)
     elif not pr.mask_asked:
         plan.attn_path = "fixed-state"
-        add("attention working set", B * H * c * D * 32, "fixed-state chunked scan: B x H x chunk x D x 32 (upper estimate)")
+        for item in fixed_state_working_set(s.variant, opts, B, H, c, D, impl == "fast", cuda):
+            add(*item)
     elif pr.used_attend and (impl == "reference" and not pr.float_mask):
         plan.attn_path = "reference"
         add("attention pattern (bool)", 2 * B * c * T, f"2 x B x chunk x T = 2 x {c} x {T:,} x 1 B (pattern, negation)")
@@ -440,6 +452,15 @@ def plan_memory(config, length: int, chunk_size: int = 2048, dtype="float32", im
         if impl == "fast":
             plan.notes.append(f"attn_impl fast: {s.variant!r} has no prior_spec for the fused kernel, so the "
                               "sdpa fallback (chunk x T float mask) is counted")
+    elif s.variant == "alibi_lsh" and impl == "fast" and not cuda:
+        plan.attn_path = "lsh-blocked"
+        for item in lsh_working_set(opts, B, H, c, D, T):
+            add(*item)
+    elif s.variant == "path" and impl != "reference" and cuda and T <= c and _fla_importable():
+        plan.attn_path = "fla-path"
+        add("attention working set", B * H * c * (8 * D * 4 + 64 * 4),
+            "fla PaTH kernel (one chunk, empty cache): B x H x chunk x (8 D x 4 + 64 x 4) B: q/k/v/w in its "
+            "layout, output, transported keys, the per-64-token UT blocks")
     else:
         plan.attn_path = "blockwise"
         add("attention pattern (bool)", B * c * T, f"B x chunk x T = {c} x {T:,} x 1 B")
@@ -450,6 +471,91 @@ def plan_memory(config, length: int, chunk_size: int = 2048, dtype="float32", im
     if not s.lctx:
         plan.notes.append("Hugging Face config: softmax KV formula and an sdpa float causal mask assumed")
     return plan
+
+
+def _fla_importable() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("fla") is not None
+
+
+def fused_working_set(B: int, H: int, c: int, D: int, T: int, cuda: bool, pr: LayerProbe) -> list[tuple]:
+    """(name, bytes, formula) items of the fused-prior fast path for a chunk of c queries against T keys.
+
+    CUDA (Triton, :func:`lctx.kernels.flash_prior.flash_prior_triton`): the float32 output and row
+    statistics B x H x c x D x 16 B, plus the Toeplitz table H x T x 4 B. CPU
+    (:func:`lctx.kernels.flash_prior.flash_prior_blocked`): float32 copies of q (reversed, SSMax-scaled), the
+    blocks' outputs and their concatenation, B x H x c x D x 4 B each (4, 5 with SSMax); the table and its
+    reversed copy with rows of -inf, 2 x H x (T + rows) x 4 B; with a scaled bias each block's mask is
+    built, H x rows x T x 4 B (rows = :func:`lctx.kernels.flash_prior.default_block`)."""
+    if cuda:
+        return [("attention working set", B * H * c * D * 16 + H * T * 4,
+                 "fused Triton kernel: B x H x chunk x D x 16 + prior table H x T x 4; no chunk x T buffer")]
+    from lctx.kernels.flash_prior import default_block
+
+    rows = min(default_block(c), c)
+    copies = 5 if pr.ssmax else 4
+    items = [("attention working set", B * H * c * D * 4 * copies + 2 * H * (T + rows) * 4,
+              f"blocked CPU path: {copies} x B x H x chunk x D x 4 (q copies, block outputs, concatenation) + "
+              f"2 x H x (T + {rows}) x 4 (prior table, reversed); masks are views of the table")]
+    if pr.scaled_bias:
+        items.append(("scaled-bias block mask", H * rows * T * 4,
+                      f"SSMax on the bias: one block's mask c_i b materialised, H x {rows} rows x T x 4"))
+    return items
+
+
+def fixed_state_working_set(variant: str, opts: dict, B: int, H: int, c: int, D: int, fast: bool,
+                            cuda: bool) -> list[tuple]:
+    """(name, bytes, formula) items of a fixed-state mixer's chunk of c tokens (``interdomain`` / ``s4d``,
+    :mod:`lctx.models.interdomain`; N modes, inner chunk L, conv width K from the variant options).
+
+    Triton (CUDA, fast): B x H x c x D x 32 B. CPU, the vectorised form
+    (:func:`lctx.kernels.interdomain_scan.interdomain_scan_cpu`, ``attn_impl="fast"``) holds whole-chunk
+    tensors: interdomain's feature maps (K + 8) x B H c D x 4 (the conv's unfolded product, SiLU, norms,
+    inputs), [kt; vt; 1] as float and complex B H c (2D + 1) x 12, the per-inner-chunk scores and
+    readout matrix with their einsum copies 4 x B H c L x 4, the per-mode readouts 6 x B H c N x 8, and
+    the decay tables 3 x H 2N L^2 x 4; s4d: 9 x B H c D x 4 + 2 x H D L^2 x 4 + 2 x H D N L x 8. The
+    model's per-inner-chunk form (sdpa / reference) keeps only one inner chunk's temporaries beside the
+    feature maps, its outputs and their concatenation (2 x B H c D x 4) and the same tables.
+    Estimates from the shapes of the code (allocator overhead not counted)."""
+    if cuda and fast:
+        return [("attention working set", B * H * c * D * 32, "fixed-state Triton scan: B x H x chunk x D x 32")]
+    if variant == "s4d":
+        N, L = int(opts.get("s4d_modes", 16)), int(opts.get("s4d_chunk", 64))
+        tables = 2 * H * D * L * L * 4 + 2 * H * D * N * L * 8
+        per = 9 * D * 4 if fast else 2 * D * 4 + 4 * D * 4
+        form = "vectorised over inner chunks" if fast else "per inner chunk"
+        return [("attention working set", B * H * c * per + tables,
+                 f"s4d scan ({form}, N {N}, L {L}): B x H x chunk x {per} B + tables 2 x H x D x L^2 x 4 + "
+                 "2 x H x D x N x L x 8")]
+    N, L, K = int(opts.get("id_modes", 16)), int(opts.get("id_chunk", 64)), int(opts.get("id_conv", 4))
+    feat = (K + 8) * D * 4
+    core = (12 * (2 * D + 1) + 16 * L + 48 * N) if fast else 2 * D * 4
+    tables = 3 * H * 2 * N * L * L * 4
+    form = "vectorised over inner chunks" if fast else "per inner chunk"
+    return [("attention working set", B * H * c * (feat + core) + tables,
+             f"interdomain scan ({form}, N {N}, L {L}, K {K}): B x H x chunk x ({feat} feature maps + {core} "
+             f"core) B + decay tables 3 x H x 2N x L^2 x 4")]
+
+
+def lsh_working_set(opts: dict, B: int, H: int, c: int, D: int, T: int) -> list[tuple]:
+    """(name, bytes, formula) items of ``alibi_lsh``'s CPU kernel (:func:`lctx.kernels.lsh_blocks.
+    lsh_attention_blocked`) for a chunk of c queries: the bin starts and their sorted per-row increments
+    (s + 2 int64 per query and head, plus the float64 temporaries of :func:`bin_starts`, 5 x s per query
+    and head), one block's histogram and its running sum 2 x H x rows x (rows + age) x 4 with age about
+    4 sigma_max (sigma = 1 / the smallest ALiBi slope: the bins' Gamma(2, sigma) widths rarely exceed it),
+    and the outputs with their concatenation 2 x B x H x c x D x 4. Exact ALiBi, run instead where it is
+    cheaper, needs less (a table)."""
+    from lctx.models.variants import alibi_slopes
+
+    s = int(opts.get("lsh_samples", 16))
+    rows = 256
+    age = int(4 / float(alibi_slopes(H).min()))
+    w = min(T, rows + age)
+    n = H * c * (s + 2) * 8 + 5 * s * H * c * 8 + 2 * H * rows * (w + 1) * 4 + 2 * B * H * c * D * 4
+    return [("attention working set", n,
+             f"LSH blocked (s {s}): H x chunk x (s + 2 + 5 s) x 8 (bin starts) + 2 x H x {rows} x {w} x 4 (one "
+             "block's mask) + 2 x B x H x chunk x D x 4")]
 
 
 def device_memory(device, override: int | None = None) -> tuple[int, str]:
@@ -513,7 +619,7 @@ def check_run_fits(lms: list, length: int, kept_logits: int = 1, available: int 
         plan = plan_memory(cfg, length, chunk_size=lm.chunk_size, dtype=lm.dtype,
                            impl=getattr(cfg, "attn_impl", None) if getattr(cfg, "model_type", "") == "lctx" else None,
                            kept_logits=kept_logits, name=lm.name, kv_cache=kind,
-                           decode_budget=int(getattr(lm, "decode_budget", 0) or 0))
+                           decode_budget=int(getattr(lm, "decode_budget", 0) or 0), device=lm.device)
         plans.append(plan)
     by_dev: dict[str, list] = {}
     for lm, plan in zip(lms, plans):

@@ -3,28 +3,34 @@
 The dense PyTorch references in :mod:`lctx.models` are the source of truth; every kernel here has a
 test comparing it to its reference. One module per op (flat files, so packaging needs no new entry):
 
-- ``flash_prior``: fused causal flash attention with an in-kernel positional prior (ALiBi / GGD-BAM /
-  none) and the Scalable-Softmax per-query scale; Triton, with a FlexAttention alternative.
+- ``flash_prior``: causal flash attention with a positional prior read from a Toeplitz table (ALiBi /
+  GGD-BAM / none) and the Scalable-Softmax per-query scale; Triton, FlexAttention, and the blocked CPU path.
 - ``lsh_blocks``: block-local attention over the sampled positional-LSH bins (alibi_lsh).
-- ``interdomain_scan``: chunked scan of the complex-diagonal S4D state (interdomain / s4d) + decode step.
+- ``interdomain_scan``: chunked scan of the complex-diagonal S4D state (interdomain / s4d): Triton, the
+  CPU form vectorised over chunks, and the decode step.
 
 Which path runs is ``config.attn_impl`` (``lctx run --attn-impl``):
 
 - ``"reference"``: the dense PyTorch reference.
 - ``"sdpa"``: the reference maths through ``scaled_dot_product_attention`` (bias as a float mask).
 - ``"fast"``: the variant's kernel: Triton where Triton can run (:func:`triton_runs`), else the best
-  CPU path (FlexAttention forward, or the chunked PyTorch form); a variant without a fast path uses
-  ``"sdpa"``. The path that actually ran is reported by :func:`record_impl` / :func:`impls_used`
-  and lands in the results table.
+  CPU path (``blocked``: SDPA per query block with the prior as a view of its Toeplitz table; the LSH
+  blocked kernel or ``exact-alibi``; ``vectorized``: the fixed-state scans over all chunks at once); a
+  variant without a fast path uses ``"sdpa"``. The path that actually ran is reported by
+  :func:`record_impl` / :func:`impls_used` and lands in the results table.
+
+Threads on CPU: :func:`default_threads` / :func:`configure_threads` (the CLI's policy) and
+:func:`scan_threads` / :func:`intra_op_threads` (the fixed-state scans); README "Threads".
 """
 
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 
 import torch
 
-_USED: dict[str, str] = {}
+_USED: dict[str, list[str]] = {}
 
 
 def triton_runs(device: torch.device | str) -> bool:
@@ -42,12 +48,83 @@ def triton_runs(device: torch.device | str) -> bool:
 def record_impl(variant: str, impl: str) -> None:
     """Note that ``variant``'s attention ran through ``impl`` (e.g. ``"triton"``, ``"flex"``,
     ``"sdpa"``, ``"reference"``, ``"chunked"``) in this process; read back with :func:`impls_used`."""
-    _USED[variant] = impl
+    seen = _USED.setdefault(variant, [])
+    if impl not in seen:
+        seen.append(impl)
 
 
 def impls_used(reset: bool = False) -> dict[str, str]:
-    """{variant: implementation} of the attention calls since the last reset."""
-    out = dict(_USED)
+    """{variant: implementation} of the attention calls since the last reset; a variant whose calls took
+    different paths (e.g. ``alibi_lsh``: exact ALiBi for a short first chunk, LSH later) lists them in the
+    order they first ran, joined by ``+``."""
+    out = {k: "+".join(v) for k, v in _USED.items()}
     if reset:
         _USED.clear()
     return out
+
+
+def scan_threads() -> int:
+    """Intra-op threads for the fixed-state mixers' CPU scans (``interdomain``, ``s4d``): the environment
+    variable ``LCTX_SCAN_THREADS`` (a positive integer, or 0 for torch's current setting), default 1.
+
+    Why 1: those scans are tens of medium-sized ops (batched matmuls, einsums), and every parallel op
+    ends in a barrier that waits for the slowest thread; on a machine whose cores are shared (load above
+    the core count) a descheduled thread costs the barrier a scheduler time slice. Measured on 2 cores
+    at load ~10 (issue 14.3, one layer, 16K tokens, one head of dim 64): s4d 0.14 s with 1 thread and
+    5.8 s with 2; interdomain 0.23 s and 0.88 s; the model's per-chunk form 0.52 s and 4.5 s.
+    """
+    try:
+        n = int(os.environ.get("LCTX_SCAN_THREADS", "1"))
+    except ValueError:
+        n = 1
+    return max(0, n)
+
+
+@contextmanager
+def intra_op_threads(n: int, device="cpu"):
+    """Run the block with torch's intra-op thread count lowered to ``n`` on CPU (restored after); a no-op on
+    other devices, for ``n`` <= 0, or when torch already uses ``n`` threads or fewer."""
+    old = torch.get_num_threads()
+    if torch.device(device).type != "cpu" or n <= 0 or n >= old:
+        yield
+        return
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def default_threads() -> tuple[int, str]:
+    """(intra-op threads, why) lctx uses on CPU: ``LCTX_NUM_THREADS``, else ``OMP_NUM_THREADS``, else the
+    cores not already busy: usable cores minus the 1-minute load average, rounded, at least 1.
+
+    Why: every parallel op ends in a barrier that waits for its slowest thread, so on cores another
+    process keeps busy a second thread costs a scheduler time slice per op. Measured on a 2-core machine
+    at load ~9 (issue 14): SDPA causal at 16K tokens 1.3 s with 1 thread and 1.4 s with 2; RoPE's
+    rotation of q and k at 4K 8 ms and 216 ms; the interdomain layer at 16K 0.5 s and 4.5 s. On an idle
+    machine all cores are used (torch's default).
+    """
+    for var in ("LCTX_NUM_THREADS", "OMP_NUM_THREADS"):
+        val = os.environ.get(var, "").strip()
+        if val.isdigit() and int(val) > 0:
+            return int(val), var
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    try:
+        load = os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return cores, f"{cores} cores (no load average)"
+    n = max(1, min(cores, cores - int(load + 0.5)))
+    return n, f"{cores} cores, 1-minute load average {load:.1f}"
+
+
+def configure_threads() -> int:
+    """Set torch's intra-op thread count to :func:`default_threads` (call once, at the start of a command
+    that computes on CPU). Returns the count."""
+    n, _ = default_threads()
+    if n != torch.get_num_threads():
+        torch.set_num_threads(n)
+    return n

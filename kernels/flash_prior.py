@@ -1,4 +1,5 @@
-"""Fused causal flash attention with an in-kernel positional prior: the fast path of every softmax variant.
+"""Fused causal flash attention with a positional prior read from a Toeplitz table: the fast path of every
+softmax variant.
 
 One kernel serves ``nope``, ``rope`` / ``acc_rot`` (after rotation: no bias), ``alibi``, ``ggd_bam`` and
 any of them ``+ssmax``, and, with a per-query key window, ``alibi_lsh``. For query i (at key index
@@ -6,32 +7,40 @@ past + i) and key j <= past + i it computes, per head h,
 
     logit_ij = c_i * (q_i . k_j) / sqrt(D) + b_h(past + i - j) * (c_i if scale_bias else 1)
 
-    prior "none":  b = 0
-    prior "alibi": b(d) = -m_h d                                   (Press et al. 2022)
-    prior "ggd":   b(d) = -amp_h * (|d - mu_h| * ainv_h + eps)^beta_h  (BAM, arXiv 2505.22842;
-                   :func:`lctx.models.bam.ggd_bias`, whose ``GGDPrior.kernel_params`` map each form
-                   onto (amp, ainv, mu): the reference's -e^theta (|j-i-mu| + eps)^beta is amp = e^theta,
-                   ainv = 1, mu_k = -mu; the paper's form amp = 1, ainv = 1/alpha)
     c_i = s_h * log(past + i + 1) with Scalable-Softmax (Nakanishi 2025, arXiv 2501.19399, eq. 1), else 1
 
 and returns softmax_j(logit_ij) v_j with its log-sum-exp, by the online softmax of FlashAttention (Dao et
-al. 2022, Algorithm 1; the structure follows Triton's fused-attention tutorial). The bias is computed
-from the H per-head parameters inside the kernel: no Tq x Tk tensor exists at any point, so memory is
-O((Tq + Tk) * D) per head.
+al. 2022, Algorithm 1; the structure follows Triton's fused-attention tutorial).
 
-Windows (``kstart``): an optional [W, H, Tq] lower bound on the keys of each query, for W independent
-windowed attentions in one launch; key blocks wholly below a query block's smallest bound are skipped,
-so a windowed attention costs O(Tq * window). ``alibi_lsh`` passes each sampled binning's bin starts
-and merges the W results through their log-sum-exps (:func:`merge_lse`).
+Toeplitz priors. Every prior lctx has (ALiBi b(d) = -m_h d, Press et al. 2022; the GGD-BAM prior of
+:mod:`lctx.models.bam`) depends on the distance d = i - j and the head only. The variant hands over the
+prior as a function ``bias(d) -> [H, *d.shape]`` (:class:`PriorSpec`; the same function its reference
+path evaluates on the Tq x Tk distance matrix), and every fast path evaluates it once per forward on
+d = 0 .. Tk - 1: a table b_h[d] of H x Tk floats (O(H T) work), which the kernels read:
 
-Implementations, each checked against the dense reference (:func:`dense_prior_attention`) in
-``tests/test_kernels_flash.py``:
+- :func:`flash_prior_triton`: gathers b_h[qpos - kpos] from the table per tile (no abs / pow in-kernel).
+- :func:`flash_prior_flex`: the ``score_mod`` indexes the table.
+- :func:`flash_prior_blocked` (CPU): the logit mask of a query block is a strided *view* of the table,
+  never a materialised tile. A Toeplitz matrix M[r, c] = b(d0 + r - c) has strides of opposite signs in
+  d; with the block's queries taken in reverse order (a copy of tq x D numbers) and the table reversed
+  (rt[y] = b(Tk - 1 - y), -inf for d < 0, which is the causal mask), the block's [tq, keys] mask is
+  ``rt.as_strided(..., strides (1, 1))``, which ``scaled_dot_product_attention``'s CPU flash kernel
+  reads in place. The softmax runs there; the block's output rows are reversed back.
+
+No Tq x Tk tensor exists at any point, so memory is O((Tq + Tk) * D + H * Tk) per head.
+
+Windows (``kstart``, Triton and Flex): an optional [W, H, Tq] lower bound on the keys of each query, for W
+independent windowed attentions in one launch; key blocks wholly below a query block's smallest bound
+are skipped, so a windowed attention costs O(Tq * window). ``alibi_lsh`` passes each sampled binning's
+bin starts and merges the W results through their log-sum-exps (:func:`merge_lse`).
+
+Implementations, each checked against the dense reference (:func:`dense_prior_attention`, which
+evaluates the prior function on the full distance matrix) in ``tests/test_kernels_flash.py``:
 
 - :func:`flash_prior_triton`: the Triton kernel, forward only (evaluation; autograd falls back).
 - :func:`flash_prior_flex`: the same maths through PyTorch FlexAttention (``score_mod`` + a block mask),
   compiled; differentiable on CUDA (the training path there), forward-only on CPU.
-- :func:`flash_prior_blocked`: the same maths in PyTorch one query block at a time (the CPU path: the
-  working set is one score tile; compiled FlexAttention on CPU measured slower and O(T^2) in memory).
+- :func:`flash_prior_blocked`: the CPU path, differentiable (plain autograd through the table).
 
 Positions are key indices (query i at past + i): the fast paths require unpadded rows with the
 model's default positions (``AttnContext.padded`` False); the model falls back to the reference
@@ -42,6 +51,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -53,74 +63,51 @@ except ImportError:  # pragma: no cover
     triton = None
     tl = None
 
-PRIORS = {"none": 0, "alibi": 1, "ggd": 2}
-
 
 @dataclass
 class PriorSpec:
-    """What the fused kernel needs to know about a variant's positional prior and logit scale.
+    """What the fast paths need to know about a variant's positional prior and logit scale.
 
-    kind: ``"none"``, ``"alibi"`` or ``"ggd"`` (see the module docstring for b(d)).
-    slope: [H] ALiBi slopes m_h (kind ``"alibi"``).
-    ainv, beta, mu: [H] GGD inner scale (per token), beta_h, mu_h (tokens, kernel convention
-        |d - mu|) (kind ``"ggd"``); eps its distance epsilon.
-    amp: [H] GGD outer scale (kind ``"ggd"``; ``None`` = 1), see :func:`lctx.models.bam.ggd_bias`.
+    kind: a name for the prior (``"none"``, ``"alibi"``, ``"ggd"``, ...), recorded, not interpreted.
+    bias: ``bias(d) -> [H, *d.shape]`` float32, the prior b_h(d) (logit units) at distances d (tokens, a
+        float32 tensor of any shape), or ``None`` for no prior. It must depend on the distance and the
+        head only (a Toeplitz prior); it is the same function the variant's reference path evaluates.
     ssmax: [H] Scalable-Softmax s_h, or ``None`` for no per-query scale.
     scale_bias: whether the SSMax factor also multiplies the bias.
     """
 
     kind: str = "none"
-    slope: torch.Tensor | None = None
-    ainv: torch.Tensor | None = None
-    beta: torch.Tensor | None = None
-    mu: torch.Tensor | None = None
-    eps: float = 1e-5
+    bias: Callable[[torch.Tensor], torch.Tensor] | None = None
     ssmax: torch.Tensor | None = None
     scale_bias: bool = False
-    amp: torch.Tensor | None = None
 
-    def params(self, H: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(p0, beta, mu, s), each [H] float32 on ``device``: p0 is the slope (alibi) or 1/alpha (ggd).
+    def bias_at(self, d: torch.Tensor, H: int) -> torch.Tensor:
+        """b_h(d) for every head: d any-shaped float32 distances (tokens) -> [H, *d.shape] float32 (zeros
+        without a prior).
 
         Raises:
-            ValueError: unknown kind, or a parameter the kind needs is missing.
+            ValueError: the prior function returns a shape other than [H, *d.shape].
         """
-        if self.kind not in PRIORS:
-            raise ValueError(f"unknown prior kind {self.kind!r}; use one of {', '.join(PRIORS)}")
-        ones, zeros = torch.ones(H, device=device), torch.zeros(H, device=device)
-        f = lambda t, d: d if t is None else t.detach().float().to(device).reshape(H)  # noqa: E731
-        if self.kind == "alibi" and self.slope is None:
-            raise ValueError("prior 'alibi' needs slope")
-        if self.kind == "ggd" and (self.ainv is None or self.beta is None):
-            raise ValueError("prior 'ggd' needs ainv and beta")
-        p0 = f(self.slope, zeros) if self.kind == "alibi" else f(self.ainv, ones)
-        return p0, f(self.beta, ones), f(self.mu, zeros), f(self.ssmax, ones)
+        if self.bias is None:
+            return torch.zeros((H,) + tuple(d.shape), device=d.device)
+        b = self.bias(d)
+        if tuple(b.shape) != (H,) + tuple(d.shape):
+            raise ValueError(f"prior {self.kind!r} returned shape {tuple(b.shape)} for distances of shape "
+                             f"{tuple(d.shape)} with {H} heads; it must return [H, *d.shape]")
+        return b.float()
 
-    def amplitude(self, H: int, device) -> torch.Tensor:
-        """[H] float32 on ``device``: the GGD outer scale amp_h (1 when not given)."""
-        return torch.ones(H, device=device) if self.amp is None else self.amp.detach().float().to(device).reshape(H)
+    def table(self, n: int, H: int, device) -> torch.Tensor:
+        """The Toeplitz table b_h[d] for d = 0 .. n-1: [H, n] float32 on ``device`` (O(H n) work)."""
+        return self.bias_at(torch.arange(n, device=device, dtype=torch.float32), H)
 
-
-def prior_bias(spec: PriorSpec, dist: torch.Tensor, h_index: int | None = None) -> torch.Tensor:
-    """The prior b_h(d) of ``spec`` at distances ``dist`` (tokens, float), per head.
-
-    dist: [Tq, Tk] -> returns [H, Tq, Tk] float32 (or [Tq, Tk] for one head ``h_index``). Used by the
-    dense reference and by the FlexAttention ``score_mod``.
-    """
-    H = next(t for t in (spec.slope, spec.ainv, spec.ssmax, torch.zeros(1)) if t is not None).numel()
-    p0, beta, mu, _ = spec.params(H, dist.device)
-    sl = (lambda t: t[:, None, None]) if h_index is None else (lambda t: t[h_index])
-    if spec.kind == "none":
-        return torch.zeros_like(dist) if h_index is not None else torch.zeros((H,) + dist.shape, device=dist.device)
-    if spec.kind == "alibi":
-        return -sl(p0) * dist
-    from lctx.models.bam import ggd_bias
-
-    return ggd_bias(dist, sl(spec.amplitude(H, dist.device)), sl(p0), sl(beta), sl(mu), spec.eps)
+    def ssmax_scale(self, H: int, device) -> torch.Tensor | None:
+        """s_h as [H] float32 on ``device`` (keeps gradients), or ``None`` without SSMax."""
+        return None if self.ssmax is None else self.ssmax.float().to(device).reshape(H)
 
 
 def dense_prior_attention(q, k, v, spec: PriorSpec, past: int = 0, kstart: torch.Tensor | None = None):
-    """Dense float32 reference of the fused kernel (O(Tq * Tk) memory; tests only).
+    """Dense float32 reference of the fused kernel (O(Tq * Tk) memory; tests only). The prior is the
+    spec's function evaluated on the whole [Tq, Tk] distance matrix (no table).
 
     q: [B, H, Tq, D]; k, v: [B, H, Tk, D] with Tk = past + Tq; kstart: [W, H, Tq] int or ``None``.
     Returns (out [W, B, H, Tq, D] float32, lse [W, B, H, Tq] float32) with W = 1 without windows.
@@ -129,10 +116,9 @@ def dense_prior_attention(q, k, v, spec: PriorSpec, past: int = 0, kstart: torch
     Tk = k.shape[2]
     i = torch.arange(Tq, device=q.device)[:, None] + past
     j = torch.arange(Tk, device=q.device)[None, :]
-    dist = (i - j).float()
-    bias = prior_bias(spec, dist)  # [H, Tq, Tk]
-    _, _, _, s = spec.params(H, q.device)
-    c = s[:, None] * torch.log((i[:, 0] + 1).float())[None, :] if spec.ssmax is not None else torch.ones(H, Tq, device=q.device)
+    bias = spec.bias_at((i - j).float(), H)  # [H, Tq, Tk]
+    s = spec.ssmax_scale(H, q.device)
+    c = s[:, None] * torch.log((i[:, 0] + 1).float())[None, :] if s is not None else torch.ones(H, Tq, device=q.device)
     logits = c[None, :, :, None] * (q.float() @ k.float().transpose(-1, -2)) / math.sqrt(D)
     logits = logits + (bias * c[:, :, None] if spec.scale_bias else bias)[None]
     starts = kstart if kstart is not None else torch.zeros(1, H, Tq, dtype=torch.long, device=q.device)
@@ -162,11 +148,11 @@ if triton is not None:
 
     @triton.jit
     def _flash_prior_fwd(
-        Q, K, V, O, LSE, P0, BETA, MU, SS, KSTART, AMP,
+        Q, K, V, O, LSE, TBL, SS, KSTART,
         sqb, sqh, sqt, skb, skh, skt, svb, svh, svt,
         sow, sob, soh, sot, slw, slb, slh,
-        skw, skh2,
-        H, Tq, Tk, past, D, sm_scale, eps,
+        skw, skh2, stbl,
+        H, Tq, Tk, past, D, sm_scale,
         PRIOR: tl.constexpr, SSMAX: tl.constexpr, SCALE_BIAS: tl.constexpr, WINDOW: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, PRECISION: tl.constexpr,
     ):
@@ -183,10 +169,6 @@ if triton is not None:
         qpos = offs_m + past  # key index of each query
         q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqt + offs_d[None, :],
                     mask=m_ok[:, None] & d_ok[None, :], other=0.0)
-        p0 = tl.load(P0 + h)
-        beta = tl.load(BETA + h)
-        mu = tl.load(MU + h)
-        amp = tl.load(AMP + h)
         c = tl.full([BLOCK_M], 1.0, tl.float32)
         if SSMAX:
             c = tl.load(SS + h) * tl.log((qpos + 1).to(tl.float32))
@@ -207,13 +189,10 @@ if triton is not None:
             k = tl.load(K + b * skb + h * skh + offs_n[:, None] * skt + offs_d[None, :],
                         mask=n_ok[:, None] & d_ok[None, :], other=0.0)
             s = tl.dot(q, tl.trans(k), input_precision=PRECISION).to(tl.float32) * qk_scale[:, None]
-            if PRIOR != 0:
-                dist = (qpos[:, None] - offs_n[None, :]).to(tl.float32)
-                if PRIOR == 1:
-                    bias = -p0 * dist
-                else:
-                    z = tl.abs(dist - mu) * p0 + eps  # lctx.models.bam.ggd_bias, inlined
-                    bias = -amp * tl.exp(beta * tl.log(z))
+            if PRIOR:  # one gather from the Toeplitz table b_h[d], d = qpos - kpos
+                dist = qpos[:, None] - offs_n[None, :]
+                in_tbl = (dist >= 0) & n_ok[None, :] & m_ok[:, None]
+                bias = tl.load(TBL + h * stbl + dist, mask=in_tbl, other=0.0)
                 if SCALE_BIAS:
                     bias = bias * c[:, None]
                 s = s + bias
@@ -241,7 +220,8 @@ if triton is not None:
 def flash_prior_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec: PriorSpec, past: int = 0,
                        kstart: torch.Tensor | None = None, block_m: int | None = None,
                        block_n: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Fused causal prior attention, Triton forward (see the module docstring for the logits).
+    """Fused causal prior attention, Triton forward (see the module docstring for the logits); the prior
+    is gathered per tile from the table ``spec.table(Tk)`` ([H, Tk] float32, built here once per call).
 
     q: [B, H, Tq, D]; k, v: [B, H, Tk, D] (any float dtype; accumulation in float32), Tk = past + Tq
     (query i sits at key index past + i); kstart: [W, H, Tq] integer lower bounds of each query's keys,
@@ -264,8 +244,10 @@ def flash_prior_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec: 
     W = 1 if kstart is None else kstart.shape[0]
     out = torch.empty(W, B, H, Tq, D, device=q.device, dtype=torch.float32)
     lse = torch.empty(W, B, H, Tq, device=q.device, dtype=torch.float32)
-    p0, beta, mu, s = spec.params(H, q.device)
-    amp = spec.amplitude(H, q.device)
+    tbl = (spec.table(Tk, H, q.device).detach().contiguous() if spec.bias is not None
+           else torch.zeros(1, 1, device=q.device))
+    s = spec.ssmax_scale(H, q.device)
+    s = s.detach().contiguous() if s is not None else torch.ones(H, device=q.device)
     ks = (kstart.to(device=q.device, dtype=torch.int32).contiguous() if kstart is not None
           else torch.zeros(1, 1, 1, device=q.device, dtype=torch.int32))
     BLOCK_D = max(16, triton.next_power_of_2(D))
@@ -273,72 +255,93 @@ def flash_prior_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec: 
     BN = block_n or (64 if D <= 64 else 32)
     grid = (triton.cdiv(Tq, BM), B * H, W)
     _flash_prior_fwd[grid](
-        q, k, v, out, lse, p0, beta, mu, s, ks, amp,
+        q, k, v, out, lse, tbl, s, ks,
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2),
         out.stride(0), out.stride(1), out.stride(2), out.stride(3), lse.stride(0), lse.stride(1), lse.stride(2),
-        ks.stride(0), ks.stride(1),
-        H, Tq, Tk, past, D, 1.0 / math.sqrt(D), float(spec.eps),
-        PRIOR=PRIORS[spec.kind], SSMAX=spec.ssmax is not None, SCALE_BIAS=bool(spec.scale_bias),
+        ks.stride(0), ks.stride(1), tbl.stride(0),
+        H, Tq, Tk, past, D, 1.0 / math.sqrt(D),
+        PRIOR=spec.bias is not None, SSMAX=spec.ssmax is not None, SCALE_BIAS=bool(spec.scale_bias),
         WINDOW=kstart is not None, BLOCK_M=BM, BLOCK_N=BN, BLOCK_D=BLOCK_D,
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32",  # fp32 stays fp32 (no TF32 rounding)
     )
     return out, lse
 
 
+def reversed_table(spec: PriorSpec, Tk: int, H: int, rows: int, device) -> torch.Tensor:
+    """The table the blocked path takes its masks from: rt[h, y] = b_h(Tk - 1 - y) for y = 0 .. Tk - 1 (the
+    prior, distance Tk - 1 down to 0), then ``rows - 1`` entries of -inf (distances -1 .. -(rows - 1): the
+    causal mask). [H, Tk + rows - 1] float32, contiguous; keeps gradients of the prior's parameters."""
+    tb = spec.table(Tk, H, device) if spec.bias is not None else torch.zeros(H, Tk, device=device)
+    return torch.cat([tb.flip(-1), torch.full((H, max(rows - 1, 0)), float("-inf"), device=device)], -1).contiguous()
+
+
+def hankel_mask(rt: torch.Tensor, Tk: int, q_end: int, rows: int, keys: int) -> torch.Tensor:
+    """The [1, H, rows, keys] logit mask of the queries at key indices q_end - 1, q_end - 2, ..., q_end - rows
+    (reversed order) against keys 0 .. keys - 1: M[r, j] = b(q_end - 1 - r - j) (-inf for j past the query),
+    as a view of ``rt`` (:func:`reversed_table`) with strides (1, 1) over (row, key): no copy.
+    y = Tk - 1 - d = Tk - q_end + r + j."""
+    H, n = rt.shape
+    return rt.as_strided((1, H, rows, keys), (0, n, 1, 1), rt.storage_offset() + Tk - q_end)
+
+
+def default_block(Tq: int) -> int:
+    """Queries per block of :func:`flash_prior_blocked`: 128 below 2K queries, 256 below 8K, else 512.
+    A block computes its whole [rows, keys] score tile, so the upper half of its diagonal square (rows^2/2
+    scores) is wasted work: about rows / (2 T) of the total, traded against the per-call overhead."""
+    return 128 if Tq < 2048 else (256 if Tq < 8192 else 512)
+
+
 def flash_prior_blocked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec: PriorSpec, past: int = 0,
-                        kstart: torch.Tensor | None = None, block_bytes: int = 64 << 20) -> torch.Tensor:
-    """The fused kernel's maths in plain PyTorch, one block of queries at a time: the CPU fast path.
+                        block: int | None = None) -> torch.Tensor:
+    """The fused kernel's maths in PyTorch on CPU: ``scaled_dot_product_attention`` per block of queries
+    with the block's prior + causal mask as a strided view of the Toeplitz table (module docstring).
 
-    Each query block attends only to its causal (and, with ``kstart``, windowed) key range, with the
-    prior computed for that block from the per-head parameters, so the working set is one
-    [B, H, block, keys] logit tile (at most about ``block_bytes``), never Tq x Tk, and the softmax
-    runs in ``scaled_dot_product_attention`` with the tile as its float mask. Differentiable (plain autograd). Windows are combined as in the LSH reference: the
-    bias log(count_ij), count_ij = windows of query i containing key j (the sum of the windowed
-    attentions' numerators over the sum of their denominators, :func:`merge_lse`'s result).
+    - No prior, no scaled bias, past = 0: one ``scaled_dot_product_attention(is_causal=True)`` call (with
+      SSMax, on the pre-scaled queries c_i q_i): exactly SDPA causal.
+    - Otherwise, per block of ``block`` queries (default :func:`default_block`): the queries reversed,
+      keys 0 .. past + e, the mask :func:`hankel_mask` (a view, nothing materialised); with
+      ``spec.scale_bias`` the block's mask is materialised once as c_i b + causal (one [rows, keys] tile).
 
-    q: [B, H, Tq, D]; k, v: [B, H, past + Tq, D]; kstart: [W, H, Tq] or ``None``. Returns [B, H, Tq, D]
-    float32.
+    Work O(Tq * Tk * D) like SDPA (plus the wasted half of each block's diagonal square), memory O(H Tk)
+    beyond q, k, v. Differentiable (plain autograd, the prior's parameters included).
+
+    q: [B, H, Tq, D]; k, v: [B, H, past + Tq, D]. Returns [B, H, Tq, D] float32.
+
+    Raises:
+        ValueError: keys != past + queries.
     """
-    from lctx.models.bam import ggd_bias
-
     B, H, Tq, D = q.shape
     Tk = k.shape[2]
     if Tk != past + Tq:
         raise ValueError(f"keys ({Tk}) must be past ({past}) + queries ({Tq})")
     dev = q.device
-    live = lambda t, d: d if t is None else t.float().to(dev).reshape(H)[:, None, None]  # noqa: E731
-    one, zero = torch.ones(H, 1, 1, device=dev), torch.zeros(H, 1, 1, device=dev)
-    p0 = live(spec.slope if spec.kind == "alibi" else spec.ainv, one)
-    beta, mu, ss = live(spec.beta, one), live(spec.mu, zero), live(spec.ssmax, one)
-    amp = live(spec.amp, one)
-    ks = kstart.to(dev) if kstart is not None else None
-    step = max(16, min(Tq, block_bytes // max(1, 4 * B * H * Tk)))
-    out = torch.empty(B, H, Tq, D, device=dev, dtype=torch.float32)
-    kf, vf = k.float(), v.float()
+    qf, kf, vf = q.float(), k.float(), v.float()
+    s = spec.ssmax_scale(H, dev)
+    c = None
+    if s is not None:  # c_i = s_h log(past + i + 1): [H, Tq, 1]
+        c = s[:, None, None] * torch.log(torch.arange(past + 1, Tk + 1, device=dev, dtype=torch.float32))[None, :, None]
+        qf = qf * c
+    if spec.bias is None and past == 0 and not (spec.scale_bias and c is not None):
+        return F.scaled_dot_product_attention(qf, kf, vf, is_causal=True)
+    step = block or default_block(Tq)
+    rows = min(step, Tq)
+    rt = reversed_table(spec, Tk, H, rows, dev)
+    scaled = spec.scale_bias and c is not None and spec.bias is not None
+    if scaled:  # c_i b(d) is not Toeplitz: the bias part finite, causality in a second (unscaled) table
+        causal = reversed_table(PriorSpec("none"), Tk, H, rows, dev)
+        rt = torch.cat([rt[:, :Tk], torch.zeros(H, max(rows - 1, 0), device=dev)], -1).contiguous()
+    q_rev = qf.flip(2)  # query Tq - 1 - r at row r: a block's rows are the reversed order its mask needs
+    outs = []
     for a in range(0, Tq, step):
         e = min(a + step, Tq)
-        lo = int(ks[:, :, a:e].min()) if ks is not None else 0
         hi = past + e
-        i = torch.arange(past + a, past + e, device=dev)[:, None]
-        j = torch.arange(lo, hi, device=dev)[None, :]
-        c = ss * torch.log((i + 1).float())[None] if spec.ssmax is not None else None  # [H, tq, 1]
-        tile = torch.zeros(1, e - a, hi - lo, device=dev)  # the block's additive logit tile [H|1, tq, w]
-        if spec.kind != "none":
-            dist = (i - j).float()[None]
-            tile = -p0 * dist if spec.kind == "alibi" else ggd_bias(dist, amp, p0, beta, mu, spec.eps)
-            if spec.scale_bias and c is not None:
-                tile = tile * c
-        ok = (j <= i)[None]
-        if ks is not None:
-            count = (j[None, None] >= ks[:, :, a:e, None]).sum(0).float()  # [H, tq, w]
-            tile = tile + torch.log(count)
-            ok = ok & (count > 0)
-        tile = tile.masked_fill(~ok, float("-inf"))
-        qb = q[:, :, a:e].float() * c if c is not None else q[:, :, a:e].float()
-        # SDPA's fused softmax over the tile (scale 1/sqrt(D), the tile as a float mask)
-        out[:, :, a:e] = F.scaled_dot_product_attention(qb, kf[:, :, lo:hi], vf[:, :, lo:hi], attn_mask=tile[None])
-    return out
+        mask = hankel_mask(rt, Tk, hi, e - a, hi)
+        if scaled:  # one pass: causal + c_i * b
+            mask = torch.addcmul(hankel_mask(causal, Tk, hi, e - a, hi), mask, c[:, a:e].flip(1)[None])
+        outs.append(F.scaled_dot_product_attention(q_rev[:, :, Tq - e:Tq - a], kf[:, :, :hi], vf[:, :, :hi],
+                                                   attn_mask=mask))
+    return torch.cat(outs[::-1], 2).flip(2)
 
 
 _FLEX_COMPILED = None
@@ -359,9 +362,10 @@ def flash_prior_flex(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec: Pr
                      kstart: torch.Tensor | None = None, compile: bool = True,
                      need_lse: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The same attention as :func:`flash_prior_triton` through PyTorch FlexAttention: the prior is a
-    ``score_mod`` over per-head parameter vectors, causality and windows a block-sparse ``mask_mod``
-    (so fully masked key blocks are skipped). Differentiable w.r.t. q, k, v and the prior parameters
-    where FlexAttention's backward runs (CUDA); forward only on CPU.
+    ``score_mod`` that indexes the Toeplitz table b_h[qpos - kpos] (built once per call, [H, Tk]),
+    causality and windows a block-sparse ``mask_mod`` (so fully masked key blocks are skipped).
+    Differentiable w.r.t. q, k, v and, through the table, the prior's parameters where FlexAttention's
+    backward runs (CUDA); forward only on CPU.
 
     Shapes and returns as :func:`flash_prior_triton` (out and lse float32); lse is ``None`` with
     ``need_lse=False`` (compiled FlexAttention on CPU cannot return it: torch 2.13 raises, so CPU
@@ -371,23 +375,16 @@ def flash_prior_flex(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec: Pr
     from torch.nn.attention import flex_attention as flex_module
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-    from lctx.models.bam import ggd_bias
-
     aux_request = getattr(flex_module, "AuxRequest", None)
     B, H, Tq, D = q.shape
     Tk = k.shape[2]
     if Tk != past + Tq:
         raise ValueError(f"keys ({Tk}) must be past ({past}) + queries ({Tq})")
     dev = q.device
-    if spec.kind not in PRIORS:
-        raise ValueError(f"unknown prior kind {spec.kind!r}")
-    live = lambda t, d: d if t is None else t.float().to(dev).reshape(H)  # noqa: E731  (keeps grads)
-    p0 = live(spec.slope if spec.kind == "alibi" else spec.ainv, torch.ones(H, device=dev))
-    beta = live(spec.beta, torch.ones(H, device=dev))
-    mu = live(spec.mu, torch.zeros(H, device=dev))
-    s = live(spec.ssmax, torch.ones(H, device=dev))
-    amp = live(spec.amp, torch.ones(H, device=dev))
-    kind, eps, scale_bias, use_ss = spec.kind, float(spec.eps), bool(spec.scale_bias), spec.ssmax is not None
+    has_bias = spec.bias is not None
+    tbl = spec.table(Tk, H, dev) if has_bias else None  # [H, Tk], keeps grads
+    s = spec.ssmax_scale(H, dev)
+    scale_bias, use_ss = bool(spec.scale_bias), s is not None
     sm = 1.0 / math.sqrt(D)
     past_t = torch.tensor(past, device=dev)  # a tensor, not a constant: no recompile per prefill chunk
 
@@ -395,9 +392,8 @@ def flash_prior_flex(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec: Pr
         qp = qi + past_t
         c = s[h] * torch.log((qp + 1).to(torch.float32)) if use_ss else 1.0
         out = score * c  # flex has already multiplied by the scale passed below
-        if kind != "none":
-            dist = (qp - kj).to(torch.float32)
-            bias = -p0[h] * dist if kind == "alibi" else ggd_bias(dist, amp[h], p0[h], beta[h], mu[h], eps)
+        if has_bias:
+            bias = tbl[h, torch.clamp(qp - kj, 0, Tk - 1)]  # masked (kj > qp) entries read d = 0
             out = out + (bias * c if scale_bias else bias)
         return out
 
@@ -432,18 +428,17 @@ def attend_fast(variant, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx)
     ``variant.prior_spec(ctx)`` describes the prior (``None``: not expressible, use the reference). q:
     [B, H, Tq, D] positioned queries; k, v: [B, H, past + Tq, D] (cache included). Picks the Triton
     kernel where Triton runs and no gradient is needed, else compiled FlexAttention on CUDA, else the
-    blockwise PyTorch form (:func:`flash_prior_blocked`, CPU, differentiable), and notes the choice with :func:`lctx.kernels.record_impl`. Returns [B, H, Tq, D] in
-    q's dtype.
+    blockwise PyTorch form (:func:`flash_prior_blocked`, CPU, differentiable), and notes the choice with
+    :func:`lctx.kernels.record_impl`. Returns [B, H, Tq, D] in q's dtype.
     """
     from . import record_impl, triton_runs
 
     spec = variant.prior_spec(ctx)
     if spec is None or ctx.padded:
         return None
-    needs_grad = torch.is_grad_enabled() and (
-        any(t.requires_grad for t in (q, k, v))
-        or any(t is not None and t.requires_grad for t in (spec.slope, spec.ainv, spec.beta, spec.mu, spec.ssmax,
-                                                            spec.amp)))
+    mods = [variant] + ([ctx.shared] if isinstance(ctx.shared, torch.nn.Module) else [])  # the prior's owners
+    needs_grad = torch.is_grad_enabled() and (any(t.requires_grad for t in (q, k, v))
+                                              or any(p.requires_grad for m in mods for p in m.parameters()))
     name = getattr(variant, "variant_name", "?")
     if not needs_grad and triton_runs(q.device) and (q.is_cuda or q.dtype == torch.float32):
         out, _ = flash_prior_triton(q, k, v, spec, past=ctx.past)

@@ -60,13 +60,19 @@ def step_pytest(out: Path) -> dict:
 
 
 def _spec(kind: str, H: int, ssmax: bool, dev):
+    """A PriorSpec as the variants build it: ALiBi slopes, or a GGD prior (reference form) with beta in
+    [0.5, 1.5); each read by the kernels as a Toeplitz table."""
     from lctx.kernels.flash_prior import PriorSpec
-    from lctx.models.variants import alibi_slopes
+    from lctx.models.bam import GGDPrior
+    from lctx.models.variants import alibi_bias, alibi_slopes
 
     g = torch.Generator().manual_seed(0)
     sl = alibi_slopes(H).float()
-    return PriorSpec(kind=kind, slope=sl.to(dev), ainv=sl.to(dev), beta=(0.5 + torch.rand(H, generator=g)).to(dev),
-                     mu=torch.zeros(H, device=dev), ssmax=(torch.ones(H, device=dev) if ssmax else None))
+    prior = GGDPrior(H)
+    with torch.no_grad():
+        prior.beta.copy_(0.5 + torch.rand(H, generator=g))
+    bias = {"none": None, "alibi": lambda d: alibi_bias(sl, d), "ggd": prior.to(dev).bias}[kind]
+    return PriorSpec(kind=kind, bias=bias, ssmax=(torch.ones(H, device=dev) if ssmax else None))
 
 
 def step_accuracy(out: Path, T: int = 4096) -> list[dict]:

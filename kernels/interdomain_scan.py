@@ -511,3 +511,137 @@ def s4d_decode_step(u: torch.Tensor, dt_a: torch.Tensor, bbar: torch.Tensor, c: 
 
 __all__ = ["interdomain_decode_step", "interdomain_scan_triton", "s4d_decode_step", "s4d_scan_triton",
            "wants_grad"]
+
+
+# ------------------------------------------------------------------------------------------------
+# CPU: the chunked form vectorised over chunks (a few dozen large ops instead of ~15 per chunk)
+# ------------------------------------------------------------------------------------------------
+
+def _chunk_pieces(T: int, chunk: int) -> list[tuple[int, int, int]]:
+    """[(start, end, L)]: the full chunks of ``chunk`` tokens as one piece, the remainder as another."""
+    full = T // chunk * chunk
+    return [(a, e, L) for a, e, L in ((0, full, chunk), (full, T, T - full)) if e > a]
+
+
+def _scan_chunks(start: torch.Tensor, X: torch.Tensor, step: torch.Tensor) -> torch.Tensor:
+    """Chunk-start states of the linear recurrence S_{c+1} = step * S_c + X_c, S_0 = ``start``.
+
+    start: [B, H, ...]; X: [B, H, nc, ...] (chunk-local contributions); step: broadcastable to start (the
+    decay over one chunk, Abar^L). Returns [B, H, nc + 1, ...]: S_0 .. S_nc (the last is the state after
+    every chunk). nc steps of two element-wise ops on the small state (below torch's parallel grain, so
+    single-threaded: no thread synchronisation per step)."""
+    out = [start]
+    for c in range(X.shape[2]):
+        out.append(step * out[-1] + X[:, :, c])
+    return torch.stack(out, dim=2)
+
+
+def interdomain_scan_cpu(fq: torch.Tensor, kt: torch.Tensor, vt: torch.Tensor, dt_a: torch.Tensor,
+                         bbar: torch.Tensor, state: dict, chunk: int = 64, conj: bool = True,
+                         eta_eps: float = 1e-2) -> tuple[torch.Tensor, dict]:
+    """Interdomain core over unpadded tokens on CPU: the chunked form of
+    :func:`lctx.models.interdomain.interdomain_chunked` (same arguments, no mask: every token real; same
+    result) computed for all chunks at once. Per piece of nc chunks of L tokens (the full chunks, then
+    the remainder), with W_n(t, s) = Abar_n^(t-s) (s <= t), P_n(t) = Abar_n^(t+1):
+
+        S = xi(q) kt^T per chunk, a_t = Bbar sum_s W(t, s) S_ts + P(t) xi(q_t).U_c   (one einsum each)
+        X_c = Bbar sum_s Abar^(L-1-s) [kt; vt]_s (all chunks), U_(c+1) = Abar^L U_c + X_c (a short loop
+        over chunks on the [N, 2D] state only), o = Re(conj(a) P Gamma_c) + M v with M = Re(conj(a) Bbar W).
+
+    About 40 tensor ops per piece plus 2 per chunk on the state, against ~15 per chunk of 64 tokens in
+    the model's form (issue 14: 60K ops at 16K tokens, which a loaded 2-thread machine turns into
+    thread-synchronisation waits). Memory O(T (L + N + D)) per head. Differentiable (plain autograd).
+
+    Returns (o [B, H, T, D] float32, new state).
+    """
+    from lctx.models.interdomain import abar_powers
+
+    outs = []
+    U, G, eta = state["U"], state["Gamma"], state.get("eta")
+    for a0, e0, L in _chunk_pieces(fq.shape[2], chunk):
+        o, U, G, eta = _interdomain_piece(fq[:, :, a0:e0], kt[:, :, a0:e0], vt[:, :, a0:e0], dt_a, bbar, U, G,
+                                          eta, L, conj, eta_eps, abar_powers)
+        outs.append(o)
+    new = {"U": U, "Gamma": G}
+    if eta is not None:
+        new["eta"] = eta
+    return torch.cat(outs, dim=2), new
+
+
+def _interdomain_piece(fq, kt, vt, dt_a, bbar, U, G, eta, L, conj, eta_eps, abar_powers):
+    B, H, T, D = fq.shape
+    N = dt_a.shape[-1]
+    nc = T // L
+    dev = fq.device
+    pw = abar_powers(dt_a, L)  # [H, N, L+1]: Abar^j
+    t = torch.arange(L, device=dev)
+    lag = (t[:, None] - t[None, :]).clamp_min(0)
+    causal = (t[:, None] >= t[None, :]).float()
+    W = torch.cat([pw.real, pw.imag], 1)[:, :, lag] * causal  # [H, 2N, L(t), L(s)]
+    P = pw[:, :, 1:].transpose(1, 2)  # Abar^(t+1): [H, L, N]
+    q, k, v = (x.reshape(B, H, nc, L, D) for x in (fq, kt, vt))
+    bb = bbar[None, :, None, None, :]  # [1, H, 1, 1, N]
+    # chunk-local state contributions and the chunk-start states (eta: the projection of the constant 1)
+    wl = pw[:, :, :L].flip(-1)  # Abar^(L-1-s), s = 0..L-1: [H, N, L]
+    inp = torch.cat([k, v] + ([torch.ones(B, H, nc, L, 1, device=dev)] if eta is not None else []), -1)
+    X = torch.einsum("hns,bhcse->bhcne", wl, inp.to(CDTYPE)) * bbar[None, :, None, :, None]
+    start = torch.cat([U, G] + ([eta[..., None]] if eta is not None else []), -1)  # [B, H, N, 2D(+1)]
+    S0 = _scan_chunks(start, X, pw[:, :, L, None])  # [B, H, nc+1, N, 2D(+1)]
+    U0, G0 = S0[:, :, :nc, :, :D], S0[:, :, :nc, :, D:2 * D]
+    # a_t[n] = Bbar sum_s W(t, s) (xi(q_t).kt_s) + P(t) xi(q_t).U0
+    Sqk = torch.matmul(q, k.transpose(-1, -2))  # [B, H, nc, L, L]
+    aw = torch.einsum("hmts,bhcts->bhctm", W, Sqk)
+    a = torch.complex(aw[..., :N], aw[..., N:]) * bb
+    a = a + P[None, :, None] * torch.einsum("bhctd,bhcnd->bhctn", q.to(CDTYPE), U0)
+    ac = a.conj() if conj else a
+    num = torch.einsum("bhctn,bhcnd->bhctd", ac * P[None, :, None], G0).real
+    z = ac * bb
+    M = torch.einsum("bhctm,hmts->bhcts", torch.cat([z.real, -z.imag], -1), W)  # Re(z W)
+    num = num + torch.matmul(M, v)
+    if eta is not None:
+        ws = W.sum(-1)  # sum_{s<=t} W(t, s): [H, 2N, L]
+        ein = torch.complex(ws[:, :N], ws[:, N:]).transpose(1, 2)  # [H, L, N]
+        eta_t = P[None, :, None] * S0[:, :, :nc, None, :, 2 * D] + ein[None, :, None] * bb
+        num = num / ((ac * eta_t).sum(-1).real.abs()[..., None] + eta_eps)
+    end = S0[:, :, nc]
+    return (num.reshape(B, H, T, D), end[..., :D], end[..., D:2 * D],
+            end[..., 2 * D] if eta is not None else None)
+
+
+def s4d_scan_cpu(u: torch.Tensor, dt_a: torch.Tensor, bbar: torch.Tensor, c: torch.Tensor,
+                 d_skip: torch.Tensor, x: torch.Tensor, chunk: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-channel S4D over unpadded tokens on CPU: :func:`lctx.models.interdomain.s4d_chunked` (same
+    arguments, no mask) for all chunks at once. Per piece of nc chunks of L tokens:
+
+        y = Kbar-Toeplitz(L x L) u (one einsum over every chunk) + 2 Re(C Abar^(t+1) x_c) + D u,
+        X_c = Bbar sum_s Abar^(L-1-s) u_s, x_(c+1) = Abar^L x_c + X_c (a loop over chunks on [D, N] only),
+
+    Kbar(j) = 2 Re(sum_n C_n Bbar_n Abar_n^j) (s4d.py's kernel). Returns (y [B, H, T, D] float32, new
+    state [B, H, D, N] complex64). Differentiable (plain autograd).
+    """
+    from lctx.models.interdomain import abar_powers
+
+    ys = []
+    for a0, e0, L in _chunk_pieces(u.shape[2], chunk):
+        y, x = _s4d_piece(u[:, :, a0:e0], dt_a, bbar, c, d_skip, x, L, abar_powers)
+        ys.append(y)
+    return torch.cat(ys, dim=2), x
+
+
+def _s4d_piece(u, dt_a, bbar, c, d_skip, x, L, abar_powers):
+    B, H, T, D = u.shape
+    nc = T // L
+    dev = u.device
+    pw = abar_powers(dt_a, L)  # [H, D, N, L+1]
+    kern = 2 * torch.einsum("hdn,hdnj->hdj", c * bbar, pw[..., :L]).real  # Kbar(0..L-1): [H, D, L]
+    t = torch.arange(L, device=dev)
+    Kt = kern[:, :, (t[:, None] - t[None, :]).clamp_min(0)] * (t[:, None] >= t[None, :]).float()  # [H, D, L, L]
+    uc = u.reshape(B, H, nc, L, D)
+    y = torch.einsum("hdts,bhcsd->bhctd", Kt, uc)
+    wl = pw[..., :L].flip(-1)  # Abar^(L-1-s): [H, D, N, L]
+    X = torch.einsum("hdns,bhcsd->bhcdn", wl, uc.to(CDTYPE)) * bbar[None, :, None]
+    S0 = _scan_chunks(x, X, pw[..., L])  # [B, H, nc+1, D, N]
+    CP = c[..., None] * pw[..., 1:]  # C Abar^(t+1): [H, D, N, L]
+    y = y + 2 * torch.einsum("hdnt,bhcdn->bhctd", CP, S0[:, :, :nc]).real
+    y = y + d_skip.float()[None, :, None, None, :] * uc
+    return y.reshape(B, H, T, D), S0[:, :, nc]

@@ -51,9 +51,10 @@ def ggd_bias(dist: torch.Tensor, amp: torch.Tensor, ainv: torch.Tensor, beta: to
              eps: float) -> torch.Tensor:
     """The GGD-BAM prior at distances ``dist``: b(d) = -amp * (|d - mu| * ainv + eps)^beta.
 
-    The one formula every path uses (the dense reference, the blocked CPU path, the FlexAttention
-    ``score_mod``; the Triton kernel inlines the same expression): a Toeplitz table b_h[d] is
-    ``ggd_bias(torch.arange(T)[None], *GGDPrior.kernel_params())`` ([H, T]).
+    The one formula every path uses: the reference evaluates it on the Tq x Tk distances
+    (:meth:`GGDPrior.forward`), and every fast path (Triton, FlexAttention, the blocked CPU path) reads the
+    Toeplitz table b_h[d] = :meth:`GGDPrior.bias` (``torch.arange(T)``), [H, T], through
+    :class:`lctx.kernels.flash_prior.PriorSpec`.
 
     dist: distances d = i - j in tokens (float, any shape broadcastable against the parameters); amp,
     ainv, beta, mu: the kernel parameters of :meth:`GGDPrior.kernel_params` (shapes broadcastable against
@@ -71,7 +72,7 @@ class GGDPrior(nn.Module):
     ``beta`` (the reference's ``shape``), ``theta_mu`` (mu = 2 sinh(theta_mu), the reference's ``loc``;
     frozen unless ``learn_mu``). ``form``: ``"reference"`` (default), ``"paper"`` or ``"legacy"``.
     Forward: q_pos [B, Tq], k_pos [B, Tk] (tokens) -> bias [B, H, Tq, Tk] float32. Memory O(Tq * Tk) per
-    head (the fast paths compute it per tile or as a table over distances).
+    head (the fast paths read a table over distances instead, :meth:`bias`).
 
     Raises:
         ValueError: unknown ``form``.
@@ -176,8 +177,7 @@ class GGDBAM(AttentionVariant):
         prior = self.prior if self.prior is not None else getattr(ctx, "shared", None)
         if prior is None:
             return None
-        amp, ainv, beta, mu = prior.kernel_params()
-        return PriorSpec("ggd", amp=amp, ainv=ainv, beta=beta, mu=mu, eps=prior.eps)
+        return PriorSpec("ggd", bias=prior.bias)  # the fast paths tabulate ggd_bias over d = 0..T-1
 
 
 @register_modifier("ssmax")

@@ -13,6 +13,17 @@ from __future__ import annotations
 import torch
 
 
+def cache_states(cache) -> dict:
+    """The per-layer recurrent states of fixed-state mixers kept on a KV cache (``cache.lctx_states``,
+    {layer_idx: state}); created empty on first use. A state is a dict of tensors whose size does not
+    grow with the number of tokens."""
+    states = getattr(cache, "lctx_states", None)
+    if states is None:
+        states = {}
+        cache.lctx_states = states
+    return states
+
+
 class PreallocatedKVCache:
     """Per-layer key/value buffers [B, H, capacity, D] filled in place.
 

@@ -85,7 +85,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .model import cache_states
+from .cache import cache_states
 from .variants import AttentionVariant, AttnContext, register_variant
 
 CDTYPE = torch.complex64
@@ -452,7 +452,9 @@ class _FixedState(AttentionVariant):
         ``"decode"`` for T = 1 on unpadded rows (:mod:`lctx.kernels.interdomain_scan`'s O(N D) step);
         ``"triton"`` for T > 1 when Triton runs on ``device`` (:func:`lctx.kernels.triton_runs`), the rows
         are unpadded (``not ctx.padded``) and no gradient is needed through ``inputs`` (the kernels are
-        forward-only); else ``"chunked"`` (the PyTorch chunked form, which autograd differentiates).
+        forward-only); else ``"vectorized"`` for unpadded rows (the chunked form over all chunks at once,
+        :func:`lctx.kernels.interdomain_scan.interdomain_scan_cpu` / ``s4d_scan_cpu``: a few dozen ops
+        instead of ~15 per chunk, differentiable) and ``"chunked"`` (this module's chunked form) with padding.
         T > 1 paths are noted with :func:`lctx.kernels.record_impl` (decode steps are not, so a prefill's
         record stands).
         """
@@ -463,9 +465,22 @@ class _FixedState(AttentionVariant):
         from lctx import kernels
         from lctx.kernels.interdomain_scan import wants_grad
 
-        impl = "triton" if (not ctx.padded and kernels.triton_runs(device) and not wants_grad(*inputs)) else "chunked"
+        if ctx.padded:
+            impl = "chunked"
+        else:
+            impl = "triton" if kernels.triton_runs(device) and not wants_grad(*inputs) else "vectorized"
         kernels.record_impl(self.variant_name, impl)
         return impl
+
+
+def _scan_threads(device, T: int):
+    """The intra-op thread count of a fixed-state mixer's forward over more than one token on CPU:
+    :func:`lctx.kernels.scan_threads` (default 1; ``LCTX_SCAN_THREADS``), measured to keep these many-op
+    forms (the feature maps and norms around the scan too) from waiting on thread barriers on a shared
+    machine. Other devices and decode steps (T = 1, ops below torch's parallel grain) are left alone."""
+    from lctx import kernels
+
+    return kernels.intra_op_threads(kernels.scan_threads() if T > 1 else 0, device)
 
 
 def _opt(opts: dict, key: str, default, cast):
@@ -590,9 +605,15 @@ class Interdomain(_FixedState):
         with ``config.attn_impl == "fast"`` see :meth:`fast_impl` (Triton scan / decode step).
         Returns [B, H, Tq, D] in q's dtype; rows of padding tokens are finite and meaningless.
 
+        Runs under :func:`_scan_threads` (one intra-op thread on CPU by default).
+
         Raises:
             ValueError: see :meth:`load_state`.
         """
+        with _scan_threads(q.device, q.shape[2]):
+            return self._forward(q, k, v, ctx, x)
+
+    def _forward(self, q, k, v, ctx: AttnContext, x=None):
         B, H, T, D = q.shape
         m = self.new_mask(ctx, B, T, q.device)
         K, N = self.kernel, self.n_modes
@@ -614,19 +635,26 @@ class Interdomain(_FixedState):
         dt_a, bbar = self.ssm()
         core = {n: t for n, t in st.items() if not n.startswith("conv")}
         impl = self.fast_impl(ctx, T, q.device, fq, kt, vt, dt_a, bbar)
+        o, new = self._core(impl, fq, kt, vt, m, dt_a, bbar, core, T)
+        new["conv_q"], new["conv_k"] = conv_q, conv_k
+        self.store_state(ctx, new)
+        return o.to(q.dtype)
+
+    def _core(self, impl, fq, kt, vt, m, dt_a, bbar, core, T):
         if impl == "decode":
             from lctx.kernels.interdomain_scan import interdomain_decode_step
             o, new = interdomain_decode_step(fq, kt, vt, dt_a, bbar, core, self.conj, self.eta_eps)
         elif impl == "triton":
             from lctx.kernels.interdomain_scan import interdomain_scan_triton
             o, new = interdomain_scan_triton(fq, kt, vt, dt_a, bbar, core, self.conj, self.eta_eps)
+        elif impl == "vectorized":
+            from lctx.kernels.interdomain_scan import interdomain_scan_cpu
+            o, new = interdomain_scan_cpu(fq, kt, vt, dt_a, bbar, core, self.chunk, self.conj, self.eta_eps)
         elif T == 1:
             o, new = interdomain_recurrent(fq, kt, vt, m, dt_a, bbar, core, self.conj, self.eta_eps)
         else:
             o, new = interdomain_chunked(fq, kt, vt, m, dt_a, bbar, core, self.chunk, self.conj, self.eta_eps)
-        new["conv_q"], new["conv_k"] = conv_q, conv_k
-        self.store_state(ctx, new)
-        return o.to(q.dtype)
+        return o, new
 
 
 @register_variant("s4d")
@@ -677,9 +705,15 @@ class S4D(_FixedState):
         """Mix the values. v: [B, H, Tq, D] (q, k ignored); state handling as :meth:`Interdomain.forward`.
         Returns [B, H, Tq, D] in v's dtype.
 
+        Runs under :func:`_scan_threads` (one intra-op thread on CPU by default).
+
         Raises:
             ValueError: see :meth:`load_state`.
         """
+        with _scan_threads(v.device, v.shape[2]):
+            return self._forward(q, k, v, ctx, x)
+
+    def _forward(self, q, k, v, ctx: AttnContext, x=None):
         B, H, T, D = v.shape
         m = self.new_mask(ctx, B, T, v.device)
         st = self.load_state(ctx, T, lambda: {"x": torch.zeros(B, H, D, self.n_modes, dtype=CDTYPE,
@@ -687,15 +721,22 @@ class S4D(_FixedState):
         u = v.float() * m.float()[:, None, :, None]
         dt_a, bbar, c = self.ssm()
         impl = self.fast_impl(ctx, T, v.device, u, dt_a, bbar, c, self.D)
+        y, xs = self._core(impl, u, m, dt_a, bbar, c, st, T)
+        self.store_state(ctx, {"x": xs})
+        return y.to(v.dtype)
+
+    def _core(self, impl, u, m, dt_a, bbar, c, st, T):
         if impl == "decode":
             from lctx.kernels.interdomain_scan import s4d_decode_step
             y, xs = s4d_decode_step(u, dt_a, bbar, c, self.D, st["x"])
         elif impl == "triton":
             from lctx.kernels.interdomain_scan import s4d_scan_triton
             y, xs = s4d_scan_triton(u, dt_a, bbar, c, self.D, st["x"])
+        elif impl == "vectorized":
+            from lctx.kernels.interdomain_scan import s4d_scan_cpu
+            y, xs = s4d_scan_cpu(u, dt_a, bbar, c, self.D, st["x"], self.chunk)
         elif T == 1:
             y, xs = s4d_recurrent(u, m, dt_a, bbar, c, self.D, st["x"])
         else:
             y, xs = s4d_chunked(u, m, dt_a, bbar, c, self.D, st["x"], self.chunk)
-        self.store_state(ctx, {"x": xs})
-        return y.to(v.dtype)
+        return y, xs

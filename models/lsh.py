@@ -96,7 +96,10 @@ class ALiBiLSH(AttentionVariant):
     """ALiBi approximated by s random positional-LSH binnings (seed 003). ``variant_options``:
     ``lsh_samples`` s (default 16), ``lsh_seed`` (default 0; layer l uses seed + l), ``lsh_block`` query
     block of the reference (default 128), ``lsh_resample_eval`` (default False: evaluation uses the fixed,
-    seeded bins so prefill and decode agree; training resamples every forward from torch's RNG)."""
+    seeded bins so prefill and decode agree; training resamples every forward from torch's RNG),
+    ``lsh_exact_dispatch`` (default True: with ``attn_impl="fast"`` on CPU, calls where exact ALiBi is
+    estimated cheaper than the LSH kernel run exact ALiBi, recorded as kernel ``exact-alibi``; False always
+    runs LSH)."""
 
     summary = "ALiBi approximated by s random contiguous bin masks (positional LSH)"
     composable = False
@@ -108,6 +111,7 @@ class ALiBiLSH(AttentionVariant):
         self.seed = int(opts.get("lsh_seed", 0)) + layer_idx
         self.block = int(opts.get("lsh_block", 128))
         self.resample_eval = bool(opts.get("lsh_resample_eval", False))
+        self.exact_dispatch = bool(opts.get("lsh_exact_dispatch", True))
         if self.n_samples < 1:
             raise ValueError(f"lsh_samples must be >= 1, got {self.n_samples}")
         self._fixed = None
@@ -124,9 +128,12 @@ class ALiBiLSH(AttentionVariant):
 
     def _fast(self, q, k, v, widths, offsets, ctx: AttnContext):
         """The kernel path (lctx.kernels.lsh_blocks): Triton where it runs without autograd, else compiled
-        FlexAttention on CUDA, else the blockwise PyTorch form (CPU)."""
+        FlexAttention on CUDA, else the blockwise PyTorch form (CPU), or, on CPU with ``lsh_exact_dispatch``
+        where :func:`lctx.kernels.lsh_blocks.prefer_exact` estimates it cheaper (short inputs), exact ALiBi
+        through the blocked prior path (recorded as ``exact-alibi``)."""
         from lctx.kernels import record_impl, triton_runs
-        from lctx.kernels.lsh_blocks import lsh_attention_blocked, lsh_attention_flex, lsh_attention_triton
+        from lctx.kernels.lsh_blocks import (bin_starts, lsh_attention_blocked, lsh_attention_flex,
+                                             lsh_attention_triton, prefer_exact)
 
         needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
         if not needs_grad and triton_runs(q.device) and (q.is_cuda or q.dtype == torch.float32):
@@ -135,8 +142,19 @@ class ALiBiLSH(AttentionVariant):
         if q.is_cuda:
             record_impl(self.variant_name, "flex")
             return lsh_attention_flex(q, k, v, widths, offsets, past=ctx.past).to(q.dtype)
+        pos = torch.arange(ctx.past, k.shape[2], device=q.device)
+        ks = bin_starts(pos, widths, offsets)
+        if self.exact_dispatch and prefer_exact(ks, ctx.past):
+            # exact ALiBi is cheaper here (short inputs): it is what LSH estimates, so run it, and say so
+            from lctx.kernels.flash_prior import PriorSpec, flash_prior_blocked
+            from lctx.models.variants import alibi_bias
+
+            slopes = alibi_slopes(self.n_heads)
+            record_impl(self.variant_name, "exact-alibi")
+            spec = PriorSpec("alibi", bias=lambda d: alibi_bias(slopes, d))
+            return flash_prior_blocked(q, k, v, spec, past=ctx.past).to(q.dtype)
         record_impl(self.variant_name, "blocked")
-        return lsh_attention_blocked(q, k, v, widths, offsets, past=ctx.past).to(q.dtype)
+        return lsh_attention_blocked(q, k, v, widths, offsets, past=ctx.past, ks=ks).to(q.dtype)
 
     def forward(self, q, k, v, ctx: AttnContext, x=None):
         if ctx.cache is not None:

@@ -22,6 +22,7 @@ from transformers import GenerationMixin, PreTrainedModel
 from transformers.cache_utils import DynamicCache
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 
+from .cache import cache_states  # noqa: F401  (re-exported: lctx.models.model.cache_states)
 from .config import LctxConfig
 from .variants import AttnContext, get_variant
 
@@ -162,17 +163,6 @@ def cache_length(cache) -> int:
         return 0
     n = getattr(cache, "lctx_length", None)
     return int(n) if n is not None else int(cache.get_seq_length())
-
-
-def cache_states(cache) -> dict:
-    """The per-layer recurrent states of fixed-state mixers kept on a KV cache (``cache.lctx_states``,
-    {layer_idx: state}); created empty on first use. A state is a dict of tensors whose size does not
-    grow with the number of tokens."""
-    states = getattr(cache, "lctx_states", None)
-    if states is None:
-        states = {}
-        cache.lctx_states = states
-    return states
 
 
 class LctxModel(LctxPreTrainedModel):

@@ -257,7 +257,7 @@ class PaTH(AttentionVariant):
             RuntimeError: the cached PaTH state does not match the KV cache length (the cache was cropped
                 without restoring the post-prompt ``lctx_states`` snapshot).
         """
-        from .model import cache_states  # model imports variants; import here to avoid a cycle
+        from .cache import cache_states
 
         if x is None:
             raise ValueError("the path variant computes its transforms from the layer input x; pass x")

@@ -35,7 +35,7 @@ import math
 import torch
 from torch import nn
 
-from .model import cache_states
+from .cache import cache_states
 from .variants import AttentionVariant, AttnContext, register_variant
 
 TWO_PI = 2 * math.pi

@@ -156,6 +156,14 @@ def alibi_slopes(n_heads: int) -> torch.Tensor:
     return torch.tensor(slopes, dtype=torch.float64)
 
 
+def alibi_bias(slopes: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+    """The ALiBi prior b_h(d) = -m_h d (Press et al. 2022, section 3): slopes [H] (any dtype), d any-shaped
+    distances i - j in tokens. Returns [H, *d.shape] float32. The one formula: the reference path
+    (:meth:`ALiBi.score_bias`) and the fast paths' Toeplitz table (``PriorSpec.bias``) both call it."""
+    m = slopes.to(device=d.device, dtype=torch.float32).reshape(-1, *([1] * d.dim()))
+    return -m * d.float()
+
+
 class AttentionVariant(nn.Module):
     """Causal softmax attention with two positional hooks; the base of every softmax variant.
 
@@ -201,6 +209,12 @@ class AttentionVariant(nn.Module):
         """Position-dependent transform of q or k. x: [B, H, T, D]; pos: [B, T]. Identity here."""
         return x
 
+    def rotate_qk(self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor,
+                  k_pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`rotate` q at q_pos and the new keys k at k_pos (both [B, T] for the T new tokens); a
+        variant may override it to share work between the two (RoPE computes its angles once)."""
+        return self.rotate(q, q_pos), self.rotate(k, k_pos)
+
     def score_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor, ctx: AttnContext) -> torch.Tensor | None:
         """Additive logit bias, [B, H, Tq, Tk] float32 (or broadcastable), or ``None`` for no bias.
 
@@ -231,8 +245,7 @@ class AttentionVariant(nn.Module):
         Logits: c * (q k^T / sqrt(D)) + b (or c * (q k^T / sqrt(D) + b) when ``scale_bias``), with
         c = :meth:`logit_scale` and b = :meth:`score_bias`. Returns [B, H, Tq, D].
         """
-        q = self.rotate(q, ctx.q_pos)
-        k = self.rotate(k, ctx.k_pos[:, -k.shape[2] :])
+        q, k = self.rotate_qk(q, k, ctx.q_pos, ctx.k_pos[:, -k.shape[2] :])
         if ctx.cache is not None:
             k, v = ctx.cache.update(k, v, self.layer_idx)
         return self.attend(q, k, v, ctx)
@@ -300,14 +313,28 @@ class RoPE(AttentionVariant):
     """
     summary = "rotary embedding of q, k by position index"
 
-    def rotate(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        d = x.shape[-1]
-        inv_freq = self.config.rope_theta ** (-torch.arange(0, d, 2, dtype=torch.float64, device=x.device) / d)
+    def tables(self, pos: torch.Tensor, d: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """(cos, sin) [B, 1, T, d] in ``dtype`` for positions [B, T]: angles pos * theta^(-2i/d) in float64,
+        each repeated over both halves, sin with the first half negated (so rotate_half(x) * sin is
+        cat(x2, x1) * sin)."""
+        inv_freq = self.config.rope_theta ** (-torch.arange(0, d, 2, dtype=torch.float64, device=pos.device) / d)
         ang = pos.to(torch.float64)[:, None, :, None] * inv_freq  # [B, 1, T, D/2]
-        cos = torch.cos(ang).to(x.dtype)
-        sin = torch.sin(ang).to(x.dtype)
-        x1, x2 = x[..., : d // 2], x[..., d // 2 :]
-        return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+        cos, sin = torch.cos(ang), torch.sin(ang)
+        return torch.cat([cos, cos], -1).to(dtype), torch.cat([-sin, sin], -1).to(dtype)
+
+    @staticmethod
+    def apply(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """x * cos + cat(x2, x1) * sin = cat(x1 cos - x2 sin, x2 cos + x1 sin) for x = cat(x1, x2)."""
+        return torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, -1), sin)
+
+    def rotate(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        return self.apply(x, *self.tables(pos, x.shape[-1], x.dtype))
+
+    def rotate_qk(self, q, k, q_pos, k_pos):
+        if q_pos.shape == k_pos.shape and q.dtype == k.dtype and torch.equal(q_pos, k_pos):
+            cos, sin = self.tables(q_pos, q.shape[-1], q.dtype)  # the new keys sit where the queries do
+            return self.apply(q, cos, sin), self.apply(k, cos, sin)
+        return self.rotate(q, q_pos), self.rotate(k, k_pos)
 
 
 @register_variant("alibi")
@@ -322,9 +349,8 @@ class ALiBi(AttentionVariant):
         # device and would leave a non-persistent buffer uninitialised.
         if ctx is not None and "alibi_bias" in ctx.memo:  # the same for every layer of one forward
             return ctx.memo["alibi_bias"]
-        slopes = alibi_slopes(self.n_heads).to(device=q_pos.device, dtype=torch.float32)
-        dist = (q_pos[:, None, :, None] - k_pos[:, None, None, :]).float()  # [B, 1, Tq, Tk]
-        bias = -slopes[None, :, None, None] * dist
+        dist = (q_pos[:, :, None] - k_pos[:, None, :]).float()  # [B, Tq, Tk]
+        bias = alibi_bias(alibi_slopes(self.n_heads), dist).transpose(0, 1)  # [B, H, Tq, Tk]
         if ctx is not None:
             ctx.memo["alibi_bias"] = bias
         return bias
@@ -332,7 +358,8 @@ class ALiBi(AttentionVariant):
     def prior_spec(self, ctx=None):
         from lctx.kernels.flash_prior import PriorSpec
 
-        return PriorSpec("alibi", slope=alibi_slopes(self.n_heads).float())
+        slopes = alibi_slopes(self.n_heads)
+        return PriorSpec("alibi", bias=lambda d: alibi_bias(slopes, d))
 
 
 class SinusoidalEmbedding(nn.Module):

@@ -13,6 +13,7 @@ from lctx.models.cache import PreallocatedKVCache
 from helpers import tiny_config
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", ["rope", "alibi", "ggd_bam+ssmax", "path", "interdomain"])
 def test_chunked_prefill_and_decode_match_dynamic_cache(variant):
     torch.manual_seed(0)

@@ -24,6 +24,7 @@ def test_parse_lengths_suffixes():
     assert parse_lengths("256, 512,1k,4K,1m") == [256, 512, 1024, 4096, 1024**2]
 
 
+@pytest.mark.slow
 def test_missing_checkpoint(capsys, tmp_path):
     code, _, err = run_cli(["run", "--model", str(tmp_path / "nope"), "--out", str(tmp_path / "o")], capsys)
     assert_one_line_error(code, err, "not a directory")
@@ -122,6 +123,7 @@ class FirstTokenNLL(Task):
     assert set(df["task"]) == {"first_token_nll"} and len(df) == 4 and (df["status"] == "ok").all()
 
 
+@pytest.mark.slow
 def test_bundled_default_run(capsys, tmp_path):
     """`lctx run` with no --model evaluates the bundled checkpoint (short grid here for speed)."""
     assert (DEFAULT_MODEL / "config.json").exists(), "bundled default checkpoint missing"

@@ -316,6 +316,7 @@ def test_committed_ci_baseline_is_well_formed():
 
 # ------------------------------------------------------------------------------------------ real run
 
+@pytest.mark.slow
 def test_real_runs_pass_then_fail(tmp_path, capsys):
     """Two runs of the bundled checkpoint are identical (the gate passes); the same weights with a wrong
     RoPE base (1000 instead of the 10000 it was trained with) are worse, and the gate fails naming ppl cells."""

@@ -184,6 +184,7 @@ def small_vocab() -> tuple[list[bytes], list[float]]:
 
 @pytest.mark.parametrize("fmt,shared", [("v0", True), ("v0", False), ("v1", True), ("v1", False), ("v2", True),
                                         ("v2", False)])
+@pytest.mark.slow
 def test_formats_match_runc_forward(tmp_path, fmt, shared):
     """Each export format converts to an HF Llama whose logits equal run.c's forward on the same weights."""
     from transformers import AutoModelForCausalLM
@@ -272,6 +273,7 @@ def stories(tmp_path_factory):
     return src, out
 
 
+@pytest.mark.slow
 def test_stories260k_greedy_story_is_llama2c_s(stories):
     from lctx.harness.lm import load_lm
 

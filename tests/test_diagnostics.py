@@ -18,6 +18,7 @@ def zero_queries(lm):
     return lm
 
 
+@pytest.mark.slow
 def test_far_mass_uniform_attention_matches_hand_count(make_checkpoint):
     # NoPE with q = 0 attends uniformly: query i puts mass (i - D) / (i + 1) on keys with i - j > D.
     lm = zero_queries(load_lm(str(make_checkpoint("nope")), device="cpu"))

@@ -95,6 +95,7 @@ def test_merge_records_keeps_one_record_per_key_and_removes_rank_files(tmp_path)
     assert (tmp_path / "records.jsonl").stat().st_mtime_ns == before
 
 
+@pytest.mark.slow
 def test_single_process_resumes_an_interrupted_sharded_run(make_checkpoint, tmp_path):
     from lctx.harness.lm import load_lm
     from lctx.harness.runner import RunSpec, run_sweep
@@ -118,6 +119,7 @@ def test_single_process_resumes_an_interrupted_sharded_run(make_checkpoint, tmp_
                                   stable(full["table"]).drop(columns="git_rev"))
 
 
+@pytest.mark.slow
 def test_torchrun_two_ranks_on_cpu_give_the_single_process_table(tmp_path, monkeypatch):
     """2 processes under torchrun (gloo) vs one process in this interpreter, on the bundled checkpoint."""
     from lctx.cli import main

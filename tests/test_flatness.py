@@ -159,6 +159,7 @@ def test_derive_ignores_models_without_ppl_or_retrieval():
     assert [list(r["metrics"]) for r in out] == [["effective_length"]]
 
 
+@pytest.mark.slow
 def test_cli_flatness_sweep(capsys, make_checkpoint, tmp_path, monkeypatch):
     from lctx.cli import main
 

@@ -134,6 +134,7 @@ def _model(variant, opts, seed=0, **kw):
     return LctxForCausalLM(tiny_config(variant, variant_options=opts, **kw)).eval()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant,opts", CONFIGS)
 def test_model_prefill_equals_prefill_plus_decode_and_chunked_prefill(variant, opts):
     model = _model(variant, opts)

@@ -23,13 +23,29 @@ needs_triton = pytest.mark.skipif(not CPU_TRITON and not torch.cuda.is_available
                                   reason="triton cannot run here (no GPU and TRITON_INTERPRET unset)")
 
 
-def make_spec(kind: str, H: int, ssmax: bool = False, scale_bias: bool = False, g=None) -> PriorSpec:
+def ggd_prior(H: int, g=None):
+    """A GGD-BAM prior (models/bam.py, the variant's own module) moved off its ALiBi initialisation, so that
+    1/alpha, beta (negative too) and mu all matter."""
+    from lctx.models.bam import GGDPrior
+
     g = g or torch.Generator().manual_seed(0)
-    return PriorSpec(kind=kind, slope=torch.rand(H, generator=g) + 0.05,
-                     ainv=torch.rand(H, generator=g) + 0.1, beta=torch.randn(H, generator=g),
-                     mu=torch.randn(H, generator=g),
-                     ssmax=(torch.rand(H, generator=g) + 0.5) if ssmax else None, scale_bias=scale_bias,
-                     amp=torch.rand(H, generator=g) + 0.2)
+    prior = GGDPrior(H, learn_mu=True)
+    with torch.no_grad():
+        prior.theta_alpha.copy_(torch.log(torch.rand(H, generator=g) + 0.1))
+        prior.beta.copy_(torch.randn(H, generator=g))
+        prior.theta_mu.copy_(torch.randn(H, generator=g))
+    return prior.to(DEV)
+
+
+def make_spec(kind: str, H: int, ssmax: bool = False, scale_bias: bool = False, g=None) -> PriorSpec:
+    """A spec as the variants build it: ALiBi with random slopes, or a GGD prior (the models' functions)."""
+    from lctx.models.variants import alibi_bias
+
+    g = g or torch.Generator().manual_seed(0)
+    slopes = (torch.rand(H, generator=g) + 0.05).to(DEV)
+    bias = {"none": None, "alibi": lambda d: alibi_bias(slopes, d), "ggd": ggd_prior(H, g).bias}[kind]
+    return PriorSpec(kind=kind, bias=bias, ssmax=(torch.rand(H, generator=g) + 0.5).to(DEV) if ssmax else None,
+                     scale_bias=scale_bias)
 
 
 def qkv(B, H, Tq, past, D, seed=0):
@@ -99,6 +115,7 @@ def test_flex_eager_matches_dense_reference(kind):
     torch.testing.assert_close(lse, lse_ref, atol=2e-5, rtol=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CPU path; on a GPU the Triton kernel is the fast path")
 def test_flex_compiled_forward_on_cpu():
     # the FlexAttention alternative compiled on CPU (the fast path on CUDA for training)
@@ -112,14 +129,38 @@ def test_flex_compiled_forward_on_cpu():
 
 
 def test_ggd_with_beta_one_is_alibi_in_kernel_terms():
-    # BAM eq.: beta = 1, mu = 0, 1/alpha = m gives -(m d + eps): ALiBi up to a constant per row
-    d = torch.arange(10.0)[None].expand(3, -1) - torch.arange(3.0)[:, None]
-    from lctx.kernels.flash_prior import prior_bias
+    # BAM eq.: beta = 1, mu = 0, 1/alpha = m gives ALiBi's -m d for d >= 0 up to a constant: the paper's
+    # form -(m |d| + eps) is -m d - eps, the reference code's -m (|d| + eps) is -m d - m eps (hand)
+    from lctx.models.bam import GGDPrior
+    from lctx.models.variants import alibi_bias
 
     m = torch.tensor([0.5, 0.25])
-    a = prior_bias(PriorSpec("alibi", slope=m), d)
-    g = prior_bias(PriorSpec("ggd", ainv=m, beta=torch.ones(2), mu=torch.zeros(2), eps=0.0), d.abs())
-    torch.testing.assert_close(a.abs(), g.abs())
+    d = torch.arange(10.0)
+    for form, const in (("paper", torch.full((2, 1), 1e-5)), ("reference", 1e-5 * m[:, None])):
+        prior = GGDPrior(2, form=form)
+        with torch.no_grad():
+            prior.theta_alpha.copy_(torch.log(m))
+        torch.testing.assert_close(PriorSpec("ggd", bias=prior.bias).table(10, 2, "cpu"),
+                                   alibi_bias(m, d) - const, atol=1e-6, rtol=1e-6)
+
+
+def test_toeplitz_table_is_the_reference_bias_on_the_diagonals():
+    # the table b_h[d] the fast paths read equals the reference's Tq x Tk bias at every (i, j) with
+    # i - j = d: for ALiBi (variants.py) and GGD (bam.py, through the variant's own prior_spec)
+    from lctx.models.variants import get_variant
+
+    for variant in ("alibi", "ggd_bam"):
+        cfg = tiny_config(variant, variant_options={"ggd_shared": False})
+        mod = get_variant(variant)(cfg, 0)
+        if variant == "ggd_bam":
+            mod.prior = ggd_prior(cfg.num_attention_heads).cpu()
+        pos = torch.arange(50)[None]
+        ref = mod.score_bias(pos[:, 30:], pos, None)[0]  # [H, 20, 50]: queries 30..49 against keys 0..49
+        tbl = mod.prior_spec(None).table(50, cfg.num_attention_heads, "cpu")
+        i, j = torch.arange(30, 50)[:, None], torch.arange(50)[None, :]
+        ok = j <= i
+        # the same function on the same distances: equal up to float32 rounding (pow's vector vs scalar lanes)
+        torch.testing.assert_close(tbl[:, (i - j).clamp_min(0)][:, ok], ref[:, ok], atol=1e-6, rtol=1e-6)
 
 
 @pytest.mark.parametrize("form", ["reference", "paper", "legacy"])
@@ -135,11 +176,10 @@ def test_every_fast_path_computes_the_ggd_prior_module_of_each_form(form):
         prior.theta_alpha.add_(0.5 * torch.randn(H, generator=g))
         prior.beta.copy_(torch.randn(H, generator=g))
         prior.theta_mu.copy_(torch.randn(H, generator=g))
-    amp, ainv, beta, mu = prior.kernel_params()
     ss = torch.rand(H, generator=g) + 0.5
     q, k, v = qkv(1, H, T, past, 8, seed=11)
     for scale_bias in (True, False):
-        spec = PriorSpec("ggd", amp=amp, ainv=ainv, beta=beta, mu=mu, eps=prior.eps, ssmax=ss, scale_bias=scale_bias)
+        spec = PriorSpec("ggd", bias=prior.to(DEV).bias, ssmax=ss.to(DEV), scale_bias=scale_bias)
         i = torch.arange(past, past + T)
         bias = prior(i[None], torch.arange(past + T)[None])[0].detach().to(DEV)  # [H, T, Tk]
         c = (ss[:, None] * torch.log((i + 1).float())[None]).to(DEV)[:, :, None]  # [H, T, 1]
@@ -147,7 +187,7 @@ def test_every_fast_path_computes_the_ggd_prior_module_of_each_form(form):
         ok = (torch.arange(past + T)[None, :] <= i[:, None]).to(DEV)
         want = torch.softmax(logits.masked_fill(~ok, float("-inf")), -1) @ v
         torch.testing.assert_close(dense_prior_attention(q, k, v, spec, past=past)[0][0], want, atol=2e-5, rtol=1e-4)
-        torch.testing.assert_close(flash_prior_blocked(q, k, v, spec, past=past, block_bytes=4096), want,
+        torch.testing.assert_close(flash_prior_blocked(q, k, v, spec, past=past, block=16), want,
                                    atol=2e-5, rtol=1e-4)
         torch.testing.assert_close(flash_prior_flex(q, k, v, spec, past=past, compile=False)[0][0], want,
                                    atol=2e-5, rtol=1e-4)
@@ -159,6 +199,7 @@ FAST_VARIANTS = ["nope", "rope", "alibi", "sinusoidal", "ggd_bam", "ggd_bam+ssma
                  "acc_rot"]
 
 
+@pytest.mark.slow
 @needs_triton
 @pytest.mark.parametrize("variant", FAST_VARIANTS)
 def test_model_fast_equals_reference_prefill_and_decode(variant):
@@ -259,6 +300,7 @@ def test_lsh_flex_eager_matches_reference():
     torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-4)
 
 
+@pytest.mark.slow
 @needs_triton
 def test_lsh_model_fast_equals_reference_with_cache():
     torch.manual_seed(0)
@@ -284,15 +326,23 @@ def test_blocked_matches_dense_reference(kind, T, past):
     q, k, v = qkv(2, 3, T, past, 12, seed=T + past)
     spec = make_spec(kind, 3, ssmax=True, scale_bias=(kind == "ggd"))
     o_ref, _ = dense_prior_attention(q, k, v, spec, past=past)
-    o = flash_prior_blocked(q, k, v, spec, past=past, block_bytes=2 * 3 * 4 * (T + past) * 16)
+    o = flash_prior_blocked(q, k, v, spec, past=past, block=16)
     torch.testing.assert_close(o, o_ref[0], atol=2e-5, rtol=1e-4)
+    if T > 1:  # one block of all queries takes the same route
+        torch.testing.assert_close(flash_prior_blocked(q, k, v, spec, past=past, block=T), o_ref[0], atol=2e-5, rtol=1e-4)
 
 
 def test_blocked_is_differentiable_like_the_reference():
     q, k, v = (t.requires_grad_() for t in qkv(1, 2, 40, 0, 8, seed=2))
-    beta = torch.tensor([0.7, 1.3], requires_grad=True)
-    spec = PriorSpec("ggd", ainv=torch.tensor([0.5, 0.2]), beta=beta, mu=torch.zeros(2), ssmax=torch.ones(2))
-    g1 = torch.autograd.grad(flash_prior_blocked(q, k, v, spec, block_bytes=4096).sum(), (q, beta))
+    from lctx.models.bam import GGDPrior
+
+    prior = GGDPrior(2, form="paper")  # the by-hand dense form below: -(|d| / alpha + eps)^beta
+    with torch.no_grad():
+        prior.theta_alpha.copy_(torch.log(torch.tensor([0.5, 0.2])))
+        prior.beta.copy_(torch.tensor([0.7, 1.3]))
+    beta = prior.beta
+    spec = PriorSpec("ggd", bias=prior.bias, ssmax=torch.ones(2))
+    g1 = torch.autograd.grad(flash_prior_blocked(q, k, v, spec, block=16).sum(), (q, beta))
     # dense by hand with a live beta (BAM's prior with mu = 0, eps = 1e-5; SSMax s = 1)
     i, j = torch.arange(40)[:, None], torch.arange(40)[None, :]
     bias = -torch.pow((i - j).abs().float()[None] * torch.tensor([0.5, 0.2])[:, None, None] + 1e-5, beta[:, None, None])
@@ -307,3 +357,82 @@ def test_lsh_blocked_matches_reference():
     q, k, v, widths, offsets = _lsh_case(150, 30, s=6)
     want = _lsh_reference(q, k, v, widths, offsets, 30)
     torch.testing.assert_close(lsh_attention_blocked(q, k, v, widths, offsets, past=30), want, atol=2e-5, rtol=1e-4)
+
+
+def _cpu_blocked(monkeypatch):
+    """Make the model's fast path take its CPU (non-Triton) branch even under the test interpreter."""
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    if torch.cuda.is_available():
+        pytest.skip("the blocked CPU branch runs on CPU only")
+
+
+def test_lsh_blocked_default_block_follows_the_bins():
+    # the block size is half the mean bin age (clamped to [64, 256]); at one head of slope 2^-8 (sigma
+    # 256, bin widths ~ Gamma(2, 256)) that is the cap, and the work is linear in T
+    from lctx.kernels.lsh_blocks import lsh_block, lsh_cost
+    from lctx.models.lsh import sample_bins
+    from lctx.models.variants import alibi_slopes
+
+    w, o = sample_bins(alibi_slopes(1), 16, torch.Generator().manual_seed(0))
+    cost = {}
+    for T in (8192, 32768):
+        ks = bin_starts(torch.arange(T), w, o)
+        assert lsh_block(ks) == 256
+        cost[T] = lsh_cost(ks, 0)
+    assert 3.0 < cost[32768] / cost[8192] < 5.0  # ~4x for 4x the tokens (quadratic would be 16x)
+
+
+@pytest.mark.parametrize("T,expect", [(256, "exact-alibi"), (16384, "blocked")])
+def test_lsh_dispatch_estimate(T, expect):
+    # exact ALiBi costs T^2/2 scores, LSH about T x (block + bin age) at 2.5x the cost per score: at one
+    # head (bins ~512 tokens) exact wins at 256 tokens and LSH at 16K
+    from lctx.kernels.lsh_blocks import prefer_exact
+    from lctx.models.lsh import sample_bins
+    from lctx.models.variants import alibi_slopes
+
+    w, o = sample_bins(alibi_slopes(1), 16, torch.Generator().manual_seed(0))
+    assert prefer_exact(bin_starts(torch.arange(T), w, o), 0) == (expect == "exact-alibi")
+
+
+def test_lsh_cpu_fast_path_dispatches_to_exact_alibi_and_records_it(monkeypatch):
+    # short input on the CPU path: exact ALiBi (the function LSH estimates) runs and is recorded; with
+    # lsh_exact_dispatch=false the LSH kernel runs and equals the LSH reference
+    _cpu_blocked(monkeypatch)
+    torch.manual_seed(0)
+    ids = torch.randint(3, 200, (1, 45))
+    exact = LctxForCausalLM(tiny_config("alibi", attn_impl="reference")).eval()
+    for dispatch, ran in ((True, "exact-alibi"), (False, "blocked")):
+        opts = {"lsh_samples": 4, "lsh_exact_dispatch": dispatch}
+        ref = LctxForCausalLM(tiny_config("alibi_lsh", attn_impl="reference", variant_options=opts)).eval()
+        ref.load_state_dict(exact.state_dict())
+        fast = LctxForCausalLM(tiny_config("alibi_lsh", attn_impl="fast", variant_options=opts)).eval()
+        fast.load_state_dict(exact.state_dict())
+        impls_used(reset=True)
+        with torch.no_grad():
+            want = (exact if dispatch else ref)(ids).logits
+            out = fast(ids[:, :30], use_cache=True)
+            rest = fast(ids[:, 30:], cache=out.cache, use_cache=True).logits
+            torch.testing.assert_close(torch.cat([out.logits, rest], 1), want, atol=1e-4, rtol=1e-4)
+        assert impls_used()["alibi_lsh"] == ran
+
+
+def test_blocked_prior_model_path_records_blocked(monkeypatch):
+    # the CPU branch of attend_fast for a Toeplitz prior (GGD + SSMax) through the model and its cache
+    _cpu_blocked(monkeypatch)
+    torch.manual_seed(0)
+    opts = {"ggd_shared": False}
+    ref = LctxForCausalLM(tiny_config("ggd_bam+ssmax", attn_impl="reference", variant_options=opts)).eval()
+    with torch.no_grad():
+        for n, p in ref.named_parameters():
+            if n.endswith(("beta", "theta_alpha")):
+                p.add_(0.3 * torch.randn_like(p))
+    fast = LctxForCausalLM(tiny_config("ggd_bam+ssmax", attn_impl="fast", variant_options=opts)).eval()
+    fast.load_state_dict(ref.state_dict())
+    ids = torch.randint(3, 200, (1, 300))
+    impls_used(reset=True)
+    with torch.no_grad():
+        want = ref(ids).logits
+        out = fast(ids[:, :200], use_cache=True)
+        rest = fast(ids[:, 200:], cache=out.cache, use_cache=True).logits
+        torch.testing.assert_close(torch.cat([out.logits, rest], 1), want, atol=1e-4, rtol=1e-4)
+    assert impls_used()["ggd_bam+ssmax"] == "blocked"

@@ -128,6 +128,7 @@ def test_subject_expansion():
     assert len(specs) == sum(c == "humanities" for c in subjects.values())  # formal_logic is humanities: no repeat
 
 
+@pytest.mark.slow
 def test_generated_configs_load_offline_and_oracle_scores(tiny_data, tmp_path):
     """Configs load in lm-eval offline; the prompt is lm-eval's MMLU format; an oracle gets acc 1 and an
     anti-oracle acc 0, so gold indices (digit ARC labels included) follow the label positions."""
@@ -153,6 +154,7 @@ def test_generated_configs_load_offline_and_oracle_scores(tiny_data, tmp_path):
     assert oracle.contexts[0] == _mmlu_prompt(MMLU_DEV, MMLU_TEST[0])
 
 
+@pytest.mark.slow
 def test_run_lmeval_matches_independent_scoring_and_resumes(tiny_data, tmp_path, make_checkpoint):
     """acc of a random tiny lctx model equals an independent computation: the summed log-probability of
     each choice's tokens after the BOS-prefixed prompt (lctx's own LM.token_nll), argmax vs gold."""
@@ -213,6 +215,7 @@ def test_run_lmeval_matches_independent_scoring_and_resumes(tiny_data, tmp_path,
     assert again["ran"] == 0 and again["skipped"] == 5  # resumed: every question already recorded
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", ["arc_easy", "arc_challenge"])
 def test_real_arc_digit_labels_scored_by_position(data_dir, tmp_path, task):
     """Every real ARC test record: its answerKey is among its labels, and lm-eval's gold index (through the

@@ -80,6 +80,7 @@ def test_lsh_block_size_does_not_change_result():
     assert torch.allclose(a, b, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_lsh_window_stays_local():
     """No block looks further back than the widest bin: near-linear work (no T x T)."""
     w, u = sample_bins(alibi_slopes(4), 16, torch.Generator().manual_seed(0))

@@ -143,6 +143,7 @@ def test_singular_and_plural_phrasing():
     assert join_queries(["a", "b", "c", "d"]) == "a, b, c, and d"  # niah.py: ', '.join(q[:-1]) + ', and ' + q[-1]
 
 
+@pytest.mark.slow
 def test_prompts_singular_plural_in_context(lm, fake_data):
     s1 = make("niah_single_1", fake_data).build(lm, Cell(400, 0.5, 0), 0)
     text = lm.decode(s1.input_ids)

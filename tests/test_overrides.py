@@ -57,6 +57,7 @@ def test_parse_override():
             parse_override(bad)
 
 
+@pytest.mark.slow
 def test_ssmax_with_unit_factor_is_the_original_model(monkeypatch):
     """With s log n forced to 1 the override must give the original outputs (SSMax with s log n = 1 is its base),
     and the registered function must actually have run."""

@@ -6,12 +6,15 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 
 def run_py(code: str, cwd) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=cwd, capture_output=True,
                           text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_generic_top_level_names_not_shadowed(tmp_path):
     # transformers probes for an installed package called `kernels` (HF kernels hub); lctx must not be it.
     r = run_py("""
@@ -24,6 +27,7 @@ def test_generic_top_level_names_not_shadowed(tmp_path):
     assert r.stdout.strip() == '{"kernels": false, "models": false, "tasks": false, "harness": false, "cli": false}'
 
 
+@pytest.mark.slow
 def test_transformers_and_lm_eval_unaffected(tmp_path):
     r = run_py("""
         import lctx.models

@@ -143,6 +143,7 @@ def make_model(opts, **kw):
     return LctxForCausalLM(tiny_config("path", variant_options=dict(opts), **kw)).eval()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("opts", list(OPTION_SETS), ids=list(OPTION_SETS))
 def test_prefill_equals_prefill_plus_decode_and_chunks(opts):
     model = make_model({**OPTION_SETS[opts], "path_block": 4})  # several reference blocks per chunk
@@ -161,6 +162,7 @@ def test_prefill_equals_prefill_plus_decode_and_chunks(opts):
         assert torch.allclose(torch.cat(parts, 1), full, atol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("opts", list(OPTION_SETS), ids=list(OPTION_SETS))
 def test_left_padding_is_identity_in_prefill_and_decode(opts):
     model = make_model(OPTION_SETS[opts])

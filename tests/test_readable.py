@@ -120,6 +120,7 @@ def test_run_summary_whole_off_a_terminal(capsys):
     assert any("ppl" in ln and "179.123" in ln for ln in out.splitlines()), out
 
 
+@pytest.mark.slow
 def test_report_prints_its_summary_whole(tmp_path, capsys):
     from test_report import _run
 
@@ -178,6 +179,7 @@ def _count_tokens(monkeypatch, lm, method: str) -> list[int]:
     return fed
 
 
+@pytest.mark.slow
 def test_ppl_cost_is_the_tokens_it_feeds(lm, monkeypatch):
     """The progress bar weighs a ppl cell by exactly what the model is fed: every window of every document."""
     from lctx.tasks import Cell

@@ -68,6 +68,7 @@ def report(tmp_path_factory):
     return build_report([r1, r2], root / "report", at="1x,4x,512"), root
 
 
+@pytest.mark.slow
 def test_report_files_and_self_contained_html(report):
     res, root = report
     out = root / "report"

@@ -40,6 +40,7 @@ def lm(make_checkpoint):
     return load_lm(str(make_checkpoint("alibi")), device="cpu")
 
 
+@pytest.mark.slow
 def test_resume_after_interrupt_gives_same_table(lm, tmp_path):
     spec = RunSpec(lengths=[160, 200], depths=[0.0, 1.0], samples=2, seed=0)
     full = run_sweep([lm], [Passkey()], spec, tmp_path / "full", progress=False)["table"]
@@ -106,6 +107,7 @@ def test_tables_files_and_metadata(lm, tmp_path):
     assert (tmp_path / "plots" / f"passkey_heatmap_{lm.name}.png").exists()
 
 
+@pytest.mark.slow
 def test_same_name_other_weights_or_dtype_is_not_resumed(lm, tmp_path, make_checkpoint):
     spec = RunSpec([160], [0.5], samples=1)
     run_sweep([lm], [Passkey()], spec, tmp_path, progress=False)

@@ -83,6 +83,7 @@ def test_ppl_task_stride_fraction_and_bos():
         Perplexity(bos="sometimes")
 
 
+@pytest.mark.slow
 def test_ppl_bos_policy_scores_first_token(tokenizer, make_checkpoint):
     from lctx.harness.lm import load_lm
 

@@ -26,6 +26,7 @@ def run(docs, tmp_path_factory):
     return out, train(docs, out, **TINY)
 
 
+@pytest.mark.slow
 def test_learns_and_logs(run):
     out, log = run
     assert [e["step"] for e in log["evals"]] == [0, 20, 40]
@@ -59,6 +60,7 @@ def _doc_texts():
     return [t for _, t in pydoc_corpus()[:12]]
 
 
+@pytest.mark.slow
 def test_deterministic(run, docs, tmp_path):
     _, log = run
     log2 = train(docs, tmp_path / "again", **TINY)
