@@ -76,53 +76,11 @@ class Prompt:
     marks: list[int]
 
 
-@dataclass
-class LM:
-    """A causal LM and its tokenizer, as the tasks see them.
-
-    Attributes:
-        model: a ``PreTrainedModel`` in eval mode on ``device``.
-        tokenizer: a ``PreTrainedTokenizerBase``.
-        name: display name (the checkpoint directory's name unless given).
-        variant: positional variant (lctx checkpoints) or the HF ``model_type``.
-        train_length: training context length in tokens, if the config records it.
-        max_length: the longest input (tokens) the checkpoint declares it can address, or ``None``.
-        chunk_size: prefill chunk length in tokens.
-        add_bos: whether prompts start with the BOS token (:meth:`with_bos`). Default (``None``): always for
-            lctx checkpoints (their training puts BOS first); for other models, when their tokenizer adds
-            it itself (``encode(..., add_special_tokens=True)``), as lm-eval's ``hf`` backend and
-            ``generate`` pipelines do. SmolLM2's tokenizer does not (its BOS is the chat-turn opener).
-        chat_template: wrap task prompts in the tokenizer's chat template (:meth:`prompt`); ``--chat-template``.
-        system_prompt: system message of the chat template (``None``: the template's default, if any).
-    """
-
-    model: object
-    tokenizer: object
-    name: str
-    path: str
-    variant: str
-    train_length: int | None
-    max_length: int | None
-    device: torch.device
-    dtype: torch.dtype
-    chunk_size: int = 2048
-    decode_budget: int = 256  # tokens reserved past the prompt in a preallocated KV cache
-    attn_impl: str = ""  # lctx models: reference | sdpa | fast (config.attn_impl); HF models: "hf:<impl>"
-    add_bos: bool | None = None
-    chat_template: bool = False
-    system_prompt: str | None = None
-    _cache_kw: str = field(default="cache", repr=False)
-    _length_ropes: list = field(default_factory=list, repr=False)
-
-    def __post_init__(self):
-        params = inspect.signature(self.model.forward).parameters
-        self._cache_kw = "cache" if "cache" in params else "past_key_values"
-        if self.add_bos is None:
-            self.add_bos = _tokenizer_adds_bos(self.tokenizer, getattr(getattr(self.model, "config", None),
-                                                                       "model_type", None))
-        self._length_ropes = _length_dependent_ropes(self.model)
-        if self.chat_template:
-            self.check_chat_template()
+class TokenizerSide:
+    """The tokenizer half of :class:`LM`: text <-> ids and task prompts (the one place a chat template is
+    applied). A subclass provides ``tokenizer``, ``name``, ``add_bos``, ``chat_template``, ``system_prompt``
+    and ``max_length``; :class:`LM` is one, and ``lctx.harness.train.TokenizerLM`` (training documents built by
+    the evaluation tasks' own code, without a model) is another."""
 
     # -- text <-> ids ------------------------------------------------------------------------------
     @property
@@ -233,6 +191,56 @@ class LM:
         if self.max_length and length <= self.max_length:
             return min(length, self.max_length - answer_tokens)
         return length
+
+
+
+@dataclass
+class LM(TokenizerSide):
+    """A causal LM and its tokenizer, as the tasks see them.
+
+    Attributes:
+        model: a ``PreTrainedModel`` in eval mode on ``device``.
+        tokenizer: a ``PreTrainedTokenizerBase``.
+        name: display name (the checkpoint directory's name unless given).
+        variant: positional variant (lctx checkpoints) or the HF ``model_type``.
+        train_length: training context length in tokens, if the config records it.
+        max_length: the longest input (tokens) the checkpoint declares it can address, or ``None``.
+        chunk_size: prefill chunk length in tokens.
+        add_bos: whether prompts start with the BOS token (:meth:`with_bos`). Default (``None``): always for
+            lctx checkpoints (their training puts BOS first); for other models, when their tokenizer adds
+            it itself (``encode(..., add_special_tokens=True)``), as lm-eval's ``hf`` backend and
+            ``generate`` pipelines do. SmolLM2's tokenizer does not (its BOS is the chat-turn opener).
+        chat_template: wrap task prompts in the tokenizer's chat template (:meth:`prompt`); ``--chat-template``.
+        system_prompt: system message of the chat template (``None``: the template's default, if any).
+    """
+
+    model: object
+    tokenizer: object
+    name: str
+    path: str
+    variant: str
+    train_length: int | None
+    max_length: int | None
+    device: torch.device
+    dtype: torch.dtype
+    chunk_size: int = 2048
+    decode_budget: int = 256  # tokens reserved past the prompt in a preallocated KV cache
+    attn_impl: str = ""  # lctx models: reference | sdpa | fast (config.attn_impl); HF models: "hf:<impl>"
+    add_bos: bool | None = None
+    chat_template: bool = False
+    system_prompt: str | None = None
+    _cache_kw: str = field(default="cache", repr=False)
+    _length_ropes: list = field(default_factory=list, repr=False)
+
+    def __post_init__(self):
+        params = inspect.signature(self.model.forward).parameters
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        if self.add_bos is None:
+            self.add_bos = _tokenizer_adds_bos(self.tokenizer, getattr(getattr(self.model, "config", None),
+                                                                       "model_type", None))
+        self._length_ropes = _length_dependent_ropes(self.model)
+        if self.chat_template:
+            self.check_chat_template()
 
     # -- model calls -------------------------------------------------------------------------------
     def new_cache(self, capacity: int):

@@ -35,6 +35,7 @@ from typing import Callable
 import torch
 
 from .errors import LctxError
+from .lm import TokenizerSide
 
 BOS_ID, EOS_ID, PAD_ID = 1, 2, 0
 
@@ -128,25 +129,21 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
             {"params": no_decay, "weight_decay": 0.0, "names": nn_}]
 
 
-class TokenizerLM:
+class TokenizerLM(TokenizerSide):
     """The part of :class:`lctx.harness.lm.LM` that a task's ``build`` uses (``encode``, ``decode``,
-    ``with_bos``, ``tokenizer``), over a tokenizer alone: training documents are built by the
-    evaluation tasks' own code, so their format is the evaluation's, token for token."""
+    ``with_bos``, ``prompt``, ``prompt_budget``, ``continuation_ids``: :class:`lctx.harness.lm.TokenizerSide`),
+    over a tokenizer alone: training documents are built by the evaluation tasks' own code, so their format
+    is the evaluation's, token for token (chat template off, BOS first, no position limit)."""
 
     def __init__(self, tokenizer, bos_id: int = BOS_ID):
-        self.tokenizer, self.bos_id = tokenizer, bos_id
+        self.tokenizer, self._bos = tokenizer, bos_id
+        self.name, self.add_bos, self.chat_template, self.system_prompt, self.max_length = \
+            "training tokenizer", True, False, None, None
 
-    def encode(self, text: str) -> list[int]:
-        """Token ids of ``text`` without special tokens."""
-        return self.tokenizer.encode(text, add_special_tokens=False)
-
-    def decode(self, ids: list[int]) -> str:
-        """Text of ``ids`` (special tokens dropped)."""
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
-
-    def with_bos(self, ids: list[int]) -> list[int]:
-        """``[BOS] + ids``."""
-        return [self.bos_id] + list(ids)
+    @property
+    def bos_id(self) -> int:
+        """The BOS id training puts first (``BOS_ID`` unless given)."""
+        return self._bos
 
 
 @dataclass

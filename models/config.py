@@ -47,7 +47,9 @@ VARIANT_OPTIONS: dict[str, dict[str, Opt]] = {
                                       "default true with ggd_bam)")},
     "alibi_lsh": {"lsh_samples": Opt(int, 16, "random binnings s"), "lsh_seed": Opt(int, 0, "seed of layer 0"),
                   "lsh_block": Opt(int, 128, "query block of the reference"),
-                  "lsh_resample_eval": Opt(bool, False, "resample the bins at evaluation")},
+                  "lsh_resample_eval": Opt(bool, False, "resample the bins at evaluation"),
+                  "lsh_exact_dispatch": Opt(bool, True, "fast path on CPU: run exact ALiBi where every query "
+                                                         "shares a bin with every key in all samples")},
     "acc_rot": {"acc_rot_mode": Opt(str, "random", "random or learned increments", ("random", "learned")),
                 "acc_rot_spread": Opt(float, 0.25, "std of the random increments / scale of the learned map (rad)"),
                 "acc_rot_base": Opt(str, "rope", "base frequencies", ("rope", "zero")),

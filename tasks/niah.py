@@ -604,13 +604,14 @@ class RulerNIAH(Task):
         return min(int(NIAHBuilder(self, lm, Cell(1 << 30, 0.5, s), 0).total(0)) for s in range(8))
 
     def cost(self, lm, cell: Cell) -> float:
-        """In prefill tokens (see :data:`DECODE_STEP_TOKENS`): the prompt prefill and the generation budget
-        (``cell.length`` tokens in all, the budget as decode steps), then one teacher-forced prefill of the
-        prompt per expected value and one for the control value."""
+        """In prefill tokens (see :data:`DECODE_STEP_TOKENS`): one prefill of the prompt (``cell.length``
+        tokens), the generation budget as decode steps, then one short teacher-forced forward per expected
+        value and one for the control value, each through the same prefilled KV cache (rewound; a forward of
+        a few tokens costs about one decode step)."""
         n_values = self.config.num_needle_q * self.config.num_needle_v
         example = {"numbers": "1234567", "uuids": str(uuid.UUID(int=0, version=4))}[self.config.type_needle_v]
         budget = self.max_new_tokens or len(lm.encode(" " + ", ".join([example] * n_values))) + 8  # as NIAHBuilder
-        return float(cell.length) * (2 + n_values) + budget * (DECODE_STEP_TOKENS - 1)
+        return float(cell.length) + (budget + n_values + 1) * DECODE_STEP_TOKENS
 
     # data ------------------------------------------------------------------------------------------------
     def data_files(self) -> dict[str, Path]:

@@ -150,7 +150,7 @@ def test_toeplitz_table_is_the_reference_bias_on_the_diagonals():
     from lctx.models.variants import get_variant
 
     for variant in ("alibi", "ggd_bam"):
-        cfg = tiny_config(variant, variant_options={"ggd_shared": False})
+        cfg = tiny_config(variant, variant_options={"ggd_shared": False} if variant == "ggd_bam" else {})
         mod = get_variant(variant)(cfg, 0)
         if variant == "ggd_bam":
             mod.prior = ggd_prior(cfg.num_attention_heads).cpu()
