@@ -214,6 +214,18 @@ def test_run_lmeval_matches_independent_scoring_and_resumes(tiny_data, tmp_path,
     again = lmeval.run_lmeval([lm], specs, source, out, data_dir=tiny_data, progress=False, log=lambda *_: None)
     assert again["ran"] == 0 and again["skipped"] == 5  # resumed: every question already recorded
 
+    # issue 10 item 3: new contents of a local data file (same size, same mtime) rerun that task only
+    arc_file = tiny_data / "arc" / "ARC-Easy-Test.jsonl"
+    st = arc_file.stat()
+    arc_file.write_text(arc_file.read_text().replace("clouds", "CLOUDS"))
+    os.utime(arc_file, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert arc_file.stat().st_size == st.st_size
+    third = lmeval.run_lmeval([lm], specs, source, out, data_dir=tiny_data, progress=False, log=lambda *_: None)
+    assert third["ran"] == 3 and third["skipped"] == 2  # arc_easy's 3 questions rerun, mmlu's 2 resume
+    t = pd.read_parquet(out / "results.parquet")
+    assert t[t["task"] == "arc_easy"]["data_fingerprint"].nunique() == 1 and (t["status"] == "ok").all()
+    assert not t.duplicated(["task", "metric", "sample"]).any()  # the old arc records left the tables
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize("task", ["arc_easy", "arc_challenge"])

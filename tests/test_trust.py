@@ -863,3 +863,141 @@ def test_15_bench_option_goes_to_the_variants_that_take_it(tmp_path, capsys):
                             "--out", tmp_path / "b"], capsys)
     assert_one_line_error(code, err, "lsh_sampels", "not an option of any variant")
     assert not (tmp_path / "b").exists()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Inputs that main gained after the first pass (GGUF loading, RULER's vt/cwe/fwe/qa, the ruler group)
+
+def ruler_qa_data(root: Path) -> Path:
+    """ruler_data's essay and word lists plus RULER's verb list and a SQuAD dev file (tests/ruler_fixtures.py)."""
+    from ruler_fixtures import write_squad
+
+    ruler_data(root, " ".join(f"Sentence {i} tells a short story about the sea." for i in range(200)))
+    (root / "ruler" / "wonderwords" / "verblist.txt").write_text("run\nswim\nfly\nread\n")
+    write_squad(root / "squad" / "dev-v2.0.json", 2, 2)
+    return root
+
+
+def rewrite_same_size_same_mtime(path: Path, new: bytes) -> None:
+    st = os.stat(path)
+    assert len(new) == st.st_size
+    path.write_bytes(new)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_3_ruler_tasks_put_their_data_files_in_the_key(tmp_path):
+    # RulerTask kept its files in an attribute named data_files, which hid Task.data_files(): every
+    # `lctx run --tasks vt|cwe|fwe|qa_1|qa_2|ruler` died with TypeError "'dict' object is not callable"
+    from lctx.tasks import get_task
+
+    root = ruler_qa_data(tmp_path / "d")
+    for name in ("vt", "fwe"):  # generated from a seed: no data file
+        assert get_task(name)().data_fingerprint() is None
+    cwe, qa = get_task("cwe")(data_dir=root, cache=False), get_task("qa_1")(data_dir=root, cache=False)
+    assert set(cwe.data_files()) == {"ruler/wonderwords/nounlist.txt", "ruler/wonderwords/adjectivelist.txt",
+                                     "ruler/wonderwords/verblist.txt", "ruler/PaulGrahamEssays.json"}
+    assert set(qa.data_files()) == {"qa"}
+    niah = get_task("niah_single_2")(data_dir=root, cache=False)  # NIAH's essay haystack
+    assert "ruler/PaulGrahamEssays.json" in niah.data_files()  # and the word lists of its keys
+    fps = {"cwe": cwe.data_fingerprint(), "qa_1": qa.data_fingerprint(), "niah": niah.data_fingerprint()}
+    assert all(isinstance(v, str) and len(v) == 16 for v in fps.values())
+    noun = root / "ruler" / "wonderwords" / "nounlist.txt"
+    rewrite_same_size_same_mtime(noun, noun.read_bytes().upper())
+    squad = root / "squad" / "dev-v2.0.json"
+    rewrite_same_size_same_mtime(squad, squad.read_bytes().replace(b"market town", b"harbor town"))
+    assert get_task("cwe")(data_dir=root, cache=False).data_fingerprint() != fps["cwe"]
+    assert get_task("qa_1")(data_dir=root, cache=False).data_fingerprint() != fps["qa_1"]
+    essay = root / "ruler" / "PaulGrahamEssays.json"
+    rewrite_same_size_same_mtime(essay, essay.read_bytes().replace(b"the sea", b"the air"))
+    assert get_task("niah_single_2")(data_dir=root, cache=False).data_fingerprint() != fps["niah"]
+
+
+def test_3_ruler_qa_data_change_reruns_through_the_runner(make_checkpoint, tmp_path):
+    from lctx.tasks import get_task
+
+    root = ruler_qa_data(tmp_path / "d")
+    ck, out = make_checkpoint("rope"), tmp_path / "o"
+    lm = load_lm(str(ck), device="cpu")
+
+    def qa():
+        return get_task("qa_1")(data_dir=root, cache=False, max_new_tokens=2)
+
+    length = qa().min_length(lm) + 64
+    first = run_sweep([lm], [qa()], RunSpec([length], [0.5], 1), out, progress=False)
+    assert first["ran"] == 1 and first["errors"] == 0, first["table"][["status", "error"]]
+    again = run_sweep([lm], [qa()], RunSpec([length], [0.5], 1), out, progress=False)
+    assert again["ran"] == 0  # unchanged inputs resume
+    squad = root / "squad" / "dev-v2.0.json"
+    rewrite_same_size_same_mtime(squad, squad.read_bytes().replace(b"market town", b"harbor town"))
+    third = run_sweep([lm], [qa()], RunSpec([length], [0.5], 1), out, progress=False)
+    assert third["ran"] == 1 and third["superseded"] == 1  # the old record leaves the tables
+    assert third["table"]["data_fingerprint"].nunique() == 1
+    meta = json.loads((out / "run.json").read_text())
+    assert meta["inputs"]["data"]["qa_1"] == third["table"]["data_fingerprint"].iloc[0]
+
+
+@pytest.mark.slow
+def test_1_gguf_content_is_the_model_fingerprint(tmp_path, monkeypatch):
+    from gguf_tiny import write_tiny_gguf
+
+    monkeypatch.setenv("LCTX_CACHE_DIR", str(tmp_path / "cache"))
+    g = write_tiny_gguf(tmp_path / "tiny.gguf")
+    data = tmp_path / "doc.txt"
+    data.write_text(TEXT)
+    out = tmp_path / "o"
+    first = sweep(g, [ppl_task(data)], out, cache_dir=str(tmp_path / "cache"))
+    assert first["ran"] == 1
+    meta = json.loads((out / "run.json").read_text())
+    assert meta["inputs"]["models"]["tiny"]["files"] == {"tiny.gguf": F.file_digest(g)}  # the GGUF's own bytes
+    st = os.stat(g)
+    write_tiny_gguf(g, seed=1)  # other weights, same size; mtime put back as cp -p leaves it
+    os.utime(g, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert os.stat(g).st_size == st.st_size
+    second = sweep(g, [ppl_task(data)], out, cache_dir=str(tmp_path / "cache"))
+    assert second["ran"] == 1 and second["superseded"] == 1
+    assert value(second, "ppl", "ppl") != value(first, "ppl", "ppl")
+    # byte-identical copy elsewhere, same stem: the same fingerprint, so a run there would resume
+    (tmp_path / "copy").mkdir()
+    shutil.copy2(g, tmp_path / "copy" / "tiny.gguf")
+    again = sweep(tmp_path / "copy" / "tiny.gguf", [ppl_task(data)], out, cache_dir=str(tmp_path / "cache"))
+    assert again["ran"] == 0
+
+
+def ruler_run_dir(root: Path, name: str, niah: tuple[float, float], threshold: float = 50.0) -> Path:
+    """A run directory whose tables hold task rows and the ruler group's derived rows (average per length and
+    an effective_length row without a length), made by the same code as `lctx run --tasks ruler`."""
+    from lctx.harness import ruler as group
+
+    d = root / name
+    d.mkdir()
+    recs = []
+    for L, v in zip((1024, 2048), niah):
+        for task, metric, depth in (("niah_single_1", "string_match_all", 0.5), ("cwe", "string_match_all", None)):
+            recs.append({"model": "m", "variant": "llama", "task": task, "length": L, "depth": depth, "sample": 0,
+                         "metrics": {metric: v}, "status": "ok", "error": "", "seed": 0, "task_options": {},
+                         "train_length": None})
+    (d / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    group.write_tables_with_ruler(d, group.RulerSpec(threshold=threshold, tasks=("niah_single_1", "cwe")), plots=False)
+    return d
+
+
+def test_12_compare_ruler_runs_with_a_lengthless_effective_length(tmp_path, capsys):
+    good = ruler_run_dir(tmp_path, "good", (0.9, 0.8))  # averages 90, 80: effective length 2048
+    worse = ruler_run_dir(tmp_path, "worse", (0.9, 0.1))  # 90, 10: effective length 1024
+    s = pd.read_csv(good / "summary.csv")
+    eff = s[s["metric"] == "effective_length"]
+    assert len(eff) == 1 and pd.isna(eff["length"].iloc[0]) and eff["mean"].iloc[0] == 2048
+    code, out, err = run_cli(["compare", good, "--baseline", good], capsys)
+    assert code == 0 and "PASS" in out, err
+    code, out, err = run_cli(["compare", worse, "--baseline", good], capsys)
+    assert code == 1 and "regression" in out and "Traceback" not in err  # a regression, not a crash
+    table = pd.read_csv(tmp_path / "worse" / "compare" / "compare.csv")
+    regressed = table[table["status"] == "regression"]
+    assert {"effective_length", "average"} <= set(regressed["metric"])
+    # an errored effective_length (empty mean, n = 0) is an error cell, not a crash
+    s.loc[s["metric"] == "effective_length", ["mean", "n", "n_error"]] = [None, 0, 1]
+    s.to_csv(worse / "summary.csv", index=False)
+    code, out, err = run_cli(["compare", worse, "--baseline", good], capsys)
+    assert code == 1 and "Traceback" not in err and "1 errored" in out
+    table = pd.read_csv(tmp_path / "worse" / "compare" / "compare.csv")
+    assert table.set_index("metric").loc["effective_length", "status"] == "error"
