@@ -912,6 +912,7 @@ def test_3_ruler_tasks_put_their_data_files_in_the_key(tmp_path):
     assert get_task("niah_single_2")(data_dir=root, cache=False).data_fingerprint() != fps["niah"]
 
 
+@pytest.mark.slow
 def test_3_ruler_qa_data_change_reruns_through_the_runner(make_checkpoint, tmp_path):
     from lctx.tasks import get_task
 
@@ -1001,3 +1002,20 @@ def test_12_compare_ruler_runs_with_a_lengthless_effective_length(tmp_path, caps
     assert code == 1 and "Traceback" not in err and "1 errored" in out
     table = pd.read_csv(tmp_path / "worse" / "compare" / "compare.csv")
     assert table.set_index("metric").loc["effective_length", "status"] == "error"
+
+
+@pytest.mark.slow
+def test_7_nan_model_is_an_error_in_the_ruler_tasks(make_checkpoint, tmp_path):
+    # vt/cwe/fwe/qa score by greedy generation (LM.prefill + LM.greedy): the same shared check applies
+    from lctx.tasks import get_task
+
+    ck = nan_checkpoint(make_checkpoint, "layer0")
+    root = ruler_qa_data(tmp_path / "d")
+    lm = load_lm(str(ck), device="cpu")
+    tasks = [get_task("vt")(max_new_tokens=2, cache=False), get_task("qa_1")(data_dir=root, cache=False,
+                                                                             max_new_tokens=2)]
+    length = max(t.min_length(lm) for t in tasks) + 32
+    res = run_sweep([lm], tasks, RunSpec([length], [0.5], 1), tmp_path / "o", progress=False)
+    t = res["table"]
+    assert set(t["task"]) == {"vt", "qa_1"} and res["errors"] == 2
+    assert (t["status"] == "error").all() and t["error"].str.contains("non-finite logits").all()
