@@ -1019,3 +1019,27 @@ def test_7_nan_model_is_an_error_in_the_ruler_tasks(make_checkpoint, tmp_path):
     t = res["table"]
     assert set(t["task"]) == {"vt", "qa_1"} and res["errors"] == 2
     assert (t["status"] == "error").all() and t["error"].str.contains("non-finite logits").all()
+
+
+def test_4_ruler_average_uses_only_the_current_inputs_records(tmp_path):
+    # after a retrain into the same --out, the derived ruler rows average the new weights' records only
+    from lctx.harness import ruler as group
+    from lctx.harness.tables import label_of
+
+    d = tmp_path / "o"
+    d.mkdir()
+    recs, current = [], {}
+    for fp, v in (("old", 1.0), ("new", 0.2)):
+        for task, depth in (("niah_single_1", 0.5), ("cwe", None)):
+            r = {"model": "m", "variant": "llama", "task": task, "length": 1024, "depth": depth, "sample": 0,
+                 "metrics": {"string_match_all": v}, "status": "ok", "error": "", "seed": 0, "task_options": {},
+                 "train_length": None, "fingerprint": fp, "model_fingerprint": fp}
+            recs.append(r)
+            current[label_of(r)] = "new"
+    (d / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    (d / "run.json").write_text(json.dumps({"current": current}))
+    table, summary, _ = group.write_tables_with_ruler(d, group.RulerSpec(threshold=50.0, tasks=("niah_single_1", "cwe")),
+                                                      plots=False)
+    avg = summary[(summary["task"] == "ruler") & (summary["metric"] == "average")]
+    assert len(avg) == 1 and avg["mean"].iloc[0] == pytest.approx(20.0)  # 100 x 0.2, not (100 + 20) / 2
+    assert (summary[summary["task"] != "ruler"]["n"] == 1).all()
