@@ -177,6 +177,18 @@ def file_digest(path: str | os.PathLike, use_cache: bool = True) -> str:
     return digest
 
 
+def content_key(*paths: str | os.PathLike) -> tuple[str, ...]:
+    """The SHA-256 of each file (:func:`file_digest`, served from the digest cache when the file is
+    unchanged): the key under which a task caches data parsed from those files in memory, so that a file
+    rewritten in place (same path, size and mtime) within one process is read again rather than served
+    stale while the record's fingerprint names the new content.
+
+    Raises:
+        LctxError: as :func:`file_digest`.
+    """
+    return tuple(file_digest(p) for p in paths)
+
+
 def flush_cache() -> None:
     """Write new cached digests to disk (errors ignored). Called after each batch of hashing."""
     _CACHE.flush()

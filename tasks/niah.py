@@ -72,6 +72,7 @@ from typing import Any, Callable
 import numpy as np
 
 from lctx.harness.errors import LctxError
+from lctx.harness.fingerprint import content_key
 
 from .base import DECODE_STEP_TOKENS, Cell, Sample, Task, register_task
 
@@ -220,15 +221,25 @@ def resolve_data_dir(data_dir: str | os.PathLike | None, task: str) -> Path:
     return p
 
 
-@functools.lru_cache(maxsize=8)
 def _file_digest(path: str) -> str:
+    """16 hex digits of SHA-1 of a file's bytes (the sample caches' data key), cached in memory by content
+    (:func:`lctx.harness.fingerprint.content_key`), never by path alone."""
+    return _sha1(path, content_key(path))
+
+
+@functools.lru_cache(maxsize=8)
+def _sha1(path: str, content: tuple[str, ...]) -> str:
     return hashlib.sha1(Path(path).read_bytes()).hexdigest()[:16]
 
 
-@functools.lru_cache(maxsize=4)
 def load_words(data_dir: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(adjectives, nouns) from RULER's wonderwords lists, read as wonderwords does (``readlines`` +
-    ``rstrip``), deduplicated and sorted."""
+    ``rstrip``), deduplicated and sorted; cached in memory by the files' content."""
+    return _load_words(data_dir, content_key(Path(data_dir) / ADJ_FILE, Path(data_dir) / NOUN_FILE))
+
+
+@functools.lru_cache(maxsize=4)
+def _load_words(data_dir: str, content: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     def read(rel):
         with open(Path(data_dir) / rel, encoding="utf-8") as f:
             return tuple(sorted({w.rstrip() for w in f.readlines()} - {""}))
@@ -288,9 +299,13 @@ class Essay:
         return k * self._char_start[self.W] + self._char_start[r]
 
 
-@functools.lru_cache(maxsize=2)
 def load_essay(path: str) -> Essay:
-    """The :class:`Essay` of a ``PaulGrahamEssays.json`` (cached per path)."""
+    """The :class:`Essay` of a ``PaulGrahamEssays.json`` (cached in memory by the file's content)."""
+    return _load_essay(path, content_key(path))
+
+
+@functools.lru_cache(maxsize=2)
+def _load_essay(path: str, content: tuple[str, ...]) -> Essay:
     return Essay(path)
 
 

@@ -84,6 +84,7 @@ from typing import Any, Callable, ClassVar
 import numpy as np
 
 from lctx.harness.errors import LctxError
+from lctx.harness.fingerprint import content_key
 
 from .base import DECODE_STEP_TOKENS, Cell, Sample, Task, register_task
 from .niah import (ADJ_FILE, ESSAY_FILE, MATCH_MODES, NOUN_FILE, RULER_NOISE, RulerNIAH, _atomic_write_json,
@@ -156,11 +157,15 @@ def fit_size(total: Callable[[int], int], length: int, lo: int, guess: int | Non
     return a
 
 
-@functools.lru_cache(maxsize=4)
 def load_cwe_words(data_dir: str) -> tuple[str, ...]:
     """RULER's ``cwe`` word pool: wonderwords' nouns + adjectives + verbs, each list read as wonderwords'
     ``_get_words_from_text_file`` does (lines, right-stripped), then ``sorted(set(...))`` as
-    ``common_words_extraction.py`` does."""
+    ``common_words_extraction.py`` does; cached in memory by the files' content."""
+    return _load_cwe_words(data_dir, content_key(*(Path(data_dir) / rel for rel in (NOUN_FILE, ADJ_FILE, VERB_FILE))))
+
+
+@functools.lru_cache(maxsize=4)
+def _load_cwe_words(data_dir: str, content: tuple[str, ...]) -> tuple[str, ...]:
     words: set[str] = set()
     for rel in (NOUN_FILE, ADJ_FILE, VERB_FILE):
         with open(Path(data_dir) / rel, encoding="utf-8") as f:
@@ -169,10 +174,14 @@ def load_cwe_words(data_dir: str) -> tuple[str, ...]:
     return tuple(sorted(words))
 
 
-@functools.lru_cache(maxsize=2)
 def load_essay_words(data_dir: str, exclude: tuple[str, ...]) -> tuple[str, ...]:
     """lctx's stand-in for RULER's ``english_words.json``: the distinct lower-case alphabetic words of the essay
-    haystack (``ruler/PaulGrahamEssays.json``) not in ``exclude``, sorted."""
+    haystack (``ruler/PaulGrahamEssays.json``) not in ``exclude``, sorted; cached in memory by the file's content."""
+    return _load_essay_words(data_dir, exclude, content_key(Path(data_dir) / ESSAY_FILE))
+
+
+@functools.lru_cache(maxsize=2)
+def _load_essay_words(data_dir: str, exclude: tuple[str, ...], content: tuple[str, ...]) -> tuple[str, ...]:
     text = json.loads((Path(data_dir) / ESSAY_FILE).read_text(encoding="utf-8"))["text"]
     found = set(re.findall(r"(?<![\w'-])[a-z]+(?![\w'-])", text))
     return tuple(sorted(found - set(exclude)))

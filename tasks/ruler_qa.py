@@ -46,6 +46,7 @@ from pathlib import Path
 import numpy as np
 
 from lctx.harness.errors import LctxError
+from lctx.harness.fingerprint import content_key
 
 from .base import Cell, register_task
 from .ruler import HaystackBuilder, RulerTask
@@ -122,13 +123,14 @@ def read_hotpotqa(data) -> QAData:
 
 
 @functools.lru_cache(maxsize=4)
-def _load(path: str, kind: str, size: int, mtime: float) -> QAData:
+def _load(path: str, kind: str, content: tuple[str, ...]) -> QAData:
     data = json.loads(Path(path).read_text(encoding="utf-8"))
     return read_squad(data) if kind == "squad" else read_hotpotqa(data)
 
 
 def load_qa(path: str | os.PathLike, kind: str, task: str) -> QAData:
-    """Read a SQuAD (``kind="squad"``) or HotpotQA (``"hotpotqa"``) JSON file (cached per path, size and mtime).
+    """Read a SQuAD (``kind="squad"``) or HotpotQA (``"hotpotqa"``) JSON file (cached in memory by its content,
+    :func:`lctx.harness.fingerprint.content_key`: a same-size, same-mtime rewrite is read again).
 
     Raises:
         LctxError: the file is unreadable, not JSON, not in the official format, or has no usable question.
@@ -139,8 +141,8 @@ def load_qa(path: str | os.PathLike, kind: str, task: str) -> QAData:
             'HotpotQA JSON (a list of {"question", "answer", "supporting_facts", "context": [[title, [sentences]]]}, '
             'e.g. hotpot_dev_distractor_v1.json)')
     try:
-        st = p.stat()
-        out = _load(str(p.resolve()), kind, st.st_size, st.st_mtime)
+        p.stat()
+        out = _load(str(p.resolve()), kind, content_key(p))
     except OSError as e:
         raise LctxError(f"task {task!r}: cannot read {str(p)!r} ({e.strerror or e}); pass the {want}") from None
     except json.JSONDecodeError as e:

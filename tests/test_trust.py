@@ -579,7 +579,8 @@ def remote_code_checkpoint(tmp_path) -> tuple[Path, Path]:
 @pytest.mark.parametrize("cmd", [["plan", "--model", "{d}", "--length", "1k"],
                                  ["run", "--model", "{d}", "--tasks", "passkey", "--lengths", "160"],
                                  ["diagnose", "far-mass", "--model", "{d}", "--lengths", "256"],
-                                 ["diagnose", "prior", "--model", "{d}"]])
+                                 ["diagnose", "prior", "--model", "{d}"],
+                                 ["bench", "--model", "{d}", "--lengths", "64"]])  # bench --model came later
 def test_14_remote_code_is_refused(tmp_path, capsys, cmd, monkeypatch):
     d, marker = remote_code_checkpoint(tmp_path)
     monkeypatch.setattr("sys.stdin", open(os.devnull))  # nobody to answer a prompt
@@ -1043,3 +1044,26 @@ def test_4_ruler_average_uses_only_the_current_inputs_records(tmp_path):
     avg = summary[(summary["task"] == "ruler") & (summary["metric"] == "average")]
     assert len(avg) == 1 and avg["mean"].iloc[0] == pytest.approx(20.0)  # 100 x 0.2, not (100 + 20) / 2
     assert (summary[summary["task"] != "ruler"]["n"] == 1).all()
+
+
+def test_3_in_process_data_caches_follow_the_content(tmp_path):
+    # the parsed-data caches of NIAH/RULER were keyed by path (qa: path, size and mtime): within one process a
+    # file rewritten in place was served stale while the record's fingerprint named the new content
+    from lctx.tasks import niah as N
+    from lctx.tasks import ruler as R
+    from lctx.tasks.ruler_qa import load_qa
+
+    root = ruler_qa_data(tmp_path / "d")
+    squad = root / "squad" / "dev-v2.0.json"
+    noun = root / "ruler" / "wonderwords" / "nounlist.txt"
+    essay = root / "ruler" / "PaulGrahamEssays.json"
+    before = (load_qa(squad, "squad", "qa_1").docs, N.load_words(str(root)), R.load_cwe_words(str(root)),
+              N._file_digest(str(essay)), R.load_essay_words(str(root), ()))
+    rewrite_same_size_same_mtime(squad, squad.read_bytes().replace(b"market town", b"harbor town"))
+    rewrite_same_size_same_mtime(noun, noun.read_bytes().upper())
+    rewrite_same_size_same_mtime(essay, essay.read_bytes().replace(b"the sea", b"the air"))
+    after = (load_qa(squad, "squad", "qa_1").docs, N.load_words(str(root)), R.load_cwe_words(str(root)),
+             N._file_digest(str(essay)), R.load_essay_words(str(root), ()))
+    for what, a, b in zip(("qa docs", "niah words", "cwe words", "essay digest", "essay words"), before, after):
+        assert a != b, what
+    assert any("harbor town" in d for d in after[0]) and "air" in after[4] and "air" not in before[4]
