@@ -285,14 +285,19 @@ def damage(lab: Lab, rep: Report, rng: random.Random) -> None:
               (out / "summary.csv").is_file() and not (out / "summary.csv").is_symlink(), tail(p))
 
     # a second process on the same --out
-    slow = lab.args(out, tasks="passkey", lengths="256,384,512", depths="0,0.25,0.5,0.75,1", samples=3)
+    # the holder has far more samples than it can finish while a second process starts (seconds to a minute
+    # on a loaded machine); it is killed once the second run has answered
+    slow = lab.args(out, tasks="passkey", lengths="256,384,512", depths="0,0.25,0.5,0.75,1", samples=60)
     first = subprocess.Popen(LCTX + [str(a) for a in slow], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True, stdin=subprocess.DEVNULL)
+    lock = out / ".lctx.lock"  # emptied when a run releases it: non-empty = held, with the holder's PID
     deadline = time.time() + 300
-    while time.time() < deadline and not (out / ".lctx.lock").read_text().strip():
+    while time.time() < deadline and first.poll() is None and not (lock.exists() and lock.read_text().strip()):
         time.sleep(0.2)
     p = lctx(*slow)
-    rep.check("a second lctx run on the same --out", one_line_error(p) and f"PID {first.pid}" in p.stderr, tail(p))
+    still = first.poll() is None
+    rep.check("a second lctx run on the same --out", still and one_line_error(p) and f"PID {first.pid}" in p.stderr,
+              tail(p) + ("" if still else f" (the holder had ended first, exit {first.returncode})"))
     first.send_signal(signal.SIGKILL)
     first.wait()
     p = lctx(*lab.args(out, tasks="passkey"))
@@ -304,7 +309,7 @@ def damage(lab: Lab, rep: Report, rng: random.Random) -> None:
 def full_disk(lab: Lab, rep: Report) -> None:
     mnt = lab.root / "small_fs"
     mnt.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=160k", "tmpfs", str(mnt)],
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)],
                              capture_output=True).returncode == 0
     try:
         out = mnt / "o"
@@ -314,7 +319,7 @@ def full_disk(lab: Lab, rep: Report) -> None:
             p = lctx(*lab.args(out, tasks="passkey", depths="0"))
             free = shutil.disk_usage(mnt).free
             ballast.write_bytes(b"\0" * max(0, free - 6000))  # room for a few records, not for the tables
-            how = "a 160 KB tmpfs filled to a few KB"
+            how = "a 1 MB tmpfs filled to a few KB"
             p = lctx(*lab.args(out, **grid))
         else:
             how = "RLIMIT_FSIZE (no mount permission)"
