@@ -3,7 +3,7 @@ and check that every number still comes from the inputs named beside it.
 
 Run it (several minutes: each check starts real ``lctx`` processes on the bundled tiny checkpoint)::
 
-    python tests/fault_injection.py [--kills 8] [--seed 0] [--keep DIR]
+    python tests/fault_injection.py [--kills 8] [--seed 0] [--keep DIR] [--only SECTION ...]
 
 It prints one line per check, ``[held]`` or ``[FAILED]``, with what was tried and what was seen, then the
 counts: tried, held, failed. Exit status 0 when everything held, 1 otherwise. Checks that need root
@@ -35,6 +35,9 @@ LCTX = [sys.executable, "-m", "lctx.cli"]
 VOLATILE = ["run_id", "wall_s", "peak_mem_bytes", "timestamp", "git_rev"]
 TEXT = ("Every module documents the functions it exports. A function takes arguments and returns a value, "
         "which may be None when nothing is returned. The examples below show a call and its result. ") * 20
+
+
+SECTIONS = ("inputs", "damage", "full_disk", "others", "kills")
 
 
 class Report:
@@ -303,8 +306,6 @@ def damage(lab: Lab, rep: Report, rng: random.Random) -> None:
     p = lctx(*lab.args(out, tasks="passkey"))
     rep.check("after the holder is killed -9, the lock is free", p.returncode == 0, tail(p))
 
-    full_disk(lab, rep)
-
 
 def full_disk(lab: Lab, rep: Report) -> None:
     mnt = lab.root / "small_fs"
@@ -317,9 +318,17 @@ def full_disk(lab: Lab, rep: Report) -> None:
         if mounted:
             ballast = mnt / "ballast"
             p = lctx(*lab.args(out, tasks="passkey", depths="0"))
+            before = len((out / "records.jsonl").read_text().splitlines())
             free = shutil.disk_usage(mnt).free
-            ballast.write_bytes(b"\0" * max(0, free - 6000))  # room for a few records, not for the tables
-            how = "a 1 MB tmpfs filled to a few KB"
+            ballast.write_bytes(b"\0" * max(0, free - 1024))  # not one 4 KB page left: run.json cannot be written
+            p = lctx(*lab.args(out, **grid))
+            rep.check("full disk before the run writes anything (a 1 MB tmpfs, no page free)", one_line_error(p)
+                      and "space" in p.stderr and ("kept" in p.stderr or "safe" in p.stderr)
+                      and len((out / "records.jsonl").read_text().splitlines()) == before, tail(p))
+            ballast.unlink()
+            free = shutil.disk_usage(mnt).free
+            ballast.write_bytes(b"\0" * max(0, free - 3 * 4096))  # room for run.json and a few records only
+            how = "a 1 MB tmpfs with three 4 KB pages free: full in the middle of the records"
             p = lctx(*lab.args(out, **grid))
         else:
             how = "RLIMIT_FSIZE (no mount permission)"
@@ -329,7 +338,7 @@ def full_disk(lab: Lab, rep: Report) -> None:
             lim = size + 3000
             p = lctx(*lab.args(out, **grid), preexec=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (lim, lim)))
         rep.check(f"full disk ({how})", one_line_error(p) and ("space" in p.stderr or "too large" in p.stderr)
-                  and "kept" in p.stderr, tail(p))
+                  and ("kept" in p.stderr or "safe" in p.stderr), tail(p))
         if mounted:
             ballast.unlink()
         p = lctx(*lab.args(out, **grid))
@@ -430,6 +439,7 @@ def main() -> int:
                                                           "SIGINT and SIGTERM each)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--keep", type=Path, default=None, help="Keep the scratch folder here.")
+    ap.add_argument("--only", nargs="+", choices=SECTIONS, default=None, help="Run only these sections.")
     a = ap.parse_args()
     rng = random.Random(a.seed)
     root = a.keep or Path(tempfile.mkdtemp(prefix="lctx-faults-"))
@@ -440,8 +450,11 @@ def main() -> int:
     try:
         for name, fn in [("inputs", lambda: input_changes(Lab(root / "inputs"), rep)),
                          ("damage", lambda: damage(Lab(root / "damage"), rep, rng)),
+                         ("full_disk", lambda: full_disk(Lab(root / "disk"), rep)),
                          ("others", lambda: other_inputs(Lab(root / "others"), rep)),
                          ("kills", lambda: kills(Lab(root / "kills"), rep, a.kills, rng))]:
+            if a.only and name not in a.only:
+                continue
             print(f"--- {name}", flush=True)
             try:
                 fn()
