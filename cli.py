@@ -112,8 +112,9 @@ def run(
         warn=lambda m: typer.echo(m, err=True))
     if not result.is_main or result.table is None:
         return
-    if "flatness" in result.reports:
-        typer.echo(result.reports["flatness"])
+    for name in ("lmeval", "flatness"):  # the ruler group's grid comes last, after the plots
+        if name in result.reports:
+            typer.echo(result.reports[name])
     _print_summary(result.summary)
     failed = result.failed
     if len(failed):

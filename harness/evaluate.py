@@ -142,15 +142,11 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
     task_names = (split_list(tasks, "--tasks", "--tasks passkey,ppl (see `lctx list tasks`)")
                   if isinstance(tasks, str) else list(tasks))
     task_option = _task_option_items(task_options)
-    from lctx.harness import flatness  # `flatness` = ppl + a retrieval task, derived rows after the sweep
+    task_names, task_option, steps = expand_derived(task_names, task_option, log if dinfo.is_main else None,
+                                                    data_dir=data_dir, samples=samples, depths=depth_list)
+    flat_spec = next((st.spec for st in steps if st.name == "flatness"), None)
+    from lctx.harness import flatness  # relative lengths and training lengths (--relative, --train-length)
 
-    task_names, task_option, flat_spec = flatness.split_flatness(task_names, task_option)
-    from lctx.harness import ruler as ruler_group  # `ruler` = RULER's 13 tasks, average + effective length after
-
-    task_names, task_option, ruler_spec, ruler_notes = ruler_group.split_ruler(task_names, task_option, data_dir,
-                                                                               samples, depth_list)
-    for line in ruler_notes if dinfo.is_main else []:
-        log(line)
     from lctx.tasks import lmeval  # mmlu, arc_easy, arc_challenge: lm-eval's evaluator, no length axis
 
     lmeval_names = [n for n in task_names if lmeval.is_lmeval_task(n)]
@@ -217,33 +213,54 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
                       if ppl_lengths else [(task_objs, spec)])
             for objs, sp in passes:
                 if objs:
-                    results.append(run_sweep(lms_g, objs, sp, out, progress=progress, log=log))
+                    results.append(run_sweep(lms_g, objs, sp, out, progress=progress, log=log, tables=False))
         if lmeval_specs:
             results.append(lmeval.run_lmeval(lms, *lmeval_specs, out, data_dir=data_dir, limit=limit,
                                              num_fewshot=num_fewshot, seed=seed, progress=progress, log=log,
-                                             chat_template=chat_template, system_prompt=system_prompt))
+                                             chat_template=chat_template, system_prompt=system_prompt,
+                                             tables=False))
         dist_.destroy()  # [distributed] leave the process group; only rank 0 writes the tables
         totals = {k: sum(r[k] for r in results) for k in ("ran", "skipped", "errors", "ok")}
         res = Result(out=out, is_main=dinfo.is_main, **totals)
         if not dinfo.is_main or not results:
             return res
-        last = dict(results[-1])
-        res.table, res.summary, res.plots = last["table"], last["summary"], list(last["plots"])
-        res.superseded = int(last.get("superseded", 0))
         if relative:
             flatness.note_run(out, models=[lm.path for lm in lms], relative=flatness.parse_relative(relative),
                               train_lengths={lm.name: lm.train_length for lm in lms})
-        if ruler_spec:  # the derived ruler rows (and flatness rows, when asked too) join the tables
-            res.table, res.summary, more = ruler_group.write_tables_with_ruler(out, ruler_spec, flat_spec)
-            res.plots += more
-        elif flat_spec:
-            res.table, res.summary, more = flatness.write_tables_with_flatness(out, flat_spec)
-            res.plots += more
-        if flat_spec:
-            res.reports["flatness"] = flatness.format_flatness(res.table)
-        if ruler_spec:
-            res.reports["ruler"] = ruler_group.format_ruler(res.table)
+        from lctx.harness.derived import write_run_tables
+
+        res.table, res.summary, res.plots = write_run_tables(out, steps)  # once, after every sweep
+        res.superseded = int(res.table.attrs.get("superseded", 0))
+        if lmeval_specs:
+            res.reports["lmeval"] = lmeval.format_summary(res.summary)
+        res.reports.update({st.name: st.report(res.table) for st in steps if st.report})
     return res
+
+
+def _derived_expanders() -> dict:
+    """The registry of derived post-processing steps: {name in ``--tasks``: expander}. An expander takes
+    (task names, ``--task-option`` items, data_dir=, samples=, depths=) and returns (task names with its own
+    replaced by the tasks it derives from, the option items not addressed to it, its
+    :class:`lctx.harness.derived.DerivedStep` or None when not asked for, lines to print)."""
+    from lctx.harness import flatness, ruler
+
+    return {flatness.TASK: flatness.expand, ruler.GROUP: ruler.expand}
+
+
+def expand_derived(task_names: list[str], task_option: list[str], log=None, **run) -> tuple[list[str], list[str], list]:
+    """Apply every derived step's expander (:func:`_derived_expanders`, in order) to the task names and option
+    items; returns (task names, option items, the steps asked for). ``log`` gets the expanders' notes.
+
+    Raises:
+        LctxError: a bad option of a derived step, or a group none of whose tasks can run.
+    """
+    steps = []
+    for expand in _derived_expanders().values():
+        task_names, task_option, st, notes = expand(task_names, task_option, **run)
+        steps += [st] if st else []
+        for line in notes if log else []:
+            log(line)
+    return task_names, task_option, steps
 
 
 def _build_tasks(task_names: list[str], task_opts: dict, get_task, out: Path, data_dir, cache_dir, ppl_defaults: dict,

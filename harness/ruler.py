@@ -32,6 +32,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from .derived import DerivedStep, base_record, ok_rows, write_run_tables
 from .errors import LctxError
 
 GROUP = "ruler"
@@ -186,13 +187,6 @@ def split_ruler(task_names: list[str], task_options: list[str], data_dir=None, s
 # deriving the numbers
 # ----------------------------------------------------------------------------------------------
 
-def _ok(df: pd.DataFrame) -> pd.DataFrame:
-    out = df[df["status"].astype("string").fillna("") == "ok"].copy()
-    out["value"] = pd.to_numeric(out["value"], errors="coerce")
-    out["length"] = pd.to_numeric(out["length"], errors="coerce")
-    return out.dropna(subset=["value", "length"])
-
-
 def task_scores(rows: pd.DataFrame, tasks: list[str] | tuple[str, ...]) -> pd.DataFrame:
     """Per task x length: RULER's score of each task (percent: mean of its metric over ok samples and depths,
     x100) for one model's rows; NaN where a task ran at a length but no sample succeeded. Index: the tasks
@@ -201,7 +195,7 @@ def task_scores(rows: pd.DataFrame, tasks: list[str] | tuple[str, ...]) -> pd.Da
     lengths = sorted({int(x) for x in pd.to_numeric(rows.loc[rows["task"].isin(present), "length"],
                                                     errors="coerce").dropna()})
     grid = pd.DataFrame(float("nan"), index=present, columns=lengths)
-    ok = _ok(rows)
+    ok = ok_rows(rows)
     for t in present:
         r = ok[(ok["task"] == t) & (ok["metric"] == task_metric(t))]
         for L, v in r.groupby(r["length"].astype("int64"))["value"].mean().items():
@@ -239,14 +233,8 @@ def derive_records(table: pd.DataFrame, spec: RulerSpec | None = None) -> list[d
         rows = rows[rows["task"].isin(tasks)]
         if rows.empty:
             continue
-        first = rows.iloc[0]
         tl = pd.to_numeric(rows["train_length"], errors="coerce").dropna()
-        base = {"model": model, "variant": variant or None, "task": GROUP, "depth": None, "sample": 0,
-                "seed": _scalar(first.get("seed")), "run_id": first.get("run_id"), "device": first.get("device"),
-                "dtype": first.get("dtype"), "attn_impl": first.get("attn_impl"),
-                "lctx_version": first.get("lctx_version"), "git_rev": first.get("git_rev"),
-                "train_length": int(tl.mode().iloc[0]) if len(tl) else None, "n_tokens": None, "depth_actual": None,
-                "status": "ok", "error": ""}
+        base = base_record(model, variant, rows, GROUP, int(tl.mode().iloc[0]) if len(tl) else None)
         grid = task_scores(rows, tasks)
         crit = {"tasks": tasks, "metrics": {t: task_metric(t) for t in tasks}, "unit": "percent",
                 "left_out": [t for t, _ in spec.left_out]}
@@ -264,59 +252,43 @@ def derive_records(table: pd.DataFrame, spec: RulerSpec | None = None) -> list[d
     return out
 
 
-def _scalar(v):
-    try:
-        return None if v is None or pd.isna(v) else int(v)
-    except (TypeError, ValueError):
-        return v
+def step(spec: RulerSpec) -> DerivedStep:
+    """The ruler group as a derived post-processing step (:class:`lctx.harness.derived.DerivedStep`): rows from
+    :func:`derive_records`, the group in ``run.json`` (key ``ruler``: threshold, tasks, left-out tasks and why),
+    ``plots/ruler_<model>.png``, :func:`format_ruler` as its text."""
+    return DerivedStep(GROUP, METRICS, spec, derive_records,
+                       lambda sp: {"threshold": sp.threshold, "tasks": list(sp.tasks),
+                                   "left_out": {t: w for t, w in sp.left_out}},
+                       _plots, format_ruler)
+
+
+def _plots(table: pd.DataFrame, out_dir: Path, spec: RulerSpec) -> list[Path]:
+    from .plots import ruler_grids  # matplotlib: only when a figure is drawn
+
+    return ruler_grids(table, out_dir)
+
+
+def expand(task_names: list[str], task_options: list[str], data_dir=None, samples: int = 1,
+           depths: list[float] | None = None) -> tuple[list[str], list[str], DerivedStep | None, list[str]]:
+    """:func:`split_ruler` in the common form of the derived steps' expanders (see
+    :data:`lctx.harness.evaluate.DERIVED`): (task names, option items left, the step or None, lines to print)."""
+    names, rest, spec, notes = split_ruler(task_names, task_options, data_dir, samples, depths)
+    return names, rest, (step(spec) if spec else None), notes
 
 
 def write_tables_with_ruler(out_dir: Path, spec: RulerSpec, flat_spec=None,
                             plots: bool = True) -> tuple[pd.DataFrame, pd.DataFrame, list[Path]]:
-    """Rewrite a run's ``results.parquet``/``results.csv``/``summary.csv`` from its ``records.jsonl`` plus the
-    derived ``ruler`` rows (and the flatness rows when ``flat_spec`` is given), note the group in ``run.json``
-    (key ``ruler``) and (``plots``) draw ``plots/ruler_<model>.png``. Returns (table, summary, plot paths).
+    """Rewrite a run's tables from its ``records.jsonl`` plus the derived ``ruler`` rows (and the flatness rows
+    when ``flat_spec`` is given), note them in ``run.json`` and (``plots``) draw their figures
+    (:func:`lctx.harness.derived.write_run_tables` with these steps). Returns (table, summary, plot paths).
 
     Raises:
         LctxError: ``out_dir`` has no records.
     """
-    from dataclasses import asdict
-
-    from lctx.tasks import TASKS
-
     from . import flatness
-    from .rundir import atomic_write_json, read_json
-    from .tables import current_map, read_records, to_table, write_tables
 
-    out_dir = Path(out_dir)
-    records = read_records(out_dir / "records.jsonl")
-    if not records:
-        raise LctxError(f"{out_dir} has no records.jsonl records; run the sweep first")
-    metrics_of = {**{n: c.metrics for n, c in TASKS.items()}, GROUP: METRICS, flatness.TASK: flatness.METRICS}
-    current = current_map(out_dir)  # only the current inputs' records are averaged (issue 10)
-    base = to_table(records, metrics_of, current)
-    derived = derive_records(base, spec)
-    if flat_spec is not None:
-        derived += flatness.derive_records(base, flat_spec)
-    table, summary = write_tables(records + derived, out_dir, metrics_of, current)
-    meta_path = out_dir / "run.json"
-    meta = read_json(meta_path) or {}
-    meta[GROUP] = {"threshold": spec.threshold, "tasks": list(spec.tasks),
-                   "left_out": {t: w for t, w in spec.left_out}}
-    if flat_spec is not None:
-        meta["flatness"] = asdict(flat_spec) | {"retrieval_metric": flat_spec.metric}
-    atomic_write_json(meta_path, meta)
-    paths: list[Path] = []
-    if plots:
-        from .plots import ruler_grids
-
-        paths += ruler_grids(table, out_dir)
-        if flat_spec is not None:
-            from .report import ppl_ratio_plot
-
-            p = ppl_ratio_plot(table, out_dir, max_ratio=flat_spec.max_ratio)
-            paths += [p] if p else []
-    return table, summary, paths
+    steps = [step(spec)] + ([flatness.step(flat_spec)] if flat_spec is not None else [])
+    return write_run_tables(out_dir, steps, plots=False, derived_plots=plots)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -356,7 +328,7 @@ def _json(s):
 def format_ruler(table: pd.DataFrame) -> str:
     """The RULER rows of a table as text, per model: tasks x lengths (percent), the average and the effective
     length at the threshold."""
-    from .plots import format_length
+    from .plots import format_length  # matplotlib: only when the group is presented
 
     lines = []
     models = table[table["task"] == GROUP]

@@ -170,7 +170,7 @@ def check_min_lengths(lms: list[LM], tasks: list[Task], lengths: list[int]) -> N
 
 
 def run_sweep(lms: list[LM], tasks: list[Task], spec: RunSpec, out_dir: Path, progress: bool = True,
-              log=print) -> dict:
+              log=print, tables: bool = True) -> dict:
     """Run every (model, task, cell) not yet recorded in ``out_dir`` and write the tables and plots.
 
     The run directory is locked for the duration (:func:`lctx.harness.rundir.run_dir_lock`: a second process
@@ -182,6 +182,10 @@ def run_sweep(lms: list[LM], tasks: list[Task], spec: RunSpec, out_dir: Path, pr
     Under ``torchrun`` / ``accelerate launch`` every rank calls this with the same arguments; each runs a
     deterministic share of the cells and rank 0 merges the records and writes the tables and plots
     (:mod:`lctx.harness.distributed`); every rank gets the same return value (counts over all ranks).
+
+    ``tables=False`` leaves the tables and plots to the caller (:func:`lctx.harness.evaluate.evaluate` writes
+    them once, after all its sweeps, :func:`lctx.harness.derived.write_run_tables`): ``records``,
+    ``superseded``, ``table``, ``summary`` are then None, ``plots`` [].
 
     Returns {"records": n, "ran": n run now, "skipped": n already done, "errors": n errored now,
     "ok": n samples of this sweep with status ok (resumed + run), "superseded": records of older inputs left
@@ -197,7 +201,7 @@ def run_sweep(lms: list[LM], tasks: list[Task], spec: RunSpec, out_dir: Path, pr
     from .rundir import run_dir_lock
 
     with run_dir_lock(out_dir, dinfo):
-        return _sweep(lms, tasks, spec, out_dir, progress, log, dinfo)
+        return _sweep(lms, tasks, spec, out_dir, progress, log, dinfo, tables)
 
 
 def _warn(msg: str) -> None:
@@ -206,7 +210,7 @@ def _warn(msg: str) -> None:
     print(msg, file=sys.stderr)
 
 
-def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo) -> dict:
+def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo, tables: bool = True) -> dict:
     from .rundir import RecordWriter, atomic_write_json, read_json
     from .tables import label_of, label_names
 
@@ -294,6 +298,11 @@ def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo) -> dict:
     D.barrier()
     if dinfo.is_main:
         records = D.merge_records(out_dir)
+    if not tables:
+        D.barrier()
+        return {"records": None, "ran": n_total, "skipped": skipped, "errors": errors,
+                "ok": skipped + n_total - errors, "superseded": None, "table": None, "summary": None, "plots": []}
+    if dinfo.is_main:
         table, summary = write_tables(records, out_dir, metrics_of, current)
         from .plots import make_plots
 

@@ -439,7 +439,7 @@ def sample_records(spec: LmEvalSpec, samples: list[dict], hflm=None) -> list[dic
 def run_lmeval(lms: list, specs: list[LmEvalSpec], source: str, out_dir: str | Path, data_dir=None,
                limit: int | None = None, num_fewshot: int | None = None, seed: int = 0, batch_size: int = 32,
                progress: bool = True, log=print, chat_template: bool = False,
-               system_prompt: str | None = None) -> dict:
+               system_prompt: str | None = None, tables: bool = True) -> dict:
     """Run lm-eval tasks for every model, append one record per question to ``OUT/records.jsonl`` and
     rewrite ``results.parquet``/``results.csv``/``summary.csv`` (all records, other tasks included),
     ``mmlu_subjects.csv`` and the plots.
@@ -455,7 +455,8 @@ def run_lmeval(lms: list, specs: list[LmEvalSpec], source: str, out_dir: str | P
     are skipped. A task whose evaluation fails records every question it was to run as status
     ``error`` with the message, and the run goes on.
 
-    Returns {"records", "ran", "skipped", "errors", "table", "summary", "plots"} like ``run_sweep``.
+    Returns {"records", "ran", "skipped", "errors", "table", "summary", "plots"} like ``run_sweep``
+    (``tables=False``: nothing written after the records, table/summary None, as ``run_sweep``'s).
 
     Raises:
         LctxError: unreadable data or an unreachable hub (before any question runs).
@@ -469,11 +470,11 @@ def run_lmeval(lms: list, specs: list[LmEvalSpec], source: str, out_dir: str | P
 
     with run_dir_lock(out):
         return _run_lmeval(lms, specs, source, out, data_dir, limit, num_fewshot, seed, batch_size, progress, log,
-                           chat_template, system_prompt)
+                           chat_template, system_prompt, tables)
 
 
 def _run_lmeval(lms, specs, source, out: Path, data_dir, limit, num_fewshot, seed, batch_size, progress, log,
-                chat_template=False, system_prompt=None):
+                chat_template=False, system_prompt=None, tables=True):
     import sys
 
     import torch
@@ -566,6 +567,9 @@ def _run_lmeval(lms, specs, source, out: Path, data_dir, limit, num_fewshot, see
                 ran += len(parts)
                 errors += len(parts) if err else 0
 
+    if not tables:
+        return {"records": None, "ran": ran, "skipped": skipped, "errors": errors, "ok": skipped + ran - errors,
+                "superseded": None, "table": None, "summary": None, "plots": []}
     records = read_records(rec_path)
     metrics_of = {name: cls.metrics for name, cls in TASKS.items()} | METRICS
     table, summary = write_tables(records, out, metrics_of, current)
