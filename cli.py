@@ -1,6 +1,6 @@
 """The ``lctx`` command line (typer): ``lctx run``, ``lctx train``, ``lctx list``.
 
-User mistakes raise :class:`lctx.harness.errors.LctxError`; :func:`main` prints them as one line
+User mistakes raise :class:`lctx.errors.LctxError`; :func:`main` prints them as one line
 (``error: ...``) on stderr and exits with status 2, never with a traceback.
 """
 
@@ -14,8 +14,9 @@ from typing import List, Optional
 import click
 import typer
 
+from lctx import ATTN_IMPLS
 from lctx.harness.args import check_writable_dir, data_path, parse_depths, parse_lengths, parse_options
-from lctx.harness.errors import EXIT_ALL_FAILED, EXIT_USAGE, LctxError
+from lctx.errors import EXIT_ALL_FAILED, EXIT_USAGE, LctxError
 from lctx.harness.evaluate import DEFAULT_MODEL
 
 class _WholeHelp:
@@ -83,7 +84,7 @@ def run(
     seed: int = typer.Option(0, "--seed", help="Seed of sample generation."),
     chunk_size: int = typer.Option(2048, "--chunk-size", min=1, help="Prefill chunk in tokens."),
     allow_beyond_max: bool = typer.Option(False, "--allow-beyond-max", help="Run lengths past a checkpoint's declared maximum."),
-    attn_impl: Optional[str] = typer.Option(None, "--attn-impl", help="lctx models: reference, sdpa or fast (Triton on GPU, FlexAttention on CPU); default: the checkpoint's. Recorded in the table."),
+    attn_impl: Optional[str] = typer.Option(None, "--attn-impl", help=f"lctx models: {', '.join(ATTN_IMPLS)} (fast: Triton / FlexAttention on GPU, the blocked path on CPU); default: the checkpoint's. Recorded in the table."),
     task_option: List[str] = typer.Option(None, "--task-option", help="Task option TASK.KEY=VALUE (repeatable; VALUE parsed as JSON when it can be), e.g. niah_single_1.match=digits."),
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", envvar="LCTX_CACHE_DIR", help="Cache root: built samples of niah_* (default: OUT/sample_cache) and dequantised GGUF checkpoints (default: the user cache dir, ~/.cache/lctx)."),
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Run Python code shipped with a Hugging Face checkpoint (auto_map). Off by default."),
@@ -193,8 +194,8 @@ def train(
     progress: bool = typer.Option(True, "--progress/--no-progress"),
 ):
     """Train a small model of one variant (tokenizer + AdamW/cosine), write a checkpoint directory."""
-    from lctx.harness import textdata
-    from lctx.harness.lm import resolve_device
+    from lctx.tasks import textdata
+    from lctx.harness.devices import resolve_device
     from lctx.harness.train import RetrievalMix
     from lctx.harness.train import train as train_fn
 
@@ -265,7 +266,7 @@ def diagnose_far_mass(
     """Share of attention mass beyond a distance as the context grows (seed 004's near/far mass)."""
     import pandas as pd
 
-    from lctx.harness import textdata
+    from lctx.tasks import textdata
     from lctx.harness.diagnostics import far_mass, plot_far_mass
     from lctx.harness.lm import load_lm
 
@@ -334,7 +335,7 @@ def convert_llama2c(
     out: Path = typer.Option(..., "--out", "-o", help="Directory to write the Hugging Face LlamaForCausalLM into."),
 ):
     """Convert a llama2.c checkpoint and its tokenizer into a Hugging Face Llama directory (safetensors)."""
-    from lctx.harness.convert import convert_llama2c as convert_fn
+    from lctx.models.convert import convert_llama2c as convert_fn
 
     check_writable_dir(out)
     path = convert_fn(src, tokenizer, out)
@@ -365,7 +366,7 @@ def bench(
     heads: int = typer.Option(1, "--heads", help="Attention heads H."),
     head_dim: int = typer.Option(64, "--head-dim", help="Head dim D."),
     batch: int = typer.Option(1, "--batch", help="Batch size B."),
-    impl: str = typer.Option("fast,sdpa,reference", "--impl", help="attn_impl values to time: fast, sdpa, reference."),
+    impl: str = typer.Option(",".join(ATTN_IMPLS[::-1]), "--impl", help=f"attn_impl values to time: {', '.join(ATTN_IMPLS[::-1])}."),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto."),
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
     repeats: int = typer.Option(5, "--repeats", help="Interleaved rounds: each times SDPA causal and the variant back to back."),
@@ -399,7 +400,7 @@ def bench(
     if model is not None:
         from lctx.harness.bench import print_prefill, run_prefill_bench
 
-        if "--impl" not in sys.argv and impl == "fast,sdpa,reference":
+        if "--impl" not in sys.argv and impl == ",".join(ATTN_IMPLS[::-1]):
             impls = ["sdpa", "fast"]
         table, exps = run_prefill_bench(model, impls, length_list, chunk=chunk_size, warmup_tokens=warmup_tokens,
                                         threads=thread_list[0] if thread_list else None,
@@ -446,7 +447,7 @@ def plan(
         raise LctxError(f"--length {length!r} names {len(T)} lengths; pass one, e.g. --length 512k")
     override = P.parse_bytes(device_memory) if device_memory else None
     if override is None:
-        from lctx.harness.lm import resolve_device
+        from lctx.harness.devices import resolve_device
 
         device = str(resolve_device(device))
     cfg = P.load_config(model, trust_remote_code=trust_remote_code)
@@ -499,6 +500,7 @@ def list_(
     from lctx.harness.console import print_table
 
     if what == "tasks":
+        from lctx.harness import flatness, ruler  # noqa: F401  (register the derived names)
         from lctx.tasks import load_entry_point_tasks, load_task_file, task_catalog
 
         load_entry_point_tasks()

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Optional
 
-from lctx.harness.errors import LctxError, split_list
+from lctx.errors import LctxError, split_list
 
 
 def parse_lengths(text: str) -> list[int]:

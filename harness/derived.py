@@ -11,13 +11,57 @@ notes, ``mmlu_subjects.csv`` (when MMLU ran) and every figure, once.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 import pandas as pd
 
-from .errors import LctxError
+from lctx.errors import LctxError
+
+
+def take_options(name: str, task_options: list[str], example: str) -> tuple[dict, list[str]]:
+    """Split ``--task-option`` items into those addressed to the derived step ``name`` (``name.KEY=VALUE``,
+    values read as JSON when they parse, else kept as strings) and the rest. Returns ({key: value}, rest).
+
+    Raises:
+        LctxError: an item for ``name`` that is not ``name.KEY=VALUE`` (the message shows ``example``).
+    """
+    opts, rest = {}, []
+    for item in task_options:
+        if item.split(".", 1)[0].strip() != name:
+            rest.append(item)
+            continue
+        head, sep, val = item.partition("=")
+        key = head.split(".", 1)[1].strip() if "." in head else ""
+        if not sep or not key:
+            raise LctxError(f"--task-option {item!r} is not {name}.KEY=VALUE; write e.g. --task-option {example}")
+        try:
+            opts[key] = json.loads(val)
+        except json.JSONDecodeError:
+            opts[key] = val
+    return opts, rest
+
+
+def replace_name(task_names: list[str], name: str, tasks: list[str]) -> list[str]:
+    """``task_names`` with ``name`` replaced by ``tasks``, each task once, order kept."""
+    out: list[str] = []
+    for n in (t for x in task_names for t in (tasks if x == name else [x])):
+        if n not in out:
+            out.append(n)
+    return out
+
+
+def json_cell(s):
+    """A ``task_options`` cell of a results table as an object: JSON text parsed (kept as the text when it is
+    not JSON), None for an empty cell (None, NaN), anything else as it is."""
+    if isinstance(s, str):
+        try:
+            return json.loads(s)
+        except json.JSONDecodeError:
+            return s
+    return None if s is None or (isinstance(s, float) and s != s) else s
 
 
 def _no_plots(table: pd.DataFrame, out_dir: Path, spec) -> list[Path]:

@@ -15,7 +15,7 @@ from typing import Callable, Iterable, Optional, Sequence, Union
 
 from lctx.harness.args import (check_task_options, check_writable_dir, chat_options, data_path, parse_depths,
                                parse_lengths, parse_task_options, task_option_names)
-from lctx.harness.errors import LctxError, split_list
+from lctx.errors import LctxError, split_list
 
 DEFAULT_TASKS = ("passkey", "ppl")
 DEFAULT_LENGTHS = (256, 512, 1024, 2048)
@@ -118,6 +118,8 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
             raise LctxError(f"--data-dir {str(data_dir)!r} is not a directory; point it at the evaluation data "
                             "(e.g. ../shared/data) or unset LCTX_DATA_DIR")
     explicit_lengths = lengths is not None
+    if relative and explicit_lengths:
+        raise LctxError("give either --lengths (tokens) or --relative (multiples of the training length), not both")
     length_list = _as_list(lengths if explicit_lengths else DEFAULT_LENGTHS, parse_lengths, "lengths")
     depth_list = _as_list(depths, parse_depths, "depths")
     cache_dir = Path(cache_dir) if cache_dir is not None else None
@@ -126,8 +128,7 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
     from lctx.kernels import configure_threads
 
     configure_threads()  # README "Threads"
-    from lctx.harness.lm import load_lm
-    from lctx.harness.runner import RunSpec, check_lengths, check_min_lengths, run_sweep
+    from lctx.harness.runner import RunSpec, run_sweep
     from lctx.tasks import get_task, load_entry_point_tasks, load_task_file
     from lctx.harness import distributed as dist_
 
@@ -148,6 +149,7 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
     from lctx.harness import flatness  # relative lengths and training lengths (--relative, --train-length)
 
     from lctx.tasks import lmeval  # mmlu, arc_easy, arc_challenge: lm-eval's evaluator, no length axis
+    from lctx.harness.lmeval_run import format_summary as format_lmeval_summary, run_lmeval
 
     lmeval_names = [n for n in task_names if lmeval.is_lmeval_task(n)]
     task_names = [n for n in task_names if n not in lmeval_names]
@@ -164,44 +166,19 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
     for t in task_objs:
         if t.name == "ppl":
             t.documents()  # fail fast on unreadable data, before any model runs
-    if isinstance(models, (str, Path)):
-        models = [models]
-    paths = [str(m) for m in models] if models else [str(DEFAULT_MODEL)]
-    if attn_override:
-        from lctx.harness.overrides import parse_override
-
-        parse_override(attn_override)  # a bad spec fails before any model loads
-    lms = [load_lm(p, device=device, dtype=dtype, chunk_size=chunk_size, trust_remote_code=trust_remote_code,
-                   attn_override=attn_override, attn_impl=attn_impl, cache_dir=cache_dir, log=warn,
-                   chat_template=chat_template, system_prompt=system_prompt)
-           for p in paths]
+    lms = _load_models(models, attn_override, warn, device=device, dtype=dtype, chunk_size=chunk_size,
+                       trust_remote_code=trust_remote_code, attn_impl=attn_impl, cache_dir=cache_dir,
+                       chat_template=chat_template, system_prompt=system_prompt)
     if chat_template:  # the setting reaches every record (and so the resume key) through the task options
         for t in task_objs:
             t.options.update(chat_options(system_prompt))
-    names = [lm.name for lm in lms]
-    if len(set(names)) != len(names):
-        for i, lm in enumerate(lms):
-            lm.name = f"{lm.name}#{i}"
-    if relative and explicit_lengths:
-        raise LctxError("give either --lengths (tokens) or --relative (multiples of the training length), not both")
     if flat_spec and not relative and not explicit_lengths:
         relative = ",".join(f"{r:g}" for r in flatness.DEFAULT_RELATIVE)
     if relative or flat_spec or train_length is not None:
         flatness.resolve_train_lengths(lms, train_length)
     groups = (flatness.groups_by_train_length(lms, flatness.parse_relative(relative)) if relative
               else [(lms, length_list)])
-    for lms_g, length_list in groups:  # every problem found before the first sweep starts
-        for lm in lms_g if task_objs else []:
-            check_lengths(lm, length_list + (ppl_lengths or []), allow_beyond_max)
-        check_min_lengths(lms_g, [t for t in task_objs if not (ppl_lengths and t.name == "ppl")], length_list)
-        if ppl_lengths:
-            check_min_lengths(lms_g, [t for t in task_objs if t.name == "ppl"], ppl_lengths)
-        if memory_check and task_objs:  # the memory model of `lctx plan`, for the longest prefill
-            from lctx.harness.plan import check_run_fits
-
-            longest = max(length_list + (ppl_lengths or []))
-            has_ppl = any(t.name == "ppl" for t in task_objs)  # ppl keeps logits at every scored position
-            check_run_fits(lms_g, longest, kept_logits=max(ppl_lengths or length_list) if has_ppl else 1)
+    _check_before_run(groups, task_objs, ppl_lengths, allow_beyond_max, memory_check)
     from lctx.harness.rundir import run_dir_lock
 
     results = []
@@ -215,7 +192,7 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
                 if objs:
                     results.append(run_sweep(lms_g, objs, sp, out, progress=progress, log=log, tables=False))
         if lmeval_specs:
-            results.append(lmeval.run_lmeval(lms, *lmeval_specs, out, data_dir=data_dir, limit=limit,
+            results.append(run_lmeval(lms, *lmeval_specs, out, data_dir=data_dir, limit=limit,
                                              num_fewshot=num_fewshot, seed=seed, progress=progress, log=log,
                                              chat_template=chat_template, system_prompt=system_prompt,
                                              tables=False))
@@ -232,9 +209,56 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
         res.table, res.summary, res.plots = write_run_tables(out, steps)  # once, after every sweep
         res.superseded = int(res.table.attrs.get("superseded", 0))
         if lmeval_specs:
-            res.reports["lmeval"] = lmeval.format_summary(res.summary)
+            res.reports["lmeval"] = format_lmeval_summary(res.summary)
         res.reports.update({st.name: st.report(res.table) for st in steps if st.report})
     return res
+
+
+def _load_models(models, attn_override, warn, **load) -> list:
+    """Load every checkpoint of ``models`` (default: the bundled model) with :func:`lctx.harness.lm.load_lm`
+    and ``load``'s settings; names made unique (``name#i``) when two share one.
+
+    Raises:
+        LctxError: a bad ``attn_override`` (before any model loads) or a checkpoint ``load_lm`` refuses.
+    """
+    from lctx.harness.lm import load_lm
+
+    if isinstance(models, (str, Path)):
+        models = [models]
+    paths = [str(m) for m in models] if models else [str(DEFAULT_MODEL)]
+    if attn_override:
+        from lctx.harness.overrides import parse_override
+
+        parse_override(attn_override)  # a bad spec fails before any model loads
+    lms = [load_lm(p, attn_override=attn_override, log=warn, **load) for p in paths]
+    names = [lm.name for lm in lms]
+    if len(set(names)) != len(names):
+        for i, lm in enumerate(lms):
+            lm.name = f"{lm.name}#{i}"
+    return lms
+
+
+def _check_before_run(groups, task_objs: list, ppl_lengths, allow_beyond_max: bool, memory_check: bool) -> None:
+    """Every problem found before the first sweep starts: lengths a model cannot address, lengths shorter than
+    a task's template, a longest prefill that does not fit the device (the memory model of ``lctx plan``).
+
+    Raises:
+        LctxError: the first problem found (one line naming the fix).
+    """
+    from lctx.harness.runner import check_lengths, check_min_lengths
+
+    for lms_g, length_list in groups:  # every problem found before the first sweep starts
+        for lm in lms_g if task_objs else []:
+            check_lengths(lm, length_list + (ppl_lengths or []), allow_beyond_max)
+        check_min_lengths(lms_g, [t for t in task_objs if not (ppl_lengths and t.name == "ppl")], length_list)
+        if ppl_lengths:
+            check_min_lengths(lms_g, [t for t in task_objs if t.name == "ppl"], ppl_lengths)
+        if memory_check and task_objs:  # the memory model of `lctx plan`, for the longest prefill
+            from lctx.harness.plan import check_run_fits
+
+            longest = max(length_list + (ppl_lengths or []))
+            has_ppl = any(t.name == "ppl" for t in task_objs)  # ppl keeps logits at every scored position
+            check_run_fits(lms_g, longest, kept_logits=max(ppl_lengths or length_list) if has_ppl else 1)
 
 
 def _derived_expanders() -> dict:

@@ -25,7 +25,6 @@ run does and its derived numbers follow the finished samples.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import asdict, dataclass
@@ -33,32 +32,26 @@ from pathlib import Path
 
 import pandas as pd
 
-from .derived import DerivedStep, base_record, ok_rows, write_run_tables
-from .errors import LctxError
+from .derived import DerivedStep, base_record, json_cell, ok_rows, replace_name, take_options, write_run_tables
+from lctx.errors import LctxError
+from lctx.tasks import TaskInfo, register_group
 
 TASK = "flatness"
 METRICS = ("ppl_ratio", "flat_until", "effective_length")
 DESCRIPTION = ("ppl + a retrieval task at lengths relative to the training length (--relative), "
                "derived per model")
 DEFAULT_RELATIVE = (0.5, 1.0, 2.0, 4.0, 8.0)
-#: The retrieval metric a flatness sweep thresholds, per task: passkey's exact match, RULER's
-#: string_match_all for the NIAH tasks (RULER's own metric for niah_*); other tasks: their first metric.
-RETRIEVAL_METRIC = {"passkey": "exact"}
-
-
+register_group(TaskInfo(TASK, DESCRIPTION, METRICS, "as ppl and the retrieval task"))
 def default_retrieval_metric(task: str) -> str:
-    """The metric thresholded for ``effective_length`` when none is named (see :data:`RETRIEVAL_METRIC`).
+    """The metric thresholded for ``effective_length`` when none is named: the task's declared headline
+    metric (:meth:`lctx.tasks.Task.headline`: passkey's exact match, RULER's string_match_all for NIAH).
 
     Raises:
         LctxError: ``task`` is not a registered task.
     """
-    if task in RETRIEVAL_METRIC:
-        return RETRIEVAL_METRIC[task]
-    if task.startswith("niah_"):
-        return "string_match_all"
     from lctx.tasks import get_task
 
-    return get_task(task).metrics[0]
+    return get_task(task).headline()
 
 
 @dataclass(frozen=True)
@@ -140,26 +133,9 @@ def split_flatness(task_names: list[str], task_options: list[str]) -> tuple[list
     """
     if TASK not in task_names:
         return list(task_names), list(task_options), None
-    mine, rest, opts = [], [], {}
-    for item in task_options:
-        (mine if item.split(".", 1)[0].strip() == TASK else rest).append(item)
-    for item in mine:
-        head, sep, val = item.partition("=")
-        key = head.split(".", 1)[1].strip() if "." in head else ""
-        if not sep or not key:
-            raise LctxError(f"--task-option {item!r} is not flatness.KEY=VALUE; write e.g. "
-                            "--task-option flatness.retrieval=niah_single_1")
-        try:
-            opts[key] = json.loads(val)
-        except json.JSONDecodeError:
-            opts[key] = val
+    opts, rest = take_options(TASK, task_options, "flatness.retrieval=niah_single_1")
     spec = FlatnessSpec.from_options(opts)
-    out: list[str] = []
-    for name in task_names:
-        for n in (["ppl"] + ([spec.retrieval] if spec.retrieval != "none" else [])) if name == TASK else [name]:
-            if n not in out:
-                out.append(n)
-    return out, rest, spec
+    return replace_name(task_names, TASK, ["ppl"] + ([spec.retrieval] if spec.retrieval != "none" else [])), rest, spec
 
 
 def parse_relative(text: str) -> list[float]:
@@ -169,7 +145,7 @@ def parse_relative(text: str) -> list[float]:
     Raises:
         LctxError: an entry is not a positive number, or the list is empty.
     """
-    from .errors import split_list
+    from lctx.errors import split_list
 
     out = set()
     for part in split_list(text, "--relative", "--relative 0.5,1,2,4,8"):
@@ -291,7 +267,7 @@ def derive_records(table: pd.DataFrame, spec: FlatnessSpec | None = None) -> lis
         no_t = ("no training length recorded for this model; rerun with --train-length N")
         if len(ppl):
             crit = {"criterion": f"ppl_ratio <= {spec.max_ratio:g}", "max_ratio": spec.max_ratio,
-                    "ppl_options": _json(ppl["task_options"].iloc[0])}
+                    "ppl_options": json_cell(ppl["task_options"].iloc[0])}
             ok = ok_rows(ppl)
             means = ok.groupby(ok["length"].astype("int64"))["value"].mean().to_dict()
             every = rows[rows["task"] == "ppl"]  # a failed sample may carry no metric name: all its lengths
@@ -325,19 +301,10 @@ def derive_records(table: pd.DataFrame, spec: FlatnessSpec | None = None) -> lis
             for L in {int(x) for x in pd.to_numeric(every["length"], errors="coerce").dropna()}:
                 scores.setdefault(L, float("nan"))
             crit = {"criterion": f"{spec.retrieval}.{metric} >= {spec.threshold:g}", "retrieval": spec.retrieval,
-                    "metric": metric, "threshold": spec.threshold, "retrieval_options": _json(ret["task_options"].iloc[0])}
+                    "metric": metric, "threshold": spec.threshold, "retrieval_options": json_cell(ret["task_options"].iloc[0])}
             out.append(dict(base, length=None, task_options=crit,
                             metrics={"effective_length": effective_length(scores, spec.threshold)}))
     return out
-
-
-def _json(s):
-    if isinstance(s, str):
-        try:
-            return json.loads(s)
-        except json.JSONDecodeError:
-            return s
-    return None if s is None or (isinstance(s, float) and math.isnan(s)) else s
 
 
 def derive_table(table: pd.DataFrame, spec: FlatnessSpec | None = None) -> pd.DataFrame:
@@ -396,7 +363,7 @@ def format_flatness(table: pd.DataFrame) -> str:
             x = g[g["metric"] == m]
             if len(x):
                 v = x["value"].iloc[0]
-                crit = _json(x["task_options"].iloc[0]) or {}
+                crit = json_cell(x["task_options"].iloc[0]) or {}
                 if pd.isna(v):
                     txt = f"error ({x['error'].iloc[0]})"
                 elif v == 0:
@@ -415,9 +382,9 @@ def note_run(out_dir: Path, **fields) -> None:
     from .rundir import atomic_write_json, read_json
 
     meta_path = Path(out_dir) / "run.json"
-    meta = read_json(meta_path) or {}
+    meta = readjson_cell(meta_path) or {}
     meta.update(fields)
     if "relative" in fields and "train_lengths" in fields:
         meta["lengths"] = sorted({L for T in set(fields["train_lengths"].values()) if T
                                   for L in relative_lengths(int(T), fields["relative"])})
-    atomic_write_json(meta_path, meta)
+    atomic_writejson_cell(meta_path, meta)

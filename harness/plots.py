@@ -473,7 +473,7 @@ def depth_heatmaps(df: pd.DataFrame, out_dir: str | Path) -> list[Path]:
     written: list[Path] = []
     depth = pd.to_numeric(df["depth"], errors="coerce")
     for task in pd.unique(df.loc[depth.notna(), "task"].astype("string")):
-        if task in ("passkey", "ppl") or pd.isna(task):
+        if task == "passkey" or pd.isna(task):  # passkey: its own figure, passkey_heatmaps
             continue
         rows = _select(df, str(task))
         ok = rows[_ok_mask(rows)].copy()
@@ -586,17 +586,14 @@ def ppl_vs_length(df: pd.DataFrame, out_dir: str | Path) -> Path | None:
 # RULER: task x length grid beside the average
 # ----------------------------------------------------------------------------------------------
 
-def ruler_figure(rows: pd.DataFrame, name: str, path: str | Path) -> Path:
+def ruler_figure(grid: pd.DataFrame, info: dict, name: str, path: str | Path) -> Path:
     """Draw one model's RULER figure to ``path``: left, the task x length grid (RULER's score of each task in
     percent, the ``average`` row below a rule; grey "–": no successful sample); right, the average against
     length (log2 axis) with the effective-length threshold dashed and the effective length marked.
 
-    Input: the model's rows of a results table (its task rows and its ``ruler`` rows, see
-    :mod:`lctx.harness.ruler`) and a display name. Output: ``path``.
+    Input: one model's RULER table and its info (:func:`lctx.harness.ruler.ruler_table`: tasks x lengths in
+    percent with an ``average`` row; threshold, effective length, tasks) and a display name. Output: ``path``.
     """
-    from .ruler import ruler_table
-
-    grid, info = ruler_table(rows)
     lengths = [int(c) for c in grid.columns]
     vals = grid.to_numpy(dtype=float)
     n_t, n_l = vals.shape
@@ -649,26 +646,6 @@ def ruler_figure(rows: pd.DataFrame, name: str, path: str | Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=_DPI)
     return path
-
-
-def ruler_grids(df: pd.DataFrame, out_dir: str | Path) -> list[Path]:
-    """``plots/ruler_<model>.png`` (:func:`ruler_figure`) per (model, variant) with derived ``ruler`` rows
-    (:mod:`lctx.harness.ruler`); none without them."""
-    if df is None or df.empty or not (df["task"].astype("string") == "ruler").any():
-        return []
-    written: list[Path] = []
-    r = df[df["task"].astype("string") == "ruler"]
-    groups = _series_groups(r)
-    per_model: dict[str, int] = {}
-    for m, _ in groups:
-        per_model[str(m)] = per_model.get(str(m), 0) + 1
-    for model, variant in groups:
-        rows = df[df["model"].astype("string") == str(model)]
-        if variant is not None and "variant" in rows.columns:
-            rows = rows[rows["variant"].astype("string") == str(variant)]
-        stem = safe_filename(model) + (f"_{safe_filename(variant)}" if per_model[str(model)] > 1 and variant else "")
-        written.append(ruler_figure(rows, _model_key(model, variant), Path(out_dir) / "plots" / f"ruler_{stem}.png"))
-    return written
 
 
 # ----------------------------------------------------------------------------------------------

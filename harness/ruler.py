@@ -19,12 +19,11 @@ The derived rows are recomputed from ``records.jsonl`` whenever the tables are w
 records), like the flatness rows, so a resumed run's numbers follow its finished samples. The criterion and
 the tasks averaged are in each row's ``task_options``; ``run.json`` gains a ``ruler`` entry (threshold, tasks,
 left-out tasks with the reason). ``plots/ruler_<model>.png`` draws the task x length grid beside the average
-(:func:`lctx.harness.plots.ruler_grids`).
+(:func:`ruler_grids`).
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass, field
@@ -32,8 +31,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from .derived import DerivedStep, base_record, ok_rows, write_run_tables
-from .errors import LctxError
+from .derived import DerivedStep, base_record, json_cell, ok_rows, replace_name, take_options, write_run_tables
+from lctx.errors import LctxError
+from lctx.tasks import TaskInfo, register_group
 
 GROUP = "ruler"
 METRICS = ("average", "effective_length")
@@ -41,6 +41,7 @@ DESCRIPTION = ("RULER's 13 tasks (niah_*, vt, cwe, fwe, qa_1, qa_2; those whose 
                "and length: average (percent), effective_length (--task-option ruler.threshold=85.6)")
 REQUIRES = "as its tasks (the QA JSON files are left out when absent)"
 DEFAULT_THRESHOLD = 85.6
+register_group(TaskInfo(GROUP, DESCRIPTION, METRICS, REQUIRES))
 
 
 def ruler_tasks() -> tuple[str, ...]:
@@ -138,18 +139,7 @@ def split_ruler(task_names: list[str], task_options: list[str], data_dir=None, s
     """
     if GROUP not in task_names:
         return list(task_names), list(task_options), None, []
-    mine, rest, opts = [], [], {}
-    for item in task_options:
-        (mine if item.split(".", 1)[0].strip() == GROUP else rest).append(item)
-    for item in mine:
-        head, sep, val = item.partition("=")
-        key = head.split(".", 1)[1].strip() if "." in head else ""
-        if not sep or not key:
-            raise LctxError(f"--task-option {item!r} is not ruler.KEY=VALUE; write e.g. --task-option ruler.threshold=85.6")
-        try:
-            opts[key] = json.loads(val)
-        except json.JSONDecodeError:
-            opts[key] = val
+    opts, rest = take_options(GROUP, task_options, "ruler.threshold=85.6")
     spec = RulerSpec.from_options(opts)
     per_task: dict[str, dict] = {}
     for item in rest:
@@ -164,11 +154,7 @@ def split_ruler(task_names: list[str], task_options: list[str], data_dir=None, s
     if not run:
         raise LctxError("ruler: no RULER task can run: " + "; ".join(f"{t}: {w}" for t, w in left[:3])
                         + "; pass --data-dir ../shared/data (RULER's essay and word lists)")
-    out: list[str] = []
-    for name in task_names:
-        for n in (run if name == GROUP else [name]):
-            if n not in out:
-                out.append(n)
+    out = replace_name(task_names, GROUP, run)
     n_depths = len(depths) if depths else 1
     for t in ("cwe", "fwe"):
         if t in run and "samples" not in per_task.get(t, {}) and n_depths > 1:
@@ -263,8 +249,6 @@ def step(spec: RulerSpec) -> DerivedStep:
 
 
 def _plots(table: pd.DataFrame, out_dir: Path, spec: RulerSpec) -> list[Path]:
-    from .plots import ruler_grids  # matplotlib: only when a figure is drawn
-
     return ruler_grids(table, out_dir)
 
 
@@ -304,8 +288,8 @@ def ruler_table(rows: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
     tasks = list(ruler_tasks())
     if len(r):
         eff = r[r["metric"] == "effective_length"]
-        opts = _json(eff["task_options"].iloc[0]) if len(eff) else _json(r["task_options"].iloc[0])
-        opts = opts or {}
+        opts = json_cell((eff if len(eff) else r)["task_options"].iloc[0])
+        opts = opts if isinstance(opts, dict) else {}
         tasks = list(opts.get("tasks", tasks))
         info = {"threshold": opts.get("threshold"), "tasks": tasks, "left_out": opts.get("left_out", []),
                 "effective_length": float(eff["value"].iloc[0]) if len(eff) else float("nan")}
@@ -314,15 +298,6 @@ def ruler_table(rows: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
     av = {int(L): float(v) for L, v in zip(pd.to_numeric(avg["length"]), pd.to_numeric(avg["value"]))}
     grid.loc["average"] = [av.get(int(L), float("nan")) for L in grid.columns]
     return grid, info
-
-
-def _json(s):
-    if isinstance(s, str):
-        try:
-            return json.loads(s)
-        except json.JSONDecodeError:
-            return None
-    return s if isinstance(s, dict) else None
 
 
 def format_ruler(table: pd.DataFrame) -> str:
@@ -351,3 +326,26 @@ def format_ruler(table: pd.DataFrame) -> str:
         lines.append(f"effective length (average >= {thr:g}): {etxt}; average of {n} tasks"
                      + (f" ({', '.join(left)} left out)" if left else ""))
     return "\n".join(lines)
+
+
+def ruler_grids(df: pd.DataFrame, out_dir: str | Path) -> list[Path]:
+    """``plots/ruler_<model>.png`` (:func:`lctx.harness.plots.ruler_figure`) per (model, variant) with derived ``ruler`` rows
+    (:mod:`lctx.harness.ruler`); none without them."""
+    if df is None or df.empty or not (df["task"].astype("string") == "ruler").any():
+        return []
+    from .plots import _model_key, _series_groups, ruler_figure, safe_filename  # matplotlib: only to draw
+
+    written: list[Path] = []
+    r = df[df["task"].astype("string") == "ruler"]
+    groups = _series_groups(r)
+    per_model: dict[str, int] = {}
+    for m, _ in groups:
+        per_model[str(m)] = per_model.get(str(m), 0) + 1
+    for model, variant in groups:
+        rows = df[df["model"].astype("string") == str(model)]
+        if variant is not None and "variant" in rows.columns:
+            rows = rows[rows["variant"].astype("string") == str(variant)]
+        stem = safe_filename(model) + (f"_{safe_filename(variant)}" if per_model[str(model)] > 1 and variant else "")
+        written.append(ruler_figure(*ruler_table(rows), _model_key(model, variant),
+                                    Path(out_dir) / "plots" / f"ruler_{stem}.png"))
+    return written

@@ -29,7 +29,7 @@ import lctx
 from lctx.tasks import Task
 
 from . import distributed as D
-from .errors import LctxError, NonFiniteLogitsError
+from lctx.errors import LctxError, NonFiniteLogitsError
 from .lm import LM
 from .tables import read_records, record_key, write_tables
 
@@ -48,20 +48,20 @@ def git_revision() -> str:
 
 
 def fingerprint(path: str) -> str:
-    """The content fingerprint of a checkpoint (:func:`lctx.harness.fingerprint.checkpoint_fingerprint`):
+    """The content fingerprint of a checkpoint (:func:`lctx.models.fingerprint.checkpoint_fingerprint`):
     16 hex digits over the SHA-256 of its weights, config.json, tokenizer and other model files, so a rerun
     into the same ``--out`` after retraining (same size, restored mtime) never reuses stale records."""
-    from .fingerprint import checkpoint_fingerprint
+    from lctx.models.fingerprint import checkpoint_fingerprint
 
     return checkpoint_fingerprint(path)
 
 
 def model_inputs(lm: LM) -> dict:
     """{"fingerprint", "files": {name: sha256}, "path"} of ``lm``'s checkpoint, hashed once per LM object
-    (and per process: the digest cache of :mod:`lctx.harness.fingerprint` skips unchanged files)."""
+    (and per process: the digest cache of :mod:`lctx.models.fingerprint` skips unchanged files)."""
     got = getattr(lm, "_lctx_inputs", None)
     if got is None:
-        from .fingerprint import checkpoint_digests, digest_json
+        from lctx.models.fingerprint import checkpoint_digests, digest_json
 
         files = checkpoint_digests(lm.path)
         got = {"path": str(Path(lm.path).resolve()), "fingerprint": digest_json(files), "files": files}
@@ -87,7 +87,7 @@ def sample_base(lm: LM, task_name: str, task_version, task_options: dict, data_f
     it is the resume key (:data:`lctx.harness.tables.KEY`). ``chunked=False`` for tasks that do not run
     through ``LM.prefill`` (lm-eval's): the chunk size does not reach them and is left out.
     """
-    from .fingerprint import digest_json
+    from lctx.models.fingerprint import digest_json
 
     mi = model_inputs(lm)
     vs = versions()
@@ -340,7 +340,7 @@ def task_code_fingerprint(task: Task) -> str | None:
         src = None
     if not src or not os.path.isfile(src):
         return None
-    from .fingerprint import digest_files
+    from lctx.models.fingerprint import digest_files
 
     return digest_files({Path(src).name: src})
 

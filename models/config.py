@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 from transformers import PretrainedConfig
 
+from lctx import ATTN_IMPLS
+
 # Version of the variant options' defaults. 1: configs saved before the field existed (GGD-BAM legacy
 # form, one prior shared by all layers, content-only SSMax, acc_rot spread 1.0). 2: the seeds' and the
 # reference code's defaults (issue 12). A config.json without ``options_version`` is version 1.
@@ -191,8 +193,8 @@ class LctxConfig(PretrainedConfig):
         options_version: int = OPTIONS_VERSION,
         **kwargs,
     ):
-        if attn_impl not in ("sdpa", "reference", "fast"):
-            raise ValueError(f"attn_impl must be sdpa, reference or fast, got {attn_impl!r}")
+        if attn_impl not in ATTN_IMPLS:
+            raise ValueError(f"attn_impl must be one of {', '.join(ATTN_IMPLS)}, got {attn_impl!r}")
         from .variants import get_variant
 
         try:

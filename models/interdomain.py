@@ -85,6 +85,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lctx.kernels.interdomain_scan import abar_powers
+
 from .cache import cache_states
 from .variants import AttentionVariant, AttnContext, register_variant
 
@@ -147,18 +149,6 @@ def real_clock(m: torch.Tensor) -> torch.Tensor:
     """The padding clock c_t = sum_{r <= t} m_r of one chunk: m [B, L] bool -> [B, L] int64 (real tokens
     up to and including t; padding does not advance it)."""
     return torch.cumsum(m.long(), dim=-1)
-
-
-def abar_powers(dt_a: torch.Tensor, L: int) -> torch.Tensor:
-    """Abar^j = exp(j Delta A) for j = 0..L, complex64 [..., N, L+1] (dt_a: [..., N]).
-
-    Built as polar(exp(j Re(Delta A)), j Im(Delta A)): a real exp and a cos/sin per entry (complex ``exp``
-    is several times slower on CPU). Every decay of a chunk is a gather from this table by integer clock
-    differences.
-    """
-    j = torch.arange(L + 1, device=dt_a.device, dtype=torch.float32)
-    re, im = dt_a.real[..., None] * j, dt_a.imag[..., None] * j
-    return torch.polar(torch.exp(re), im)
 
 
 def _chunk_tables(cache: dict, m: torch.Tensor, build: Callable[[torch.Tensor], tuple]) -> tuple:
