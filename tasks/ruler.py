@@ -219,6 +219,11 @@ class RulerTask(Task):
         self.cache_dir = Path(cache_dir) if cache_dir not in (None, "") else default_cache_dir()
         self._files: dict[str, Path] = {}  # files a sample depends on (digested into the cache key)
 
+    def data_files(self) -> dict[str, Path]:
+        """The data files a sample depends on ({name under the data dir: path}), found at construction: hashed
+        into every record's fingerprint (:meth:`lctx.tasks.base.Task.data_fingerprint`) and the cache key."""
+        return dict(self._files)
+
     @property
     def budget(self) -> int:
         """Generation budget in tokens: ``max_new_tokens`` or RULER's ``tokens_to_generate``."""
@@ -321,11 +326,6 @@ class RulerTask(Task):
         return {"input_ids": ids, "n_tokens": len(ids), "depth": depth, "prompt": text,
                 "meta": {"answers": list(answers), "max_new_tokens": self.budget, "total_tokens": len(ids) + self.budget,
                          **meta}}
-
-    def data_files(self) -> dict[str, Path]:
-        """The files this task reads ({name: path}, found in ``__init__``): digested into every record's
-        fingerprint (:meth:`lctx.tasks.Task.data_fingerprint`) and into the sample-cache key."""
-        return dict(self._files)
 
     def _tag(self, cell: Cell, seed: int) -> str:
         d = "none" if cell.depth is None else f"{float(cell.depth):.6g}"
