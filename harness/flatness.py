@@ -382,9 +382,9 @@ def note_run(out_dir: Path, **fields) -> None:
     from .rundir import atomic_write_json, read_json
 
     meta_path = Path(out_dir) / "run.json"
-    meta = readjson_cell(meta_path) or {}
+    meta = read_json(meta_path) or {}
     meta.update(fields)
     if "relative" in fields and "train_lengths" in fields:
         meta["lengths"] = sorted({L for T in set(fields["train_lengths"].values()) if T
                                   for L in relative_lengths(int(T), fields["relative"])})
-    atomic_writejson_cell(meta_path, meta)
+    atomic_write_json(meta_path, meta)

@@ -85,8 +85,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lctx.kernels.interdomain_scan import abar_powers
-
 from .cache import cache_states
 from .variants import AttentionVariant, AttnContext, register_variant
 
@@ -256,7 +254,7 @@ def _wsum(eq: str, w: torch.Tensor, *others: torch.Tensor) -> torch.Tensor:
 def _decay_table(pw: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
     """Real form of W_n(t, s) = Abar_n^{c_t - c_s} (s <= t, else 0) for one chunk.
 
-    pw: [H, N, L+1] complex64 from :func:`abar_powers`; c: [B', L] int64 clock. Returns
+    pw: [H, N, L+1] complex64 from :func:`lctx.kernels.interdomain_scan.abar_powers`; c: [B', L] int64 clock. Returns
     [B', H, L(t), 2N, L(s)] float32: the real parts in the first N rows of the mode axis, the imaginary
     parts in the last N.
     """
@@ -296,6 +294,8 @@ def interdomain_chunked(fq: torch.Tensor, kt: torch.Tensor, vt: torch.Tensor, m:
         raise ValueError(f"id_chunk must be >= 1, got {chunk}")
     T, D = fq.shape[2], fq.shape[3]
     U, G, eta = state["U"], state["Gamma"], state.get("eta")
+    from lctx.kernels.interdomain_scan import abar_powers  # in the function: that module imports triton
+
     bb = bbar[None, :, None, :]  # [1, H, 1, N]
     outs, tables = [], {}
 
@@ -368,6 +368,8 @@ def s4d_chunked(u: torch.Tensor, m: torch.Tensor, dt_a: torch.Tensor, bbar: torc
     """
     if chunk < 1:
         raise ValueError(f"s4d_chunk must be >= 1, got {chunk}")
+    from lctx.kernels.interdomain_scan import abar_powers  # in the function: that module imports triton
+
     T = u.shape[2]
     ys, tables = [], {}
     cb = c * bbar  # [H, D, N]
