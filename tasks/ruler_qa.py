@@ -45,8 +45,8 @@ from pathlib import Path
 
 import numpy as np
 
-from lctx.harness.errors import LctxError
-from lctx.harness.fingerprint import content_key
+from lctx.errors import LctxError
+from lctx.models.fingerprint import content_key
 
 from .base import Cell, register_task
 from .ruler import HaystackBuilder, RulerTask
@@ -130,7 +130,7 @@ def _load(path: str, kind: str, content: tuple[str, ...]) -> QAData:
 
 def load_qa(path: str | os.PathLike, kind: str, task: str) -> QAData:
     """Read a SQuAD (``kind="squad"``) or HotpotQA (``"hotpotqa"``) JSON file (cached in memory by its content,
-    :func:`lctx.harness.fingerprint.content_key`: a same-size, same-mtime rewrite is read again).
+    :func:`lctx.models.fingerprint.content_key`: a same-size, same-mtime rewrite is read again).
 
     Raises:
         LctxError: the file is unreadable, not JSON, not in the official format, or has no usable question.
