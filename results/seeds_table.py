@@ -34,6 +34,9 @@ def metric_table(runs: list[Path], task: str, metric: str) -> str:
     if s.empty:
         return ""
     s = s.assign(w=s.n.clip(lower=1), wm=lambda d: d["mean"] * d.n.clip(lower=1))
+    if "variant" in s:  # one model under several --attn-override values: one row per variant
+        several = s.groupby("model").variant.transform("nunique") > 1
+        s = s.assign(model=s.model.where(~several, s.model + " (" + s.variant.astype(str) + ")"))
     g = s.groupby(["model", "length"]).agg(wm=("wm", "sum"), w=("w", "sum"))
     pv = (g.wm / g.w).unstack("length")
     T = _train_lengths(runs)
