@@ -10,8 +10,8 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 OUT="${1:-runs/seed000-bam}"
+JOBS="${JOBS:-1}"  # one job at a time (a shared machine); seeds_lib.sh defaults to 2
 source "$HERE/../seeds_lib.sh"
-JOBS="${JOBS:-1}"
 STEPS="${STEPS:-1000}"
 # retrieval set-up (issue 12, item 6): every training window starts with a passkey document (random key,
 # depth and length in [64, 128] tokens; the rest of the window is book text). With fraction 0.5 and 800

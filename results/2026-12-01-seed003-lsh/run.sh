@@ -13,8 +13,8 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 OUT="${1:-runs/seed003-lsh}"
+JOBS="${JOBS:-1}"  # one job at a time (a shared machine); seeds_lib.sh defaults to 2
 source "$HERE/../seeds_lib.sh"
-JOBS="${JOBS:-1}"
 STEPS="${STEPS:-1000}"
 # the retrieval set-up of experiment 7 (issue 12): every training window starts with a passkey document
 TRAIN_ARGS=(--context-length 128 --hidden-size 64 --layers 2 --heads 4 --vocab-size 1024 --batch-size 16
