@@ -64,8 +64,8 @@ def far_mass_table(path: Path) -> str:
 def prior_table(paths: list[Path]) -> str:
     p = pd.concat([pd.read_csv(x) for x in paths])
     lines = ["**learned GGD priors** (beta / alpha in tokens, per layer and head)", "",
-             "| model | layer | " + " | ".join(f"h{h}" for h in sorted(p.head.unique())) + " | beta <= 0 |",
-             "|---|---|" + "---|" * (p.head.nunique() + 1)]
+             "| model | layer | " + " | ".join(f"h{h}" for h in sorted(p["head"].unique())) + " | beta <= 0 |",
+             "|---|---|" + "---|" * (p["head"].nunique() + 1)]
     for (m, layer), g in p.groupby(["model", "layer"], sort=False):
         g = g.sort_values("head")
         cells = [f"{b:.2f} / {a:.3g}" for b, a in zip(g.beta, g.alpha)]
