@@ -545,6 +545,24 @@ def test_deterministic_and_cached(lm, fake_data, tmp_path, monkeypatch):
         monkeypatch.undo()
 
 
+def test_data_fingerprint_names_the_files_read(fake_data, tmp_path):
+    """The run's resume key digests the files each task reads (Task.data_fingerprint over data_files()): a
+    RulerTask lists them, vt/fwe read none, and a changed word list is a different input."""
+    import shutil
+
+    assert make("vt", fake_data).data_fingerprint() is None and make("fwe", fake_data).data_fingerprint() is None
+    cwe = make("cwe", fake_data)
+    assert set(cwe.data_files()) == {R.NOUN_FILE, R.ADJ_FILE, R.VERB_FILE, R.ESSAY_FILE}
+    assert set(make("qa_1", fake_data).data_files()) == {"qa"} and make("qa_2", fake_data).data_fingerprint()
+    copy = tmp_path / "data"
+    shutil.copytree(fake_data, copy)
+    assert make("cwe", copy).data_fingerprint() == cwe.data_fingerprint()  # content, not location
+    with open(copy / R.VERB_FILE, "a") as f:
+        f.write("zzzword\n")
+    assert re.fullmatch(r"[0-9a-f]{16}", cwe.data_fingerprint())
+    assert make("cwe", copy).data_fingerprint() != cwe.data_fingerprint()
+
+
 # ---------------------------------------------------------------------------------------------------
 # the ruler group
 def test_split_ruler(fake_data, monkeypatch):
