@@ -647,6 +647,11 @@ def test_cli_ruler_group_end_to_end_and_report(lm, fake_data, tmp_path, capsys, 
     avg = t[(t["task"] == "ruler") & (t["metric"] == "average")]
     means = [100 * ok[(ok["task"] == k) & (ok["metric"] == group.task_metric(k))]["value"].mean() for k in SRC_TASKS]
     assert len(avg) == 1 and avg["value"].iloc[0] == pytest.approx(sum(means) / 13)
+    eff = t[(t["task"] == "ruler") & (t["metric"] == "effective_length")]  # one row, no length (harness/ruler.py)
+    assert len(eff) == 1 and eff["length"].isna().all()
+    assert eff["value"].iloc[0] == (1500 if avg["value"].iloc[0] >= 50 else 0)  # the only length: it, or 0 below
+    s = pd.read_csv(out / "summary.csv")
+    assert set(s.loc[s["task"] == "ruler", "metric"]) == {"average", "effective_length"}
     assert json.loads((out / "run.json").read_text())["ruler"]["threshold"] == 50
     assert (out / "plots" / "ruler_tiny.png").is_file() and (out / "plots" / "vt_heatmap_tiny.png").is_file()
     code, stdout, err = run_cli(["report", out, "--out", tmp_path / "rep"], capsys)
@@ -656,6 +661,16 @@ def test_cli_ruler_group_end_to_end_and_report(lm, fake_data, tmp_path, capsys, 
     assert (tmp_path / "rep" / "plots" / "ruler_tiny_rope.png").is_file()
     code, stdout, err = run_cli(["compare", out, "--baseline", out], capsys)  # the ruler rows have a direction
     assert code == 0, err
+    base = tmp_path / "base"  # a baseline 10 points better on the average, one length longer: both regress
+    base.mkdir()
+    s.loc[(s["task"] == "ruler") & (s["metric"] == "average"), "mean"] += 10
+    s.loc[(s["task"] == "ruler") & (s["metric"] == "effective_length"), "mean"] += 1500
+    s.to_csv(base / "summary.csv", index=False)
+    code, stdout, err = run_cli(["compare", out, "--baseline", base, "--out", tmp_path / "cmp"], capsys)
+    c = pd.read_csv(tmp_path / "cmp" / "compare.csv")
+    c = c[c["task"] == "ruler"].set_index("metric")
+    assert code == 1 and (c["direction"] == "higher").all() and (c["status"] == "regression").all(), c
+    assert c.loc["average", "diff"] == pytest.approx(-10)
     # QA left out without its data, and said so
     code, stdout, err = run_cli(args[:-4] + ["--data-dir", tmp_path / "empty_data"], capsys)
     assert code == 2 and "not a directory" in err
