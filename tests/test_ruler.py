@@ -15,6 +15,7 @@ import json
 import re
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -626,9 +627,28 @@ def test_average_and_effective_length_by_hand():
     assert list(grid.index)[-1] == "average" and info["effective_length"] == 1024
 
 
+def test_effective_length_over_several_runs():
+    """A report over two run directories of one model (1K in one, 2K and 4K in the other): each run's own
+    effective_length row saw only its lengths (1K alone: 1024), the table's is recomputed over all three."""
+    from lctx.harness.tables import to_table
+
+    spec = group.RulerSpec(threshold=60.0, tasks=("niah_single_1", "cwe"))
+    runs = {"a": {1024: (0.7, 0.6)}, "b": {2048: (0.7, 0.5), 4096: (0.3, 0.2)}}  # averages 65, 60, 25 (by hand)
+    rows = []
+    for run, scores in runs.items():
+        recs = [_rec(t, "string_match_all", L, v, depth=0.5 if t != "cwe" else None)
+                for L, vals in scores.items() for t, v in zip(spec.tasks, vals)]
+        derived = group.derive_records(to_table(recs), spec)
+        assert [r["metrics"]["effective_length"] for r in derived if "effective_length" in r["metrics"]] == \
+            [1024 if run == "a" else 2048]
+        rows.append(to_table(recs + derived).assign(run=run))
+    grid, info = group.ruler_table(pd.concat(rows, ignore_index=True))
+    assert list(grid.columns) == [1024, 2048, 4096] and grid.loc["average"].tolist() == pytest.approx([65, 60, 25])
+    assert info["effective_length"] == 2048  # 65 and 60 >= 60, 25 is not
+
+
 @pytest.mark.slow
 def test_cli_ruler_group_end_to_end_and_report(lm, fake_data, tmp_path, capsys, monkeypatch):
-    import pandas as pd
 
     monkeypatch.delenv("LCTX_DATA_DIR", raising=False)
     monkeypatch.delenv("LCTX_CACHE_DIR", raising=False)
