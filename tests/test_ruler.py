@@ -649,7 +649,6 @@ def test_effective_length_over_several_runs():
 
 @pytest.mark.slow
 def test_cli_ruler_group_end_to_end_and_report(lm, fake_data, tmp_path, capsys, monkeypatch):
-
     monkeypatch.delenv("LCTX_DATA_DIR", raising=False)
     monkeypatch.delenv("LCTX_CACHE_DIR", raising=False)
     out = tmp_path / "run"
