@@ -27,5 +27,7 @@ for stage in ${STAGES:-1k 2k}; do
 done
 runs=(); for s in ${STAGES:-1k 2k}; do runs+=("$OUT/run-$s"); done
 lctx report "${runs[@]}" --out "$OUT/report" --at 1k,2k,4k --title "RULER on SmolLM2-135M-Instruct (Q4_1 GGUF)"
+# one table over the runs (lctx report gives each run of the same model its own RULER block)
+python "$HERE/ruler_table.py" "${runs[@]}" > "$OUT/table.md"
 # the checks of README.md: run-1k's inputs rebuilt by this checkout, and its outputs against a rerun
 python "$HERE/check_prompts.py" "$OUT/run-1k/records.jsonl" "$DATA" || true
