@@ -16,14 +16,26 @@ import pandas as pd
 
 from lctx.harness.plots import format_length
 from lctx.harness.report import load_run
-from lctx.harness.ruler import GROUP, ruler_table, task_metric
+from lctx.harness.ruler import GROUP, RulerSpec, derive_records, ruler_table, task_metric
+from lctx.harness.tables import to_table
 
 tables, models = [], set()
 for d in sys.argv[1:]:
     t, meta = load_run(d)
     models.add(tuple(meta["models"]))
-    tables.append(t)
+    # cwe/fwe (no depth axis) run `samples` = --samples x depths; a run grown by resume over depths made them again
+    # under the new option, and its tables keep the superseded records too (run.json's `current` names both
+    # labels; see README): keep the records of the last request only
+    want = len(meta["depths"]) * int(meta["samples"])
+    keep = [k not in ("cwe", "fwe") or json.loads(o).get("samples", 1) == want
+            for k, o in zip(t["task"], t["task_options"].astype(str))]
+    t = t[keep]
+    spec = RulerSpec(threshold=float(meta["ruler"]["threshold"]), tasks=tuple(meta["ruler"]["tasks"]),
+                     left_out=tuple(meta["ruler"]["left_out"].items()))
+    tables.append(t[t["task"] != GROUP])  # the average and effective length are derived again below, over all
 rows = pd.concat(tables, ignore_index=True)
+rows["model"] = rows["model"].astype(str).str.replace(r" \[.*\]$", "", regex=True)  # load_run's option tags
+rows = pd.concat([rows, to_table(derive_records(rows, spec))], ignore_index=True)
 if len(models) != 1 or rows["model"].nunique() != 1:
     sys.exit(f"error: the runs are of different models ({sorted(models)}); pass runs of one model")
 def _settings(o):  # the options that make a sample (cwe/fwe's `samples` is how many the group asked for)
