@@ -190,6 +190,16 @@ def _configure_threads() -> None:
     configure_threads()
 
 
+def _parse_batch_size(text: str):
+    """``--batch-size``: N >= 1 or auto (:func:`lctx.harness.runner.parse_batch_size`, without its imports)."""
+    t = str(text).strip().lower()
+    if t == "auto":
+        return "auto"
+    if t.isdigit() and int(t) >= 1:
+        return int(t)
+    raise LctxError(f"--batch-size {text!r} is not a positive integer nor auto; write e.g. --batch-size 4")
+
+
 def _data_path(p: str, data_dir: Optional[Path]) -> str:
     if os.path.exists(p) or data_dir is None:
         return p
@@ -233,12 +243,14 @@ def run(
     system_prompt: Optional[str] = typer.Option(None, "--system-prompt", help="System message for --chat-template on (default: the template's own, if any)."),
     memory_check: bool = typer.Option(True, "--memory-check/--no-memory-check", help="Refuse, before the sweep, a run whose longest prefill does not fit the device (memory model of `lctx plan`)."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
+    batch_size: str = typer.Option("1", "--batch-size", "-b", help="N or auto: prefill and decode N samples of one length together (passkey, niah_*, RULER's tasks, custom tasks with batched = True; others run one at a time). auto: the most that lctx plan's memory model fits in half the device (at most 4 on CPU, 32 on CUDA). Records equal batch 1's to rounding; README \"Batches\"."),
 ):
     """Evaluate checkpoints on tasks x lengths x depths; write records.jsonl, results.parquet/csv, summary.csv and plots."""
     if data_dir is not None and not data_dir.is_dir():
         raise LctxError(f"--data-dir {str(data_dir)!r} is not a directory; point it at the evaluation data "
                         "(e.g. ../shared/data) or unset LCTX_DATA_DIR")
     length_list, depth_list = parse_lengths(lengths), parse_depths(depths)  # before the heavy imports below
+    batch = _parse_batch_size(batch_size)
     _configure_threads()
     from lctx.harness.lm import load_lm
     from lctx.harness.runner import RunSpec, check_lengths, check_min_lengths, run_sweep
@@ -349,12 +361,12 @@ def run(
                 others = [t for t in task_objs if t.name != "ppl"]
                 ppl_task = [t for t in task_objs if t.name == "ppl"]
                 if others:
-                    results.append(run_sweep(lms_g, others, spec, out, progress=progress))
+                    results.append(run_sweep(lms_g, others, spec, out, progress=progress, batch_size=batch))
                 if ppl_task:
                     results.append(run_sweep(lms_g, ppl_task, RunSpec(ppl_lengths, depth_list, samples, seed), out,
                                              progress=progress))
             elif task_objs:
-                results.append(run_sweep(lms_g, task_objs, spec, out, progress=progress))
+                results.append(run_sweep(lms_g, task_objs, spec, out, progress=progress, batch_size=batch))
         if lmeval_specs:
             results.append(lmeval.run_lmeval(lms, *lmeval_specs, out, data_dir=data_dir, limit=limit,
                                              num_fewshot=num_fewshot, seed=seed, progress=progress, log=typer.echo,
