@@ -183,8 +183,8 @@ def chat_options(system_prompt: Optional[str]) -> dict:
 
 
 def _configure_threads() -> None:
-    """Intra-op threads for a computing command: LCTX_NUM_THREADS / OMP_NUM_THREADS, else the cores not
-    already busy (:func:`lctx.kernels.default_threads`; README "Threads")."""
+    """Intra-op threads for a computing command: LCTX_NUM_THREADS / OMP_NUM_THREADS, else torch's default
+    (:func:`lctx.kernels.default_threads`; README "Threads")."""
     from lctx.kernels import configure_threads
 
     configure_threads()

@@ -305,7 +305,7 @@ def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo, batch_size=1) 
                  "torch": torch.__version__, "python": platform.python_version(), "host": platform.node(),
                  "models": [lm.path for lm in lms], "tasks": [t.name for t in tasks],
                  "lengths": spec.lengths, "depths": spec.depths, "samples": spec.samples, "seed": spec.seed,
-                 "versions": versions()})
+                 "versions": versions(), "threads": torch.get_num_threads(), "batch_size": batch_size})
     current = dict(old_meta.get("current") or {}) if isinstance(old_meta.get("current"), dict) else {}
     current.update({label_of(b): b["fingerprint"] for b in bases.values()})
     meta["current"] = current

@@ -152,7 +152,9 @@ class Task:
         if not self.batched:
             raise NotImplementedError(f"task {self.name!r} implements neither score() nor batched scoring")
         prefix, _ = lm.prefill(sample.input_ids)
-        cont = lm.greedy(prefix, self.max_new_tokens_for(sample), self.stop_ids(lm))
+        stops = self.stop_ids(lm)
+        n = self.max_new_tokens_for(sample)
+        cont = lm.greedy(prefix, n) if stops is None else lm.greedy(prefix, n, stops)
         return self.score_generated(lm, sample, prefix, cont)
 
     # -- batched scoring (``batched = True``) ------------------------------------------------------------
