@@ -679,6 +679,7 @@ def bench(
                                         threads=thread_list[0] if thread_list else None,
                                         log=lambda s: typer.echo(s, err=True))
         print_prefill(table, exps)
+        out.mkdir(parents=True, exist_ok=True)  # a new --out (and its missing parents), after the measurements
         table.to_csv(out / "prefill.csv", index=False)
         exps.to_csv(out / "prefill_exponents.csv", index=False)
         typer.echo(f"wrote {out / 'prefill.csv'} and {out / 'prefill_exponents.csv'}")
