@@ -348,6 +348,11 @@ class LM(TokenizerSide):
         check_finite_logits(logits, f"{self.name}, {x.shape[-1]} tokens")  # every task's one shared check
         return logits, (new_cache if new_cache is not None else cache)
 
+    def _fwd(self, ids: torch.Tensor, cache, keep, mask: torch.Tensor | None):
+        """:meth:`_forward`, with the mask passed only when there is one (wrappers of the 3-argument
+        ``_forward(ids, cache, keep)``, e.g. tests counting forwards, keep working)."""
+        return self._forward(ids, cache, keep) if mask is None else self._forward(ids, cache, keep, mask)
+
     @torch.inference_mode()
     def prefill(self, ids: list[int], want: list[int] | None = None) -> tuple[Prefix, dict[int, torch.Tensor]]:
         """Run ``ids`` (length T) through the model in chunks of ``chunk_size`` tokens into a fresh KV cache.
@@ -429,7 +434,7 @@ class LM(TokenizerSide):
                 break
             if mask is not None:
                 mask = torch.cat([mask, mask.new_ones(1, 1)], 1)
-            step, cache = self._forward(torch.tensor([tok], device=self.device), cache, 1, mask)
+            step, cache = self._fwd(torch.tensor([tok], device=self.device), cache, 1, mask)
             logits = step[-1]
         prefix.cache = cache
         return out
@@ -469,7 +474,7 @@ class LM(TokenizerSide):
         logits = None
         for s in range(0, W, self.chunk_size):
             e = min(s + self.chunk_size, W)
-            logits, cache = self._forward(x[:, s:e], cache, 1, mask[:, :e] if padded else None)
+            logits, cache = self._fwd(x[:, s:e], cache, 1, mask[:, :e] if padded else None)
         states = getattr(cache, "lctx_states", None)
         snapshot = {k: {n: t.clone() for n, t in st.items()} for k, st in states.items()} if states else None
         return BatchPrefix(cache=cache, mask=mask, last_logits=logits[:, -1], n_tokens=[len(r) for r in ids],
@@ -503,7 +508,7 @@ class LM(TokenizerSide):
             if all(done):
                 break
             mask = torch.cat([mask, mask.new_ones(B, 1)], 1)
-            step, cache = self._forward(toks[:, None], cache, 1, mask if padded else None)
+            step, cache = self._fwd(toks[:, None], cache, 1, mask if padded else None)
             logits = step[:, -1]
         prefix.cache = cache
         return out
@@ -529,7 +534,7 @@ class LM(TokenizerSide):
         if len(cont) > 1:
             mask = (None if prefix.mask is None
                     else torch.cat([prefix.mask, prefix.mask.new_ones(1, len(cont) - 1)], 1))
-            step, prefix.cache = self._forward(torch.tensor(cont[:-1], device=self.device), prefix.cache, 0, mask)
+            step, prefix.cache = self._fwd(torch.tensor(cont[:-1], device=self.device), prefix.cache, 0, mask)
             logits.extend(step)
         self.rewind(prefix)
         return torch.stack(logits)
