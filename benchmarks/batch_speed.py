@@ -32,7 +32,7 @@ def main() -> None:
 
     import torch
 
-    from lctx.cli import parse_lengths
+    from lctx.harness.args import parse_lengths
     from lctx.harness.lm import load_lm
     from lctx.tasks import get_task
     from lctx.tasks.base import Cell
