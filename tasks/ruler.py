@@ -197,6 +197,7 @@ class RulerTask(Task):
 
     tokens_to_generate: ClassVar[int] = 32
     metrics = ("string_match_all", "string_match_part")
+    batched = True  # prompt -> greedy -> metrics (lctx run --batch-size)
     retrieval = True  # headline: RULER's metric, the first of ``metrics``
     heatmap_metrics = ("string_match_all", "string_match_part")
 
@@ -308,11 +309,10 @@ class RulerTask(Task):
                       depth=None if rec.get("depth") is None else float(rec["depth"]), meta=meta)
 
     # scoring ----------------------------------------------------------------------------------------
-    def score(self, lm, sample: Sample) -> dict[str, float]:
-        """Greedy continuation of at most the generation budget, RULER's ``postprocess_pred``, then
-        ``string_match_all`` / ``string_match_part`` against ``meta["answers"]`` (0..1; RULER reports x100)."""
-        prefix, _ = lm.prefill(sample.input_ids)
-        cont = lm.greedy(prefix, int(sample.meta["max_new_tokens"]))
+    def score_generated(self, lm, sample: Sample, prefix, cont: list[int]) -> dict[str, float]:
+        """From the greedy continuation ``cont`` of at most the generation budget (``meta["max_new_tokens"]``):
+        RULER's ``postprocess_pred``, then ``string_match_all`` / ``string_match_part`` against
+        ``meta["answers"]`` (0..1; RULER reports x100). Batched with ``lctx run --batch-size``."""
         pred = postprocess_pred(lm.decode(cont))
         sample.meta["continuation"] = pred
         answers = sample.meta["answers"]
