@@ -209,10 +209,10 @@ class RulerTask(Task):
         for key, v in (("max_new_tokens", max_new_tokens), ("samples", samples)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise LctxError(f"task {self.name!r}: {key}={v!r} is not a positive integer; write e.g. {key}=32")
-        opts = dict(match=match, max_new_tokens=max_new_tokens, **options)
-        if samples is not None:
-            opts["samples"] = samples
-        Task.__init__(self, **opts)
+        # ``samples`` picks how many cells run, not what a sample is: it stays out of the recorded options (the
+        # resume key), so growing the depth list of a ``ruler`` run (cwe/fwe samples = samples x depths) resumes
+        # the samples already run instead of rerunning them as new inputs beside the old ones
+        Task.__init__(self, match=match, max_new_tokens=max_new_tokens, **options)
         self.match = match
         self.max_new_tokens = max_new_tokens
         self.samples = samples

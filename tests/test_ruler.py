@@ -750,3 +750,13 @@ def test_chat_template_wraps_the_task(chat_lm, lm, fake_data, tmp_path, name, le
         assert 0 < s.depth < 0.5
     off = task.build(lm, cell, 0)  # the cache keeps chat on and off apart
     assert off.input_ids != s.input_ids and len(list((tmp_path / name).glob("*.json"))) == 2
+
+
+def test_samples_option_is_not_part_of_the_resume_key(fake_data):
+    # found on the SmolLM2 2K run: the ruler group sets cwe/fwe samples = samples x depths, so growing the depth
+    # list changed the recorded options and reran (and double-counted) samples already run; samples only picks
+    # which cells run, so the options that identify a sample must not contain it
+    for name in ("cwe", "fwe"):
+        a, b = make(name, fake_data, samples=3), make(name, fake_data, samples=5)
+        assert a.options == b.options and "samples" not in a.options
+        assert len(a.cells([1024], [0.5], 1)) == 3 and len(b.cells([1024], [0.5], 1)) == 5
