@@ -30,7 +30,7 @@ import pandas as pd
 
 COLUMNS = ["run_id", "model", "variant", "task", "metric", "length", "n_tokens", "depth", "depth_actual",
            "depth_off", "sample", "value", "seed", "status", "error", "wall_s", "peak_mem_bytes", "device", "dtype",
-           "attn_impl", "attn_kernel", "chunk_size", "lctx_version", "git_rev", "torch_version",
+           "attn_impl", "attn_kernel", "chunk_size", "batch_size", "threads", "lctx_version", "git_rev", "torch_version",
            "transformers_version", "timestamp", "train_length", "task_options", "fingerprint",
            "model_fingerprint", "data_fingerprint"]
 # a sample's identity across reruns: the fingerprint covers every input besides the grid point (task_options
@@ -161,7 +161,7 @@ def _cell_fingerprint(fps) -> str:
     u = sorted({str(f) for f in fps if isinstance(f, str) and f})
     if len(u) <= 1:
         return u[0] if u else ""
-    from .fingerprint import digest_json
+    from lctx.models.fingerprint import digest_json
 
     return digest_json(u)
 

@@ -15,9 +15,9 @@ import itertools
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
-from lctx.harness.errors import LctxError
+from lctx.errors import LctxError
 
 TASKS: dict[str, type["Task"]] = {}
 
@@ -64,7 +64,14 @@ class Task:
         version: an integer to bump when a change of the task's code (prompt, scoring) changes its numbers;
             it is part of every record's fingerprint, so old records of the task are not reused.
 
-    Optional:
+    Optional (what the report, the plots, ``lctx compare`` and the flatness sweep read; never the task's name):
+        headline_metric: the metric a summary shows (default: the first of ``metrics``; :meth:`headline`).
+        higher_is_better: whether a larger headline metric is better (ppl, NLL: False), or {metric: bool} as
+            lm-eval writes it; default None: ``lctx compare`` goes by the metric's name.
+        retrieval: a retrieval task (a needle to find): filed under "Retrieval" in the report, with an accuracy
+            threshold, and usable as the retrieval task of a flatness sweep's effective length (default False).
+        secondary_metric: a metric drawn beside the headline one (passkey's digit_acc, NIAH's teacher-forced
+            tf_top1; default none).
         description: one line for ``lctx list tasks``; when a class sets none, the first paragraph of its
             docstring is used.
         requires: the data the task reads, for ``lctx list tasks`` (e.g. ``ruler/ under --data-dir``).
@@ -72,6 +79,11 @@ class Task:
             refuses shorter lengths before the sweep starts instead of recording error rows.
         cost(lm, cell): what one cell costs, in prefill tokens (a decode step counts
             :data:`DECODE_STEP_TOKENS`); the progress bar and its time-left estimate are weighted by it.
+        batched: ``True`` opts in to ``lctx run --batch-size``: the task scores a sample as prompt ->
+            greedy continuation -> metrics, by implementing :meth:`score_generated` (and, when the budget is
+            not ``sample.meta["max_new_tokens"]``, :meth:`max_new_tokens_for`) instead of :meth:`score`; the
+            runner then prefills and decodes several samples of a length together (:meth:`score_batch`).
+            Tasks that leave it ``False`` run one sample at a time.
 
     Constructor keyword arguments are the task's options (e.g. ``window``/``stride`` for ``ppl``); they
     are recorded with every result, and a rerun with different options does not reuse old records.
@@ -79,7 +91,7 @@ class Task:
     that new contents under the same path are a different input.
 
     Every logit a task obtains through :class:`lctx.harness.lm.LM` passes the shared check
-    :func:`lctx.harness.errors.check_finite_logits`: NaN or infinite logits make the sample an error
+    :func:`lctx.errors.check_finite_logits`: NaN or infinite logits make the sample an error
     (status ``error``) whatever the task computes from them.
     """
 
@@ -89,9 +101,19 @@ class Task:
     description: ClassVar[str] = ""
     version: ClassVar[int] = 1
     requires: ClassVar[str] = ""
+    batched: ClassVar[bool] = False
+    headline_metric: ClassVar[str | None] = None
+    higher_is_better: ClassVar[bool | dict | None] = None
+    retrieval: ClassVar[bool] = False
+    secondary_metric: ClassVar[str | None] = None
 
     def __init__(self, **options: Any):
         self.options = options
+
+    @classmethod
+    def headline(cls) -> str:
+        """The metric a summary shows: ``headline_metric``, else the first of ``metrics``."""
+        return cls.headline_metric or (cls.metrics[0] if cls.metrics else "")
 
     def data_files(self) -> dict[str, Path]:
         """The files this task reads, {name: path} (names such as paths relative to the data root; where
@@ -106,7 +128,7 @@ class Task:
             LctxError: a data file is missing, not a regular file or unreadable.
         """
         if not hasattr(self, "_data_fp"):
-            from lctx.harness.fingerprint import digest_files
+            from lctx.models.fingerprint import digest_files
 
             files = self.data_files()
             self._data_fp = digest_files(files) if files else None
@@ -139,8 +161,55 @@ class Task:
         raise NotImplementedError
 
     def score(self, lm, sample: Sample) -> dict[str, float]:
-        """Run the model on ``sample`` and return {metric: value} for every name in ``metrics``."""
+        """Run the model on ``sample`` and return {metric: value} for every name in ``metrics``.
+
+        Default (for :attr:`batched` tasks): prefill the prompt, decode greedily
+        (:meth:`max_new_tokens_for` tokens at most, :meth:`stop_ids`), then :meth:`score_generated`."""
+        if not self.batched:
+            raise NotImplementedError(f"task {self.name!r} implements neither score() nor batched scoring")
+        prefix, _ = lm.prefill(sample.input_ids)
+        stops = self.stop_ids(lm)
+        n = self.max_new_tokens_for(sample)
+        cont = lm.greedy(prefix, n) if stops is None else lm.greedy(prefix, n, stops)
+        return self.score_generated(lm, sample, prefix, cont)
+
+    # -- batched scoring (``batched = True``) ------------------------------------------------------------
+    def max_new_tokens_for(self, sample: Sample) -> int:
+        """Greedy decode budget of ``sample`` in tokens. Default: ``sample.meta["max_new_tokens"]``."""
+        return int(sample.meta["max_new_tokens"])
+
+    def stop_ids(self, lm) -> set[int] | None:
+        """Token ids that end the greedy continuation (``None``: the tokenizer's EOS)."""
+        return None
+
+    def score_generated(self, lm, sample: Sample, prefix, continuation: list[int]) -> dict[str, float]:
+        """{metric: value} of ``sample`` from its greedy ``continuation`` (token ids) and ``prefix`` (an
+        :class:`lctx.harness.lm.Prefix` holding the prompt, for teacher-forced scores through its KV cache:
+        ``lm.score_continuation(prefix, ...)``). Called after one prefill alone or as a row of a batch; it must
+        not depend on which."""
         raise NotImplementedError
+
+    def score_batch(self, lm, samples: list[Sample]) -> list[dict[str, float] | BaseException]:
+        """Score several samples of one length together: one left-padded prefill and one batched greedy
+        decode (:meth:`lctx.harness.lm.LM.prefill_batch`, :meth:`~lctx.harness.lm.LM.greedy_batch`), then
+        :meth:`score_generated` per row. Returns, per sample, its metrics or the exception its scoring
+        raised. Errors of the batched prefill or decode (e.g. out of memory) propagate: the runner then
+        scores the samples one at a time.
+
+        Raises:
+            NotImplementedError: the task is not :attr:`batched`.
+        """
+        if not self.batched:
+            raise NotImplementedError(f"task {self.name!r} does not batch")
+        bp = lm.prefill_batch([s.input_ids for s in samples])
+        conts = lm.greedy_batch(bp, [self.max_new_tokens_for(s) for s in samples], self.stop_ids(lm))
+        out: list = []
+        for i, (s, cont) in enumerate(zip(samples, conts)):
+            try:
+                out.append(self.score_generated(lm, s, bp.row(i), cont))
+            except Exception as e:  # noqa: BLE001 - one row's failure is that sample's error record
+                out.append(e)
+        return out
 
 
 def register_task(cls: type[Task]) -> type[Task]:
@@ -233,8 +302,66 @@ def get_task(name: str) -> type[Task]:
         LctxError: unknown name (the message lists the known ones).
     """
     if name not in TASKS:
-        from lctx.tasks import task_catalog
-
         raise LctxError(f"unknown task {name!r}; known tasks: {', '.join(t.name for t in task_catalog())} "
                         "(see `lctx list tasks`, or add one with --task-file)")
     return TASKS[name]
+
+
+class TaskInfo(NamedTuple):
+    """One line of ``lctx list tasks``: a name ``lctx run --tasks`` accepts."""
+
+    name: str
+    description: str
+    metrics: tuple[str, ...]
+    requires: str
+
+
+#: Names ``lctx run --tasks`` accepts that are not :class:`Task` classes but derived steps of the harness
+#: (``flatness``, ``ruler``: :mod:`lctx.harness.derived`), {name: TaskInfo}; each registers itself on import
+#: with :func:`register_group`, so the tasks layer lists them without importing the harness.
+GROUPS: dict[str, TaskInfo] = {}
+
+
+def register_group(info: TaskInfo) -> TaskInfo:
+    """Add a derived name to :func:`task_catalog` (:data:`GROUPS`); returns ``info``."""
+    GROUPS[info.name] = info
+    return info
+
+
+def task_catalog() -> list[TaskInfo]:
+    """Every task name ``lctx run --tasks`` accepts, sorted: the registered tasks (built-in, ``--task-file``,
+    plug-ins loaded so far), lm-eval's ``mmlu``/``arc_*`` (:mod:`lctx.tasks.lmeval`; ``mmlu_<subject>`` and
+    ``mmlu_<category>`` too) and the derived names registered in :data:`GROUPS` (the harness's ``flatness``
+    sweep and ``ruler`` group, once :mod:`lctx.harness.flatness` / :mod:`lctx.harness.ruler` are imported)."""
+    from . import lmeval
+
+    out = [TaskInfo(n, c.description, tuple(c.metrics), c.requires) for n, c in TASKS.items()]
+    for n in lmeval.DESCRIPTION:
+        out.append(TaskInfo(n, lmeval.DESCRIPTION[n], lmeval.METRICS[n], lmeval.REQUIRES[n]))
+    out += GROUPS.values()
+    return sorted(out, key=lambda t: t.name)
+
+
+@dataclass(frozen=True)
+class TaskMeta:
+    """What the report, the plots and ``lctx compare`` know of a task by name (see :class:`Task`'s attributes):
+    headline metric, whether higher is better (None: unknown), retrieval or not, the secondary metric, and
+    whether it has a depth axis."""
+
+    headline: str
+    higher_is_better: bool | None
+    retrieval: bool
+    secondary: str | None
+    has_depth: bool
+
+
+def task_meta(name: str, metrics: tuple[str, ...] | list[str] = (), has_depth: bool = False) -> TaskMeta:
+    """The declared metadata of task ``name`` (its class attributes) when it is registered; for a task that is
+    not (a ``--task-file`` task read back by ``lctx report``): the first of ``metrics`` as headline, direction
+    unknown, not retrieval, ``has_depth`` as the table shows it."""
+    cls = TASKS.get(str(name))
+    if cls is None:
+        return TaskMeta(str(metrics[0]) if len(metrics) else "", None, False, None, bool(has_depth))
+    hib = cls.higher_is_better
+    hib = hib.get(cls.headline()) if isinstance(hib, dict) else hib
+    return TaskMeta(cls.headline(), hib, cls.retrieval, cls.secondary_metric, "depth" in cls.axes)

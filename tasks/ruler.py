@@ -72,7 +72,6 @@ What lctx does differently (the same choices as :mod:`lctx.tasks.niah`):
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
 import random
@@ -83,12 +82,12 @@ from typing import Any, Callable, ClassVar
 
 import numpy as np
 
-from lctx.harness.errors import LctxError
+from lctx.errors import LctxError
 
 from .base import DECODE_STEP_TOKENS, Cell, Sample, Task, register_task
-from .niah import (ADJ_FILE, ESSAY_FILE, MATCH_MODES, NOUN_FILE, RULER_NOISE, RulerNIAH, _atomic_write_json,
-                   _file_digest, default_cache_dir, postprocess_pred, resolve_data_dir, string_match_all,
-                   string_match_part, tokenizer_fingerprint)
+from .niah import (ADJ_FILE, ESSAY_FILE, MATCH_MODES, NOUN_FILE, RULER_NOISE, RulerNIAH, _file_digest,
+                   cached_sample_record, default_cache_dir, postprocess_pred, resolve_data_dir, sample_cache_path,
+                   string_match_all, string_match_part, tokenizer_fingerprint)
 
 VERB_FILE = "ruler/wonderwords/verblist.txt"
 
@@ -198,6 +197,8 @@ class RulerTask(Task):
 
     tokens_to_generate: ClassVar[int] = 32
     metrics = ("string_match_all", "string_match_part")
+    batched = True  # prompt -> greedy -> metrics (lctx run --batch-size)
+    retrieval = True  # headline: RULER's metric, the first of ``metrics``
     heatmap_metrics = ("string_match_all", "string_match_part")
 
     def _setup(self, match: str, max_new_tokens: int | None, cache_dir, cache: bool, samples: int | None = None,
@@ -208,10 +209,10 @@ class RulerTask(Task):
         for key, v in (("max_new_tokens", max_new_tokens), ("samples", samples)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise LctxError(f"task {self.name!r}: {key}={v!r} is not a positive integer; write e.g. {key}=32")
-        opts = dict(match=match, max_new_tokens=max_new_tokens, **options)
-        if samples is not None:
-            opts["samples"] = samples
-        Task.__init__(self, **opts)
+        # ``samples`` picks how many cells run, not what a sample is: it stays out of the recorded options (the
+        # resume key), so growing the depth list of a ``ruler`` run (cwe/fwe samples = samples x depths) resumes
+        # the samples already run instead of rerunning them as new inputs beside the old ones
+        Task.__init__(self, match=match, max_new_tokens=max_new_tokens, **options)
         self.match = match
         self.max_new_tokens = max_new_tokens
         self.samples = samples
@@ -292,10 +293,8 @@ class RulerTask(Task):
                 "sample": int(cell.sample), "seed": int(seed)} | self.prompt_key(lm)
 
     def cache_path(self, key: dict) -> Path:
-        """The cache file of a :meth:`cache_key`."""
-        h = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-        d = "none" if key["depth"] is None else f"{key['depth']:g}"
-        return self.cache_dir / self.name / f"{key['length']}_{d}_{key['sample']}_{key['seed']}_{h}.json"
+        """The cache file of a :meth:`cache_key` (:func:`lctx.tasks.niah.sample_cache_path`)."""
+        return sample_cache_path(self.cache_dir, self.name, key)
 
     def build(self, lm, cell: Cell, seed: int) -> Sample:
         """Build (or load from the cache) the sample of ``cell``.
@@ -303,31 +302,17 @@ class RulerTask(Task):
         Raises:
             ValueError: the length cannot hold the template, fixed parts and generation budget.
         """
-        rec = key = path = None
-        if self.use_cache:
-            key = self.cache_key(lm, cell, seed)
-            path = self.cache_path(key)
-            try:
-                stored = json.loads(path.read_text())
-                if stored.get("key") == key:
-                    rec = stored["sample"]
-            except (OSError, ValueError, KeyError, TypeError):
-                rec = None
-        if rec is None:
-            rec = self.make_record(lm, cell, seed)
-            if self.use_cache:
-                _atomic_write_json(path, {"key": key, "sample": rec})
+        rec = cached_sample_record(self, lm, cell, seed, lambda: self.make_record(lm, cell, seed))
         meta = dict(rec["meta"])
         meta["answer"] = "|".join(meta["answers"])
         return Sample(cell=cell, input_ids=list(rec["input_ids"]), n_tokens=int(rec["n_tokens"]),
                       depth=None if rec.get("depth") is None else float(rec["depth"]), meta=meta)
 
     # scoring ----------------------------------------------------------------------------------------
-    def score(self, lm, sample: Sample) -> dict[str, float]:
-        """Greedy continuation of at most the generation budget, RULER's ``postprocess_pred``, then
-        ``string_match_all`` / ``string_match_part`` against ``meta["answers"]`` (0..1; RULER reports x100)."""
-        prefix, _ = lm.prefill(sample.input_ids)
-        cont = lm.greedy(prefix, int(sample.meta["max_new_tokens"]))
+    def score_generated(self, lm, sample: Sample, prefix, cont: list[int]) -> dict[str, float]:
+        """From the greedy continuation ``cont`` of at most the generation budget (``meta["max_new_tokens"]``):
+        RULER's ``postprocess_pred``, then ``string_match_all`` / ``string_match_part`` against
+        ``meta["answers"]`` (0..1; RULER reports x100). Batched with ``lctx run --batch-size``."""
         pred = postprocess_pred(lm.decode(cont))
         sample.meta["continuation"] = pred
         answers = sample.meta["answers"]
