@@ -23,8 +23,13 @@ import statistics
 import time
 
 
-def generate_loop(model_dir: str, prompt: str, max_new_tokens: int):
-    """The baseline: what a user writes with transformers alone (about 20 lines)."""
+def generate_loop(model_dir: str, max_new_tokens: int):
+    """The baseline: what a user writes with transformers alone (about 20 lines): load the directory, greedy
+    ``generate`` of ``max_new_tokens`` tokens, first run of digits in the decoded text.
+
+    Returns (run_one, tokenizer); ``run_one(input_ids: list[int]) -> (text, digits)``: the decoded new tokens
+    and their first run of digits (``None`` when there is none).
+    """
     import re
 
     import torch
@@ -33,19 +38,22 @@ def generate_loop(model_dir: str, prompt: str, max_new_tokens: int):
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
 
-    def run_one() -> str | None:
-        ids = tok(prompt, return_tensors="pt")
+    def run_one(input_ids: list[int]) -> tuple[str, str | None]:
+        ids = torch.tensor([input_ids])
         with torch.inference_mode():
-            out = model.generate(**ids, max_new_tokens=max_new_tokens, do_sample=False,
-                                 pad_token_id=tok.eos_token_id)
-        text = tok.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
+                                 do_sample=False, pad_token_id=tok.eos_token_id)
+        text = tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
         m = re.search(r"\d+", text)
-        return m.group(0) if m else None
+        return text, (m.group(0) if m else None)
 
     return run_one, tok
 
 
 def main() -> None:
+    """``python -m lctx.harness.generate_speed``: prints per-repeat times (seconds), the median per side,
+    the per-repeat ratios lctx / generate and the process's peak RSS (GiB); ``--rss-only``: one lctx
+    sample and its peak RSS."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", required=True)
     ap.add_argument("--hf-dir", default=None, help="directory the generate baseline loads (default: lctx's own)")
@@ -76,8 +84,12 @@ def main() -> None:
               f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB")
         return
     hf_dir = a.hf_dir or (str(cached_gguf_dir(a.model, cache_dir=a.cache_dir)[0]) if find_gguf(a.model) else a.model)
-    run_hf, tok = generate_loop(hf_dir, prompt, task.max_new_tokens)
-    assert tok(prompt)["input_ids"] == sample.input_ids, "the two sides must see the same prompt tokens"
+    run_hf, tok = generate_loop(hf_dir, task.max_new_tokens)
+    ids = tok(prompt)["input_ids"]
+    if ids != sample.input_ids:  # e.g. lctx checkpoints put BOS first, their tokenizer does not add it
+        print(f"tokenizer(prompt) gives {len(ids)} ids, lctx's prompt {len(sample.input_ids)}: the baseline "
+              "gets lctx's ids (same tokens on both sides)")
+        ids = list(sample.input_ids)
     print(f"threads {torch.get_num_threads()}; prompt {len(sample.input_ids)} tokens; key {sample.meta['key']}",
           flush=True)
 
@@ -90,7 +102,7 @@ def main() -> None:
         order = ["lctx", "generate"] if r % 2 == 0 else ["generate", "lctx"]
         for side in order:
             t0 = time.perf_counter()
-            out = run_lctx() if side == "lctx" else run_hf()
+            out = run_lctx() if side == "lctx" else run_hf(ids)
             times[side].append(time.perf_counter() - t0)
             print(f"repeat {r} {side:8s} {times[side][-1]:7.2f} s  -> {out}", flush=True)
     med = {k: statistics.median(v) for k, v in times.items()}
