@@ -48,16 +48,16 @@ direct() {  # direct NAME lm_eval options...  (lm-eval's own CLI on the dequanti
 # from them; T = 8192 = max_position_embeddings
 CORE=(--tasks flatness --train-length 8192 --depths 0,0.5,1 --samples 1 --ppl-data "$PG" --ppl-max-tokens 8192 --stride 1)
 job core "${CORE[@]}" --lengths 1k,2k,4k
-job arc --tasks arc_easy,arc_challenge --num-fewshot 0 --limit 100
-direct arc --tasks direct_arc_easy,direct_arc_challenge --num_fewshot 0 --limit 100
+job arc --tasks arc_easy,arc_challenge --num-fewshot 0 --limit 50
+direct arc --tasks direct_arc_easy,direct_arc_challenge --num_fewshot 0 --limit 50
 job passkey-chat --tasks passkey --lengths 1k,2k,4k --depths 0,0.5,1 --samples 1 --chat-template on
+# item 6: lctx's passkey sample against a transformers generate loop, same prompt, one process, interleaved
+timed speed-4k python -m lctx.harness.generate_speed --model "$G" --length 4k --repeats 2 --cache-dir "$OUT/cache"
 job niah --tasks niah_single_1,niah_single_2,niah_single_3,niah_multikey_1,niah_multivalue,niah_multiquery \
   --lengths 1k,2k --depths 0.5 --samples 1
 job ppl-short --tasks ppl --lengths 256,512 --ppl-data "$PG" --ppl-max-tokens 8192 --stride 1
 job mmlu --tasks mmlu --num-fewshot 5 --limit 1
 direct mmlu --tasks "$(cat "$OUT/direct/mmlu_tasks.txt")" --num_fewshot 5 --limit 1
-# item 6: lctx's passkey sample against a transformers generate loop, same prompt, one process, interleaved
-timed speed-4k python -m lctx.harness.generate_speed --model "$G" --length 4k --repeats 2 --cache-dir "$OUT/cache"
 job core "${CORE[@]}" --lengths 1k,2k,4k,8k
 # past max_position_embeddings; the job's peak RSS (/usr/bin/time -v in passkey-16k.log) is the 16K figure
 job passkey-16k --tasks passkey --lengths 16k --depths 0.5 --samples 1 --allow-beyond-max
