@@ -44,20 +44,22 @@ direct() {  # direct NAME lm_eval options...  (lm-eval's own CLI on the dequanti
 # same local data files as lctx (lm-eval's YAMLs with only the data source replaced)
 [ -f "$OUT/smollm2-hf/model.safetensors" ] || lctx convert gguf "$G" --out "$OUT/smollm2-hf"
 [ -f "$OUT/direct/mmlu_tasks.txt" ] || python "$HERE/lmeval_direct.py" prepare --data-dir "$DATA" --work "$OUT/direct"
-# passkey (chat off) + ppl on pg98 (the first 8192 tokens, non-overlapping windows) + the flatness rows derived
-# from them; T = 8192 = max_position_embeddings
-CORE=(--tasks flatness --train-length 8192 --depths 0,0.5,1 --samples 1 --ppl-data "$PG" --ppl-max-tokens 8192 --stride 1)
-job core "${CORE[@]}" --lengths 1k,2k,4k
+# T = 8192 (max_position_embeddings) is the training length the report's flatness columns use
+T=(--train-length 8192)
+PK=(--tasks passkey "${T[@]}" --depths 0,0.5,1 --samples 1)
+PPL=(--tasks ppl "${T[@]}" --ppl-data "$PG" --ppl-max-tokens 8192 --stride 1)  # first 8192 tokens, disjoint windows
+job passkey "${PK[@]}" --lengths 1k,2k,4k
 job arc --tasks arc_easy,arc_challenge --num-fewshot 0 --limit 50
 direct arc --tasks direct_arc_easy,direct_arc_challenge --num_fewshot 0 --limit 50
-job passkey-chat --tasks passkey --lengths 1k,2k,4k --depths 0,0.5,1 --samples 1 --chat-template on
-# item 6: lctx's passkey sample against a transformers generate loop, same prompt, one process, interleaved
-timed speed-4k python -m lctx.harness.generate_speed --model "$G" --length 4k --repeats 2 --cache-dir "$OUT/cache"
+job passkey-chat "${PK[@]}" --lengths 1k,2k,4k --chat-template on
+# item 6: lctx's passkey sample against a transformers generate loop, same prompt, one process
+timed speed-4k python -m lctx.harness.generate_speed --model "$G" --length 4k --repeats 1 --cache-dir "$OUT/cache"
 job niah --tasks niah_single_1,niah_single_2,niah_single_3,niah_multikey_1,niah_multivalue,niah_multiquery \
-  --lengths 1k,2k --depths 0.5 --samples 1
-job ppl-short --tasks ppl --lengths 256,512 --ppl-data "$PG" --ppl-max-tokens 8192 --stride 1
+  "${T[@]}" --lengths 1k --depths 0.5 --samples 1
+job ppl "${PPL[@]}" --lengths 256,512,1k,2k,4k
 job mmlu --tasks mmlu --num-fewshot 5 --limit 1
 direct mmlu --tasks "$(cat "$OUT/direct/mmlu_tasks.txt")" --num_fewshot 5 --limit 1
-job core "${CORE[@]}" --lengths 1k,2k,4k,8k
+job passkey "${PK[@]}" --lengths 1k,2k,4k,8k
+job ppl "${PPL[@]}" --lengths 256,512,1k,2k,4k,8k
 # past max_position_embeddings; the job's peak RSS (/usr/bin/time -v in passkey-16k.log) is the 16K figure
-job passkey-16k --tasks passkey --lengths 16k --depths 0.5 --samples 1 --allow-beyond-max
+job passkey-16k --tasks passkey "${T[@]}" --lengths 16k --depths 0.5 --samples 1 --allow-beyond-max
