@@ -7,6 +7,7 @@
 #   JOB_PREFIX     command put before each job, e.g. "flock /work/heavy.lock nice -n 5" (default: none)
 #   STOP_AT        HH:MM (UTC): a job still running then is stopped (lctx keeps its finished samples), later
 #                  ones are skipped (default: none)
+#   ONLY / SKIP    space-separated job names (as in timings.tsv) to run only / to leave out
 # Each job writes OUT/<job>/ (an lctx run directory or lm-eval output), OUT/<job>.log (with /usr/bin/time -v:
 # wall time and peak RSS) and a line "job start end rc" in OUT/timings.tsv. Jobs resume: rerunning skips
 # the finished samples of lctx jobs.
@@ -26,6 +27,8 @@ left() {  # seconds to STOP_AT (an HH:MM UTC time, optional), 0 = no limit (time
 }
 timed() {  # timed NAME CMD...: CMD under JOB_PREFIX and /usr/bin/time -v, stopped at STOP_AT; a line in timings.tsv
   local name=$1; shift; local t0 t rc; t0=$(stamp); t=$(left)
+  if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then return; fi
+  if [[ " ${SKIP:-} " == *" $name "* ]]; then return; fi
   if [ -n "${STOP_AT:-}" ] && [ "$t" -lt 120 ]; then
     printf '%s\t%s\t%s\t%s\n' "$name" "$t0" "$t0" "skipped: past STOP_AT" >> "$OUT/timings.tsv"; return; fi
   timeout "$t" $P /usr/bin/time -v "$@" >> "$OUT/$name.log" 2>&1; rc=$?
