@@ -8,6 +8,7 @@
 #   STOP_AT        HH:MM (UTC): a job still running then is stopped (lctx keeps its finished samples), later
 #                  ones are skipped (default: none)
 #   ONLY / SKIP    space-separated job names (as in timings.tsv) to run only / to leave out
+#   MMLU_SUBJECTS  how many MMLU subjects (alphabetical) the MMLU cross-check covers (default 57)
 # Each job writes OUT/<job>/ (an lctx run directory or lm-eval output), OUT/<job>.log (with /usr/bin/time -v:
 # wall time and peak RSS) and a line "job start end rc" in OUT/timings.tsv. Jobs resume: rerunning skips
 # the finished samples of lctx jobs.
@@ -60,8 +61,10 @@ timed speed-4k python -m lctx.harness.generate_speed --model "$G" --length 4k --
 job niah --tasks niah_single_1,niah_single_2,niah_single_3,niah_multikey_1,niah_multivalue,niah_multiquery \
   "${T[@]}" --lengths 1k --depths 0.5 --samples 1
 job ppl "${PPL[@]}" --lengths 256,512,1k,2k,4k
-job mmlu --tasks mmlu --num-fewshot 5 --limit 1
-direct mmlu --tasks "$(cat "$OUT/direct/mmlu_tasks.txt")" --num_fewshot 5 --limit 1
+# MMLU: the first question of each of the first MMLU_SUBJECTS subjects (alphabetical; default all 57), 5-shot
+SUBJ=$(tr ',' '\n' < "$OUT/direct/mmlu_tasks.txt" | head -n "${MMLU_SUBJECTS:-57}" | paste -sd, -)
+job mmlu --tasks "${SUBJ//direct_mmlu_/mmlu_}" --num-fewshot 5 --limit 1
+direct mmlu --tasks "$SUBJ" --num_fewshot 5 --limit 1
 job passkey "${PK[@]}" --lengths 1k,2k,4k,8k
 job ppl "${PPL[@]}" --lengths 256,512,1k,2k,4k,8k
 # past max_position_embeddings; the job's peak RSS (/usr/bin/time -v in passkey-16k.log) is the 16K figure
