@@ -461,7 +461,7 @@ def train(
     from lctx.harness.train import train as train_fn
 
     variant_options = parse_options(option or [])
-    from lctx.models.config import check_variant_options
+    from lctx.models.options import check_variant_options
     from lctx.models.variants import get_variant
 
     try:
@@ -667,6 +667,7 @@ def bench(
                                         threads=thread_list[0] if thread_list else None,
                                         log=lambda s: typer.echo(s, err=True))
         print_prefill(table, exps)
+        out.mkdir(parents=True, exist_ok=True)  # after the measurements: a rejected command leaves nothing
         table.to_csv(out / "prefill.csv", index=False)
         exps.to_csv(out / "prefill_exponents.csv", index=False)
         typer.echo(f"wrote {out / 'prefill.csv'} and {out / 'prefill_exponents.csv'}")
@@ -773,7 +774,7 @@ def list_(
 
         lctx._light_import = True  # the registry only: no transformers modeling stack (lctx.models docstring)
         from lctx.models import MODIFIERS, VARIANTS
-        from lctx.models.config import option_schema
+        from lctx.models.options import option_schema
 
         def options(name: str) -> str:
             return ", ".join(f"{k}=<{o.describe()}>" for k, o in (option_schema(name) or {}).items())

@@ -105,7 +105,7 @@ def make_config(variant: str, impl: str, heads: int, head_dim: int, options: dic
         get_variant(variant)
     except KeyError as e:
         raise LctxError(f"{e.args[0]}; see `lctx list variants`") from None
-    from lctx.models.config import option_schema
+    from lctx.models.options import option_schema
 
     schema = option_schema(variant)  # one --option set for several variants: each takes the keys it knows
     opts = {k: v for k, v in (options or {}).items() if schema is None or k in schema}
@@ -620,7 +620,7 @@ def run_bench(variants: list[str], impls: list[str], lengths: list[int], heads: 
     for v in variants:
         for i in impls:
             make_config(v, i, heads, head_dim, options)  # validate everything before any work
-    from lctx.models.config import option_schema
+    from lctx.models.options import option_schema
 
     schemas = [option_schema(v) for v in variants]
     if options and all(sc is not None for sc in schemas):

@@ -217,7 +217,12 @@ class RulerTask(Task):
         self.samples = samples
         self.use_cache = bool(cache)
         self.cache_dir = Path(cache_dir) if cache_dir not in (None, "") else default_cache_dir()
-        self.data_files: dict[str, Path] = {}  # files a sample depends on (digested into the cache key)
+        self._files: dict[str, Path] = {}  # files a sample depends on (digested into the cache key)
+
+    def data_files(self) -> dict[str, Path]:
+        """The data files a sample depends on ({name under the data dir: path}), found at construction: hashed
+        into every record's fingerprint (:meth:`lctx.tasks.base.Task.data_fingerprint`) and the cache key."""
+        return dict(self._files)
 
     @property
     def budget(self) -> int:
@@ -282,7 +287,7 @@ class RulerTask(Task):
         """Everything a built sample depends on (JSON-able)."""
         return {"version": GENERATOR_VERSION, "task": self.name, "config": self.generation_config(),
                 "max_new_tokens": self.budget, "tokenizer": tokenizer_fingerprint(lm.tokenizer),
-                "data": {k: _file_digest(str(p)) for k, p in sorted(self.data_files.items())},
+                "data": {k: _file_digest(str(p)) for k, p in sorted(self._files.items())},
                 "length": int(cell.length), "depth": None if cell.depth is None else float(cell.depth),
                 "sample": int(cell.sample), "seed": int(seed)} | self.prompt_key(lm)
 
@@ -347,7 +352,7 @@ class RulerTask(Task):
             if not (root / rel).is_file():
                 raise LctxError(f"task {self.name!r}: {rel} not found under data dir {str(root)!r} "
                                 "(--data-dir / LCTX_DATA_DIR); point it at the folder holding ruler/")
-            self.data_files[rel] = root / rel
+            self._files[rel] = root / rel
         return root
 
 
@@ -675,7 +680,7 @@ class CommonWordsExtraction(RulerTask):
         self.freq_cw, self.freq_ucw, self.num_cw, self.num_fewshot = freq_cw, freq_ucw, num_cw, num_fewshot
         self.data_dir = self._need(data_dir, [NOUN_FILE, ADJ_FILE, VERB_FILE])
         if (self.data_dir / ESSAY_FILE).is_file():  # the extra word pool past wonderwords' (long lengths)
-            self.data_files[ESSAY_FILE] = self.data_dir / ESSAY_FILE
+            self._files[ESSAY_FILE] = self.data_dir / ESSAY_FILE
         self.template = (CWE_TEMPLATE + CWE_ANSWER_PREFIX).replace("10", str(num_cw))  # of the solved example
         self.question = CWE_TEMPLATE.replace("10", str(num_cw))
         self.answer_prefix = CWE_ANSWER_PREFIX.replace("10", str(num_cw))

@@ -189,7 +189,7 @@ class RulerQA(RulerTask):
         if p is None:
             raise LctxError(self.missing_data_message(data_dir, files))
         self.path = p
-        self.data_files["qa"] = p
+        self._files["qa"] = p
         self.data = load_qa(p, self.dataset, self.name)
 
     @classmethod
