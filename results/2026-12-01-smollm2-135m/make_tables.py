@@ -1,7 +1,7 @@
-"""At-a-glance tables of the SmolLM2 runs (markdown): where retrieval breaks by length and by depth, ppl,
-flatness, and the cost of each job (wall time and peak RSS from ``/usr/bin/time -v`` in each job's log).
+"""At-a-glance tables of the SmolLM2 runs (markdown): where retrieval breaks by length and by depth, ppl
+and the cost of each job (wall time and peak RSS from ``/usr/bin/time -v`` in each job's log).
 
-    python make_tables.py OUT > tables.md      # OUT is run.sh's output folder (core/, passkey-16k/, ...)
+    python make_tables.py OUT > tables.md      # OUT is run.sh's output folder (passkey/, ppl/, ...)
 
 Reads only ``summary.csv`` of lctx's run directories, ``timings.tsv`` and the job logs.
 """
@@ -72,7 +72,7 @@ def costs(root: Path) -> pd.DataFrame:
 
 def main(root: Path) -> None:
     out = []
-    pk = summaries(root, "core", "passkey-16k")
+    pk = summaries(root, "passkey", "passkey-16k")
     for runs, title in ((pk, "passkey, chat template off"),
                         (summaries(root, "passkey-chat"), "passkey, chat template on")):
         for metric in ("exact", "digit_acc"):
@@ -86,18 +86,13 @@ def main(root: Path) -> None:
             t = by(s, NIAH, metric, axis)
             if len(t):
                 out.append(f"### RULER NIAH {metric} by {axis} (mean (samples))\n\n" + t.to_markdown() + "\n")
-    s = summaries(root, "ppl-short", "core")
+    s = summaries(root, "ppl")
     s = s[s["task"] == "ppl"]
     if len(s):
         t = s.pivot_table(index="metric", columns="length", values="mean", aggfunc="last")
         t.columns = [fmt_len(c) for c in t.columns]
-        out.append("### perplexity, pg98 (A Tale of Two Cities), first 8192 tokens, non-overlapping windows; "
+        out.append("### perplexity, pg98 (A Tale of Two Cities), first 8192 tokens, disjoint windows; "
                    "columns: window\n\n" + t.to_markdown(floatfmt=".3f") + "\n")
-    s = summaries(root, "core")
-    f = s[s["task"] == "flatness"]
-    if len(f):
-        out.append("### flatness (T = 8192 = max_position_embeddings)\n\n"
-                   + f[["metric", "length", "mean", "n"]].to_markdown(index=False, floatfmt=".3f") + "\n")
     c = costs(root)
     if len(c):
         out.append("### cost of each job (one thread, nice 5, shared 2-core machine)\n\n" + c.to_markdown(index=False) + "\n")
