@@ -95,7 +95,7 @@ def main(root: Path) -> None:
                    "columns: window\n\n" + t.to_markdown(floatfmt=".3f") + "\n")
     c = costs(root)
     if len(c):
-        out.append("### cost of each job (one thread, nice 5, shared 2-core machine)\n\n" + c.to_markdown(index=False) + "\n")
+        out.append("### cost of each job (one thread, nice 5, shared 2-core machine)\n\nstart/end: when the job was queued and ended (a wait for the heavy lock included); wall, CPU, peak RSS: /usr/bin/time -v around the command itself; rc 137: stopped (see README)\n\n" + c.to_markdown(index=False) + "\n")
     print("\n".join(out))
 
 
