@@ -1,12 +1,11 @@
 """The ``lctx`` command line (typer): ``lctx run``, ``lctx train``, ``lctx list``.
 
-User mistakes raise :class:`lctx.harness.errors.LctxError`; :func:`main` prints them as one line
+User mistakes raise :class:`lctx.errors.LctxError`; :func:`main` prints them as one line
 (``error: ...``) on stderr and exits with status 2, never with a traceback.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 from pathlib import Path
@@ -15,7 +14,10 @@ from typing import List, Optional
 import click
 import typer
 
-from lctx.harness.errors import EXIT_ALL_FAILED, EXIT_USAGE, LctxError, split_list
+from lctx import ATTN_IMPLS
+from lctx.harness.args import check_writable_dir, data_path, parse_depths, parse_lengths, parse_options
+from lctx.errors import EXIT_ALL_FAILED, EXIT_USAGE, LctxError
+from lctx.harness.evaluate import DEFAULT_MODEL
 
 class _WholeHelp:
     """Help that is never cut: usage lines as the rest of the world writes them (``lctx compare [OPTIONS]
@@ -44,142 +46,7 @@ class _Group(_WholeHelp, typer.core.TyperGroup):
 app = typer.Typer(cls=_Group, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="lctx: does a model really use context longer than it was trained on?")
 
-DEFAULT_MODEL = Path(__file__).resolve().parent / "models" / "checkpoints" / "pydoc-tiny-rope"
 DEFAULT_DEPTHS = "0,0.25,0.5,0.75,1"
-
-
-def parse_lengths(text: str) -> list[int]:
-    """Parse "256,512,1k,4K,512k" into token counts (k = 1024, m = 1024**2).
-
-    Raises:
-        LctxError: an entry is not a positive integer (with optional k/m suffix), or is empty ("256,,512").
-    """
-    out = []
-    for part in split_list(text, "the length list", "--lengths 256,512,1k"):
-        m = re.fullmatch(r"(\d+)([kKmM]?)", part)
-        if not m or int(m.group(1)) <= 0:
-            raise LctxError(f"length {part!r} is not a positive integer; write lengths like 256,512,1k,4k")
-        out.append(int(m.group(1)) * {"": 1, "k": 1024, "m": 1024**2}[m.group(2).lower()])
-    return out
-
-
-def parse_depths(text: str) -> list[float]:
-    """Parse "0,0.25,0.5" into fractions in [0, 1].
-
-    Raises:
-        LctxError: an entry is not a number in [0, 1], or is empty ("0,,1").
-    """
-    out = []
-    for part in split_list(text, "the depth list", "--depths 0,0.5,1"):
-        try:
-            d = float(part)
-        except ValueError:
-            d = -1.0
-        if not 0.0 <= d <= 1.0:
-            raise LctxError(f"depth {part!r} is not a fraction in [0, 1]; write depths like 0,0.25,0.5,0.75,1")
-        out.append(d)
-    return out
-
-
-def parse_options(items: list[str]) -> dict:
-    """Parse ["ggd_shared=false", "lsh_samples=16", "acc_rot_mode=learned"] into a dict; values are read
-    as JSON when they parse (numbers, true/false, null), else kept as strings.
-
-    Raises:
-        LctxError: an item without "=".
-    """
-    import json
-
-    out = {}
-    for item in items:
-        if "=" not in item or not item.split("=", 1)[0].strip():
-            raise LctxError(f"--option {item!r} is not KEY=VALUE; write e.g. --option lsh_samples=16")
-        key, val = item.split("=", 1)
-        try:
-            out[key.strip()] = json.loads(val)
-        except json.JSONDecodeError:
-            out[key.strip()] = val
-    return out
-
-
-def parse_task_options(items: list[str], task_names: list[str]) -> dict[str, dict]:
-    """Parse ``--task-option`` items ["niah_single_1.match=digits", ...] into {task: {key: value}} (values as
-    in :func:`parse_options`).
-
-    Raises:
-        LctxError: an item is not TASK.KEY=VALUE, or names a task that is not in ``task_names``.
-    """
-    out: dict[str, dict] = {}
-    for item in items:
-        head = item.split("=", 1)[0]
-        if "=" not in item or "." not in head or not all(p.strip() for p in head.split(".", 1)):
-            raise LctxError(f"--task-option {item!r} is not TASK.KEY=VALUE; write e.g. "
-                            "--task-option niah_single_1.match=digits")
-        task, rest = item.split(".", 1)
-        task = task.strip()
-        if task not in task_names:
-            raise LctxError(f"--task-option {item!r} names task {task!r}, which is not in --tasks "
-                            f"({', '.join(task_names) or 'none'}); add it to --tasks or drop the option")
-        out.setdefault(task, {}).update(parse_options([rest]))
-    return out
-
-
-def task_option_names(cls) -> list[str]:
-    """The keyword options a task class's constructor names (``**kwargs`` catch-alls not counted)."""
-    import inspect
-
-    params = inspect.signature(cls.__init__).parameters.values()
-    return [p.name for p in params if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-
-
-def check_task_options(name: str, cls, opts: dict) -> None:
-    """Refuse options a task does not name.
-
-    Raises:
-        LctxError: an unknown key (the message lists the valid ones).
-    """
-    valid = task_option_names(cls)
-    for key in opts:
-        if key not in valid:
-            raise LctxError(f"--task-option {name}.{key}: task {name!r} has no option {key!r}; "
-                            f"valid options: {', '.join(valid) or 'none'}")
-
-
-def check_writable_dir(path: Path, create: bool = False) -> None:
-    """Check, before any work starts, that a file can be written in ``path``: an existing directory gets a
-    probe file (removed again); a missing one must have a writable existing ancestor, and is created only
-    with ``create`` (so a command rejected later leaves no empty directory behind).
-
-    Raises:
-        LctxError: it is a file, under a file, or not writable.
-    """
-    if str(path) == "":
-        raise LctxError("--out is empty; pass a directory for the results, e.g. --out runs/my-run")
-    fix = "pass a writable directory"
-    try:
-        if not path.exists() and not create:
-            anc = path.absolute().parent
-            while not anc.exists():
-                anc = anc.parent
-            if not anc.is_dir():
-                raise LctxError(f"cannot write to --out {str(path)!r} ({str(anc)!r} is a file); {fix}")
-            if not os.access(anc, os.W_OK | os.X_OK):
-                raise LctxError(f"cannot write to --out {str(path)!r} ({str(anc)!r} is not writable); {fix}")
-            return
-        if path.exists() and not path.is_dir():
-            raise LctxError(f"cannot write to --out {str(path)!r} (it is a file, not a directory); {fix}")
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / f".lctx-write-test-{os.getpid()}"  # per process: torchrun ranks probe the same --out
-        probe.write_text("")
-        probe.unlink()
-    except OSError as e:
-        raise LctxError(f"cannot write to --out {str(path)!r} ({e.strerror or e}); {fix}") from None
-
-
-def chat_options(system_prompt: Optional[str]) -> dict:
-    """The task options that record ``--chat-template on`` (and the system prompt) in every record; with
-    the template off nothing is added, so runs from before the option resume as they were."""
-    return {"chat_template": "on", **({"system_prompt": system_prompt} if system_prompt is not None else {})}
 
 
 def _configure_threads() -> None:
@@ -188,13 +55,6 @@ def _configure_threads() -> None:
     from lctx.kernels import configure_threads
 
     configure_threads()
-
-
-def _data_path(p: str, data_dir: Optional[Path]) -> str:
-    if os.path.exists(p) or data_dir is None:
-        return p
-    cand = data_dir / p
-    return str(cand) if cand.exists() else p
 
 
 @app.command()
@@ -224,7 +84,7 @@ def run(
     seed: int = typer.Option(0, "--seed", help="Seed of sample generation."),
     chunk_size: int = typer.Option(2048, "--chunk-size", min=1, help="Prefill chunk in tokens."),
     allow_beyond_max: bool = typer.Option(False, "--allow-beyond-max", help="Run lengths past a checkpoint's declared maximum."),
-    attn_impl: Optional[str] = typer.Option(None, "--attn-impl", help="lctx models: reference, sdpa or fast (Triton on GPU, FlexAttention on CPU); default: the checkpoint's. Recorded in the table."),
+    attn_impl: Optional[str] = typer.Option(None, "--attn-impl", help=f"lctx models: {', '.join(ATTN_IMPLS)} (fast: Triton / FlexAttention on GPU, the blocked path on CPU); default: the checkpoint's. Recorded in the table."),
     task_option: List[str] = typer.Option(None, "--task-option", help="Task option TASK.KEY=VALUE (repeatable; VALUE parsed as JSON when it can be), e.g. niah_single_1.match=digits."),
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", envvar="LCTX_CACHE_DIR", help="Cache root: built samples of niah_* (default: OUT/sample_cache) and dequantised GGUF checkpoints (default: the user cache dir, ~/.cache/lctx)."),
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Run Python code shipped with a Hugging Face checkpoint (auto_map). Off by default."),
@@ -235,149 +95,29 @@ def run(
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
 ):
     """Evaluate checkpoints on tasks x lengths x depths; write records.jsonl, results.parquet/csv, summary.csv and plots."""
-    if data_dir is not None and not data_dir.is_dir():
-        raise LctxError(f"--data-dir {str(data_dir)!r} is not a directory; point it at the evaluation data "
-                        "(e.g. ../shared/data) or unset LCTX_DATA_DIR")
-    length_list, depth_list = parse_lengths(lengths), parse_depths(depths)  # before the heavy imports below
-    _configure_threads()
-    from lctx.harness.lm import load_lm
-    from lctx.harness.runner import RunSpec, check_lengths, check_min_lengths, run_sweep
-    from lctx.tasks import get_task, load_entry_point_tasks, load_task_file
-    from lctx.harness import distributed as dist_
-
-    dinfo = dist_.init(device)  # [distributed] under torchrun / accelerate launch: join the job (else no-op)
-    device = dist_.rank_device(device, dinfo)  # rank r on cuda:LOCAL_RANK
     if chat_template not in ("on", "off"):
         raise LctxError(f"--chat-template {chat_template!r} is not on or off; write --chat-template on")
-    if system_prompt is not None and chat_template != "on":
-        raise LctxError("--system-prompt needs --chat-template on (without a chat template there is no system turn)")
-    chat_on = chat_template == "on"
-    check_writable_dir(out)
-    load_entry_point_tasks()
-    for tf in task_file or []:
-        load_task_file(str(tf))
-    task_names = split_list(tasks, "--tasks", "--tasks passkey,ppl (see `lctx list tasks`)")
-    from lctx.harness import flatness  # `flatness` = ppl + a retrieval task, derived rows after the sweep
-
-    task_names, task_option, flat_spec = flatness.split_flatness(task_names, task_option or [])
-    from lctx.harness import ruler as ruler_group  # `ruler` = RULER's 13 tasks, average + effective length after
-
-    task_names, task_option, ruler_spec, ruler_notes = ruler_group.split_ruler(task_names, task_option, data_dir,
-                                                                               samples, depth_list)
-    for line in ruler_notes if dinfo.is_main else []:
-        typer.echo(line)
-    from lctx.tasks import lmeval  # mmlu, arc_easy, arc_challenge: lm-eval's evaluator, no length axis
-
-    lmeval_names = [n for n in task_names if lmeval.is_lmeval_task(n)]
-    task_names = [n for n in task_names if n not in lmeval_names]
-    if lmeval_names and dinfo.distributed:  # [distributed]
-        raise LctxError(f"{', '.join(lmeval_names)} cannot be sharded across processes yet; run them without "
-                        "torchrun / accelerate launch (the length sweeps can be)")
-    lmeval_specs = lmeval.resolve_tasks(lmeval_names, data_dir) if lmeval_names else None  # checks the data
-    task_opts = parse_task_options(task_option or [], task_names)
-    task_objs = []
-    for name in task_names:
-        cls = get_task(name)
-        opts = task_opts.get(name, {})
-        check_task_options(name, cls, opts)
-        try:
-            if name == "ppl":
-                task_objs.append(cls(**{"data": [_data_path(p, data_dir) for p in ppl_data] if ppl_data else None,
-                                        "stride": stride, "bos": ppl_bos, "short_docs": ppl_short_docs,
-                                        "max_tokens": ppl_max_tokens, **opts}))
-            elif name == "passkey":
-                task_objs.append(cls(**{"key_digits": key_digits, **opts}))
-            else:
-                valid = task_option_names(cls)  # settings a task may take from the run: data and sample cache
-                auto = {k: v for k, v in (("data_dir", data_dir), ("cache_dir", cache_dir or out / "sample_cache"))
-                        if k in valid and v is not None}
-                task_objs.append(cls(**{**auto, **opts}))
-        except (ValueError, TypeError) as e:
-            raise LctxError(f"bad option for task {name!r}: {e}") from None
-    if window and "ppl" in task_names:
-        ppl_lengths = parse_lengths(window)
-    else:
-        ppl_lengths = None
-    if any(t.name == "ppl" for t in task_objs):
-        ppl = next(t for t in task_objs if t.name == "ppl")
-        ppl.documents()  # fail fast on unreadable data, before any model runs
-    paths = list(model) if model else [str(DEFAULT_MODEL)]
-    if attn_override:
-        from lctx.harness.overrides import parse_override
-
-        parse_override(attn_override)  # a bad spec fails before any model loads
-    lms = [load_lm(p, device=device, dtype=dtype, chunk_size=chunk_size, trust_remote_code=trust_remote_code,
-                   attn_override=attn_override, attn_impl=attn_impl, cache_dir=cache_dir,
-                   log=lambda m: typer.echo(m, err=True), chat_template=chat_on, system_prompt=system_prompt)
-           for p in paths]
-    if chat_on:  # the setting reaches every record (and so the resume key) through the task options
-        for t in task_objs:
-            t.options.update(chat_options(system_prompt))
-    names = [lm.name for lm in lms]
-    if len(set(names)) != len(names):
-        for i, lm in enumerate(lms):
-            lm.name = f"{lm.name}#{i}"
+    parse_lengths(lengths), parse_depths(depths)  # one-line errors before the heavy imports of the evaluation
     explicit_lengths = getattr(ctx.get_parameter_source("lengths"), "name", "DEFAULT") != "DEFAULT"  # --lengths given
-    if relative and explicit_lengths:
-        raise LctxError("give either --lengths (tokens) or --relative (multiples of the training length), not both")
-    if flat_spec and not relative and not explicit_lengths:
-        relative = ",".join(f"{r:g}" for r in flatness.DEFAULT_RELATIVE)
-    if relative or flat_spec or train_length is not None:
-        flatness.resolve_train_lengths(lms, train_length)
-    groups = (flatness.groups_by_train_length(lms, flatness.parse_relative(relative)) if relative
-              else [(lms, length_list)])
-    for lms_g, length_list in groups:  # every problem found before the first sweep starts
-        for lm in lms_g if task_objs else []:
-            check_lengths(lm, length_list + (ppl_lengths or []), allow_beyond_max)
-        check_min_lengths(lms_g, [t for t in task_objs if not (ppl_lengths and t.name == "ppl")], length_list)
-        if ppl_lengths:
-            check_min_lengths(lms_g, [t for t in task_objs if t.name == "ppl"], ppl_lengths)
-        if memory_check and task_objs:  # the memory model of `lctx plan`, for the longest prefill
-            from lctx.harness.plan import check_run_fits
+    from lctx.harness.evaluate import evaluate
 
-            longest = max(length_list + (ppl_lengths or []))
-            has_ppl = any(t.name == "ppl" for t in task_objs)  # ppl keeps logits at every scored position
-            check_run_fits(lms_g, longest, kept_logits=max(ppl_lengths or length_list) if has_ppl else 1)
-    from lctx.harness.rundir import run_dir_lock
-
-    results = []
-    with run_dir_lock(out, dinfo):  # created here, after every check: a rejected command leaves nothing behind
-        for lms_g, length_list in groups:  # one sweep per training length with --relative
-            spec = RunSpec(lengths=length_list, depths=depth_list, samples=samples, seed=seed)
-            if ppl_lengths:
-                # ppl sweeps its own windows: run it as a separate pass over those lengths
-                others = [t for t in task_objs if t.name != "ppl"]
-                ppl_task = [t for t in task_objs if t.name == "ppl"]
-                if others:
-                    results.append(run_sweep(lms_g, others, spec, out, progress=progress))
-                if ppl_task:
-                    results.append(run_sweep(lms_g, ppl_task, RunSpec(ppl_lengths, depth_list, samples, seed), out,
-                                             progress=progress))
-            elif task_objs:
-                results.append(run_sweep(lms_g, task_objs, spec, out, progress=progress))
-        if lmeval_specs:
-            results.append(lmeval.run_lmeval(lms, *lmeval_specs, out, data_dir=data_dir, limit=limit,
-                                             num_fewshot=num_fewshot, seed=seed, progress=progress, log=typer.echo,
-                                             chat_template=chat_on, system_prompt=system_prompt))
-        dist_.destroy()  # [distributed] leave the process group; only rank 0 prints
-        if not dinfo.is_main or not results:
-            return
-        result = dict(results[-1])
-        if relative:
-            flatness.note_run(out, models=[lm.path for lm in lms], relative=flatness.parse_relative(relative),
-                              train_lengths={lm.name: lm.train_length for lm in lms})
-        if ruler_spec:  # the derived ruler rows (and flatness rows, when asked too) join the tables
-            table, summary, rplots = ruler_group.write_tables_with_ruler(out, ruler_spec, flat_spec)
-            result.update(table=table, summary=summary, plots=result["plots"] + rplots)
-            if flat_spec:
-                typer.echo(flatness.format_flatness(table))
-        elif flat_spec:
-            table, summary, fplots = flatness.write_tables_with_flatness(out, flat_spec)
-            result.update(table=table, summary=summary, plots=result["plots"] + fplots)
-            typer.echo(flatness.format_flatness(table))
-    totals = {k: sum(r[k] for r in results) for k in ("ran", "skipped", "errors", "ok")}
-    _print_summary(result["summary"])
-    failed = result["table"][result["table"]["status"] != "ok"]
+    result = evaluate(
+        list(model) if model else None, tasks, lengths=lengths if explicit_lengths else None, depths=depths,
+        samples=samples, out=out, relative=relative, train_length=train_length, task_options=task_option or [],
+        task_files=task_file or [], data_dir=data_dir, device=device, dtype=dtype, seed=seed, chunk_size=chunk_size,
+        allow_beyond_max=allow_beyond_max, attn_impl=attn_impl, cache_dir=cache_dir,
+        trust_remote_code=trust_remote_code, attn_override=attn_override, chat_template=chat_template == "on",
+        system_prompt=system_prompt, memory_check=memory_check, progress=progress, stride=stride, window=window,
+        ppl_data=ppl_data or None, ppl_bos=ppl_bos, ppl_short_docs=ppl_short_docs, ppl_max_tokens=ppl_max_tokens,
+        key_digits=key_digits, limit=limit, num_fewshot=num_fewshot, log=typer.echo,
+        warn=lambda m: typer.echo(m, err=True))
+    if not result.is_main or result.table is None:
+        return
+    for name in ("lmeval", "flatness"):  # the ruler group's grid comes last, after the plots
+        if name in result.reports:
+            typer.echo(result.reports[name])
+    _print_summary(result.summary)
+    failed = result.failed
     if len(failed):
         msgs = failed.drop_duplicates(["model", "task", "length", "depth", "sample"])["error"].value_counts()
         for msg, n in msgs.head(5).items():
@@ -386,18 +126,17 @@ def run(
             rest = int(msgs.iloc[5:].sum())
             typer.echo(f"... and {len(msgs) - 5} more distinct error messages ({rest} samples) not shown; "
                        f"see the error column of {out}/results.csv", err=True)
-    superseded = int(result.get("superseded", 0))
-    if superseded:
-        typer.echo(f"note: {superseded} records of earlier inputs (other weights, data, settings or versions) "
+    if result.superseded:
+        typer.echo(f"note: {result.superseded} records of earlier inputs (other weights, data, settings or versions) "
                    f"are kept in {out}/records.jsonl but left out of the tables", err=True)
-    typer.echo(f"wrote {out}/results.parquet, results.csv, summary.csv ({len(result['table'])} rows; "
-               f"{totals['ran']} samples run, {totals['skipped']} resumed, {totals['errors']} errors)")
-    for p in result["plots"]:
+    typer.echo(f"wrote {out}/results.parquet, results.csv, summary.csv ({len(result.table)} rows; "
+               f"{result.ran} samples run, {result.skipped} resumed, {result.errors} errors)")
+    for p in result.plots:
         typer.echo(f"plot: {p}")
-    if ruler_spec:
-        typer.echo(ruler_group.format_ruler(result["table"]))
-    if totals["ok"] == 0 and totals["errors"] > 0:
-        typer.echo(f"error: every sample of this run failed ({totals['errors']} errors; see above and "
+    if "ruler" in result.reports:
+        typer.echo(result.reports["ruler"])
+    if result.ok == 0 and result.errors > 0:
+        typer.echo(f"error: every sample of this run failed ({result.errors} errors; see above and "
                    f"{out}/results.csv); exit status {EXIT_ALL_FAILED}", err=True)
         raise typer.Exit(EXIT_ALL_FAILED)
 
@@ -455,8 +194,8 @@ def train(
     progress: bool = typer.Option(True, "--progress/--no-progress"),
 ):
     """Train a small model of one variant (tokenizer + AdamW/cosine), write a checkpoint directory."""
-    from lctx.harness import textdata
-    from lctx.harness.lm import resolve_device
+    from lctx.tasks import textdata
+    from lctx.harness.devices import resolve_device
     from lctx.harness.train import RetrievalMix
     from lctx.harness.train import train as train_fn
 
@@ -527,7 +266,7 @@ def diagnose_far_mass(
     """Share of attention mass beyond a distance as the context grows (seed 004's near/far mass)."""
     import pandas as pd
 
-    from lctx.harness import textdata
+    from lctx.tasks import textdata
     from lctx.harness.diagnostics import far_mass, plot_far_mass
     from lctx.harness.lm import load_lm
 
@@ -536,7 +275,7 @@ def diagnose_far_mass(
         raise LctxError(f"--distance {distance} is not below the longest length {max(length_list)}: no key would be "
                         "that far and every far mass would be 0; pass a smaller --distance or longer --lengths")
     check_writable_dir(out)
-    docs = textdata.load_corpus([_data_path(data, data_dir)]) if data else textdata.pydoc_corpus("heldout")
+    docs = textdata.load_corpus([data_path(data, data_dir)]) if data else textdata.pydoc_corpus("heldout")
     text = "\n\n".join(t for _, t in docs)
     frames = []
     for path in model:
@@ -596,7 +335,7 @@ def convert_llama2c(
     out: Path = typer.Option(..., "--out", "-o", help="Directory to write the Hugging Face LlamaForCausalLM into."),
 ):
     """Convert a llama2.c checkpoint and its tokenizer into a Hugging Face Llama directory (safetensors)."""
-    from lctx.harness.convert import convert_llama2c as convert_fn
+    from lctx.models.convert import convert_llama2c as convert_fn
 
     check_writable_dir(out)
     path = convert_fn(src, tokenizer, out)
@@ -627,7 +366,7 @@ def bench(
     heads: int = typer.Option(1, "--heads", help="Attention heads H."),
     head_dim: int = typer.Option(64, "--head-dim", help="Head dim D."),
     batch: int = typer.Option(1, "--batch", help="Batch size B."),
-    impl: str = typer.Option("fast,sdpa,reference", "--impl", help="attn_impl values to time: fast, sdpa, reference."),
+    impl: str = typer.Option(",".join(ATTN_IMPLS[::-1]), "--impl", help=f"attn_impl values to time: {', '.join(ATTN_IMPLS[::-1])}."),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto."),
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
     repeats: int = typer.Option(5, "--repeats", help="Interleaved rounds: each times SDPA causal and the variant back to back."),
@@ -661,7 +400,7 @@ def bench(
     if model is not None:
         from lctx.harness.bench import print_prefill, run_prefill_bench
 
-        if "--impl" not in sys.argv and impl == "fast,sdpa,reference":
+        if "--impl" not in sys.argv and impl == ",".join(ATTN_IMPLS[::-1]):
             impls = ["sdpa", "fast"]
         table, exps = run_prefill_bench(model, impls, length_list, chunk=chunk_size, warmup_tokens=warmup_tokens,
                                         threads=thread_list[0] if thread_list else None,
@@ -709,7 +448,7 @@ def plan(
         raise LctxError(f"--length {length!r} names {len(T)} lengths; pass one, e.g. --length 512k")
     override = P.parse_bytes(device_memory) if device_memory else None
     if override is None:
-        from lctx.harness.lm import resolve_device
+        from lctx.harness.devices import resolve_device
 
         device = str(resolve_device(device))
     cfg = P.load_config(model, trust_remote_code=trust_remote_code)
@@ -762,6 +501,7 @@ def list_(
     from lctx.harness.console import print_table
 
     if what == "tasks":
+        from lctx.harness import flatness, ruler  # noqa: F401  (register the derived names)
         from lctx.tasks import load_entry_point_tasks, load_task_file, task_catalog
 
         load_entry_point_tasks()

@@ -1,1 +1,2 @@
-"""Runner, model adapter, training, result tables and plots of lctx."""
+"""The evaluation around the tasks: lctx.evaluate, the runner, tables, plots, report, compare, model adapter,
+training, GGUF loading (see the README, "Layout")."""

@@ -53,21 +53,19 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .errors import LctxError
+from lctx import ATTN_IMPLS
+from lctx.errors import LctxError
 
-IMPLS = ("fast", "sdpa", "reference")
+IMPLS = ATTN_IMPLS[::-1]  # fastest first
 BASELINES = ("sdpa_causal", "sdpa_bias")
 
 
-@dataclass
-class BenchCase:
-    """One measurement: ``variant`` (a registered name, or a baseline ``sdpa_causal`` / ``sdpa_bias``)
-    with ``impl`` (attn_impl; ``"baseline"`` for baselines) at ``length`` tokens; shapes B = ``batch``,
-    H = ``heads``, D = ``head_dim``; ``dtype`` name; ``device``; ``options``: variant options."""
+@dataclass(kw_only=True)
+class _Shapes:
+    """The shapes and timing settings a :class:`BenchCase` and a :class:`BenchGroup` share (keyword-only):
+    B = ``batch``, H = ``heads``, D = ``head_dim``, ``dtype`` name, ``device``, ``repeats`` timed rounds after
+    ``warmup`` untimed calls, variant ``options``, ``seed``."""
 
-    variant: str
-    impl: str
-    length: int
     batch: int = 1
     heads: int = 1
     head_dim: int = 64
@@ -79,12 +77,23 @@ class BenchCase:
     seed: int = 0
 
 
+@dataclass
+class BenchCase(_Shapes):
+    """One measurement: ``variant`` (a registered name, or a baseline ``sdpa_causal`` / ``sdpa_bias``)
+    with ``impl`` (attn_impl; ``"baseline"`` for baselines) at ``length`` tokens; shapes B = ``batch``,
+    H = ``heads``, D = ``head_dim``; ``dtype`` name; ``device``; ``options``: variant options."""
+
+    variant: str
+    impl: str
+    length: int
+
+
 # ---------------------------------------------------------------------------------------------------
 # building and calling one layer
 # ---------------------------------------------------------------------------------------------------
 
 def _torch_dtype(name: str) -> torch.dtype:
-    from .lm import resolve_dtype
+    from .devices import resolve_dtype
 
     return resolve_dtype(name)
 
@@ -319,7 +328,7 @@ def load_average() -> float:
 
 
 @dataclass
-class BenchGroup:
+class BenchGroup(_Shapes):
     """What one worker process measures: ``variant`` x ``impls`` x ``lengths`` with shapes B = ``batch``,
     H = ``heads``, D = ``head_dim``, timing ``repeats`` interleaved rounds after ``warmup`` untimed calls of
     each function, skipping a case estimated above ``mem_limit`` bytes or predicted above ``time_budget``
@@ -330,15 +339,6 @@ class BenchGroup:
     variant: str
     impls: list
     lengths: list
-    batch: int = 1
-    heads: int = 1
-    head_dim: int = 64
-    dtype: str = "float32"
-    device: str = "cpu"
-    repeats: int = 5
-    warmup: int = 1
-    options: dict = field(default_factory=dict)
-    seed: int = 0
     mem_limit: int = 8 << 30
     time_budget: float = 300.0
     baselines: bool = True
@@ -606,7 +606,7 @@ def run_bench(variants: list[str], impls: list[str], lengths: list[int], heads: 
 
     import lctx
 
-    from .lm import resolve_device
+    from .devices import resolve_device
     from .runner import git_revision
 
     if not variants or not impls or not lengths:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .errors import LctxError
+from lctx.errors import LctxError
 
 KEYS = ["model", "task", "metric", "length", "depth"]
 SUMMARY_COLUMNS = ["model", "variant", "task", "metric", "length", "depth", "mean", "stderr", "n", "n_error"]
@@ -119,14 +119,18 @@ def _base_metric(metric: str) -> str:
 
 
 def _task_direction(task: str, metric: str) -> str | None:
-    """A registered task class's own ``higher_is_better`` ({metric: bool}, lm-eval's convention), if any."""
+    """A registered task class's own ``higher_is_better``: {metric: bool} (lm-eval's convention), or a bool for
+    its headline metric (:attr:`lctx.tasks.Task.higher_is_better`); None when it declares nothing."""
     try:
         from lctx.tasks import TASKS
     except Exception:  # noqa: BLE001 - the table lookup must not depend on the task registry importing
         return None
-    hib = getattr(TASKS.get(task), "higher_is_better", None)
+    cls = TASKS.get(task)
+    hib = getattr(cls, "higher_is_better", None)
     if isinstance(hib, dict) and metric in hib:
         return "higher" if hib[metric] else "lower"
+    if isinstance(hib, bool) and metric == cls.headline():
+        return "higher" if hib else "lower"
     return None
 
 

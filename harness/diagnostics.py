@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from .errors import LctxError
+from lctx.errors import LctxError
 from .lm import LM
 
 

@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from .errors import LctxError
+from lctx.errors import LctxError
 from .tables import read_records, record_key
 
 T = TypeVar("T")
@@ -63,6 +63,11 @@ class DistInfo:
     def distributed(self) -> bool:
         """More than one process."""
         return self.world_size > 1
+
+    def broadcast(self, obj: Any) -> Any:
+        """Rank 0's ``obj`` on every rank (:func:`broadcast`): what :func:`lctx.harness.rundir.run_dir_lock`
+        calls, so the run directory's lock needs no import of this module."""
+        return broadcast(obj)
 
 
 def _env_int(name: str, default: int) -> int:

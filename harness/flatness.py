@@ -25,7 +25,6 @@ run does and its derived numbers follow the finished samples.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import asdict, dataclass
@@ -33,31 +32,26 @@ from pathlib import Path
 
 import pandas as pd
 
-from .errors import LctxError
+from .derived import DerivedStep, base_record, json_cell, ok_rows, replace_name, take_options, write_run_tables
+from lctx.errors import LctxError
+from lctx.tasks import TaskInfo, register_group
 
 TASK = "flatness"
 METRICS = ("ppl_ratio", "flat_until", "effective_length")
 DESCRIPTION = ("ppl + a retrieval task at lengths relative to the training length (--relative), "
                "derived per model")
 DEFAULT_RELATIVE = (0.5, 1.0, 2.0, 4.0, 8.0)
-#: The retrieval metric a flatness sweep thresholds, per task: passkey's exact match, RULER's
-#: string_match_all for the NIAH tasks (RULER's own metric for niah_*); other tasks: their first metric.
-RETRIEVAL_METRIC = {"passkey": "exact"}
-
-
+register_group(TaskInfo(TASK, DESCRIPTION, METRICS, "as ppl and the retrieval task"))
 def default_retrieval_metric(task: str) -> str:
-    """The metric thresholded for ``effective_length`` when none is named (see :data:`RETRIEVAL_METRIC`).
+    """The metric thresholded for ``effective_length`` when none is named: the task's declared headline
+    metric (:meth:`lctx.tasks.Task.headline`: passkey's exact match, RULER's string_match_all for NIAH).
 
     Raises:
         LctxError: ``task`` is not a registered task.
     """
-    if task in RETRIEVAL_METRIC:
-        return RETRIEVAL_METRIC[task]
-    if task.startswith("niah_"):
-        return "string_match_all"
     from lctx.tasks import get_task
 
-    return get_task(task).metrics[0]
+    return get_task(task).headline()
 
 
 @dataclass(frozen=True)
@@ -139,26 +133,9 @@ def split_flatness(task_names: list[str], task_options: list[str]) -> tuple[list
     """
     if TASK not in task_names:
         return list(task_names), list(task_options), None
-    mine, rest, opts = [], [], {}
-    for item in task_options:
-        (mine if item.split(".", 1)[0].strip() == TASK else rest).append(item)
-    for item in mine:
-        head, sep, val = item.partition("=")
-        key = head.split(".", 1)[1].strip() if "." in head else ""
-        if not sep or not key:
-            raise LctxError(f"--task-option {item!r} is not flatness.KEY=VALUE; write e.g. "
-                            "--task-option flatness.retrieval=niah_single_1")
-        try:
-            opts[key] = json.loads(val)
-        except json.JSONDecodeError:
-            opts[key] = val
+    opts, rest = take_options(TASK, task_options, "flatness.retrieval=niah_single_1")
     spec = FlatnessSpec.from_options(opts)
-    out: list[str] = []
-    for name in task_names:
-        for n in (["ppl"] + ([spec.retrieval] if spec.retrieval != "none" else [])) if name == TASK else [name]:
-            if n not in out:
-                out.append(n)
-    return out, rest, spec
+    return replace_name(task_names, TASK, ["ppl"] + ([spec.retrieval] if spec.retrieval != "none" else [])), rest, spec
 
 
 def parse_relative(text: str) -> list[float]:
@@ -168,7 +145,7 @@ def parse_relative(text: str) -> list[float]:
     Raises:
         LctxError: an entry is not a positive number, or the list is empty.
     """
-    from .errors import split_list
+    from lctx.errors import split_list
 
     out = set()
     for part in split_list(text, "--relative", "--relative 0.5,1,2,4,8"):
@@ -251,13 +228,6 @@ def effective_length(scores: dict[int, float], threshold: float) -> int:
     return int(best)
 
 
-def _ok(df: pd.DataFrame) -> pd.DataFrame:
-    out = df[df["status"].astype("string").fillna("") == "ok"].copy()
-    out["value"] = pd.to_numeric(out["value"], errors="coerce")
-    out["length"] = pd.to_numeric(out["length"], errors="coerce")
-    return out.dropna(subset=["value", "length"])
-
-
 def _train_length(rows: pd.DataFrame) -> int | None:
     tl = pd.to_numeric(rows["train_length"], errors="coerce").dropna()
     tl = tl[tl > 0]
@@ -293,17 +263,12 @@ def derive_records(table: pd.DataFrame, spec: FlatnessSpec | None = None) -> lis
     for (model, variant), rows in tab.groupby(keys, sort=False, dropna=False):
         T = _train_length(rows)
         ppl = _most_common_options(rows[(rows["task"] == "ppl") & (rows["metric"] == "ppl")])
-        first = (ppl if len(ppl) else rows).iloc[0]
-        base = {"model": model, "variant": variant or None, "task": TASK, "depth": None, "sample": 0,
-                "seed": _scalar(first.get("seed")), "run_id": first.get("run_id"),
-                "device": first.get("device"), "dtype": first.get("dtype"), "attn_impl": first.get("attn_impl"),
-                "lctx_version": first.get("lctx_version"), "git_rev": first.get("git_rev"),
-                "train_length": T, "n_tokens": None, "depth_actual": None, "status": "ok", "error": ""}
+        base = base_record(model, variant, ppl if len(ppl) else rows, TASK, T)
         no_t = ("no training length recorded for this model; rerun with --train-length N")
         if len(ppl):
             crit = {"criterion": f"ppl_ratio <= {spec.max_ratio:g}", "max_ratio": spec.max_ratio,
-                    "ppl_options": _json(ppl["task_options"].iloc[0])}
-            ok = _ok(ppl)
+                    "ppl_options": json_cell(ppl["task_options"].iloc[0])}
+            ok = ok_rows(ppl)
             means = ok.groupby(ok["length"].astype("int64"))["value"].mean().to_dict()
             every = rows[rows["task"] == "ppl"]  # a failed sample may carry no metric name: all its lengths
             lengths = sorted({int(x) for x in pd.to_numeric(every["length"], errors="coerce").dropna()})
@@ -330,32 +295,16 @@ def derive_records(table: pd.DataFrame, spec: FlatnessSpec | None = None) -> lis
         ret = rows[(rows["task"] == spec.retrieval) & (rows["metric"] == metric)] if metric else rows.iloc[:0]
         ret = _most_common_options(ret)
         if len(ret):
-            ok = _ok(ret)
+            ok = ok_rows(ret)
             scores = ok.groupby(ok["length"].astype("int64"))["value"].mean().to_dict()
             every = rows[rows["task"] == spec.retrieval]
             for L in {int(x) for x in pd.to_numeric(every["length"], errors="coerce").dropna()}:
                 scores.setdefault(L, float("nan"))
             crit = {"criterion": f"{spec.retrieval}.{metric} >= {spec.threshold:g}", "retrieval": spec.retrieval,
-                    "metric": metric, "threshold": spec.threshold, "retrieval_options": _json(ret["task_options"].iloc[0])}
+                    "metric": metric, "threshold": spec.threshold, "retrieval_options": json_cell(ret["task_options"].iloc[0])}
             out.append(dict(base, length=None, task_options=crit,
                             metrics={"effective_length": effective_length(scores, spec.threshold)}))
     return out
-
-
-def _scalar(v):
-    try:
-        return None if v is None or pd.isna(v) else int(v)
-    except (TypeError, ValueError):
-        return v
-
-
-def _json(s):
-    if isinstance(s, str):
-        try:
-            return json.loads(s)
-        except json.JSONDecodeError:
-            return s
-    return None if s is None or (isinstance(s, float) and math.isnan(s)) else s
 
 
 def derive_table(table: pd.DataFrame, spec: FlatnessSpec | None = None) -> pd.DataFrame:
@@ -365,39 +314,39 @@ def derive_table(table: pd.DataFrame, spec: FlatnessSpec | None = None) -> pd.Da
     return to_table(derive_records(table, spec), {TASK: METRICS})
 
 
+def step(spec: FlatnessSpec | None = None) -> DerivedStep:
+    """The flatness rows as a derived post-processing step (:class:`lctx.harness.derived.DerivedStep`): rows
+    from :func:`derive_records`, the criteria in ``run.json`` (key ``flatness``),
+    ``plots/ppl_ratio_vs_relative.png``, :func:`format_flatness` as its text."""
+    return DerivedStep(TASK, METRICS, spec or FlatnessSpec(), derive_records,
+                       lambda sp: asdict(sp) | {"retrieval_metric": sp.metric}, _plots, format_flatness)
+
+
+def _plots(table: pd.DataFrame, out_dir: Path, spec: FlatnessSpec) -> list[Path]:
+    from .plots import ppl_ratio_plot
+
+    p = ppl_ratio_plot(table, out_dir, max_ratio=spec.max_ratio)
+    return [p] if p else []
+
+
+def expand(task_names: list[str], task_options: list[str], **run) -> tuple[list[str], list[str], DerivedStep | None,
+                                                                           list[str]]:
+    """:func:`split_flatness` in the common form of the derived steps' expanders (see
+    :data:`lctx.harness.evaluate.DERIVED`): (task names, option items left, the step or None, lines to print)."""
+    names, rest, spec = split_flatness(task_names, task_options)
+    return names, rest, (step(spec) if spec else None), []
+
+
 def write_tables_with_flatness(out_dir: Path, spec: FlatnessSpec | None = None, metrics_of=None,
                                plots: bool = True) -> tuple[pd.DataFrame, pd.DataFrame, list[Path]]:
-    """Rewrite a run's ``results.parquet``/``results.csv``/``summary.csv`` from its ``records.jsonl`` plus
-    the derived flatness rows, note the criteria in ``run.json`` (key ``flatness``) and (``plots``) draw
-    ``plots/ppl_ratio_vs_relative.png``. Returns (table, summary, plot paths).
+    """Rewrite a run's tables from its ``records.jsonl`` plus the derived flatness rows, note the criteria in
+    ``run.json`` and (``plots``) draw ``plots/ppl_ratio_vs_relative.png`` (:func:`lctx.harness.derived.write_run_tables`
+    with this one step). Returns (table, summary, plot paths).
 
     Raises:
         LctxError: ``out_dir`` has no records.
     """
-    from lctx.tasks import TASKS
-
-    from .rundir import atomic_write_json, read_json
-    from .tables import current_map, read_records, to_table, write_tables
-
-    out_dir = Path(out_dir)
-    records = read_records(out_dir / "records.jsonl")
-    if not records:
-        raise LctxError(f"{out_dir} has no records.jsonl records; run the sweep first")
-    metrics_of = {**{n: c.metrics for n, c in TASKS.items()}, **(metrics_of or {}), TASK: METRICS}
-    current = current_map(out_dir)
-    derived = derive_records(to_table(records, metrics_of, current), spec)
-    table, summary = write_tables(records + derived, out_dir, metrics_of, current)
-    meta_path = out_dir / "run.json"
-    meta = read_json(meta_path) or {}
-    meta["flatness"] = asdict(spec or FlatnessSpec()) | {"retrieval_metric": (spec or FlatnessSpec()).metric}
-    atomic_write_json(meta_path, meta)
-    paths: list[Path] = []
-    if plots:
-        from .report import ppl_ratio_plot
-
-        p = ppl_ratio_plot(table, out_dir, max_ratio=(spec or FlatnessSpec()).max_ratio)
-        paths += [p] if p else []
-    return table, summary, paths
+    return write_run_tables(out_dir, [step(spec)], metrics_of, plots=False, derived_plots=plots)
 
 
 def format_flatness(table: pd.DataFrame) -> str:
@@ -414,7 +363,7 @@ def format_flatness(table: pd.DataFrame) -> str:
             x = g[g["metric"] == m]
             if len(x):
                 v = x["value"].iloc[0]
-                crit = _json(x["task_options"].iloc[0]) or {}
+                crit = json_cell(x["task_options"].iloc[0]) or {}
                 if pd.isna(v):
                     txt = f"error ({x['error'].iloc[0]})"
                 elif v == 0:

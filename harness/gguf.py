@@ -24,7 +24,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from .errors import LctxError
+from lctx.errors import LctxError
 
 GGUF_MAGIC = b"GGUF"
 META_FILE = "lctx_gguf.json"  # provenance of a converted directory (source file, sha256, dtype)
@@ -139,7 +139,7 @@ def convert_gguf(src: str | os.PathLike, out: str | os.PathLike, dtype: str = "f
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
-    from .lm import resolve_dtype
+    from .devices import resolve_dtype
 
     src = Path(src)
     if not src.is_file():
@@ -198,7 +198,7 @@ def cached_gguf_dir(src: str | os.PathLike, dtype: str = "float32", cache_dir: s
     Raises:
         LctxError: as :func:`convert_gguf`, or a cache root that cannot be written.
     """
-    from .lm import resolve_dtype
+    from .devices import resolve_dtype
 
     src = Path(src)
     check_header(src)

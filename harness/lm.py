@@ -17,39 +17,9 @@ from pathlib import Path
 import torch
 from transformers.cache_utils import DynamicCache
 
-from .errors import CapturedLog, LctxError, check_finite_logits
-
-DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-          "float16": torch.float16, "fp16": torch.float16}
-
-
-def resolve_dtype(name: str) -> torch.dtype:
-    """Map a dtype name (float32/fp32, bfloat16/bf16, float16/fp16) to a torch dtype.
-
-    Raises:
-        LctxError: unknown name.
-    """
-    if name not in DTYPES:
-        raise LctxError(f"unknown dtype {name!r}; use one of float32, bfloat16, float16")
-    return DTYPES[name]
-
-
-def resolve_device(name: str) -> torch.device:
-    """``"auto"`` -> cuda if available else cpu; otherwise the named device.
-
-    Raises:
-        LctxError: a CUDA device was asked for on a machine without one, or the name is not a device.
-    """
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        dev = torch.device(name)
-    except RuntimeError:
-        raise LctxError(f"unknown device {name!r}; use cpu, cuda, cuda:N or auto") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise LctxError(f"device {name!r} requested but this machine has no CUDA GPU; use --device cpu")
-    return dev
-
+from lctx import ATTN_IMPLS
+from lctx.errors import CapturedLog, LctxError, check_finite_logits
+from lctx.harness.devices import DTYPES, resolve_device, resolve_dtype  # noqa: F401  (lctx.harness.lm.resolve_* kept)
 
 @dataclass
 class Prefix:
@@ -518,8 +488,8 @@ def check_attn_impl(attn_impl: str, config, name: str) -> None:
         LctxError: an unknown value, or ``fast`` for a Hugging Face checkpoint (issue 11 e: it used to be
             ignored without a word).
     """
-    if attn_impl not in ("reference", "sdpa", "fast"):
-        raise LctxError(f"unknown --attn-impl {attn_impl!r}; use reference, sdpa or fast")
+    if attn_impl not in ATTN_IMPLS:
+        raise LctxError(f"unknown --attn-impl {attn_impl!r}; use {', '.join(ATTN_IMPLS)}")
     if attn_impl == "fast" and getattr(config, "model_type", None) != "lctx":
         raise LctxError(f"--attn-impl fast applies to lctx checkpoints (the kernels in lctx.kernels); model {name!r} "
                         f"is a Hugging Face {getattr(config, 'model_type', '?')} checkpoint, which runs transformers' "

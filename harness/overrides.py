@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .errors import LctxError
+from lctx.errors import LctxError
 
 # name -> default options (all numeric)
 OVERRIDES: dict[str, dict[str, float]] = {"ssmax": {"s": 1.0}, "alibi_lsh": {"s": 16, "seed": 0}}

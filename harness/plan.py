@@ -51,7 +51,8 @@ from pathlib import Path
 
 import torch
 
-from .errors import LctxError
+from lctx import ATTN_IMPLS
+from lctx.errors import LctxError
 
 GIB = 1024**3
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "kib": 1024, "m": 1024**2, "mb": 1024**2, "mib": 1024**2,
@@ -356,7 +357,7 @@ def probe_layer(config, dtype: torch.dtype, t1: int = 16, t2: int = 48) -> Layer
 def _dtype(dtype) -> torch.dtype:
     if isinstance(dtype, torch.dtype):
         return dtype
-    from .lm import resolve_dtype
+    from .devices import resolve_dtype
 
     return resolve_dtype(str(dtype))
 
@@ -386,8 +387,8 @@ def plan_memory(config, length: int, chunk_size: int = 2048, dtype="float32", im
     b = torch.tensor([], dtype=dt).element_size()
     s = model_shape(config)
     impl = impl or s.attn_impl
-    if impl not in ("fast", "sdpa", "reference"):
-        raise LctxError(f"unknown attention implementation {impl!r}; use fast, sdpa or reference")
+    if impl not in ATTN_IMPLS:
+        raise LctxError(f"unknown attention implementation {impl!r}; use {', '.join(ATTN_IMPLS)}")
     B, T, c = batch, length, min(chunk_size, length)
     L, H, D, d, I, V = s.layers, s.heads, s.head_dim, s.hidden, s.intermediate, s.vocab
     plan = MemoryPlan(model=name or s.variant, length=T, chunk_size=chunk_size, dtype=str(dt).replace("torch.", ""),

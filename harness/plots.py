@@ -473,7 +473,7 @@ def depth_heatmaps(df: pd.DataFrame, out_dir: str | Path) -> list[Path]:
     written: list[Path] = []
     depth = pd.to_numeric(df["depth"], errors="coerce")
     for task in pd.unique(df.loc[depth.notna(), "task"].astype("string")):
-        if task in ("passkey", "ppl") or pd.isna(task):
+        if task == "passkey" or pd.isna(task):  # passkey: its own figure, passkey_heatmaps
             continue
         rows = _select(df, str(task))
         ok = rows[_ok_mask(rows)].copy()
@@ -586,17 +586,14 @@ def ppl_vs_length(df: pd.DataFrame, out_dir: str | Path) -> Path | None:
 # RULER: task x length grid beside the average
 # ----------------------------------------------------------------------------------------------
 
-def ruler_figure(rows: pd.DataFrame, name: str, path: str | Path) -> Path:
+def ruler_figure(grid: pd.DataFrame, info: dict, name: str, path: str | Path) -> Path:
     """Draw one model's RULER figure to ``path``: left, the task x length grid (RULER's score of each task in
     percent, the ``average`` row below a rule; grey "–": no successful sample); right, the average against
     length (log2 axis) with the effective-length threshold dashed and the effective length marked.
 
-    Input: the model's rows of a results table (its task rows and its ``ruler`` rows, see
-    :mod:`lctx.harness.ruler`) and a display name. Output: ``path``.
+    Input: one model's RULER table and its info (:func:`lctx.harness.ruler.ruler_table`: tasks x lengths in
+    percent with an ``average`` row; threshold, effective length, tasks) and a display name. Output: ``path``.
     """
-    from .ruler import ruler_table
-
-    grid, info = ruler_table(rows)
     lengths = [int(c) for c in grid.columns]
     vals = grid.to_numpy(dtype=float)
     n_t, n_l = vals.shape
@@ -651,26 +648,6 @@ def ruler_figure(rows: pd.DataFrame, name: str, path: str | Path) -> Path:
     return path
 
 
-def ruler_grids(df: pd.DataFrame, out_dir: str | Path) -> list[Path]:
-    """``plots/ruler_<model>.png`` (:func:`ruler_figure`) per (model, variant) with derived ``ruler`` rows
-    (:mod:`lctx.harness.ruler`); none without them."""
-    if df is None or df.empty or not (df["task"].astype("string") == "ruler").any():
-        return []
-    written: list[Path] = []
-    r = df[df["task"].astype("string") == "ruler"]
-    groups = _series_groups(r)
-    per_model: dict[str, int] = {}
-    for m, _ in groups:
-        per_model[str(m)] = per_model.get(str(m), 0) + 1
-    for model, variant in groups:
-        rows = df[df["model"].astype("string") == str(model)]
-        if variant is not None and "variant" in rows.columns:
-            rows = rows[rows["variant"].astype("string") == str(variant)]
-        stem = safe_filename(model) + (f"_{safe_filename(variant)}" if per_model[str(model)] > 1 and variant else "")
-        written.append(ruler_figure(rows, _model_key(model, variant), Path(out_dir) / "plots" / f"ruler_{stem}.png"))
-    return written
-
-
 # ----------------------------------------------------------------------------------------------
 # all plots
 # ----------------------------------------------------------------------------------------------
@@ -695,3 +672,128 @@ def make_plots(df: pd.DataFrame, out_dir: str | Path) -> list[Path]:
     if p is not None:
         paths.append(p)
     return paths
+
+
+# ----------------------------------------------------------------------------------------------
+# figure helpers shared with the report (lctx.harness.report), and the flatness ratio figure
+# ----------------------------------------------------------------------------------------------
+
+def palette(labels: list[str]) -> dict[str, tuple]:
+    """A (colour, marker, line style) per model label, stable across every plot of a report: tab10 colours,
+    solid lines for the first 10 models, dashed for the next 10, dotted after that."""
+    cmap = matplotlib.colormaps["tab10"].colors
+    return {lbl: (cmap[i % 10], "os^Dv<>ph*P"[i % 11], ("-", (0, (5, 2)), (0, (1, 1.5)))[min(i // 10, 2)])
+            for i, lbl in enumerate(labels)}
+
+
+def _ok(df: pd.DataFrame) -> pd.DataFrame:
+    return df[(df["status"] == "ok") & np.isfinite(df["value"].astype(float))]
+
+
+def _length_axis(ax, lengths, rel: bool = False) -> None:
+    ax.set_xscale("log", base=2)
+    ticks = sorted(set(lengths))
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}×" if rel else format_length(v)))
+    ax.xaxis.set_minor_locator(NullLocator())
+    lo, hi = min(ticks), max(ticks)
+    pad = 2 ** 0.3 if hi > lo else 2.0
+    ax.set_xlim(lo / pad, hi * pad)
+
+
+def _log_y(ax, values, candidates) -> None:
+    """Log y axis with plain-number ticks chosen from ``candidates`` inside the data range."""
+    v = np.asarray([x for x in values if np.isfinite(x) and x > 0], dtype=float)
+    if not len(v):
+        return
+    lo, hi = v.min(), v.max()
+    ax.set_yscale("log")
+    span = max(hi / lo, 1.02)
+    ax.set_ylim(lo / span ** 0.08, hi * span ** 0.08)
+    lo2, hi2 = ax.get_ylim()
+    inside = [c for c in candidates if lo2 <= c <= hi2]
+    # keep ticks at least 6% of the axis apart (in log space), 1 first, so labels never overlap
+    gap = 0.06 * math.log(hi2 / lo2)
+    ticks: list[float] = []
+    for c in sorted(inside, key=lambda c: (c != 1.0, inside.index(c))):
+        if all(abs(math.log(c / t)) >= gap for t in ticks):
+            ticks.append(c)
+    ticks.sort()
+    if len(ticks) < 3:
+        ticks = list(np.round(np.geomspace(lo2, hi2, 5), 3 if hi2 < 10 else 1))
+    ax.yaxis.set_major_locator(FixedLocator(ticks))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
+    ax.yaxis.set_minor_locator(NullLocator())
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
+def _legend(fig, ax, handles, labels) -> None:
+    labels = [_shorten(lbl, 48) for lbl in labels]
+    if max(len(x) for x in labels) <= 28 and len(labels) <= 14:
+        ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0,
+                  frameon=False, fontsize=9)
+    else:
+        ncol = max(1, min(len(labels), 110 // (max(len(x) for x in labels) + 6)))
+        fig.legend(handles, labels, loc="outside lower center", ncol=ncol, frameon=False, fontsize=9)
+
+
+def _save(fig, out_dir: Path, name: str) -> Path:
+    plot_dir = Path(out_dir) / "plots"
+    plot_dir.mkdir(parents=True, exist_ok=True)
+    path = plot_dir / name
+    fig.savefig(path, dpi=_DPI)
+    return path
+
+
+def _labels(df: pd.DataFrame) -> pd.Series:
+    if "label" in df.columns:
+        return df["label"]
+    return pd.Series([_model_key(m, v) for m, v in zip(df["model"], df.get("variant", [None] * len(df)))],
+                     index=df.index)
+
+
+def _draw_ratio(ax, table, pal, max_ratio: float) -> bool:
+    rows = table[(table["task"] == "flatness") & (table["metric"] == "ppl_ratio")]
+    rows = _ok(rows.assign(label=_labels(rows)))
+    rows = rows[(rows["value"] > 0) & (rows["train_length"] > 0)]
+    if rows.empty:
+        return False
+    rel = set()
+    for lbl, g in rows.groupby("label", sort=False):
+        x = (g["length"] / g["train_length"]).round(4)
+        s = g.assign(x=x).groupby("x")["value"].mean().sort_index()
+        c, mk, ls = pal[lbl]
+        ax.plot(s.index, s.values, marker=mk, color=c, linestyle=ls, linewidth=2, markersize=6, label=lbl)
+        rel |= set(float(v) for v in s.index)
+    ax.axhline(max_ratio, color="#b22222", linestyle=":", linewidth=1.6)
+    ax.axhline(1.0, color="#888888", linewidth=0.8)
+    _length_axis(ax, rel | {1.0}, rel=True)
+    mark_train_lengths(ax, {1.0: [pal[lbl][0] for lbl in dict.fromkeys(rows["label"])]})  # 1x: every model
+    vals = list(rows["value"]) + [max_ratio, 1.0]
+    _log_y(ax, vals, [0.5, 0.7, 0.8, 0.9, 0.95, 1.0, 1.05, 1.1, 1.2, 1.5, 2, 3, 5, 10, 20, 50, 100, 1000])
+    ax.annotate(f"flat: ratio ≤ {max_ratio:g}", xy=(0.0, max_ratio), xycoords=("axes fraction", "data"),
+                xytext=(4, 3), textcoords="offset points", ha="left", va="bottom", fontsize=8.5, color="#b22222")
+    ax.set_xlabel("Context length / training length (log scale)")
+    ax.set_ylabel("PPL(L) / PPL(train length) (log scale)")
+    ax.set_title("Perplexity ratio vs relative length", fontsize=12, fontweight="bold", pad=8)
+    ax.grid(True, alpha=0.35)
+    return True
+
+
+def ppl_ratio_plot(table: pd.DataFrame, out_dir: str | Path, max_ratio: float = 1.1) -> Path | None:
+    """``<out_dir>/plots/ppl_ratio_vs_relative.png``: PPL(L)/PPL(T) (rows ``task == "flatness"``,
+    metric ``ppl_ratio``, status ok) against L/T on log axes, one line per (model, variant), the
+    training length (1x) dashed and the flatness criterion ``max_ratio`` dotted. None (nothing written)
+    without such rows."""
+    t = table.copy()
+    for c in ("value", "length", "train_length"):
+        t[c] = pd.to_numeric(t[c], errors="coerce")
+    t["status"] = t["status"].astype("string").fillna("")
+    labels = list(dict.fromkeys(_labels(t)))
+    fig = _new_figure(9.0, 4.8)
+    fig.set_layout_engine("constrained")
+    ax = fig.add_subplot()
+    if not _draw_ratio(ax, t, palette(labels), max_ratio):
+        return None
+    _legend(fig, ax, *ax.get_legend_handles_labels())
+    return _save(fig, out_dir, "ppl_ratio_vs_relative.png")

@@ -33,15 +33,19 @@ import pandas as pd
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator
 
-from .errors import LctxError
-from .plots import _DPI, _model_key, _new_figure, _shorten, format_length, mark_train_lengths, safe_filename
+from lctx.errors import LctxError
 
+from .flatness import TASK as FLATNESS
+from .ruler import GROUP as RULER
+from .plots import (_DPI, _draw_ratio, _labels, _legend, _length_axis, _log_y, _model_key, _new_figure, _ok, _save,  # noqa: F401
+                    _shorten, format_length, mark_train_lengths, palette, ppl_ratio_plot, safe_filename)
+
+#: The task whose rows the perplexity section draws (and the flatness sweep derives its ratio from).
+PERPLEXITY_TASKS = ("ppl",)
 #: lm-eval knowledge tasks drawn as bars (``mmlu*`` too), with their chance accuracy (4 answer choices;
 #: a few ARC questions have 3 or 5, so 0.25 is the usual reference line).
 BENCH_TASKS = ("arc_easy", "arc_challenge")
 CHANCE = 0.25
-#: Secondary (teacher-forced) metric drawn beside the primary one, per retrieval task.
-SECONDARY_METRIC = {"passkey": "digit_acc"}
 
 
 def is_bench_task(task: str) -> bool:
@@ -152,84 +156,6 @@ def load_runs(run_dirs: list[str | Path]) -> tuple[pd.DataFrame, list[dict]]:
     return table, metas
 
 
-# ----------------------------------------------------------------------------------------------
-# plot helpers
-# ----------------------------------------------------------------------------------------------
-
-def palette(labels: list[str]) -> dict[str, tuple]:
-    """A (colour, marker, line style) per model label, stable across every plot of a report: tab10 colours,
-    solid lines for the first 10 models, dashed for the next 10, dotted after that."""
-    cmap = matplotlib.colormaps["tab10"].colors
-    return {lbl: (cmap[i % 10], "os^Dv<>ph*P"[i % 11], ("-", (0, (5, 2)), (0, (1, 1.5)))[min(i // 10, 2)])
-            for i, lbl in enumerate(labels)}
-
-
-def _ok(df: pd.DataFrame) -> pd.DataFrame:
-    return df[(df["status"] == "ok") & np.isfinite(df["value"].astype(float))]
-
-
-def _length_axis(ax, lengths, rel: bool = False) -> None:
-    ax.set_xscale("log", base=2)
-    ticks = sorted(set(lengths))
-    ax.xaxis.set_major_locator(FixedLocator(ticks))
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}×" if rel else format_length(v)))
-    ax.xaxis.set_minor_locator(NullLocator())
-    lo, hi = min(ticks), max(ticks)
-    pad = 2 ** 0.3 if hi > lo else 2.0
-    ax.set_xlim(lo / pad, hi * pad)
-
-
-def _log_y(ax, values, candidates) -> None:
-    """Log y axis with plain-number ticks chosen from ``candidates`` inside the data range."""
-    v = np.asarray([x for x in values if np.isfinite(x) and x > 0], dtype=float)
-    if not len(v):
-        return
-    lo, hi = v.min(), v.max()
-    ax.set_yscale("log")
-    span = max(hi / lo, 1.02)
-    ax.set_ylim(lo / span ** 0.08, hi * span ** 0.08)
-    lo2, hi2 = ax.get_ylim()
-    inside = [c for c in candidates if lo2 <= c <= hi2]
-    # keep ticks at least 6% of the axis apart (in log space), 1 first, so labels never overlap
-    gap = 0.06 * math.log(hi2 / lo2)
-    ticks: list[float] = []
-    for c in sorted(inside, key=lambda c: (c != 1.0, inside.index(c))):
-        if all(abs(math.log(c / t)) >= gap for t in ticks):
-            ticks.append(c)
-    ticks.sort()
-    if len(ticks) < 3:
-        ticks = list(np.round(np.geomspace(lo2, hi2, 5), 3 if hi2 < 10 else 1))
-    ax.yaxis.set_major_locator(FixedLocator(ticks))
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
-    ax.yaxis.set_minor_locator(NullLocator())
-    ax.yaxis.set_minor_formatter(NullFormatter())
-
-
-def _legend(fig, ax, handles, labels) -> None:
-    labels = [_shorten(lbl, 48) for lbl in labels]
-    if max(len(x) for x in labels) <= 28 and len(labels) <= 14:
-        ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0,
-                  frameon=False, fontsize=9)
-    else:
-        ncol = max(1, min(len(labels), 110 // (max(len(x) for x in labels) + 6)))
-        fig.legend(handles, labels, loc="outside lower center", ncol=ncol, frameon=False, fontsize=9)
-
-
-def _save(fig, out_dir: Path, name: str) -> Path:
-    plot_dir = Path(out_dir) / "plots"
-    plot_dir.mkdir(parents=True, exist_ok=True)
-    path = plot_dir / name
-    fig.savefig(path, dpi=_DPI)
-    return path
-
-
-def _labels(df: pd.DataFrame) -> pd.Series:
-    if "label" in df.columns:
-        return df["label"]
-    return pd.Series([_model_key(m, v) for m, v in zip(df["model"], df.get("variant", [None] * len(df)))],
-                     index=df.index)
-
-
 def _draw_ppl(ax, table, pal) -> bool:
     rows = table[(table["task"] == "ppl") & (table["metric"] == "ppl")]
     rows = _ok(rows.assign(label=_labels(rows)))
@@ -255,53 +181,6 @@ def _draw_ppl(ax, table, pal) -> bool:
     return True
 
 
-def _draw_ratio(ax, table, pal, max_ratio: float) -> bool:
-    rows = table[(table["task"] == "flatness") & (table["metric"] == "ppl_ratio")]
-    rows = _ok(rows.assign(label=_labels(rows)))
-    rows = rows[(rows["value"] > 0) & (rows["train_length"] > 0)]
-    if rows.empty:
-        return False
-    rel = set()
-    for lbl, g in rows.groupby("label", sort=False):
-        x = (g["length"] / g["train_length"]).round(4)
-        s = g.assign(x=x).groupby("x")["value"].mean().sort_index()
-        c, mk, ls = pal[lbl]
-        ax.plot(s.index, s.values, marker=mk, color=c, linestyle=ls, linewidth=2, markersize=6, label=lbl)
-        rel |= set(float(v) for v in s.index)
-    ax.axhline(max_ratio, color="#b22222", linestyle=":", linewidth=1.6)
-    ax.axhline(1.0, color="#888888", linewidth=0.8)
-    _length_axis(ax, rel | {1.0}, rel=True)
-    mark_train_lengths(ax, {1.0: [pal[lbl][0] for lbl in dict.fromkeys(rows["label"])]})  # 1x: every model
-    vals = list(rows["value"]) + [max_ratio, 1.0]
-    _log_y(ax, vals, [0.5, 0.7, 0.8, 0.9, 0.95, 1.0, 1.05, 1.1, 1.2, 1.5, 2, 3, 5, 10, 20, 50, 100, 1000])
-    ax.annotate(f"flat: ratio ≤ {max_ratio:g}", xy=(0.0, max_ratio), xycoords=("axes fraction", "data"),
-                xytext=(4, 3), textcoords="offset points", ha="left", va="bottom", fontsize=8.5, color="#b22222")
-    ax.set_xlabel("Context length / training length (log scale)")
-    ax.set_ylabel("PPL(L) / PPL(train length) (log scale)")
-    ax.set_title("Perplexity ratio vs relative length", fontsize=12, fontweight="bold", pad=8)
-    ax.grid(True, alpha=0.35)
-    return True
-
-
-def ppl_ratio_plot(table: pd.DataFrame, out_dir: str | Path, max_ratio: float = 1.1) -> Path | None:
-    """``<out_dir>/plots/ppl_ratio_vs_relative.png``: PPL(L)/PPL(T) (rows ``task == "flatness"``,
-    metric ``ppl_ratio``, status ok) against L/T on log axes, one line per (model, variant), the
-    training length (1x) dashed and the flatness criterion ``max_ratio`` dotted. None (nothing written)
-    without such rows."""
-    t = table.copy()
-    for c in ("value", "length", "train_length"):
-        t[c] = pd.to_numeric(t[c], errors="coerce")
-    t["status"] = t["status"].astype("string").fillna("")
-    labels = list(dict.fromkeys(_labels(t)))
-    fig = _new_figure(9.0, 4.8)
-    fig.set_layout_engine("constrained")
-    ax = fig.add_subplot()
-    if not _draw_ratio(ax, t, palette(labels), max_ratio):
-        return None
-    _legend(fig, ax, *ax.get_legend_handles_labels())
-    return _save(fig, out_dir, "ppl_ratio_vs_relative.png")
-
-
 def perplexity_figure(table: pd.DataFrame, out_dir: Path, pal, max_ratio: float = 1.1) -> Path | None:
     """``plots/perplexity.png``: perplexity vs length and the ppl ratio vs relative length side by side
     (see :func:`ppl_ratio_plot`); None without ppl rows."""
@@ -319,36 +198,57 @@ def perplexity_figure(table: pd.DataFrame, out_dir: Path, pal, max_ratio: float 
     return _save(fig, out_dir, "perplexity.png")
 
 
+def meta_of(task: str, table: pd.DataFrame | None = None):
+    """The declared metadata of ``task`` (:func:`lctx.tasks.task_meta`: its class attributes when registered;
+    else what ``table`` shows: its first metric as headline, a depth axis when its rows have depths)."""
+    from lctx.tasks import task_meta
+
+    rows = table[table["task"] == task] if table is not None else None
+    metrics = list(dict.fromkeys(rows["metric"].dropna().astype(str))) if rows is not None else []
+    return task_meta(task, metrics, bool(rows is not None and rows["depth"].notna().any()))
+
+
+def _length_tasks(table: pd.DataFrame) -> list[str]:
+    """The tasks of the table with a length axis, in table order, without the derived groups
+    (:data:`lctx.tasks.GROUPS`, :mod:`lctx.harness.derived`) and the knowledge benchmarks."""
+    from lctx.tasks import GROUPS  # flatness, ruler (imported above: registered)
+
+    t = table[table["length"].notna() & ~table["task"].isin(list(GROUPS))]
+    return [k for k in dict.fromkeys(t["task"].astype(str)) if not is_bench_task(k)]
+
+
 def retrieval_tasks(table: pd.DataFrame) -> list[str]:
-    """Tasks of the table with a needle-depth axis (passkey, niah_*, ...), passkey first."""
-    t = table[table["depth"].notna() & ~table["task"].isin(["ppl", "flatness"])]
-    tasks = sorted(set(t["task"].astype(str)))
-    return sorted(tasks, key=lambda x: (x != "passkey", x))
+    """Tasks of the table that declare themselves retrieval tasks (:attr:`lctx.tasks.Task.retrieval`: passkey,
+    niah_*, RULER's), sorted by name."""
+    return sorted(k for k in _length_tasks(table) if meta_of(k, table).retrieval)
+
+
+def other_tasks(table: pd.DataFrame) -> list[str]:
+    """Tasks of the table with a length axis that are neither retrieval tasks nor perplexity (drawn in the
+    perplexity section): custom tasks such as the README's ``last_token_nll``, with or without a depth axis."""
+    return sorted(k for k in _length_tasks(table)
+                  if not meta_of(k, table).retrieval and k not in PERPLEXITY_TASKS)
 
 
 def primary_metric(task: str, table: pd.DataFrame | None = None) -> str:
-    """The headline metric of a retrieval task: :func:`lctx.harness.flatness.default_retrieval_metric`,
-    else the table's first metric of that task."""
-    from .flatness import default_retrieval_metric
-
-    try:
-        return default_retrieval_metric(task)
-    except LctxError:
-        return str(table.loc[table["task"] == task, "metric"].iloc[0]) if table is not None else ""
+    """The headline metric of a task (:meth:`lctx.tasks.Task.headline`; for a task not registered here, the
+    table's first metric of that task)."""
+    return meta_of(task, table).headline
 
 
-def secondary_metric(task: str) -> str | None:
-    """The teacher-forced metric shown beside the primary one (passkey digit_acc, NIAH tf_top1)."""
-    if task in SECONDARY_METRIC:
-        return SECONDARY_METRIC[task]
-    return "tf_top1" if task.startswith("niah_") else None
+def secondary_metric(task: str, table: pd.DataFrame | None = None) -> str | None:
+    """The metric shown beside the headline one (:attr:`lctx.tasks.Task.secondary_metric`: passkey digit_acc,
+    NIAH tf_top1), or None."""
+    return meta_of(task, table).secondary
 
 
 def accuracy_figure(table: pd.DataFrame, task: str, out_dir: Path, pal, threshold: float = 0.8) -> Path | None:
     """``plots/<task>_accuracy_vs_length.png``: mean score (over depths and samples, status ok) vs length,
     one line per model; panels: the primary metric (with the effective-length ``threshold`` dotted) and
-    the teacher-forced one. None without rows."""
-    metrics = [m for m in (primary_metric(task, table), secondary_metric(task)) if m]
+    the teacher-forced one. A task that is not a retrieval task (:func:`other_tasks`) gets
+    ``plots/<task>_vs_length.png``: its headline metric on a free y axis, no threshold. None without rows."""
+    retrieval = meta_of(task, table).retrieval
+    metrics = [m for m in (primary_metric(task, table), secondary_metric(task, table)) if m]
     rows = _ok(table[(table["task"] == task) & table["metric"].isin(metrics) & table["length"].notna()])
     metrics = [m for m in metrics if (rows["metric"] == m).any()]
     if not metrics:
@@ -372,14 +272,15 @@ def accuracy_figure(table: pd.DataFrame, task: str, out_dir: Path, pal, threshol
             tl = g["train_length"].dropna()
             if len(tl):  # the model's training length, in the model's colour (as the perplexity plot)
                 trains.setdefault(int(tl.mode().iloc[0]), []).append(c)
-        if m == metrics[0]:
+        if m == metrics[0] and retrieval:
             ax.axhline(threshold, color="#b22222", linestyle=":", linewidth=1.6)
             ax.annotate(f"effective-length threshold {threshold:g}", xy=(0.0, threshold),
                         xycoords=("axes fraction", "data"), xytext=(4, 3), textcoords="offset points",
                         fontsize=8.5, color="#b22222")
         _length_axis(ax, lengths | set(trains))
         mark_train_lengths(ax, trains)
-        ax.set_ylim(-0.04, 1.04)
+        if retrieval:
+            ax.set_ylim(-0.04, 1.04)
         ax.set_xlabel("Context length (tokens, log scale)")
         ax.set_ylabel(f"{m} (mean over depths and samples)")
         ax.set_title(f"{task}: {m}", fontsize=12, fontweight="bold", pad=8)
@@ -389,7 +290,7 @@ def accuracy_figure(table: pd.DataFrame, task: str, out_dir: Path, pal, threshol
         handles.append(Line2D([], [], color="#333333", linestyle="--", linewidth=1.4))
         labels.append("training length")
     _legend(fig, axes[-1], handles, labels)
-    return _save(fig, out_dir, f"{safe_filename(task)}_accuracy_vs_length.png")
+    return _save(fig, out_dir, f"{safe_filename(task)}_{'accuracy_' if retrieval else ''}vs_length.png")
 
 
 def bench_figure(table: pd.DataFrame, out_dir: Path, pal) -> Path | None:
@@ -439,7 +340,7 @@ def ruler_blocks(table: pd.DataFrame, out_dir: Path) -> tuple[list, list[Path]]:
     from .plots import ruler_figure
     from .ruler import ruler_table
 
-    labels = list(dict.fromkeys(table.loc[table["task"] == "ruler", "label"]))
+    labels = list(dict.fromkeys(table.loc[table["task"] == RULER, "label"]))
     blocks: list = []
     paths: list[Path] = []
     for lbl in labels:
@@ -457,7 +358,7 @@ def ruler_blocks(table: pd.DataFrame, out_dir: Path) -> tuple[list, list[Path]]:
                             f"{len(info.get('tasks', []))} tasks" + (f" ({', '.join(left)} left out)" if left else "")
                        + f". Effective length (average ≥ {thr:g} at every length up to it): {etxt}."))
         blocks.append(("table", disp, ""))
-        p = ruler_figure(rows, lbl, out_dir / "plots" / f"ruler_{safe_filename(lbl)}.png")
+        p = ruler_figure(grid, info, lbl, out_dir / "plots" / f"ruler_{safe_filename(lbl)}.png")
         blocks.append(("figs", [(p, "Left: RULER score per task and length (%); the last row is the average. "
                                     "Right: the average by length with the threshold (dashed) and the effective "
                                     "length (dotted).", True)]))
@@ -470,13 +371,15 @@ def heatmaps(table: pd.DataFrame, out_dir: Path) -> dict[str, list[Path]]:
     (``passkey_heatmaps``, ``depth_heatmaps``): {task: [paths]}."""
     from .plots import depth_heatmaps, passkey_heatmaps
 
-    t = table[~table["task"].isin(["flatness"])].copy()
+    from lctx.tasks import GROUPS
+
+    t = table[~table["task"].isin(list(GROUPS))].copy()
     t["model"] = t["model"].astype(str)
     out: dict[str, list[Path]] = {}
     for p in passkey_heatmaps(t, out_dir):
         out.setdefault("passkey", []).append(p)
     for p in depth_heatmaps(t, out_dir):
-        task = next((k for k in retrieval_tasks(t) if p.name.startswith(f"{safe_filename(k)}_heatmap_")), "other")
+        task = next((k for k in retrieval_tasks(t) + other_tasks(t) if p.name.startswith(f"{safe_filename(k)}_heatmap_")), "other")
         out.setdefault(task, []).append(p)
     return out
 
@@ -522,12 +425,13 @@ def summary_table(table: pd.DataFrame, at: list[tuple[str, float]] | None = None
 
     Columns: model, runs, train length (tokens), PPL at the training length, flat-until (tokens; "≥" when
     it is the longest length tested, i.e. flat as far as the sweep looked), effective length (tokens;
-    "<L" when the shortest tested length L already falls below the threshold), the primary retrieval
-    metric of each retrieval task at each ``at`` length, and MMLU/ARC ``acc`` (mean over questions).
+    "<L" when the shortest tested length L already falls below the threshold), the headline metric of each
+    retrieval task and each other task with a length axis (:func:`other_tasks`) at each ``at`` length, and
+    MMLU/ARC ``acc`` (mean over questions).
     """
     at = at or [("rel", 1.0), ("rel", 2.0), ("rel", 8.0)]
     labels = list(dict.fromkeys(table["label"]))
-    rtasks = retrieval_tasks(table)
+    rtasks = retrieval_tasks(table) + other_tasks(table)
     btasks = sorted({t for t in table["task"].astype(str) if is_bench_task(t)}, key=lambda t: (not t.startswith("mmlu"), t))
     ok = _ok(table)
     disp, num = [], []
@@ -543,18 +447,18 @@ def summary_table(table: pd.DataFrame, at: list[tuple[str, float]] | None = None
         pT = ppl[ppl["length"] == T]["value"].mean() if T else float("nan")
         d["PPL at train length"], n["ppl_at_train_length"] = (f"{pT:.2f}" if np.isfinite(pT) else "–"), pT
         ppl_max = ppl["length"].max() if len(ppl) else None
-        fl = rows[(rows["task"] == "flatness") & (rows["metric"] == "flat_until")]
+        fl = rows[(rows["task"] == FLATNESS) & (rows["metric"] == "flat_until")]
         fv = float(fl["value"].iloc[0]) if len(fl) else float("nan")
         d["flat until"] = _fmt_len(fv, T, ppl_max)
         n["flat_until"] = fv
-        ef = rows[(rows["task"] == "flatness") & (rows["metric"] == "effective_length")]
+        ef = rows[(rows["task"] == FLATNESS) & (rows["metric"] == "effective_length")]
         ev = float(ef["value"].iloc[0]) if len(ef) else float("nan")
         ret_task = (json.loads(ef["task_options"].iloc[0]) or {}).get("retrieval") if len(ef) and isinstance(ef["task_options"].iloc[0], str) else None
         rl = okr[(okr["task"] == ret_task)]["length"] if ret_task else pd.Series(dtype=float)
         d["effective length"] = _fmt_len(
             ev, T, rl.max() if len(rl) else None, zero=f"< {format_length(rl.min())}" if len(rl) else "0")
         n["effective_length"] = ev
-        rr = rows[rows["task"] == "ruler"]  # RULER's group (harness/ruler.py): average per length, effective length
+        rr = rows[rows["task"] == RULER]  # RULER's group (harness/ruler.py): average per length, effective length
         if len(rr):
             re_ = rr[rr["metric"] == "effective_length"]
             rv = float(re_["value"].iloc[0]) if len(re_) else float("nan")
@@ -612,7 +516,7 @@ def metadata_table(metas: list[dict], table: pd.DataFrame) -> pd.DataFrame:
     out = []
     for meta in metas:
         t = table[table["run"] == meta["run"]]
-        t = t[t["task"] != "flatness"]
+        t = t[t["task"] != FLATNESS]
 
         def uniq(col, t=t):
             return ", ".join(str(x) for x in dict.fromkeys(t[col].dropna().astype(str))) if col in t.columns else ""
@@ -722,7 +626,7 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, at: str = "1x,
 
     sections: list[tuple[str, str, list]] = []  # (id, heading, blocks); a block: ("p", text) | ("table", df, cls) | ("figs", [(path, caption, wide)])
     disp, num = summary_table(table, at_list)
-    fl = table[table["task"] == "flatness"]
+    fl = table[table["task"] == FLATNESS]
     crits = {m: ", ".join(sorted({c for c in (_criterion(g.iloc[[i]]) for i in range(len(g))) if c})) or "–"
              for m, g in ((m, fl[fl["metric"] == m]) for m in ("flat_until", "effective_length"))}
     crit = (f"Flat until ({crits['flat_until']}): the largest length L ≥ the training length with PPL(L)/PPL(train length) within the "
@@ -747,11 +651,13 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, at: str = "1x,
         plots += [f[0] for f in figs]
 
     maps = heatmaps(table, out)
-    for task in retrieval_tasks(table):
+    for task in retrieval_tasks(table) + other_tasks(table):
+        retrieval = meta_of(task, table).retrieval
         blocks = []
         a = accuracy_figure(table, task, out, pal, threshold)
         if a:
-            blocks.append(("figs", [(a, f"{task}: mean score by context length, one line per model (markers shrink "
+            blocks.append(("figs", [(a, f"{task}: mean {primary_metric(task, table)} by context length, one line per "
+                                        "model (markers shrink "
                                         "from the first model to the last, so lines that coincide stay visible).", True)]))
             plots.append(a)
         hm = maps.get(task, [])
@@ -762,7 +668,7 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, at: str = "1x,
             blocks.append(("figs", [(h, "", wide) for h in hm]))
             plots += hm
         if blocks:
-            sections.append((f"task-{safe_filename(task)}", f"Retrieval: {task}", blocks))
+            sections.append((f"task-{safe_filename(task)}", f"{'Retrieval' if retrieval else 'Task'}: {task}", blocks))
 
     b = bench_figure(table, out, pal)
     if b:

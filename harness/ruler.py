@@ -19,12 +19,11 @@ The derived rows are recomputed from ``records.jsonl`` whenever the tables are w
 records), like the flatness rows, so a resumed run's numbers follow its finished samples. The criterion and
 the tasks averaged are in each row's ``task_options``; ``run.json`` gains a ``ruler`` entry (threshold, tasks,
 left-out tasks with the reason). ``plots/ruler_<model>.png`` draws the task x length grid beside the average
-(:func:`lctx.harness.plots.ruler_grids`).
+(:func:`ruler_grids`).
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass, field
@@ -32,7 +31,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from .errors import LctxError
+from .derived import DerivedStep, base_record, json_cell, ok_rows, replace_name, take_options, write_run_tables
+from lctx.errors import LctxError
+from lctx.tasks import TaskInfo, register_group
 
 GROUP = "ruler"
 METRICS = ("average", "effective_length")
@@ -40,6 +41,7 @@ DESCRIPTION = ("RULER's 13 tasks (niah_*, vt, cwe, fwe, qa_1, qa_2; those whose 
                "and length: average (percent), effective_length (--task-option ruler.threshold=85.6)")
 REQUIRES = "as its tasks (the QA JSON files are left out when absent)"
 DEFAULT_THRESHOLD = 85.6
+register_group(TaskInfo(GROUP, DESCRIPTION, METRICS, REQUIRES))
 
 
 def ruler_tasks() -> tuple[str, ...]:
@@ -137,18 +139,7 @@ def split_ruler(task_names: list[str], task_options: list[str], data_dir=None, s
     """
     if GROUP not in task_names:
         return list(task_names), list(task_options), None, []
-    mine, rest, opts = [], [], {}
-    for item in task_options:
-        (mine if item.split(".", 1)[0].strip() == GROUP else rest).append(item)
-    for item in mine:
-        head, sep, val = item.partition("=")
-        key = head.split(".", 1)[1].strip() if "." in head else ""
-        if not sep or not key:
-            raise LctxError(f"--task-option {item!r} is not ruler.KEY=VALUE; write e.g. --task-option ruler.threshold=85.6")
-        try:
-            opts[key] = json.loads(val)
-        except json.JSONDecodeError:
-            opts[key] = val
+    opts, rest = take_options(GROUP, task_options, "ruler.threshold=85.6")
     spec = RulerSpec.from_options(opts)
     per_task: dict[str, dict] = {}
     for item in rest:
@@ -163,11 +154,7 @@ def split_ruler(task_names: list[str], task_options: list[str], data_dir=None, s
     if not run:
         raise LctxError("ruler: no RULER task can run: " + "; ".join(f"{t}: {w}" for t, w in left[:3])
                         + "; pass --data-dir ../shared/data (RULER's essay and word lists)")
-    out: list[str] = []
-    for name in task_names:
-        for n in (run if name == GROUP else [name]):
-            if n not in out:
-                out.append(n)
+    out = replace_name(task_names, GROUP, run)
     n_depths = len(depths) if depths else 1
     for t in ("cwe", "fwe"):
         if t in run and "samples" not in per_task.get(t, {}) and n_depths > 1:
@@ -186,13 +173,6 @@ def split_ruler(task_names: list[str], task_options: list[str], data_dir=None, s
 # deriving the numbers
 # ----------------------------------------------------------------------------------------------
 
-def _ok(df: pd.DataFrame) -> pd.DataFrame:
-    out = df[df["status"].astype("string").fillna("") == "ok"].copy()
-    out["value"] = pd.to_numeric(out["value"], errors="coerce")
-    out["length"] = pd.to_numeric(out["length"], errors="coerce")
-    return out.dropna(subset=["value", "length"])
-
-
 def task_scores(rows: pd.DataFrame, tasks: list[str] | tuple[str, ...]) -> pd.DataFrame:
     """Per task x length: RULER's score of each task (percent: mean of its metric over ok samples and depths,
     x100) for one model's rows; NaN where a task ran at a length but no sample succeeded. Index: the tasks
@@ -201,7 +181,7 @@ def task_scores(rows: pd.DataFrame, tasks: list[str] | tuple[str, ...]) -> pd.Da
     lengths = sorted({int(x) for x in pd.to_numeric(rows.loc[rows["task"].isin(present), "length"],
                                                     errors="coerce").dropna()})
     grid = pd.DataFrame(float("nan"), index=present, columns=lengths)
-    ok = _ok(rows)
+    ok = ok_rows(rows)
     for t in present:
         r = ok[(ok["task"] == t) & (ok["metric"] == task_metric(t))]
         for L, v in r.groupby(r["length"].astype("int64"))["value"].mean().items():
@@ -239,14 +219,8 @@ def derive_records(table: pd.DataFrame, spec: RulerSpec | None = None) -> list[d
         rows = rows[rows["task"].isin(tasks)]
         if rows.empty:
             continue
-        first = rows.iloc[0]
         tl = pd.to_numeric(rows["train_length"], errors="coerce").dropna()
-        base = {"model": model, "variant": variant or None, "task": GROUP, "depth": None, "sample": 0,
-                "seed": _scalar(first.get("seed")), "run_id": first.get("run_id"), "device": first.get("device"),
-                "dtype": first.get("dtype"), "attn_impl": first.get("attn_impl"),
-                "lctx_version": first.get("lctx_version"), "git_rev": first.get("git_rev"),
-                "train_length": int(tl.mode().iloc[0]) if len(tl) else None, "n_tokens": None, "depth_actual": None,
-                "status": "ok", "error": ""}
+        base = base_record(model, variant, rows, GROUP, int(tl.mode().iloc[0]) if len(tl) else None)
         grid = task_scores(rows, tasks)
         crit = {"tasks": tasks, "metrics": {t: task_metric(t) for t in tasks}, "unit": "percent",
                 "left_out": [t for t, _ in spec.left_out]}
@@ -264,59 +238,41 @@ def derive_records(table: pd.DataFrame, spec: RulerSpec | None = None) -> list[d
     return out
 
 
-def _scalar(v):
-    try:
-        return None if v is None or pd.isna(v) else int(v)
-    except (TypeError, ValueError):
-        return v
+def step(spec: RulerSpec) -> DerivedStep:
+    """The ruler group as a derived post-processing step (:class:`lctx.harness.derived.DerivedStep`): rows from
+    :func:`derive_records`, the group in ``run.json`` (key ``ruler``: threshold, tasks, left-out tasks and why),
+    ``plots/ruler_<model>.png``, :func:`format_ruler` as its text."""
+    return DerivedStep(GROUP, METRICS, spec, derive_records,
+                       lambda sp: {"threshold": sp.threshold, "tasks": list(sp.tasks),
+                                   "left_out": {t: w for t, w in sp.left_out}},
+                       _plots, format_ruler)
+
+
+def _plots(table: pd.DataFrame, out_dir: Path, spec: RulerSpec) -> list[Path]:
+    return ruler_grids(table, out_dir)
+
+
+def expand(task_names: list[str], task_options: list[str], data_dir=None, samples: int = 1,
+           depths: list[float] | None = None) -> tuple[list[str], list[str], DerivedStep | None, list[str]]:
+    """:func:`split_ruler` in the common form of the derived steps' expanders (see
+    :data:`lctx.harness.evaluate.DERIVED`): (task names, option items left, the step or None, lines to print)."""
+    names, rest, spec, notes = split_ruler(task_names, task_options, data_dir, samples, depths)
+    return names, rest, (step(spec) if spec else None), notes
 
 
 def write_tables_with_ruler(out_dir: Path, spec: RulerSpec, flat_spec=None,
                             plots: bool = True) -> tuple[pd.DataFrame, pd.DataFrame, list[Path]]:
-    """Rewrite a run's ``results.parquet``/``results.csv``/``summary.csv`` from its ``records.jsonl`` plus the
-    derived ``ruler`` rows (and the flatness rows when ``flat_spec`` is given), note the group in ``run.json``
-    (key ``ruler``) and (``plots``) draw ``plots/ruler_<model>.png``. Returns (table, summary, plot paths).
+    """Rewrite a run's tables from its ``records.jsonl`` plus the derived ``ruler`` rows (and the flatness rows
+    when ``flat_spec`` is given), note them in ``run.json`` and (``plots``) draw their figures
+    (:func:`lctx.harness.derived.write_run_tables` with these steps). Returns (table, summary, plot paths).
 
     Raises:
         LctxError: ``out_dir`` has no records.
     """
-    from dataclasses import asdict
-
-    from lctx.tasks import TASKS
-
     from . import flatness
-    from .rundir import atomic_write_json, read_json
-    from .tables import current_map, read_records, to_table, write_tables
 
-    out_dir = Path(out_dir)
-    records = read_records(out_dir / "records.jsonl")
-    if not records:
-        raise LctxError(f"{out_dir} has no records.jsonl records; run the sweep first")
-    metrics_of = {**{n: c.metrics for n, c in TASKS.items()}, GROUP: METRICS, flatness.TASK: flatness.METRICS}
-    current = current_map(out_dir)  # only the current inputs' records are averaged (issue 10)
-    base = to_table(records, metrics_of, current)
-    derived = derive_records(base, spec)
-    if flat_spec is not None:
-        derived += flatness.derive_records(base, flat_spec)
-    table, summary = write_tables(records + derived, out_dir, metrics_of, current)
-    meta_path = out_dir / "run.json"
-    meta = read_json(meta_path) or {}
-    meta[GROUP] = {"threshold": spec.threshold, "tasks": list(spec.tasks),
-                   "left_out": {t: w for t, w in spec.left_out}}
-    if flat_spec is not None:
-        meta["flatness"] = asdict(flat_spec) | {"retrieval_metric": flat_spec.metric}
-    atomic_write_json(meta_path, meta)
-    paths: list[Path] = []
-    if plots:
-        from .plots import ruler_grids
-
-        paths += ruler_grids(table, out_dir)
-        if flat_spec is not None:
-            from .report import ppl_ratio_plot
-
-            p = ppl_ratio_plot(table, out_dir, max_ratio=flat_spec.max_ratio)
-            paths += [p] if p else []
-    return table, summary, paths
+    steps = [step(spec)] + ([flatness.step(flat_spec)] if flat_spec is not None else [])
+    return write_run_tables(out_dir, steps, plots=False, derived_plots=plots)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -332,8 +288,8 @@ def ruler_table(rows: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
     tasks = list(ruler_tasks())
     if len(r):
         eff = r[r["metric"] == "effective_length"]
-        opts = _json(eff["task_options"].iloc[0]) if len(eff) else _json(r["task_options"].iloc[0])
-        opts = opts or {}
+        opts = json_cell((eff if len(eff) else r)["task_options"].iloc[0])
+        opts = opts if isinstance(opts, dict) else {}
         tasks = list(opts.get("tasks", tasks))
         info = {"threshold": opts.get("threshold"), "tasks": tasks, "left_out": opts.get("left_out", []),
                 "effective_length": float(eff["value"].iloc[0]) if len(eff) else float("nan")}
@@ -344,19 +300,10 @@ def ruler_table(rows: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
     return grid, info
 
 
-def _json(s):
-    if isinstance(s, str):
-        try:
-            return json.loads(s)
-        except json.JSONDecodeError:
-            return None
-    return s if isinstance(s, dict) else None
-
-
 def format_ruler(table: pd.DataFrame) -> str:
     """The RULER rows of a table as text, per model: tasks x lengths (percent), the average and the effective
     length at the threshold."""
-    from .plots import format_length
+    from .plots import format_length  # matplotlib: only when the group is presented
 
     lines = []
     models = table[table["task"] == GROUP]
@@ -379,3 +326,26 @@ def format_ruler(table: pd.DataFrame) -> str:
         lines.append(f"effective length (average >= {thr:g}): {etxt}; average of {n} tasks"
                      + (f" ({', '.join(left)} left out)" if left else ""))
     return "\n".join(lines)
+
+
+def ruler_grids(df: pd.DataFrame, out_dir: str | Path) -> list[Path]:
+    """``plots/ruler_<model>.png`` (:func:`lctx.harness.plots.ruler_figure`) per (model, variant) with derived ``ruler`` rows
+    (:mod:`lctx.harness.ruler`); none without them."""
+    if df is None or df.empty or not (df["task"].astype("string") == "ruler").any():
+        return []
+    from .plots import _model_key, _series_groups, ruler_figure, safe_filename  # matplotlib: only to draw
+
+    written: list[Path] = []
+    r = df[df["task"].astype("string") == "ruler"]
+    groups = _series_groups(r)
+    per_model: dict[str, int] = {}
+    for m, _ in groups:
+        per_model[str(m)] = per_model.get(str(m), 0) + 1
+    for model, variant in groups:
+        rows = df[df["model"].astype("string") == str(model)]
+        if variant is not None and "variant" in rows.columns:
+            rows = rows[rows["variant"].astype("string") == str(variant)]
+        stem = safe_filename(model) + (f"_{safe_filename(variant)}" if per_model[str(model)] > 1 and variant else "")
+        written.append(ruler_figure(*ruler_table(rows), _model_key(model, variant),
+                                    Path(out_dir) / "plots" / f"ruler_{stem}.png"))
+    return written

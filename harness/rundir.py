@@ -31,7 +31,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterator
 
-from .errors import LctxError
+from lctx.errors import LctxError
 
 LOCK_NAME = ".lctx.lock"
 _KINDS = {stat.S_IFDIR: "a directory", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
@@ -370,9 +370,7 @@ def run_dir_lock(out_dir: Path, dinfo=None) -> Iterator[None]:
         except LctxError as e:
             err = str(e)
     if distributed:
-        from . import distributed as D
-
-        err = D.broadcast(err)
+        err = dinfo.broadcast(err)  # [distributed] every rank learns whether rank 0 got the lock
     if err:
         if fd is not None:
             _release(fd)

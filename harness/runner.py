@@ -29,7 +29,7 @@ import lctx
 from lctx.tasks import Task
 
 from . import distributed as D
-from .errors import LctxError, NonFiniteLogitsError
+from lctx.errors import LctxError, NonFiniteLogitsError
 from .lm import LM
 from .tables import read_records, record_key, write_tables
 
@@ -48,20 +48,20 @@ def git_revision() -> str:
 
 
 def fingerprint(path: str) -> str:
-    """The content fingerprint of a checkpoint (:func:`lctx.harness.fingerprint.checkpoint_fingerprint`):
+    """The content fingerprint of a checkpoint (:func:`lctx.models.fingerprint.checkpoint_fingerprint`):
     16 hex digits over the SHA-256 of its weights, config.json, tokenizer and other model files, so a rerun
     into the same ``--out`` after retraining (same size, restored mtime) never reuses stale records."""
-    from .fingerprint import checkpoint_fingerprint
+    from lctx.models.fingerprint import checkpoint_fingerprint
 
     return checkpoint_fingerprint(path)
 
 
 def model_inputs(lm: LM) -> dict:
     """{"fingerprint", "files": {name: sha256}, "path"} of ``lm``'s checkpoint, hashed once per LM object
-    (and per process: the digest cache of :mod:`lctx.harness.fingerprint` skips unchanged files)."""
+    (and per process: the digest cache of :mod:`lctx.models.fingerprint` skips unchanged files)."""
     got = getattr(lm, "_lctx_inputs", None)
     if got is None:
-        from .fingerprint import checkpoint_digests, digest_json
+        from lctx.models.fingerprint import checkpoint_digests, digest_json
 
         files = checkpoint_digests(lm.path)
         got = {"path": str(Path(lm.path).resolve()), "fingerprint": digest_json(files), "files": files}
@@ -87,7 +87,7 @@ def sample_base(lm: LM, task_name: str, task_version, task_options: dict, data_f
     it is the resume key (:data:`lctx.harness.tables.KEY`). ``chunked=False`` for tasks that do not run
     through ``LM.prefill`` (lm-eval's): the chunk size does not reach them and is left out.
     """
-    from .fingerprint import digest_json
+    from lctx.models.fingerprint import digest_json
 
     mi = model_inputs(lm)
     vs = versions()
@@ -170,7 +170,7 @@ def check_min_lengths(lms: list[LM], tasks: list[Task], lengths: list[int]) -> N
 
 
 def run_sweep(lms: list[LM], tasks: list[Task], spec: RunSpec, out_dir: Path, progress: bool = True,
-              log=print) -> dict:
+              log=print, tables: bool = True) -> dict:
     """Run every (model, task, cell) not yet recorded in ``out_dir`` and write the tables and plots.
 
     The run directory is locked for the duration (:func:`lctx.harness.rundir.run_dir_lock`: a second process
@@ -182,6 +182,10 @@ def run_sweep(lms: list[LM], tasks: list[Task], spec: RunSpec, out_dir: Path, pr
     Under ``torchrun`` / ``accelerate launch`` every rank calls this with the same arguments; each runs a
     deterministic share of the cells and rank 0 merges the records and writes the tables and plots
     (:mod:`lctx.harness.distributed`); every rank gets the same return value (counts over all ranks).
+
+    ``tables=False`` leaves the tables and plots to the caller (:func:`lctx.harness.evaluate.evaluate` writes
+    them once, after all its sweeps, :func:`lctx.harness.derived.write_run_tables`): ``records``,
+    ``superseded``, ``table``, ``summary`` are then None, ``plots`` [].
 
     Returns {"records": n, "ran": n run now, "skipped": n already done, "errors": n errored now,
     "ok": n samples of this sweep with status ok (resumed + run), "superseded": records of older inputs left
@@ -197,7 +201,7 @@ def run_sweep(lms: list[LM], tasks: list[Task], spec: RunSpec, out_dir: Path, pr
     from .rundir import run_dir_lock
 
     with run_dir_lock(out_dir, dinfo):
-        return _sweep(lms, tasks, spec, out_dir, progress, log, dinfo)
+        return _sweep(lms, tasks, spec, out_dir, progress, log, dinfo, tables)
 
 
 def _warn(msg: str) -> None:
@@ -206,7 +210,7 @@ def _warn(msg: str) -> None:
     print(msg, file=sys.stderr)
 
 
-def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo) -> dict:
+def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo, tables: bool = True) -> dict:
     from .rundir import RecordWriter, atomic_write_json, read_json
     from .tables import label_of, label_names
 
@@ -294,6 +298,11 @@ def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo) -> dict:
     D.barrier()
     if dinfo.is_main:
         records = D.merge_records(out_dir)
+    if not tables:
+        D.barrier()
+        return {"records": None, "ran": n_total, "skipped": skipped, "errors": errors,
+                "ok": skipped + n_total - errors, "superseded": None, "table": None, "summary": None, "plots": []}
+    if dinfo.is_main:
         table, summary = write_tables(records, out_dir, metrics_of, current)
         from .plots import make_plots
 
@@ -331,7 +340,7 @@ def task_code_fingerprint(task: Task) -> str | None:
         src = None
     if not src or not os.path.isfile(src):
         return None
-    from .fingerprint import digest_files
+    from lctx.models.fingerprint import digest_files
 
     return digest_files({Path(src).name: src})
 

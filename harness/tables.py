@@ -161,7 +161,7 @@ def _cell_fingerprint(fps) -> str:
     u = sorted({str(f) for f in fps if isinstance(f, str) and f})
     if len(u) <= 1:
         return u[0] if u else ""
-    from .fingerprint import digest_json
+    from lctx.models.fingerprint import digest_json
 
     return digest_json(u)
 

@@ -34,7 +34,8 @@ from typing import Callable
 
 import torch
 
-from .errors import LctxError
+from lctx.errors import LctxError
+from .devices import resolve_device
 from .lm import TokenizerSide
 
 BOS_ID, EOS_ID, PAD_ID = 1, 2, 0
@@ -321,20 +322,6 @@ def _check_args(*, variant, context_length, hidden_size, num_layers, num_heads, 
         raise LctxError(str(e.args[0]) if e.args else f"unknown attention variant {variant!r}") from None
 
 
-def _resolve_device(device) -> torch.device:
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError) as e:
-        raise LctxError(f"unknown device {device!r} ({e}); pass cpu, cuda or cuda:N") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise LctxError(f"device {device!r} asked for but CUDA is not available here; pass --device cpu")
-    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
-        raise LctxError(f"device {device!r} does not exist ({torch.cuda.device_count()} GPU(s)); pass cuda:0")
-    if dev.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-        raise LctxError(f"device {device!r} asked for but MPS is not available here; pass --device cpu")
-    return dev
-
-
 @torch.no_grad()
 def evaluate(model, crops: torch.Tensor, batch_size: int, device: torch.device) -> float:
     """Mean next-token NLL (nats per token) of ``model`` on ``crops`` [N, T] (long), in batches of
@@ -384,8 +371,8 @@ def train(
     """Train a native lctx model from scratch and write it to ``out_dir`` as a Hugging Face checkpoint.
 
     Args:
-        docs: ``[(name, text), ...]`` documents (e.g. from :func:`lctx.harness.textdata.load_corpus` or
-            :func:`lctx.harness.textdata.pydoc_corpus`).
+        docs: ``[(name, text), ...]`` documents (e.g. from :func:`lctx.tasks.textdata.load_corpus` or
+            :func:`lctx.tasks.textdata.pydoc_corpus`).
         out_dir: output directory (created; existing files of the same names are overwritten). Receives
             ``config.json`` + ``model.safetensors`` (``model.save_pretrained``), ``tokenizer.json`` +
             ``tokenizer_config.json`` and ``train_log.json``.
@@ -465,7 +452,7 @@ def train(
             raise LctxError("no retrieval task given; write e.g. --retrieval passkey or passkey,niah_single_1")
         for name in retrieval.tasks:
             retrieval.task(name)  # unknown task or missing RULER data: the user's mistake, before any work
-    dev = _resolve_device(device)
+    dev = resolve_device(device)
     if warmup_steps >= steps:  # lr_at ramps for min(warmup, steps) steps: the cosine decay never starts
         (warn or (lambda m: print(m, file=sys.stderr)))(
             f"warning: warm-up of {warmup_steps} steps >= {steps} steps (--warmup, --steps): the learning rate "

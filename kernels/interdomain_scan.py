@@ -81,6 +81,18 @@ CDTYPE = torch.complex64
 # Triton kernels (plain functions; jitted lazily by _kernel)
 # ------------------------------------------------------------------------------------------------
 
+def abar_powers(dt_a: torch.Tensor, L: int) -> torch.Tensor:
+    """Abar^j = exp(j Delta A) for j = 0..L, complex64 [..., N, L+1] (dt_a: [..., N]).
+
+    Built as polar(exp(j Re(Delta A)), j Im(Delta A)): a real exp and a cos/sin per entry (complex ``exp``
+    is several times slower on CPU). Every decay of a chunk is a gather from this table by integer clock
+    differences.
+    """
+    j = torch.arange(L + 1, device=dt_a.device, dtype=torch.float32)
+    re, im = dt_a.real[..., None] * j, dt_a.imag[..., None] * j
+    return torch.polar(torch.exp(re), im)
+
+
 def _interdomain_fwd(Q, K, V, stride_b, stride_h, stride_t,
                      DTA_RE, DTA_IM, BB_RE, BB_IM,
                      U_RE, U_IM, G_RE, G_IM, su_b, su_h, su_n, su_d,
@@ -554,8 +566,6 @@ def interdomain_scan_cpu(fq: torch.Tensor, kt: torch.Tensor, vt: torch.Tensor, d
 
     Returns (o [B, H, T, D] float32, new state).
     """
-    from lctx.models.interdomain import abar_powers
-
     outs = []
     U, G, eta = state["U"], state["Gamma"], state.get("eta")
     for a0, e0, L in _chunk_pieces(fq.shape[2], chunk):
@@ -619,8 +629,6 @@ def s4d_scan_cpu(u: torch.Tensor, dt_a: torch.Tensor, bbar: torch.Tensor, c: tor
     Kbar(j) = 2 Re(sum_n C_n Bbar_n Abar_n^j) (s4d.py's kernel). Returns (y [B, H, T, D] float32, new
     state [B, H, D, N] complex64). Differentiable (plain autograd).
     """
-    from lctx.models.interdomain import abar_powers
-
     ys = []
     for a0, e0, L in _chunk_pieces(u.shape[2], chunk):
         y, x = _s4d_piece(u[:, :, a0:e0], dt_a, bbar, c, d_skip, x, L, abar_powers)

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 from transformers import PretrainedConfig
 
+from lctx import ATTN_IMPLS
+
 from .options import OPTIONS_VERSION, VARIANT_OPTIONS, Opt, check_variant_options, option_schema  # noqa: F401
 
 
@@ -74,8 +76,8 @@ class LctxConfig(PretrainedConfig):
         options_version: int = OPTIONS_VERSION,
         **kwargs,
     ):
-        if attn_impl not in ("sdpa", "reference", "fast"):
-            raise ValueError(f"attn_impl must be sdpa, reference or fast, got {attn_impl!r}")
+        if attn_impl not in ATTN_IMPLS:
+            raise ValueError(f"attn_impl must be one of {', '.join(ATTN_IMPLS)}, got {attn_impl!r}")
         from .variants import get_variant
 
         try:

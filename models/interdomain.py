@@ -149,18 +149,6 @@ def real_clock(m: torch.Tensor) -> torch.Tensor:
     return torch.cumsum(m.long(), dim=-1)
 
 
-def abar_powers(dt_a: torch.Tensor, L: int) -> torch.Tensor:
-    """Abar^j = exp(j Delta A) for j = 0..L, complex64 [..., N, L+1] (dt_a: [..., N]).
-
-    Built as polar(exp(j Re(Delta A)), j Im(Delta A)): a real exp and a cos/sin per entry (complex ``exp``
-    is several times slower on CPU). Every decay of a chunk is a gather from this table by integer clock
-    differences.
-    """
-    j = torch.arange(L + 1, device=dt_a.device, dtype=torch.float32)
-    re, im = dt_a.real[..., None] * j, dt_a.imag[..., None] * j
-    return torch.polar(torch.exp(re), im)
-
-
 def _chunk_tables(cache: dict, m: torch.Tensor, build: Callable[[torch.Tensor], tuple]) -> tuple:
     """``build(clock)`` for one chunk's mask m [B, L]; a chunk without padding uses the clock 1..L for the
     whole batch (B' = 1) and its tables are reused by every other such chunk of the same length."""
@@ -266,7 +254,7 @@ def _wsum(eq: str, w: torch.Tensor, *others: torch.Tensor) -> torch.Tensor:
 def _decay_table(pw: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
     """Real form of W_n(t, s) = Abar_n^{c_t - c_s} (s <= t, else 0) for one chunk.
 
-    pw: [H, N, L+1] complex64 from :func:`abar_powers`; c: [B', L] int64 clock. Returns
+    pw: [H, N, L+1] complex64 from :func:`lctx.kernels.interdomain_scan.abar_powers`; c: [B', L] int64 clock. Returns
     [B', H, L(t), 2N, L(s)] float32: the real parts in the first N rows of the mode axis, the imaginary
     parts in the last N.
     """
@@ -306,6 +294,8 @@ def interdomain_chunked(fq: torch.Tensor, kt: torch.Tensor, vt: torch.Tensor, m:
         raise ValueError(f"id_chunk must be >= 1, got {chunk}")
     T, D = fq.shape[2], fq.shape[3]
     U, G, eta = state["U"], state["Gamma"], state.get("eta")
+    from lctx.kernels.interdomain_scan import abar_powers  # in the function: that module imports triton
+
     bb = bbar[None, :, None, :]  # [1, H, 1, N]
     outs, tables = [], {}
 
@@ -378,6 +368,8 @@ def s4d_chunked(u: torch.Tensor, m: torch.Tensor, dt_a: torch.Tensor, bbar: torc
     """
     if chunk < 1:
         raise ValueError(f"s4d_chunk must be >= 1, got {chunk}")
+    from lctx.kernels.interdomain_scan import abar_powers  # in the function: that module imports triton
+
     T = u.shape[2]
     ys, tables = [], {}
     cb = c * bbar  # [H, D, N]

@@ -21,7 +21,7 @@ from typing import Iterable
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from ..harness.errors import LctxError
+from lctx.errors import LctxError
 
 PAD_TOKEN, BOS_TOKEN, EOS_TOKEN = "<pad>", "<s>", "</s>"
 #: Special tokens in id order: ``<pad>`` = 0, ``<s>`` = 1, ``</s>`` = 2.

@@ -15,9 +15,9 @@ import itertools
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
-from lctx.harness.errors import LctxError
+from lctx.errors import LctxError
 
 TASKS: dict[str, type["Task"]] = {}
 
@@ -64,7 +64,14 @@ class Task:
         version: an integer to bump when a change of the task's code (prompt, scoring) changes its numbers;
             it is part of every record's fingerprint, so old records of the task are not reused.
 
-    Optional:
+    Optional (what the report, the plots, ``lctx compare`` and the flatness sweep read; never the task's name):
+        headline_metric: the metric a summary shows (default: the first of ``metrics``; :meth:`headline`).
+        higher_is_better: whether a larger headline metric is better (ppl, NLL: False), or {metric: bool} as
+            lm-eval writes it; default None: ``lctx compare`` goes by the metric's name.
+        retrieval: a retrieval task (a needle to find): filed under "Retrieval" in the report, with an accuracy
+            threshold, and usable as the retrieval task of a flatness sweep's effective length (default False).
+        secondary_metric: a metric drawn beside the headline one (passkey's digit_acc, NIAH's teacher-forced
+            tf_top1; default none).
         description: one line for ``lctx list tasks``; when a class sets none, the first paragraph of its
             docstring is used.
         requires: the data the task reads, for ``lctx list tasks`` (e.g. ``ruler/ under --data-dir``).
@@ -79,7 +86,7 @@ class Task:
     that new contents under the same path are a different input.
 
     Every logit a task obtains through :class:`lctx.harness.lm.LM` passes the shared check
-    :func:`lctx.harness.errors.check_finite_logits`: NaN or infinite logits make the sample an error
+    :func:`lctx.errors.check_finite_logits`: NaN or infinite logits make the sample an error
     (status ``error``) whatever the task computes from them.
     """
 
@@ -89,9 +96,18 @@ class Task:
     description: ClassVar[str] = ""
     version: ClassVar[int] = 1
     requires: ClassVar[str] = ""
+    headline_metric: ClassVar[str | None] = None
+    higher_is_better: ClassVar[bool | dict | None] = None
+    retrieval: ClassVar[bool] = False
+    secondary_metric: ClassVar[str | None] = None
 
     def __init__(self, **options: Any):
         self.options = options
+
+    @classmethod
+    def headline(cls) -> str:
+        """The metric a summary shows: ``headline_metric``, else the first of ``metrics``."""
+        return cls.headline_metric or (cls.metrics[0] if cls.metrics else "")
 
     def data_files(self) -> dict[str, Path]:
         """The files this task reads, {name: path} (names such as paths relative to the data root; where
@@ -106,7 +122,7 @@ class Task:
             LctxError: a data file is missing, not a regular file or unreadable.
         """
         if not hasattr(self, "_data_fp"):
-            from lctx.harness.fingerprint import digest_files
+            from lctx.models.fingerprint import digest_files
 
             files = self.data_files()
             self._data_fp = digest_files(files) if files else None
@@ -233,8 +249,66 @@ def get_task(name: str) -> type[Task]:
         LctxError: unknown name (the message lists the known ones).
     """
     if name not in TASKS:
-        from lctx.tasks import task_catalog
-
         raise LctxError(f"unknown task {name!r}; known tasks: {', '.join(t.name for t in task_catalog())} "
                         "(see `lctx list tasks`, or add one with --task-file)")
     return TASKS[name]
+
+
+class TaskInfo(NamedTuple):
+    """One line of ``lctx list tasks``: a name ``lctx run --tasks`` accepts."""
+
+    name: str
+    description: str
+    metrics: tuple[str, ...]
+    requires: str
+
+
+#: Names ``lctx run --tasks`` accepts that are not :class:`Task` classes but derived steps of the harness
+#: (``flatness``, ``ruler``: :mod:`lctx.harness.derived`), {name: TaskInfo}; each registers itself on import
+#: with :func:`register_group`, so the tasks layer lists them without importing the harness.
+GROUPS: dict[str, TaskInfo] = {}
+
+
+def register_group(info: TaskInfo) -> TaskInfo:
+    """Add a derived name to :func:`task_catalog` (:data:`GROUPS`); returns ``info``."""
+    GROUPS[info.name] = info
+    return info
+
+
+def task_catalog() -> list[TaskInfo]:
+    """Every task name ``lctx run --tasks`` accepts, sorted: the registered tasks (built-in, ``--task-file``,
+    plug-ins loaded so far), lm-eval's ``mmlu``/``arc_*`` (:mod:`lctx.tasks.lmeval`; ``mmlu_<subject>`` and
+    ``mmlu_<category>`` too) and the derived names registered in :data:`GROUPS` (the harness's ``flatness``
+    sweep and ``ruler`` group, once :mod:`lctx.harness.flatness` / :mod:`lctx.harness.ruler` are imported)."""
+    from . import lmeval
+
+    out = [TaskInfo(n, c.description, tuple(c.metrics), c.requires) for n, c in TASKS.items()]
+    for n in lmeval.DESCRIPTION:
+        out.append(TaskInfo(n, lmeval.DESCRIPTION[n], lmeval.METRICS[n], lmeval.REQUIRES[n]))
+    out += GROUPS.values()
+    return sorted(out, key=lambda t: t.name)
+
+
+@dataclass(frozen=True)
+class TaskMeta:
+    """What the report, the plots and ``lctx compare`` know of a task by name (see :class:`Task`'s attributes):
+    headline metric, whether higher is better (None: unknown), retrieval or not, the secondary metric, and
+    whether it has a depth axis."""
+
+    headline: str
+    higher_is_better: bool | None
+    retrieval: bool
+    secondary: str | None
+    has_depth: bool
+
+
+def task_meta(name: str, metrics: tuple[str, ...] | list[str] = (), has_depth: bool = False) -> TaskMeta:
+    """The declared metadata of task ``name`` (its class attributes) when it is registered; for a task that is
+    not (a ``--task-file`` task read back by ``lctx report``): the first of ``metrics`` as headline, direction
+    unknown, not retrieval, ``has_depth`` as the table shows it."""
+    cls = TASKS.get(str(name))
+    if cls is None:
+        return TaskMeta(str(metrics[0]) if len(metrics) else "", None, False, None, bool(has_depth))
+    hib = cls.higher_is_better
+    hib = hib.get(cls.headline()) if isinstance(hib, dict) else hib
+    return TaskMeta(cls.headline(), hib, cls.retrieval, cls.secondary_metric, "depth" in cls.axes)

@@ -71,7 +71,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from lctx.harness.errors import LctxError
+from lctx.errors import LctxError
 
 from .base import DECODE_STEP_TOKENS, Cell, Sample, Task, register_task
 
@@ -544,6 +544,33 @@ class NIAHBuilder:
                          "needle_units": where, "needle_boundaries": list(self.boundaries)}}
 
 
+def sample_cache_path(cache_dir: Path, task: str, key: dict) -> Path:
+    """The sample-cache file of a built sample: ``cache_dir/task/<length>_<depth>_<sample>_<seed>_<h>.json``,
+    h = 16 hex digits of SHA-1 over the cache key (every input of the sample, sorted JSON)."""
+    h = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    d = "none" if key["depth"] is None else f"{key['depth']:g}"
+    return Path(cache_dir) / task / f"{key['length']}_{d}_{key['sample']}_{key['seed']}_{h}.json"
+
+
+def cached_sample_record(task, lm, cell: Cell, seed: int, make) -> dict:
+    """The sample record of ``cell``: from ``task``'s sample cache when an entry with the same key
+    (``task.cache_key``) is there, else ``make()``, then stored (atomically) when ``task.use_cache``. A damaged
+    or foreign cache file is rebuilt, never trusted."""
+    if not task.use_cache:
+        return make()
+    key = task.cache_key(lm, cell, seed)
+    path = task.cache_path(key)
+    try:
+        stored = json.loads(path.read_text())
+        if stored.get("key") == key:
+            return stored["sample"]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    rec = make()
+    _atomic_write_json(path, {"key": key, "sample": rec})
+    return rec
+
+
 class RulerNIAH(Task):
     """Base class of the eight RULER NIAH tasks (subclasses set ``name`` and ``config``).
 
@@ -572,6 +599,9 @@ class RulerNIAH(Task):
     config: NIAHConfig
     axes = ("depth", "sample")
     metrics = METRICS
+    headline_metric = "string_match_all"  # RULER's metric for NIAH
+    retrieval = True
+    secondary_metric = "tf_top1"  # teacher-forced
     heatmap_metrics = ("string_match_all", "string_match_part", "tf_top1", "tf_mrr")
 
     def __init__(self, match: str = "substring", max_new_tokens: int | None = None,
@@ -649,10 +679,8 @@ class RulerNIAH(Task):
         return out
 
     def cache_path(self, key: dict) -> Path:
-        """The cache file of a :meth:`cache_key`."""
-        h = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-        d = "none" if key["depth"] is None else f"{key['depth']:g}"
-        return self.cache_dir / self.name / f"{key['length']}_{d}_{key['sample']}_{key['seed']}_{h}.json"
+        """The cache file of a :meth:`cache_key` (:func:`sample_cache_path`)."""
+        return sample_cache_path(self.cache_dir, self.name, key)
 
     def build(self, lm, cell: Cell, seed: int) -> Sample:
         """Build (or load from the cache) the sample of ``cell``: see :class:`NIAHBuilder`.
@@ -660,21 +688,7 @@ class RulerNIAH(Task):
         Raises:
             ValueError: the length cannot hold the template, needles and generation budget.
         """
-        rec = None
-        key = path = None
-        if self.use_cache:
-            key = self.cache_key(lm, cell, seed)
-            path = self.cache_path(key)
-            try:
-                stored = json.loads(path.read_text())
-                if stored.get("key") == key:
-                    rec = stored["sample"]
-            except (OSError, ValueError, KeyError, TypeError):
-                rec = None
-        if rec is None:
-            rec = NIAHBuilder(self, lm, cell, seed).sample_record()
-            if self.use_cache:
-                _atomic_write_json(path, {"key": key, "sample": rec})
+        rec = cached_sample_record(self, lm, cell, seed, lambda: NIAHBuilder(self, lm, cell, seed).sample_record())
         meta = dict(rec["meta"])
         meta["prompt_text"] = rec["prompt"]  # for the in-context answer tokens; dropped after scoring
         meta["answer"] = "|".join(meta["answers"])

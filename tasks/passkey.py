@@ -63,6 +63,9 @@ class Passkey(Task):
     name = "passkey"
     axes = ("depth", "sample")
     metrics = ("exact", "digit_acc")
+    headline_metric = "exact"
+    retrieval = True
+    secondary_metric = "digit_acc"  # teacher-forced
     description = "passkey retrieval (exact + teacher-forced digit accuracy) over length x depth"
     requires = "none (generated)"
 

@@ -87,6 +87,8 @@ class Perplexity(Task):
     name = "ppl"
     axes = ()
     metrics = ("ppl", "nll", "n_tokens", "n_docs")
+    headline_metric = "ppl"
+    higher_is_better = False
     description = "sliding-window perplexity (window = length, every token scored once)"
     requires = "--ppl-data files (default: Python's pydoc_data topics)"
 
@@ -117,7 +119,7 @@ class Perplexity(Task):
             LctxError: a data path is missing or unreadable.
         """
         if self._docs is None:
-            from lctx.harness import textdata
+            from lctx.tasks import textdata
 
             docs = textdata.load_corpus(self.data) if self.data else textdata.pydoc_corpus("heldout")
             if self.concat:
@@ -129,7 +131,7 @@ class Perplexity(Task):
         """16 hex digits of SHA-256 over the documents as scored (names and cleaned text, after the
         optional concatenation): new contents under the same ``--ppl-data`` path, or another Python's
         ``pydoc_data``, are a different input."""
-        from lctx.harness.fingerprint import digest_texts
+        from lctx.models.fingerprint import digest_texts
 
         return digest_texts(self.documents())
 

@@ -72,7 +72,6 @@ What lctx does differently (the same choices as :mod:`lctx.tasks.niah`):
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
 import random
@@ -83,12 +82,12 @@ from typing import Any, Callable, ClassVar
 
 import numpy as np
 
-from lctx.harness.errors import LctxError
+from lctx.errors import LctxError
 
 from .base import DECODE_STEP_TOKENS, Cell, Sample, Task, register_task
-from .niah import (ADJ_FILE, ESSAY_FILE, MATCH_MODES, NOUN_FILE, RULER_NOISE, RulerNIAH, _atomic_write_json,
-                   _file_digest, default_cache_dir, postprocess_pred, resolve_data_dir, string_match_all,
-                   string_match_part, tokenizer_fingerprint)
+from .niah import (ADJ_FILE, ESSAY_FILE, MATCH_MODES, NOUN_FILE, RULER_NOISE, RulerNIAH, _file_digest,
+                   cached_sample_record, default_cache_dir, postprocess_pred, resolve_data_dir, sample_cache_path,
+                   string_match_all, string_match_part, tokenizer_fingerprint)
 
 VERB_FILE = "ruler/wonderwords/verblist.txt"
 
@@ -198,6 +197,7 @@ class RulerTask(Task):
 
     tokens_to_generate: ClassVar[int] = 32
     metrics = ("string_match_all", "string_match_part")
+    retrieval = True  # headline: RULER's metric, the first of ``metrics``
     heatmap_metrics = ("string_match_all", "string_match_part")
 
     def _setup(self, match: str, max_new_tokens: int | None, cache_dir, cache: bool, samples: int | None = None,
@@ -292,10 +292,8 @@ class RulerTask(Task):
                 "sample": int(cell.sample), "seed": int(seed)} | self.prompt_key(lm)
 
     def cache_path(self, key: dict) -> Path:
-        """The cache file of a :meth:`cache_key`."""
-        h = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-        d = "none" if key["depth"] is None else f"{key['depth']:g}"
-        return self.cache_dir / self.name / f"{key['length']}_{d}_{key['sample']}_{key['seed']}_{h}.json"
+        """The cache file of a :meth:`cache_key` (:func:`lctx.tasks.niah.sample_cache_path`)."""
+        return sample_cache_path(self.cache_dir, self.name, key)
 
     def build(self, lm, cell: Cell, seed: int) -> Sample:
         """Build (or load from the cache) the sample of ``cell``.
@@ -303,20 +301,7 @@ class RulerTask(Task):
         Raises:
             ValueError: the length cannot hold the template, fixed parts and generation budget.
         """
-        rec = key = path = None
-        if self.use_cache:
-            key = self.cache_key(lm, cell, seed)
-            path = self.cache_path(key)
-            try:
-                stored = json.loads(path.read_text())
-                if stored.get("key") == key:
-                    rec = stored["sample"]
-            except (OSError, ValueError, KeyError, TypeError):
-                rec = None
-        if rec is None:
-            rec = self.make_record(lm, cell, seed)
-            if self.use_cache:
-                _atomic_write_json(path, {"key": key, "sample": rec})
+        rec = cached_sample_record(self, lm, cell, seed, lambda: self.make_record(lm, cell, seed))
         meta = dict(rec["meta"])
         meta["answer"] = "|".join(meta["answers"])
         return Sample(cell=cell, input_ids=list(rec["input_ids"]), n_tokens=int(rec["n_tokens"]),

@@ -45,7 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lctx.harness.errors import LctxError
+from lctx.errors import LctxError
 
 from .base import Cell, register_task
 from .ruler import HaystackBuilder, RulerTask

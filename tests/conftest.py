@@ -31,7 +31,7 @@ def data_dir() -> Path:
 @pytest.fixture(scope="session")
 def tokenizer():
     """A 400-token byte-level BPE trained on Python's pydoc topics (digits split individually)."""
-    from lctx.harness.textdata import pydoc_corpus
+    from lctx.tasks.textdata import pydoc_corpus
     from lctx.models.tokenizer import train_tokenizer
 
     docs = pydoc_corpus()

@@ -99,6 +99,7 @@ def test_tokenizer_without_template_is_one_line_error(tmp_path, capsys):
 
 def test_arc_chat_template_through_lm_eval(chat_ckpt, tmp_path, monkeypatch):
     """mmlu/arc with --chat-template on use lm-eval's own apply_chat_template (called by its evaluator)."""
+    from lctx.harness import lmeval_run
     from lctx.tasks import lmeval
 
     root = tmp_path / "data" / "arc"
@@ -114,7 +115,7 @@ def test_arc_chat_template_through_lm_eval(chat_ckpt, tmp_path, monkeypatch):
     monkeypatch.setattr(cls, "apply_chat_template", lambda self, h, **k: calls.append(h) or real(self, h, **k))
     specs, source = lmeval.resolve_tasks(["arc_easy"], tmp_path / "data")
     lm = _lm(chat_ckpt, chat_template=True)
-    res = lmeval.run_lmeval([lm], specs, source, tmp_path / "o", data_dir=tmp_path / "data", progress=False,
+    res = lmeval_run.run_lmeval([lm], specs, source, tmp_path / "o", data_dir=tmp_path / "data", progress=False,
                             log=lambda *a: None, chat_template=True, system_prompt="Be brief.")
     assert res["errors"] == 0 and res["ran"] == 2
     assert calls and calls[0][0] == {"role": "system", "content": "Be brief."}

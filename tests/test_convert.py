@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 import torch
 
-from lctx.harness import convert as conv
-from lctx.harness.errors import LctxError
+from lctx.models import convert as conv
+from lctx.errors import LctxError
 
 # llama2.c doc/stories260K.md, greedy (-t 0.0) output of run.c, verbatim (256 tokens after BOS)
 STORY = (

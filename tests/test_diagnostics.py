@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from lctx.harness.diagnostics import far_mass, plot_far_mass, plot_priors, prior_table
-from lctx.harness.errors import LctxError
+from lctx.errors import LctxError
 from lctx.harness.lm import load_lm
 
 

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import torch
 from lctx.harness import distributed as D
-from lctx.harness.errors import LctxError
+from lctx.errors import LctxError
 from lctx.harness.tables import record_key
 
 # columns that differ between any two runs (time, memory, clock, run id)

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pandas as pd
 import pytest
-from lctx.harness.errors import LctxError
+from lctx.errors import LctxError
 from lctx.harness.flatness import (
     FlatnessSpec,
     derive_records,
@@ -192,6 +192,7 @@ def test_cli_flatness_needs_a_train_length(capsys, make_checkpoint, tmp_path, mo
 
     monkeypatch.delenv("LCTX_DATA_DIR", raising=False)
     ck = make_checkpoint("rope", name="no_tl", train_length=None)
+    capsys.readouterr()  # save_pretrained's progress bar (shown when no earlier test loaded a model) is not lctx's
     code = main(["run", "--model", str(ck), "--tasks", "flatness", "--out", str(tmp_path / "o"), "--no-progress"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "--train-length" in err[0] and err[0].startswith("error: ")

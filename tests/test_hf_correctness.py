@@ -34,7 +34,7 @@ def dynamic_llama(tmp_path_factory):
 
 
 def _doc_ids(lm, n):
-    from lctx.harness.textdata import pydoc_corpus
+    from lctx.tasks.textdata import pydoc_corpus
 
     text = "\n\n".join(t for _, t in pydoc_corpus("heldout"))
     return lm.encode(text)[:n]
@@ -85,7 +85,7 @@ def stories(tmp_path_factory):
     src = root / "checkpoints" / "stories260K"
     if not (src / "stories260K.bin").is_file():
         pytest.skip(f"stories260K not found under {root}; set LCTX_DATA_DIR")
-    from lctx.harness.convert import convert_llama2c
+    from lctx.models.convert import convert_llama2c
     from lctx.harness.lm import load_lm
 
     out = tmp_path_factory.mktemp("stories") / "hf"

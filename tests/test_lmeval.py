@@ -11,7 +11,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest  # noqa: E402
 
-from lctx.harness.errors import LctxError  # noqa: E402
+from lctx.errors import LctxError  # noqa: E402
+from lctx.harness import lmeval_run  # noqa: E402
 from lctx.tasks import lmeval  # noqa: E402
 
 # MMLU rows (question, A, B, C, D, answer letter): the right choice says RIGHT, so an oracle can find it.
@@ -170,7 +171,7 @@ def test_run_lmeval_matches_independent_scoring_and_resumes(tiny_data, tmp_path,
     assert hflm.tok_encode("Answer:")[0] == lm.bos_id and hflm.tok_encode("Answer:")[1:] == lm.encode("Answer:")
     specs, source = lmeval.resolve_tasks(["arc_easy", "mmlu_anatomy"], tiny_data)
     out = tmp_path / "run"
-    res = lmeval.run_lmeval([lm], specs, source, out, data_dir=tiny_data, limit=None, progress=False,
+    res = lmeval_run.run_lmeval([lm], specs, source, out, data_dir=tiny_data, limit=None, progress=False,
                             log=lambda *_: None)
     assert res["ran"] == 5 and res["errors"] == 0
 
@@ -211,7 +212,7 @@ def test_run_lmeval_matches_independent_scoring_and_resumes(tiny_data, tmp_path,
     subj = pd.read_csv(out / "mmlu_subjects.csv")
     assert subj.iloc[0]["subject"] == "anatomy" and subj.iloc[0]["n"] == 2
 
-    again = lmeval.run_lmeval([lm], specs, source, out, data_dir=tiny_data, progress=False, log=lambda *_: None)
+    again = lmeval_run.run_lmeval([lm], specs, source, out, data_dir=tiny_data, progress=False, log=lambda *_: None)
     assert again["ran"] == 0 and again["skipped"] == 5  # resumed: every question already recorded
 
 

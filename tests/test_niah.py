@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from lctx.cli import main
-from lctx.harness.errors import LctxError
+from lctx.errors import LctxError
 from lctx.harness.lm import load_lm
 from lctx.tasks import Cell, get_task
 from lctx.tasks import niah

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from lctx.harness import overrides
-from lctx.harness.errors import LctxError
+from lctx.errors import LctxError
 from lctx.harness.lm import LM, load_lm
 from lctx.harness.overrides import apply_override, parse_override
 

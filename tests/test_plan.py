@@ -6,7 +6,7 @@ import pytest
 import torch
 from helpers import run_cli
 from lctx.cli import DEFAULT_MODEL
-from lctx.harness.errors import LctxError
+from lctx.errors import LctxError
 from lctx.harness.plan import (
     GIB,
     check_fits,

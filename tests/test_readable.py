@@ -289,7 +289,7 @@ def test_run_refuses_lengths_shorter_than_a_template_before_the_sweep(capsys, ma
 
 
 def test_train_warns_when_warmup_covers_every_step(tmp_path):
-    from lctx.harness.errors import LctxError
+    from lctx.errors import LctxError
     from lctx.harness.train import train
 
     got: list[str] = []
@@ -360,6 +360,7 @@ class AVeryLongCustomTaskNameForListing(Task):
 
 
 def test_readme_lists_every_task_and_the_data_it_needs():
+    from lctx.harness import flatness, ruler  # noqa: F401  (register the derived names)
     from lctx.tasks import TASKS, task_catalog
 
     readme = (REPO / "README.md").read_text()

@@ -8,7 +8,7 @@ import re
 
 import pandas as pd
 import pytest
-from lctx.harness.errors import LctxError
+from lctx.errors import LctxError
 from lctx.harness.flatness import FlatnessSpec, write_tables_with_flatness
 from lctx.harness.report import build_report, load_runs, parse_at
 from lctx.harness.tables import write_tables
@@ -140,3 +140,22 @@ def test_cli_report(tmp_path, capsys):
     assert main(["report", str(run), "--out", str(tmp_path / "rep"), "--title", "My <report>"]) == 0
     assert "<title>My &lt;report&gt;</title>" in (tmp_path / "rep" / "report.html").read_text()
     assert "wrote" in capsys.readouterr().out
+
+
+def test_custom_task_without_depth_axis_is_reported(tmp_path):
+    """The README's ``last_token_nll`` (axes ("sample",), metric nll; from a --task-file, so not registered in
+    the process that reports): a figure, a section and a summary column, not filed under Retrieval."""
+    nll = {256: [2.0, 1.0], 512: [3.0, 2.0]}  # means 1.5 at 256 (1x), 2.5 at 512 (2x)
+    recs = [_base("rope", task="last_token_nll", length=L, depth=None, sample=i, task_options={},
+                  metrics={"nll": v}) for L, vals in nll.items() for i, v in enumerate(vals)]
+    run = tmp_path / "custom"
+    run.mkdir()
+    (run / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    write_tables(recs, run)
+    res = build_report([run], tmp_path / "rep", at="1x,2x")
+    assert "last_token_nll_vs_length.png" in {p.name for p in res["plots"]}
+    page = res["html"].read_text()
+    assert "Task: last_token_nll" in page and "Retrieval: last_token_nll" not in page
+    s = pd.read_csv(tmp_path / "rep" / "summary.csv").set_index("model")
+    assert s.loc["rope", "last_token_nll nll @ 1×"] == pytest.approx(1.5)  # mean of 2 and 1 at 256
+    assert s.loc["rope", "last_token_nll nll @ 2×"] == pytest.approx(2.5)  # mean of 3 and 2 at 512

@@ -21,7 +21,7 @@ import yaml
 from helpers import assert_one_line_error, run_cli
 from ruler_fixtures import write_hotpot, write_squad
 from lctx.harness import ruler as group
-from lctx.harness.errors import LctxError
+from lctx.errors import LctxError
 from lctx.harness.lm import load_lm
 from lctx.tasks import TASKS, Cell, Sample, get_task
 from lctx.tasks import ruler as R

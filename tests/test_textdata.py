@@ -1,9 +1,9 @@
-"""Tests of lctx.harness.textdata: decoding, newline normalisation, Gutenberg stripping, corpora."""
+"""Tests of lctx.tasks.textdata: decoding, newline normalisation, Gutenberg stripping, corpora."""
 
 import pytest
 
-from lctx.harness.errors import LctxError
-from lctx.harness.textdata import load_corpus, pydoc_corpus, read_text, strip_gutenberg
+from lctx.errors import LctxError
+from lctx.tasks.textdata import load_corpus, pydoc_corpus, read_text, strip_gutenberg
 
 PG_SAMPLE = (
     "\ufeffThe Project Gutenberg EBook of Tiny Book, by Nobody\r\n"

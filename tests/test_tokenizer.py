@@ -3,9 +3,9 @@
 import pytest
 from transformers import AutoTokenizer
 
-from lctx.harness.errors import LctxError
+from lctx.errors import LctxError
 from lctx.models.tokenizer import save_tokenizer, train_tokenizer
-from lctx.harness.textdata import pydoc_corpus
+from lctx.tasks.textdata import pydoc_corpus
 
 SAMPLES = [
     "The pass key is 7340192. Remember it. 7340192 is the pass key.",

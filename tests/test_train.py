@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from lctx.harness.errors import LctxError
-from lctx.harness.textdata import pydoc_corpus
+from lctx.errors import LctxError
+from lctx.tasks.textdata import pydoc_corpus
 from lctx.harness.train import lr_at, sample_crops, split_streams, train
 
 TINY = dict(context_length=64, hidden_size=32, num_layers=2, num_heads=4, vocab_size=300, steps=40,

@@ -26,8 +26,8 @@ import pytest
 import torch
 from helpers import assert_one_line_error, run_cli
 
-from lctx.harness import fingerprint as F
-from lctx.harness.errors import EXIT_ALL_FAILED, LctxError, NonFiniteLogitsError, check_finite_logits
+from lctx.models import fingerprint as F
+from lctx.errors import EXIT_ALL_FAILED, LctxError, NonFiniteLogitsError, check_finite_logits
 from lctx.harness.lm import load_lm
 from lctx.harness.runner import RunSpec, run_sweep
 from lctx.harness.tables import COLUMNS, DEPTH_TOLERANCE, label_names
@@ -658,7 +658,7 @@ def test_15_binary_file_as_text_data(tmp_path, capsys, cmd):
 
 
 def test_15_binary_detection_keeps_real_text():
-    from lctx.harness.textdata import binary_reason
+    from lctx.tasks.textdata import binary_reason
 
     latin1 = "Caf\u00e9 \u00e0 la cr\u00e8me, na\u00efve. " * 50
     assert binary_reason(latin1.encode("latin-1"), latin1) is None

@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 from typing import Iterable
 
-from .errors import LctxError
+from lctx.errors import LctxError
 
 # "*** START OF THIS PROJECT GUTENBERG EBOOK MOBY DICK ***", "*** START OF THE PROJECT GUTENBERG EBOOK ...",
 # older "***START OF THE PROJECT GUTENBERG EBOOK" (no space) and "E-TEXT"/"ETEXT" spellings; one line each.

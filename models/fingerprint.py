@@ -34,7 +34,7 @@ from fnmatch import fnmatch
 from pathlib import Path
 from typing import Iterable
 
-from .errors import LctxError
+from lctx.errors import LctxError
 
 #: seconds between a file's last change (ctime) and its hashing before the cached digest is trusted
 RACY_S = 2.0

@@ -46,7 +46,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .errors import LctxError
+from lctx.errors import LctxError
 
 MAGIC = 0x616B3432  # "ak42", llama2.c export.py version 1/2 headers
 HEADER_V = 256  # bytes of the v1/v2 header

@@ -1,0 +1,114 @@
+"""The one exception type for user mistakes, the exit codes of the ``lctx`` command, and the error a
+sample gets when the model's logits are not finite."""
+
+#: Exit codes of ``lctx`` (documented in the README, "Exit codes").
+EXIT_OK = 0
+EXIT_REGRESSION = 1  # lctx compare: the gate failed (a regression, an error or a missing cell)
+EXIT_USAGE = 2  # a user mistake or damaged input: one ``error: ...`` line on stderr, nothing lost
+EXIT_ALL_FAILED = 3  # lctx run: every sample of the run failed (status error); the records say why
+EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT); 143 for SIGTERM: what finished is kept, rerun to resume
+
+
+class LctxError(Exception):
+    """A user-facing error: bad input, a missing or corrupt checkpoint, unreadable data.
+
+    The message must name the problem and the fix in one line, e.g.
+    ``"checkpoint 'x/' has no config.json; pass a directory written by save_pretrained or lctx train"``.
+    ``lctx`` catches it, prints ``error: <message>`` to stderr and exits with status 2.
+    """
+
+
+class NonFiniteLogitsError(ValueError):
+    """The model produced NaN or +inf logits (or a row of only -inf) for a sample.
+
+    Raised by the shared scoring path (:func:`check_finite_logits`, called on every logits tensor
+    :class:`lctx.harness.lm.LM` computes and on lm-eval's model calls), so every task's sample with
+    non-finite logits is recorded with status ``error`` instead of a score computed from garbage.
+    """
+
+
+def check_finite_logits(logits, where: str = "forward") -> None:
+    """Raise :class:`NonFiniteLogitsError` unless every row of ``logits`` [..., vocab] is usable: no NaN,
+    no +inf and at least one finite entry (a -inf entry alone is a masked token and allowed).
+
+    One max-reduction over the vocabulary (max propagates NaN), so the cost is one pass over the logits
+    the model already computed.
+    """
+    import torch
+
+    if logits.numel() == 0:
+        return
+    top = logits.detach().amax(dim=-1)
+    if not bool(torch.isfinite(top).all()):
+        bad = int((~torch.isfinite(top)).sum())
+        kind = "NaN" if bool(torch.isnan(top).any()) else "infinite"
+        raise NonFiniteLogitsError(f"{kind} logits at {bad} of {top.numel()} positions ({where}); "
+                                   "the weights or the computation are broken (NaN/inf in the model)")
+
+
+class CapturedLog:
+    """Hold back what the ``transformers`` logger prints inside a ``with`` block (its default handler is
+    detached, its records kept in :attr:`records`).
+
+    On success call :meth:`replay` to print them as transformers would have; on failure lctx prints one
+    line instead of transformers' multi-line load report, quoting :meth:`first_problem`.
+    """
+
+    def __enter__(self) -> "CapturedLog":
+        import logging
+
+        from transformers.utils import logging as hf_logging
+
+        self.records: list = []
+        outer = self
+
+        class _Keep(logging.Handler):
+            def emit(self, record):
+                outer.records.append(record)
+
+        self._handler = _Keep()
+        self._hf = hf_logging
+        hf_logging.disable_default_handler()
+        hf_logging.add_handler(self._handler)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._hf.remove_handler(self._handler)
+        self._hf.enable_default_handler()
+
+    def replay(self) -> None:
+        """Send the held-back records to the transformers logger's handlers (after ``with``)."""
+        import logging
+
+        root = logging.getLogger("transformers")
+        for r in self.records:
+            for h in root.handlers:
+                if r.levelno >= h.level:
+                    h.handle(r)
+
+    def first_problem(self) -> str:
+        """The first line of the held-back messages that names a key with a problem (MISMATCH, MISSING,
+        UNEXPECTED), condensed to one line; "" when none does."""
+        import re
+
+        for r in self.records:
+            for line in r.getMessage().splitlines():
+                if re.search(r"\|\s*(MISMATCH|MISSING)\b", line):
+                    return re.sub(r"\s*\|\s*", " ", line).strip()[:200]
+        return ""
+
+
+def split_list(text: str, what: str, example: str) -> list[str]:
+    """The entries of a comma-separated option value, stripped (``"256, 512"`` -> ``["256", "512"]``).
+
+    Raises:
+        LctxError: an empty entry (``"256,,512"``, a leading or trailing comma) or no entry at all; the
+            message names the option (``what``) and shows ``example``.
+    """
+    parts = [p.strip() for p in str(text).split(",")]
+    if not any(parts):
+        raise LctxError(f"{what} is empty; write e.g. {example}")
+    if not all(parts):
+        raise LctxError(f"{what} {text!r} has an empty entry (two commas in a row, or a comma at an end); "
+                        f"write e.g. {example}")
+    return parts

@@ -1,0 +1,156 @@
+"""Argument parsing and checks shared by the ``lctx`` commands and :func:`lctx.evaluate`: length, depth and
+option lists as users write them, task options, writable output directories. Light: imports nothing heavy.
+
+Every function raises :class:`lctx.errors.LctxError` with a one-line message naming the fix.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Optional
+
+from lctx.errors import LctxError, split_list
+
+
+def parse_lengths(text: str) -> list[int]:
+    """Parse "256,512,1k,4K,512k" into token counts (k = 1024, m = 1024**2).
+
+    Raises:
+        LctxError: an entry is not a positive integer (with optional k/m suffix), or is empty ("256,,512").
+    """
+    out = []
+    for part in split_list(text, "the length list", "--lengths 256,512,1k"):
+        m = re.fullmatch(r"(\d+)([kKmM]?)", part)
+        if not m or int(m.group(1)) <= 0:
+            raise LctxError(f"length {part!r} is not a positive integer; write lengths like 256,512,1k,4k")
+        out.append(int(m.group(1)) * {"": 1, "k": 1024, "m": 1024**2}[m.group(2).lower()])
+    return out
+
+
+def parse_depths(text: str) -> list[float]:
+    """Parse "0,0.25,0.5" into fractions in [0, 1].
+
+    Raises:
+        LctxError: an entry is not a number in [0, 1], or is empty ("0,,1").
+    """
+    out = []
+    for part in split_list(text, "the depth list", "--depths 0,0.5,1"):
+        try:
+            d = float(part)
+        except ValueError:
+            d = -1.0
+        if not 0.0 <= d <= 1.0:
+            raise LctxError(f"depth {part!r} is not a fraction in [0, 1]; write depths like 0,0.25,0.5,0.75,1")
+        out.append(d)
+    return out
+
+
+def parse_options(items: list[str]) -> dict:
+    """Parse ["ggd_shared=false", "lsh_samples=16", "acc_rot_mode=learned"] into a dict; values are read
+    as JSON when they parse (numbers, true/false, null), else kept as strings.
+
+    Raises:
+        LctxError: an item without "=".
+    """
+    import json
+
+    out = {}
+    for item in items:
+        if "=" not in item or not item.split("=", 1)[0].strip():
+            raise LctxError(f"--option {item!r} is not KEY=VALUE; write e.g. --option lsh_samples=16")
+        key, val = item.split("=", 1)
+        try:
+            out[key.strip()] = json.loads(val)
+        except json.JSONDecodeError:
+            out[key.strip()] = val
+    return out
+
+
+def parse_task_options(items: list[str], task_names: list[str]) -> dict[str, dict]:
+    """Parse ``--task-option`` items ["niah_single_1.match=digits", ...] into {task: {key: value}} (values as
+    in :func:`parse_options`).
+
+    Raises:
+        LctxError: an item is not TASK.KEY=VALUE, or names a task that is not in ``task_names``.
+    """
+    out: dict[str, dict] = {}
+    for item in items:
+        head = item.split("=", 1)[0]
+        if "=" not in item or "." not in head or not all(p.strip() for p in head.split(".", 1)):
+            raise LctxError(f"--task-option {item!r} is not TASK.KEY=VALUE; write e.g. "
+                            "--task-option niah_single_1.match=digits")
+        task, rest = item.split(".", 1)
+        task = task.strip()
+        if task not in task_names:
+            raise LctxError(f"--task-option {item!r} names task {task!r}, which is not in --tasks "
+                            f"({', '.join(task_names) or 'none'}); add it to --tasks or drop the option")
+        out.setdefault(task, {}).update(parse_options([rest]))
+    return out
+
+
+def task_option_names(cls) -> list[str]:
+    """The keyword options a task class's constructor names (``**kwargs`` catch-alls not counted)."""
+    import inspect
+
+    params = inspect.signature(cls.__init__).parameters.values()
+    return [p.name for p in params if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+
+
+def check_task_options(name: str, cls, opts: dict) -> None:
+    """Refuse options a task does not name.
+
+    Raises:
+        LctxError: an unknown key (the message lists the valid ones).
+    """
+    valid = task_option_names(cls)
+    for key in opts:
+        if key not in valid:
+            raise LctxError(f"--task-option {name}.{key}: task {name!r} has no option {key!r}; "
+                            f"valid options: {', '.join(valid) or 'none'}")
+
+
+def check_writable_dir(path: Path, create: bool = False) -> None:
+    """Check, before any work starts, that a file can be written in ``path``: an existing directory gets a
+    probe file (removed again); a missing one must have a writable existing ancestor, and is created only
+    with ``create`` (so a command rejected later leaves no empty directory behind).
+
+    Raises:
+        LctxError: it is a file, under a file, or not writable.
+    """
+    if str(path) == "":
+        raise LctxError("--out is empty; pass a directory for the results, e.g. --out runs/my-run")
+    fix = "pass a writable directory"
+    try:
+        if not path.exists() and not create:
+            anc = path.absolute().parent
+            while not anc.exists():
+                anc = anc.parent
+            if not anc.is_dir():
+                raise LctxError(f"cannot write to --out {str(path)!r} ({str(anc)!r} is a file); {fix}")
+            if not os.access(anc, os.W_OK | os.X_OK):
+                raise LctxError(f"cannot write to --out {str(path)!r} ({str(anc)!r} is not writable); {fix}")
+            return
+        if path.exists() and not path.is_dir():
+            raise LctxError(f"cannot write to --out {str(path)!r} (it is a file, not a directory); {fix}")
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".lctx-write-test-{os.getpid()}"  # per process: torchrun ranks probe the same --out
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise LctxError(f"cannot write to --out {str(path)!r} ({e.strerror or e}); {fix}") from None
+
+
+def chat_options(system_prompt: Optional[str]) -> dict:
+    """The task options that record ``--chat-template on`` (and the system prompt) in every record; with
+    the template off nothing is added, so runs from before the option resume as they were."""
+    return {"chat_template": "on", **({"system_prompt": system_prompt} if system_prompt is not None else {})}
+
+
+def data_path(p: str, data_dir: Optional[Path]) -> str:
+    """``p`` as given when it exists (or no data dir), else ``data_dir / p`` when that exists."""
+    if os.path.exists(p) or data_dir is None:
+        return p
+    cand = data_dir / p
+    return str(cand) if cand.exists() else p

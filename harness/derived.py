@@ -1,0 +1,168 @@
+"""Derived post-processing steps and the one place a run's tables are written.
+
+A derived step (flatness: :mod:`lctx.harness.flatness`; the ruler group: :mod:`lctx.harness.ruler`) turns the
+tidy table of a run's records into extra rows (task = the step's name), never stored as records: they are
+recomputed from ``records.jsonl`` each time the tables are written, so a resumed run's derived numbers follow
+its finished samples. Each step declares the same things (:class:`DerivedStep`): how to derive its records,
+what it notes in ``run.json``, which figures it draws and how it reads as text. :func:`write_run_tables`
+applies any list of steps and writes ``results.parquet``/``results.csv``/``summary.csv``, ``run.json``'s
+notes, ``mmlu_subjects.csv`` (when MMLU ran) and every figure, once.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import pandas as pd
+
+from lctx.errors import LctxError
+
+
+def take_options(name: str, task_options: list[str], example: str) -> tuple[dict, list[str]]:
+    """Split ``--task-option`` items into those addressed to the derived step ``name`` (``name.KEY=VALUE``,
+    values read as JSON when they parse, else kept as strings) and the rest. Returns ({key: value}, rest).
+
+    Raises:
+        LctxError: an item for ``name`` that is not ``name.KEY=VALUE`` (the message shows ``example``).
+    """
+    opts, rest = {}, []
+    for item in task_options:
+        if item.split(".", 1)[0].strip() != name:
+            rest.append(item)
+            continue
+        head, sep, val = item.partition("=")
+        key = head.split(".", 1)[1].strip() if "." in head else ""
+        if not sep or not key:
+            raise LctxError(f"--task-option {item!r} is not {name}.KEY=VALUE; write e.g. --task-option {example}")
+        try:
+            opts[key] = json.loads(val)
+        except json.JSONDecodeError:
+            opts[key] = val
+    return opts, rest
+
+
+def replace_name(task_names: list[str], name: str, tasks: list[str]) -> list[str]:
+    """``task_names`` with ``name`` replaced by ``tasks``, each task once, order kept."""
+    out: list[str] = []
+    for n in (t for x in task_names for t in (tasks if x == name else [x])):
+        if n not in out:
+            out.append(n)
+    return out
+
+
+def json_cell(s):
+    """A ``task_options`` cell of a results table as an object: JSON text parsed (kept as the text when it is
+    not JSON), None for an empty cell (None, NaN), anything else as it is."""
+    if isinstance(s, str):
+        try:
+            return json.loads(s)
+        except json.JSONDecodeError:
+            return s
+    return None if s is None or (isinstance(s, float) and s != s) else s
+
+
+def _no_plots(table: pd.DataFrame, out_dir: Path, spec) -> list[Path]:
+    return []
+
+
+@dataclass(frozen=True)
+class DerivedStep:
+    """One derived post-processing step, as the runner applies it.
+
+    name: the ``task`` of its rows (and its key in ``run.json``); metrics: the metrics of its rows; spec: its
+    criteria (a frozen dataclass); derive(table, spec): records (dicts with the runner's record fields) from
+    the tidy table of the other tasks' rows; run_json(spec): what ``run.json`` records under ``name``;
+    plots(table, out_dir, spec): figures drawn from the final table (paths); report(table): its rows as text.
+    """
+
+    name: str
+    metrics: tuple[str, ...]
+    spec: Any
+    derive: Callable[[pd.DataFrame, Any], list[dict]]
+    run_json: Callable[[Any], dict]
+    plots: Callable[[pd.DataFrame, Path, Any], list[Path]] = _no_plots
+    report: Optional[Callable[[pd.DataFrame], str]] = None
+
+
+def base_record(model, variant, rows: pd.DataFrame, task: str, train_length) -> dict:
+    """The fields of a derived record that come from its model's rows (seed, run, device, dtype, attention,
+    versions; taken from the first row) and the constants of a derived row (no depth, sample 0, status ok)."""
+    first = rows.iloc[0]
+    return {"model": model, "variant": variant or None, "task": task, "depth": None, "sample": 0,
+            "seed": _scalar(first.get("seed")), "run_id": first.get("run_id"), "device": first.get("device"),
+            "dtype": first.get("dtype"), "attn_impl": first.get("attn_impl"),
+            "lctx_version": first.get("lctx_version"), "git_rev": first.get("git_rev"),
+            "train_length": train_length, "n_tokens": None, "depth_actual": None, "status": "ok", "error": ""}
+
+
+def ok_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows with status ok and a numeric value and length (value, length as numbers)."""
+    out = df[df["status"].astype("string").fillna("") == "ok"].copy()
+    out["value"] = pd.to_numeric(out["value"], errors="coerce")
+    out["length"] = pd.to_numeric(out["length"], errors="coerce")
+    return out.dropna(subset=["value", "length"])
+
+
+def _scalar(v):
+    try:
+        return None if v is None or pd.isna(v) else int(v)
+    except (TypeError, ValueError):
+        return v
+
+
+def metrics_of_tasks() -> dict[str, tuple[str, ...]]:
+    """{task: metrics} of every registered task and lm-eval's tasks (the columns a record may fill)."""
+    from lctx.tasks import TASKS, lmeval
+
+    return {**{n: tuple(c.metrics) for n, c in TASKS.items()}, **lmeval.METRICS}
+
+
+def write_run_tables(out_dir: Path, steps: list[DerivedStep] = (), metrics_of: dict | None = None,
+                     plots: bool = True, derived_plots: bool = True) -> tuple[pd.DataFrame, pd.DataFrame, list[Path]]:
+    """Write a run's tables once: ``results.parquet``/``results.csv``/``summary.csv`` from ``records.jsonl`` (the
+    current inputs' records, :func:`lctx.harness.tables.current_map`) plus every step's derived rows; each
+    step's entry in ``run.json``; ``mmlu_subjects.csv`` when MMLU rows exist; with ``plots`` the figures of
+    :func:`lctx.harness.plots.make_plots`, with ``derived_plots`` the steps' own. Returns (table, summary, plot
+    paths).
+
+    Raises:
+        LctxError: ``out_dir`` has no records; a table or figure cannot be written (the records are kept).
+    """
+    from .rundir import atomic_write_json, read_json
+    from .tables import current_map, label_names, read_records, to_table, write_tables
+
+    out_dir = Path(out_dir)
+    records = read_records(out_dir / "records.jsonl")
+    if not records:
+        raise LctxError(f"{out_dir} has no records.jsonl records; run the sweep first")
+    metrics_of = {**metrics_of_tasks(), **(metrics_of or {}), **{s.name: s.metrics for s in steps}}
+    current = current_map(out_dir)  # only the current inputs' records are derived from (issue 10)
+    base = to_table(records, metrics_of, current)
+    derived = [r for s in steps for r in s.derive(base, s.spec)]
+    table, summary = write_tables(records + derived, out_dir, metrics_of, current)
+    if steps:
+        meta_path = out_dir / "run.json"
+        meta = read_json(meta_path) or {}
+        meta.update({s.name: s.run_json(s.spec) for s in steps})
+        atomic_write_json(meta_path, meta)
+    from lctx.tasks.lmeval import mmlu_subject_table
+
+    subj = mmlu_subject_table(table)
+    if len(subj):
+        subj.to_csv(out_dir / "mmlu_subjects.csv", index=False)
+    paths: list[Path] = []
+    try:
+        if plots:
+            from .plots import make_plots
+
+            paths += make_plots(table.assign(model=label_names(table)), out_dir)
+        if derived_plots:
+            for s in steps:
+                paths += s.plots(table, out_dir, s.spec)
+    except OSError as e:
+        raise LctxError(f"cannot write the plots in {out_dir / 'plots'} ({e.strerror or e}); the tables are "
+                        "written: free space and rerun the same command to draw them") from None
+    return table, summary, paths

@@ -1,0 +1,315 @@
+"""``lctx.evaluate``: the whole evaluation of ``lctx run`` as one Python call (lm-eval's ``simple_evaluate``
+is the model): build the tasks, load the models, check every length before anything runs, lock the run
+directory, run the sweeps (ppl's own windows as a second pass, lm-eval's tasks last), apply the derived
+post-processing steps (flatness, the ruler group: :mod:`lctx.harness.derived`) and return the tables.
+
+``lctx run`` parses its arguments, calls :func:`evaluate` and prints the :class:`Result`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Optional, Sequence, Union
+
+from lctx.harness.args import (check_task_options, check_writable_dir, chat_options, data_path, parse_depths,
+                               parse_lengths, parse_task_options, task_option_names)
+from lctx.errors import LctxError, split_list
+
+DEFAULT_TASKS = ("passkey", "ppl")
+DEFAULT_LENGTHS = (256, 512, 1024, 2048)
+DEFAULT_DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
+DEFAULT_MODEL = Path(__file__).resolve().parent.parent / "models" / "checkpoints" / "pydoc-tiny-rope"
+
+
+@dataclass
+class Result:
+    """What :func:`evaluate` returns.
+
+    table: the tidy results table (one row per sample x metric, ``results.parquet``; a pandas DataFrame);
+    summary: mean/std/n per (model, task, options, metric, length, depth) (``summary.csv``);
+    plots: the figures written; out: the run directory; ran / skipped / errors / ok / superseded: samples run
+    now, resumed from earlier runs, failed now, ok in total, and records of older inputs left out of the
+    tables; reports: derived steps' text (``{"flatness": ..., "ruler": ...}``). ``table`` is None on the
+    non-main ranks of a distributed run (rank 0 writes and returns the tables) and when nothing ran.
+    """
+
+    out: Path
+    table: object = None
+    summary: object = None
+    plots: list = field(default_factory=list)
+    ran: int = 0
+    skipped: int = 0
+    errors: int = 0
+    ok: int = 0
+    superseded: int = 0
+    reports: dict = field(default_factory=dict)
+    is_main: bool = True
+
+    @property
+    def paths(self) -> dict[str, Path]:
+        """The files of the run directory: records, results (parquet, csv), summary, run.json."""
+        o = Path(self.out)
+        return {"records": o / "records.jsonl", "results": o / "results.parquet", "results_csv": o / "results.csv",
+                "summary": o / "summary.csv", "run": o / "run.json"}
+
+    @property
+    def failed(self):
+        """The rows of ``table`` whose status is not ok (an empty frame when all are)."""
+        return self.table[self.table["status"] != "ok"]
+
+
+def _as_list(x, parse, what: str) -> list:
+    if isinstance(x, str):
+        return parse(x)
+    if isinstance(x, (int, float)):
+        return parse(str(x))
+    return parse(",".join(str(v) for v in x)) if x is not None else []
+
+
+def _task_option_items(task_options) -> list[str]:
+    """``{"niah_single_1": {"match": "digits"}}`` or ``["niah_single_1.match=digits"]`` as CLI items."""
+    if not task_options:
+        return []
+    if isinstance(task_options, dict):
+        return [f"{t}.{k}={json.dumps(v)}" for t, kv in task_options.items() for k, v in kv.items()]
+    return list(task_options)
+
+
+def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, Sequence[str]] = DEFAULT_TASKS,
+             lengths: Union[str, Sequence[int], None] = None, depths: Union[str, Sequence[float]] = DEFAULT_DEPTHS,
+             samples: int = 2, out: Union[str, Path, None] = None, *, relative: Union[str, Sequence[float], None] = None,
+             train_length: Optional[int] = None, task_options=None, task_files: Iterable[str] = (),
+             data_dir: Union[str, Path, None] = None, device: str = "auto", dtype: str = "float32", seed: int = 0,
+             chunk_size: int = 2048, allow_beyond_max: bool = False, attn_impl: Optional[str] = None,
+             cache_dir: Union[str, Path, None] = None, trust_remote_code: bool = False,
+             attn_override: Optional[str] = None, chat_template: bool = False, system_prompt: Optional[str] = None,
+             memory_check: bool = True, progress: bool = False, stride: float = 0.5,
+             window: Union[str, Sequence[int], None] = None, ppl_data: Optional[Sequence[str]] = None,
+             ppl_bos: str = "prepend", ppl_short_docs: str = "drop", ppl_max_tokens: int = 32768,
+             key_digits: int = 5, limit: Optional[int] = None, num_fewshot: Optional[int] = None,
+             log: Callable[[str], None] = print, warn: Optional[Callable[[str], None]] = None) -> Result:
+    """Evaluate checkpoints on tasks x lengths x depths x samples and write the run directory ``out``.
+
+    models: checkpoint directories (lctx, Hugging Face, GGUF; default the bundled tiny model); tasks: names
+    (``lctx list tasks``; ``flatness`` and ``ruler`` expand into the tasks they derive from); lengths: context
+    lengths in tokens (or "256,1k"; default 256..2048, or ``relative`` x the training length); depths: needle
+    depths, fractions in [0, 1]; samples: per (length, depth) cell; out: the run directory (default: a fresh
+    temporary directory; rerun with the same ``out`` to resume). The other options are those of ``lctx run``
+    (``lctx run --help``): ``task_options`` as ``{task: {key: value}}`` or ``["task.key=value"]``,
+    ``chat_template`` True/False. ``log`` / ``warn`` receive progress notes and warnings (one line each).
+
+    Returns: a :class:`Result` (tables as DataFrames, plot paths, counts).
+
+    Raises:
+        LctxError: any bad input (one line naming the fix), found before any model runs; another process holds
+            ``out``.
+    """
+    warn = warn or log
+    if out is None:
+        import tempfile
+
+        out = tempfile.mkdtemp(prefix="lctx-")
+    out = Path(out)
+    if data_dir is not None:
+        data_dir = Path(data_dir)
+        if not data_dir.is_dir():
+            raise LctxError(f"--data-dir {str(data_dir)!r} is not a directory; point it at the evaluation data "
+                            "(e.g. ../shared/data) or unset LCTX_DATA_DIR")
+    explicit_lengths = lengths is not None
+    if relative and explicit_lengths:
+        raise LctxError("give either --lengths (tokens) or --relative (multiples of the training length), not both")
+    length_list = _as_list(lengths if explicit_lengths else DEFAULT_LENGTHS, parse_lengths, "lengths")
+    depth_list = _as_list(depths, parse_depths, "depths")
+    cache_dir = Path(cache_dir) if cache_dir is not None else None
+    if isinstance(relative, (list, tuple)):
+        relative = ",".join(f"{r:g}" for r in relative)
+    from lctx.kernels import configure_threads
+
+    configure_threads()  # README "Threads"
+    from lctx.harness.runner import RunSpec, run_sweep
+    from lctx.tasks import get_task, load_entry_point_tasks, load_task_file
+    from lctx.harness import distributed as dist_
+
+    dinfo = dist_.init(device)  # [distributed] under torchrun / accelerate launch: join the job (else no-op)
+    device = dist_.rank_device(device, dinfo)  # rank r on cuda:LOCAL_RANK
+    if system_prompt is not None and not chat_template:
+        raise LctxError("--system-prompt needs --chat-template on (without a chat template there is no system turn)")
+    check_writable_dir(out)
+    load_entry_point_tasks()
+    for tf in task_files or []:
+        load_task_file(str(tf))
+    task_names = (split_list(tasks, "--tasks", "--tasks passkey,ppl (see `lctx list tasks`)")
+                  if isinstance(tasks, str) else list(tasks))
+    task_option = _task_option_items(task_options)
+    task_names, task_option, steps = expand_derived(task_names, task_option, log if dinfo.is_main else None,
+                                                    data_dir=data_dir, samples=samples, depths=depth_list)
+    flat_spec = next((st.spec for st in steps if st.name == "flatness"), None)
+    from lctx.harness import flatness  # relative lengths and training lengths (--relative, --train-length)
+
+    from lctx.tasks import lmeval  # mmlu, arc_easy, arc_challenge: lm-eval's evaluator, no length axis
+    from lctx.harness.lmeval_run import format_summary as format_lmeval_summary, run_lmeval
+
+    lmeval_names = [n for n in task_names if lmeval.is_lmeval_task(n)]
+    task_names = [n for n in task_names if n not in lmeval_names]
+    if lmeval_names and dinfo.distributed:  # [distributed]
+        raise LctxError(f"{', '.join(lmeval_names)} cannot be sharded across processes yet; run them without "
+                        "torchrun / accelerate launch (the length sweeps can be)")
+    lmeval_specs = lmeval.resolve_tasks(lmeval_names, data_dir) if lmeval_names else None  # checks the data
+    task_objs = _build_tasks(task_names, parse_task_options(task_option, task_names), get_task, out, data_dir,
+                             cache_dir, dict(stride=stride, bos=ppl_bos, short_docs=ppl_short_docs,
+                                             max_tokens=ppl_max_tokens,
+                                             data=[data_path(p, data_dir) for p in ppl_data] if ppl_data else None),
+                             dict(key_digits=key_digits))
+    ppl_lengths = _as_list(window, parse_lengths, "window") if window and "ppl" in task_names else None
+    for t in task_objs:
+        if t.name == "ppl":
+            t.documents()  # fail fast on unreadable data, before any model runs
+    lms = _load_models(models, attn_override, warn, device=device, dtype=dtype, chunk_size=chunk_size,
+                       trust_remote_code=trust_remote_code, attn_impl=attn_impl, cache_dir=cache_dir,
+                       chat_template=chat_template, system_prompt=system_prompt)
+    if chat_template:  # the setting reaches every record (and so the resume key) through the task options
+        for t in task_objs:
+            t.options.update(chat_options(system_prompt))
+    if flat_spec and not relative and not explicit_lengths:
+        relative = ",".join(f"{r:g}" for r in flatness.DEFAULT_RELATIVE)
+    if relative or flat_spec or train_length is not None:
+        flatness.resolve_train_lengths(lms, train_length)
+    groups = (flatness.groups_by_train_length(lms, flatness.parse_relative(relative)) if relative
+              else [(lms, length_list)])
+    _check_before_run(groups, task_objs, ppl_lengths, allow_beyond_max, memory_check)
+    from lctx.harness.rundir import run_dir_lock
+
+    results = []
+    with run_dir_lock(out, dinfo):  # created here, after every check: a rejected call leaves nothing behind
+        for lms_g, length_list in groups:  # one sweep per training length with --relative
+            spec = RunSpec(lengths=length_list, depths=depth_list, samples=samples, seed=seed)
+            passes = ([([t for t in task_objs if t.name != "ppl"], spec),  # ppl sweeps its own windows
+                       ([t for t in task_objs if t.name == "ppl"], RunSpec(ppl_lengths, depth_list, samples, seed))]
+                      if ppl_lengths else [(task_objs, spec)])
+            for objs, sp in passes:
+                if objs:
+                    results.append(run_sweep(lms_g, objs, sp, out, progress=progress, log=log, tables=False))
+        if lmeval_specs:
+            results.append(run_lmeval(lms, *lmeval_specs, out, data_dir=data_dir, limit=limit,
+                                             num_fewshot=num_fewshot, seed=seed, progress=progress, log=log,
+                                             chat_template=chat_template, system_prompt=system_prompt,
+                                             tables=False))
+        dist_.destroy()  # [distributed] leave the process group; only rank 0 writes the tables
+        totals = {k: sum(r[k] for r in results) for k in ("ran", "skipped", "errors", "ok")}
+        res = Result(out=out, is_main=dinfo.is_main, **totals)
+        if not dinfo.is_main or not results:
+            return res
+        if relative:
+            flatness.note_run(out, models=[lm.path for lm in lms], relative=flatness.parse_relative(relative),
+                              train_lengths={lm.name: lm.train_length for lm in lms})
+        from lctx.harness.derived import write_run_tables
+
+        res.table, res.summary, res.plots = write_run_tables(out, steps)  # once, after every sweep
+        res.superseded = int(res.table.attrs.get("superseded", 0))
+        if lmeval_specs:
+            res.reports["lmeval"] = format_lmeval_summary(res.summary)
+        res.reports.update({st.name: st.report(res.table) for st in steps if st.report})
+    return res
+
+
+def _load_models(models, attn_override, warn, **load) -> list:
+    """Load every checkpoint of ``models`` (default: the bundled model) with :func:`lctx.harness.lm.load_lm`
+    and ``load``'s settings; names made unique (``name#i``) when two share one.
+
+    Raises:
+        LctxError: a bad ``attn_override`` (before any model loads) or a checkpoint ``load_lm`` refuses.
+    """
+    from lctx.harness.lm import load_lm
+
+    if isinstance(models, (str, Path)):
+        models = [models]
+    paths = [str(m) for m in models] if models else [str(DEFAULT_MODEL)]
+    if attn_override:
+        from lctx.harness.overrides import parse_override
+
+        parse_override(attn_override)  # a bad spec fails before any model loads
+    lms = [load_lm(p, attn_override=attn_override, log=warn, **load) for p in paths]
+    names = [lm.name for lm in lms]
+    if len(set(names)) != len(names):
+        for i, lm in enumerate(lms):
+            lm.name = f"{lm.name}#{i}"
+    return lms
+
+
+def _check_before_run(groups, task_objs: list, ppl_lengths, allow_beyond_max: bool, memory_check: bool) -> None:
+    """Every problem found before the first sweep starts: lengths a model cannot address, lengths shorter than
+    a task's template, a longest prefill that does not fit the device (the memory model of ``lctx plan``).
+
+    Raises:
+        LctxError: the first problem found (one line naming the fix).
+    """
+    from lctx.harness.runner import check_lengths, check_min_lengths
+
+    for lms_g, length_list in groups:  # every problem found before the first sweep starts
+        for lm in lms_g if task_objs else []:
+            check_lengths(lm, length_list + (ppl_lengths or []), allow_beyond_max)
+        check_min_lengths(lms_g, [t for t in task_objs if not (ppl_lengths and t.name == "ppl")], length_list)
+        if ppl_lengths:
+            check_min_lengths(lms_g, [t for t in task_objs if t.name == "ppl"], ppl_lengths)
+        if memory_check and task_objs:  # the memory model of `lctx plan`, for the longest prefill
+            from lctx.harness.plan import check_run_fits
+
+            longest = max(length_list + (ppl_lengths or []))
+            has_ppl = any(t.name == "ppl" for t in task_objs)  # ppl keeps logits at every scored position
+            check_run_fits(lms_g, longest, kept_logits=max(ppl_lengths or length_list) if has_ppl else 1)
+
+
+def _derived_expanders() -> dict:
+    """The registry of derived post-processing steps: {name in ``--tasks``: expander}. An expander takes
+    (task names, ``--task-option`` items, data_dir=, samples=, depths=) and returns (task names with its own
+    replaced by the tasks it derives from, the option items not addressed to it, its
+    :class:`lctx.harness.derived.DerivedStep` or None when not asked for, lines to print)."""
+    from lctx.harness import flatness, ruler
+
+    return {flatness.TASK: flatness.expand, ruler.GROUP: ruler.expand}
+
+
+def expand_derived(task_names: list[str], task_option: list[str], log=None, **run) -> tuple[list[str], list[str], list]:
+    """Apply every derived step's expander (:func:`_derived_expanders`, in order) to the task names and option
+    items; returns (task names, option items, the steps asked for). ``log`` gets the expanders' notes.
+
+    Raises:
+        LctxError: a bad option of a derived step, or a group none of whose tasks can run.
+    """
+    steps = []
+    for expand in _derived_expanders().values():
+        task_names, task_option, st, notes = expand(task_names, task_option, **run)
+        steps += [st] if st else []
+        for line in notes if log else []:
+            log(line)
+    return task_names, task_option, steps
+
+
+def _build_tasks(task_names: list[str], task_opts: dict, get_task, out: Path, data_dir, cache_dir, ppl_defaults: dict,
+                 passkey_defaults: dict) -> list:
+    """The task objects of ``task_names``: run-wide defaults (ppl's corpus settings, passkey's digits, the data
+    and sample-cache directories of tasks that take them) under each task's own ``task_opts``.
+
+    Raises:
+        LctxError: an option the task does not name, or a value its constructor refuses.
+    """
+    objs = []
+    for name in task_names:
+        cls = get_task(name)
+        opts = task_opts.get(name, {})
+        check_task_options(name, cls, opts)
+        if name == "ppl":
+            defaults = ppl_defaults
+        elif name == "passkey":
+            defaults = passkey_defaults
+        else:
+            valid = task_option_names(cls)  # settings a task may take from the run: data and sample cache
+            defaults = {k: v for k, v in (("data_dir", data_dir), ("cache_dir", cache_dir or out / "sample_cache"))
+                        if k in valid and v is not None}
+        try:
+            objs.append(cls(**{**defaults, **opts}))
+        except (ValueError, TypeError) as e:
+            raise LctxError(f"bad option for task {name!r}: {e}") from None
+    return objs

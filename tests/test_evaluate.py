@@ -1,0 +1,52 @@
+"""``lctx.evaluate`` is the evaluation and ``lctx run`` a thin wrapper over it (issue 13.1): both give the
+same table for the same inputs."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+#: columns that differ between two runs of the same inputs (when and how long, which process)
+RUN_SPECIFIC = ["run_id", "wall_s", "peak_mem_bytes", "timestamp"]
+
+
+def _comparable(table: pd.DataFrame) -> pd.DataFrame:
+    t = table.drop(columns=[c for c in RUN_SPECIFIC if c in table.columns])
+    return t.sort_values(["task", "metric", "length", "depth", "sample"]).reset_index(drop=True)
+
+
+@pytest.mark.slow
+def test_cli_run_and_evaluate_give_the_same_table(make_checkpoint, tmp_path):
+    import lctx
+    from lctx.cli import app
+
+    ck = make_checkpoint("rope")
+    args = dict(lengths=[160, 200], depths=[0.5], samples=1)
+    res = lctx.evaluate([str(ck)], ["passkey", "ppl"], out=tmp_path / "api", key_digits=3, memory_check=False,
+                        log=lambda m: None, **args)
+    cli = CliRunner().invoke(app, ["run", "--model", str(ck), "--tasks", "passkey,ppl", "--lengths", "160,200",
+                                   "--depths", "0.5", "--samples", "1", "--key-digits", "3", "--no-memory-check",
+                                   "--no-progress", "--out", str(tmp_path / "cli")])
+    assert cli.exit_code == 0, cli.output
+    from_cli = pd.read_parquet(tmp_path / "cli" / "results.parquet")
+    assert set(res.table["task"]) == {"passkey", "ppl"} and len(res.table) == len(from_cli)
+    pd.testing.assert_frame_equal(_comparable(res.table), _comparable(from_cli), check_dtype=False)
+    # the API's table is the one it wrote
+    pd.testing.assert_frame_equal(_comparable(res.table), _comparable(pd.read_parquet(res.paths["results"])),
+                                  check_dtype=False)
+    assert res.ran == 4 and res.errors == 0 and res.ok == 4  # 2 tasks x 2 lengths x 1 depth x 1 sample
+    # a rerun on the same directory resumes: nothing runs, the same table comes back
+    again = lctx.evaluate([str(ck)], "passkey,ppl", out=tmp_path / "api", key_digits=3, memory_check=False,
+                          log=lambda m: None, **args)
+    assert again.ran == 0 and again.skipped == 4
+
+
+def test_import_lctx_stays_light():
+    import subprocess
+    import sys
+
+    code = "import sys, lctx; lctx.evaluate; print(sorted(m for m in ('torch', 'pandas', 'transformers') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

@@ -1,0 +1,151 @@
+"""The import graph runs one way (issue 13.3): cli -> harness -> tasks -> models -> kernels -> the package root
+(``lctx/__init__.py``, ``lctx/errors.py``), with nothing running upward and no cycle between modules.
+
+Read with ``ast`` from the source (imports inside functions count too: they are edges all the same), so the
+test needs no import of lctx. Run as a script on any tree to count: ``python tests/test_layers.py ROOT``.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+#: The layers, lowest first: a module may import its own layer and the layers below it.
+LAYERS = ("", "kernels", "models", "tasks", "harness", "cli")
+#: Upward edges that are the design, with the reason: the package root's lazy public API.
+ALLOWED = {("lctx", "lctx.harness.evaluate"): "lctx.evaluate / lctx.Result: the public API, loaded on first use"}
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def module_name(root: Path, path: Path) -> str:
+    rel = path.relative_to(root).with_suffix("")
+    parts = [p for p in rel.parts if p != "__init__"]
+    return ".".join(["lctx", *parts])
+
+
+def package_files(root: Path) -> dict[str, Path]:
+    """{module: path} of the package's source: the root files and the five layers' folders (tests, benchmarks
+    and checkpoints are not part of the package graph)."""
+    out = {}
+    for p in sorted(root.rglob("*.py")):
+        rel = p.relative_to(root)
+        if rel.parts[0] in LAYERS[1:-1] or (len(rel.parts) == 1 and p.name != "conftest.py"):
+            if "checkpoints" not in rel.parts:
+                out[module_name(root, p)] = p
+    return out
+
+
+def layer(module: str) -> int:
+    parts = module.split(".")
+    if len(parts) == 1:
+        return 0  # the package root (lctx/__init__.py)
+    top = parts[1]
+    return LAYERS.index(top) if top in LAYERS else 0  # lctx.errors etc.: the root layer
+
+
+def import_edges(root: Path) -> list[tuple[str, str, int]]:
+    """(importing module, imported lctx module, line) for every import of an lctx module in the package,
+    module level or inside a function. ``from lctx.x import name`` names module ``lctx.x.name`` when that is a
+    module, else ``lctx.x``."""
+    files = package_files(root)
+    edges = []
+    for mod, path in files.items():
+        pkg = mod if path.name == "__init__.py" else mod.rsplit(".", 1)[0]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = pkg.split(".")
+                    base = base[: len(base) - (node.level - 1)]
+                    src = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    src = node.module or ""
+                for a in node.names:
+                    sub = f"{src}.{a.name}"
+                    targets.append(sub if sub in files else src)
+            for t in targets:
+                if t == "lctx" or t.startswith("lctx."):
+                    while t not in files and "." in t:
+                        t = t.rsplit(".", 1)[0]
+                    if t != mod:
+                        edges.append((mod, t, node.lineno))
+    return sorted(set(edges))
+
+
+def upward_imports(edges) -> list[tuple[str, str, int]]:
+    """The edges from a lower layer to a higher one (not in :data:`ALLOWED`)."""
+    return [(a, b, n) for a, b, n in edges if layer(b) > layer(a) and (a, b) not in ALLOWED]
+
+
+def cycles(edges) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    graph: dict[str, set[str]] = {}
+    for a, b, _ in edges:
+        if (a, b) in ALLOWED:
+            continue
+        graph.setdefault(a, set()).add(b)
+        graph.setdefault(b, set())
+    index, low, stack, on, out = {}, {}, [], set(), []
+    sys.setrecursionlimit(10000)
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_checker_sees_an_upward_import_and_a_cycle(tmp_path):
+    # a tree made by hand: models -> harness is upward; a <-> b is a cycle
+    for rel, text in {"__init__.py": "", "models/__init__.py": "", "harness/__init__.py": "",
+                      "models/m.py": "def f():\n    from lctx.harness import h\n",
+                      "harness/h.py": "", "harness/a.py": "from . import b\n", "harness/b.py": "from .a import x\n"}.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    edges = import_edges(tmp_path)
+    assert upward_imports(edges) == [("lctx.models.m", "lctx.harness.h", 2)]
+    assert cycles(edges) == [["lctx.harness.a", "lctx.harness.b"]]
+
+
+def test_no_upward_import():
+    up = upward_imports(import_edges(ROOT))
+    assert not up, "upward imports (module -> module:line):\n" + "\n".join(f"{a} -> {b}:{n}" for a, b, n in up)
+
+
+def test_no_import_cycle():
+    cyc = cycles(import_edges(ROOT))
+    assert not cyc, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cyc)
+
+
+if __name__ == "__main__":
+    tree = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT
+    e = import_edges(tree)
+    up, cyc = upward_imports(e), cycles(e)
+    print(f"{len(e)} internal imports, {len(up)} upward, {len(cyc)} cycles")
+    for a, b, n in up:
+        print(f"  up: {a} -> {b} (line {n})")
+    for c in cyc:
+        print("  cycle: " + " <-> ".join(c))
