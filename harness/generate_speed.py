@@ -66,7 +66,7 @@ def main() -> None:
 
     import torch
 
-    from lctx.cli import parse_lengths
+    from lctx.harness.args import parse_lengths
     from lctx.harness.gguf import cached_gguf_dir, find_gguf
     from lctx.harness.lm import load_lm
     from lctx.tasks.base import Cell
