@@ -21,6 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lctx.kernels import record_impl
+
 VARIANTS: dict[str, type["AttentionVariant"]] = {}
 MODIFIERS: dict[str, type["AttentionVariant"]] = {}
 _COMPOSED: dict[str, type["AttentionVariant"]] = {}
@@ -278,6 +280,7 @@ class AttentionVariant(nn.Module):
         mask = ctx.memo[key]
         if bias is not None:
             mask = mask + bias.to(q.dtype)
+        record_impl(getattr(self, "variant_name", "?"), "sdpa")
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
