@@ -15,7 +15,7 @@ import click
 import typer
 
 from lctx import ATTN_IMPLS
-from lctx.harness.args import check_writable_dir, data_path, parse_depths, parse_lengths, parse_options
+from lctx.harness.args import check_writable_dir, data_path, parse_batch_size, parse_depths, parse_lengths, parse_options
 from lctx.errors import EXIT_ALL_FAILED, EXIT_USAGE, LctxError
 from lctx.harness.evaluate import DEFAULT_MODEL
 
@@ -93,11 +93,12 @@ def run(
     system_prompt: Optional[str] = typer.Option(None, "--system-prompt", help="System message for --chat-template on (default: the template's own, if any)."),
     memory_check: bool = typer.Option(True, "--memory-check/--no-memory-check", help="Refuse, before the sweep, a run whose longest prefill does not fit the device (memory model of `lctx plan`)."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
+    batch_size: str = typer.Option("1", "--batch-size", help="N or auto: prefill and decode N samples of one length together (passkey, niah_*, RULER's tasks, custom tasks with batched = True; others run one at a time). auto: the most that lctx plan's memory model fits in half the device (at most 4 on CPU, 32 on CUDA). Records equal batch 1's to rounding; README \"Batches\"."),
 ):
     """Evaluate checkpoints on tasks x lengths x depths; write records.jsonl, results.parquet/csv, summary.csv and plots."""
     if chat_template not in ("on", "off"):
         raise LctxError(f"--chat-template {chat_template!r} is not on or off; write --chat-template on")
-    parse_lengths(lengths), parse_depths(depths)  # one-line errors before the heavy imports of the evaluation
+    parse_lengths(lengths), parse_depths(depths), parse_batch_size(batch_size)  # one-line errors before the heavy imports
     explicit_lengths = getattr(ctx.get_parameter_source("lengths"), "name", "DEFAULT") != "DEFAULT"  # --lengths given
     from lctx.harness.evaluate import evaluate
 
@@ -107,7 +108,8 @@ def run(
         task_files=task_file or [], data_dir=data_dir, device=device, dtype=dtype, seed=seed, chunk_size=chunk_size,
         allow_beyond_max=allow_beyond_max, attn_impl=attn_impl, cache_dir=cache_dir,
         trust_remote_code=trust_remote_code, attn_override=attn_override, chat_template=chat_template == "on",
-        system_prompt=system_prompt, memory_check=memory_check, progress=progress, stride=stride, window=window,
+        system_prompt=system_prompt, memory_check=memory_check, progress=progress, batch_size=batch_size,
+        stride=stride, window=window,
         ppl_data=ppl_data or None, ppl_bos=ppl_bos, ppl_short_docs=ppl_short_docs, ppl_max_tokens=ppl_max_tokens,
         key_digits=key_digits, limit=limit, num_fewshot=num_fewshot, log=typer.echo,
         warn=lambda m: typer.echo(m, err=True))

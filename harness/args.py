@@ -154,3 +154,18 @@ def data_path(p: str, data_dir: Optional[Path]) -> str:
         return p
     cand = data_dir / p
     return str(cand) if cand.exists() else p
+
+
+def parse_batch_size(value) -> "int | str":
+    """``--batch-size``: a positive integer (int or digits) or ``"auto"`` (:func:`lctx.harness.runner.batches`).
+
+    Raises:
+        LctxError: anything else (one line naming the fix).
+    """
+    t = str(value).strip().lower()
+    if t == "auto":
+        return "auto"
+    if not isinstance(value, bool) and t.isdigit() and int(t) >= 1:
+        return int(t)
+    raise LctxError(f"--batch-size {value!r} is not a positive integer nor auto; write e.g. --batch-size 4")
+

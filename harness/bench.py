@@ -383,7 +383,7 @@ def _nan_row(group: BenchGroup, impl: str, T: int, status: str) -> dict:
 
 def thread_counts(group: BenchGroup) -> list[int]:
     """The intra-op thread counts a group measures at: ``group.threads`` (an int or a list), or lctx's
-    default (:func:`lctx.kernels.default_threads`: the cores not already busy)."""
+    default (:func:`lctx.kernels.default_threads`: LCTX_NUM_THREADS / OMP_NUM_THREADS, else torch's)."""
     th = group.threads
     if th is None:
         from lctx.kernels import default_threads

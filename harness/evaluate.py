@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence, Union
 
-from lctx.harness.args import (check_task_options, check_writable_dir, chat_options, data_path, parse_depths,
+from lctx.harness.args import (check_task_options, check_writable_dir, chat_options, data_path, parse_batch_size,
+                               parse_depths,
                                parse_lengths, parse_task_options, task_option_names)
 from lctx.errors import LctxError, split_list
 
@@ -85,7 +86,7 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
              chunk_size: int = 2048, allow_beyond_max: bool = False, attn_impl: Optional[str] = None,
              cache_dir: Union[str, Path, None] = None, trust_remote_code: bool = False,
              attn_override: Optional[str] = None, chat_template: bool = False, system_prompt: Optional[str] = None,
-             memory_check: bool = True, progress: bool = False, stride: float = 0.5,
+             memory_check: bool = True, progress: bool = False, batch_size: Union[int, str] = 1, stride: float = 0.5,
              window: Union[str, Sequence[int], None] = None, ppl_data: Optional[Sequence[str]] = None,
              ppl_bos: str = "prepend", ppl_short_docs: str = "drop", ppl_max_tokens: int = 32768,
              key_digits: int = 5, limit: Optional[int] = None, num_fewshot: Optional[int] = None,
@@ -98,7 +99,8 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
     depths, fractions in [0, 1]; samples: per (length, depth) cell; out: the run directory (default: a fresh
     temporary directory; rerun with the same ``out`` to resume). The other options are those of ``lctx run``
     (``lctx run --help``): ``task_options`` as ``{task: {key: value}}`` or ``["task.key=value"]``,
-    ``chat_template`` True/False. ``log`` / ``warn`` receive progress notes and warnings (one line each).
+    ``chat_template`` True/False, ``batch_size`` an int or ``"auto"`` (README "Batches"). ``log`` / ``warn``
+    receive progress notes and warnings (one line each).
 
     Returns: a :class:`Result` (tables as DataFrames, plot paths, counts).
 
@@ -122,6 +124,7 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
         raise LctxError("give either --lengths (tokens) or --relative (multiples of the training length), not both")
     length_list = _as_list(lengths if explicit_lengths else DEFAULT_LENGTHS, parse_lengths, "lengths")
     depth_list = _as_list(depths, parse_depths, "depths")
+    batch = parse_batch_size(batch_size)
     cache_dir = Path(cache_dir) if cache_dir is not None else None
     if isinstance(relative, (list, tuple)):
         relative = ",".join(f"{r:g}" for r in relative)
@@ -190,7 +193,8 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
                       if ppl_lengths else [(task_objs, spec)])
             for objs, sp in passes:
                 if objs:
-                    results.append(run_sweep(lms_g, objs, sp, out, progress=progress, log=log, tables=False))
+                    results.append(run_sweep(lms_g, objs, sp, out, progress=progress, log=log, batch_size=batch,
+                                             tables=False))
         if lmeval_specs:
             results.append(run_lmeval(lms, *lmeval_specs, out, data_dir=data_dir, limit=limit,
                                              num_fewshot=num_fewshot, seed=seed, progress=progress, log=log,

@@ -33,6 +33,70 @@ class Prefix:
     last_logits: torch.Tensor
     n_tokens: int
     states: dict | None = None  # snapshot of fixed-state layers' states after the prompt (lctx models)
+    # a row of a left-padded batch (:meth:`BatchPrefix.row`): [1, n_tokens] long, 1 real / 0 padding; the cache
+    # then holds the padding too (``n_tokens`` cache entries) and every later forward passes this mask
+    mask: torch.Tensor | None = None
+
+
+@dataclass
+class BatchPrefix:
+    """Several prompts run through the model together, left-padded to the longest (:meth:`LM.prefill_batch`).
+
+    cache: the model's KV cache with B rows of ``width`` entries each (padding included); mask: [B, width]
+    long, 1 for a real token and 0 for padding (each row's padding comes first); last_logits: [B, vocab]
+    float32, the next-token logits after each prompt; n_tokens: each row's prompt length (tokens);
+    states: snapshot of fixed-state layers' states after the prompts (lctx models), batch dimension first.
+    """
+
+    cache: object
+    mask: torch.Tensor
+    last_logits: torch.Tensor
+    n_tokens: list[int]
+    states: dict | None = None
+
+    @property
+    def width(self) -> int:
+        """Cache entries per row after the prefill (the longest prompt), tokens."""
+        return int(self.mask.shape[1])
+
+    def row(self, i: int) -> Prefix:
+        """Row ``i`` as a :class:`Prefix` of its own (a copy of its KV entries and post-prompt states, its
+        left padding kept and masked), so a task's per-sample code (``score_continuation``,
+        ``continuation_logits``, ``greedy``) runs on it as on a prompt prefilled alone. Decoded tokens of
+        :meth:`LM.greedy_batch` are not part of it (it holds the prompt only)."""
+        W = self.width
+        cache = _select_row(self.cache, i, W)
+        states = ({k: {n: t[i:i + 1].clone() for n, t in st.items()} for k, st in self.states.items()}
+                  if self.states else None)
+        if states is not None:
+            cache.lctx_states = {k: {n: t.clone() for n, t in st.items()} for k, st in states.items()}
+        return Prefix(cache=cache, last_logits=self.last_logits[i], n_tokens=W, states=states,
+                      mask=self.mask[i:i + 1])
+
+
+def _select_row(cache, i: int, width: int):
+    """A new cache holding row ``i`` of ``cache``'s first ``width`` entries (lctx's
+    :class:`~lctx.models.cache.PreallocatedKVCache` or a transformers ``Cache`` with ``layers``); the
+    original is left as it is."""
+    import copy
+
+    if hasattr(cache, "lengths") and hasattr(cache, "keys") and isinstance(cache.keys, list):  # PreallocatedKVCache
+        new = type(cache)(cache.capacity)
+        new.keys = [None if k is None else k[i:i + 1].clone() for k in cache.keys]
+        new.values = [None if v is None else v[i:i + 1].clone() for v in cache.values]
+        new.lengths = [min(n, width) for n in cache.lengths]
+    else:  # transformers' DynamicCache: shallow copies whose batch_select_indices makes new tensors
+        new = copy.copy(cache)
+        new.layers = [copy.copy(layer) for layer in cache.layers]
+        new.batch_select_indices(torch.tensor([i], device=getattr(cache.layers[0], "device", None) or "cpu"))
+        extra = new.get_seq_length() - width
+        if extra > 0:
+            new.crop(-extra)
+    if hasattr(new, "lctx_states"):
+        new.lctx_states = {}
+    if getattr(cache, "lctx_length", None) is not None:
+        new.lctx_length = width
+    return new
 
 
 @dataclass
@@ -223,14 +287,41 @@ class LM(TokenizerSide):
             return PreallocatedKVCache(capacity)
         return DynamicCache()
 
-    def _forward(self, ids: torch.Tensor, cache, keep) -> tuple[torch.Tensor, object]:
-        out = self.model(input_ids=ids[None], use_cache=True, logits_to_keep=keep, **{self._cache_kw: cache})
+    @property
+    def is_lctx(self) -> bool:
+        """Whether the model is an lctx checkpoint (positions come from the attention mask)."""
+        return getattr(getattr(self.model, "config", None), "model_type", "") == "lctx"
+
+    @property
+    def can_batch(self) -> bool:
+        """Whether :meth:`prefill_batch` gives each row the numbers it gets alone: not for length-dependent
+        RoPE (dynamic NTK, LongRoPE), whose frequencies :meth:`fix_rope_length` sets per prompt length."""
+        return not self._length_ropes
+
+    def _forward(self, ids: torch.Tensor, cache, keep, mask: torch.Tensor | None = None) -> tuple[torch.Tensor, object]:
+        """One forward of ``ids`` ([T], one row, or [B, T]) through ``cache``; ``mask``: [B, past + T] long
+        (1 real, 0 padding) for padded rows, or ``None``. Returns (logits [T', vocab] for one row or
+        [B, T', vocab], float32; the cache). lctx models take positions from the mask; other models get
+        ``position_ids`` counted from each row's first real token, as transformers' ``generate`` does."""
+        one = ids.dim() == 1
+        x = ids[None] if one else ids
+        kw = {}
+        if mask is not None:
+            kw["attention_mask"] = mask
+            if not self.is_lctx:
+                kw["position_ids"] = (mask.long().cumsum(-1) - 1).clamp_min(0)[:, -x.shape[1]:]
+        out = self.model(input_ids=x, use_cache=True, logits_to_keep=keep, **kw, **{self._cache_kw: cache})
         new_cache = getattr(out, "cache", None)
         if new_cache is None:
             new_cache = getattr(out, "past_key_values", None)
-        logits = out.logits[0].float()
-        check_finite_logits(logits, f"{self.name}, {len(ids)} tokens")  # every task's one shared check
+        logits = out.logits[0].float() if one else out.logits.float()
+        check_finite_logits(logits, f"{self.name}, {x.shape[-1]} tokens")  # every task's one shared check
         return logits, (new_cache if new_cache is not None else cache)
+
+    def _fwd(self, ids: torch.Tensor, cache, keep, mask: torch.Tensor | None):
+        """:meth:`_forward`, with the mask passed only when there is one (wrappers of the 3-argument
+        ``_forward(ids, cache, keep)``, e.g. tests counting forwards, keep working)."""
+        return self._forward(ids, cache, keep) if mask is None else self._forward(ids, cache, keep, mask)
 
     @torch.inference_mode()
     def prefill(self, ids: list[int], want: list[int] | None = None) -> tuple[Prefix, dict[int, torch.Tensor]]:
@@ -305,14 +396,90 @@ class LM(TokenizerSide):
         """
         stop = stop_ids if stop_ids is not None else {self.tokenizer.eos_token_id}
         out: list[int] = []
-        logits, cache = prefix.last_logits, prefix.cache
+        logits, cache, mask = prefix.last_logits, prefix.cache, prefix.mask
         for _ in range(max_new_tokens):
             tok = int(torch.argmax(logits))
             out.append(tok)
             if tok in stop or len(out) == max_new_tokens:
                 break
-            step, cache = self._forward(torch.tensor([tok], device=self.device), cache, 1)
+            if mask is not None:
+                mask = torch.cat([mask, mask.new_ones(1, 1)], 1)
+            step, cache = self._fwd(torch.tensor([tok], device=self.device), cache, 1, mask)
             logits = step[-1]
+        prefix.cache = cache
+        return out
+
+    @torch.inference_mode()
+    def prefill_batch(self, ids: list[list[int]]) -> BatchPrefix:
+        """Run B prompts through the model together: left-padded to the longest (width W tokens) with the
+        attention mask marking the padding, in chunks of ``chunk_size`` tokens into one fresh KV cache.
+        Each row's positions count from its first real token, so a row gets the numbers it gets alone up
+        to floating-point rounding (lctx models: ``tests/test_models.py::test_padded_batch_equals_unpadded``;
+        Hugging Face models: ``position_ids`` from the mask, as ``generate`` does). lctx models run the
+        padded rows through their masked SDPA/reference path (the fast kernels take unpadded rows only),
+        unless every prompt has the same length.
+
+        Returns a :class:`BatchPrefix` (cache, mask [B, W], last logits [B, vocab], lengths). Memory: B
+        times a single prefill's KV cache and activations.
+
+        Raises:
+            ValueError: no prompts, an empty prompt, or a model whose RoPE depends on the length
+                (:attr:`can_batch` is False).
+        """
+        if not ids or any(len(r) == 0 for r in ids):
+            raise ValueError("prefill_batch needs at least one non-empty prompt")
+        if not self.can_batch:
+            raise ValueError(f"model {self.name!r} has a length-dependent RoPE; prefill its prompts one at a time")
+        B, W = len(ids), max(len(r) for r in ids)
+        pad_id = next((t for t in (getattr(self.tokenizer, "pad_token_id", None),
+                                   getattr(self.tokenizer, "eos_token_id", None)) if isinstance(t, int)), 0)
+        x = torch.full((B, W), pad_id, dtype=torch.long)
+        mask = torch.zeros(B, W, dtype=torch.long)
+        for i, r in enumerate(ids):
+            x[i, W - len(r):] = torch.tensor(r, dtype=torch.long)
+            mask[i, W - len(r):] = 1
+        x, mask = x.to(self.device), mask.to(self.device)
+        padded = bool((mask == 0).any())
+        cache = self.new_cache(W + self.decode_budget)
+        logits = None
+        for s in range(0, W, self.chunk_size):
+            e = min(s + self.chunk_size, W)
+            logits, cache = self._fwd(x[:, s:e], cache, 1, mask[:, :e] if padded else None)
+        states = getattr(cache, "lctx_states", None)
+        snapshot = {k: {n: t.clone() for n, t in st.items()} for k, st in states.items()} if states else None
+        return BatchPrefix(cache=cache, mask=mask, last_logits=logits[:, -1], n_tokens=[len(r) for r in ids],
+                           states=snapshot)
+
+    @torch.inference_mode()
+    def greedy_batch(self, prefix: BatchPrefix, max_new_tokens: int | list[int],
+                     stop_ids: set[int] | None = None) -> list[list[int]]:
+        """Greedy continuations of a batch, one decode step per token for all rows together.
+
+        Each row stops as :meth:`greedy` would alone: after a token in ``stop_ids`` (default: EOS) or
+        ``max_new_tokens`` tokens (an int, or one per row); finished rows ride along until every row is done
+        (their extra tokens are discarded). Returns one id list per row. The batch's cache is extended
+        (:meth:`BatchPrefix.row` copies the prompt part only).
+        """
+        B = len(prefix.n_tokens)
+        budget = [max_new_tokens] * B if isinstance(max_new_tokens, int) else [int(n) for n in max_new_tokens]
+        if len(budget) != B:
+            raise ValueError(f"max_new_tokens has {len(budget)} entries for a batch of {B}")
+        stop = stop_ids if stop_ids is not None else {self.tokenizer.eos_token_id}
+        out: list[list[int]] = [[] for _ in range(B)]
+        done = [n <= 0 for n in budget]
+        logits, cache, mask = prefix.last_logits, prefix.cache, prefix.mask
+        padded = bool((mask == 0).any())
+        while True:
+            toks = logits.argmax(-1)  # [B]
+            for i, t in enumerate(toks.tolist()):
+                if not done[i]:
+                    out[i].append(t)
+                    done[i] = t in stop or len(out[i]) == budget[i]
+            if all(done):
+                break
+            mask = torch.cat([mask, mask.new_ones(B, 1)], 1)
+            step, cache = self._fwd(toks[:, None], cache, 1, mask if padded else None)
+            logits = step[:, -1]
         prefix.cache = cache
         return out
 
@@ -335,7 +502,9 @@ class LM(TokenizerSide):
         self.rewind(prefix)
         logits = [prefix.last_logits]
         if len(cont) > 1:
-            step, prefix.cache = self._forward(torch.tensor(cont[:-1], device=self.device), prefix.cache, 0)
+            mask = (None if prefix.mask is None
+                    else torch.cat([prefix.mask, prefix.mask.new_ones(1, len(cont) - 1)], 1))
+            step, prefix.cache = self._fwd(torch.tensor(cont[:-1], device=self.device), prefix.cache, 0, mask)
             logits.extend(step)
         self.rewind(prefix)
         return torch.stack(logits)

@@ -282,7 +282,8 @@ def write_tables_with_ruler(out_dir: Path, spec: RulerSpec, flat_spec=None,
 def ruler_table(rows: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
     """One model's RULER table from its rows of a results table (task rows and its ``ruler`` rows): tasks x
     lengths (percent, RULER's order) and a last row ``average``; plus {"threshold", "effective_length",
-    "tasks", "left_out"} from the ``ruler`` rows (empty dict without them)."""
+    "tasks", "left_out"} from the ``ruler`` rows (empty dict without them). With the rows of several runs (more
+    than one ``effective_length`` row), the effective length is recomputed over all their lengths' averages."""
     r = rows[rows["task"] == GROUP]
     info: dict = {}
     tasks = list(ruler_tasks())
@@ -297,6 +298,12 @@ def ruler_table(rows: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
     avg = r[r["metric"] == "average"]
     av = {int(L): float(v) for L, v in zip(pd.to_numeric(avg["length"]), pd.to_numeric(avg["value"]))}
     grid.loc["average"] = [av.get(int(L), float("nan")) for L in grid.columns]
+    if len(r[r["metric"] == "effective_length"]) > 1 and info.get("threshold") is not None:
+        # rows of several runs (a report over run directories that each swept some lengths): each run's row
+        # saw only its lengths, so the effective length is recomputed over the averages of all of them
+        from .flatness import effective_length
+
+        info["effective_length"] = float(effective_length(av, float(info["threshold"])))
     return grid, info
 
 

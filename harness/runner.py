@@ -169,8 +169,70 @@ def check_min_lengths(lms: list[LM], tasks: list[Task], lengths: list[int]) -> N
         raise LctxError("; ".join(problems) + "; drop those lengths (--lengths / --relative) or that task")
 
 
+#: ``--batch-size auto``: the most rows a batch may have on each device type (CPU: measured, README "Batches")
+AUTO_BATCH_CAP = {"cpu": 4, "cuda": 32}
+#: ``--batch-size auto``: the share of the device's memory (``lctx plan``'s :func:`~lctx.harness.plan.device_memory`)
+#: a batch's prefill may plan to use beside the loaded weights
+AUTO_BATCH_MEMORY_SHARE = 0.5
+
+
+def auto_batch_size(lm: LM, length: int) -> int:
+    """The batch ``--batch-size auto`` uses for prompts of ``length`` tokens on ``lm``: the largest B up to
+    :data:`AUTO_BATCH_CAP` of the device type whose planned prefill (:func:`lctx.harness.plan.plan_memory` with
+    ``batch=B``, the padded rows planned on the masked SDPA path that lctx models take for them; weights
+    counted once) fits in :data:`AUTO_BATCH_MEMORY_SHARE` of the device's memory; at least 1. A model whose
+    RoPE depends on the length (:attr:`LM.can_batch` False) gets 1."""
+    cap = AUTO_BATCH_CAP.get(lm.device.type, 1)
+    if cap <= 1 or not lm.can_batch:
+        return 1
+    from .plan import device_memory, plan_memory
+
+    cfg = lm.model.config
+    impl = None
+    if getattr(cfg, "model_type", "") == "lctx":
+        impl = "sdpa" if cfg.attn_impl == "fast" else cfg.attn_impl
+    room = device_memory(lm.device)[0] * AUTO_BATCH_MEMORY_SHARE
+    best = 1
+    for b in range(2, cap + 1):
+        try:
+            plan = plan_memory(cfg, length, chunk_size=lm.chunk_size, dtype=lm.dtype, impl=impl, batch=b,
+                               decode_budget=int(lm.decode_budget), device=lm.device)
+        except LctxError:
+            break
+        if plan.total - plan.get("weights") > room:
+            break
+        best = b
+    return best
+
+
+def batches(work: list, batch_size: int | str) -> list[list]:
+    """Group the work items ``(lm, task, cell, base)`` into batches: consecutive items of one model, one
+    :attr:`~lctx.tasks.Task.batched` task and one length, at most ``batch_size`` each (``"auto"``:
+    :func:`auto_batch_size` per model and length); everything else runs alone (batches of one)."""
+    if batch_size != "auto" and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
+        raise LctxError(f"batch size {batch_size!r} is not a positive integer nor 'auto'; use e.g. 4")
+    out: list[list] = []
+    sizes: dict = {}
+    for item in work:
+        lm, task, cell, _ = item
+        if batch_size == "auto":
+            key = (id(lm), cell.length)
+            if key not in sizes:
+                sizes[key] = auto_batch_size(lm, cell.length)
+            n = sizes[key]
+        else:
+            n = int(batch_size)
+        prev = out[-1] if out else None
+        if (n > 1 and task.batched and lm.can_batch and prev is not None and len(prev) < n
+                and prev[0][0] is lm and prev[0][1] is task and prev[0][2].length == cell.length):
+            prev.append(item)
+        else:
+            out.append([item])
+    return out
+
+
 def run_sweep(lms: list[LM], tasks: list[Task], spec: RunSpec, out_dir: Path, progress: bool = True,
-              log=print, tables: bool = True) -> dict:
+              log=print, batch_size: int | str = 1, tables: bool = True) -> dict:
     """Run every (model, task, cell) not yet recorded in ``out_dir`` and write the tables and plots.
 
     The run directory is locked for the duration (:func:`lctx.harness.rundir.run_dir_lock`: a second process
@@ -178,6 +240,11 @@ def run_sweep(lms: list[LM], tasks: list[Task], spec: RunSpec, out_dir: Path, pr
     model name, task, grid point and fingerprint (:func:`sample_base`: checkpoint content, data content,
     options, versions). ``run.json`` maps each label this run ran (:data:`lctx.harness.tables.LABEL`) to its
     current fingerprint, so the tables show only the current inputs' records (:func:`lctx.harness.tables.to_table`).
+
+    ``batch_size`` (``--batch-size``, an int or ``"auto"``): samples of one length of a
+    :attr:`~lctx.tasks.Task.batched` task are prefilled and decoded together, that many at a time
+    (:func:`batches`); their records are those of samples run alone (to floating-point rounding), each
+    with ``batch_size`` = the rows it ran with and ``wall_s`` = the batch's time over its rows.
 
     Under ``torchrun`` / ``accelerate launch`` every rank calls this with the same arguments; each runs a
     deterministic share of the cells and rank 0 merges the records and writes the tables and plots
@@ -201,7 +268,7 @@ def run_sweep(lms: list[LM], tasks: list[Task], spec: RunSpec, out_dir: Path, pr
     from .rundir import run_dir_lock
 
     with run_dir_lock(out_dir, dinfo):
-        return _sweep(lms, tasks, spec, out_dir, progress, log, dinfo, tables)
+        return _sweep(lms, tasks, spec, out_dir, progress, log, dinfo, batch_size, tables)
 
 
 def _warn(msg: str) -> None:
@@ -210,7 +277,7 @@ def _warn(msg: str) -> None:
     print(msg, file=sys.stderr)
 
 
-def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo, tables: bool = True) -> dict:
+def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo, batch_size=1, tables: bool = True) -> dict:
     from .rundir import RecordWriter, atomic_write_json, read_json
     from .tables import label_of, label_names
 
@@ -242,7 +309,7 @@ def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo, tables: bool =
                  "torch": torch.__version__, "python": platform.python_version(), "host": platform.node(),
                  "models": [lm.path for lm in lms], "tasks": [t.name for t in tasks],
                  "lengths": spec.lengths, "depths": spec.depths, "samples": spec.samples, "seed": spec.seed,
-                 "versions": versions()})
+                 "versions": versions(), "threads": torch.get_num_threads(), "batch_size": batch_size})
     current = dict(old_meta.get("current") or {}) if isinstance(old_meta.get("current"), dict) else {}
     current.update({label_of(b): b["fingerprint"] for b in bases.values()})
     meta["current"] = current
@@ -283,13 +350,18 @@ def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo, tables: bool =
         with RecordWriter(rec_path, kept=skipped) as writer, \
                 SweepProgress(costs, enabled=progress and dinfo.is_main,  # [distributed]
                               desc="lctx run" + (f" (rank 0 of {dinfo.world_size})" if dinfo.distributed else "")) as bar:
-            for (lm, task, cell, base), cost in zip(work, costs):
-                bar.start(f"{lm.name} {task.name} L={cell.length}" + (f" d={cell.depth:g}" if cell.depth is not None else ""))
-                rec = _run_one(lm, task, cell, base, spec.seed)
-                rec.update(run_id=run_id, lctx_version=lctx.__version__, git_rev=meta["git_rev"])
-                errors += rec["status"] != "ok"
-                writer.write(rec)
-                bar.done(cost)
+            cost_of = {id(w): c for w, c in zip(work, costs)}
+            for group in batches(work, batch_size):
+                lm, task, cell, base = group[0]
+                bar.start(f"{lm.name} {task.name} L={cell.length}" + (f" d={cell.depth:g}" if cell.depth is not None else "")
+                          + (f" (batch of {len(group)})" if len(group) > 1 else ""))
+                recs = (_run_batch(lm, task, [(c, b) for _, _, c, b in group], spec.seed) if len(group) > 1
+                        else [_run_one(lm, task, cell, base, spec.seed)])
+                for rec in recs:
+                    rec.update(run_id=run_id, lctx_version=lctx.__version__, git_rev=meta["git_rev"])
+                    errors += rec["status"] != "ok"
+                    writer.write(rec)
+                bar.done(sum(cost_of[id(w)] for w in group))
 
     # [distributed] rank 0 merges the rank files and writes tables and plots once; the other ranks wait for
     # that, then build the same tables in memory (nothing written); ran/errors are summed over ranks
@@ -345,48 +417,121 @@ def task_code_fingerprint(task: Task) -> str | None:
     return digest_files({Path(src).name: src})
 
 
-def _run_one(lm: LM, task: Task, cell, base: dict, seed: int) -> dict:
-    """Build and score one sample; never raises (failures become status='error' records)."""
-    rec = dict(base, variant=lm.variant, device=str(lm.device), dtype=str(lm.dtype).replace("torch.", ""),
-               train_length=lm.train_length, n_tokens=None, depth_actual=None, metrics={}, status="ok",
-               error="")
+def _new_record(lm: LM, base: dict) -> dict:
+    return dict(base, variant=lm.variant, device=str(lm.device), dtype=str(lm.dtype).replace("torch.", ""),
+                train_length=lm.train_length, n_tokens=None, depth_actual=None, metrics={}, status="ok",
+                error="", batch_size=1, threads=torch.get_num_threads())
+
+
+def _record_error(rec: dict, e: BaseException) -> None:
+    """Put the one-line message of ``e`` (a failed build or score) on ``rec`` as status ``error``."""
+    if isinstance(e, torch.OutOfMemoryError):
+        rec["status"], rec["error"] = "error", f"out of memory: {str(e).splitlines()[0][:300]}"
+    elif isinstance(e, NonFiniteLogitsError):
+        rec["status"], rec["error"] = "error", f"non-finite logits: {e}"
+    elif isinstance(e, SystemExit):  # a task's own code called sys.exit(): a broken sample, not the end of the run
+        rec["status"], rec["error"] = "error", f"the task called sys.exit({e.code!r}) while building or scoring"
+    else:
+        tb = traceback.extract_tb(e.__traceback__)
+        where = f" at {Path(tb[-1].filename).name}:{tb[-1].lineno}" if tb else ""
+        rec["status"], rec["error"] = "error", f"{type(e).__name__}: {str(e)[:300]}{where}"
+
+
+def _build(task: Task, lm: LM, cell, seed: int, rec: dict):
+    """Build the sample of ``cell`` and note its size on ``rec``. Raises what the task raises, or
+    ValueError for a sample longer than the cell."""
+    sample = task.build(lm, cell, seed)
+    rec["n_tokens"], rec["depth_actual"] = sample.n_tokens, sample.depth
+    if sample.n_tokens > cell.length:
+        raise ValueError(f"task built {sample.n_tokens} tokens for a length of {cell.length}")
+    return sample
+
+
+def _take_metrics(rec: dict, task: Task, sample, got: dict) -> None:
+    """Check and store a sample's metrics on ``rec`` (ValueError for a missing one; non-finite values make
+    the record an error)."""
+    metrics = {k: float(v) for k, v in got.items()}
+    missing = [m for m in task.metrics if m not in metrics]
+    if missing:
+        raise ValueError(f"task {task.name!r} returned no value for {missing}")
+    bad = [k for k, v in metrics.items() if not math.isfinite(v)]
+    rec["metrics"] = metrics
+    rec["extra"] = {k: v for k, v in sample.meta.items() if isinstance(v, (str, int, float, bool))}
+    if bad:
+        rec["status"], rec["error"] = "error", f"non-finite {', '.join(bad)} (NaN/inf logits?)"
+
+
+def _start(lm: LM) -> float:
     if lm.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(lm.device)
     from lctx.kernels import impls_used
 
     impls_used(reset=True)
-    t0 = time.perf_counter()
-    try:
-        sample = task.build(lm, cell, seed)
-        rec["n_tokens"], rec["depth_actual"] = sample.n_tokens, sample.depth
-        if sample.n_tokens > cell.length:
-            raise ValueError(f"task built {sample.n_tokens} tokens for a length of {cell.length}")
-        metrics = {k: float(v) for k, v in task.score(lm, sample).items()}
-        missing = [m for m in task.metrics if m not in metrics]
-        if missing:
-            raise ValueError(f"task {task.name!r} returned no value for {missing}")
-        bad = [k for k, v in metrics.items() if not math.isfinite(v)]
-        rec["metrics"] = metrics
-        rec["extra"] = {k: v for k, v in sample.meta.items() if isinstance(v, (str, int, float, bool))}
-        if bad:
-            rec["status"], rec["error"] = "error", f"non-finite {', '.join(bad)} (NaN/inf logits?)"
-    except torch.OutOfMemoryError as e:
-        rec["status"], rec["error"] = "error", f"out of memory: {str(e).splitlines()[0][:300]}"
-    except NonFiniteLogitsError as e:
-        rec["status"], rec["error"] = "error", f"non-finite logits: {e}"
-    except SystemExit as e:  # a task's own code called sys.exit(): a broken sample, not the end of the run
-        rec["status"], rec["error"] = "error", f"the task called sys.exit({e.code!r}) while building or scoring"
-    except Exception as e:  # noqa: BLE001 - one bad sample must not end the sweep
-        tb = traceback.extract_tb(e.__traceback__)
-        where = f" at {Path(tb[-1].filename).name}:{tb[-1].lineno}" if tb else ""
-        rec["status"], rec["error"] = "error", f"{type(e).__name__}: {str(e)[:300]}{where}"
+    return time.perf_counter()
+
+
+def _finish(recs: list[dict], lm: LM, t0: float) -> None:
+    """Kernels that ran, time (the group's, shared equally by its rows), peak memory and timestamp."""
+    from lctx.kernels import impls_used
+
     used = sorted(set(impls_used().values()))
-    if used:  # the fast path says which kernel ran (triton / flex / chunked ...)
-        rec["attn_kernel"] = "+".join(used)
-    rec["wall_s"] = time.perf_counter() - t0
-    rec["peak_mem_bytes"] = peak_memory_bytes(lm.device)
-    rec["timestamp"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    wall = (time.perf_counter() - t0) / max(len(recs), 1)
+    peak = peak_memory_bytes(lm.device)
+    stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    for rec in recs:
+        if used:  # the fast path says which kernel ran (triton / flex / chunked ...)
+            rec["attn_kernel"] = "+".join(used)
+        rec["wall_s"], rec["peak_mem_bytes"], rec["timestamp"] = wall, peak, stamp
+
+
+def _run_one(lm: LM, task: Task, cell, base: dict, seed: int) -> dict:
+    """Build and score one sample; never raises (failures become status='error' records)."""
+    rec = _new_record(lm, base)
+    t0 = _start(lm)
+    try:
+        sample = _build(task, lm, cell, seed, rec)
+        _take_metrics(rec, task, sample, task.score(lm, sample))
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - one bad sample must not end the sweep
+        _record_error(rec, e)
+    _finish([rec], lm, t0)
     return rec
+
+
+def _run_batch(lm: LM, task: Task, items: list[tuple], seed: int) -> list[dict]:
+    """Build the samples of ``items`` ([(cell, base)], one length, a batched task) and score them together
+    (:meth:`lctx.tasks.Task.score_batch`: one padded prefill, one batched greedy decode). A sample that fails
+    to build or score is that sample's error record; when the batched prefill or decode itself fails (out of
+    memory, non-finite logits, ...) every sample is run again alone, so a batch never turns a sample that
+    runs alone into an error. Never raises."""
+    recs = [_new_record(lm, base) for _, base in items]
+    t0 = _start(lm)
+    built = []
+    for (cell, _), rec in zip(items, recs):
+        try:
+            built.append((rec, _build(task, lm, cell, seed, rec)))
+        except (Exception, SystemExit) as e:  # noqa: BLE001
+            _record_error(rec, e)
+    if len(built) > 1:
+        try:
+            results = task.score_batch(lm, [smp for _, smp in built])
+        except (Exception, SystemExit):  # noqa: BLE001 - the batch failed as a whole: run its samples alone
+            if lm.device.type == "cuda":
+                torch.cuda.empty_cache()
+            return [_run_one(lm, task, cell, base, seed) for cell, base in items]
+    else:
+        results = [None] * len(built)
+    for (rec, smp), got in zip(built, results):
+        try:
+            rec["batch_size"] = len(built)
+            if got is None:  # a lone survivor of the build
+                got = task.score(lm, smp)
+            if isinstance(got, BaseException):
+                raise got
+            _take_metrics(rec, task, smp, got)
+        except (Exception, SystemExit) as e:  # noqa: BLE001
+            _record_error(rec, e)
+    _finish(recs, lm, t0)
+    return recs
 
 
 def _jsonable(x):

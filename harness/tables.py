@@ -30,7 +30,7 @@ import pandas as pd
 
 COLUMNS = ["run_id", "model", "variant", "task", "metric", "length", "n_tokens", "depth", "depth_actual",
            "depth_off", "sample", "value", "seed", "status", "error", "wall_s", "peak_mem_bytes", "device", "dtype",
-           "attn_impl", "attn_kernel", "chunk_size", "lctx_version", "git_rev", "torch_version",
+           "attn_impl", "attn_kernel", "chunk_size", "batch_size", "threads", "lctx_version", "git_rev", "torch_version",
            "transformers_version", "timestamp", "train_length", "task_options", "fingerprint",
            "model_fingerprint", "data_fingerprint"]
 # a sample's identity across reruns: the fingerprint covers every input besides the grid point (task_options

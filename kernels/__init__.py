@@ -119,30 +119,28 @@ def intra_op_threads(n: int, device="cpu"):
         torch.set_num_threads(old)
 
 
-def default_threads() -> tuple[int, str]:
-    """(intra-op threads, why) lctx uses on CPU: ``LCTX_NUM_THREADS``, else ``OMP_NUM_THREADS``, else the
-    cores not already busy: usable cores minus the 1-minute load average, rounded, at least 1.
+#: torch's own intra-op thread count when lctx was imported (its default: the physical cores, or
+#: OMP_NUM_THREADS), before any command changed it
+_TORCH_DEFAULT_THREADS = torch.get_num_threads()
 
-    Why: every parallel op ends in a barrier that waits for its slowest thread, so on cores another
-    process keeps busy a second thread costs a scheduler time slice per op. Measured on a 2-core machine
-    at load ~9 (issue 14): SDPA causal at 16K tokens 1.3 s with 1 thread and 1.4 s with 2; RoPE's
-    rotation of q and k at 4K 8 ms and 216 ms; the interdomain layer at 16K 0.5 s and 4.5 s. On an idle
-    machine all cores are used (torch's default).
+
+def default_threads() -> tuple[int, str]:
+    """(intra-op threads, why) lctx uses on CPU: ``LCTX_NUM_THREADS``, else ``OMP_NUM_THREADS``, else torch's
+    default (one thread per physical core). A fixed rule, so that two runs of one command on one machine use
+    the same count whatever else runs: the count can change timings several-fold under contention and the
+    last bits of parallel reductions, so it must not follow other processes' load (README "Threads").
+
+    Why not fewer threads on a busy machine: measured on a 2-core machine at load ~9 (issue 14), SDPA
+    causal at 16K took 1.3 s with 1 thread and 1.4 s with 2, and the many-op paths lost most (RoPE's old
+    rotation, the fixed-state scans); RoPE now computes its tables once and the scans run with
+    :func:`scan_threads` (1 by default) whatever this count, so the rest is left to ``LCTX_NUM_THREADS=1``
+    on a shared machine.
     """
     for var in ("LCTX_NUM_THREADS", "OMP_NUM_THREADS"):
         val = os.environ.get(var, "").strip()
         if val.isdigit() and int(val) > 0:
             return int(val), var
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    try:
-        load = os.getloadavg()[0]
-    except (OSError, AttributeError):
-        return cores, f"{cores} cores (no load average)"
-    n = max(1, min(cores, cores - int(load + 0.5)))
-    return n, f"{cores} cores, 1-minute load average {load:.1f}"
+    return max(1, _TORCH_DEFAULT_THREADS), "torch's default (physical cores)"
 
 
 def configure_threads() -> int:

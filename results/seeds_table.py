@@ -34,6 +34,9 @@ def metric_table(runs: list[Path], task: str, metric: str) -> str:
     if s.empty:
         return ""
     s = s.assign(w=s.n.clip(lower=1), wm=lambda d: d["mean"] * d.n.clip(lower=1))
+    if "variant" in s:  # one model under several --attn-override values: one row per variant
+        several = s.groupby("model").variant.transform("nunique") > 1
+        s = s.assign(model=s.model.where(~several, s.model + " (" + s.variant.astype(str) + ")"))
     g = s.groupby(["model", "length"]).agg(wm=("wm", "sum"), w=("w", "sum"))
     pv = (g.wm / g.w).unstack("length")
     T = _train_lengths(runs)
@@ -61,8 +64,8 @@ def far_mass_table(path: Path) -> str:
 def prior_table(paths: list[Path]) -> str:
     p = pd.concat([pd.read_csv(x) for x in paths])
     lines = ["**learned GGD priors** (beta / alpha in tokens, per layer and head)", "",
-             "| model | layer | " + " | ".join(f"h{h}" for h in sorted(p.head.unique())) + " | beta <= 0 |",
-             "|---|---|" + "---|" * (p.head.nunique() + 1)]
+             "| model | layer | " + " | ".join(f"h{h}" for h in sorted(p["head"].unique())) + " | beta <= 0 |",
+             "|---|---|" + "---|" * (p["head"].nunique() + 1)]
     for (m, layer), g in p.groupby(["model", "layer"], sort=False):
         g = g.sort_values("head")
         cells = [f"{b:.2f} / {a:.3g}" for b, a in zip(g.beta, g.alpha)]

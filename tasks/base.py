@@ -80,6 +80,11 @@ class Task:
             refuses shorter lengths before the sweep starts instead of recording error rows.
         cost(lm, cell): what one cell costs, in prefill tokens (a decode step counts
             :data:`DECODE_STEP_TOKENS`); the progress bar and its time-left estimate are weighted by it.
+        batched: ``True`` opts in to ``lctx run --batch-size``: the task scores a sample as prompt ->
+            greedy continuation -> metrics, by implementing :meth:`score_generated` (and, when the budget is
+            not ``sample.meta["max_new_tokens"]``, :meth:`max_new_tokens_for`) instead of :meth:`score`; the
+            runner then prefills and decodes several samples of a length together (:meth:`score_batch`).
+            Tasks that leave it ``False`` run one sample at a time.
 
     Constructor keyword arguments are the task's options (e.g. ``window``/``stride`` for ``ppl``); they
     are recorded with every result, and a rerun with different options does not reuse old records.
@@ -97,6 +102,7 @@ class Task:
     description: ClassVar[str] = ""
     version: ClassVar[int] = 1
     requires: ClassVar[str] = ""
+    batched: ClassVar[bool] = False
     headline_metric: ClassVar[str | None] = None
     higher_is_better: ClassVar[bool | dict | None] = None
     retrieval: ClassVar[bool] = False
@@ -156,8 +162,55 @@ class Task:
         raise NotImplementedError
 
     def score(self, lm, sample: Sample) -> dict[str, float]:
-        """Run the model on ``sample`` and return {metric: value} for every name in ``metrics``."""
+        """Run the model on ``sample`` and return {metric: value} for every name in ``metrics``.
+
+        Default (for :attr:`batched` tasks): prefill the prompt, decode greedily
+        (:meth:`max_new_tokens_for` tokens at most, :meth:`stop_ids`), then :meth:`score_generated`."""
+        if not self.batched:
+            raise NotImplementedError(f"task {self.name!r} implements neither score() nor batched scoring")
+        prefix, _ = lm.prefill(sample.input_ids)
+        stops = self.stop_ids(lm)
+        n = self.max_new_tokens_for(sample)
+        cont = lm.greedy(prefix, n) if stops is None else lm.greedy(prefix, n, stops)
+        return self.score_generated(lm, sample, prefix, cont)
+
+    # -- batched scoring (``batched = True``) ------------------------------------------------------------
+    def max_new_tokens_for(self, sample: Sample) -> int:
+        """Greedy decode budget of ``sample`` in tokens. Default: ``sample.meta["max_new_tokens"]``."""
+        return int(sample.meta["max_new_tokens"])
+
+    def stop_ids(self, lm) -> set[int] | None:
+        """Token ids that end the greedy continuation (``None``: the tokenizer's EOS)."""
+        return None
+
+    def score_generated(self, lm, sample: Sample, prefix, continuation: list[int]) -> dict[str, float]:
+        """{metric: value} of ``sample`` from its greedy ``continuation`` (token ids) and ``prefix`` (an
+        :class:`lctx.harness.lm.Prefix` holding the prompt, for teacher-forced scores through its KV cache:
+        ``lm.score_continuation(prefix, ...)``). Called after one prefill alone or as a row of a batch; it must
+        not depend on which."""
         raise NotImplementedError
+
+    def score_batch(self, lm, samples: list[Sample]) -> list[dict[str, float] | BaseException]:
+        """Score several samples of one length together: one left-padded prefill and one batched greedy
+        decode (:meth:`lctx.harness.lm.LM.prefill_batch`, :meth:`~lctx.harness.lm.LM.greedy_batch`), then
+        :meth:`score_generated` per row. Returns, per sample, its metrics or the exception its scoring
+        raised. Errors of the batched prefill or decode (e.g. out of memory) propagate: the runner then
+        scores the samples one at a time.
+
+        Raises:
+            NotImplementedError: the task is not :attr:`batched`.
+        """
+        if not self.batched:
+            raise NotImplementedError(f"task {self.name!r} does not batch")
+        bp = lm.prefill_batch([s.input_ids for s in samples])
+        conts = lm.greedy_batch(bp, [self.max_new_tokens_for(s) for s in samples], self.stop_ids(lm))
+        out: list = []
+        for i, (s, cont) in enumerate(zip(samples, conts)):
+            try:
+                out.append(self.score_generated(lm, s, bp.row(i), cont))
+            except Exception as e:  # noqa: BLE001 - one row's failure is that sample's error record
+                out.append(e)
+        return out
 
 
 def register_task(cls: type[Task]) -> type[Task]:

@@ -599,6 +599,7 @@ class RulerNIAH(Task):
     config: NIAHConfig
     axes = ("depth", "sample")
     metrics = METRICS
+    batched = True  # prompt -> greedy -> metrics (lctx run --batch-size)
     headline_metric = "string_match_all"  # RULER's metric for NIAH
     retrieval = True
     secondary_metric = "tf_top1"  # teacher-forced
@@ -717,13 +718,12 @@ class RulerNIAH(Task):
             ranks.append(int((lg[j] > lg[j, tgt]).sum()) + 1)
         return logps, ranks
 
-    def score(self, lm, sample: Sample) -> dict[str, float]:
-        """Greedy continuation (string_match_*), then the teacher-forced scores of every expected value and
-        of the control value through the same prefilled KV cache (one prefill per sample)."""
+    def score_generated(self, lm, sample: Sample, prefix, cont: list[int]) -> dict[str, float]:
+        """From the greedy continuation ``cont`` (string_match_*), then the teacher-forced scores of every
+        expected value and of the control value through the prompt's KV cache ``prefix`` (one prefill per
+        sample, or one row of a batched prefill: ``batched``)."""
         answers = sample.meta["answers"]
         context = sample.meta.pop("prompt_text")
-        prefix, _ = lm.prefill(sample.input_ids)
-        cont = lm.greedy(prefix, int(sample.meta["max_new_tokens"]))
         pred = postprocess_pred(lm.decode(cont))
         sample.meta["continuation"] = pred
         logps, ranks = [], []

@@ -61,6 +61,7 @@ class Passkey(Task):
     """
 
     name = "passkey"
+    batched = True  # prompt -> greedy -> metrics (lctx run --batch-size)
     axes = ("depth", "sample")
     metrics = ("exact", "digit_acc")
     headline_metric = "exact"
@@ -124,12 +125,14 @@ class Passkey(Task):
         return Sample(cell=cell, input_ids=p.ids, n_tokens=len(p.ids), depth=p.marks[0] / len(p.ids),
                       meta={"key": key, "n_filler": n, "prompt_text": p.text})
 
-    def score(self, lm, sample: Sample) -> dict[str, float]:
-        """exact from the greedy continuation; digit_acc teacher-forced on the key's tokens *in context*
-        (``lm.continuation_ids(prompt, " " + key)``, lm-eval's ``_encode_pair``)."""
+    def max_new_tokens_for(self, sample: Sample) -> int:
+        """The greedy budget: ``max_new_tokens`` (default key_digits + 4)."""
+        return self.max_new_tokens
+
+    def score_generated(self, lm, sample: Sample, prefix, cont: list[int]) -> dict[str, float]:
+        """exact from the greedy continuation ``cont``; digit_acc teacher-forced on the key's tokens *in
+        context* (``lm.continuation_ids(prompt, " " + key)``, lm-eval's ``_encode_pair``) through ``prefix``."""
         key = sample.meta["key"]
-        prefix, _ = lm.prefill(sample.input_ids)
-        cont = lm.greedy(prefix, self.max_new_tokens)
         answer = parse_answer(lm.decode(cont))
         text = sample.meta.get("prompt_text")
         answer_ids = lm.continuation_ids(text, " " + key) if text is not None else lm.encode(" " + key)

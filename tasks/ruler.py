@@ -197,6 +197,7 @@ class RulerTask(Task):
 
     tokens_to_generate: ClassVar[int] = 32
     metrics = ("string_match_all", "string_match_part")
+    batched = True  # prompt -> greedy -> metrics (lctx run --batch-size)
     retrieval = True  # headline: RULER's metric, the first of ``metrics``
     heatmap_metrics = ("string_match_all", "string_match_part")
 
@@ -208,10 +209,10 @@ class RulerTask(Task):
         for key, v in (("max_new_tokens", max_new_tokens), ("samples", samples)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise LctxError(f"task {self.name!r}: {key}={v!r} is not a positive integer; write e.g. {key}=32")
-        opts = dict(match=match, max_new_tokens=max_new_tokens, **options)
-        if samples is not None:
-            opts["samples"] = samples
-        Task.__init__(self, **opts)
+        # ``samples`` picks how many cells run, not what a sample is: it stays out of the recorded options (the
+        # resume key), so growing the depth list of a ``ruler`` run (cwe/fwe samples = samples x depths) resumes
+        # the samples already run instead of rerunning them as new inputs beside the old ones
+        Task.__init__(self, match=match, max_new_tokens=max_new_tokens, **options)
         self.match = match
         self.max_new_tokens = max_new_tokens
         self.samples = samples
@@ -308,11 +309,10 @@ class RulerTask(Task):
                       depth=None if rec.get("depth") is None else float(rec["depth"]), meta=meta)
 
     # scoring ----------------------------------------------------------------------------------------
-    def score(self, lm, sample: Sample) -> dict[str, float]:
-        """Greedy continuation of at most the generation budget, RULER's ``postprocess_pred``, then
-        ``string_match_all`` / ``string_match_part`` against ``meta["answers"]`` (0..1; RULER reports x100)."""
-        prefix, _ = lm.prefill(sample.input_ids)
-        cont = lm.greedy(prefix, int(sample.meta["max_new_tokens"]))
+    def score_generated(self, lm, sample: Sample, prefix, cont: list[int]) -> dict[str, float]:
+        """From the greedy continuation ``cont`` of at most the generation budget (``meta["max_new_tokens"]``):
+        RULER's ``postprocess_pred``, then ``string_match_all`` / ``string_match_part`` against
+        ``meta["answers"]`` (0..1; RULER reports x100). Batched with ``lctx run --batch-size``."""
         pred = postprocess_pred(lm.decode(cont))
         sample.meta["continuation"] = pred
         answers = sample.meta["answers"]

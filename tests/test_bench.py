@@ -171,7 +171,7 @@ def test_cli_bench_prints_the_ratio_table(capsys, tmp_path):
 @pytest.mark.slow
 def test_cli_bench_model_mode_compares_peak_with_the_plan(capsys, tmp_path):
     # the whole-model prefill (was benchmarks/long_cpu.py): one fresh process per impl x length
-    out = tmp_path / "b"
+    out = tmp_path / "new" / "b"  # neither exists yet: created after the measurements (was a traceback)
     code, stdout, _ = run_cli(["bench", "--model", str(REPO / "models" / "checkpoints" / "pydoc-tiny-rope"),
                                "--impl", "sdpa", "--lengths", "512", "--chunk-size", "256", "--out", str(out)], capsys)
     assert code == 0, stdout

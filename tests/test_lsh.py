@@ -120,12 +120,15 @@ def test_training_resamples_eval_is_fixed():
 
 
 def test_max_bin_width_grows_like_sigma_log_s():
-    # Seed 003 bounds the largest block b_max with high probability. The width of each sampled binning is
-    # Gamma(2, sigma), P(W > x) = (1 + x/sigma) e^(-x/sigma), so the largest of s widths is
+    # Seed 003 (Theorem 2.1, "Contrôle de la Taille des Blocs"): "l'analyse borne la taille maximale des
+    # blocs contigus (b_max) avec une haute probabilité, montrant b_max ≈ σ log log n", with s growing
+    # logarithmically in n (Theorem 2.2: "à condition que le nombre d'échantillons s évolue
+    # logarithmiquement avec la longueur du contexte n"), i.e. b_max ≈ σ log s. The width of each sampled
+    # binning is Gamma(2, sigma), P(W > x) = (1 + x/sigma) e^(-x/sigma), so the largest of s widths is
     # sigma (log s + log log s + O(1)): E[b_max] / sigma is computed here by integrating 1 - F(x)^s (hand
     # computation of the exact expectation) and compared with the mean over 400 draws of s binnings.
     def exact(s):
-        x = torch.linspace(0, 80, 400001, dtype=torch.float64)
+        x = torch.linspace(0, 80, 80001, dtype=torch.float64)
         return torch.trapezoid(1 - (1 - (1 + x) * torch.exp(-x)) ** s, x).item()
 
     ss = (4, 16, 64, 256, 1024)
@@ -145,3 +148,29 @@ def test_max_bin_width_grows_like_sigma_log_s():
     # and b_max / (sigma log s) falls toward 1 as s grows
     r = [means[64.0, s] / (64.0 * math.log(s)) for s in ss]
     assert all(x > y for x, y in zip(r, r[1:])) and 1.0 < r[-1] < 1.5
+
+
+def test_largest_block_of_positions_follows_the_largest_width():
+    # b_max as the seed counts it: the longest run of integer positions sharing a bin (the blocks the
+    # reduction of Theorem 2.2 attends within). A bin [b delta + u, (b+1) delta + u) holds floor(delta) or
+    # ceil(delta) integers, so over positions 0..n-1 (n >> widths) the longest run over s binnings is
+    # within 1 token of the largest width, and it grows with s like sigma log s (seed 003, as above).
+    sigma, n = 8.0, 1024
+    longest = {}
+    for s in (4, 64, 1024):
+        per_draw = []
+        for seed in range(6):
+            w, u = sample_bins(torch.tensor([1 / sigma]), s, torch.Generator().manual_seed(seed))
+            b = bin_ids(torch.arange(n)[None], w, u)[0, :, 0]  # [s, n], non-decreasing along n
+            rel = b - b[:, :1]
+            nb = int(rel.max()) + 1
+            sizes = torch.bincount((rel + nb * torch.arange(s)[:, None]).flatten(), minlength=s * nb).view(s, nb)
+            last = rel[:, -1]
+            interior = sizes.clone()
+            interior[:, 0] = 0  # the first and last runs are cut by the ends of 0..n-1
+            interior[torch.arange(s), last] = 0
+            per_draw.append(interior.max().item())
+            assert abs(per_draw[-1] - w.max().item()) <= 1.0, (s, seed, per_draw[-1], w.max().item())
+        longest[s] = sum(per_draw) / len(per_draw)
+    assert longest[4] < longest[64] < longest[1024], longest
+    assert 1.0 < longest[1024] / (sigma * math.log(1024)) < 2.0, longest  # sigma (log s + log log s + O(1))

@@ -202,9 +202,9 @@ def _forward_work(monkeypatch, lm) -> list[float]:
     work: list[float] = []
     orig = lm._forward
 
-    def counting(ids, cache, keep):
+    def counting(ids, cache, keep, *mask):
         work.append(max(int(ids.shape[-1]), DECODE_STEP_TOKENS))
-        return orig(ids, cache, keep)
+        return orig(ids, cache, keep, *mask)
 
     monkeypatch.setattr(lm, "_forward", counting)
     return work

@@ -15,6 +15,7 @@ import json
 import re
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -545,6 +546,24 @@ def test_deterministic_and_cached(lm, fake_data, tmp_path, monkeypatch):
         monkeypatch.undo()
 
 
+def test_data_fingerprint_names_the_files_read(fake_data, tmp_path):
+    """The run's resume key digests the files each task reads (Task.data_fingerprint over data_files()): a
+    RulerTask lists them, vt/fwe read none, and a changed word list is a different input."""
+    import shutil
+
+    assert make("vt", fake_data).data_fingerprint() is None and make("fwe", fake_data).data_fingerprint() is None
+    cwe = make("cwe", fake_data)
+    assert set(cwe.data_files()) == {R.NOUN_FILE, R.ADJ_FILE, R.VERB_FILE, R.ESSAY_FILE}
+    assert set(make("qa_1", fake_data).data_files()) == {"qa"} and make("qa_2", fake_data).data_fingerprint()
+    copy = tmp_path / "data"
+    shutil.copytree(fake_data, copy)
+    assert make("cwe", copy).data_fingerprint() == cwe.data_fingerprint()  # content, not location
+    with open(copy / R.VERB_FILE, "a") as f:
+        f.write("zzzword\n")
+    assert re.fullmatch(r"[0-9a-f]{16}", cwe.data_fingerprint())
+    assert make("cwe", copy).data_fingerprint() != cwe.data_fingerprint()
+
+
 # ---------------------------------------------------------------------------------------------------
 # the ruler group
 def test_split_ruler(fake_data, monkeypatch):
@@ -608,10 +627,28 @@ def test_average_and_effective_length_by_hand():
     assert list(grid.index)[-1] == "average" and info["effective_length"] == 1024
 
 
+def test_effective_length_over_several_runs():
+    """A report over two run directories of one model (1K in one, 2K and 4K in the other): each run's own
+    effective_length row saw only its lengths (1K alone: 1024), the table's is recomputed over all three."""
+    from lctx.harness.tables import to_table
+
+    spec = group.RulerSpec(threshold=60.0, tasks=("niah_single_1", "cwe"))
+    runs = {"a": {1024: (0.7, 0.6)}, "b": {2048: (0.7, 0.5), 4096: (0.3, 0.2)}}  # averages 65, 60, 25 (by hand)
+    rows = []
+    for run, scores in runs.items():
+        recs = [_rec(t, "string_match_all", L, v, depth=0.5 if t != "cwe" else None)
+                for L, vals in scores.items() for t, v in zip(spec.tasks, vals)]
+        derived = group.derive_records(to_table(recs), spec)
+        assert [r["metrics"]["effective_length"] for r in derived if "effective_length" in r["metrics"]] == \
+            [1024 if run == "a" else 2048]
+        rows.append(to_table(recs + derived).assign(run=run))
+    grid, info = group.ruler_table(pd.concat(rows, ignore_index=True))
+    assert list(grid.columns) == [1024, 2048, 4096] and grid.loc["average"].tolist() == pytest.approx([65, 60, 25])
+    assert info["effective_length"] == 2048  # 65 and 60 >= 60, 25 is not
+
+
 @pytest.mark.slow
 def test_cli_ruler_group_end_to_end_and_report(lm, fake_data, tmp_path, capsys, monkeypatch):
-    import pandas as pd
-
     monkeypatch.delenv("LCTX_DATA_DIR", raising=False)
     monkeypatch.delenv("LCTX_CACHE_DIR", raising=False)
     out = tmp_path / "run"
@@ -629,6 +666,11 @@ def test_cli_ruler_group_end_to_end_and_report(lm, fake_data, tmp_path, capsys, 
     avg = t[(t["task"] == "ruler") & (t["metric"] == "average")]
     means = [100 * ok[(ok["task"] == k) & (ok["metric"] == group.task_metric(k))]["value"].mean() for k in SRC_TASKS]
     assert len(avg) == 1 and avg["value"].iloc[0] == pytest.approx(sum(means) / 13)
+    eff = t[(t["task"] == "ruler") & (t["metric"] == "effective_length")]  # one row, no length (harness/ruler.py)
+    assert len(eff) == 1 and eff["length"].isna().all()
+    assert eff["value"].iloc[0] == (1500 if avg["value"].iloc[0] >= 50 else 0)  # the only length: it, or 0 below
+    s = pd.read_csv(out / "summary.csv")
+    assert set(s.loc[s["task"] == "ruler", "metric"]) == {"average", "effective_length"}
     assert json.loads((out / "run.json").read_text())["ruler"]["threshold"] == 50
     assert (out / "plots" / "ruler_tiny.png").is_file() and (out / "plots" / "vt_heatmap_tiny.png").is_file()
     code, stdout, err = run_cli(["report", out, "--out", tmp_path / "rep"], capsys)
@@ -638,6 +680,16 @@ def test_cli_ruler_group_end_to_end_and_report(lm, fake_data, tmp_path, capsys, 
     assert (tmp_path / "rep" / "plots" / "ruler_tiny_rope.png").is_file()
     code, stdout, err = run_cli(["compare", out, "--baseline", out], capsys)  # the ruler rows have a direction
     assert code == 0, err
+    base = tmp_path / "base"  # a baseline 10 points better on the average, one length longer: both regress
+    base.mkdir()
+    s.loc[(s["task"] == "ruler") & (s["metric"] == "average"), "mean"] += 10
+    s.loc[(s["task"] == "ruler") & (s["metric"] == "effective_length"), "mean"] += 1500
+    s.to_csv(base / "summary.csv", index=False)
+    code, stdout, err = run_cli(["compare", out, "--baseline", base, "--out", tmp_path / "cmp"], capsys)
+    c = pd.read_csv(tmp_path / "cmp" / "compare.csv")
+    c = c[c["task"] == "ruler"].set_index("metric")
+    assert code == 1 and (c["direction"] == "higher").all() and (c["status"] == "regression").all(), c
+    assert c.loc["average", "diff"] == pytest.approx(-10)
     # QA left out without its data, and said so
     code, stdout, err = run_cli(args[:-4] + ["--data-dir", tmp_path / "empty_data"], capsys)
     assert code == 2 and "not a directory" in err
@@ -698,3 +750,13 @@ def test_chat_template_wraps_the_task(chat_lm, lm, fake_data, tmp_path, name, le
         assert 0 < s.depth < 0.5
     off = task.build(lm, cell, 0)  # the cache keeps chat on and off apart
     assert off.input_ids != s.input_ids and len(list((tmp_path / name).glob("*.json"))) == 2
+
+
+def test_samples_option_is_not_part_of_the_resume_key(fake_data):
+    # found on the SmolLM2 2K run: the ruler group sets cwe/fwe samples = samples x depths, so growing the depth
+    # list changed the recorded options and reran (and double-counted) samples already run; samples only picks
+    # which cells run, so the options that identify a sample must not contain it
+    for name in ("cwe", "fwe"):
+        a, b = make(name, fake_data, samples=3), make(name, fake_data, samples=5)
+        assert a.options == b.options and "samples" not in a.options
+        assert len(a.cells([1024], [0.5], 1)) == 3 and len(b.cells([1024], [0.5], 1)) == 5
