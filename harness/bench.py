@@ -839,12 +839,17 @@ def plot_bench(table, path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    from .plots import format_length, series_style
+
     ok = table[table["status"] == "ok"]
     fig, axes = plt.subplots(1, 2, figsize=(13, 5))
-    for (v, i), g in ok.groupby(["variant", "impl"], sort=False):
+    for k, ((v, i), g) in enumerate(ok.groupby(["variant", "impl"], sort=False)):
         g = g.sort_values("length")
-        axes[0].plot(g["length"], g["time_s"], marker="o", label=f"{v} [{i}]")
-        axes[1].plot(g["length"], g["peak_bytes"] / 2**20, marker="o", label=f"{v} [{i}]")
+        c, mk, ls = series_style(k)  # distinct (colour, marker) per line, as in the run and report figures
+        axes[0].plot(g["length"], g["time_s"], marker=mk, color=c, linestyle=ls, label=f"{v} [{i}]")
+        axes[1].plot(g["length"], g["peak_bytes"] / 2**20, marker=mk, color=c, linestyle=ls, label=f"{v} [{i}]")
     base = ok.dropna(subset=["base_time_s"]).groupby("length")[["base_time_s", "base_peak_bytes"]].median()
     if len(base):
         style = dict(ls="--", color="black", lw=2, label="sdpa_causal")
@@ -852,6 +857,10 @@ def plot_bench(table, path: Path) -> Path:
         axes[1].plot(base.index, base["base_peak_bytes"] / 2**20, marker="o", **style)
     for ax, name in zip(axes, ("forward time (s, median)", "peak memory (MiB)")):
         ax.set_xscale("log", base=2)
+        if len(ok):  # lengths labelled 256, 512, 1K like the other figures
+            ax.xaxis.set_major_locator(FixedLocator(sorted(set(int(x) for x in ok["length"]))))
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: format_length(x)))
+            ax.xaxis.set_minor_locator(NullLocator())
         ax.set_yscale("log")
         ax.set_xlabel("length (tokens)")
         ax.set_ylabel(name)

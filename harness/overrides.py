@@ -37,9 +37,11 @@ from dataclasses import dataclass, field
 import torch
 
 from lctx.errors import LctxError
+from lctx.registry import Registry
 
 # name -> default options (all numeric)
-OVERRIDES: dict[str, dict[str, float]] = {"ssmax": {"s": 1.0}, "alibi_lsh": {"s": 16, "seed": 0}}
+OVERRIDES: Registry[dict[str, float]] = Registry("--attn-override", {"ssmax": {"s": 1.0},
+                                                               "alibi_lsh": {"s": 16, "seed": 0}})
 ALIBI_MODEL_TYPES = ("bloom", "mpt", "falcon")
 
 

@@ -31,7 +31,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
-from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter, NullLocator
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator
 
 __all__ = [
     "PASSKEY_METRICS",
@@ -494,6 +494,40 @@ def depth_heatmaps(df: pd.DataFrame, out_dir: str | Path) -> list[Path]:
 # perplexity vs length
 # ----------------------------------------------------------------------------------------------
 
+def draw_ppl(ax, table: pd.DataFrame, pal: dict) -> bool:
+    """Draw perplexity vs context length on ``ax``: the one ppl figure of ``lctx run``
+    (:func:`ppl_vs_length`) and ``lctx report`` (its ``perplexity.png``).
+
+    ``table``: results rows (``task``, ``metric``, ``model``, ``variant`` or ``label``, ``length``
+    (tokens), ``value``, ``status``, ``train_length``); the ok ``ppl``/``ppl`` rows with a positive value
+    are averaged per (label, length), one line per label in ``pal``'s (colour, marker, line style)
+    (:func:`palette`); x: length on a log2 axis labelled 256, 512, 1K; y: log perplexity; each known
+    training length is a dashed line in its models' colours. Returns False (nothing drawn) without rows.
+    """
+    rows = table[(table["task"] == "ppl") & (table["metric"] == "ppl")]
+    rows = _ok(rows.assign(label=_labels(rows)))
+    rows = rows[rows["value"] > 0]
+    if rows.empty:
+        return False
+    lengths, trains = set(), {}
+    for lbl, g in rows.groupby("label", sort=False):
+        s = g.groupby(g["length"].astype("int64"))["value"].mean().sort_index()
+        c, mk, ls = pal[lbl]
+        ax.plot(s.index, s.values, marker=mk, color=c, linestyle=ls, linewidth=2, markersize=6, label=lbl)
+        lengths |= set(int(x) for x in s.index)
+        tl = g["train_length"].dropna()
+        if len(tl):
+            trains.setdefault(int(tl.mode().iloc[0]), []).append(c)
+    _length_axis(ax, lengths | set(trains))
+    mark_train_lengths(ax, trains)  # dashed lines in each model's colour, "train" under the tick
+    _log_y(ax, rows["value"], [1, 2, 5, 10, 15, 20, 30, 50, 70, 100, 150, 200, 300, 500, 700, 1000, 2000, 5000, 1e4])
+    ax.set_xlabel("Context length (tokens, log scale)")
+    ax.set_ylabel("Perplexity (log scale, lower is better)")
+    ax.set_title("Perplexity vs context length", fontsize=12, fontweight="bold", pad=8)
+    ax.grid(True, alpha=0.35)
+    return True
+
+
 def ppl_vs_length(df: pd.DataFrame, out_dir: str | Path) -> Path | None:
     """Plot sliding-window perplexity against context length, one line per model.
 
@@ -502,64 +536,24 @@ def ppl_vs_length(df: pd.DataFrame, out_dir: str | Path) -> Path | None:
     output directory. Output: the path ``<out_dir>/plots/ppl_vs_length.png`` it writes, or None
     (nothing written) when there are no usable ppl rows.
 
-    x is the length on a log2 axis labelled 256, 512, 1K, ...; y is perplexity, log-scaled when
-    the values span more than 10x. Each (model, variant) is a line with markers labelled
-    ``"model (variant)"``; its known training length is a dashed vertical line of the same colour
-    (one "train length" legend entry explains the dashes).
+    The axes are drawn by :func:`draw_ppl`, the figure ``lctx report`` draws too: x is the length on a
+    log2 axis labelled 256, 512, 1K, ...; y is log perplexity. Each (model, variant) is a line labelled
+    ``"model (variant)"`` in its :func:`palette` style; its known training length is a dashed vertical
+    line of the same colour (one "train length" legend entry explains the dashes).
     """
     rows = _select(df, "ppl")
     if rows.empty:
         return None
-    rows = rows[_ok_mask(rows) & (rows["metric"].astype("string") == "ppl")].copy()
-    rows["value"] = pd.to_numeric(rows["value"], errors="coerce")
-    rows["length"] = pd.to_numeric(rows["length"], errors="coerce")
-    rows = rows[np.isfinite(rows["value"]) & (rows["value"] > 0) & rows["length"].notna()]
-    if rows.empty:
-        return None
-
+    rows = rows.assign(**{c: pd.to_numeric(rows[c], errors="coerce") if c in rows.columns else np.nan
+                          for c in ("value", "length", "train_length")})
+    rows = rows.assign(label=_labels(rows), status=_ok_mask(rows).map({True: "ok", False: "not ok"}))
+    rows = rows[rows["length"].notna()]
     fig = _new_figure(9.5, 5.0)
     fig.set_layout_engine("constrained")
     ax = fig.add_subplot()
-    colors = matplotlib.colormaps["tab10"].colors
-    all_lengths: set[int] = set()
-    train_lines: dict[int, list] = {}
-    for i, (model, variant) in enumerate(_series_groups(rows)):
-        sel = _select(rows, "ppl", model, variant)
-        s = sel.groupby(sel["length"].astype("int64"))["value"].mean().sort_index()
-        if s.empty:
-            continue
-        c = colors[i % len(colors)]
-        marker = "os^Dv<>ph*"[i % 10]
-        ax.plot(s.index, s.values, marker=marker, color=c, linewidth=2, markersize=6,
-                label=_model_key(model, variant))
-        all_lengths.update(int(L) for L in s.index)
-        tl = _train_length(sel)
-        if tl is not None:
-            train_lines.setdefault(tl, []).append(c)
-
-    values = rows["value"].to_numpy(dtype=float)
-    ticks = sorted(all_lengths | set(train_lines))
-    ax.set_xscale("log", base=2)
-    ax.xaxis.set_major_locator(FixedLocator(ticks))
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: format_length(v)))
-    ax.xaxis.set_minor_locator(NullLocator())
-    lo, hi = min(ticks), max(ticks)
-    pad = 2 ** 0.35 if hi > lo else 4.0  # a lone length gets room either side
-    ax.set_xlim(lo / pad, hi * pad)
-    mark_train_lengths(ax, train_lines)  # dashed lines in each model's colour, "train" under the tick
-
-    vmin, vmax = float(values.min()), float(values.max())
-    if vmax / vmin > 10:
-        ax.set_yscale("log")
-        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-        ax.yaxis.set_minor_formatter(NullFormatter())
-        ax.set_ylabel("Perplexity (log scale, lower is better)")
-    else:
-        ax.set_ylabel("Perplexity (lower is better)")
-    ax.set_xlabel("Context length (tokens, log2 scale)")
-    ax.set_title("Sliding-window perplexity vs context length", fontsize=13, fontweight="bold", pad=8)
-    ax.grid(True, which="major", alpha=0.35)
+    if not draw_ppl(ax, rows, palette(list(dict.fromkeys(rows["label"])))):
+        return None
+    train_lines = _train_length(rows)
 
     handles, labels = ax.get_legend_handles_labels()
     if train_lines:
@@ -678,12 +672,22 @@ def make_plots(df: pd.DataFrame, out_dir: str | Path) -> list[Path]:
 # figure helpers shared with the report (lctx.harness.report), and the flatness ratio figure
 # ----------------------------------------------------------------------------------------------
 
+_MARKERS = "os^Dv<>ph*P"  # 11 markers: coprime with the 10 colours
+
+
+def series_style(i: int) -> tuple:
+    """(colour, marker, line style) of the i-th line of a figure (i >= 0): tab10 colour i mod 10, marker
+    (i mod 10 + i div 10) mod 11, so lines that share a colour (10 apart) never share a marker for the first
+    110 lines; solid lines for the first 10, dashed for the next 10, dotted after that."""
+    r, b = i % 10, i // 10
+    return (matplotlib.colormaps["tab10"].colors[r], _MARKERS[(r + b) % len(_MARKERS)],
+            ("-", (0, (5, 2)), (0, (1, 1.5)))[min(b, 2)])
+
+
 def palette(labels: list[str]) -> dict[str, tuple]:
-    """A (colour, marker, line style) per model label, stable across every plot of a report: tab10 colours,
-    solid lines for the first 10 models, dashed for the next 10, dotted after that."""
-    cmap = matplotlib.colormaps["tab10"].colors
-    return {lbl: (cmap[i % 10], "os^Dv<>ph*P"[i % 11], ("-", (0, (5, 2)), (0, (1, 1.5)))[min(i // 10, 2)])
-            for i, lbl in enumerate(labels)}
+    """A (colour, marker, line style) per label (:func:`series_style` in label order), stable across every
+    plot of a report or run; no two labels share a (colour, marker) pair."""
+    return {lbl: series_style(i) for i, lbl in enumerate(labels)}
 
 
 def _ok(df: pd.DataFrame) -> pd.DataFrame:

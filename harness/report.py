@@ -37,7 +37,7 @@ from lctx.errors import LctxError
 
 from .flatness import TASK as FLATNESS
 from .ruler import GROUP as RULER
-from .plots import (_DPI, _draw_ratio, _labels, _legend, _length_axis, _log_y, _model_key, _new_figure, _ok, _save,  # noqa: F401
+from .plots import (_DPI, _draw_ratio, _labels, draw_ppl, _legend, _length_axis, _log_y, _model_key, _new_figure, _ok, _save,  # noqa: F401
                     _shorten, format_length, mark_train_lengths, palette, ppl_ratio_plot, safe_filename)
 
 #: The task whose rows the perplexity section draws (and the flatness sweep derives its ratio from).
@@ -156,38 +156,13 @@ def load_runs(run_dirs: list[str | Path]) -> tuple[pd.DataFrame, list[dict]]:
     return table, metas
 
 
-def _draw_ppl(ax, table, pal) -> bool:
-    rows = table[(table["task"] == "ppl") & (table["metric"] == "ppl")]
-    rows = _ok(rows.assign(label=_labels(rows)))
-    rows = rows[rows["value"] > 0]
-    if rows.empty:
-        return False
-    lengths, trains = set(), {}
-    for lbl, g in rows.groupby("label", sort=False):
-        s = g.groupby(g["length"].astype("int64"))["value"].mean().sort_index()
-        c, mk, ls = pal[lbl]
-        ax.plot(s.index, s.values, marker=mk, color=c, linestyle=ls, linewidth=2, markersize=6, label=lbl)
-        lengths |= set(int(x) for x in s.index)
-        tl = g["train_length"].dropna()
-        if len(tl):
-            trains.setdefault(int(tl.mode().iloc[0]), []).append(c)
-    _length_axis(ax, lengths | set(trains))
-    mark_train_lengths(ax, trains)  # dashed lines in each model's colour, "train" under the tick
-    _log_y(ax, rows["value"], [1, 2, 5, 10, 15, 20, 30, 50, 70, 100, 150, 200, 300, 500, 700, 1000, 2000, 5000, 1e4])
-    ax.set_xlabel("Context length (tokens, log scale)")
-    ax.set_ylabel("Perplexity (log scale, lower is better)")
-    ax.set_title("Perplexity vs context length", fontsize=12, fontweight="bold", pad=8)
-    ax.grid(True, alpha=0.35)
-    return True
-
-
 def perplexity_figure(table: pd.DataFrame, out_dir: Path, pal, max_ratio: float = 1.1) -> Path | None:
     """``plots/perplexity.png``: perplexity vs length and the ppl ratio vs relative length side by side
     (see :func:`ppl_ratio_plot`); None without ppl rows."""
     fig = _new_figure(14.0, 5.2)
     fig.set_layout_engine("constrained")
     a1, a2 = fig.subplots(1, 2)
-    if not _draw_ppl(a1, table, pal):
+    if not draw_ppl(a1, table, pal):
         return None
     if not _draw_ratio(a2, table, pal, max_ratio):
         a2.set_axis_off()

@@ -16,8 +16,9 @@ Which path runs is ``config.attn_impl`` (``lctx run --attn-impl``):
 - ``"fast"``: the variant's kernel: Triton where Triton can run (:func:`triton_runs`), else the best
   CPU path (``blocked``: SDPA per query block with the prior as a view of its Toeplitz table; the LSH
   blocked kernel or ``exact-alibi``; ``vectorized``: the fixed-state scans over all chunks at once); a
-  variant without a fast path uses ``"sdpa"``. The path that actually ran is reported by
-  :func:`record_impl` / :func:`impls_used` and lands in the results table.
+  variant without a fast path uses ``"sdpa"``. Every variant picks its kernel by one rule,
+  :func:`choose_kernel`. The path that actually ran (``sdpa`` and PaTH's ``fla`` / ``reference`` included)
+  is reported by :func:`record_impl` / :func:`impls_used` and lands in the results table (``attn_kernel``).
 
 Threads on CPU: :func:`default_threads` / :func:`configure_threads` (the CLI's policy) and
 :func:`scan_threads` / :func:`intra_op_threads` (the fixed-state scans); README "Threads".
@@ -43,6 +44,29 @@ def triton_runs(device: torch.device | str) -> bool:
         return False
     dev = torch.device(device)
     return dev.type == "cuda" or os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def choose_kernel(variant: str, device: torch.device | str, *, needs_grad: bool, dtype: torch.dtype | None = None,
+                  flex: bool = True, cpu: str = "blocked", record: bool = True) -> str:
+    """The one rule by which every variant's ``attn_impl="fast"`` picks its kernel, noted with
+    :func:`record_impl` (unless ``record=False``: the caller refines the choice and records it itself).
+
+    ``"triton"`` when no gradient is needed (the Triton kernels are forward-only), Triton runs on
+    ``device`` (:func:`triton_runs`) and, off CUDA (the interpreter), ``dtype`` is float32 or not given
+    (bf16 ``tl.dot`` is broken in the interpreter); else ``"flex"`` (compiled FlexAttention) on CUDA when
+    the variant has a Flex form (``flex``); else ``cpu``, the variant's PyTorch fast form (``"blocked"``,
+    ``"vectorized"``). Returns the name chosen.
+    """
+    dev = torch.device(device)
+    if not needs_grad and triton_runs(dev) and (dev.type == "cuda" or dtype in (None, torch.float32)):
+        impl = "triton"
+    elif dev.type == "cuda" and flex:
+        impl = "flex"
+    else:
+        impl = cpu
+    if record:
+        record_impl(variant, impl)
+    return impl
 
 
 def record_impl(variant: str, impl: str) -> None:

@@ -428,10 +428,10 @@ def attend_fast(variant, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx)
     ``variant.prior_spec(ctx)`` describes the prior (``None``: not expressible, use the reference). q:
     [B, H, Tq, D] positioned queries; k, v: [B, H, past + Tq, D] (cache included). Picks the Triton
     kernel where Triton runs and no gradient is needed, else compiled FlexAttention on CUDA, else the
-    blockwise PyTorch form (:func:`flash_prior_blocked`, CPU, differentiable), and notes the choice with
-    :func:`lctx.kernels.record_impl`. Returns [B, H, Tq, D] in q's dtype.
+    blockwise PyTorch form (:func:`flash_prior_blocked`, CPU, differentiable), by
+    :func:`lctx.kernels.choose_kernel` (which records the choice). Returns [B, H, Tq, D] in q's dtype.
     """
-    from . import record_impl, triton_runs
+    from . import choose_kernel
 
     spec = variant.prior_spec(ctx)
     if spec is None or ctx.padded:
@@ -439,14 +439,11 @@ def attend_fast(variant, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx)
     mods = [variant] + ([ctx.shared] if isinstance(ctx.shared, torch.nn.Module) else [])  # the prior's owners
     needs_grad = torch.is_grad_enabled() and (any(t.requires_grad for t in (q, k, v))
                                               or any(p.requires_grad for m in mods for p in m.parameters()))
-    name = getattr(variant, "variant_name", "?")
-    if not needs_grad and triton_runs(q.device) and (q.is_cuda or q.dtype == torch.float32):
+    impl = choose_kernel(getattr(variant, "variant_name", "?"), q.device, needs_grad=needs_grad, dtype=q.dtype)
+    if impl == "triton":
         out, _ = flash_prior_triton(q, k, v, spec, past=ctx.past)
-        record_impl(name, "triton")
-    elif q.is_cuda:
+    elif impl == "flex":
         out, _ = flash_prior_flex(q, k, v, spec, past=ctx.past, need_lse=False)
-        record_impl(name, "flex")
     else:  # CPU: blockwise PyTorch (compiled Flex on CPU is slower and keeps a T x T buffer)
-        record_impl(name, "blocked")
         return flash_prior_blocked(q, k, v, spec, past=ctx.past).to(q.dtype)
     return out[0].to(q.dtype)

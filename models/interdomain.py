@@ -448,9 +448,13 @@ class _FixedState(AttentionVariant):
         :func:`lctx.kernels.interdomain_scan.interdomain_scan_cpu` / ``s4d_scan_cpu``: a few dozen ops
         instead of ~15 per chunk, differentiable) and ``"chunked"`` (this module's chunked form) with padding.
         T > 1 paths are noted with :func:`lctx.kernels.record_impl` (decode steps are not, so a prefill's
-        record stands).
+        record stands), ``"chunked"`` under "sdpa" too; the "reference" setting records nothing.
         """
         if self.config.attn_impl != "fast":
+            if self.config.attn_impl == "sdpa" and T > 1:  # the chunked form runs; the reference records nothing
+                from lctx.kernels import record_impl
+
+                record_impl(self.variant_name, "chunked")
             return None
         if T == 1:
             return None if ctx.padded else "decode"
@@ -460,7 +464,8 @@ class _FixedState(AttentionVariant):
         if ctx.padded:
             impl = "chunked"
         else:
-            impl = "triton" if kernels.triton_runs(device) and not wants_grad(*inputs) else "vectorized"
+            return kernels.choose_kernel(self.variant_name, device, needs_grad=wants_grad(*inputs), flex=False,
+                                         cpu="vectorized")
         kernels.record_impl(self.variant_name, impl)
         return impl
 

@@ -131,16 +131,17 @@ class ALiBiLSH(AttentionVariant):
         FlexAttention on CUDA, else the blockwise PyTorch form (CPU), or, on CPU with ``lsh_exact_dispatch``
         where :func:`lctx.kernels.lsh_blocks.prefer_exact` estimates it cheaper (short inputs), exact ALiBi
         through the blocked prior path (recorded as ``exact-alibi``)."""
-        from lctx.kernels import record_impl, triton_runs
+        from lctx.kernels import choose_kernel, record_impl
         from lctx.kernels.lsh_blocks import (bin_starts, lsh_attention_blocked, lsh_attention_flex,
                                              lsh_attention_triton, prefer_exact)
 
         needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-        if not needs_grad and triton_runs(q.device) and (q.is_cuda or q.dtype == torch.float32):
-            record_impl(self.variant_name, "triton")
+        impl = choose_kernel(self.variant_name, q.device, needs_grad=needs_grad, dtype=q.dtype, record=False)
+        if impl == "triton":
+            record_impl(self.variant_name, impl)
             return lsh_attention_triton(q, k, v, widths, offsets, past=ctx.past).to(q.dtype)
-        if q.is_cuda:
-            record_impl(self.variant_name, "flex")
+        if impl == "flex":
+            record_impl(self.variant_name, impl)
             return lsh_attention_flex(q, k, v, widths, offsets, past=ctx.past).to(q.dtype)
         pos = torch.arange(ctx.past, k.shape[2], device=q.device)
         ks = bin_starts(pos, widths, offsets)
@@ -164,5 +165,9 @@ class ALiBiLSH(AttentionVariant):
             out = self._fast(q, k, v, widths, offsets, ctx)
             if out is not None:
                 return out
+        if self.config.attn_impl == "sdpa":  # no SDPA form: this module's blockwise form ran (reference: unrecorded)
+            from lctx.kernels import record_impl
+
+            record_impl(self.variant_name, "reference")
         return lsh_attention(q, k, v, ctx.q_pos, ctx.k_pos, ctx.mask(), widths.to(q.device),
                              offsets.to(q.device), block=self.block)

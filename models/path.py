@@ -274,9 +274,14 @@ class PaTH(AttentionVariant):
             raise RuntimeError(f"PaTH layer {self.layer_idx}: the cache state holds "
                                f"{0 if past_keys is None else past_keys.shape[2]} transported keys but the KV "
                                f"cache {past}; restore the post-prompt lctx_states snapshot after cropping")
+        from lctx.kernels import record_impl
+
         if self._use_fla(q, past, valid):
+            record_impl(self.variant_name, "fla")  # fla-core's chunk kernel (module docstring)
             out, keys, gate = self._fla_forward(q, k, v, w, beta, log_f, want_cache=ctx.cache is not None)
         else:
+            if self.config.attn_impl != "reference":  # the reference setting records nothing, as elsewhere
+                record_impl(self.variant_name, "reference")  # the PyTorch blockwise form: this module's reference
             out, keys, gate = path_attention(q, k, v, w, beta, ctx.mask(), past_keys, log_f,
                                              state.get("gate") if state else None, block=self.block)
         if ctx.cache is not None:

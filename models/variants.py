@@ -21,8 +21,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-VARIANTS: dict[str, type["AttentionVariant"]] = {}
-MODIFIERS: dict[str, type["AttentionVariant"]] = {}
+from lctx.kernels import record_impl
+from lctx.registry import Registry
+
+VARIANTS: Registry[type["AttentionVariant"]] = Registry("attention variant")
+MODIFIERS: Registry[type["AttentionVariant"]] = Registry("attention modifier")
 _COMPOSED: dict[str, type["AttentionVariant"]] = {}
 
 
@@ -33,14 +36,7 @@ def register_variant(name: str) -> Callable[[type], type]:
         ValueError: ``name`` is already registered.
     """
 
-    def deco(cls: type) -> type:
-        if name in VARIANTS:
-            raise ValueError(f"attention variant {name!r} is already registered")
-        cls.variant_name = name
-        VARIANTS[name] = cls
-        return cls
-
-    return deco
+    return VARIANTS.decorator(name, setup=lambda cls: setattr(cls, "variant_name", name))
 
 
 def register_modifier(name: str) -> Callable[[type], type]:
@@ -51,13 +47,9 @@ def register_modifier(name: str) -> Callable[[type], type]:
         ValueError: ``name`` is already registered.
     """
 
-    def deco(cls: type) -> type:
-        if name in MODIFIERS or name in VARIANTS:
-            raise ValueError(f"attention modifier {name!r} is already registered")
-        MODIFIERS[name] = cls
-        return cls
-
-    return deco
+    if name in VARIANTS:
+        raise ValueError(f"attention modifier {name!r} is already registered as a variant")
+    return MODIFIERS.decorator(name)
 
 
 def get_variant(name: str) -> type["AttentionVariant"]:
@@ -73,7 +65,7 @@ def get_variant(name: str) -> type["AttentionVariant"]:
         return _COMPOSED[name]
     base, *mods = name.split("+")
     if base not in VARIANTS or not mods:
-        raise KeyError(f"unknown attention variant {name!r}; known: {', '.join(sorted(VARIANTS))}, "
+        raise KeyError(f"unknown attention variant {name!r}; known: {VARIANTS.known()}, "
                        f"optionally +{'/+'.join(sorted(MODIFIERS)) or 'modifier'}")
     if len(set(mods)) != len(mods):
         raise KeyError(f"attention variant {name!r} repeats a modifier; write each +modifier once")
@@ -278,6 +270,7 @@ class AttentionVariant(nn.Module):
         mask = ctx.memo[key]
         if bias is not None:
             mask = mask + bias.to(q.dtype)
+        record_impl(getattr(self, "variant_name", "?"), "sdpa")
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 

@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
 from lctx.errors import LctxError
+from lctx.registry import Registry
 
-TASKS: dict[str, type["Task"]] = {}
+TASKS: Registry[type["Task"]] = Registry("task", replace=True)  # a task file may be reloaded
 
 #: A greedy decode step (one token through the model with its KV cache) costs about as much as prefilling
 #: this many tokens: measured on the bundled model on 2 CPU cores, a decode step takes ~60-80 ms where a
@@ -226,8 +227,7 @@ def register_task(cls: type[Task]) -> type[Task]:
         raise LctxError(f"task class {cls.__name__} must set `name` and `metrics`")
     if not cls.__dict__.get("description") and cls.__dict__.get("__doc__"):
         cls.description = doc_summary(cls.__doc__)  # the class's own docstring beats an inherited description
-    TASKS[cls.name] = cls
-    return cls
+    return TASKS.add(cls.name, cls)
 
 
 def doc_summary(doc: str | None) -> str:
@@ -319,13 +319,12 @@ class TaskInfo(NamedTuple):
 #: Names ``lctx run --tasks`` accepts that are not :class:`Task` classes but derived steps of the harness
 #: (``flatness``, ``ruler``: :mod:`lctx.harness.derived`), {name: TaskInfo}; each registers itself on import
 #: with :func:`register_group`, so the tasks layer lists them without importing the harness.
-GROUPS: dict[str, TaskInfo] = {}
+GROUPS: Registry[TaskInfo] = Registry("derived task name", replace=True)
 
 
 def register_group(info: TaskInfo) -> TaskInfo:
     """Add a derived name to :func:`task_catalog` (:data:`GROUPS`); returns ``info``."""
-    GROUPS[info.name] = info
-    return info
+    return GROUPS.add(info.name, info)
 
 
 def task_catalog() -> list[TaskInfo]:

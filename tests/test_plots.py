@@ -169,3 +169,40 @@ def test_helpers():
         "256", "512", "1K", "2K", "1.5K", "128K", "1M", "1000"]
     assert safe_filename("org/model name:v1") == "org_model_name_v1"
     assert safe_filename("../..") == "model"
+
+
+def test_palette_pairs_are_distinct():
+    """20 series (bench.png draws 14) get 20 different (colour, marker) pairs; the first 10 keep tab10's
+    colours in order, and the 11th reuses colour 0 with another marker (and a dashed line)."""
+    from lctx.harness.plots import palette, series_style
+
+    pal = palette([f"s{i}" for i in range(20)])
+    pairs = [(c, m) for c, m, _ in pal.values()]
+    assert len(set(pairs)) == 20
+    assert len({c for c, _ in pairs[:10]}) == 10
+    assert pal["s10"][0] == pal["s0"][0] and pal["s10"][1] != pal["s0"][1] and pal["s10"][2] != "-"
+    assert len({series_style(i)[:2] for i in range(110)}) == 110  # 10 colours x 11 markers, coprime
+
+
+def test_run_and_report_draw_one_ppl_figure(tmp_path):
+    """lctx run's ppl_vs_length.png and the report's perplexity panel come from one function (draw_ppl)."""
+    import lctx.harness.report as report
+    from lctx.harness import plots
+
+    assert report.draw_ppl is plots.draw_ppl and not hasattr(report, "_draw_ppl")
+    calls = []
+    real = plots.draw_ppl
+
+    def spy(ax, table, pal):
+        calls.append(sorted(pal))
+        return real(ax, table, pal)
+
+    plots.draw_ppl = spy
+    try:
+        df = pd.DataFrame({"model": ["m", "m"], "variant": ["rope", "rope"], "task": ["ppl", "ppl"],
+                           "metric": ["ppl", "ppl"], "length": [256, 512], "value": [10.0, 12.0],
+                           "status": ["ok", "ok"], "train_length": [256, 256]})
+        assert plots.ppl_vs_length(df, tmp_path) is not None
+    finally:
+        plots.draw_ppl = real
+    assert calls == [["m (rope)"]]
