@@ -221,7 +221,7 @@ def test_run_lmeval_matches_independent_scoring_and_resumes(tiny_data, tmp_path,
     arc_file.write_text(arc_file.read_text().replace("clouds", "CLOUDS"))
     os.utime(arc_file, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert arc_file.stat().st_size == st.st_size
-    third = lmeval.run_lmeval([lm], specs, source, out, data_dir=tiny_data, progress=False, log=lambda *_: None)
+    third = lmeval_run.run_lmeval([lm], specs, source, out, data_dir=tiny_data, progress=False, log=lambda *_: None)
     assert third["ran"] == 3 and third["skipped"] == 2  # arc_easy's 3 questions rerun, mmlu's 2 resume
     t = pd.read_parquet(out / "results.parquet")
     assert t[t["task"] == "arc_easy"]["data_fingerprint"].nunique() == 1 and (t["status"] == "ok").all()
