@@ -30,3 +30,30 @@ def assert_one_line_error(code, err, *needles):
     assert lines[0].startswith("error: ") and "Traceback" not in err
     for n in needles:
         assert n in lines[0], (n, lines[0])
+
+
+def write_niah_data(root):
+    """A RULER-shaped data folder under ``root``: ``ruler/PaulGrahamEssays.json`` (150 sentences, every third
+    a question, 1.2k words) and two short wonderwords lists; returns ``root``."""
+    import json
+
+    (root / "ruler" / "wonderwords").mkdir(parents=True)
+    sents = [f"Sentence {i} tells a short story about the sea." if i % 3 else f"Is this line {i} a question?"
+             for i in range(150)]
+    (root / "ruler" / "PaulGrahamEssays.json").write_text(json.dumps({"text": "  ".join(sents) + "\n"}))
+    (root / "ruler" / "wonderwords" / "adjectivelist.txt").write_text("quick\nlazy\ngreen\nbold\nshy\n")
+    (root / "ruler" / "wonderwords" / "nounlist.txt").write_text("fox\ndog\nriver\nstone\ncloud\nlamp\n")
+    return root
+
+
+def tiny_lm(path, tokenizer, variant: str = "rope"):
+    """A random-init (seed 0) 2-layer lctx model with ``tokenizer``, saved to ``path`` and loaded as an LM."""
+    import torch
+
+    from lctx.harness.lm import load_lm
+    from lctx.models import LctxForCausalLM
+
+    torch.manual_seed(0)
+    LctxForCausalLM(tiny_config(variant, vocab_size=len(tokenizer))).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return load_lm(str(path), device="cpu")

@@ -18,14 +18,9 @@ BUNDLED = Path(__file__).resolve().parents[1] / "models" / "checkpoints" / "pydo
 @pytest.fixture(scope="module")
 def fake_data(tmp_path_factory) -> Path:
     """A RULER-shaped data folder (as tests/test_niah.py): an essay of 150 sentences and word lists."""
-    root = tmp_path_factory.mktemp("ruler_data")
-    (root / "ruler" / "wonderwords").mkdir(parents=True)
-    sents = [f"Sentence {i} tells a short story about the sea." if i % 3 else f"Is this line {i} a question?"
-             for i in range(150)]
-    (root / "ruler" / "PaulGrahamEssays.json").write_text(json.dumps({"text": "  ".join(sents) + "\n"}))
-    (root / "ruler" / "wonderwords" / "adjectivelist.txt").write_text("quick\nlazy\ngreen\nbold\nshy\n")
-    (root / "ruler" / "wonderwords" / "nounlist.txt").write_text("fox\ndog\nriver\nstone\ncloud\nlamp\n")
-    return root
+    from helpers import write_niah_data
+
+    return write_niah_data(tmp_path_factory.mktemp("ruler_data"))
 
 
 def _tiny_lm(tmp_path, tokenizer, variant, **kw):

@@ -79,29 +79,17 @@ def ruler_src_string_match_part(preds, refs):
 @pytest.fixture(scope="module")
 def fake_data(tmp_path_factory) -> Path:
     """A RULER-shaped data folder: an essay of 150 numbered sentences (1.2k words) and word lists."""
-    root = tmp_path_factory.mktemp("ruler_data")
-    (root / "ruler" / "wonderwords").mkdir(parents=True)
-    sents = [f"Sentence {i} tells a short story about the sea." if i % 3 else f"Is this line {i} a question?"
-             for i in range(150)]
-    (root / "ruler" / "PaulGrahamEssays.json").write_text(json.dumps({"text": "  ".join(sents) + "\n"}))
-    (root / "ruler" / "wonderwords" / "adjectivelist.txt").write_text("quick\nlazy\ngreen\nbold\nshy\n")
-    (root / "ruler" / "wonderwords" / "nounlist.txt").write_text("fox\ndog\nriver\nstone\ncloud\nlamp\n")
-    return root
+    from helpers import write_niah_data
+
+    return write_niah_data(tmp_path_factory.mktemp("ruler_data"))
 
 
 @pytest.fixture(scope="module")
 def lm(tmp_path_factory, tokenizer):
     """A random-init 2-layer lctx model with the suite's 400-token BPE (digits split)."""
-    import torch
+    from helpers import tiny_lm
 
-    from helpers import tiny_config
-    from lctx.models import LctxForCausalLM
-
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("ck") / "tiny"
-    LctxForCausalLM(tiny_config("rope", vocab_size=len(tokenizer))).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return load_lm(str(path), device="cpu")
+    return tiny_lm(tmp_path_factory.mktemp("ck") / "tiny", tokenizer)
 
 
 def make(name, fake_data, **kw):

@@ -81,16 +81,9 @@ def fake_data(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def lm(tmp_path_factory, tokenizer):
     """A random-init 2-layer lctx model with the suite's 400-token BPE (digits split)."""
-    import torch
+    from helpers import tiny_lm
 
-    from helpers import tiny_config
-    from lctx.models import LctxForCausalLM
-
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("ck") / "tiny"
-    LctxForCausalLM(tiny_config("rope", vocab_size=len(tokenizer))).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return load_lm(str(path), device="cpu")
+    return tiny_lm(tmp_path_factory.mktemp("ck") / "tiny", tokenizer)
 
 
 def make(name, fake_data, **kw):
