@@ -17,7 +17,6 @@ import yaml
 
 from lctx.cli import main
 from lctx.errors import LctxError
-from lctx.harness.lm import load_lm
 from lctx.tasks import Cell, get_task
 from lctx.tasks import niah
 from lctx.tasks.niah import (NIAHBuilder, RULER_CONFIGS, join_queries, postprocess_pred, ruler_template,
