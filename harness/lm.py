@@ -324,14 +324,18 @@ class LM(TokenizerSide):
         return self._forward(ids, cache, keep) if mask is None else self._forward(ids, cache, keep, mask)
 
     @torch.inference_mode()
-    def prefill(self, ids: list[int], want: list[int] | None = None) -> tuple[Prefix, dict[int, torch.Tensor]]:
+    def prefill(self, ids: list[int], want: list[int] | None = None,
+                on_logits=None) -> tuple[Prefix, dict[int, torch.Tensor]]:
         """Run ``ids`` (length T) through the model in chunks of ``chunk_size`` tokens into a fresh KV cache.
 
         ``want``: positions p (0 <= p < T) whose next-token logits are needed besides the last one.
         Returns the :class:`Prefix` (cache + logits after position T-1) and {p: logits [vocab] float32}.
         Peak activation memory is O(chunk_size * (T + vocab)) per layer; logits are computed only at
         the wanted positions. lctx models prefill into a KV cache preallocated for T +
-        ``decode_budget`` tokens.
+        ``decode_budget`` tokens. ``on_logits(positions: list[int], logits [k, vocab] float32)``, when given,
+        receives each chunk's wanted logits instead of the returned dict (which then holds position T-1
+        only), so a caller that reduces them (:meth:`token_nll`) never holds T x vocab floats at once
+        (16K tokens x SmolLM2's 49,152-token vocabulary is 3.2 GB in float32).
 
         Raises:
             ValueError: empty ``ids``.
@@ -350,7 +354,13 @@ class LM(TokenizerSide):
             idx = wanted[(wanted >= s) & (wanted < e)]
             keep = idx - s if len(idx) else torch.tensor([e - s - 1], device=self.device)
             logits, cache = self._forward(x[s:e], cache, keep)
-            for j, p in enumerate((idx if len(idx) else keep + s).tolist()):
+            pos = (idx if len(idx) else keep + s).tolist()
+            if on_logits is not None and len(idx):
+                on_logits(pos, logits)
+                if pos[-1] == T - 1:
+                    got[T - 1] = logits[-1]
+                continue
+            for j, p in enumerate(pos):
                 got[p] = logits[j]
         states = getattr(cache, "lctx_states", None)
         snapshot = {k: {n: t.clone() for n, t in st.items()} for k, st in states.items()} if states else None
@@ -525,7 +535,8 @@ class LM(TokenizerSide):
     @torch.inference_mode()
     def token_nll(self, ids: list[int], targets: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         """NLL (nats, float64) of ``ids[p]`` given ``ids[:p]`` for each p in ``targets`` (1 <= p < T),
-        and whether it was the argmax. One chunked prefill over ``ids[:max(targets)]``.
+        and whether it was the argmax. One chunked prefill over ``ids[:max(targets)]``; memory: one chunk's
+        logits and a 512 x vocab float64 block at a time (:meth:`prefill` ``on_logits``), not T x vocab.
 
         Raises:
             ValueError: a target outside [1, T).
@@ -534,11 +545,20 @@ class LM(TokenizerSide):
             return torch.zeros(0, dtype=torch.float64), torch.zeros(0, dtype=torch.bool)
         if min(targets) < 1 or max(targets) >= len(ids):
             raise ValueError(f"targets must lie in [1, {len(ids)}), got {min(targets)}..{max(targets)}")
-        _, got = self.prefill(ids[: max(targets)], want=[p - 1 for p in targets])
-        lg = torch.stack([got[p - 1] for p in targets]).double()
-        tgt = torch.tensor([ids[p] for p in targets], device=lg.device)
-        nll = -torch.log_softmax(lg, -1).gather(-1, tgt[:, None])[:, 0]
-        return nll.cpu(), (lg.argmax(-1) == tgt).cpu()
+        scored: dict[int, tuple[float, bool]] = {}  # position p - 1 -> (nll of ids[p], top-1)
+
+        def reduce(pos: list[int], logits: torch.Tensor) -> None:
+            # per chunk, in blocks of 512 rows: float64 log-softmax of [512, vocab], never [T, vocab]
+            for b in range(0, len(pos), 512):
+                lg = logits[b:b + 512].double()
+                tgt = torch.tensor([ids[p + 1] for p in pos[b:b + 512]], device=lg.device)
+                nll = -torch.log_softmax(lg, -1).gather(-1, tgt[:, None])[:, 0]
+                for p, v, t in zip(pos[b:b + 512], nll.tolist(), (lg.argmax(-1) == tgt).tolist()):
+                    scored[p] = (v, t)
+
+        self.prefill(ids[: max(targets)], want=[p - 1 for p in targets], on_logits=reduce)
+        return (torch.tensor([scored[p - 1][0] for p in targets], dtype=torch.float64),
+                torch.tensor([scored[p - 1][1] for p in targets], dtype=torch.bool))
 
 
 def load_lm(path: str, device: str = "auto", dtype: str = "float32", name: str | None = None,
