@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The SmolLM2-135M-Instruct evaluation of issue 11 (GGUF Q4_1, dequantised to float32), scaled down to fit
-# about an hour of one shared CPU core (see README.md for the reductions), plus lm-eval run directly on the
-# same weights, data and --limit for the MMLU/ARC cross-check.
+# The SmolLM2-135M-Instruct evaluation of issue 11 (GGUF Q4_1, dequantised to float32), scaled to what one
+# shared CPU core runs in a session (see README.md for what was run and what was cut), plus lm-eval run
+# directly on the same weights, data and --limit for the MMLU/ARC cross-check.
 # Usage (from the repository root): bash results/2026-12-01-smollm2-135m/run.sh [OUT]
 #   LCTX_DATA_DIR  data root (default ../shared/data)
 #   JOB_PREFIX     command put before each job, e.g. "flock /work/heavy.lock nice -n 5" (default: none)
@@ -9,9 +9,9 @@
 #                  ones are skipped (default: none)
 #   ONLY / SKIP    space-separated job names (as in timings.tsv) to run only / to leave out
 #   MMLU_SUBJECTS  how many MMLU subjects (alphabetical) the MMLU cross-check covers (default 57)
-# Each job writes OUT/<job>/ (an lctx run directory or lm-eval output), OUT/<job>.log (with /usr/bin/time -v:
-# wall time and peak RSS) and a line "job start end rc" in OUT/timings.tsv. Jobs resume: rerunning skips
-# the finished samples of lctx jobs.
+# Each job writes an lctx run directory (OUT/<job>/, or the one named by DIR=) or lm-eval output, OUT/<job>.log
+# (with /usr/bin/time -v: wall time, CPU time and peak RSS) and a line "job start end rc" in OUT/timings.tsv.
+# Jobs resume: rerunning skips the finished samples of lctx jobs; jobs sharing a run directory add to it.
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 DATA=${LCTX_DATA_DIR:-../shared/data}
@@ -26,46 +26,61 @@ stamp() { date -u +%FT%TZ; }
 left() {  # seconds to STOP_AT (an HH:MM UTC time, optional), 0 = no limit (timeout 0 runs without one)
   if [ -z "${STOP_AT:-}" ]; then echo 0; else echo $(( $(date -u -d "$STOP_AT" +%s) - $(date -u +%s) )); fi
 }
+wanted() {  # wanted NAME: the job passes the ONLY / SKIP filters
+  if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $1 "* ]]; then return 1; fi
+  [[ " ${SKIP:-} " != *" $1 "* ]]
+}
 timed() {  # timed NAME CMD...: CMD under JOB_PREFIX and /usr/bin/time -v, stopped at STOP_AT; a line in timings.tsv
   local name=$1; shift; local t0 t rc; t0=$(stamp); t=$(left)
-  if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then return; fi
-  if [[ " ${SKIP:-} " == *" $name "* ]]; then return; fi
+  wanted "$name" || return 0
   if [ -n "${STOP_AT:-}" ] && [ "$t" -lt 120 ]; then
     printf '%s\t%s\t%s\t%s\n' "$name" "$t0" "$t0" "skipped: past STOP_AT" >> "$OUT/timings.tsv"; return; fi
   timeout "$t" $P /usr/bin/time -v "$@" >> "$OUT/$name.log" 2>&1; rc=$?
   printf '%s\t%s\t%s\t%s\n' "$name" "$t0" "$(stamp)" "$rc" >> "$OUT/timings.tsv"
 }
-job() {  # job NAME lctx run options...
+job() {  # [DIR=run-dir] job NAME lctx run options...  (run directory OUT/DIR, default OUT/NAME)
   local name=$1; shift
-  timed "$name" lctx run --model "$G" "$@" "${C[@]}" --out "$OUT/$name"
+  timed "$name" lctx run --model "$G" "$@" "${C[@]}" --out "$OUT/${DIR:-$name}"
 }
 direct() {  # direct NAME lm_eval options...  (lm-eval's own CLI on the dequantised HF directory)
   local name=$1; shift
   timed "direct-$name" lm_eval --model hf --model_args "pretrained=$OUT/smollm2-hf,dtype=float32" --device cpu \
     --batch_size 32 --include_path "$OUT/direct/tasks" --log_samples "$@" --output_path "$OUT/direct/out-$name"
 }
-# the same weights as an HF directory (lctx's own GGUF dequantisation) and lm-eval task YAMLs reading the
-# same local data files as lctx (lm-eval's YAMLs with only the data source replaced)
-[ -f "$OUT/smollm2-hf/model.safetensors" ] || lctx convert gguf "$G" --out "$OUT/smollm2-hf"
-[ -f "$OUT/direct/mmlu_tasks.txt" ] || python "$HERE/lmeval_direct.py" prepare --data-dir "$DATA" --work "$OUT/direct"
-# T = 8192 (max_position_embeddings) is the training length the report's flatness columns use
+prepare_direct() {  # the same weights as an HF directory (lctx's own GGUF dequantisation) and lm-eval task YAMLs
+  # reading the same local data files as lctx (lm-eval's YAMLs with only the data source replaced)
+  [ -f "$OUT/smollm2-hf/model.safetensors" ] || lctx convert gguf "$G" --out "$OUT/smollm2-hf"
+  [ -f "$OUT/direct/mmlu_tasks.txt" ] || python "$HERE/lmeval_direct.py" prepare --data-dir "$DATA" --work "$OUT/direct"
+}
+if wanted mmlu || wanted direct-arc || wanted direct-mmlu; then prepare_direct; fi
+# T = 8192 (max_position_embeddings, the only training length the checkpoint declares) is the training length
+# of the report's flatness columns (ppl ratio PPL(L)/PPL(T), flat until, effective length)
 T=(--train-length 8192)
-PK=(--tasks passkey "${T[@]}" --depths 0,0.5,1 --samples 1)
-PPL=(--tasks ppl "${T[@]}" --ppl-data "$PG" --ppl-max-tokens 8192 --stride 1)  # first 8192 tokens, disjoint windows
-job passkey "${PK[@]}" --lengths 1k,2k,4k
+D5=(--depths 0,0.25,0.5,0.75,1 --samples 2)
+# a. passkey, chat template off: 1K-8K, then 16K (past max_position_embeddings) at depths 0, 0.5, 1 in the
+#    same run directory (its job's /usr/bin/time -v in passkey-16k.log is the peak RSS at 16K)
+job passkey --tasks passkey "${T[@]}" "${D5[@]}" --lengths 1k,2k,4k,8k
+DIR=passkey job passkey-16k --tasks passkey "${T[@]}" --depths 0,0.5,1 --samples 2 --lengths 16k --allow-beyond-max
+# b. passkey, chat template on, 1K-8K
+job passkey-chat --tasks passkey "${T[@]}" "${D5[@]}" --lengths 1k,2k,4k,8k --chat-template on
+# c. ppl on pg98 (never used to train lctx's own models): the first 16384 tokens, disjoint windows
+#    (--stride 1 = the whole window), window 256 to 16K; in the passkey run directory, so that its flatness
+#    rows (PPL(L)/PPL(8K), flat until, effective length) come from one run
+DIR=passkey job ppl --tasks ppl "${T[@]}" --ppl-data "$PG" --ppl-max-tokens 16384 --stride 1 \
+  --lengths 256,512,1k,2k,4k,8k,16k --allow-beyond-max
+# d. item 6: lctx's passkey sample against a transformers generate loop, same prompt ids, one process, 2
+#    repeats in swapped order
+timed speed-4k python -m lctx.harness.generate_speed --model "$G" --length 4k --repeats 2 --cache-dir "$OUT/cache"
+# a, completed: 16K at depths 0.25 and 0.75 too (resumes the passkey run directory)
+DIR=passkey job passkey-16k-5d --tasks passkey "${T[@]}" "${D5[@]}" --lengths 16k --allow-beyond-max
+# ARC (first 50 test questions), MMLU (first question of each subject, 5-shot): lctx and lm-eval direct
 job arc --tasks arc_easy,arc_challenge --num-fewshot 0 --limit 50
 direct arc --tasks direct_arc_easy,direct_arc_challenge --num_fewshot 0 --limit 50
-job passkey-chat "${PK[@]}" --lengths 1k,2k,4k --chat-template on
-# item 6: lctx's passkey sample against a transformers generate loop, same prompt, one process
-timed speed-4k python -m lctx.harness.generate_speed --model "$G" --length 4k --repeats 1 --cache-dir "$OUT/cache"
+if [ -f "$OUT/direct/mmlu_tasks.txt" ]; then
+  SUBJ=$(tr ',' '\n' < "$OUT/direct/mmlu_tasks.txt" | head -n "${MMLU_SUBJECTS:-57}" | paste -sd, -)
+  job mmlu --tasks "${SUBJ//direct_mmlu_/mmlu_}" --num-fewshot 5 --limit 1
+  direct mmlu --tasks "$SUBJ" --num_fewshot 5 --limit 1
+fi
+# RULER NIAH at 1K (see the RULER helper's results/2026-12-01-smollm2-ruler/ for NIAH on this model)
 job niah --tasks niah_single_1,niah_single_2,niah_single_3,niah_multikey_1,niah_multivalue,niah_multiquery \
   "${T[@]}" --lengths 1k --depths 0.5 --samples 1
-job ppl "${PPL[@]}" --lengths 256,512,1k,2k,4k
-# MMLU: the first question of each of the first MMLU_SUBJECTS subjects (alphabetical; default all 57), 5-shot
-SUBJ=$(tr ',' '\n' < "$OUT/direct/mmlu_tasks.txt" | head -n "${MMLU_SUBJECTS:-57}" | paste -sd, -)
-job mmlu --tasks "${SUBJ//direct_mmlu_/mmlu_}" --num-fewshot 5 --limit 1
-direct mmlu --tasks "$SUBJ" --num_fewshot 5 --limit 1
-job passkey "${PK[@]}" --lengths 1k,2k,4k,8k
-job ppl "${PPL[@]}" --lengths 256,512,1k,2k,4k,8k
-# past max_position_embeddings; the job's peak RSS (/usr/bin/time -v in passkey-16k.log) is the 16K figure
-job passkey-16k --tasks passkey "${T[@]}" --lengths 16k --depths 0.5 --samples 1 --allow-beyond-max
