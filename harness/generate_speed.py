@@ -12,6 +12,14 @@ Hugging Face checkpoint the directory; ``--hf-dir`` names another (e.g. ``lctx c
 digit score (``Passkey.score``); the baseline = tokenise + ``generate`` (greedy, the same number of new
 tokens) + parse. The peak RSS printed is the process's (both sides together); the peak RSS of one 16K
 lctx sample is measured in a fresh process with ``--rss-only``.
+
+Where lctx's time goes: each lctx sample is timed by phase (prefill, greedy decode, teacher-forced digit
+score: the three steps of :meth:`lctx.tasks.base.Task.score`, run here one by one); ``--chunk-sizes
+2048,4096`` runs one lctx side per prefill chunk size (4096 at 4K = one forward, as ``generate`` does);
+``--profile FILE`` writes a cProfile of one more lctx sample and prints its top functions.
+
+    python -m lctx.harness.generate_speed --model ... --length 4k --repeats 2 --chunk-sizes 2048,4096 \
+        --profile OUT/speed.prof
 """
 
 from __future__ import annotations
@@ -62,6 +70,9 @@ def main() -> None:
     ap.add_argument("--depth", type=float, default=0.5)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--rss-only", action="store_true", help="one lctx sample, then its peak RSS (fresh process)")
+    ap.add_argument("--chunk-sizes", default=None,
+                    help="comma-separated prefill chunk sizes (tokens), one lctx side each (default: lctx's 2048)")
+    ap.add_argument("--profile", default=None, help="write a cProfile of one more lctx sample to this file")
     a = ap.parse_args()
 
     import torch
@@ -93,23 +104,58 @@ def main() -> None:
     print(f"threads {torch.get_num_threads()}; prompt {len(sample.input_ids)} tokens; key {sample.meta['key']}",
           flush=True)
 
-    def run_lctx():
-        s = copy.deepcopy(sample)
-        return task.score(lm, s), s.meta["continuation"]
+    from lctx.tasks.base import Task
 
-    times = {"lctx": [], "generate": []}
+    if type(task).score is not Task.score:  # run_lctx below replays Task.score step by step
+        raise SystemExit(f"error: {type(task).__name__} overrides Task.score; the phase timings would not be its own")
+    chunks = [int(c) for c in a.chunk_sizes.split(",")] if a.chunk_sizes else [lm.chunk_size]
+
+    def run_lctx(chunk: int):
+        """One lctx sample: Task.score's three steps (prefill, greedy, score_generated), each timed (s)."""
+        s = copy.deepcopy(sample)
+        lm.chunk_size = chunk
+        t0 = time.perf_counter()
+        prefix, _ = lm.prefill(s.input_ids)
+        t1 = time.perf_counter()
+        stops, n = task.stop_ids(lm), task.max_new_tokens_for(s)
+        cont = lm.greedy(prefix, n) if stops is None else lm.greedy(prefix, n, stops)
+        t2 = time.perf_counter()
+        m = task.score_generated(lm, s, prefix, cont)
+        t3 = time.perf_counter()
+        return (m, s.meta["continuation"]), {"prefill": t1 - t0, "decode": t2 - t1, "digit score": t3 - t2}
+
+    sides = [f"lctx/{c}" for c in chunks] + ["generate"]
+    times = {k: [] for k in sides}
     for r in range(a.repeats):
-        order = ["lctx", "generate"] if r % 2 == 0 else ["generate", "lctx"]
+        order = sides[r % len(sides):] + sides[:r % len(sides)]  # each side goes first in turn
         for side in order:
             t0 = time.perf_counter()
-            out = run_lctx() if side == "lctx" else run_hf(ids)
+            if side == "generate":
+                out, phases = run_hf(ids), None
+            else:
+                out, phases = run_lctx(int(side.split("/")[1]))
             times[side].append(time.perf_counter() - t0)
-            print(f"repeat {r} {side:8s} {times[side][-1]:7.2f} s  -> {out}", flush=True)
+            detail = f" ({', '.join(f'{k} {v:.2f}' for k, v in phases.items())})" if phases else ""
+            print(f"repeat {r} {side:10s} {times[side][-1]:7.2f} s{detail}  -> {out}", flush=True)
     med = {k: statistics.median(v) for k, v in times.items()}
-    ratios = [x / y for x, y in zip(times["lctx"], times["generate"])]
-    print(f"median per sample: lctx {med['lctx']:.2f} s, generate {med['generate']:.2f} s; "
-          f"lctx/generate per repeat {', '.join(f'{x:.2f}' for x in ratios)} (median {statistics.median(ratios):.2f})")
+    print("median per sample: " + ", ".join(f"{k} {v:.2f} s" for k, v in med.items()))
+    for side in sides[:-1]:
+        ratios = [x / y for x, y in zip(times[side], times["generate"])]
+        label = "lctx" if len(chunks) == 1 else side
+        print(f"{label}/generate per repeat {', '.join(f'{x:.2f}' for x in ratios)} "
+              f"(median {statistics.median(ratios):.2f})")
     print(f"peak RSS of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB")
+    if a.profile:  # one more lctx sample (first chunk size) under cProfile
+        import cProfile
+        import pstats
+
+        prof = cProfile.Profile()
+        prof.runcall(run_lctx, chunks[0])
+        prof.dump_stats(a.profile)
+        print(f"cProfile of one lctx sample (chunk {chunks[0]}), top 15 by cumulative time ({a.profile}):")
+        pstats.Stats(prof).sort_stats("cumulative").print_stats(15)
+        print("top 15 by own time:")
+        pstats.Stats(prof).sort_stats("tottime").print_stats(15)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,14 @@ def test_generate_baseline_decodes_what_lctx_decodes():
 
 @pytest.mark.slow
 def test_module_entry_prints_the_ratio(tmp_path):
+    prof = tmp_path / "one.prof"
     r = subprocess.run([sys.executable, "-m", "lctx.harness.generate_speed", "--model", str(BUNDLED),
-                        "--length", "256", "--repeats", "2"], capture_output=True, text=True, timeout=300)
+                        "--length", "256", "--repeats", "2", "--chunk-sizes", "64", "--profile", str(prof)],
+                       capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "lctx/generate per repeat" in r.stdout and "peak RSS" in r.stdout
+    # each lctx sample is split into Task.score's three phases; the order alternates between repeats
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("repeat ")]
+    assert [ln.split()[2] for ln in lines] == ["lctx/64", "generate", "generate", "lctx/64"]
+    assert all("prefill" in ln and "decode" in ln and "digit score" in ln for ln in lines if "lctx/" in ln)
+    assert prof.stat().st_size > 0 and "cProfile of one lctx sample (chunk 64)" in r.stdout

@@ -68,9 +68,11 @@ job passkey-chat --tasks passkey "${T[@]}" "${D5[@]}" --lengths 1k,2k,4k,8k --ch
 #    rows (PPL(L)/PPL(8K), flat until, effective length) come from one run
 DIR=passkey job ppl --tasks ppl "${T[@]}" --ppl-data "$PG" --ppl-max-tokens 16384 --stride 1 \
   --lengths 256,512,1k,2k,4k,8k,16k --allow-beyond-max
-# d. item 6: lctx's passkey sample against a transformers generate loop, same prompt ids, one process, 2
-#    repeats in swapped order
-timed speed-4k python -m lctx.harness.generate_speed --model "$G" --length 4k --repeats 2 --cache-dir "$OUT/cache"
+# d. item 6: lctx's passkey sample (prefill chunk 2048, lctx's default, and 4096 = one forward, as generate)
+#    against a transformers generate loop, same prompt ids, one process, 2 repeats, each side first in turn;
+#    each lctx sample timed by phase; then a cProfile of one more lctx sample
+timed speed-4k python -m lctx.harness.generate_speed --model "$G" --length 4k --repeats 2 --chunk-sizes 2048,4096 \
+  --cache-dir "$OUT/cache" --profile "$OUT/speed-4k.prof"
 # a, completed: 16K at depths 0.25 and 0.75 too (resumes the passkey run directory)
 DIR=passkey job passkey-16k-5d --tasks passkey "${T[@]}" "${D5[@]}" --lengths 16k --allow-beyond-max
 # ARC (first 50 test questions), MMLU (first question of each subject, 5-shot): lctx and lm-eval direct
