@@ -3,11 +3,14 @@ and the cost of each job (wall time and peak RSS from ``/usr/bin/time -v`` in ea
 
     python make_tables.py OUT > tables.md      # OUT is run.sh's output folder (passkey/, ppl/, ...)
 
-Reads only ``summary.csv`` of lctx's run directories, ``timings.tsv`` and the job logs.
+Reads ``summary.csv``, ``results.csv`` and ``records.jsonl`` of lctx's run directories, ``timings.tsv`` and the
+job logs. The ppl ratio and flat-until use lctx's own :func:`lctx.harness.flatness.flat_until` (criterion
+PPL(L) / PPL(T) <= 1.1, T = the runs' ``train_length``).
 """
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -52,6 +55,49 @@ def by(s: pd.DataFrame, tasks, metric: str, axis: str) -> pd.DataFrame:
     return t.reindex([x for x in tasks if x in set(t.index)])
 
 
+def train_length(root: Path, *runs: str) -> float | None:
+    """The ``train_length`` recorded in the runs' results.csv (``--train-length``), or None."""
+    for r in runs:
+        p = root / r / "results.csv"
+        if p.exists():
+            tl = pd.read_csv(p)["train_length"].dropna()
+            if len(tl):
+                return float(tl.mode().iloc[0])
+    return None
+
+
+def per_sample_seconds(root: Path) -> pd.DataFrame:
+    """Median wall seconds per sample by run and length (one row per run directory and task)."""
+    rows = []
+    for run in ("passkey", "passkey-chat"):
+        p = root / run / "results.csv"
+        if not p.exists():
+            continue
+        r = pd.read_csv(p)
+        r = r[(r["status"] == "ok")].drop_duplicates(["task", "length", "depth", "sample"])
+        for task, g in r.groupby("task"):
+            med = g.groupby("length")["wall_s"].agg(["median", "count"])
+            rows.append(pd.Series({fmt_len(L): f"{m:.1f} ({int(c)})" for L, (m, c) in med.iterrows()},
+                                  name=f"{run}: {task}"))
+    return pd.DataFrame(rows).fillna("-") if rows else pd.DataFrame()
+
+
+def failures(root: Path) -> pd.DataFrame:
+    """Passkey samples with exact 0: run, length, depth, sample, key, digit_acc, greedy continuation."""
+    rows = []
+    for run in ("passkey", "passkey-chat"):
+        p = root / run / "records.jsonl"
+        if not p.exists():
+            continue
+        for line in p.read_text().splitlines():
+            r = json.loads(line)
+            if r.get("task") == "passkey" and r.get("status") == "ok" and r["metrics"].get("exact") == 0:
+                rows.append({"run": run, "length": fmt_len(r["length"]), "depth": r["depth"], "sample": r["sample"],
+                             "key": r["extra"].get("key"), "digit_acc": r["metrics"].get("digit_acc"),
+                             "continuation": json.dumps(r["extra"].get("continuation"))})
+    return pd.DataFrame(rows)
+
+
 def costs(root: Path) -> pd.DataFrame:
     rows = []
     p = root / "timings.tsv"
@@ -72,7 +118,7 @@ def costs(root: Path) -> pd.DataFrame:
 
 def main(root: Path) -> None:
     out = []
-    pk = summaries(root, "passkey", "passkey-16k")
+    pk = summaries(root, "passkey", "passkey-16k")  # 16K ran into passkey/ (run.sh DIR=passkey)
     for runs, title in ((pk, "passkey, chat template off"),
                         (summaries(root, "passkey-chat"), "passkey, chat template on")):
         for metric in ("exact", "digit_acc"):
@@ -86,13 +132,33 @@ def main(root: Path) -> None:
             t = by(s, NIAH, metric, axis)
             if len(t):
                 out.append(f"### RULER NIAH {metric} by {axis} (mean (samples))\n\n" + t.to_markdown() + "\n")
-    s = summaries(root, "ppl")
+    s = summaries(root, "passkey", "ppl")
     s = s[s["task"] == "ppl"]
     if len(s):
         t = s.pivot_table(index="metric", columns="length", values="mean", aggfunc="last")
+        T = int(train_length(root, "passkey", "ppl") or 0)
+        if T and T in t.columns:
+            from lctx.harness.flatness import flat_until
+
+            ratios = {int(L): float(t.loc["ppl", L] / t.loc["ppl", T]) for L in t.columns}
+            t.loc["ppl / ppl(T)"] = [ratios[int(L)] for L in t.columns]
+            fu = flat_until(ratios, T, 1.1)
+            flat = (f"\nflat until (largest L >= T = {T} with every tested length in [T, L] at ppl / ppl(T) <= 1.1; "
+                    f"lctx.harness.flatness.flat_until): **{fmt_len(fu) if fu else 'none'}**"
+                    + (" (the longest window tested: flat as far as it looked)" if fu and fu >= max(ratios) else "") + "\n")
+        else:
+            flat = f"\nflat until: needs ppl at the training length T = {T or '?'} (not in these runs)\n"
         t.columns = [fmt_len(c) for c in t.columns]
-        out.append("### perplexity, pg98 (A Tale of Two Cities), first 8192 tokens, disjoint windows; "
-                   "columns: window\n\n" + t.to_markdown(floatfmt=".3f") + "\n")
+        out.append("### perplexity, pg98 (A Tale of Two Cities), disjoint windows (stride = window - 1) over its first "
+                   "tokens (n_tokens: scored tokens); columns: window\n\n" + t.to_markdown(floatfmt=".4g") + "\n" + flat)
+    secs = per_sample_seconds(root)
+    if len(secs):
+        out.append("### seconds per sample (wall, median (samples)), from results.csv `wall_s`; columns: length\n\n"
+                   + secs.to_markdown() + "\n")
+    fails = failures(root)
+    if len(fails):
+        out.append("### every passkey sample with exact = 0: the greedy continuation (records.jsonl)\n\n"
+                   + fails.to_markdown(index=False) + "\n")
     c = costs(root)
     if len(c):
         out.append("### cost of each job (one thread, nice 5, shared 2-core machine)\n\nstart/end: when the job was queued and ended (a wait for the heavy lock included); wall, CPU, peak RSS: /usr/bin/time -v around the command itself; rc 137: stopped (see README)\n\n" + c.to_markdown(index=False) + "\n")
