@@ -67,7 +67,8 @@ def train_length(root: Path, *runs: str) -> float | None:
 
 
 def per_sample_seconds(root: Path) -> pd.DataFrame:
-    """Median wall seconds per sample by run and length (one row per run directory and task)."""
+    """Median wall seconds per sample by length, one row per run directory, task and git revision (a run resumed
+    from an earlier session's records keeps their times, measured under that session's load)."""
     rows = []
     for run in ("passkey", "passkey-chat"):
         p = root / run / "results.csv"
@@ -75,10 +76,10 @@ def per_sample_seconds(root: Path) -> pd.DataFrame:
             continue
         r = pd.read_csv(p)
         r = r[(r["status"] == "ok")].drop_duplicates(["task", "length", "depth", "sample"])
-        for task, g in r.groupby("task"):
+        for (task, rev), g in r.groupby(["task", "git_rev"], sort=False):  # a resumed run: one row per code
             med = g.groupby("length")["wall_s"].agg(["median", "count"])
             rows.append(pd.Series({fmt_len(L): f"{m:.1f} ({int(c)})" for L, (m, c) in med.iterrows()},
-                                  name=f"{run}: {task}"))
+                                  name=f"{run}: {task} @ {str(rev)[:7]}"))
     return pd.DataFrame(rows).fillna("-") if rows else pd.DataFrame()
 
 
@@ -100,17 +101,18 @@ def failures(root: Path) -> pd.DataFrame:
 
 def costs(root: Path) -> pd.DataFrame:
     rows = []
-    p = root / "timings.tsv"
-    if not p.exists():
-        return pd.DataFrame()
-    for line in p.read_text().splitlines():
+    lines = []  # timings.prev.tsv: jobs of the previous session (their logs copied beside), then this session's
+    for f, session in (("timings.prev.tsv", "previous"), ("timings.tsv", "this")):
+        if (root / f).exists():
+            lines += [(session, ln) for ln in (root / f).read_text().splitlines() if ln.strip()]
+    for session, line in lines:
         name, t0, t1, rc = line.split("\t")
         log = (root / f"{name}.log").read_text(errors="replace") if (root / f"{name}.log").exists() else ""
         # the last /usr/bin/time -v block of the log is this job's (a resumed job appends to its log)
         wall = re.findall(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (\S+)", log)
         cpu_u = re.findall(r"User time \(seconds\): (\S+)", log)
         rss = re.findall(r"Maximum resident set size \(kbytes\): (\d+)", log)
-        rows.append({"job": name, "start (UTC)": t0[11:19], "end (UTC)": t1[11:19], "rc": rc,
+        rows.append({"session": session, "job": name, "start (UTC)": t0[11:19], "end (UTC)": t1[11:19], "rc": rc,
                      "wall": wall[-1] if wall else "", "user CPU s": cpu_u[-1] if cpu_u else "",
                      "peak RSS GiB": f"{int(rss[-1]) / 2**20:.2f}" if rss else ""})
     return pd.DataFrame(rows)
@@ -153,7 +155,8 @@ def main(root: Path) -> None:
                    "tokens (n_tokens: scored tokens); columns: window\n\n" + t.to_markdown(floatfmt=".4g") + "\n" + flat)
     secs = per_sample_seconds(root)
     if len(secs):
-        out.append("### seconds per sample (wall, median (samples)), from results.csv `wall_s`; columns: length\n\n"
+        out.append("### seconds per sample (wall, median (samples)), from results.csv `wall_s`; rows: run: task @ git_rev "
+                   "(655b79b: the previous session, load 8-11); columns: length\n\n"
                    + secs.to_markdown() + "\n")
     fails = failures(root)
     if len(fails):
@@ -161,7 +164,7 @@ def main(root: Path) -> None:
                    + fails.to_markdown(index=False) + "\n")
     c = costs(root)
     if len(c):
-        out.append("### cost of each job (one thread, nice 5, shared 2-core machine)\n\nstart/end: when the job was queued and ended (a wait for the heavy lock included); wall, CPU, peak RSS: /usr/bin/time -v around the command itself; rc 137: stopped (see README)\n\n" + c.to_markdown(index=False) + "\n")
+        out.append("### cost of each job (one thread, nice 5, shared 2-core machine)\n\nsession: previous = the first session (load 8-11), this = the second (load 4-6); start/end: when the job was queued and ended (a wait for the heavy lock included); wall, CPU, peak RSS: /usr/bin/time -v around the command itself; rc 124/137: stopped at STOP_AT or by hand (see README)\n\n" + c.to_markdown(index=False) + "\n")
     print("\n".join(out))
 
 
