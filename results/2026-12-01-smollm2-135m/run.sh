@@ -57,15 +57,17 @@ if wanted mmlu || wanted direct-arc || wanted direct-mmlu; then prepare_direct; 
 # of the report's flatness columns (ppl ratio PPL(L)/PPL(T), flat until, effective length)
 T=(--train-length 8192)
 D5=(--depths 0,0.25,0.5,0.75,1 --samples 2)
-# The jobs in the order this session ran them (a busy 2-core machine gave each ~40-50 % of a core, so the grid
-# was cut to what fits before STOP_AT; the last two jobs complete it on a rerun, resuming):
+# The jobs in the order this session ran them (a busy 2-core machine, load 4-5, gave each ~40-50 % of a core:
+# 1K 9.5 s, 2K 24 s, 4K ~65 s per passkey sample; so the grid was cut to what fits before STOP_AT, and the
+# last two jobs complete it on a rerun, resuming):
 # a. passkey, chat template off, 1K-8K
 job passkey --tasks passkey "${T[@]}" "${D5[@]}" --lengths 1k,2k,4k,8k
 # a. 16K (past max_position_embeddings): one sample at depth 0.5 first, in the same run directory; this job's
 #    /usr/bin/time -v (passkey-16k.log) is the peak RSS of a 16K sample
 DIR=passkey job passkey-16k --tasks passkey "${T[@]}" --depths 0.5 --samples 1 --lengths 16k --allow-beyond-max
-# b. passkey, chat template on, 1K-4K (resumes the previous session's 1K-4K x depths 0, 0.5, 1 x 1 sample run)
-job passkey-chat --tasks passkey "${T[@]}" "${D5[@]}" --lengths 1k,2k,4k --chat-template on
+# b. passkey, chat template on, 1K-2K (resumes the previous session's 1K-4K x depths 0, 0.5, 1 x 1 sample run;
+#    4K and 8K are in the tail below: a 4K sample took ~65 s here)
+job passkey-chat --tasks passkey "${T[@]}" "${D5[@]}" --lengths 1k,2k --chat-template on
 # c. ppl on pg98 (never used to train lctx's own models): its first 16384 tokens, disjoint windows (--stride 1
 #    = the whole window) of 256, 1K, 4K, 8K, 16K tokens; in the passkey run directory, so that its flatness
 #    rows (PPL(L)/PPL(8K), flat until, effective length) come from one run
@@ -76,9 +78,9 @@ DIR=passkey job ppl --tasks ppl "${T[@]}" --ppl-data "$PG" --ppl-max-tokens 1638
 #    each lctx sample timed by phase; then a cProfile of one more lctx sample
 timed speed-4k python -m lctx.harness.generate_speed --model "$G" --length 4k --repeats 2 --chunk-sizes 2048,4096 \
   --cache-dir "$OUT/cache" --profile "$OUT/speed-4k.prof"
-# the rest of the grid (resume): 16K at 5 depths x 2 samples, chat template on at 8K
+# the rest of the grid (resumes): chat template on at 4K and 8K, 16K at 5 depths x 2 samples
+DIR=passkey-chat job passkey-chat-4k8k --tasks passkey "${T[@]}" "${D5[@]}" --lengths 4k,8k --chat-template on
 DIR=passkey job passkey-16k-5d --tasks passkey "${T[@]}" "${D5[@]}" --lengths 16k --allow-beyond-max
-DIR=passkey-chat job passkey-chat-8k --tasks passkey "${T[@]}" "${D5[@]}" --lengths 8k --chat-template on
 # ARC (first 50 test questions), MMLU (first question of each subject, 5-shot): lctx and lm-eval direct
 job arc --tasks arc_easy,arc_challenge --num-fewshot 0 --limit 50
 direct arc --tasks direct_arc_easy,direct_arc_challenge --num_fewshot 0 --limit 50
