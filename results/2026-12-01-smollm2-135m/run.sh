@@ -58,7 +58,7 @@ if wanted mmlu || wanted direct-arc || wanted direct-mmlu; then prepare_direct; 
 T=(--train-length 8192)
 D5=(--depths 0,0.25,0.5,0.75,1 --samples 2)
 # The jobs in the order this session ran them (a busy 2-core machine, load 4-5, gave each ~40-50 % of a core:
-# 1K 9.5 s, 2K 24 s, 4K ~65 s per passkey sample; so the grid was cut to what fits before STOP_AT, and the
+# 1K 9.5 s, 2K 24 s, 4K ~70 s, 8K ~178 s per passkey sample; so the grid was cut to what fits before STOP_AT, and the
 # last two jobs complete it on a rerun, resuming):
 # a. passkey, chat template off, 1K-8K
 job passkey --tasks passkey "${T[@]}" "${D5[@]}" --lengths 1k,2k,4k,8k
@@ -68,17 +68,19 @@ DIR=passkey job passkey-16k --tasks passkey "${T[@]}" --depths 0.5 --samples 1 -
 # b. passkey, chat template on, 1K-2K (resumes the previous session's 1K-4K x depths 0, 0.5, 1 x 1 sample run;
 #    4K and 8K are in the tail below: a 4K sample took ~65 s here)
 job passkey-chat --tasks passkey "${T[@]}" "${D5[@]}" --lengths 1k,2k --chat-template on
-# c. ppl on pg98 (never used to train lctx's own models): its first 16384 tokens, disjoint windows (--stride 1
-#    = the whole window) of 256, 1K, 4K, 8K, 16K tokens; in the passkey run directory, so that its flatness
-#    rows (PPL(L)/PPL(8K), flat until, effective length) come from one run
-DIR=passkey job ppl --tasks ppl "${T[@]}" --ppl-data "$PG" --ppl-max-tokens 16384 --stride 1 \
-  --lengths 256,1k,4k,8k,16k --allow-beyond-max
+# c. ppl on pg98 (never used to train lctx's own models): its first 16384 tokens (the fewest a 16K window
+#    needs), disjoint windows (--stride 1 = the whole window), in the passkey run directory so that its flatness
+#    rows (PPL(L)/PPL(8K), flat until, effective length) come from one run. Windows 8K (T) and 16K (2T) first
+#    (flatness needs them; ~6 and ~8 min here), the shorter windows in the tail (ppl-short)
+PPL=(--tasks ppl "${T[@]}" --ppl-data "$PG" --ppl-max-tokens 16384 --stride 1)
+DIR=passkey job ppl "${PPL[@]}" --lengths 8k,16k --allow-beyond-max
 # d. item 6: lctx's passkey sample (prefill chunk 2048, lctx's default, and 4096 = one forward, as generate)
 #    against a transformers generate loop, same prompt ids, one process, 2 repeats, each side first in turn;
 #    each lctx sample timed by phase; then a cProfile of one more lctx sample
 timed speed-4k python -m lctx.harness.generate_speed --model "$G" --length 4k --repeats 2 --chunk-sizes 2048,4096 \
   --cache-dir "$OUT/cache" --profile "$OUT/speed-4k.prof"
-# the rest of the grid (resumes): chat template on at 4K and 8K, 16K at 5 depths x 2 samples
+# the rest of the grid (resumes): ppl at shorter windows, chat template on at 4K and 8K, 16K at 5 depths x 2
+DIR=passkey job ppl-short "${PPL[@]}" --lengths 256,1k,4k
 DIR=passkey-chat job passkey-chat-4k8k --tasks passkey "${T[@]}" "${D5[@]}" --lengths 4k,8k --chat-template on
 DIR=passkey job passkey-16k-5d --tasks passkey "${T[@]}" "${D5[@]}" --lengths 16k --allow-beyond-max
 # ARC (first 50 test questions), MMLU (first question of each subject, 5-shot): lctx and lm-eval direct
