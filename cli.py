@@ -373,6 +373,7 @@ def bench(
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
     repeats: int = typer.Option(5, "--repeats", help="Interleaved rounds: each times SDPA causal and the variant back to back."),
     warmup: int = typer.Option(1, "--warmup", help="Untimed calls of each function before measuring (compilation happens there)."),
+    min_time: float = typer.Option(0.1, "--min-time", min=0.0, help="Seconds each timing spans at least: a faster call is repeated within the timing (timeit's autorange; 0: one call per timing)."),
     option: List[str] = typer.Option(None, "--option", help="Variant option KEY=VALUE (repeatable), e.g. lsh_samples=16."),
     isolate: Optional[bool] = typer.Option(None, "--isolate/--in-process", help="One fresh process per variant (default on CPU)."),
     threads: Optional[str] = typer.Option(None, "--threads", help="Intra-op threads of the measuring processes, e.g. 1 or 1,2 (several: measured in the same interleaved rounds, one row each; default: torch's)."),
@@ -421,7 +422,7 @@ def bench(
     table, exps = run_bench(names, impls, length_list, heads=heads, head_dim=head_dim, batch=batch, device=device,
                             dtype=dtype, repeats=repeats, warmup=warmup, options=parse_options(option or []),
                             isolate=isolate, mem_limit=parse_bytes(mem_limit) if mem_limit else None,
-                            time_budget=time_budget, threads=thread_list, busy=busy,
+                            time_budget=time_budget, threads=thread_list, busy=busy, min_time=min_time,
                             log=lambda s: typer.echo(s, err=True))
     print_bench(table, exps)
     for p in write_bench(table, exps, out):

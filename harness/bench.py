@@ -334,7 +334,10 @@ class BenchGroup(_Shapes):
     each function, skipping a case estimated above ``mem_limit`` bytes or predicted above ``time_budget``
     seconds; ``baselines`` times SDPA causal (and, for bias variants, SDPA with a bias mask) alongside;
     ``threads``: intra-op thread counts (``torch.set_num_threads``), an int or a list measured in the same
-    interleaved rounds (one row each); ``None`` keeps torch's default."""
+    interleaved rounds (one row each); ``None`` keeps torch's default; ``min_time``: seconds each timing
+    spans at least: a function faster than that is called ``ceil(min_time / t)`` times per timing (at most
+    :data:`MAX_CALLS`) and its time per call is the timing over the calls, as ``timeit``'s autorange does,
+    so that a call of tens of milliseconds is not at the mercy of one scheduler hiccup."""
 
     variant: str
     impls: list
@@ -343,24 +346,45 @@ class BenchGroup(_Shapes):
     time_budget: float = 300.0
     baselines: bool = True
     threads: int | list | None = None
+    min_time: float = 0.1
 
 
-def _timed(fn, dev) -> float:
+MAX_CALLS = 100  # most calls one timing makes (autorange), so a sub-millisecond call cannot stall a bench
+
+
+def _timed(fn, dev, number: int = 1) -> float:
+    """Seconds per call of ``fn``: ``number`` calls back to back, then a device sync, over ``number``."""
     t0 = time.perf_counter()
-    fn()
+    for _ in range(number):
+        fn()
     _sync(dev)
-    return time.perf_counter() - t0
+    return (time.perf_counter() - t0) / number
 
 
-def interleave(fns: dict, repeats: int, dev) -> dict[str, list[float]]:
+def calls_per_timing(fns: dict, dev, min_time: float) -> dict:
+    """Autorange: for each function of ``fns`` ({name: callable}), the number of calls one timing makes so
+    that it spans at least ``min_time`` seconds, from one probe call: ``ceil(min_time / t)``, clamped to
+    [1, :data:`MAX_CALLS`]. ``min_time`` <= 0 gives 1 call each (the old one-call timings)."""
+    if min_time <= 0:
+        return {n: 1 for n in fns}
+    out = {}
+    for n, fn in fns.items():
+        t = _timed(fn, dev)
+        out[n] = max(1, min(MAX_CALLS, math.ceil(min_time / t))) if t > 0 else MAX_CALLS
+    return out
+
+
+def interleave(fns: dict, repeats: int, dev, numbers: dict | None = None) -> dict[str, list[float]]:
     """Time every function of ``fns`` ({name: callable}) once per round, ``repeats`` rounds, in an order
     that alternates (forward on even rounds, backward on odd ones) so that a slow drift of the machine
-    weighs on each function alike. Returns {name: [seconds per round]}."""
+    weighs on each function alike; ``numbers`` ({name: calls per timing}, default 1 each, see
+    :func:`calls_per_timing`). Returns {name: [seconds per call, one per round]}."""
     names = list(fns)
+    numbers = numbers or {}
     out = {n: [] for n in names}
     for r in range(repeats):
         for n in (names if r % 2 == 0 else names[::-1]):
-            out[n].append(_timed(fns[n], dev))
+            out[n].append(_timed(fns[n], dev, numbers.get(n, 1)))
     return out
 
 
@@ -443,10 +467,13 @@ def measure_case(group: BenchGroup, impl: str, T: int, probe: dict | None) -> li
                         del y
                     peaks[f"{'peak' if name == 'variant' else 'base_peak'}_bytes"] = pm.peak
                     peaks["mem_method"] = pm.method
-            times = interleave(fns, group.repeats, dev)
+            numbers = calls_per_timing(fns, dev, group.min_time)
+            times = interleave(fns, group.repeats, dev, numbers)
         ran = sorted(set(kernels.impls_used(reset=True).values()))
         for row, n in zip(rows, counts):
-            row.update(peaks, impl_ran=",".join(ran) if ran else "unrecorded")
+            row.update(peaks, impl_ran=",".join(ran) if ran else "unrecorded",
+                       calls_per_timing=numbers[("variant", n)],
+                       base_calls_per_timing=numbers.get(("sdpa_causal", n), float("nan")))
             tv = times[("variant", n)]
             row["time_s"], row["time_min_s"] = _median(tv), min(tv)
             row["ratio_threads"] = pair_stats(tv, times[("variant", counts[0])])["median"]
@@ -490,7 +517,8 @@ def run_group(group: BenchGroup, emit=None) -> list[dict]:
             pred = None
             if prev:
                 p = max(1.0, min(2.0, prev["exp"])) if math.isfinite(prev["exp"]) else 2.0
-                pred = prev["time"] * (T / prev["length"]) ** p * (group.repeats + group.warmup) * n_fns
+                pred = max(prev["time"] * (T / prev["length"]) ** p, group.min_time * n_fns) * (
+                    group.repeats + group.warmup + 1) * n_fns
             if "error" in probe:
                 row = _nan_row(group, impl, T, probe["error"])
             elif est > group.mem_limit:
@@ -585,7 +613,7 @@ def run_bench(variants: list[str], impls: list[str], lengths: list[int], heads: 
               batch: int = 1, device: str = "cpu", dtype: str = "float32", repeats: int = 5, warmup: int = 1,
               options: dict | None = None, isolate: bool | None = None, mem_limit: int | None = None,
               time_budget: float = 300.0, baselines: bool = True, threads: int | list | None = None, busy: int = 0,
-              log=None):
+              log=None, min_time: float = 0.1):
     """Measure every variant x impl x length, each timed alternately with SDPA causal (and SDPA with an
     ALiBi bias mask for bias variants) in one process per variant, and return ``(table, exponents)`` as
     pandas DataFrames (module docstring for the method and columns).
@@ -597,7 +625,8 @@ def run_bench(variants: list[str], impls: list[str], lengths: list[int], heads: 
     measurement may take (warm-up and rounds together, extrapolated); threads: intra-op thread count(s)
     of the workers, a list measured in the same interleaved rounds (default torch's); busy: CPU-bound
     processes to run beside the measurement (a shared machine on purpose; column ``busy``); log:
-    ``callable(str)`` for progress lines.
+    ``callable(str)`` for progress lines; min_time: seconds each timing spans at least (calls repeated within
+    a timing, :func:`calls_per_timing`; columns ``calls_per_timing``, ``base_calls_per_timing``).
 
     Raises:
         LctxError: unknown variant / impl / dtype / device, non-positive sizes or repeats.
@@ -612,9 +641,9 @@ def run_bench(variants: list[str], impls: list[str], lengths: list[int], heads: 
     if not variants or not impls or not lengths:
         raise LctxError("nothing to bench; pass --variants, --impl and --lengths with at least one value each")
     tl = [] if threads is None else list(threads) if isinstance(threads, (list, tuple)) else [threads]
-    if min(heads, head_dim, batch, repeats) < 1 or warmup < 0 or any(t < 1 for t in tl) or busy < 0:
+    if min(heads, head_dim, batch, repeats) < 1 or warmup < 0 or any(t < 1 for t in tl) or busy < 0 or min_time < 0:
         raise LctxError(f"--heads ({heads}), --head-dim ({head_dim}), --batch ({batch}), --repeats ({repeats}) and "
-                        f"--threads must be >= 1, --warmup and --busy >= 0")
+                        f"--threads must be >= 1, --warmup, --busy and --min-time >= 0")
     dev = resolve_device(device)
     _torch_dtype(dtype)
     for v in variants:
@@ -633,7 +662,7 @@ def run_bench(variants: list[str], impls: list[str], lengths: list[int], heads: 
     log = log or (lambda s: None)
     lengths = sorted(set(lengths))
     meta = {"batch": batch, "heads": heads, "head_dim": head_dim, "dtype": dtype, "device": str(dev),
-            "repeats": repeats, "lctx_version": lctx.__version__, "git_rev": git_revision(),
+            "repeats": repeats, "min_time_s": min_time, "lctx_version": lctx.__version__, "git_rev": git_revision(),
             "torch": torch.__version__}
 
     def show(r: dict) -> None:
@@ -650,7 +679,7 @@ def run_bench(variants: list[str], impls: list[str], lengths: list[int], heads: 
             group = BenchGroup(v, list(impls), lengths, batch=batch, heads=heads, head_dim=head_dim, dtype=dtype,
                                device=str(dev), repeats=repeats, warmup=warmup, options=dict(options or {}),
                                mem_limit=mem_limit, time_budget=time_budget, baselines=baselines,
-                               threads=tl or None)
+                               threads=tl or None, min_time=min_time)
             timeout = 120 + 2 * time_budget * len(impls) * len(lengths) * max(1, len(tl))
             rows += run_group_isolated(group, show, timeout) if isolate else run_group(group, show)
     finally:
@@ -676,7 +705,7 @@ def run_bench(variants: list[str], impls: list[str], lengths: list[int], heads: 
 TABLE_COLUMNS = ["variant", "impl", "length", "impl_ran", "time_s", "time_min_s", "base_time_s", "ratio_sdpa",
                  "ratio_sdpa_min", "ratio_sdpa_spread", "unstable", "bias_time_s", "ratio_sdpa_bias",
                  "ratio_sdpa_bias_min", "ratio_sdpa_bias_spread", "peak_bytes", "base_peak_bytes", "mem_method",
-                 "threads", "ratio_threads", "load_avg_start", "load_avg_end", "est_bytes", "has_bias", "status", "note"]
+                 "threads", "ratio_threads", "calls_per_timing", "base_calls_per_timing", "load_avg_start", "load_avg_end", "est_bytes", "has_bias", "status", "note"]
 
 
 # ---------------------------------------------------------------------------------------------------
