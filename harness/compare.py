@@ -30,25 +30,22 @@ from pathlib import Path
 import pandas as pd
 
 from lctx.errors import LctxError
+from lctx.metrics import METRICS, direction_of
 
 KEYS = ["model", "task", "metric", "length", "depth"]
 SUMMARY_COLUMNS = ["model", "variant", "task", "metric", "length", "depth", "mean", "stderr", "n", "n_error"]
 VALID_DIRECTIONS = ("higher", "lower", "equal", "ignore")
 
-# Which way is better, by metric name (a ",filter" suffix as in lm-eval's "acc,none" is dropped first).
-DIRECTIONS: dict[str, str] = {
-    # perplexity-like: lower is better
-    "ppl": "lower", "nll": "lower", "loss": "lower", "bpb": "lower", "bits_per_byte": "lower",
-    "word_perplexity": "lower", "byte_perplexity": "lower", "ppl_ratio": "lower", "perplexity": "lower",
-    # accuracy-like: higher is better
-    "exact": "higher", "digit_acc": "higher", "acc": "higher", "acc_norm": "higher", "accuracy": "higher",
-    "exact_match": "higher", "string_match": "higher", "string_match_all": "higher",
-    "string_match_part": "higher", "tf_top1": "higher", "tf_mrr": "higher", "tf_logprob": "higher",
-    "tf_gain": "higher", "f1": "higher", "em": "higher", "flat_until": "higher",
-    "flat_length": "higher", "effective_length": "higher", "average": "higher",  # average: RULER's mean task score
-    # bookkeeping: must not change (a different count means different data or a different prompt)
-    "n_tokens": "equal", "n_docs": "equal",
+# Which way is better, by metric name (a ",filter" suffix as in lm-eval's "acc,none" is dropped first): every
+# metric lctx registers (lctx.metrics.METRICS, its direction) and these names other engines write into tables
+# lctx may compare (lm-eval's perplexities and generation scores)
+OTHER_DIRECTIONS: dict[str, str] = {
+    "loss": "lower", "bpb": "lower", "bits_per_byte": "lower", "word_perplexity": "lower", "byte_perplexity": "lower",
+    "perplexity": "lower", "accuracy": "higher", "exact_match": "higher", "string_match": "higher", "f1": "higher",
+    "em": "higher", "flat_length": "higher",
 }
+#: the directions known at import (registered metrics read live by :meth:`Rules.direction_for`)
+DIRECTIONS: dict[str, str] = {**OTHER_DIRECTIONS, **{m.name: m.direction for m in METRICS.values()}}
 
 # Statuses, in the order they are reported.
 STATUSES = ("regression", "error", "missing", "improvement", "new", "same", "ignored")
@@ -111,7 +108,7 @@ class Rules:
         if d:
             return d
         d = _task_direction(task, metric)
-        return d if d else DIRECTIONS.get(_base_metric(metric))
+        return d or direction_of(metric) or OTHER_DIRECTIONS.get(_base_metric(metric))
 
 
 def _base_metric(metric: str) -> str:

@@ -9,8 +9,9 @@ scored tokens of all documents (not a mean of per-window means).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
+
+from lctx.metrics import ppl
 
 from .base import Cell, Sample, Task, register_task
 
@@ -189,4 +190,4 @@ class Perplexity(Task):
             t, c = sliding_nll(nll_fn, doc, sample.meta["window"], sample.meta["stride"], bos_id)
             total, count = total + t, count + c
         nll = total / count
-        return {"ppl": math.exp(nll), "nll": nll, "n_tokens": float(count), "n_docs": float(len(docs))}
+        return {"ppl": ppl(nll), "nll": nll, "n_tokens": float(count), "n_docs": float(len(docs))}
