@@ -487,6 +487,30 @@ def _opt(opts: dict, key: str, default, cast):
         raise ValueError(f"variant option {key}={opts.get(key)!r} is not a valid {cast.__name__}") from None
 
 
+def _state_options(opts: dict, prefix: str) -> tuple[int, int, float, float]:
+    """The S4D state options both fixed-state variants take, ``{prefix}_modes`` N (default 16), ``{prefix}_chunk``
+    (tokens, default 64), ``{prefix}_dt_min`` / ``{prefix}_dt_max`` (default 1e-3, 1e-1: S4D's): (N, chunk,
+    dt_min, dt_max).
+
+    Raises:
+        ValueError: a value that is not a number, or N or chunk below 1.
+    """
+    n_modes, chunk = _opt(opts, f"{prefix}_modes", 16, int), _opt(opts, f"{prefix}_chunk", 64, int)
+    dt_min, dt_max = _opt(opts, f"{prefix}_dt_min", 1e-3, float), _opt(opts, f"{prefix}_dt_max", 1e-1, float)
+    if n_modes < 1 or chunk < 1:
+        raise ValueError(f"{prefix}_modes and {prefix}_chunk must be >= 1, got {n_modes}, {chunk}")
+    return n_modes, chunk, dt_min, dt_max
+
+
+def _state_parameters(mod: nn.Module, shape: tuple[int, ...], n_modes: int, dt_min: float, dt_max: float) -> None:
+    """Give ``mod`` the S4D-Lin state parameters over ``shape`` channels: ``log_dt`` [*shape] (log-uniform in
+    [dt_min, dt_max]: the only random draw), ``log_A_real`` and ``A_imag`` [*shape, N] (:func:`s4d_lin_init`)."""
+    log_a_real, a_imag = s4d_lin_init(shape, n_modes)
+    mod.log_dt = nn.Parameter(log_uniform_dt(shape, dt_min, dt_max))
+    mod.log_A_real = nn.Parameter(log_a_real)
+    mod.A_imag = nn.Parameter(a_imag)
+
+
 def _no_weight_decay(*params: nn.Parameter) -> None:
     """Mark parameters as s4d.py's ``register`` does (``p._optim = {"weight_decay": 0.0}``): ``lctx train``
     (:func:`lctx.harness.train.train`) reads the flag and keeps weight decay off them. Marked: the SSM's
@@ -541,18 +565,15 @@ class Interdomain(_FixedState):
         super().__init__(config, layer_idx)
         opts = config.variant_options or {}
         H, D = self.n_heads, self.head_dim
-        self.n_modes = _opt(opts, "id_modes", 16, int)
-        self.chunk = _opt(opts, "id_chunk", 64, int)
+        self.n_modes, self.chunk, dt_min, dt_max = _state_options(opts, "id")
         self.kernel = _opt(opts, "id_conv", 4, int)
         self.fnorm = str(opts.get("id_feature_norm", "l2"))
         self.input_norm = str(opts.get("id_input_norm", "joint"))
         self.readout = str(opts.get("id_readout", "linear"))
         self.eta_eps = _opt(opts, "id_eta_eps", 1e-2, float)
         self.conj = bool(opts.get("id_conj", True))
-        dt_min, dt_max = _opt(opts, "id_dt_min", 1e-3, float), _opt(opts, "id_dt_max", 1e-1, float)
-        if self.n_modes < 1 or self.chunk < 1 or self.kernel < 1:
-            raise ValueError(f"id_modes, id_chunk and id_conv must be >= 1, got {self.n_modes}, {self.chunk}, "
-                             f"{self.kernel}")
+        if self.kernel < 1:
+            raise ValueError(f"id_conv must be >= 1, got {self.kernel}")
         if self.fnorm not in ("l2", "sq"):
             raise ValueError(f"id_feature_norm must be 'l2' or 'sq', got {self.fnorm!r}")
         if self.input_norm not in ("joint", "split"):
@@ -562,10 +583,7 @@ class Interdomain(_FixedState):
         if not self.eta_eps > 0:
             raise ValueError(f"id_eta_eps must be > 0, got {self.eta_eps}")
         self.eps = config.rms_norm_eps
-        log_a_real, a_imag = s4d_lin_init((H,), self.n_modes)
-        self.log_dt = nn.Parameter(log_uniform_dt((H,), dt_min, dt_max))
-        self.log_A_real = nn.Parameter(log_a_real)
-        self.A_imag = nn.Parameter(a_imag)
+        _state_parameters(self, (H,), self.n_modes, dt_min, dt_max)
         self.B = nn.Parameter(torch.stack([torch.ones(H, self.n_modes), torch.zeros(H, self.n_modes)], -1))
         bound = 1.0 / math.sqrt(self.kernel)
         self.conv_q = nn.Parameter(torch.empty(H, D, self.kernel).uniform_(-bound, bound))
@@ -680,15 +698,8 @@ class S4D(_FixedState):
         super().__init__(config, layer_idx)
         opts = config.variant_options or {}
         H, D = self.n_heads, self.head_dim
-        self.n_modes = _opt(opts, "s4d_modes", 16, int)
-        self.chunk = _opt(opts, "s4d_chunk", 64, int)
-        dt_min, dt_max = _opt(opts, "s4d_dt_min", 1e-3, float), _opt(opts, "s4d_dt_max", 1e-1, float)
-        if self.n_modes < 1 or self.chunk < 1:
-            raise ValueError(f"s4d_modes and s4d_chunk must be >= 1, got {self.n_modes}, {self.chunk}")
-        log_a_real, a_imag = s4d_lin_init((H, D), self.n_modes)
-        self.log_dt = nn.Parameter(log_uniform_dt((H, D), dt_min, dt_max))
-        self.log_A_real = nn.Parameter(log_a_real)
-        self.A_imag = nn.Parameter(a_imag)
+        self.n_modes, self.chunk, dt_min, dt_max = _state_options(opts, "s4d")
+        _state_parameters(self, (H, D), self.n_modes, dt_min, dt_max)
         self.C = nn.Parameter(torch.randn(H, D, self.n_modes, 2) * math.sqrt(0.5))
         self.D = nn.Parameter(torch.randn(H, D))
         _no_weight_decay(self.log_dt, self.log_A_real, self.A_imag, self.D)
