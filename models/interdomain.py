@@ -401,9 +401,20 @@ def s4d_chunked(u: torch.Tensor, m: torch.Tensor, dt_a: torch.Tensor, bbar: torc
 
 class _FixedState(AttentionVariant):
     """Shared plumbing of the fixed-state mixers: the real-token mask of the new tokens and the recurrent
-    state on the cache (``cache_states(ctx.cache)[layer_idx]``)."""
+    state on the cache (``cache_states(ctx.cache)[layer_idx]``), and the S4D state options every such variant
+    reads under its ``option_prefix`` (:func:`_state_options`: ``n_modes``, ``chunk``, ``dt_range``).
+
+    Raises:
+        ValueError: a bad state option.
+    """
 
     composable = False
+    option_prefix: str = ""
+
+    def __init__(self, config, layer_idx: int):
+        super().__init__(config, layer_idx)
+        self.opts = config.variant_options or {}
+        self.n_modes, self.chunk, *self.dt_range = _state_options(self.opts, self.option_prefix)
 
     @staticmethod
     def new_mask(ctx: AttnContext, B: int, T: int, device) -> torch.Tensor:
@@ -411,6 +422,16 @@ class _FixedState(AttentionVariant):
         if ctx.key_valid is None:
             return torch.ones(B, T, dtype=torch.bool, device=device)
         return ctx.key_valid[:, -T:].to(device=device, dtype=torch.bool)
+
+    def forward(self, q, k, v, ctx: AttnContext, x=None):
+        """The variant's :meth:`_forward` (q, k, v: [B, H, Tq, D] -> [B, H, Tq, D]) under :func:`_scan_threads`
+        (one intra-op thread on CPU by default).
+
+        Raises:
+            ValueError: see :meth:`load_state`.
+        """
+        with _scan_threads(v.device, v.shape[2]):
+            return self._forward(q, k, v, ctx, x)
 
     def load_state(self, ctx: AttnContext, T: int, zero: Callable[[], dict], B: int) -> dict:
         """The state to continue from: zeros without a cache or at the first call (no past tokens), else
@@ -561,11 +582,11 @@ class Interdomain(_FixedState):
 
     summary = "fixed-state mixer: xi(q)^T U^H Gamma over a complex S4D state of [xi(k); v] (interdomain)"
 
+    option_prefix = "id"
+
     def __init__(self, config, layer_idx: int):
         super().__init__(config, layer_idx)
-        opts = config.variant_options or {}
-        H, D = self.n_heads, self.head_dim
-        self.n_modes, self.chunk, dt_min, dt_max = _state_options(opts, "id")
+        opts, H, D = self.opts, self.n_heads, self.head_dim
         self.kernel = _opt(opts, "id_conv", 4, int)
         self.fnorm = str(opts.get("id_feature_norm", "l2"))
         self.input_norm = str(opts.get("id_input_norm", "joint"))
@@ -583,7 +604,7 @@ class Interdomain(_FixedState):
         if not self.eta_eps > 0:
             raise ValueError(f"id_eta_eps must be > 0, got {self.eta_eps}")
         self.eps = config.rms_norm_eps
-        _state_parameters(self, (H,), self.n_modes, dt_min, dt_max)
+        _state_parameters(self, (H,), self.n_modes, *self.dt_range)
         self.B = nn.Parameter(torch.stack([torch.ones(H, self.n_modes), torch.zeros(H, self.n_modes)], -1))
         bound = 1.0 / math.sqrt(self.kernel)
         self.conv_q = nn.Parameter(torch.empty(H, D, self.kernel).uniform_(-bound, bound))
@@ -614,21 +635,15 @@ class Interdomain(_FixedState):
         u = u * self.norm_weight.float()[None, :, None] + bias
         return u.chunk(2, dim=-1)
 
-    def forward(self, q, k, v, ctx: AttnContext, x=None):
+    def _forward(self, q, k, v, ctx: AttnContext, x=None):
         """Mix. q, k, v: [B, H, Tq, D] (new tokens); continues from and stores the state on ``ctx.cache``
         (no cache: starts from zeros, stores nothing). Tq = 1 runs the recurrent form, else the chunked one;
         with ``config.attn_impl == "fast"`` see :meth:`fast_impl` (Triton scan / decode step).
         Returns [B, H, Tq, D] in q's dtype; rows of padding tokens are finite and meaningless.
 
-        Runs under :func:`_scan_threads` (one intra-op thread on CPU by default).
-
         Raises:
             ValueError: see :meth:`load_state`.
         """
-        with _scan_threads(q.device, q.shape[2]):
-            return self._forward(q, k, v, ctx, x)
-
-    def _forward(self, q, k, v, ctx: AttnContext, x=None):
         B, H, T, D = q.shape
         m = self.new_mask(ctx, B, T, q.device)
         K, N = self.kernel, self.n_modes
@@ -694,12 +709,12 @@ class S4D(_FixedState):
 
     summary = "plain S4D mixer over v: y = 2 Re(C x_t) + D v_t per channel (no query; baseline of seed 002)"
 
+    option_prefix = "s4d"
+
     def __init__(self, config, layer_idx: int):
         super().__init__(config, layer_idx)
-        opts = config.variant_options or {}
         H, D = self.n_heads, self.head_dim
-        self.n_modes, self.chunk, dt_min, dt_max = _state_options(opts, "s4d")
-        _state_parameters(self, (H, D), self.n_modes, dt_min, dt_max)
+        _state_parameters(self, (H, D), self.n_modes, *self.dt_range)
         self.C = nn.Parameter(torch.randn(H, D, self.n_modes, 2) * math.sqrt(0.5))
         self.D = nn.Parameter(torch.randn(H, D))
         _no_weight_decay(self.log_dt, self.log_A_real, self.A_imag, self.D)
@@ -709,19 +724,13 @@ class S4D(_FixedState):
         dt_a, bbar = zoh(self.log_dt, self.log_A_real, self.A_imag)
         return dt_a, bbar, torch.complex(self.C[..., 0].float(), self.C[..., 1].float())
 
-    def forward(self, q, k, v, ctx: AttnContext, x=None):
-        """Mix the values. v: [B, H, Tq, D] (q, k ignored); state handling as :meth:`Interdomain.forward`.
+    def _forward(self, q, k, v, ctx: AttnContext, x=None):
+        """Mix the values. v: [B, H, Tq, D] (q, k ignored); state handling as :meth:`Interdomain._forward`.
         Returns [B, H, Tq, D] in v's dtype.
-
-        Runs under :func:`_scan_threads` (one intra-op thread on CPU by default).
 
         Raises:
             ValueError: see :meth:`load_state`.
         """
-        with _scan_threads(v.device, v.shape[2]):
-            return self._forward(q, k, v, ctx, x)
-
-    def _forward(self, q, k, v, ctx: AttnContext, x=None):
         B, H, T, D = v.shape
         m = self.new_mask(ctx, B, T, v.device)
         st = self.load_state(ctx, T, lambda: {"x": torch.zeros(B, H, D, self.n_modes, dtype=CDTYPE,
