@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from lctx.harness.console import markdown_table
+from lctx.harness.rundir import run_dir_lock
 from lctx.tasks.lmeval import METRICS, LmEvalSpec, make_tasks
 
 
@@ -37,10 +39,9 @@ def run_lmeval(lms: list, specs: list[LmEvalSpec], source: str, out_dir: str | P
         LctxError: a bad limit or few-shot count, unreadable data or an unreachable hub (before any question
             runs); another process holds ``out_dir``.
     """
-    from lctx.harness.derived import write_run_tables
-    from lctx.harness.rundir import run_dir_lock
-    from lctx.harness.runner import RunSpec, run_sweep
-    from lctx.harness.tables import read_records
+    from lctx.harness.derived import write_run_tables  # lazy: loads pandas
+    from lctx.harness.runner import RunSpec, run_sweep  # lazy: loads torch, transformers
+    from lctx.harness.tables import read_records  # lazy: loads pandas
 
     tasks = make_tasks(specs, source, data_dir, limit, num_fewshot, seed, batch_size, chat_template, system_prompt,
                        log if progress else None)
@@ -59,7 +60,6 @@ def run_lmeval(lms: list, specs: list[LmEvalSpec], source: str, out_dir: str | P
 def format_summary(summary) -> str:
     """The lm-eval tasks' rows of a summary table as an aligned Markdown table (every cell whole, model names
     never cut): model, task, metric, mean, stderr, n."""
-    from lctx.harness.console import markdown_table
 
     rows = summary[summary["task"].isin(list(METRICS))]
     body = [[str(r["model"]), r["task"], r["metric"], f"{r['mean']:.4f}", f"{r['stderr']:.4f}", int(r["n"])]

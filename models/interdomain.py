@@ -85,6 +85,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lctx import kernels
+from lctx.kernels import record_impl
+
 from .cache import cache_states
 from .variants import AttentionVariant, AttnContext, register_variant
 
@@ -473,14 +476,12 @@ class _FixedState(AttentionVariant):
         """
         if self.config.attn_impl != "fast":
             if self.config.attn_impl == "sdpa" and T > 1:  # the chunked form runs; the reference records nothing
-                from lctx.kernels import record_impl
 
                 record_impl(self.variant_name, "chunked")
             return None
         if T == 1:
             return None if ctx.padded else "decode"
-        from lctx import kernels
-        from lctx.kernels.interdomain_scan import wants_grad
+        from lctx.kernels.interdomain_scan import wants_grad  # lazy: loads triton
 
         if ctx.padded:
             impl = "chunked"
@@ -496,7 +497,6 @@ def _scan_threads(device, T: int):
     :func:`lctx.kernels.scan_threads` (default 1; ``LCTX_SCAN_THREADS``), measured to keep these many-op
     forms (the feature maps and norms around the scan too) from waiting on thread barriers on a shared
     machine. Other devices and decode steps (T = 1, ops below torch's parallel grain) are left alone."""
-    from lctx import kernels
 
     return kernels.intra_op_threads(kernels.scan_threads() if T > 1 else 0, device)
 
@@ -672,13 +672,13 @@ class Interdomain(_FixedState):
 
     def _core(self, impl, fq, kt, vt, m, dt_a, bbar, core, T):
         if impl == "decode":
-            from lctx.kernels.interdomain_scan import interdomain_decode_step
+            from lctx.kernels.interdomain_scan import interdomain_decode_step  # lazy: loads triton
             o, new = interdomain_decode_step(fq, kt, vt, dt_a, bbar, core, self.conj, self.eta_eps)
         elif impl == "triton":
-            from lctx.kernels.interdomain_scan import interdomain_scan_triton
+            from lctx.kernels.interdomain_scan import interdomain_scan_triton  # lazy: loads triton
             o, new = interdomain_scan_triton(fq, kt, vt, dt_a, bbar, core, self.conj, self.eta_eps)
         elif impl == "vectorized":
-            from lctx.kernels.interdomain_scan import interdomain_scan_cpu
+            from lctx.kernels.interdomain_scan import interdomain_scan_cpu  # lazy: loads triton
             o, new = interdomain_scan_cpu(fq, kt, vt, dt_a, bbar, core, self.chunk, self.conj, self.eta_eps)
         elif T == 1:
             o, new = interdomain_recurrent(fq, kt, vt, m, dt_a, bbar, core, self.conj, self.eta_eps)
@@ -744,13 +744,13 @@ class S4D(_FixedState):
 
     def _core(self, impl, u, m, dt_a, bbar, c, st, T):
         if impl == "decode":
-            from lctx.kernels.interdomain_scan import s4d_decode_step
+            from lctx.kernels.interdomain_scan import s4d_decode_step  # lazy: loads triton
             y, xs = s4d_decode_step(u, dt_a, bbar, c, self.D, st["x"])
         elif impl == "triton":
-            from lctx.kernels.interdomain_scan import s4d_scan_triton
+            from lctx.kernels.interdomain_scan import s4d_scan_triton  # lazy: loads triton
             y, xs = s4d_scan_triton(u, dt_a, bbar, c, self.D, st["x"])
         elif impl == "vectorized":
-            from lctx.kernels.interdomain_scan import s4d_scan_cpu
+            from lctx.kernels.interdomain_scan import s4d_scan_cpu  # lazy: loads triton
             y, xs = s4d_scan_cpu(u, dt_a, bbar, c, self.D, st["x"], self.chunk)
         elif T == 1:
             y, xs = s4d_recurrent(u, m, dt_a, bbar, c, self.D, st["x"])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import inspect
 import itertools
 import sys
 from dataclasses import dataclass, field
@@ -165,7 +166,7 @@ class Task:
             LctxError: a data file is missing, not a regular file or unreadable.
         """
         if not hasattr(self, "_data_fp"):
-            from lctx.models.fingerprint import digest_files
+            from lctx.models.fingerprint import digest_files  # lazy: loads torch
 
             files = self.data_files()
             self._data_fp = digest_files(files) if files else None
@@ -268,7 +269,6 @@ def register_task(cls: type[Task]) -> type[Task]:
 
 def doc_summary(doc: str | None) -> str:
     """The first paragraph of a docstring on one line ("" for none)."""
-    import inspect
 
     text = inspect.cleandoc(doc or "").split("\n\n")[0]
     return " ".join(text.split())

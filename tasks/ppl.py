@@ -120,7 +120,7 @@ class Perplexity(Task):
             LctxError: a data path is missing or unreadable.
         """
         if self._docs is None:
-            from lctx.tasks import textdata
+            from lctx.tasks import textdata  # lazy: loads torch
 
             docs = textdata.load_corpus(self.data) if self.data else textdata.pydoc_corpus("heldout")
             if self.concat:
@@ -132,7 +132,7 @@ class Perplexity(Task):
         """16 hex digits of SHA-256 over the documents as scored (names and cleaned text, after the
         optional concatenation): new contents under the same ``--ppl-data`` path, or another Python's
         ``pydoc_data``, are a different input."""
-        from lctx.models.fingerprint import digest_texts
+        from lctx.models.fingerprint import digest_texts  # lazy: loads torch
 
         return digest_texts(self.documents())
 

@@ -140,6 +140,48 @@ def test_no_import_cycle():
     assert not cyc, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cyc)
 
 
+#: Files whose function-level imports are not audited yet (issue 13.4): other helpers were changing their
+#: start-up imports in this session (cli.py: issue 15's start-up work; the RULER files: the ruler group). Remove
+#: a file from here once its imports carry their reasons.
+NOT_AUDITED = {"cli.py": "start-up work of issue 15 in flight", "harness/ruler.py": "ruler group work in flight",
+               "tasks/ruler.py": "ruler group work in flight", "tasks/ruler_qa.py": "ruler group work in flight",
+               "tasks/niah.py": "ruler group work in flight"}
+
+
+def unmarked_lazy_imports(root: Path) -> list[str]:
+    """Imports inside functions without a comment on their line (or the line above) saying why they are there:
+    ``# lazy: loads X`` (importing X at the top would slow this module's import: ``python -X importtime``),
+    an optional dependency, or another reason. An import that costs nothing at the top belongs there."""
+    out = []
+    for p in sorted(root.rglob("*.py")):
+        rel = p.relative_to(root)
+        if not (rel.parts[0] in LAYERS[1:-1] or len(rel.parts) == 1 and p.name != "conftest.py") \
+                or "checkpoints" in rel.parts or rel.as_posix() in NOT_AUDITED:
+            continue
+        lines = p.read_text().splitlines()
+        for fn in ast.walk(ast.parse("\n".join(lines))):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for node in ast.walk(fn):
+                    if isinstance(node, (ast.Import, ast.ImportFrom)):
+                        here = "\n".join(lines[node.lineno - 1: node.end_lineno])
+                        above = lines[node.lineno - 2].strip() if node.lineno > 1 else ""
+                        if "#" not in here and not above.startswith("#"):
+                            out.append(f"{rel}:{node.lineno}: {ast.unparse(node)}")
+    return sorted(set(out))
+
+
+def test_checker_sees_an_unmarked_lazy_import(tmp_path):
+    (tmp_path / "harness").mkdir()
+    (tmp_path / "harness" / "m.py").write_text(
+        "def f():\n    import json\n\n\ndef g():\n    import torch  # lazy: loads torch\n")
+    assert unmarked_lazy_imports(tmp_path) == ["harness/m.py:2: import json"]
+
+
+def test_every_lazy_import_says_why():
+    bad = unmarked_lazy_imports(ROOT)
+    assert not bad, "imports inside functions without a reason (hoist them, or say why):\n" + "\n".join(bad)
+
+
 if __name__ == "__main__":
     tree = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT
     e = import_edges(tree)
@@ -149,3 +191,5 @@ if __name__ == "__main__":
         print(f"  up: {a} -> {b} (line {n})")
     for c in cyc:
         print("  cycle: " + " <-> ".join(c))
+    lazy = unmarked_lazy_imports(tree)
+    print(f"{len(lazy)} imports inside functions without a reason")
