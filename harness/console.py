@@ -14,7 +14,6 @@ through :func:`print_table`:
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 from collections.abc import Sequence
@@ -45,7 +44,7 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]], righ
     """A GitHub-flavoured pipe table: columns padded to their widest cell, ``right``-named columns
     right-aligned (``---:``), cells printed as given (``str()``; never re-parsed as numbers), ``|`` in a
     cell escaped. No width limit: every cell is whole."""
-    from tabulate import tabulate  # lazy: loads tabulate
+    from tabulate import tabulate
 
     def cell(v: object) -> str:
         return "" if v is None else str(v).replace("|", "\\|").replace("\n", " ")
@@ -76,8 +75,8 @@ def print_table(header: Sequence[str], rows: Sequence[Sequence[object]], title: 
         file.write(markdown_table(header, rows, right) + "\n\n")
         file.flush()
         return
-    from rich.console import Console  # lazy: loads rich.console
-    from rich.table import Table  # lazy: loads rich.table
+    from rich.console import Console
+    from rich.table import Table
 
     table = Table(title=title)
     for h in header:
@@ -92,8 +91,9 @@ def print_frame(df, title: str | None = None, float_format: str = ".3f", right: 
                 file: IO | None = None) -> None:
     """:func:`print_table` of a pandas DataFrame (index dropped): floats with ``float_format``, NaN empty;
     numeric columns right-aligned unless ``right`` names them."""
+    import math
 
-    import pandas as pd  # lazy: loads pandas
+    import pandas as pd
 
     def fmt(v: object) -> str:
         if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA:
@@ -116,7 +116,7 @@ def print_line(text: str, style: str | None = None, file: IO | None = None) -> N
         file.write(text + "\n")
         file.flush()
         return
-    from rich.console import Console  # lazy: loads rich.console
+    from rich.console import Console
 
     Console(file=file, highlight=False, soft_wrap=True).print(text, style=style, markup=False)
 
@@ -132,7 +132,7 @@ class SweepProgress:
     """
 
     def __init__(self, costs: Sequence[float], enabled: bool = True, desc: str = "lctx run", file: IO | None = None):
-        from tqdm.auto import tqdm  # lazy: loads tqdm
+        from tqdm.auto import tqdm
 
         self.n_samples, self.i, self.desc = len(costs), 0, desc
         file = sys.stderr if file is None else file

@@ -9,15 +9,14 @@ post-processing steps (flatness, the ruler group: :mod:`lctx.harness.derived`) a
 from __future__ import annotations
 
 import json
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence, Union
 
+from lctx.harness.args import (check_task_options, check_writable_dir, chat_options, data_path, parse_batch_size,
+                               parse_depths,
+                               parse_lengths, parse_task_options, task_option_names)
 from lctx.errors import LctxError, split_list
-from lctx.harness.args import (chat_options, check_task_options, check_writable_dir, data_path, parse_batch_size,
-                               parse_depths, parse_lengths, parse_task_options, task_option_names)
-from lctx.harness.rundir import run_dir_lock
 
 DEFAULT_TASKS = ("passkey", "ppl")
 DEFAULT_LENGTHS = (256, 512, 1024, 2048)
@@ -111,6 +110,8 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
     """
     warn = warn or log
     if out is None:
+        import tempfile
+
         out = tempfile.mkdtemp(prefix="lctx-")
     out = Path(out)
     if data_dir is not None:
@@ -127,12 +128,12 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
     cache_dir = Path(cache_dir) if cache_dir is not None else None
     if isinstance(relative, (list, tuple)):
         relative = ",".join(f"{r:g}" for r in relative)
-    from lctx.kernels import configure_threads  # lazy: loads torch
+    from lctx.kernels import configure_threads
 
     configure_threads()  # README "Threads"
-    from lctx.harness.runner import RunSpec, run_sweep  # lazy: loads torch, transformers
-    from lctx.tasks import get_task, load_entry_point_tasks, load_task_file  # lazy: loads torch
-    from lctx.harness import distributed as dist_  # lazy: loads torch, pandas
+    from lctx.harness.runner import RunSpec, run_sweep
+    from lctx.tasks import get_task, load_entry_point_tasks, load_task_file
+    from lctx.harness import distributed as dist_
 
     dinfo = dist_.init(device)  # [distributed] under torchrun / accelerate launch: join the job (else no-op)
     device = dist_.rank_device(device, dinfo)  # rank r on cuda:LOCAL_RANK
@@ -151,7 +152,7 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
     from lctx.harness import flatness  # relative lengths and training lengths (--relative, --train-length)
 
     from lctx.tasks import lmeval  # mmlu, arc_easy, arc_challenge: lm-eval's evaluator, no length axis
-    from lctx.harness.lmeval_run import format_summary as format_lmeval_summary  # lazy: loads torch
+    from lctx.harness.lmeval_run import format_summary as format_lmeval_summary
 
     lmeval_names = [n for n in task_names if lmeval.is_lmeval_task(n)]
     task_names = [n for n in task_names if n not in lmeval_names]
@@ -184,6 +185,7 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
     groups = (flatness.groups_by_train_length(lms, flatness.parse_relative(relative)) if relative
               else [(lms, length_list)])
     _check_before_run(groups, task_objs, ppl_lengths, allow_beyond_max, memory_check)
+    from lctx.harness.rundir import run_dir_lock
 
     results = []
     with run_dir_lock(out, dinfo):  # created here, after every check: a rejected call leaves nothing behind
@@ -204,7 +206,7 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
         if relative:
             flatness.note_run(out, models=[lm.path for lm in lms], relative=flatness.parse_relative(relative),
                               train_lengths={lm.name: lm.train_length for lm in lms})
-        from lctx.harness.derived import write_run_tables  # lazy: loads pandas
+        from lctx.harness.derived import write_run_tables
 
         res.table, res.summary, res.plots = write_run_tables(out, steps)  # once, after every sweep
         res.superseded = int(res.table.attrs.get("superseded", 0))
@@ -221,13 +223,13 @@ def _load_models(models, attn_override, warn, **load) -> list:
     Raises:
         LctxError: a bad ``attn_override`` (before any model loads) or a checkpoint ``load_lm`` refuses.
     """
-    from lctx.harness.lm import load_lm  # lazy: loads torch, transformers
+    from lctx.harness.lm import load_lm
 
     if isinstance(models, (str, Path)):
         models = [models]
     paths = [str(m) for m in models] if models else [str(DEFAULT_MODEL)]
     if attn_override:
-        from lctx.harness.overrides import parse_override  # lazy: loads torch
+        from lctx.harness.overrides import parse_override
 
         parse_override(attn_override)  # a bad spec fails before any model loads
     lms = [load_lm(p, attn_override=attn_override, log=warn, **load) for p in paths]
@@ -245,7 +247,7 @@ def _check_before_run(groups, task_objs: list, ppl_lengths, allow_beyond_max: bo
     Raises:
         LctxError: the first problem found (one line naming the fix).
     """
-    from lctx.harness.runner import check_lengths, check_min_lengths  # lazy: loads torch, transformers
+    from lctx.harness.runner import check_lengths, check_min_lengths
 
     for lms_g, length_list in groups:  # every problem found before the first sweep starts
         for lm in lms_g if task_objs else []:
@@ -254,7 +256,7 @@ def _check_before_run(groups, task_objs: list, ppl_lengths, allow_beyond_max: bo
         if ppl_lengths:
             check_min_lengths(lms_g, [t for t in task_objs if t.name == "ppl"], ppl_lengths)
         if memory_check and task_objs:  # the memory model of `lctx plan`, for the longest prefill
-            from lctx.harness.plan import check_run_fits  # lazy: loads torch
+            from lctx.harness.plan import check_run_fits
 
             longest = max(length_list + (ppl_lengths or []))
             has_ppl = any(t.name == "ppl" for t in task_objs)  # ppl keeps logits at every scored position
@@ -266,7 +268,7 @@ def _derived_expanders() -> dict:
     (task names, ``--task-option`` items, data_dir=, samples=, depths=) and returns (task names with its own
     replaced by the tasks it derives from, the option items not addressed to it, its
     :class:`lctx.harness.derived.DerivedStep` or None when not asked for, lines to print)."""
-    from lctx.harness import flatness, ruler  # lazy: loads torch, pandas
+    from lctx.harness import flatness, ruler
 
     return {flatness.TASK: flatness.expand, ruler.GROUP: ruler.expand}
 

@@ -45,21 +45,14 @@ formula with an sdpa float causal mask. Source of the KV-cache formula: the usua
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-import lctx.models  # noqa: F401  (registers model_type "lctx")
 from lctx import ATTN_IMPLS
 from lctx.errors import LctxError
-from lctx.models.variants import AttentionVariant, AttnContext, alibi_slopes, get_variant
-
-from .devices import resolve_dtype
-from .gguf import _load_error, check_header, find_gguf
 
 GIB = 1024**3
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "kib": 1024, "m": 1024**2, "mb": 1024**2, "mib": 1024**2,
@@ -127,7 +120,7 @@ class MemoryPlan:
 
     def table(self):
         """The breakdown as a pandas DataFrame: component, bytes, GiB, formula (plus a total row)."""
-        import pandas as pd  # lazy: loads pandas
+        import pandas as pd
 
         rows = [{"component": i.name, "bytes": i.bytes, "GiB": i.bytes / GIB, "formula": i.formula}
                 for i in self.items]
@@ -164,9 +157,11 @@ def load_config(path: str, trust_remote_code: bool = False):
         LctxError: not a directory, no config.json, an unreadable config, or one that needs remote code
             without ``trust_remote_code``.
     """
-    from transformers import AutoConfig  # lazy: loads transformers
+    import lctx.models  # noqa: F401  (registers model_type "lctx")
+    from transformers import AutoConfig
 
     p = Path(path)
+    from .gguf import check_header, find_gguf
 
     gguf_file = find_gguf(p)
     if gguf_file is not None:  # the config inside a GGUF file (read by transformers; no tensors dequantised)
@@ -174,6 +169,8 @@ def load_config(path: str, trust_remote_code: bool = False):
         try:
             return AutoConfig.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name)
         except Exception as e:  # noqa: BLE001
+            from .gguf import _load_error
+
             raise _load_error(gguf_file, e) from None
     if not p.is_dir() or not (p / "config.json").is_file():
         raise LctxError(f"--model {path!r} is not a checkpoint directory with a config.json; pass a folder "
@@ -181,7 +178,7 @@ def load_config(path: str, trust_remote_code: bool = False):
     try:
         return AutoConfig.from_pretrained(p, trust_remote_code=trust_remote_code)
     except Exception as e:  # noqa: BLE001 - any parse failure is a bad checkpoint
-        from .lm import _raise_if_remote_code  # lazy: loads transformers
+        from .lm import _raise_if_remote_code
 
         _raise_if_remote_code(path, e)
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
@@ -193,7 +190,7 @@ def count_parameters(config) -> int:
     """Parameters of the causal LM a config describes, counted on the meta device (no memory, no weights
     read); shared (tied) tensors count once. Falls back to 12 L d^2 + V d (the usual decoder estimate)
     when the architecture cannot be built."""
-    from transformers import AutoModelForCausalLM  # lazy: loads transformers
+    from transformers import AutoModelForCausalLM
 
     try:
         with torch.device("meta"):
@@ -263,7 +260,7 @@ def default_kv_cache() -> tuple[str, int]:
     """(kind, decode budget in tokens) of the KV cache :class:`lctx.harness.lm.LM` gives lctx models:
     ``("preallocated", LM.decode_budget)`` when it has ``new_cache`` (a :class:`PreallocatedKVCache` of
     prompt + budget tokens), else ``("dynamic", 0)`` (``DynamicCache``, which concatenates per chunk)."""
-    from .lm import LM  # lazy: loads transformers
+    from .lm import LM
 
     if hasattr(LM, "new_cache"):
         return "preallocated", int(getattr(LM, "decode_budget", 0) or 0)
@@ -304,9 +301,10 @@ def probe_layer(config, dtype: torch.dtype, t1: int = 16, t2: int = 48) -> Layer
     ``"fast"`` probe would compile kernels); whether the fused kernel takes over is read from the
     variant's ``prior_spec`` instead.
     """
-    from transformers.cache_utils import DynamicCache  # lazy: loads transformers
+    from transformers.cache_utils import DynamicCache
 
-    from lctx.models.model import positions_and_mask  # lazy: loads transformers
+    from lctx.models.model import positions_and_mask
+    from lctx.models.variants import AttentionVariant, AttnContext, get_variant
 
     cls = get_variant(config.variant)
     impl = "reference" if getattr(config, "attn_impl", "sdpa") == "reference" else "sdpa"
@@ -359,6 +357,7 @@ def probe_layer(config, dtype: torch.dtype, t1: int = 16, t2: int = 48) -> Layer
 def _dtype(dtype) -> torch.dtype:
     if isinstance(dtype, torch.dtype):
         return dtype
+    from .devices import resolve_dtype
 
     return resolve_dtype(str(dtype))
 
@@ -476,6 +475,8 @@ def plan_memory(config, length: int, chunk_size: int = 2048, dtype="float32", im
 
 
 def _fla_importable() -> bool:
+    import importlib.util
+
     return importlib.util.find_spec("fla") is not None
 
 
@@ -491,7 +492,7 @@ def fused_working_set(B: int, H: int, c: int, D: int, T: int, cuda: bool, pr: La
     if cuda:
         return [("attention working set", B * H * c * D * 16 + H * T * 4,
                  "fused Triton kernel: B x H x chunk x D x 16 + prior table H x T x 4; no chunk x T buffer")]
-    from lctx.kernels.flash_prior import default_block  # lazy: loads triton
+    from lctx.kernels.flash_prior import default_block
 
     rows = min(default_block(c), c)
     copies = 5 if pr.ssmax else 4
@@ -546,6 +547,7 @@ def lsh_working_set(opts: dict, B: int, H: int, c: int, D: int, T: int) -> list[
     4 sigma_max (sigma = 1 / the smallest ALiBi slope: the bins' Gamma(2, sigma) widths rarely exceed it),
     and the outputs with their concatenation 2 x B x H x c x D x 4. Exact ALiBi, run instead where it is
     cheaper, needs less (a table)."""
+    from lctx.models.variants import alibi_slopes
 
     s = int(opts.get("lsh_samples", 16))
     rows = 256
@@ -579,6 +581,7 @@ def device_memory(device, override: int | None = None) -> tuple[int, str]:
                 return int(line.split()[1]) * 1024, "CPU MemAvailable (/proc/meminfo)"
     except OSError:
         pass
+    import os
 
     return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")), "CPU physical memory"
 

@@ -8,8 +8,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .variants import MODIFIERS, VARIANTS
-
 # Version of the variant options' defaults. 1: configs saved before the field existed (GGD-BAM legacy
 # form, one prior shared by all layers, content-only SSMax, acc_rot spread 1.0). 2: the seeds' and the
 # reference code's defaults (issue 12). A config.json without ``options_version`` is version 1.
@@ -78,6 +76,7 @@ VARIANT_OPTIONS: dict[str, dict[str, Opt]] = {
 def option_schema(variant: str) -> dict[str, Opt] | None:
     """The options ``variant`` takes (a composed ``"base+mod"`` takes the union of its parts), or ``None``
     when a part declares none (a variant registered outside lctx without an ``option_schema``)."""
+    from .variants import MODIFIERS, VARIANTS
 
     out: dict[str, Opt] = {}
     for part in str(variant).split("+"):
