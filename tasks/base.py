@@ -33,8 +33,9 @@ DECODE_STEP_TOKENS = 64
 
 @dataclass(frozen=True)
 class Cell:
-    """One point of a task's grid: target ``length`` (tokens), needle ``depth`` (fraction of the
-    prompt before the needle, or ``None`` for tasks without depth) and ``sample`` index."""
+    """One point of a task's grid: target ``length`` (tokens; ``None`` for a task without a length axis, e.g.
+    an lm-eval question), needle ``depth`` (fraction of the prompt before the needle, or ``None`` for tasks
+    without depth) and ``sample`` index."""
 
     length: int
     depth: float | None
