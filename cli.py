@@ -497,10 +497,11 @@ def report(
 
 @app.command("list")
 def list_(
-    what: str = typer.Argument(..., metavar="WHAT", help="tasks or variants"),
+    what: str = typer.Argument(..., metavar="WHAT", help="tasks, metrics or variants"),
     task_file: List[Path] = typer.Option(None, "--task-file", help="Python file defining extra tasks (repeatable), listed too."),
 ):
-    """List the tasks `lctx run --tasks` accepts, or the attention variants and modifiers `lctx train --variant` accepts."""
+    """List the tasks `lctx run --tasks` accepts, the metrics they report (registered in lctx.metrics, with their
+    source), or the attention variants and modifiers `lctx train --variant` accepts."""
     from lctx.harness.console import print_table
 
     if what == "tasks":
@@ -512,6 +513,22 @@ def list_(
             load_task_file(str(tf))
         print_table(["task", "description", "metrics", "data (under --data-dir)"],
                     [[t.name, t.description, ", ".join(t.metrics), t.requires] for t in task_catalog()])
+    elif what == "metrics":
+        from lctx.harness import flatness, ruler  # noqa: F401  (register the derived names)
+        from lctx.metrics import METRICS
+        from lctx.tasks import load_entry_point_tasks, load_task_file, task_catalog
+
+        load_entry_point_tasks()
+        for tf in task_file or []:
+            load_task_file(str(tf))
+        used: dict[str, list[str]] = {}
+        for t in task_catalog():
+            for m in t.metrics:  # RULER's eight NIAH tasks as one entry
+                name = "niah_*" if t.name.startswith("niah_") else t.name
+                used.setdefault(m, []) if name in used.get(m, []) else used.setdefault(m, []).append(name)
+        print_table(["metric", "better", "tasks", "what it is (source)"],
+                    [[m.name, m.direction, ", ".join(used.get(m.name, [])), m.summary]
+                     for m in sorted(METRICS.values(), key=lambda m: m.name)])
     elif what == "variants":
         import lctx
 
@@ -529,7 +546,7 @@ def list_(
                                      f"({', '.join(takes)}), e.g. --variant rope+{name}", options(name)])
         print_table(["variant", "what it is", "options (--option KEY=VALUE; typed, others refused)"], rows)
     else:
-        raise LctxError(f"cannot list {what!r}; use `lctx list tasks` or `lctx list variants`")
+        raise LctxError(f"cannot list {what!r}; use `lctx list tasks`, `lctx list metrics` or `lctx list variants`")
 
 
 class Terminated(KeyboardInterrupt):
