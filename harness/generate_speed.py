@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import argparse
 import copy
+import cProfile
+import pstats
 import re
 import resource
 import statistics
@@ -81,7 +83,7 @@ def main() -> None:
     import torch  # lazy: loads torch
 
     from lctx.harness.lm import load_lm  # lazy: loads torch, transformers
-    from lctx.tasks.base import Cell  # lazy: loads torch
+    from lctx.tasks.base import Cell, Task  # lazy: loads torch
     from lctx.tasks.passkey import Passkey  # lazy: loads torch
 
     L = parse_lengths(a.length)[0]
@@ -104,8 +106,6 @@ def main() -> None:
         ids = list(sample.input_ids)
     print(f"threads {torch.get_num_threads()}; prompt {len(sample.input_ids)} tokens; key {sample.meta['key']}",
           flush=True)
-
-    from lctx.tasks.base import Task
 
     if type(task).score is not Task.score:  # run_lctx below replays Task.score step by step
         raise SystemExit(f"error: {type(task).__name__} overrides Task.score; the phase timings would not be its own")
@@ -147,9 +147,6 @@ def main() -> None:
               f"(median {statistics.median(ratios):.2f})")
     print(f"peak RSS of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB")
     if a.profile:  # one more lctx sample (first chunk size) under cProfile
-        import cProfile
-        import pstats
-
         prof = cProfile.Profile()
         prof.runcall(run_lctx, chunks[0])
         prof.dump_stats(a.profile)
