@@ -49,6 +49,15 @@ app = typer.Typer(cls=_Group, add_completion=False, no_args_is_help=True, pretty
 DEFAULT_DEPTHS = "0,0.25,0.5,0.75,1"
 
 
+def _light_models() -> None:
+    """Let a first ``import lctx.models`` skip the transformers modeling stack (seconds, ~200 MiB): for commands
+    that need the variant registry only (``lctx list variants``, ``lctx train``'s checks). Loading a checkpoint
+    registers ``model_type="lctx"`` later all the same (:func:`lctx.models.register_with_transformers`)."""
+    import lctx
+
+    lctx._light_import = True
+
+
 def _configure_threads() -> None:
     """Intra-op threads for a computing command: LCTX_NUM_THREADS / OMP_NUM_THREADS, else the cores not
     already busy (:func:`lctx.kernels.default_threads`; README "Threads")."""
@@ -196,12 +205,8 @@ def train(
     progress: bool = typer.Option(True, "--progress/--no-progress"),
 ):
     """Train a small model of one variant (tokenizer + AdamW/cosine), write a checkpoint directory."""
-    from lctx.tasks import textdata
-    from lctx.harness.devices import resolve_device
-    from lctx.harness.train import RetrievalMix
-    from lctx.harness.train import train as train_fn
-
     variant_options = parse_options(option or [])
+    _light_models()  # the variant checks below need the registry only (one-line errors without transformers)
     from lctx.models.options import check_variant_options
     from lctx.models.variants import get_variant
 
@@ -213,6 +218,11 @@ def train(
     except ValueError as e:
         raise LctxError(f"--option: {e}") from None
     check_writable_dir(out)
+    from lctx.tasks import textdata
+    from lctx.harness.devices import resolve_device
+    from lctx.harness.train import RetrievalMix
+    from lctx.harness.train import train as train_fn
+
     _configure_threads()
     docs = textdata.load_corpus(data) if data else textdata.pydoc_corpus("train")
     dev = resolve_device(device)
@@ -442,12 +452,12 @@ def plan(
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Run Python code shipped with a Hugging Face checkpoint (auto_map) to read its config. Off by default."),
 ):
     """Print the expected peak memory of a chunked prefill (weights, KV cache, activations) and refuse one that cannot fit."""
-    from lctx.harness import plan as P
-    from lctx.harness.console import print_table
-
     T = parse_lengths(length)
     if len(T) != 1:
         raise LctxError(f"--length {length!r} names {len(T)} lengths; pass one, e.g. --length 512k")
+    from lctx.harness import plan as P
+    from lctx.harness.console import print_table
+
     override = P.parse_bytes(device_memory) if device_memory else None
     if override is None:
         from lctx.harness.devices import resolve_device
@@ -512,9 +522,7 @@ def list_(
         print_table(["task", "description", "metrics", "data (under --data-dir)"],
                     [[t.name, t.description, ", ".join(t.metrics), t.requires] for t in task_catalog()])
     elif what == "variants":
-        import lctx
-
-        lctx._light_import = True  # the registry only: no transformers modeling stack (lctx.models docstring)
+        _light_models()
         from lctx.models import MODIFIERS, VARIANTS
         from lctx.models.options import option_schema
 

@@ -570,7 +570,9 @@ def load_lm(path: str, device: str = "auto", dtype: str = "float32", name: str |
             ``trust_remote_code``, fails to load (corrupt or incomplete weights, unsafe pickle, no
             tokenizer), or cannot take the override; the message says what to do.
     """
-    import lctx.models  # noqa: F401  (registers model_type "lctx" with the Auto classes)
+    from lctx.models import register_with_transformers
+
+    register_with_transformers()  # model_type "lctx" for the Auto classes, also after a light import (cli)
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 

@@ -41,13 +41,16 @@ def tokenizer():
 @pytest.fixture
 def make_checkpoint(tmp_path, tokenizer):
     """make_checkpoint(variant, **config) -> path of a saved random-init checkpoint with the tiny tokenizer."""
+    from transformers.utils import logging as hf_logging
+
     from lctx.models import LctxForCausalLM
 
     def make(variant: str = "rope", name: str | None = None, **kw) -> Path:
         torch.manual_seed(0)
         model = LctxForCausalLM(tiny_config(variant, vocab_size=len(tokenizer), **kw))
         out = tmp_path / (name or f"ck_{variant}")
-        model.save_pretrained(out)
+        hf_logging.disable_progress_bar()  # transformers' "Writing model shards" bar would land in the test's
+        model.save_pretrained(out)  # captured stderr, which one-line-error tests read (run alone, nothing else disables it)
         tokenizer.save_pretrained(out)
         return out
 
