@@ -124,6 +124,8 @@ def run(
         warn=lambda m: typer.echo(m, err=True))
     if not result.is_main or result.table is None:
         return
+    from lctx.harness.console import count
+
     for name in ("lmeval", "flatness"):  # the ruler group's grid comes last, after the plots
         if name in result.reports:
             typer.echo(result.reports[name])
@@ -132,22 +134,22 @@ def run(
     if len(failed):
         msgs = failed.drop_duplicates(["model", "task", "length", "depth", "sample"])["error"].value_counts()
         for msg, n in msgs.head(5).items():
-            typer.echo(f"failed ({n} sample{'s' if n != 1 else ''}): {msg}", err=True)
+            typer.echo(f"failed ({count(n, 'sample')}): {msg}", err=True)
         if len(msgs) > 5:
             rest = int(msgs.iloc[5:].sum())
-            typer.echo(f"... and {len(msgs) - 5} more distinct error messages ({rest} samples) not shown; "
+            typer.echo(f"... and {len(msgs) - 5} more distinct error messages ({count(rest, 'sample')}) not shown; "
                        f"see the error column of {out}/results.csv", err=True)
     if result.superseded:
-        typer.echo(f"note: {result.superseded} records of earlier inputs (other weights, data, settings or versions) "
+        typer.echo(f"note: {count(result.superseded, 'record')} of earlier inputs (other weights, data, settings or versions) "
                    f"are kept in {out}/records.jsonl but left out of the tables", err=True)
-    typer.echo(f"wrote {out}/results.parquet, results.csv, summary.csv ({len(result.table)} rows; "
-               f"{result.ran} samples run, {result.skipped} resumed, {result.errors} errors)")
+    typer.echo(f"wrote {out}/results.parquet, results.csv, summary.csv ({count(len(result.table), 'row')}; "
+               f"{count(result.ran, 'sample')} run, {result.skipped} resumed, {count(result.errors, 'error')})")
     for p in result.plots:
         typer.echo(f"plot: {p}")
     if "ruler" in result.reports:
         typer.echo(result.reports["ruler"])
     if result.ok == 0 and result.errors > 0:
-        typer.echo(f"error: every sample of this run failed ({result.errors} errors; see above and "
+        typer.echo(f"error: every sample of this run failed ({count(result.errors, 'error')}; see above and "
                    f"{out}/results.csv); exit status {EXIT_ALL_FAILED}", err=True)
         raise typer.Exit(EXIT_ALL_FAILED)
 
@@ -523,17 +525,29 @@ def list_(
                     [[t.name, t.description, ", ".join(t.metrics), t.requires] for t in task_catalog()])
     elif what == "variants":
         _light_models()
-        from lctx.models import MODIFIERS, VARIANTS
-        from lctx.models.options import option_schema
+        from lctx.models import MODIFIERS, VARIANTS, get_variant
+        from lctx.models.options import OPTIONS_VERSION, option_schema
 
-        def options(name: str) -> str:
-            return ", ".join(f"{k}=<{o.describe()}>" for k, o in (option_schema(name) or {}).items())
+        takes = sorted(n for n, c in VARIANTS.items() if getattr(c, "composable", True))
+
+        def defaults(name: str) -> dict:  # what a new model computes with (config's options_version)
+            cls = MODIFIERS[name] if name in MODIFIERS else get_variant(name)
+            return cls.option_defaults(OPTIONS_VERSION)
+
+        def options(name: str, modifier: bool = False) -> str:
+            own = defaults(name)
+            out = []
+            for k, o in (option_schema(name) or {}).items():
+                d = own.get(k, o.default)
+                per_base = {b: v for b in takes if modifier
+                            for v in [defaults(f"{b}+{name}").get(k, d)] if v != d}  # e.g. ssmax_scale_bias on ggd_bam
+                out.append(f"{k}=<{o.describe(d, per_base)}>")
+            return ", ".join(out)
 
         rows = [[name, cls.summary, options(name)] for name, cls in sorted(VARIANTS.items())]
-        takes = sorted(n for n, c in VARIANTS.items() if getattr(c, "composable", True))
         for name, cls in sorted(MODIFIERS.items()):  # e.g. rope+ssmax
             rows.append([f"+{name}", f"{cls.summary}; a modifier: add it to a softmax variant "
-                                     f"({', '.join(takes)}), e.g. --variant rope+{name}", options(name)])
+                                     f"({', '.join(takes)}), e.g. --variant rope+{name}", options(name, True)])
         print_table(["variant", "what it is", "options (--option KEY=VALUE; typed, others refused)"], rows)
     else:
         raise LctxError(f"cannot list {what!r}; use `lctx list tasks` or `lctx list variants`")
@@ -575,6 +589,35 @@ def _help_format() -> None:
         a.rich_markup_mode = mode
 
 
+def _bad_value(e: Exception) -> str | None:
+    """One line naming the problem and the fix for an option value typer refused (``--samples 0``: "--samples 0
+    is below the minimum 1; pass --samples 1 or more"), from the validation error typer raises it from (typer
+    >= 0.2x checks values with pydantic: ``errors()`` of ``e.__cause__``); ``None`` when that is unknown."""
+    param, cause = getattr(e, "param", None), e.__cause__
+    errors = cause.errors() if callable(getattr(cause, "errors", None)) else None
+    opts = [o for o in (getattr(param, "opts", None) or []) if o.startswith("--")]
+    if not (errors and opts and isinstance(errors[0], dict)):
+        return None
+    err, name = errors[0], opts[0]
+    value, bound = err.get("input"), err.get("ctx") or {}
+    cmd = getattr(getattr(getattr(e, "ctx", None), "command", None), "name", None)
+    helps = f"`lctx {cmd} --help`" if cmd else "`lctx --help`"
+    kind = err.get("type")
+    if kind == "greater_than_equal":
+        return f"{name} {value} is below the minimum {bound['ge']}; pass {name} {bound['ge']} or more"
+    if kind == "greater_than":
+        return f"{name} {value} is not above {bound['gt']}; pass {name} above {bound['gt']}"
+    if kind == "less_than_equal":
+        return f"{name} {value} is above the maximum {bound['le']}; pass {name} {bound['le']} or less"
+    if kind == "less_than":
+        return f"{name} {value} is not below {bound['lt']}; pass {name} below {bound['lt']}"
+    if kind in ("int_parsing", "int_from_float"):
+        return f"{name} {value!r} is not a whole number; pass one, e.g. {name} 2 (see {helps})"
+    if kind == "float_parsing":
+        return f"{name} {value!r} is not a number; pass one, e.g. {name} 0.5 (see {helps})"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``lctx`` console script: run the typer app, turn user errors into one line.
 
@@ -608,7 +651,8 @@ def main(argv: list[str] | None = None) -> int:
         if type(e).__name__ == "NoArgsIsHelpError":
             print(msg, file=sys.stderr)  # the help text
         else:
-            print(f"error: {' '.join(msg.split()).rstrip('.')}; see `lctx --help`", file=sys.stderr)
+            line = _bad_value(e) or f"{' '.join(msg.split()).rstrip('.')}; see `lctx --help`"
+            print(f"error: {line}", file=sys.stderr)
         code = EXIT_USAGE
     if argv is None:
         sys.exit(code)

@@ -167,7 +167,7 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
             t.documents()  # fail fast on unreadable data, before any model runs
     lms = _load_models(models, attn_override, warn, device=device, dtype=dtype, chunk_size=chunk_size,
                        trust_remote_code=trust_remote_code, attn_impl=attn_impl, cache_dir=cache_dir,
-                       chat_template=chat_template, system_prompt=system_prompt)
+                       chat_template=chat_template, system_prompt=system_prompt, progress=progress)
     if chat_template:  # the setting reaches every record (and so the resume key) through the task options
         for t in task_objs:
             t.options.update(chat_options(system_prompt))

@@ -68,6 +68,19 @@ def test_bad_length(capsys, tmp_path, bad):
     assert_one_line_error(code, err, "not a positive integer")
 
 
+@pytest.mark.parametrize("args,needles", [
+    (["run", "--samples", "0"], ["--samples 0 is below the minimum 1", "pass --samples 1 or more"]),
+    (["run", "-n", "-2"], ["--samples -2 is below the minimum 1", "pass --samples 1 or more"]),
+    (["run", "--samples", "two"], ["--samples 'two' is not a whole number", "e.g. --samples 2"]),
+    (["run", "--stride", "half"], ["--stride 'half' is not a number", "e.g. --stride 0.5"]),
+    (["plan", "--batch", "0"], ["--batch 0 is below the minimum 1", "pass --batch 1 or more"])])
+def test_out_of_range_option_names_the_value_and_the_fix(capsys, tmp_path, args, needles):
+    # the trial's `--samples 0` printed typer's "Invalid value ...: Input should be greater than or equal to 1"
+    code, _, err = run_cli(args + ["--out", tmp_path / "o"] if args[0] == "run" else args, capsys)
+    assert_one_line_error(code, err, *needles)
+    assert not (tmp_path / "o").exists()
+
+
 def test_bad_depth(capsys, tmp_path):
     code, _, err = run_cli(["run", "--depths", "0,1.5", "--out", str(tmp_path / "o")], capsys)
     assert_one_line_error(code, err, "[0, 1]")
