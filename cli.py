@@ -15,6 +15,7 @@ import click
 import typer
 
 from lctx import ATTN_IMPLS
+from lctx.harness.console import count
 from lctx.harness.args import check_writable_dir, data_path, parse_batch_size, parse_depths, parse_lengths, parse_options
 from lctx.errors import EXIT_ALL_FAILED, EXIT_USAGE, LctxError
 from lctx.harness.evaluate import DEFAULT_MODEL
@@ -124,8 +125,6 @@ def run(
         warn=lambda m: typer.echo(m, err=True))
     if not result.is_main or result.table is None:
         return
-    from lctx.harness.console import count
-
     for name in ("lmeval", "flatness"):  # the ruler group's grid comes last, after the plots
         if name in result.reports:
             typer.echo(result.reports[name])

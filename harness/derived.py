@@ -101,7 +101,7 @@ def base_record(model, variant, rows: pd.DataFrame, task: str, train_length) -> 
 
 def ok_rows(df: pd.DataFrame) -> pd.DataFrame:
     """Rows with status ok and a numeric value and length (value, length as numbers)."""
-    import pandas as pd
+    import pandas as pd  # lazy: loads pandas (`lctx list tasks` imports this module)
 
     out = df[df["status"].astype("string").fillna("") == "ok"].copy()
     out["value"] = pd.to_numeric(out["value"], errors="coerce")
@@ -110,7 +110,7 @@ def ok_rows(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _scalar(v):
-    import pandas as pd
+    import pandas as pd  # lazy: loads pandas (`lctx list tasks` imports this module)
 
     try:
         return None if v is None or pd.isna(v) else int(v)

@@ -231,7 +231,7 @@ def effective_length(scores: dict[int, float], threshold: float) -> int:
 
 
 def _train_length(rows: pd.DataFrame) -> int | None:
-    import pandas as pd
+    import pandas as pd  # lazy: loads pandas (`lctx list tasks` imports this module)
 
     tl = pd.to_numeric(rows["train_length"], errors="coerce").dropna()
     tl = tl[tl > 0]
@@ -257,7 +257,7 @@ def derive_records(table: pd.DataFrame, spec: FlatnessSpec | None = None) -> lis
     ``task_options``), ready for :func:`lctx.harness.tables.to_table`. Models with no training length get
     error records saying so. ``spec`` None: the defaults of :class:`FlatnessSpec`.
     """
-    import pandas as pd
+    import pandas as pd  # lazy: loads pandas (`lctx list tasks` imports this module)
 
     spec = spec or FlatnessSpec()
     if table is None or table.empty:
@@ -358,7 +358,7 @@ def write_tables_with_flatness(out_dir: Path, spec: FlatnessSpec | None = None, 
 def format_flatness(table: pd.DataFrame) -> str:
     """The flatness rows of a table as text lines: per model, the ratios by length, flat-until and
     effective length (tokens and multiples of the training length)."""
-    import pandas as pd
+    import pandas as pd  # lazy: loads pandas (`lctx list tasks` imports this module)
 
     rows = table[table["task"] == TASK]
     lines = []

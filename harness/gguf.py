@@ -18,6 +18,7 @@ stored exactly in float32 (``--dtype bfloat16`` rounds them once more).
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -129,12 +130,10 @@ def _gguf_progress(enabled: bool):
     ``enabled``: that bar is a plain ``tqdm.auto.tqdm`` of ``transformers.modeling_gguf_pytorch_utils``, which
     ``transformers.utils.logging.disable_progress_bar`` does not reach (transformers 5.x), so ``--no-progress``
     swaps the module's ``tqdm`` for a disabled one and restores it after."""
-    import functools
-
     mod = None
     if not enabled:
         try:
-            import transformers.modeling_gguf_pytorch_utils as mod
+            import transformers.modeling_gguf_pytorch_utils as mod  # lazy: loads transformers
         except ImportError:  # another layout: nothing to silence
             mod = None
     bar = getattr(mod, "tqdm", None)

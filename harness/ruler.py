@@ -179,7 +179,7 @@ def task_scores(rows: pd.DataFrame, tasks: list[str] | tuple[str, ...]) -> pd.Da
     """Per task x length: RULER's score of each task (percent: mean of its metric over ok samples and depths,
     x100) for one model's rows; NaN where a task ran at a length but no sample succeeded. Index: the tasks
     present (in ``tasks`` order), columns: the lengths (int) at which any of them ran."""
-    import pandas as pd
+    import pandas as pd  # lazy: loads pandas (`lctx list tasks` imports this module)
 
     present = [t for t in tasks if (rows["task"] == t).any()]
     lengths = sorted({int(x) for x in pd.to_numeric(rows.loc[rows["task"].isin(present), "length"],
@@ -210,7 +210,7 @@ def derive_records(table: pd.DataFrame, spec: RulerSpec | None = None) -> list[d
     makes them; existing ``ruler`` rows are ignored): per (model, variant) that ran any of ``spec.tasks``, one
     ``average`` record per length and one ``effective_length`` record (see the module docstring), each a dict
     with the runner's record fields, ready for :func:`lctx.harness.tables.to_table`."""
-    import pandas as pd
+    import pandas as pd  # lazy: loads pandas (`lctx list tasks` imports this module)
 
     from .flatness import effective_length
 
@@ -290,7 +290,7 @@ def ruler_table(rows: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
     lengths (percent, RULER's order) and a last row ``average``; plus {"threshold", "effective_length",
     "tasks", "left_out"} from the ``ruler`` rows (empty dict without them). With the rows of several runs (more
     than one ``effective_length`` row), the effective length is recomputed over all their lengths' averages."""
-    import pandas as pd
+    import pandas as pd  # lazy: loads pandas (`lctx list tasks` imports this module)
 
     r = rows[rows["task"] == GROUP]
     info: dict = {}

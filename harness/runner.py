@@ -29,6 +29,7 @@ import lctx
 from lctx.tasks import Task
 
 from . import distributed as D
+from .console import count
 from lctx.errors import LctxError, NonFiniteLogitsError
 from .lm import LM
 from .tables import read_records, record_key, write_tables
@@ -347,8 +348,6 @@ def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo, batch_size=1, 
                 work.append((lm, task, cell, base))
     n_total = len(work)
     skipped = sum(len(t.cells(spec.lengths, spec.depths, spec.samples)) for t in tasks) * len(lms) - n_total
-    from .console import count
-
     if skipped and dinfo.is_main:
         log(f"resuming {out_dir}: {count(skipped, 'sample')} already recorded, {n_total} to run")
     if dinfo.distributed:  # [distributed] a deterministic share, balanced by length in tokens

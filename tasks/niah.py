@@ -84,7 +84,7 @@ def content_key(*paths: str | os.PathLike) -> tuple[str, ...]:
     Raises:
         LctxError: a file is missing or unreadable.
     """
-    from lctx.models.fingerprint import content_key as key
+    from lctx.models.fingerprint import content_key as key  # lazy: loads torch and transformers (lctx.models)
 
     return key(*paths)
 
