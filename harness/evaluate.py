@@ -237,8 +237,9 @@ def _check_names(models, tasks, task_files) -> list[str]:
             get_task(name)  # raises the one-line error naming the known tasks
     for m in [models] if isinstance(models, (str, Path)) else models or []:
         if not Path(m).exists():
-            raise LctxError(f"checkpoint {str(m)!r} does not exist; pass a folder written by `lctx train` or "
-                            "save_pretrained, a .gguf file (or omit --model for the bundled default)")
+            raise LctxError(f"checkpoint {str(m)!r} does not exist (not a directory nor a .gguf file); pass a "
+                            "folder written by `lctx train` or save_pretrained, a .gguf file (or omit --model for "
+                            "the bundled default)")
     return names
 
 

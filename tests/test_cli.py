@@ -25,8 +25,7 @@ def test_parse_lengths_suffixes():
     assert parse_lengths("256, 512,1k,4K,1m") == [256, 512, 1024, 4096, 1024**2]
 
 
-@pytest.mark.slow
-def test_missing_checkpoint(capsys, tmp_path):
+def test_missing_checkpoint(capsys, tmp_path):  # answered before any model loads (issue 15.4): fast now
     code, _, err = run_cli(["run", "--model", str(tmp_path / "nope"), "--out", str(tmp_path / "o")], capsys)
     assert_one_line_error(code, err, "not a directory")
 
