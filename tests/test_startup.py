@@ -39,8 +39,9 @@ def _cli(args: list[str]) -> str:
 # imports torch and transformers, on first use; the derived names' modules import pandas on first use), and
 # these mistakes are answered before anything computes (issue 15.4). One interpreter runs them in turn and
 # notes what each added (modules only accumulate, so a clean list after each means each alone is clean): one
-# start-up instead of nine keeps this in the fast subset.
-LIGHTEST = {"list-tasks": ["list", "tasks"], "help": ["--help"], "bad-length": ["run", "--lengths", "1.5k"],
+# start-up instead of one per command keeps this in the fast subset.
+LIGHTEST = {"list-tasks": ["list", "tasks"], "list-metrics": ["list", "metrics"], "help": ["--help"],
+            "bad-length": ["run", "--lengths", "1.5k"],
             "bad-task": ["run", "--tasks", "pasky"], "bad-model": ["run", "--model", "/no/such/checkpoint"],
             "bad-list": ["list", "nothing"], "plan-bad-length": ["plan", "--length", "1.5k"],
             "zero-samples": ["run", "--samples", "0"]}
@@ -57,7 +58,7 @@ def test_cli_listing_tasks_and_one_line_errors_import_not_even_torch(tmp_path):
     code.append("print(json.dumps(seen))")
     seen = _fresh("\n".join(code), cwd=tmp_path)
     assert seen.pop("import") == []
-    assert seen == {name: [0 if name in ("list-tasks", "help") else 2, []] for name in LIGHTEST}
+    assert seen == {name: [0 if name in ("list-tasks", "list-metrics", "help") else 2, []] for name in LIGHTEST}
     assert not list(tmp_path.iterdir())  # a refused run leaves nothing behind
 
 
