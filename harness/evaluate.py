@@ -110,7 +110,7 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
     """
     warn = warn or log
     if out is None:
-        import tempfile
+        import tempfile  # lazy: +1.5 ms to lctx.cli's import, which imports this module (-X importtime)
 
         out = tempfile.mkdtemp(prefix="lctx-")
     out = Path(out)
@@ -129,12 +129,12 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
     if isinstance(relative, (list, tuple)):
         relative = ",".join(f"{r:g}" for r in relative)
     task_names = _check_names(models, tasks, task_files)  # one-line errors before torch loads (issue 15.4)
-    from lctx.kernels import configure_threads
+    from lctx.kernels import configure_threads  # lazy: loads torch
 
     configure_threads()  # README "Threads"
-    from lctx.harness.runner import RunSpec, run_sweep
-    from lctx.tasks import get_task
-    from lctx.harness import distributed as dist_
+    from lctx.harness.runner import RunSpec, run_sweep  # lazy: loads torch, transformers, pandas
+    from lctx.tasks import get_task  # lazy: loads lctx.tasks and numpy (lctx.cli imports this module)
+    from lctx.harness import distributed as dist_  # lazy: loads torch
 
     dinfo = dist_.init(device)  # [distributed] under torchrun / accelerate launch: join the job (else no-op)
     device = dist_.rank_device(device, dinfo)  # rank r on cuda:LOCAL_RANK
@@ -145,10 +145,10 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
     task_names, task_option, steps = expand_derived(task_names, task_option, log if dinfo.is_main else None,
                                                     data_dir=data_dir, samples=samples, depths=depth_list)
     flat_spec = next((st.spec for st in steps if st.name == "flatness"), None)
-    from lctx.harness import flatness  # relative lengths and training lengths (--relative, --train-length)
+    from lctx.harness import flatness  # relative lengths and training lengths (--relative, --train-length); lazy: loads lctx.tasks and numpy
 
-    from lctx.tasks import lmeval  # mmlu, arc_easy, arc_challenge: lm-eval's evaluator, no length axis
-    from lctx.harness.lmeval_run import format_summary as format_lmeval_summary
+    from lctx.tasks import lmeval  # mmlu, arc_easy, arc_challenge: lm-eval's evaluator, no length axis; lazy: loads lctx.tasks and numpy
+    from lctx.harness.lmeval_run import format_summary as format_lmeval_summary  # lazy: loads lctx.tasks and numpy
 
     lmeval_names = [n for n in task_names if lmeval.is_lmeval_task(n)]
     task_names = [n for n in task_names if n not in lmeval_names]
@@ -181,7 +181,8 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
     groups = (flatness.groups_by_train_length(lms, flatness.parse_relative(relative)) if relative
               else [(lms, length_list)])
     _check_before_run(groups, task_objs, ppl_lengths, allow_beyond_max, memory_check)
-    from lctx.harness.rundir import run_dir_lock
+
+    from lctx.harness.rundir import run_dir_lock  # lazy: +7 ms (socket) to lctx.cli's import (-X importtime)
 
     results = []
     with run_dir_lock(out, dinfo):  # created here, after every check: a rejected call leaves nothing behind
@@ -202,7 +203,7 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
         if relative:
             flatness.note_run(out, models=[lm.path for lm in lms], relative=flatness.parse_relative(relative),
                               train_lengths={lm.name: lm.train_length for lm in lms})
-        from lctx.harness.derived import write_run_tables
+        from lctx.harness.derived import write_run_tables  # lazy: +2 ms to lctx.cli's import (-X importtime)
 
         res.table, res.summary, res.plots = write_run_tables(out, steps)  # once, after every sweep
         res.superseded = int(res.table.attrs.get("superseded", 0))
@@ -222,8 +223,8 @@ def _check_names(models, tasks, task_files) -> list[str]:
         LctxError: an unknown task name (the message lists the known ones), a model path that does not exist,
             or a task file that does not load (:func:`lctx.tasks.load_task_file`).
     """
-    from lctx.harness import flatness, ruler  # noqa: F401  (register the derived names: light, no pandas)
-    from lctx.tasks import GROUPS, TASKS, get_task, lmeval, load_entry_point_tasks, load_task_file
+    from lctx.harness import flatness, ruler  # noqa: F401  (register the derived names: light, no pandas); lazy: loads lctx.tasks and numpy
+    from lctx.tasks import GROUPS, TASKS, get_task, lmeval, load_entry_point_tasks, load_task_file  # lazy: loads lctx.tasks and numpy
 
     load_entry_point_tasks()
     for tf in task_files or []:
@@ -248,13 +249,13 @@ def _load_models(models, attn_override, warn, **load) -> list:
     Raises:
         LctxError: a bad ``attn_override`` (before any model loads) or a checkpoint ``load_lm`` refuses.
     """
-    from lctx.harness.lm import load_lm
+    from lctx.harness.lm import load_lm  # lazy: loads torch, transformers
 
     if isinstance(models, (str, Path)):
         models = [models]
     paths = [str(m) for m in models] if models else [str(DEFAULT_MODEL)]
     if attn_override:
-        from lctx.harness.overrides import parse_override
+        from lctx.harness.overrides import parse_override  # lazy: loads torch, transformers, triton
 
         parse_override(attn_override)  # a bad spec fails before any model loads
     lms = [load_lm(p, attn_override=attn_override, log=warn, **load) for p in paths]
@@ -272,7 +273,7 @@ def _check_before_run(groups, task_objs: list, ppl_lengths, allow_beyond_max: bo
     Raises:
         LctxError: the first problem found (one line naming the fix).
     """
-    from lctx.harness.runner import check_lengths, check_min_lengths
+    from lctx.harness.runner import check_lengths, check_min_lengths  # lazy: loads torch, transformers, pandas
 
     for lms_g, length_list in groups:  # every problem found before the first sweep starts
         for lm in lms_g if task_objs else []:
@@ -281,7 +282,7 @@ def _check_before_run(groups, task_objs: list, ppl_lengths, allow_beyond_max: bo
         if ppl_lengths:
             check_min_lengths(lms_g, [t for t in task_objs if t.name == "ppl"], ppl_lengths)
         if memory_check and task_objs:  # the memory model of `lctx plan`, for the longest prefill
-            from lctx.harness.plan import check_run_fits
+            from lctx.harness.plan import check_run_fits  # lazy: loads torch
 
             longest = max(length_list + (ppl_lengths or []))
             has_ppl = any(t.name == "ppl" for t in task_objs)  # ppl keeps logits at every scored position
@@ -293,7 +294,7 @@ def _derived_expanders() -> dict:
     (task names, ``--task-option`` items, data_dir=, samples=, depths=) and returns (task names with its own
     replaced by the tasks it derives from, the option items not addressed to it, its
     :class:`lctx.harness.derived.DerivedStep` or None when not asked for, lines to print)."""
-    from lctx.harness import flatness, ruler
+    from lctx.harness import flatness, ruler  # lazy: loads lctx.tasks and numpy
 
     return {flatness.TASK: flatness.expand, ruler.GROUP: ruler.expand}
 

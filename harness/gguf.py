@@ -24,6 +24,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 from lctx.errors import LctxError
@@ -94,7 +95,7 @@ def _first_line(e: BaseException) -> str:
 def _expected_size(path: Path) -> int | None:
     """Bytes a complete file needs (end of its last tensor) when the header and tensor table parse."""
     try:
-        from gguf import GGUFReader
+        from gguf import GGUFReader  # lazy: loads gguf and numpy (lctx.cli imports this module)
 
         r = GGUFReader(str(path))
         return max(int(t.data_offset) + int(t.n_bytes) for t in r.tensors) if r.tensors else None
@@ -107,8 +108,8 @@ def _load_error(path: Path, e: BaseException) -> LctxError:
     file, or damaged file."""
     msg = _first_line(e)
     if "is not supported yet" in msg or "architecture" in msg.lower() and "support" in msg.lower():
-        import transformers
-        from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+        import transformers  # lazy: loads transformers
+        from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES  # lazy: loads torch, transformers
 
         arch = msg.split("architecture", 1)[-1].split("is not", 1)[0].strip() or "?"
         return LctxError(f"GGUF file {str(path)!r} holds a {arch!r} model, an architecture transformers "
@@ -159,12 +160,12 @@ def convert_gguf(src: str | os.PathLike, out: str | os.PathLike, dtype: str = "f
         LctxError: not a GGUF file, truncated or damaged, an architecture transformers cannot load from
             GGUF, or an unknown dtype.
     """
-    import torch  # noqa: F401
-    import transformers
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
+    import torch  # noqa: F401  (lazy: loads torch; fails early without it)
+    import transformers  # lazy: loads transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # lazy: loads transformers
+    from transformers.utils import logging as hf_logging  # lazy: loads transformers
 
-    from .devices import resolve_dtype
+    from .devices import resolve_dtype  # lazy: loads torch
 
     src = Path(src)
     if not src.is_file():
@@ -225,7 +226,7 @@ def cached_gguf_dir(src: str | os.PathLike, dtype: str = "float32", cache_dir: s
     Raises:
         LctxError: as :func:`convert_gguf`, or a cache root that cannot be written.
     """
-    from .devices import resolve_dtype
+    from .devices import resolve_dtype  # lazy: loads torch
 
     src = Path(src)
     check_header(src)
@@ -244,7 +245,6 @@ def cached_gguf_dir(src: str | os.PathLike, dtype: str = "float32", cache_dir: s
     except OSError as e:
         raise LctxError(f"cannot write the GGUF cache under {str(root)!r} ({e.strerror or e}); pass a writable "
                         "--cache-dir") from None
-    import time
 
     t0 = time.perf_counter()
     convert_gguf(src, target, dtype=dt, sha256=digest, progress=progress)

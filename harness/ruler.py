@@ -35,7 +35,12 @@ if TYPE_CHECKING:  # pandas on first use: `lctx list tasks` imports this module 
 
 from .derived import DerivedStep, base_record, json_cell, ok_rows, replace_name, take_options, write_run_tables
 from lctx.errors import LctxError
-from lctx.tasks import TaskInfo, register_group
+from lctx.tasks import TaskInfo, get_task, niah, register_group
+from lctx.tasks.ruler import RULER_TASKS, VERB_FILE
+from lctx.tasks.ruler_qa import RulerQA, find_qa_file
+
+from . import flatness
+from .flatness import effective_length
 
 GROUP = "ruler"
 METRICS = ("average", "effective_length")
@@ -48,8 +53,6 @@ register_group(TaskInfo(GROUP, DESCRIPTION, METRICS, REQUIRES))
 
 def ruler_tasks() -> tuple[str, ...]:
     """RULER's 13 task names in RULER's order (``scripts/config_tasks.sh``)."""
-    from lctx.tasks.ruler import RULER_TASKS
-
     return RULER_TASKS
 
 
@@ -98,11 +101,6 @@ def data_missing(task: str, data_dir, opts: dict) -> str | None:
     """Why ``task`` cannot run for lack of data (None when its data is present): NIAH needs the essay and the
     word lists, ``cwe`` the word lists, ``qa_*`` its JSON (``path`` option or found under the data dir); ``vt`` and
     ``fwe`` need nothing."""
-    from lctx.tasks import niah
-    from lctx.tasks.ruler import VERB_FILE
-    from lctx.tasks.ruler_qa import RulerQA, find_qa_file
-    from lctx.tasks import get_task
-
     root = data_dir if data_dir not in (None, "") else os.environ.get("LCTX_DATA_DIR")
     if task.startswith("qa_"):
         cls: type[RulerQA] = get_task(task)
@@ -212,8 +210,6 @@ def derive_records(table: pd.DataFrame, spec: RulerSpec | None = None) -> list[d
     with the runner's record fields, ready for :func:`lctx.harness.tables.to_table`."""
     import pandas as pd  # lazy: loads pandas (`lctx list tasks` imports this module)
 
-    from .flatness import effective_length
-
     spec = spec or RulerSpec()
     if table is None or table.empty:
         return []
@@ -275,8 +271,6 @@ def write_tables_with_ruler(out_dir: Path, spec: RulerSpec, flat_spec=None,
     Raises:
         LctxError: ``out_dir`` has no records.
     """
-    from . import flatness
-
     steps = [step(spec)] + ([flatness.step(flat_spec)] if flat_spec is not None else [])
     return write_run_tables(out_dir, steps, plots=False, derived_plots=plots)
 
@@ -309,7 +303,6 @@ def ruler_table(rows: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
     if len(r[r["metric"] == "effective_length"]) > 1 and info.get("threshold") is not None:
         # rows of several runs (a report over run directories that each swept some lengths): each run's row
         # saw only its lengths, so the effective length is recomputed over the averages of all of them
-        from .flatness import effective_length
 
         info["effective_length"] = float(effective_length(av, float(info["threshold"])))
     return grid, info

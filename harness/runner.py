@@ -11,12 +11,14 @@ on. The run directory is locked while a sweep writes it (:mod:`lctx.harness.rund
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import os
 import platform
 import resource
 import subprocess
+import sys
 import time
 import traceback
 from dataclasses import dataclass
@@ -24,15 +26,19 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
+import transformers
 
 import lctx
-from lctx.tasks import Task
+from lctx.kernels import impls_used
+from lctx.tasks import TASKS, Task
 
 from . import distributed as D
-from .console import count
+from .console import SweepProgress, count
 from lctx.errors import LctxError, NonFiniteLogitsError
 from .lm import LM
-from .tables import read_records, record_key, write_tables
+from .plan import device_memory, plan_memory
+from .rundir import RecordWriter, atomic_write_json, read_json, run_dir_lock
+from .tables import label_names, label_of, read_records, record_key, summarize, to_table, write_tables
 
 
 def git_revision() -> str:
@@ -52,7 +58,7 @@ def fingerprint(path: str) -> str:
     """The content fingerprint of a checkpoint (:func:`lctx.models.fingerprint.checkpoint_fingerprint`):
     16 hex digits over the SHA-256 of its weights, config.json, tokenizer and other model files, so a rerun
     into the same ``--out`` after retraining (same size, restored mtime) never reuses stale records."""
-    from lctx.models.fingerprint import checkpoint_fingerprint
+    from lctx.models.fingerprint import checkpoint_fingerprint  # lazy: loads lctx.models (its kernels load triton)
 
     return checkpoint_fingerprint(path)
 
@@ -62,7 +68,7 @@ def model_inputs(lm: LM) -> dict:
     (and per process: the digest cache of :mod:`lctx.models.fingerprint` skips unchanged files)."""
     got = getattr(lm, "_lctx_inputs", None)
     if got is None:
-        from lctx.models.fingerprint import checkpoint_digests, digest_json
+        from lctx.models.fingerprint import checkpoint_digests, digest_json  # lazy: loads lctx.models (its kernels load triton)
 
         files = checkpoint_digests(lm.path)
         got = {"path": str(Path(lm.path).resolve()), "fingerprint": digest_json(files), "files": files}
@@ -72,8 +78,6 @@ def model_inputs(lm: LM) -> dict:
 
 def versions() -> dict:
     """Versions of the code that computes a number: lctx, torch, transformers."""
-    import transformers
-
     return {"lctx": lctx.__version__, "torch": torch.__version__, "transformers": transformers.__version__}
 
 
@@ -88,7 +92,7 @@ def sample_base(lm: LM, task_name: str, task_version, task_options: dict, data_f
     it is the resume key (:data:`lctx.harness.tables.KEY`). ``chunked=False`` for tasks that do not run
     through ``LM.prefill`` (lm-eval's): the chunk size does not reach them and is left out.
     """
-    from lctx.models.fingerprint import digest_json
+    from lctx.models.fingerprint import digest_json  # lazy: loads lctx.models (its kernels load triton)
 
     mi = model_inputs(lm)
     vs = versions()
@@ -186,7 +190,6 @@ def auto_batch_size(lm: LM, length: int) -> int:
     cap = AUTO_BATCH_CAP.get(lm.device.type, 1)
     if cap <= 1 or not lm.can_batch:
         return 1
-    from .plan import device_memory, plan_memory
 
     cfg = lm.model.config
     impl = None
@@ -285,22 +288,16 @@ def run_sweep(lms: list[LM], tasks: list[Task], spec: RunSpec, out_dir: Path, pr
     """
     out_dir = Path(out_dir)
     dinfo = D.init()
-    from .rundir import run_dir_lock
 
     with run_dir_lock(out_dir, dinfo):
         return _sweep(lms, tasks, spec, out_dir, progress, log, dinfo, batch_size, tables)
 
 
 def _warn(msg: str) -> None:
-    import sys
-
     print(msg, file=sys.stderr)
 
 
 def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo, batch_size=1, tables: bool = True) -> dict:
-    from .rundir import RecordWriter, atomic_write_json, read_json
-    from .tables import label_of, label_names
-
     # [distributed] under torchrun / accelerate launch each rank runs a share and appends to its own
     # records.rank{r}.jsonl; rank 0 merges them into records.jsonl (harness/distributed.py)
     rec_path = D.rank_records_path(out_dir, dinfo)
@@ -365,8 +362,6 @@ def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo, batch_size=1, 
         D.check_same_work([record_key(w[3]) for w in work])
         work = D.shard(work, dinfo, cost=lambda w: w[2].length)
 
-    from .console import SweepProgress
-
     costs = [sample_cost(task, lm, cell) for lm, task, cell, _ in work]  # prefill tokens: the bar's weights
     groups = batches(work, batch_size, log=log if dinfo.is_main else None)  # before the bar: its lines stay whole
     errors = 0
@@ -405,7 +400,7 @@ def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo, batch_size=1, 
                 "ok": skipped + n_total - errors, "superseded": None, "table": None, "summary": None, "plots": []}
     if dinfo.is_main:
         table, summary = write_tables(records, out_dir, metrics_of, current)
-        from .plots import make_plots
+        from .plots import make_plots  # lazy: loads matplotlib
 
         try:
             plots = make_plots(table.assign(model=label_names(table)), out_dir)
@@ -414,8 +409,6 @@ def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo, batch_size=1, 
                             "written: free space and rerun the same command to draw them") from None
     D.barrier()
     if not dinfo.is_main:
-        from .tables import summarize, to_table
-
         records = read_records(out_dir / D.RECORDS)
         table = to_table(records, metrics_of, current)
         summary, plots = summarize(table), []
@@ -428,10 +421,6 @@ def task_code_fingerprint(task: Task) -> str | None:
     """SHA-256 (16 hex digits) of the source file of the task registered under ``task.name`` when it is
     defined outside lctx (a ``--task-file`` or a plug-in), whose code changes its numbers; ``None`` for
     lctx's own tasks (covered by the lctx version and the task's ``version``)."""
-    import inspect
-
-    from lctx.tasks import TASKS
-
     cls = TASKS.get(task.name, type(task))
     if cls.__module__.startswith("lctx."):
         return None
@@ -441,7 +430,7 @@ def task_code_fingerprint(task: Task) -> str | None:
         src = None
     if not src or not os.path.isfile(src):
         return None
-    from lctx.models.fingerprint import digest_files
+    from lctx.models.fingerprint import digest_files  # lazy: loads lctx.models (its kernels load triton)
 
     return digest_files({Path(src).name: src})
 
@@ -493,7 +482,6 @@ def _take_metrics(rec: dict, task: Task, sample, got: dict) -> None:
 def _start(lm: LM) -> float:
     if lm.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(lm.device)
-    from lctx.kernels import impls_used
 
     impls_used(reset=True)
     return time.perf_counter()
@@ -501,8 +489,6 @@ def _start(lm: LM) -> float:
 
 def _finish(recs: list[dict], lm: LM, t0: float) -> None:
     """Kernels that ran, time (the group's, shared equally by its rows), peak memory and timestamp."""
-    from lctx.kernels import impls_used
-
     used = sorted(set(impls_used().values()))
     wall = (time.perf_counter() - t0) / max(len(recs), 1)
     peak = peak_memory_bytes(lm.device)

@@ -1,12 +1,15 @@
 """The typed option schema of every attention variant (:data:`VARIANT_OPTIONS`): ``variant_options`` with a
 key a variant does not know, or a value of the wrong type, is refused with the list of valid keys instead of
-being ignored. A leaf without transformers, so that ``lctx list variants`` and argument checks stay light
-(:class:`lctx.models.config.LctxConfig` imports it)."""
+being ignored. Without transformers (the variant registry it reads, :mod:`lctx.models.variants`, needs torch
+only), so that ``lctx list variants`` and argument checks stay light (:class:`lctx.models.config.LctxConfig`
+imports it)."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+from .variants import MODIFIERS, VARIANTS  # torch, already loaded: lctx.models/__init__ imports variants first
 
 # Version of the variant options' defaults. 1: configs saved before the field existed (GGD-BAM legacy
 # form, one prior shared by all layers, content-only SSMax, acc_rot spread 1.0). 2: the seeds' and the
@@ -82,8 +85,6 @@ VARIANT_OPTIONS: dict[str, dict[str, Opt]] = {
 def option_schema(variant: str) -> dict[str, Opt] | None:
     """The options ``variant`` takes (a composed ``"base+mod"`` takes the union of its parts), or ``None``
     when a part declares none (a variant registered outside lctx without an ``option_schema``)."""
-    from .variants import MODIFIERS, VARIANTS
-
     out: dict[str, Opt] = {}
     for part in str(variant).split("+"):
         sch = VARIANT_OPTIONS.get(part)
