@@ -33,10 +33,10 @@ from lctx.kernels import impls_used
 from lctx.tasks import TASKS, Task
 
 from . import distributed as D
+from . import plan as P  # P.device_memory looked up when called (tests patch lctx.harness.plan.device_memory)
 from .console import SweepProgress, count
 from lctx.errors import LctxError, NonFiniteLogitsError
 from .lm import LM
-from .plan import device_memory, plan_memory
 from .rundir import RecordWriter, atomic_write_json, read_json, run_dir_lock
 from .tables import label_names, label_of, read_records, record_key, summarize, to_table, write_tables
 
@@ -195,11 +195,11 @@ def auto_batch_size(lm: LM, length: int) -> int:
     impl = None
     if getattr(cfg, "model_type", "") == "lctx":
         impl = "sdpa" if cfg.attn_impl == "fast" else cfg.attn_impl
-    room = device_memory(lm.device)[0] * AUTO_BATCH_MEMORY_SHARE
+    room = P.device_memory(lm.device)[0] * AUTO_BATCH_MEMORY_SHARE
     best = 1
     for b in range(2, cap + 1):
         try:
-            plan = plan_memory(cfg, length, chunk_size=lm.chunk_size, dtype=lm.dtype, impl=impl, batch=b,
+            plan = P.plan_memory(cfg, length, chunk_size=lm.chunk_size, dtype=lm.dtype, impl=impl, batch=b,
                                decode_budget=int(lm.decode_budget), device=lm.device)
         except LctxError:
             break
