@@ -51,6 +51,17 @@ def ruler_tasks() -> tuple[str, ...]:
     return RULER_TASKS
 
 
+def niah_tokens_to_generate() -> int:
+    """RULER's generation budget of its NIAH tasks in tokens (``scripts/data/synthetic/constants.py``,
+    ``TASKS["niah"]["tokens_to_generate"]`` = 128): what the ``ruler`` group gives each ``niah_*`` task as
+    ``max_new_tokens`` unless the user sets one (lctx's own NIAH default outside the group is the answer's
+    tokens + 8). The prompt is then fitted to ``length - 128`` tokens, as RULER's ``niah.py`` subtracts
+    ``tokens_to_generate`` from ``max_seq_length``; greedy decoding still stops at EOS / the end of turn."""
+    from lctx.tasks.niah import RULER_TOKENS_TO_GENERATE
+
+    return int(RULER_TOKENS_TO_GENERATE)
+
+
 def task_metric(task: str) -> str:
     """RULER's metric of a task (``scripts/eval/synthetic/constants.py``): ``string_match_part`` for ``qa_*``,
     ``string_match_all`` for the others."""
@@ -128,8 +139,9 @@ def split_ruler(task_names: list[str], task_options: list[str], data_dir=None, s
 
     Input: the task names of ``--tasks``, the raw ``--task-option`` items, the data dir, ``--samples`` and the
     depths. Output: (task names with ``ruler`` replaced, each once, order kept; the option items not addressed
-    to ``ruler``, plus ``cwe.samples=`` / ``fwe.samples=`` = samples x number of depths unless given, so that the
-    tasks without a depth axis get as many samples per length as the others; the :class:`RulerSpec`; lines
+    to ``ruler``, plus ``niah_*.max_new_tokens=128`` (RULER's NIAH generation budget,
+    :func:`niah_tokens_to_generate`) and ``cwe.samples=`` / ``fwe.samples=`` = samples x number of depths, each
+    unless given, so that the tasks without a depth axis get as many samples per length as the others; the :class:`RulerSpec`; lines
     to print: which tasks run and which are left out, and why). Without ``ruler`` in the names, everything is
     returned unchanged with spec None.
 
@@ -156,6 +168,9 @@ def split_ruler(task_names: list[str], task_options: list[str], data_dir=None, s
                         + "; pass --data-dir ../shared/data (RULER's essay and word lists)")
     out = replace_name(task_names, GROUP, run)
     n_depths = len(depths) if depths else 1
+    for t in run:  # RULER's generation budget for its NIAH tasks (constants.py: niah tokens_to_generate 128)
+        if t.startswith("niah_") and "max_new_tokens" not in per_task.get(t, {}):
+            rest.append(f"{t}.max_new_tokens={niah_tokens_to_generate()}")
     for t in ("cwe", "fwe"):
         if t in run and "samples" not in per_task.get(t, {}) and n_depths > 1:
             rest.append(f"{t}.samples={samples * n_depths}")

@@ -564,7 +564,9 @@ def test_split_ruler(fake_data, monkeypatch):
     names, rest, spec, notes = group.split_ruler(["passkey", "ruler"], ["passkey.key_digits=3"], fake_data, 2,
                                                  [0, 0.5, 1])
     assert names == ["passkey"] + SRC_TASKS and spec.tasks == tuple(SRC_TASKS) and spec.threshold == 85.6
-    assert rest == ["passkey.key_digits=3", "cwe.samples=6", "fwe.samples=6"]  # 2 samples x 3 depths
+    niah = [t for t in SRC_TASKS if t.startswith("niah_")]
+    assert rest == (["passkey.key_digits=3"] + [f"{t}.max_new_tokens=128" for t in niah]  # RULER's NIAH budget
+                    + ["cwe.samples=6", "fwe.samples=6"])  # 2 samples x 3 depths
     # without data: NIAH and cwe need the essay/word lists, QA its JSON; vt and fwe need nothing
     names, rest, spec, notes = group.split_ruler(["ruler"], ["ruler.threshold=50"], None, 1, [0.5])
     assert names == ["vt", "fwe"] and spec.threshold == 50 and rest == []
@@ -579,6 +581,42 @@ def test_split_ruler(fake_data, monkeypatch):
                      (["ruler.threshold"], "ruler.KEY=VALUE"), (["ruler.threshold=abc"], "in percent")):
         with pytest.raises(LctxError, match=msg):
             group.split_ruler(["ruler"], bad, fake_data, 1, [0.5])
+
+
+def test_ruler_group_gives_niah_rulers_generation_budget(fake_data, monkeypatch):
+    """Inside the ``ruler`` group every niah_* task generates up to RULER's budget, 128 tokens
+    (NVIDIA/RULER scripts/data/synthetic/constants.py: TASKS['niah']['tokens_to_generate'] = 128; niah.py fits
+    the prompt to max_seq_length - tokens_to_generate), unless the user sets one; outside the group lctx's
+    default (answer tokens + 8) stays. The budget is a task option, so it is part of the records' options and
+    resume key: rows made under the old default are rerun, not pooled."""
+    from lctx.harness.args import parse_task_options
+
+    monkeypatch.delenv("LCTX_DATA_DIR", raising=False)
+    assert group.niah_tokens_to_generate() == 128  # constants.py, TASKS['niah']['tokens_to_generate']
+    names, rest, _, _ = group.split_ruler(["ruler"], ["niah_multivalue.max_new_tokens=64"], fake_data, 1, [0.5])
+    opts = parse_task_options(rest, names)
+    niah = [t for t in names if t.startswith("niah_")]
+    assert len(niah) == 8 and opts["niah_multivalue"] == {"max_new_tokens": 64}  # the user's value wins
+    assert all(opts[t] == {"max_new_tokens": 128} for t in niah if t != "niah_multivalue")
+    assert not any(t in opts for t in ("vt", "cwe", "fwe"))  # their class defaults are RULER's (30, 120, 50)
+    names, rest, _, _ = group.split_ruler(["niah_single_1"], [], fake_data, 1, [0.5])
+    assert rest == []  # no group, no budget added
+    # the budget is recorded in the task options (the label and fingerprint of every record): 128 vs default
+    t128 = get_task("niah_single_1")(max_new_tokens=128, data_dir=fake_data, cache=False)
+    tdef = get_task("niah_single_1")(data_dir=fake_data, cache=False)
+    assert t128.options["max_new_tokens"] == 128 and tdef.options["max_new_tokens"] is None
+
+
+def test_ruler_niah_budget_leaves_room_for_128_tokens(lm, fake_data):
+    """With the group's budget the NIAH prompt is fitted to length - 128 tokens (RULER's niah.py:
+    total_tokens = len(input) + tokens_to_generate <= max_seq_length) and the sample carries the budget."""
+    task = get_task("niah_multivalue")(max_new_tokens=group.niah_tokens_to_generate(), data_dir=fake_data,
+                                       cache=False)
+    s = task.build(lm, Cell(1500, 0.5, 0), 0)
+    assert s.meta["max_new_tokens"] == 128 and task.max_new_tokens_for(s) == 128
+    assert s.n_tokens + 128 <= 1500 and s.n_tokens + 128 > 1500 - 64  # the haystack fills what is left
+    short = get_task("niah_multivalue")(data_dir=fake_data, cache=False).build(lm, Cell(1500, 0.5, 0), 0)
+    assert short.meta["max_new_tokens"] < 128 and short.n_tokens > s.n_tokens  # the default budget: a longer prompt
 
 
 def _rec(task, metric, length, value, model="m", status="ok", depth=None, sample=0):
