@@ -24,6 +24,7 @@ left-out tasks with the reason). ``plots/ruler_<model>.png`` draws the task x le
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from dataclasses import dataclass, field
@@ -188,10 +189,34 @@ def split_ruler(task_names: list[str], task_options: list[str], data_dir=None, s
 # deriving the numbers
 # ----------------------------------------------------------------------------------------------
 
+def latest_options(rows: pd.DataFrame) -> pd.DataFrame:
+    """One model's task rows with, per task, only the rows of one option set: the set of its newest record
+    (largest ``timestamp``). A run directory keeps every option set it ran as a series of its own (run.json's
+    ``current`` map, :func:`lctx.harness.tables.select_current`), so a resumed run whose NIAH budget changed
+    (before and after the group gave ``niah_*`` RULER's 128 tokens) holds both; RULER scores a task under one
+    setting, so its score (and the average) must not pool them. A length that only the older set reached
+    then has no score for the task (the average there is an error row, not a mix)."""
+    if rows.empty or "task_options" not in rows.columns:
+        return rows
+    opts = rows["task_options"].map(lambda o: json.dumps(json_cell(o), sort_keys=True, default=str))
+    keep = pd.Series(True, index=rows.index)
+    stamp = rows["timestamp"].astype("string").fillna("") if "timestamp" in rows.columns else None
+    for task in rows["task"].unique():
+        m = rows["task"] == task
+        if opts[m].nunique() < 2:
+            continue
+        order = list(stamp[m]) if stamp is not None else list(range(int(m.sum())))
+        newest = opts[m].iloc[max(range(len(order)), key=lambda i: (order[i], i))]
+        keep &= ~m | (opts == newest)
+    return rows[keep]
+
+
 def task_scores(rows: pd.DataFrame, tasks: list[str] | tuple[str, ...]) -> pd.DataFrame:
     """Per task x length: RULER's score of each task (percent: mean of its metric over ok samples and depths,
-    x100) for one model's rows; NaN where a task ran at a length but no sample succeeded. Index: the tasks
-    present (in ``tasks`` order), columns: the lengths (int) at which any of them ran."""
+    x100) for one model's rows, one option set per task (:func:`latest_options`); NaN where a task ran at a
+    length but no sample succeeded. Index: the tasks present (in ``tasks`` order), columns: the lengths (int)
+    at which any of them ran."""
+    rows = latest_options(rows[rows["task"].isin(list(tasks))])
     present = [t for t in tasks if (rows["task"] == t).any()]
     lengths = sorted({int(x) for x in pd.to_numeric(rows.loc[rows["task"].isin(present), "length"],
                                                     errors="coerce").dropna()})

@@ -617,12 +617,45 @@ def test_ruler_niah_budget_leaves_room_for_128_tokens(lm, fake_data):
     assert s.n_tokens + 128 <= 1500 and s.n_tokens + 128 > 1500 - 64  # the haystack fills what is left
     short = get_task("niah_multivalue")(data_dir=fake_data, cache=False).build(lm, Cell(1500, 0.5, 0), 0)
     assert short.meta["max_new_tokens"] < 128 and short.n_tokens > s.n_tokens  # the default budget: a longer prompt
+    # the budget is in the resume key: a record of the default budget is not reused for the group's 128
+    from lctx.harness.runner import sample_base
+    from lctx.harness.tables import label_of
+
+    b128, bdef = (sample_base(lm, t.name, 1, t.options, None, 0) for t in (task, get_task("niah_multivalue")(
+        data_dir=fake_data, cache=False)))
+    assert b128["fingerprint"] != bdef["fingerprint"] and label_of(b128) != label_of(bdef)
 
 
 def _rec(task, metric, length, value, model="m", status="ok", depth=None, sample=0):
     return {"model": model, "variant": "llama", "task": task, "length": length, "depth": depth, "sample": sample,
             "metrics": {metric: value} if status == "ok" else {}, "status": status, "error": "" if status == "ok" else "boom",
             "seed": 0, "task_options": {}, "train_length": None}
+
+
+def test_ruler_score_takes_one_option_set_per_task():
+    """A resumed run directory keeps the rows of every option set it ran (run.json's ``current``): the NIAH rows
+    of the old default budget beside those of RULER's 128. The ruler score of a task uses only the set of its
+    newest record (harness/ruler.py latest_options), so the average never pools two budgets; a length only the
+    old set reached has no score for the task (an error row in the average, not a mix)."""
+    from lctx.harness.tables import to_table
+
+    spec = group.RulerSpec(threshold=50.0, tasks=("niah_single_1", "vt"))
+    recs = []
+    for L, old, new in ((1024, 0.0, 1.0), (2048, 0.0, None)):  # the 128 budget reran 1K only
+        r = _rec("niah_single_1", "string_match_all", L, old, depth=0.5)
+        recs.append(dict(r, task_options={"max_new_tokens": None}, timestamp="2026-12-01T02:00:00+00:00"))
+        if new is not None:
+            recs.append(dict(r, metrics={"string_match_all": new}, task_options={"max_new_tokens": 128},
+                             timestamp="2026-12-01T06:00:00+00:00"))
+        recs.append(dict(_rec("vt", "string_match_all", L, 0.5), timestamp="2026-12-01T02:00:00+00:00"))
+    # both option sets are current (different labels), so the table has both
+    table = to_table(recs, current={})
+    assert table[table["task"] == "niah_single_1"]["task_options"].nunique() == 2
+    avg = {r["length"]: r for r in group.derive_records(table, spec) if "average" in r["metrics"]}
+    assert avg[1024]["metrics"]["average"] == pytest.approx((100 + 50) / 2)  # the 128 rows only; pooled: 25
+    assert avg[2048]["status"] == "error" and "niah_single_1" in avg[2048]["error"]  # old budget only: no score
+    grid = group.task_scores(table, spec.tasks)
+    assert grid.loc["niah_single_1", 1024] == 100 and grid.loc["vt", 2048] == 50
 
 
 def test_average_and_effective_length_by_hand():

@@ -5,8 +5,10 @@
 # (128 tokens; vt 30, cwe 120, fwe 50 are the tasks' defaults). See README.md for what was run.
 # Usage (from the repository root of a fresh clone, with `lctx` installed):
 #   bash results/2026-12-01-smollm2-ruler/run.sh [OUTDIR]        # default OUTDIR: lctx-out/smollm2-ruler
-#   STAGES   the stages, in order (default "1k 2k 4k4 4k"): 1k, 2k: 10 samples per task (5 depths x 2; cwe/fwe
-#            10); 4k4: 4K at 5 per task (5 depths x 1), then 4k: grown by resume to 10 per task
+#   STAGES   the stages, in order (default "1k 2k5 2k 4k1 4k3 4k5 4k"). A stage is a length and the samples per
+#            task it brings the run to, grown by resume so that a stop (STOP_AT) leaves every task of a length
+#            with a score: 1 (depth 0.5), 3 (depths 0, 0.5, 1), 5 (depths 0, .25, .5, .75, 1) or 10 (those 5 x 2
+#            samples); cwe/fwe (no depth axis) run as many samples. "1k" alone = "1k10".
 #   STOP_AT  HH:MM (UTC): a stage still running then is stopped (lctx keeps its finished samples; rerunning
 #            resumes), later stages are skipped (default: none)
 # Each stage logs to OUTDIR/<stage>.log and adds "stage start end rc" to OUTDIR/timings.tsv (rc 124: stopped at
@@ -19,8 +21,7 @@ OUT=${1:-lctx-out/smollm2-ruler}
 HERE=$(cd "$(dirname "$0")" && pwd)
 M="$DATA/checkpoints/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} LCTX_NUM_THREADS=${LCTX_NUM_THREADS:-1} TOKENIZERS_PARALLELISM=false
-D5=0,0.25,0.5,0.75,1
-common=(--model "$M" --tasks ruler --depths "$D5" --chat-template on --data-dir "$DATA" --device cpu --no-progress)
+common=(--model "$M" --tasks ruler --chat-template on --data-dir "$DATA" --device cpu --no-progress)
 mkdir -p "$OUT"
 stamp() { date -u +%FT%TZ; }
 left() {  # seconds to STOP_AT (HH:MM UTC), 0 = no limit (timeout 0 runs without one)
@@ -34,14 +35,17 @@ stage() {  # stage NAME lctx run options...: stopped at STOP_AT, a line in timin
   printf '%s\t%s\t%s\t%s\n' "$name" "$t0" "$(stamp)" "$rc" >> "$OUT/timings.tsv"
 }
 runs=()
-for s in ${STAGES:-1k 2k 4k4 4k}; do
-  case $s in
-    1k)  stage 1k  --lengths 1k --samples 2 --out "$OUT/run-1k" ;;
-    2k)  stage 2k  --lengths 2k --samples 2 --out "$OUT/run-2k" ;;
-    4k4) stage 4k4 --lengths 4k --samples 1 --out "$OUT/run-4k" ;;  # 5 per task first, so a stop leaves a table
-    4k)  stage 4k  --lengths 4k --samples 2 --out "$OUT/run-4k" ;;  # resumes 4k4's samples, adds the second
+for s in ${STAGES:-1k 2k5 2k 4k1 4k3 4k5 4k}; do
+  L=${s%%k*}k; n=${s#*k}; n=${n:-10}
+  case $n in
+    1)  opts=(--depths 0.5 --samples 1) ;;
+    3)  opts=(--depths 0,0.5,1 --samples 1) ;;
+    5)  opts=(--depths 0,0.25,0.5,0.75,1 --samples 1) ;;
+    10) opts=(--depths 0,0.25,0.5,0.75,1 --samples 2) ;;
+    *)  echo "error: stage $s: samples per task must be 1, 3, 5 or 10" >&2; exit 2 ;;
   esac
-  r="$OUT/run-${s%4}"; [[ -f "$r/records.jsonl" && " ${runs[*]:-} " != *" $r "* ]] && runs+=("$r")
+  stage "$s" --lengths "$L" "${opts[@]}" --out "$OUT/run-$L"
+  r="$OUT/run-$L"; [[ -f "$r/records.jsonl" && " ${runs[*]:-} " != *" $r "* ]] && runs+=("$r")
 done
 [ ${#runs[@]} -gt 0 ] || exit 0
 lctx report "${runs[@]}" --out "$OUT/report" --at 1k,2k,4k --title "RULER on SmolLM2-135M-Instruct (Q4_1 GGUF)"
