@@ -373,6 +373,7 @@ def bench(
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
     repeats: int = typer.Option(5, "--repeats", help="Interleaved rounds: each times SDPA causal and the variant back to back."),
     warmup: int = typer.Option(1, "--warmup", help="Untimed calls of each function before measuring (compilation happens there)."),
+    min_time: float = typer.Option(0.1, "--min-time", min=0.0, help="Seconds each timing spans at least: a faster call is repeated within the timing (timeit's autorange; 0: one call per timing)."),
     option: List[str] = typer.Option(None, "--option", help="Variant option KEY=VALUE (repeatable), e.g. lsh_samples=16."),
     isolate: Optional[bool] = typer.Option(None, "--isolate/--in-process", help="One fresh process per variant (default on CPU)."),
     threads: Optional[str] = typer.Option(None, "--threads", help="Intra-op threads of the measuring processes, e.g. 1 or 1,2 (several: measured in the same interleaved rounds, one row each; default: torch's)."),
@@ -421,7 +422,7 @@ def bench(
     table, exps = run_bench(names, impls, length_list, heads=heads, head_dim=head_dim, batch=batch, device=device,
                             dtype=dtype, repeats=repeats, warmup=warmup, options=parse_options(option or []),
                             isolate=isolate, mem_limit=parse_bytes(mem_limit) if mem_limit else None,
-                            time_budget=time_budget, threads=thread_list, busy=busy,
+                            time_budget=time_budget, threads=thread_list, busy=busy, min_time=min_time,
                             log=lambda s: typer.echo(s, err=True))
     print_bench(table, exps)
     for p in write_bench(table, exps, out):
@@ -496,10 +497,11 @@ def report(
 
 @app.command("list")
 def list_(
-    what: str = typer.Argument(..., metavar="WHAT", help="tasks or variants"),
+    what: str = typer.Argument(..., metavar="WHAT", help="tasks, metrics or variants"),
     task_file: List[Path] = typer.Option(None, "--task-file", help="Python file defining extra tasks (repeatable), listed too."),
 ):
-    """List the tasks `lctx run --tasks` accepts, or the attention variants and modifiers `lctx train --variant` accepts."""
+    """List the tasks `lctx run --tasks` accepts, the metrics they report (registered in lctx.metrics, with their
+    source), or the attention variants and modifiers `lctx train --variant` accepts."""
     from lctx.harness.console import print_table
 
     if what == "tasks":
@@ -511,6 +513,22 @@ def list_(
             load_task_file(str(tf))
         print_table(["task", "description", "metrics", "data (under --data-dir)"],
                     [[t.name, t.description, ", ".join(t.metrics), t.requires] for t in task_catalog()])
+    elif what == "metrics":
+        from lctx.harness import flatness, ruler  # noqa: F401  (register the derived names)
+        from lctx.metrics import METRICS
+        from lctx.tasks import load_entry_point_tasks, load_task_file, task_catalog
+
+        load_entry_point_tasks()
+        for tf in task_file or []:
+            load_task_file(str(tf))
+        used: dict[str, list[str]] = {}
+        for t in task_catalog():
+            for m in t.metrics:  # RULER's eight NIAH tasks as one entry
+                name = "niah_*" if t.name.startswith("niah_") else t.name
+                used.setdefault(m, []) if name in used.get(m, []) else used.setdefault(m, []).append(name)
+        print_table(["metric", "better", "tasks", "what it is (source)"],
+                    [[m.name, m.direction, ", ".join(used.get(m.name, [])), m.summary]
+                     for m in sorted(METRICS.values(), key=lambda m: m.name)])
     elif what == "variants":
         import lctx
 
@@ -528,7 +546,7 @@ def list_(
                                      f"({', '.join(takes)}), e.g. --variant rope+{name}", options(name)])
         print_table(["variant", "what it is", "options (--option KEY=VALUE; typed, others refused)"], rows)
     else:
-        raise LctxError(f"cannot list {what!r}; use `lctx list tasks` or `lctx list variants`")
+        raise LctxError(f"cannot list {what!r}; use `lctx list tasks`, `lctx list metrics` or `lctx list variants`")
 
 
 class Terminated(KeyboardInterrupt):

@@ -1,6 +1,9 @@
 """The one exception type for user mistakes, the exit codes of the ``lctx`` command, and the error a
 sample gets when the model's logits are not finite."""
 
+import logging
+import re
+
 #: Exit codes of ``lctx`` (documented in the README, "Exit codes").
 EXIT_OK = 0
 EXIT_REGRESSION = 1  # lctx compare: the gate failed (a regression, an error or a missing cell)
@@ -34,7 +37,7 @@ def check_finite_logits(logits, where: str = "forward") -> None:
     One max-reduction over the vocabulary (max propagates NaN), so the cost is one pass over the logits
     the model already computed.
     """
-    import torch
+    import torch  # lazy: loads torch
 
     if logits.numel() == 0:
         return
@@ -55,9 +58,7 @@ class CapturedLog:
     """
 
     def __enter__(self) -> "CapturedLog":
-        import logging
-
-        from transformers.utils import logging as hf_logging
+        from transformers.utils import logging as hf_logging  # lazy: loads transformers
 
         self.records: list = []
         outer = self
@@ -78,7 +79,6 @@ class CapturedLog:
 
     def replay(self) -> None:
         """Send the held-back records to the transformers logger's handlers (after ``with``)."""
-        import logging
 
         root = logging.getLogger("transformers")
         for r in self.records:
@@ -89,7 +89,6 @@ class CapturedLog:
     def first_problem(self) -> str:
         """The first line of the held-back messages that names a key with a problem (MISMATCH, MISSING,
         UNEXPECTED), condensed to one line; "" when none does."""
-        import re
 
         for r in self.records:
             for line in r.getMessage().splitlines():

@@ -6,6 +6,8 @@ Every function raises :class:`lctx.errors.LctxError` with a one-line message nam
 
 from __future__ import annotations
 
+import inspect
+import json
 import os
 import re
 from pathlib import Path
@@ -54,7 +56,6 @@ def parse_options(items: list[str]) -> dict:
     Raises:
         LctxError: an item without "=".
     """
-    import json
 
     out = {}
     for item in items:
@@ -92,7 +93,6 @@ def parse_task_options(items: list[str], task_names: list[str]) -> dict[str, dic
 
 def task_option_names(cls) -> list[str]:
     """The keyword options a task class's constructor names (``**kwargs`` catch-alls not counted)."""
-    import inspect
 
     params = inspect.signature(cls.__init__).parameters.values()
     return [p.name for p in params if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]

@@ -17,6 +17,8 @@ import argparse
 import statistics
 import time
 
+from lctx.harness.args import parse_lengths
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -30,12 +32,11 @@ def main() -> None:
     ap.add_argument("--data-dir", default=None)
     a = ap.parse_args()
 
-    import torch
+    import torch  # lazy: loads torch
 
-    from lctx.harness.args import parse_lengths
-    from lctx.harness.lm import load_lm
-    from lctx.tasks import get_task
-    from lctx.tasks.base import Cell
+    from lctx.harness.lm import load_lm  # lazy: loads torch, transformers
+    from lctx.tasks import get_task  # lazy: loads torch
+    from lctx.tasks.base import Cell  # lazy: loads torch
 
     L = parse_lengths(a.length)[0]
     lm = load_lm(a.model, device=a.device)

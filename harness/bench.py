@@ -41,20 +41,33 @@ length of the same variant and implementation) are recorded as ``skipped: <reaso
 
 from __future__ import annotations
 
+import ctypes
 import json
 import math
 import os
+import resource
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
-from lctx import ATTN_IMPLS
+import lctx.models  # noqa: F401  (registers every variant)
+from lctx import ATTN_IMPLS, kernels
 from lctx.errors import LctxError
+from lctx.kernels import default_threads
+from lctx.models import LctxConfig
+from lctx.models.options import option_schema
+from lctx.models.variants import AttentionVariant, AttnContext, alibi_slopes, get_variant
+
+from .console import print_table
+from .devices import resolve_device, resolve_dtype
+from .plan import cache_bytes, device_memory, load_config, plan_memory
 
 IMPLS = ATTN_IMPLS[::-1]  # fastest first
 BASELINES = ("sdpa_causal", "sdpa_bias")
@@ -93,8 +106,6 @@ class BenchCase(_Shapes):
 # ---------------------------------------------------------------------------------------------------
 
 def _torch_dtype(name: str) -> torch.dtype:
-    from .devices import resolve_dtype
-
     return resolve_dtype(name)
 
 
@@ -104,9 +115,6 @@ def make_config(variant: str, impl: str, heads: int, head_dim: int, options: dic
     Raises:
         LctxError: unknown variant or impl, or sizes the config refuses (e.g. an odd head dim with rope).
     """
-    import lctx.models  # noqa: F401  (registers every variant)
-    from lctx.models import LctxConfig
-    from lctx.models.variants import get_variant
 
     if impl not in IMPLS:
         raise LctxError(f"unknown attention implementation {impl!r}; use {', '.join(IMPLS)}")
@@ -114,7 +122,6 @@ def make_config(variant: str, impl: str, heads: int, head_dim: int, options: dic
         get_variant(variant)
     except KeyError as e:
         raise LctxError(f"{e.args[0]}; see `lctx list variants`") from None
-    from lctx.models.options import option_schema
 
     schema = option_schema(variant)  # one --option set for several variants: each takes the keys it knows
     opts = {k: v for k, v in (options or {}).items() if schema is None or k in schema}
@@ -131,7 +138,6 @@ def make_layer(config, device, dtype: torch.dtype):
     Raises:
         LctxError: the variant refuses its options (message from the variant).
     """
-    from lctx.models.variants import get_variant
 
     cls = get_variant(config.variant)
     try:
@@ -156,8 +162,7 @@ def make_inputs(B: int, H: int, T: int, D: int, device, dtype: torch.dtype, seed
 def make_context(B: int, T: int, device, shared=None):
     """The :class:`AttnContext` ``LctxModel.forward`` builds for T new tokens, no padding, past = 0 and no
     cache: q_pos [B, T], k_pos [B, T], a lazy Tq x Tk pattern, key_valid all true."""
-    from lctx.models.model import positions_and_mask
-    from lctx.models.variants import AttnContext
+    from lctx.models.model import positions_and_mask  # lazy: loads transformers
 
     q_pos, k_pos, allowed_fn = positions_and_mask(None, B, T, 0, device, lazy=True)
     return AttnContext(q_pos=q_pos, k_pos=k_pos, allowed_fn=allowed_fn, cache=None, shared=shared,
@@ -173,7 +178,6 @@ def layer_call(mod, shared, q, k, v, x):
 def bias_mask(B: int, H: int, T: int, device, dtype: torch.dtype) -> torch.Tensor:
     """[B, H, T, T] float mask: -inf above the diagonal, ALiBi bias -m_h (i - j) elsewhere (Press et al.
     2022; slopes from :func:`lctx.models.variants.alibi_slopes`)."""
-    from lctx.models.variants import alibi_slopes
 
     i = torch.arange(T, device=device)
     dist = (i[:, None] - i[None, :]).to(torch.float32)
@@ -208,8 +212,6 @@ def _reset_hwm() -> bool:
 
 def _malloc_trim() -> None:
     try:
-        import ctypes
-
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):
         pass
@@ -247,8 +249,6 @@ class PeakMemory:
             torch.cuda.synchronize(self.device)
             self.peak = int(torch.cuda.max_memory_allocated(self.device) - self.base)
         elif getattr(self, "_ru", False):
-            import resource
-
             self.peak = max(0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - self.base)
         else:
             self.peak = max(0, (_proc_status("VmHWM:") or 0) - self.base)
@@ -286,8 +286,6 @@ def probe_case(case: BenchCase, length: int = 64) -> dict:
     """Run the case once at ``length`` tokens in-process and report what the path did: ``mask_asked``
     (it read the Tq x Tk pattern), ``float_mask`` (it built the sdpa float mask), ``has_bias`` (its
     ``score_bias`` is not ``None``) and ``ran`` (implementations recorded by :mod:`lctx.kernels`)."""
-    from lctx import kernels
-    from lctx.models.variants import AttentionVariant
 
     small = BenchCase(**{**asdict(case), "length": length})
     dev, dt = torch.device(small.device), _torch_dtype(small.dtype)
@@ -334,7 +332,10 @@ class BenchGroup(_Shapes):
     each function, skipping a case estimated above ``mem_limit`` bytes or predicted above ``time_budget``
     seconds; ``baselines`` times SDPA causal (and, for bias variants, SDPA with a bias mask) alongside;
     ``threads``: intra-op thread counts (``torch.set_num_threads``), an int or a list measured in the same
-    interleaved rounds (one row each); ``None`` keeps torch's default."""
+    interleaved rounds (one row each); ``None`` keeps torch's default; ``min_time``: seconds each timing
+    spans at least: a function faster than that is called ``ceil(min_time / t)`` times per timing (at most
+    :data:`MAX_CALLS`) and its time per call is the timing over the calls, as ``timeit``'s autorange does,
+    so that a call of tens of milliseconds is not at the mercy of one scheduler hiccup."""
 
     variant: str
     impls: list
@@ -343,24 +344,45 @@ class BenchGroup(_Shapes):
     time_budget: float = 300.0
     baselines: bool = True
     threads: int | list | None = None
+    min_time: float = 0.1
 
 
-def _timed(fn, dev) -> float:
+MAX_CALLS = 100  # most calls one timing makes (autorange), so a sub-millisecond call cannot stall a bench
+
+
+def _timed(fn, dev, number: int = 1) -> float:
+    """Seconds per call of ``fn``: ``number`` calls back to back, then a device sync, over ``number``."""
     t0 = time.perf_counter()
-    fn()
+    for _ in range(number):
+        fn()
     _sync(dev)
-    return time.perf_counter() - t0
+    return (time.perf_counter() - t0) / number
 
 
-def interleave(fns: dict, repeats: int, dev) -> dict[str, list[float]]:
+def calls_per_timing(fns: dict, dev, min_time: float) -> dict:
+    """Autorange: for each function of ``fns`` ({name: callable}), the number of calls one timing makes so
+    that it spans at least ``min_time`` seconds, from one probe call: ``ceil(min_time / t)``, clamped to
+    [1, :data:`MAX_CALLS`]. ``min_time`` <= 0 gives 1 call each (the old one-call timings)."""
+    if min_time <= 0:
+        return {n: 1 for n in fns}
+    out = {}
+    for n, fn in fns.items():
+        t = _timed(fn, dev)
+        out[n] = max(1, min(MAX_CALLS, math.ceil(min_time / t))) if t > 0 else MAX_CALLS
+    return out
+
+
+def interleave(fns: dict, repeats: int, dev, numbers: dict | None = None) -> dict[str, list[float]]:
     """Time every function of ``fns`` ({name: callable}) once per round, ``repeats`` rounds, in an order
     that alternates (forward on even rounds, backward on odd ones) so that a slow drift of the machine
-    weighs on each function alike. Returns {name: [seconds per round]}."""
+    weighs on each function alike; ``numbers`` ({name: calls per timing}, default 1 each, see
+    :func:`calls_per_timing`). Returns {name: [seconds per call, one per round]}."""
     names = list(fns)
+    numbers = numbers or {}
     out = {n: [] for n in names}
     for r in range(repeats):
         for n in (names if r % 2 == 0 else names[::-1]):
-            out[n].append(_timed(fns[n], dev))
+            out[n].append(_timed(fns[n], dev, numbers.get(n, 1)))
     return out
 
 
@@ -386,8 +408,6 @@ def thread_counts(group: BenchGroup) -> list[int]:
     default (:func:`lctx.kernels.default_threads`: LCTX_NUM_THREADS / OMP_NUM_THREADS, else torch's)."""
     th = group.threads
     if th is None:
-        from lctx.kernels import default_threads
-
         return [default_threads()[0]]
     return [int(t) for t in (th if isinstance(th, (list, tuple)) else [th])]
 
@@ -407,7 +427,6 @@ def measure_case(group: BenchGroup, impl: str, T: int, probe: dict | None) -> li
     (median, min), ratios to each baseline at that thread count (median and min of the per-round ratios,
     their spread, ``unstable``), ``ratio_threads`` (median per-round time over the time at the first
     thread count), peaks, load average before and after, the kernel that ran and ``status``."""
-    from lctx import kernels
 
     dev, dt = torch.device(group.device), _torch_dtype(group.dtype)
     B, H, D = group.batch, group.heads, group.head_dim
@@ -443,10 +462,13 @@ def measure_case(group: BenchGroup, impl: str, T: int, probe: dict | None) -> li
                         del y
                     peaks[f"{'peak' if name == 'variant' else 'base_peak'}_bytes"] = pm.peak
                     peaks["mem_method"] = pm.method
-            times = interleave(fns, group.repeats, dev)
+            numbers = calls_per_timing(fns, dev, group.min_time)
+            times = interleave(fns, group.repeats, dev, numbers)
         ran = sorted(set(kernels.impls_used(reset=True).values()))
         for row, n in zip(rows, counts):
-            row.update(peaks, impl_ran=",".join(ran) if ran else "unrecorded")
+            row.update(peaks, impl_ran=",".join(ran) if ran else "unrecorded",
+                       calls_per_timing=numbers[("variant", n)],
+                       base_calls_per_timing=numbers.get(("sdpa_causal", n), float("nan")))
             tv = times[("variant", n)]
             row["time_s"], row["time_min_s"] = _median(tv), min(tv)
             row["ratio_threads"] = pair_stats(tv, times[("variant", counts[0])])["median"]
@@ -490,7 +512,8 @@ def run_group(group: BenchGroup, emit=None) -> list[dict]:
             pred = None
             if prev:
                 p = max(1.0, min(2.0, prev["exp"])) if math.isfinite(prev["exp"]) else 2.0
-                pred = prev["time"] * (T / prev["length"]) ** p * (group.repeats + group.warmup) * n_fns
+                pred = max(prev["time"] * (T / prev["length"]) ** p, group.min_time * n_fns) * (
+                    group.repeats + group.warmup + 1) * n_fns
             if "error" in probe:
                 row = _nan_row(group, impl, T, probe["error"])
             elif est > group.mem_limit:
@@ -525,7 +548,6 @@ def run_group_isolated(group: BenchGroup, emit=None, timeout: float | None = Non
     emit = emit or (lambda r: None)
     cmd = [sys.executable, "-m", "lctx.harness.bench", json.dumps(asdict(group))]
     rows: list[dict] = []
-    import tempfile
 
     with tempfile.TemporaryFile("w+") as errf:  # a file, not a pipe: a chatty stderr cannot block the worker
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errf, text=True, env=worker_env())
@@ -563,7 +585,6 @@ def run_group_isolated(group: BenchGroup, emit=None, timeout: float | None = Non
 def fit_exponent(lengths, values) -> float:
     """Least-squares slope p of log(value) = p log(length) + c (the scaling exponent: ~1 linear, ~2
     quadratic). Non-finite or non-positive values are ignored; NaN with fewer than two usable lengths."""
-    import numpy as np
 
     x = np.asarray(lengths, dtype=float)
     y = np.asarray(values, dtype=float)
@@ -575,7 +596,6 @@ def fit_exponent(lengths, values) -> float:
 
 def default_mem_limit(device) -> int:
     """Bytes one measurement may use: 80% of CPU MemAvailable, or 90% of the GPU's total memory."""
-    from .plan import device_memory
 
     n, _ = device_memory(device)
     return int(n * (0.9 if torch.device(device).type == "cuda" else 0.8))
@@ -585,7 +605,7 @@ def run_bench(variants: list[str], impls: list[str], lengths: list[int], heads: 
               batch: int = 1, device: str = "cpu", dtype: str = "float32", repeats: int = 5, warmup: int = 1,
               options: dict | None = None, isolate: bool | None = None, mem_limit: int | None = None,
               time_budget: float = 300.0, baselines: bool = True, threads: int | list | None = None, busy: int = 0,
-              log=None):
+              log=None, min_time: float = 0.1):
     """Measure every variant x impl x length, each timed alternately with SDPA causal (and SDPA with an
     ALiBi bias mask for bias variants) in one process per variant, and return ``(table, exponents)`` as
     pandas DataFrames (module docstring for the method and columns).
@@ -597,30 +617,27 @@ def run_bench(variants: list[str], impls: list[str], lengths: list[int], heads: 
     measurement may take (warm-up and rounds together, extrapolated); threads: intra-op thread count(s)
     of the workers, a list measured in the same interleaved rounds (default torch's); busy: CPU-bound
     processes to run beside the measurement (a shared machine on purpose; column ``busy``); log:
-    ``callable(str)`` for progress lines.
+    ``callable(str)`` for progress lines; min_time: seconds each timing spans at least (calls repeated within
+    a timing, :func:`calls_per_timing`; columns ``calls_per_timing``, ``base_calls_per_timing``).
 
     Raises:
         LctxError: unknown variant / impl / dtype / device, non-positive sizes or repeats.
     """
-    import pandas as pd
+    import pandas as pd  # lazy: loads pandas
 
-    import lctx
-
-    from .devices import resolve_device
-    from .runner import git_revision
+    from .runner import git_revision  # lazy: loads transformers, pandas
 
     if not variants or not impls or not lengths:
         raise LctxError("nothing to bench; pass --variants, --impl and --lengths with at least one value each")
     tl = [] if threads is None else list(threads) if isinstance(threads, (list, tuple)) else [threads]
-    if min(heads, head_dim, batch, repeats) < 1 or warmup < 0 or any(t < 1 for t in tl) or busy < 0:
+    if min(heads, head_dim, batch, repeats) < 1 or warmup < 0 or any(t < 1 for t in tl) or busy < 0 or min_time < 0:
         raise LctxError(f"--heads ({heads}), --head-dim ({head_dim}), --batch ({batch}), --repeats ({repeats}) and "
-                        f"--threads must be >= 1, --warmup and --busy >= 0")
+                        f"--threads must be >= 1, --warmup, --busy and --min-time >= 0")
     dev = resolve_device(device)
     _torch_dtype(dtype)
     for v in variants:
         for i in impls:
             make_config(v, i, heads, head_dim, options)  # validate everything before any work
-    from lctx.models.options import option_schema
 
     schemas = [option_schema(v) for v in variants]
     if options and all(sc is not None for sc in schemas):
@@ -633,7 +650,7 @@ def run_bench(variants: list[str], impls: list[str], lengths: list[int], heads: 
     log = log or (lambda s: None)
     lengths = sorted(set(lengths))
     meta = {"batch": batch, "heads": heads, "head_dim": head_dim, "dtype": dtype, "device": str(dev),
-            "repeats": repeats, "lctx_version": lctx.__version__, "git_rev": git_revision(),
+            "repeats": repeats, "min_time_s": min_time, "lctx_version": lctx.__version__, "git_rev": git_revision(),
             "torch": torch.__version__}
 
     def show(r: dict) -> None:
@@ -650,7 +667,7 @@ def run_bench(variants: list[str], impls: list[str], lengths: list[int], heads: 
             group = BenchGroup(v, list(impls), lengths, batch=batch, heads=heads, head_dim=head_dim, dtype=dtype,
                                device=str(dev), repeats=repeats, warmup=warmup, options=dict(options or {}),
                                mem_limit=mem_limit, time_budget=time_budget, baselines=baselines,
-                               threads=tl or None)
+                               threads=tl or None, min_time=min_time)
             timeout = 120 + 2 * time_budget * len(impls) * len(lengths) * max(1, len(tl))
             rows += run_group_isolated(group, show, timeout) if isolate else run_group(group, show)
     finally:
@@ -676,7 +693,7 @@ def run_bench(variants: list[str], impls: list[str], lengths: list[int], heads: 
 TABLE_COLUMNS = ["variant", "impl", "length", "impl_ran", "time_s", "time_min_s", "base_time_s", "ratio_sdpa",
                  "ratio_sdpa_min", "ratio_sdpa_spread", "unstable", "bias_time_s", "ratio_sdpa_bias",
                  "ratio_sdpa_bias_min", "ratio_sdpa_bias_spread", "peak_bytes", "base_peak_bytes", "mem_method",
-                 "threads", "ratio_threads", "load_avg_start", "load_avg_end", "est_bytes", "has_bias", "status", "note"]
+                 "threads", "ratio_threads", "calls_per_timing", "base_calls_per_timing", "load_avg_start", "load_avg_end", "est_bytes", "has_bias", "status", "note"]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -706,12 +723,8 @@ def measure_prefill(case: PrefillCase) -> dict:
     KV cache actually held, ``plan_bytes`` (:func:`lctx.harness.plan.plan_memory` of the same prefill minus
     the weights, which are resident before the measurement) with its ``plan_path`` and largest item,
     ``plan_error`` = plan / peak - 1, the kernel that ran, threads and load averages."""
-    from lctx import kernels
 
-    from .lm import load_lm
-    from .plan import cache_bytes, plan_memory
-
-    from lctx.kernels import default_threads
+    from .lm import load_lm  # lazy: loads transformers
 
     torch.set_num_threads(int(case.threads or default_threads()[0]))
     torch.manual_seed(case.seed)
@@ -777,9 +790,7 @@ def run_prefill_bench(model: str, impls: list[str | None], lengths: list[int], c
     Raises:
         LctxError: ``model`` is not a checkpoint directory, or a non-positive length or chunk.
     """
-    import pandas as pd
-
-    from .plan import load_config
+    import pandas as pd  # lazy: loads pandas
 
     load_config(model)  # a bad --model fails here, before any process starts
     if chunk < 1 or min(lengths) < 2:
@@ -810,7 +821,6 @@ def run_prefill_bench(model: str, impls: list[str | None], lengths: list[int], c
 def print_prefill(table, exponents, file=None) -> None:
     """Print the whole-model prefill rows (time, measured peak, plan and its error) and the fitted exponents
     (:func:`lctx.harness.console.print_table`)."""
-    from .console import print_table
 
     f = lambda v, fmt: "" if v != v else format(v, fmt)  # noqa: E731
     g = lambda r, c: r.get(c, float("nan"))  # noqa: E731
@@ -834,14 +844,14 @@ def print_prefill(table, exponents, file=None) -> None:
 def plot_bench(table, path: Path) -> Path:
     """Log-log plot: forward time and peak memory vs length, one line per variant/impl, and SDPA causal
     (the median of its timings across groups, dashed). Writes ``path`` (PNG) and returns it."""
-    import matplotlib
+    import matplotlib  # lazy: loads matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: loads matplotlib
 
-    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # lazy: loads matplotlib
 
-    from .plots import format_length, series_style
+    from .plots import format_length, series_style  # lazy: loads pandas, matplotlib
 
     ok = table[table["status"] == "ok"]
     fig, axes = plt.subplots(1, 2, figsize=(13, 5))
@@ -924,7 +934,6 @@ def print_bench(table, exponents, file=None) -> None:
     """Print the measurements, the ratio-to-SDPA-causal table (variant x length; median of the interleaved
     pairs, min in brackets) and the exponents as tables (rich on a terminal, Markdown off one: every cell
     whole, see :mod:`lctx.harness.console`), then a warning when rows are flagged unstable."""
-    from .console import print_table
 
     table = table.copy()
     for c in TABLE_COLUMNS:  # a table from an older lctx (or built by hand) may lack the newer columns

@@ -30,25 +30,26 @@ from pathlib import Path
 import pandas as pd
 
 from lctx.errors import LctxError
+from lctx.metrics import METRICS, direction_of
+
+from .console import print_line, print_table
+from .rundir import check_regular
+from .tables import read_records, summarize, to_table
 
 KEYS = ["model", "task", "metric", "length", "depth"]
 SUMMARY_COLUMNS = ["model", "variant", "task", "metric", "length", "depth", "mean", "stderr", "n", "n_error"]
 VALID_DIRECTIONS = ("higher", "lower", "equal", "ignore")
 
-# Which way is better, by metric name (a ",filter" suffix as in lm-eval's "acc,none" is dropped first).
-DIRECTIONS: dict[str, str] = {
-    # perplexity-like: lower is better
-    "ppl": "lower", "nll": "lower", "loss": "lower", "bpb": "lower", "bits_per_byte": "lower",
-    "word_perplexity": "lower", "byte_perplexity": "lower", "ppl_ratio": "lower", "perplexity": "lower",
-    # accuracy-like: higher is better
-    "exact": "higher", "digit_acc": "higher", "acc": "higher", "acc_norm": "higher", "accuracy": "higher",
-    "exact_match": "higher", "string_match": "higher", "string_match_all": "higher",
-    "string_match_part": "higher", "tf_top1": "higher", "tf_mrr": "higher", "tf_logprob": "higher",
-    "tf_gain": "higher", "f1": "higher", "em": "higher", "flat_until": "higher",
-    "flat_length": "higher", "effective_length": "higher", "average": "higher",  # average: RULER's mean task score
-    # bookkeeping: must not change (a different count means different data or a different prompt)
-    "n_tokens": "equal", "n_docs": "equal",
+# Which way is better, by metric name (a ",filter" suffix as in lm-eval's "acc,none" is dropped first): every
+# metric lctx registers (lctx.metrics.METRICS, its direction) and these names other engines write into tables
+# lctx may compare (lm-eval's perplexities and generation scores)
+OTHER_DIRECTIONS: dict[str, str] = {
+    "loss": "lower", "bpb": "lower", "bits_per_byte": "lower", "word_perplexity": "lower", "byte_perplexity": "lower",
+    "perplexity": "lower", "accuracy": "higher", "exact_match": "higher", "string_match": "higher", "f1": "higher",
+    "em": "higher", "flat_length": "higher",
 }
+#: the directions known at import (registered metrics read live by :meth:`Rules.direction_for`)
+DIRECTIONS: dict[str, str] = {**OTHER_DIRECTIONS, **{m.name: m.direction for m in METRICS.values()}}
 
 # Statuses, in the order they are reported.
 STATUSES = ("regression", "error", "missing", "improvement", "new", "same", "ignored")
@@ -111,7 +112,7 @@ class Rules:
         if d:
             return d
         d = _task_direction(task, metric)
-        return d if d else DIRECTIONS.get(_base_metric(metric))
+        return d or direction_of(metric) or OTHER_DIRECTIONS.get(_base_metric(metric))
 
 
 def _base_metric(metric: str) -> str:
@@ -122,7 +123,7 @@ def _task_direction(task: str, metric: str) -> str | None:
     """A registered task class's own ``higher_is_better``: {metric: bool} (lm-eval's convention), or a bool for
     its headline metric (:attr:`lctx.tasks.Task.higher_is_better`); None when it declares nothing."""
     try:
-        from lctx.tasks import TASKS
+        from lctx.tasks import TASKS  # lazy: loads torch (every task registers); compare runs without it
     except Exception:  # noqa: BLE001 - the table lookup must not depend on the task registry importing
         return None
     cls = TASKS.get(task)
@@ -214,13 +215,12 @@ def load_rules(path: Path) -> Rules:
         LctxError: unreadable file, TOML syntax error, unknown table or key, bad direction or tolerance.
     """
     try:
-        import tomllib
+        import tomllib  # Python >= 3.11 (only load_rules reads TOML)
     except ModuleNotFoundError:  # Python 3.10
         try:
-            import tomli as tomllib
+            import tomli as tomllib  # Python 3.10: the backport
         except ModuleNotFoundError:
             raise LctxError("reading --rules needs Python 3.11+ (tomllib) or `pip install tomli`") from None
-    from .rundir import check_regular
 
     if not check_regular(Path(path), f"--rules {str(path)!r}"):
         raise LctxError(f"cannot read --rules {str(path)!r} (it does not exist); pass a TOML rules file")
@@ -276,8 +276,6 @@ def load_summary(run_dir: Path, what: str = "run") -> pd.DataFrame:
         LctxError: not a directory, no readable table, missing columns, a bad value (the row is named), or
             no rows (an empty run).
     """
-    from .rundir import check_regular
-    from .tables import read_records, summarize, to_table
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -556,7 +554,6 @@ def verdict(cmp: Comparison) -> str:
 def print_report(cmp: Comparison, file=None) -> None:
     """Print the non-'same' cells as a table (rich on a terminal, Markdown off one: every cell whole, see
     :mod:`lctx.harness.console`), then the verdict line."""
-    from .console import print_line, print_table
 
     rows = _display_rows(cmp)
     if rows:

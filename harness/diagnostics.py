@@ -13,8 +13,11 @@ from pathlib import Path
 
 import pandas as pd
 import torch
+from transformers.cache_utils import DynamicCache
 
 from lctx.errors import LctxError
+from lctx.models.bam import GGDPrior
+
 from .lm import LM
 
 
@@ -24,7 +27,6 @@ def _priors(lm: LM):
     Raises:
         LctxError: the model has no GGD prior.
     """
-    from lctx.models.bam import GGDPrior
 
     m = lm.model.model
     found = []
@@ -64,11 +66,11 @@ def plot_priors(lm: LM, out_dir: Path, max_distance: int | None = None) -> Path:
     Raises:
         LctxError: not a ggd_bam checkpoint.
     """
-    import matplotlib
+    import matplotlib  # lazy: loads matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib import cm, colors
+    import matplotlib.pyplot as plt  # lazy: loads matplotlib
+    from matplotlib import cm, colors  # lazy: loads matplotlib
 
     priors = _priors(lm)
     D = max_distance or 8 * (lm.train_length or 512)
@@ -120,7 +122,6 @@ def far_mass(lm: LM, ids: list[int], lengths: list[int], distance: int, n_querie
     Raises:
         LctxError: ``ids`` shorter than a length, or the model exposes no attention weights.
     """
-    from transformers.cache_utils import DynamicCache
 
     rows = []
     for L in lengths:
@@ -157,10 +158,10 @@ def far_mass(lm: LM, ids: list[int], lengths: list[int], distance: int, n_querie
 def plot_far_mass(df: pd.DataFrame, out_dir: Path) -> Path:
     """Write ``plots/far_mass.png``: mean far mass over heads and layers vs length (log2 x), one line per
     model, with the per-layer spread shaded; the training length is marked when known. Returns the path."""
-    import matplotlib
+    import matplotlib  # lazy: loads matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: loads matplotlib
 
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     for model, g in df.groupby("model", sort=True):

@@ -35,8 +35,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
+import torch.distributed as dist
 
 from lctx.errors import LctxError
+
+from .rundir import atomic_write
 from .tables import read_records, record_key
 
 T = TypeVar("T")
@@ -108,7 +111,6 @@ def init(device: str = "auto") -> DistInfo:
     info = env_info()
     if not info.distributed:
         return info
-    import torch.distributed as dist
 
     if dist.is_initialized():
         return info
@@ -128,7 +130,6 @@ def init(device: str = "auto") -> DistInfo:
 
 def current() -> DistInfo:
     """This process's place: from the initialised process group, else from the environment."""
-    import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
         return DistInfo(dist.get_rank(), dist.get_world_size(), _env_int("LOCAL_RANK", dist.get_rank()))
@@ -136,15 +137,12 @@ def current() -> DistInfo:
 
 
 def _active() -> bool:
-    import torch.distributed as dist
-
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
 def destroy() -> None:
     """Leave the process group (``destroy_process_group``); safe to call twice or without one."""
     global _coord_group
-    import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
@@ -172,8 +170,6 @@ def rank_device(device: str, info: DistInfo | None = None) -> str:
 def barrier() -> None:
     """Wait until every rank gets here (no-op for one process)."""
     if _active():
-        import torch.distributed as dist
-
         dist.barrier(group=_coord_group)
 
 
@@ -181,7 +177,6 @@ def broadcast(obj: Any) -> Any:
     """Rank 0's ``obj`` on every rank (a picklable object; returned unchanged for one process)."""
     if not _active():
         return obj
-    import torch.distributed as dist
 
     box = [obj]
     dist.broadcast_object_list(box, src=0, group=_coord_group)
@@ -192,7 +187,6 @@ def gather(obj: Any) -> list:
     """Every rank's ``obj``, in rank order, on every rank (``[obj]`` for one process)."""
     if not _active():
         return [obj]
-    import torch.distributed as dist
 
     out: list = [None] * dist.get_world_size()
     dist.all_gather_object(out, obj, group=_coord_group)
@@ -279,7 +273,6 @@ def merge_records(out_dir: Path) -> list[dict]:
     if not parts:
         return read_records(path)
     merged = _dedupe(read_all_records(out_dir))
-    from .rundir import atomic_write
 
     atomic_write(path, lambda tmp: tmp.write_text("".join(json.dumps(r) + "\n" for r in merged)))
     for p in parts:

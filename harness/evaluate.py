@@ -1,6 +1,6 @@
 """``lctx.evaluate``: the whole evaluation of ``lctx run`` as one Python call (lm-eval's ``simple_evaluate``
 is the model): build the tasks, load the models, check every length before anything runs, lock the run
-directory, run the sweeps (ppl's own windows as a second pass, lm-eval's tasks last), apply the derived
+directory, run the sweeps (ppl's own windows as a second pass; lm-eval's tasks in the first, after the others), apply the derived
 post-processing steps (flatness, the ruler group: :mod:`lctx.harness.derived`) and return the tables.
 
 ``lctx run`` parses its arguments, calls :func:`evaluate` and prints the :class:`Result`.
@@ -152,14 +152,17 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
     from lctx.harness import flatness  # relative lengths and training lengths (--relative, --train-length)
 
     from lctx.tasks import lmeval  # mmlu, arc_easy, arc_challenge: lm-eval's evaluator, no length axis
-    from lctx.harness.lmeval_run import format_summary as format_lmeval_summary, run_lmeval
+    from lctx.harness.lmeval_run import format_summary as format_lmeval_summary
 
     lmeval_names = [n for n in task_names if lmeval.is_lmeval_task(n)]
     task_names = [n for n in task_names if n not in lmeval_names]
     if lmeval_names and dinfo.distributed:  # [distributed]
         raise LctxError(f"{', '.join(lmeval_names)} cannot be sharded across processes yet; run them without "
                         "torchrun / accelerate launch (the length sweeps can be)")
-    lmeval_specs = lmeval.resolve_tasks(lmeval_names, data_dir) if lmeval_names else None  # checks the data
+    lmeval_objs = (lmeval.build_tasks(lmeval_names, data_dir, limit=limit, num_fewshot=num_fewshot, seed=seed,
+                                      chat_template=chat_template, system_prompt=system_prompt,
+                                      log=log if progress else None)
+                   if lmeval_names else [])  # checks the data; they run in the first sweep, after the others
     task_objs = _build_tasks(task_names, parse_task_options(task_option, task_names), get_task, out, data_dir,
                              cache_dir, dict(stride=stride, bos=ppl_bos, short_docs=ppl_short_docs,
                                              max_tokens=ppl_max_tokens,
@@ -187,18 +190,13 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
     results = []
     with run_dir_lock(out, dinfo):  # created here, after every check: a rejected call leaves nothing behind
         for lms_g, length_list in groups:  # one sweep per training length with --relative
-            spec = RunSpec(lengths=length_list, depths=depth_list, samples=samples, seed=seed)
-            passes = ([([t for t in task_objs if t.name != "ppl"], spec),  # ppl sweeps its own windows
+            spec = RunSpec(lengths=length_list if task_objs else [], depths=depth_list, samples=samples, seed=seed)
+            passes = ([([t for t in task_objs if t.name != "ppl"] + lmeval_objs, spec),  # ppl: its own windows
                        ([t for t in task_objs if t.name == "ppl"], RunSpec(ppl_lengths, depth_list, samples, seed))]
-                      if ppl_lengths else [(task_objs, spec)])
+                      if ppl_lengths else [(task_objs + lmeval_objs, spec)])
             for objs, sp in passes:
                 if objs:
                     results.append(run_sweep(lms_g, objs, sp, out, progress=progress, log=log, batch_size=batch,
-                                             tables=False))
-        if lmeval_specs:
-            results.append(run_lmeval(lms, *lmeval_specs, out, data_dir=data_dir, limit=limit,
-                                             num_fewshot=num_fewshot, seed=seed, progress=progress, log=log,
-                                             chat_template=chat_template, system_prompt=system_prompt,
                                              tables=False))
         dist_.destroy()  # [distributed] leave the process group; only rank 0 writes the tables
         totals = {k: sum(r[k] for r in results) for k in ("ran", "skipped", "errors", "ok")}
@@ -212,7 +210,7 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
 
         res.table, res.summary, res.plots = write_run_tables(out, steps)  # once, after every sweep
         res.superseded = int(res.table.attrs.get("superseded", 0))
-        if lmeval_specs:
+        if lmeval_objs:
             res.reports["lmeval"] = format_lmeval_summary(res.summary)
         res.reports.update({st.name: st.report(res.table) for st in steps if st.report})
     return res

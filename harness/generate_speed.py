@@ -18,9 +18,13 @@ from __future__ import annotations
 
 import argparse
 import copy
+import re
 import resource
 import statistics
 import time
+
+from lctx.harness.args import parse_lengths
+from lctx.harness.gguf import cached_gguf_dir, find_gguf
 
 
 def generate_loop(model_dir: str, max_new_tokens: int):
@@ -30,10 +34,9 @@ def generate_loop(model_dir: str, max_new_tokens: int):
     Returns (run_one, tokenizer); ``run_one(input_ids: list[int]) -> (text, digits)``: the decoded new tokens
     and their first run of digits (``None`` when there is none).
     """
-    import re
 
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    import torch  # lazy: loads torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # lazy: loads transformers
 
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
@@ -64,13 +67,11 @@ def main() -> None:
     ap.add_argument("--rss-only", action="store_true", help="one lctx sample, then its peak RSS (fresh process)")
     a = ap.parse_args()
 
-    import torch
+    import torch  # lazy: loads torch
 
-    from lctx.harness.args import parse_lengths
-    from lctx.harness.gguf import cached_gguf_dir, find_gguf
-    from lctx.harness.lm import load_lm
-    from lctx.tasks.base import Cell
-    from lctx.tasks.passkey import Passkey
+    from lctx.harness.lm import load_lm  # lazy: loads torch, transformers
+    from lctx.tasks.base import Cell  # lazy: loads torch
+    from lctx.tasks.passkey import Passkey  # lazy: loads torch
 
     L = parse_lengths(a.length)[0]
     lm = load_lm(a.model, device="cpu", cache_dir=a.cache_dir)

@@ -32,6 +32,12 @@ import traceback
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
+
+from lctx.models import LctxConfig, LctxForCausalLM
+from lctx.models.bam import GGDPrior
+from lctx.models.cache import PreallocatedKVCache
+from lctx.models.variants import alibi_bias, alibi_slopes
 
 
 def _median_ms(fn, reps: int = 5) -> float:
@@ -62,9 +68,7 @@ def step_pytest(out: Path) -> dict:
 def _spec(kind: str, H: int, ssmax: bool, dev):
     """A PriorSpec as the variants build it: ALiBi slopes, or a GGD prior (reference form) with beta in
     [0.5, 1.5); each read by the kernels as a Toeplitz table."""
-    from lctx.kernels.flash_prior import PriorSpec
-    from lctx.models.bam import GGDPrior
-    from lctx.models.variants import alibi_bias, alibi_slopes
+    from lctx.kernels.flash_prior import PriorSpec  # lazy: loads triton
 
     g = torch.Generator().manual_seed(0)
     sl = alibi_slopes(H).float()
@@ -77,8 +81,9 @@ def _spec(kind: str, H: int, ssmax: bool, dev):
 
 def step_accuracy(out: Path, T: int = 4096) -> list[dict]:
     """bf16 Triton / Flex vs dense fp32 reference at T tokens, 12 heads of dim 64."""
-    import pandas as pd
+    import pandas as pd  # lazy: loads pandas
 
+    # lazy: loads triton
     from lctx.kernels.flash_prior import dense_prior_attention, flash_prior_flex, flash_prior_triton
 
     dev, H, D = torch.device("cuda"), 12, 64
@@ -101,10 +106,9 @@ def step_accuracy(out: Path, T: int = 4096) -> list[dict]:
 
 def step_flash_vs_flex(out: Path, lengths: list[int]) -> list[dict]:
     """Forward ms of the Triton kernel vs compiled FlexAttention vs SDPA causal (no bias), bf16."""
-    import pandas as pd
-    import torch.nn.functional as F
+    import pandas as pd  # lazy: loads pandas
 
-    from lctx.kernels.flash_prior import flash_prior_flex, flash_prior_triton
+    from lctx.kernels.flash_prior import flash_prior_flex, flash_prior_triton  # lazy: loads triton
 
     dev, H, D = torch.device("cuda"), 12, 64
     rows = []
@@ -132,10 +136,7 @@ def step_bench(out: Path, lengths: str) -> dict:
 
 def step_prefill(out: Path, length: int, variants: list[str], chunk: int = 16384) -> list[dict]:
     """Chunked prefill of ``length`` tokens through a 125M-class random model per variant (bf16, fast)."""
-    import pandas as pd
-
-    from lctx.models import LctxConfig, LctxForCausalLM
-    from lctx.models.cache import PreallocatedKVCache
+    import pandas as pd  # lazy: loads pandas
 
     rows = []
     for variant in variants:

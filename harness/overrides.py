@@ -31,12 +31,14 @@ and separate lines in the plots.
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field
 
 import torch
 
 from lctx.errors import LctxError
+from lctx.models.variants import get_variant
 from lctx.registry import Registry
 
 # name -> default options (all numeric)
@@ -121,7 +123,7 @@ def _make_ssmax(base: str):
     def ssmax_attention(module, query, key, value, attention_mask, **kwargs):
         """Scalable-Softmax around transformers' ``{base}`` attention. query: [B, H, Tq, D]; key/value:
         [B, Hkv, Tk, D]; attention_mask as the model built it for ``{base}``. Returns what ``{base}`` does."""
-        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS  # lazy: loads torch.nn.attention.flex_attention
 
         cfg = getattr(module, "config", None)
         s = getattr(cfg, "lctx_ssmax_s", None)
@@ -139,8 +141,9 @@ def _make_ssmax(base: str):
 def register_ssmax(base: str = "sdpa") -> str:
     """Register the SSMax wrapper of transformers' ``base`` attention (a key of ALL_ATTENTION_FUNCTIONS) and the matching
     mask function; returns the implementation name (``lctx_ssmax_<base>``) for ``set_attn_implementation``."""
+    # lazy: loads torch.nn.attention.flex_attention
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
-    from transformers.modeling_utils import AttentionInterface
+    from transformers.modeling_utils import AttentionInterface  # lazy: loads torch.nn.attention.flex_attention
 
     name = f"lctx_ssmax_{base}"
     AttentionInterface.register(name, _make_ssmax(base))
@@ -196,7 +199,7 @@ def _refuse_hf_alibi_lsh(model, name: str) -> None:
     mt = getattr(cfg, "model_type", "?")
     uses_alibi = mt in ("bloom", "mpt") or (mt == "falcon" and getattr(cfg, "alibi", False))
     if uses_alibi:
-        import transformers
+        import transformers  # lazy: loads transformers
 
         raise LctxError(f"--attn-override alibi_lsh: {mt} models in transformers {transformers.__version__} add "
                         "ALiBi inside their own attention code, not through the attention interface, so there is no "
@@ -205,10 +208,6 @@ def _refuse_hf_alibi_lsh(model, name: str) -> None:
 
 
 def _apply_native(model, ov: AttnOverride) -> None:
-    import copy
-
-    from lctx.models.variants import get_variant
-
     cfg = model.config
     base = cfg.variant
     if ov.name == "alibi_lsh":

@@ -33,6 +33,8 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator
 
+from .tables import DEPTH_TOLERANCE
+
 __all__ = [
     "PASSKEY_METRICS",
     "format_length",
@@ -357,7 +359,6 @@ def _heatmap_figure(df: pd.DataFrame, model: object, variant: object, title_vari
     n_err = int(errs.to_numpy().sum())
     if n_err:
         parts.append(f"{n_err} errored cell{'s' if n_err != 1 else ''} (err)")
-    from .tables import DEPTH_TOLERANCE
 
     n_off = int(functools.reduce(lambda a, b: a | b, list(offs.values())).to_numpy().sum()) if offs else 0
     if n_off:
@@ -468,7 +469,7 @@ def depth_heatmaps(df: pd.DataFrame, out_dir: str | Path) -> list[Path]:
     """
     if df is None or df.empty or "depth" not in df.columns:
         return []
-    from lctx.tasks import TASKS
+    from lctx.tasks import TASKS  # lazy: loads torch
 
     written: list[Path] = []
     depth = pd.to_numeric(df["depth"], errors="coerce")

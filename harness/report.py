@@ -34,11 +34,15 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator
 
 from lctx.errors import LctxError
+from lctx.tasks import task_meta
+from lctx.tasks import GROUPS  # flatness, ruler (imported above: registered)
 
-from .flatness import TASK as FLATNESS
-from .ruler import GROUP as RULER
+from .flatness import TASK as FLATNESS, TASK, derive_table
+from .plots import depth_heatmaps, passkey_heatmaps, ruler_figure
 from .plots import (_DPI, _draw_ratio, _labels, draw_ppl, _legend, _length_axis, _log_y, _model_key, _new_figure, _ok, _save,  # noqa: F401
                     _shorten, format_length, mark_train_lengths, palette, ppl_ratio_plot, safe_filename)
+from .ruler import GROUP as RULER, ruler_table
+from .tables import label_names
 
 #: The task whose rows the perplexity section draws (and the flatness sweep derives its ratio from).
 PERPLEXITY_TASKS = ("ppl",)
@@ -81,7 +85,6 @@ def load_run(run_dir: str | Path) -> tuple[pd.DataFrame, dict]:
                         "with the same --out to rewrite them") from None
     if table.empty or not {"model", "task", "metric", "value", "status"} <= set(table.columns):
         raise LctxError(f"the results table of {str(d)!r} is empty or lacks model/task/metric/value/status columns")
-    from .tables import label_names
 
     table = table.assign(model=label_names(table))  # one model run with two option sets: two series, not a mean
     meta = {}
@@ -112,7 +115,6 @@ def load_runs(run_dirs: list[str | Path]) -> tuple[pd.DataFrame, list[dict]]:
     Raises:
         LctxError: no directory given, or one that :func:`load_run` refuses.
     """
-    from .flatness import TASK, derive_table
 
     if not run_dirs:
         raise LctxError("no run directory given; pass one or more directories written by `lctx run`")
@@ -176,7 +178,6 @@ def perplexity_figure(table: pd.DataFrame, out_dir: Path, pal, max_ratio: float 
 def meta_of(task: str, table: pd.DataFrame | None = None):
     """The declared metadata of ``task`` (:func:`lctx.tasks.task_meta`: its class attributes when registered;
     else what ``table`` shows: its first metric as headline, a depth axis when its rows have depths)."""
-    from lctx.tasks import task_meta
 
     rows = table[table["task"] == task] if table is not None else None
     metrics = list(dict.fromkeys(rows["metric"].dropna().astype(str))) if rows is not None else []
@@ -186,7 +187,6 @@ def meta_of(task: str, table: pd.DataFrame | None = None):
 def _length_tasks(table: pd.DataFrame) -> list[str]:
     """The tasks of the table with a length axis, in table order, without the derived groups
     (:data:`lctx.tasks.GROUPS`, :mod:`lctx.harness.derived`) and the knowledge benchmarks."""
-    from lctx.tasks import GROUPS  # flatness, ruler (imported above: registered)
 
     t = table[table["length"].notna() & ~table["task"].isin(list(GROUPS))]
     return [k for k in dict.fromkeys(t["task"].astype(str)) if not is_bench_task(k)]
@@ -312,8 +312,6 @@ def ruler_blocks(table: pd.DataFrame, out_dir: Path) -> tuple[list, list[Path]]:
     (RULER's score of each task per length in percent, the average, the effective length at the threshold)
     and ``plots/ruler_<label>.png`` (the grid beside the average, :func:`lctx.harness.plots.ruler_figure`).
     Returns (blocks, plot paths); no blocks without ``ruler`` rows."""
-    from .plots import ruler_figure
-    from .ruler import ruler_table
 
     labels = list(dict.fromkeys(table.loc[table["task"] == RULER, "label"]))
     blocks: list = []
@@ -344,9 +342,6 @@ def ruler_blocks(table: pd.DataFrame, out_dir: Path) -> tuple[list, list[Path]]:
 def heatmaps(table: pd.DataFrame, out_dir: Path) -> dict[str, list[Path]]:
     """Depth x length heatmaps per retrieval task and model, drawn by :mod:`lctx.harness.plots`
     (``passkey_heatmaps``, ``depth_heatmaps``): {task: [paths]}."""
-    from .plots import depth_heatmaps, passkey_heatmaps
-
-    from lctx.tasks import GROUPS
 
     t = table[~table["task"].isin(list(GROUPS))].copy()
     t["model"] = t["model"].astype(str)

@@ -18,6 +18,7 @@ a traceback and never lost results.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import math
 import os
@@ -308,7 +309,6 @@ def _acquire(out_dir: Path):
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as e:
         raise LctxError(f"cannot create the lock file {path} ({_why(e)}); pass a writable --out") from None
-    import fcntl
 
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

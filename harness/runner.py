@@ -208,13 +208,22 @@ def auto_batch_size(lm: LM, length: int) -> int:
 def batches(work: list, batch_size: int | str) -> list[list]:
     """Group the work items ``(lm, task, cell, base)`` into batches: consecutive items of one model, one
     :attr:`~lctx.tasks.Task.batched` task and one length, at most ``batch_size`` each (``"auto"``:
-    :func:`auto_batch_size` per model and length); everything else runs alone (batches of one)."""
+    :func:`auto_batch_size` per model and length); the consecutive items of one model and one
+    :attr:`~lctx.tasks.Task.whole` task form one group whatever the batch size; everything else runs alone
+    (batches of one)."""
     if batch_size != "auto" and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
         raise LctxError(f"batch size {batch_size!r} is not a positive integer nor 'auto'; use e.g. 4")
     out: list[list] = []
     sizes: dict = {}
     for item in work:
         lm, task, cell, _ = item
+        prev = out[-1] if out else None
+        if task.whole:
+            if prev is not None and prev[0][0] is lm and prev[0][1] is task:
+                prev.append(item)
+            else:
+                out.append([item])
+            continue
         if batch_size == "auto":
             key = (id(lm), cell.length)
             if key not in sizes:
@@ -222,7 +231,6 @@ def batches(work: list, batch_size: int | str) -> list[list]:
             n = sizes[key]
         else:
             n = int(batch_size)
-        prev = out[-1] if out else None
         if (n > 1 and task.batched and lm.can_batch and prev is not None and len(prev) < n
                 and prev[0][0] is lm and prev[0][1] is task and prev[0][2].length == cell.length):
             prev.append(item)
@@ -294,22 +302,25 @@ def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo, batch_size=1, 
     inputs = None
     if dinfo.is_main:
         inputs = {"models": {lm.name: model_inputs(lm) for lm in lms},
-                  "data": {t.name: t.data_fingerprint() for t in tasks}}
+                  "data": {t.key: t.data_fingerprint() for t in tasks}}
     inputs = D.broadcast(inputs)
     for lm in lms:
         lm._lctx_inputs = inputs["models"][lm.name]
     bases = {}
     for lm in lms:
         for task in tasks:
-            bases[(lm.name, task.name)] = sample_base(lm, task.name, getattr(task, "version", 1), task.options,
-                                                      inputs["data"][task.name], spec.seed, task_code_fingerprint(task))
+            bases[(lm.name, task.key)] = sample_base(lm, task.name, getattr(task, "version", 1), task.options,
+                                                     inputs["data"][task.key], spec.seed, task_code_fingerprint(task),
+                                                     chunked=task.chunked)
 
     meta = dict(old_meta)
     meta.update({"run_id": run_id, "lctx_version": lctx.__version__, "git_rev": git_revision(),
                  "torch": torch.__version__, "python": platform.python_version(), "host": platform.node(),
-                 "models": [lm.path for lm in lms], "tasks": [t.name for t in tasks],
+                 "models": [lm.path for lm in lms], "tasks": list(dict.fromkeys(t.name for t in tasks)),
                  "lengths": spec.lengths, "depths": spec.depths, "samples": spec.samples, "seed": spec.seed,
                  "versions": versions(), "threads": torch.get_num_threads(), "batch_size": batch_size})
+    for t in tasks:
+        meta.update(t.run_json())  # e.g. lm-eval's version and data source
     current = dict(old_meta.get("current") or {}) if isinstance(old_meta.get("current"), dict) else {}
     current.update({label_of(b): b["fingerprint"] for b in bases.values()})
     meta["current"] = current
@@ -330,7 +341,7 @@ def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo, batch_size=1, 
     for lm in lms:
         for task in tasks:
             for cell in task.cells(spec.lengths, spec.depths, spec.samples):
-                base = dict(bases[(lm.name, task.name)], length=cell.length, depth=cell.depth, sample=cell.sample)
+                base = dict(bases[(lm.name, task.key)], length=cell.length, depth=cell.depth, sample=cell.sample)
                 if record_key(base) in done:
                     continue
                 work.append((lm, task, cell, base))
@@ -353,10 +364,15 @@ def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo, batch_size=1, 
             cost_of = {id(w): c for w, c in zip(work, costs)}
             for group in batches(work, batch_size):
                 lm, task, cell, base = group[0]
-                bar.start(f"{lm.name} {task.name} L={cell.length}" + (f" d={cell.depth:g}" if cell.depth is not None else "")
-                          + (f" (batch of {len(group)})" if len(group) > 1 else ""))
-                recs = (_run_batch(lm, task, [(c, b) for _, _, c, b in group], spec.seed) if len(group) > 1
-                        else [_run_one(lm, task, cell, base, spec.seed)])
+                if task.whole:
+                    bar.start(f"{lm.name} {task.key} ({len(group)} samples)")
+                    recs = _run_whole(lm, task, [(c, b) for _, _, c, b in group], log)
+                else:
+                    bar.start(f"{lm.name} {task.name} L={cell.length}"
+                              + (f" d={cell.depth:g}" if cell.depth is not None else "")
+                              + (f" (batch of {len(group)})" if len(group) > 1 else ""))
+                    recs = (_run_batch(lm, task, [(c, b) for _, _, c, b in group], spec.seed) if len(group) > 1
+                            else [_run_one(lm, task, cell, base, spec.seed)])
                 for rec in recs:
                     rec.update(run_id=run_id, lctx_version=lctx.__version__, git_rev=meta["git_rev"])
                     errors += rec["status"] != "ok"
@@ -456,7 +472,7 @@ def _take_metrics(rec: dict, task: Task, sample, got: dict) -> None:
         raise ValueError(f"task {task.name!r} returned no value for {missing}")
     bad = [k for k, v in metrics.items() if not math.isfinite(v)]
     rec["metrics"] = metrics
-    rec["extra"] = {k: v for k, v in sample.meta.items() if isinstance(v, (str, int, float, bool))}
+    rec["extra"] = task.record_extra(sample)
     if bad:
         rec["status"], rec["error"] = "error", f"non-finite {', '.join(bad)} (NaN/inf logits?)"
 
@@ -530,6 +546,34 @@ def _run_batch(lm: LM, task: Task, items: list[tuple], seed: int) -> list[dict]:
             _take_metrics(rec, task, smp, got)
         except (Exception, SystemExit) as e:  # noqa: BLE001
             _record_error(rec, e)
+    _finish(recs, lm, t0)
+    return recs
+
+
+def _run_whole(lm: LM, task: Task, items: list[tuple], log=print) -> list[dict]:
+    """Score the cells of ``items`` ([(cell, base)], one model, a :attr:`~lctx.tasks.Task.whole` task) in one
+    :meth:`~lctx.tasks.Task.score_all` call and build their records as :func:`_run_one` does (time shared
+    equally). A failure of the call makes every cell an error record (the message logged once).
+
+    Raises:
+        LctxError: what ``score_all`` raises for a user mistake (e.g. a chat template the tokenizer lacks).
+    """
+    recs = [dict(_new_record(lm, base), batch_size=None) for _, base in items]  # the task groups its own requests
+    t0 = _start(lm)
+    try:
+        got = task.score_all(lm, [cell for cell, _ in items])
+        if len(got) != len(items):
+            raise ValueError(f"task {task.name!r} scored {len(got)} of {len(items)} cells")
+        for rec, (sample, metrics) in zip(recs, got):
+            rec["n_tokens"], rec["depth_actual"] = sample.n_tokens, sample.depth
+            _take_metrics(rec, task, sample, metrics)
+    except (KeyboardInterrupt, LctxError):
+        raise
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - one failing task must not end the run
+        for rec in recs:
+            rec.update(n_tokens=None, metrics={}, extra={})
+            _record_error(rec, e)
+        log(f"failed: {lm.name} {task.key}: {recs[0]['error']}")
     _finish(recs, lm, t0)
     return recs
 

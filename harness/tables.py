@@ -28,6 +28,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from .rundir import atomic_write, read_json, read_records as _read
+
 COLUMNS = ["run_id", "model", "variant", "task", "metric", "length", "n_tokens", "depth", "depth_actual",
            "depth_off", "sample", "value", "seed", "status", "error", "wall_s", "peak_mem_bytes", "device", "dtype",
            "attn_impl", "attn_kernel", "chunk_size", "batch_size", "threads", "lctx_version", "git_rev", "torch_version",
@@ -52,7 +54,6 @@ DEPTH_TOLERANCE = 0.05
 def read_records(path: Path, report=None) -> list[dict]:
     """The valid records of a ``records.jsonl`` (see :func:`lctx.harness.rundir.read_records`: damaged
     lines are skipped, counted through ``report``; a non-regular file is refused with an LctxError)."""
-    from .rundir import read_records as _read
 
     return _read(Path(path), report)
 
@@ -161,7 +162,7 @@ def _cell_fingerprint(fps) -> str:
     u = sorted({str(f) for f in fps if isinstance(f, str) and f})
     if len(u) <= 1:
         return u[0] if u else ""
-    from lctx.models.fingerprint import digest_json
+    from lctx.models.fingerprint import digest_json  # lazy: loads torch
 
     return digest_json(u)
 
@@ -201,7 +202,6 @@ def current_map(out_dir: Path) -> dict:
     Raises:
         LctxError: ``run.json`` is damaged (:func:`lctx.harness.rundir.read_json`).
     """
-    from .rundir import read_json
 
     meta = read_json(Path(out_dir) / "run.json") or {}
     cur = meta.get("current")
@@ -218,7 +218,6 @@ def write_tables(records: list[dict], out_dir: Path, metrics_of=None,
     Raises:
         LctxError: a table cannot be written (full disk, permissions), or ``run.json`` is damaged.
     """
-    from .rundir import atomic_write
 
     out_dir = Path(out_dir)
     df = to_table(records, metrics_of, current if current is not None else current_map(out_dir))

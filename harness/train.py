@@ -33,8 +33,15 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+import transformers
+from tqdm.auto import tqdm
+from transformers.utils import logging as hf_logging
 
 from lctx.errors import LctxError
+from lctx.tasks import Cell, get_task
+
+from ..models import LctxConfig, LctxForCausalLM, get_variant
+from ..models.tokenizer import MIN_VOCAB_SIZE, save_tokenizer, train_tokenizer
 from .devices import resolve_device
 from .lm import TokenizerSide
 
@@ -180,8 +187,6 @@ class RetrievalMix:
             LctxError: unknown task, a task that is not passkey or NIAH, or RULER's data missing.
         """
         if name not in self._built:
-            from lctx.tasks import get_task
-
             cls = get_task(name)
             if name == "passkey":
                 self._built[name] = cls()
@@ -198,7 +203,6 @@ class RetrievalMix:
         Raises:
             ValueError: ``length`` cannot hold the task's template.
         """
-        from lctx.tasks import Cell
 
         task = self.task(name)
         if name == "passkey":
@@ -281,9 +285,6 @@ def sample_batch(stream: torch.Tensor, n: int, context_length: int, generator: t
 def _check_args(*, variant, context_length, hidden_size, num_layers, num_heads, vocab_size, steps, batch_size,
                 lr, min_lr_ratio, warmup_steps, weight_decay, grad_clip, val_fraction, eval_every, eval_batches,
                 variant_options) -> None:
-    from ..models import get_variant
-    from ..models.tokenizer import MIN_VOCAB_SIZE
-
     def positive_int(name, value):
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise LctxError(f"{name} must be a positive integer, got {value!r}; pass a value >= 1")
@@ -424,11 +425,6 @@ def train(
     Goyal et al. 2017; betas (0.9, 0.95) and no decay on gains/biases as in GPT-3 (Brown et al. 2020);
     gradient clipping, Pascanu et al. 2013.
     """
-    import transformers
-    from tqdm.auto import tqdm
-
-    from ..models import LctxConfig, LctxForCausalLM
-    from ..models.tokenizer import save_tokenizer, train_tokenizer
 
     t_start = time.perf_counter()
     args = dict(variant=variant, context_length=context_length, hidden_size=hidden_size, num_layers=num_layers,
@@ -530,7 +526,6 @@ def train(
 
     probes = []
     if mix is not None and "passkey" in mix.tasks:  # fixed held-out passkey prompts at the full context
-        from lctx.tasks import Cell
 
         pk = mix.task("passkey")
         for i in range(20):
@@ -590,7 +585,6 @@ def train(
     # --- save ---------------------------------------------------------------------------------------
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    from transformers.utils import logging as hf_logging
 
     bars_on = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()  # no "Writing model shards" bar for a one-file tiny model

@@ -56,6 +56,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from . import choose_kernel
+
 try:  # triton is a Linux dependency; the module must import without it
     import triton
     import triton.language as tl
@@ -352,7 +354,7 @@ def _flex():
     dynamic-shape build failed to compile the GGD ``score_mod`` in torch 2.13)."""
     global _FLEX_COMPILED
     if _FLEX_COMPILED is None:
-        from torch.nn.attention.flex_attention import flex_attention
+        from torch.nn.attention.flex_attention import flex_attention  # lazy: loads torch.nn.attention.flex_attention
 
         _FLEX_COMPILED = torch.compile(flex_attention, dynamic=False)
     return _FLEX_COMPILED
@@ -372,7 +374,8 @@ def flash_prior_flex(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec: Pr
     callers ask for the output only). ``compile=False`` runs the eager FlexAttention (a dense math path;
     for tests).
     """
-    from torch.nn.attention import flex_attention as flex_module
+    from torch.nn.attention import flex_attention as flex_module  # lazy: loads torch.nn.attention.flex_attention
+    # lazy: loads torch.nn.attention.flex_attention
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     aux_request = getattr(flex_module, "AuxRequest", None)
@@ -431,7 +434,6 @@ def attend_fast(variant, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx)
     blockwise PyTorch form (:func:`flash_prior_blocked`, CPU, differentiable), by
     :func:`lctx.kernels.choose_kernel` (which records the choice). Returns [B, H, Tq, D] in q's dtype.
     """
-    from . import choose_kernel
 
     spec = variant.prior_spec(ctx)
     if spec is None or ctx.padded:

@@ -31,7 +31,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .flash_prior import PriorSpec, flash_prior_triton, merge_lse
+from .flash_prior import PriorSpec, _flex, default_block, flash_prior_triton, merge_lse
 
 
 def bin_starts(q_pos: torch.Tensor, widths: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
@@ -71,9 +71,8 @@ def lsh_attention_flex(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, widths
 
     Shapes as :func:`lsh_attention_triton`; returns [B, H, Tq, D] float32. Forward only on CPU.
     """
+    # lazy: loads torch.nn.attention.flex_attention
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
-
-    from .flash_prior import _flex
 
     B, H, Tq, D = q.shape
     Tk = k.shape[2]
@@ -130,7 +129,6 @@ def lsh_cost(ks: torch.Tensor, past: int, block: int | None = None) -> int:
 def exact_cost(Tq: int, past: int) -> int:
     """Scores exact ALiBi's blocked path (:func:`lctx.kernels.flash_prior.flash_prior_blocked`) computes:
     sum over its query blocks of rows x (past + block end)."""
-    from .flash_prior import default_block
 
     step = default_block(Tq)
     return sum((min(a + step, Tq) - a) * (past + min(a + step, Tq)) for a in range(0, Tq, step))

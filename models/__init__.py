@@ -25,10 +25,10 @@ def register_with_transformers() -> None:
     global _registered
     if _registered:
         return
-    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM  # lazy: loads transformers
 
-    from .config import LctxConfig
-    from .model import LctxForCausalLM, LctxModel
+    from .config import LctxConfig  # lazy: loads transformers
+    from .model import LctxForCausalLM, LctxModel  # lazy: loads transformers
 
     AutoConfig.register("lctx", LctxConfig, exist_ok=True)
     AutoModel.register(LctxConfig, LctxModel, exist_ok=True)
@@ -39,7 +39,7 @@ def register_with_transformers() -> None:
 def __getattr__(name: str):
     if name in _HF_NAMES:
         register_with_transformers()
-        from . import config, model
+        from . import config, model  # lazy: loads transformers
 
         return getattr(config if name == "LctxConfig" else model, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -172,7 +172,7 @@ class GGDBAM(AttentionVariant):
         return prior(q_pos, k_pos)
 
     def prior_spec(self, ctx=None):
-        from lctx.kernels.flash_prior import PriorSpec
+        from lctx.kernels.flash_prior import PriorSpec  # lazy: loads triton
 
         prior = self.prior if self.prior is not None else getattr(ctx, "shared", None)
         if prior is None:

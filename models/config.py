@@ -12,6 +12,7 @@ from transformers import PretrainedConfig
 from lctx import ATTN_IMPLS
 
 from .options import OPTIONS_VERSION, VARIANT_OPTIONS, Opt, check_variant_options, option_schema  # noqa: F401
+from .variants import get_variant
 
 
 class LctxConfig(PretrainedConfig):
@@ -78,7 +79,6 @@ class LctxConfig(PretrainedConfig):
     ):
         if attn_impl not in ATTN_IMPLS:
             raise ValueError(f"attn_impl must be one of {', '.join(ATTN_IMPLS)}, got {attn_impl!r}")
-        from .variants import get_variant
 
         try:
             get_variant(variant)
@@ -134,7 +134,6 @@ class LctxConfig(PretrainedConfig):
 def _versioned_defaults(variant: str, version: int) -> dict:
     """The option defaults of ``variant`` at ``version`` (empty for an unknown variant: the model
     constructor reports that)."""
-    from .variants import get_variant
 
     try:
         cls = get_variant(variant)

@@ -45,6 +45,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from tokenizers import AddedToken, Tokenizer, decoders, normalizers, processors
+from tokenizers.models import BPE
 
 from lctx.errors import LctxError
 
@@ -263,9 +265,7 @@ def build_tokenizer(pieces: list[bytes], scores: list[float]):
     Raises:
         LctxError: a piece is not UTF-8, or two pieces have the same text.
     """
-    from tokenizers import AddedToken, Tokenizer, decoders, normalizers, processors
-    from tokenizers.models import BPE
-    from transformers import PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast  # lazy: loads transformers
 
     n = len(pieces)
     byte_ids = {}
@@ -325,7 +325,7 @@ def convert_llama2c(src: str | Path, tokenizer: str | Path, out: str | Path) -> 
         LctxError: unreadable/invalid inputs, a tokenizer whose size differs from the model's vocabulary,
             or an output path that is a file.
     """
-    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM  # lazy: loads transformers
 
     cfg, tensors = read_llama2c_checkpoint(src)
     _, pieces, scores = read_llama2c_tokenizer(tokenizer)

@@ -85,6 +85,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lctx import kernels
+from lctx.kernels import record_impl
+
 from .cache import cache_states
 from .variants import AttentionVariant, AttnContext, register_variant
 
@@ -401,9 +404,20 @@ def s4d_chunked(u: torch.Tensor, m: torch.Tensor, dt_a: torch.Tensor, bbar: torc
 
 class _FixedState(AttentionVariant):
     """Shared plumbing of the fixed-state mixers: the real-token mask of the new tokens and the recurrent
-    state on the cache (``cache_states(ctx.cache)[layer_idx]``)."""
+    state on the cache (``cache_states(ctx.cache)[layer_idx]``), and the S4D state options every such variant
+    reads under its ``option_prefix`` (:func:`_state_options`: ``n_modes``, ``chunk``, ``dt_range``).
+
+    Raises:
+        ValueError: a bad state option.
+    """
 
     composable = False
+    option_prefix: str = ""
+
+    def __init__(self, config, layer_idx: int):
+        super().__init__(config, layer_idx)
+        self.opts = config.variant_options or {}
+        self.n_modes, self.chunk, *self.dt_range = _state_options(self.opts, self.option_prefix)
 
     @staticmethod
     def new_mask(ctx: AttnContext, B: int, T: int, device) -> torch.Tensor:
@@ -411,6 +425,16 @@ class _FixedState(AttentionVariant):
         if ctx.key_valid is None:
             return torch.ones(B, T, dtype=torch.bool, device=device)
         return ctx.key_valid[:, -T:].to(device=device, dtype=torch.bool)
+
+    def forward(self, q, k, v, ctx: AttnContext, x=None):
+        """The variant's :meth:`_forward` (q, k, v: [B, H, Tq, D] -> [B, H, Tq, D]) under :func:`_scan_threads`
+        (one intra-op thread on CPU by default).
+
+        Raises:
+            ValueError: see :meth:`load_state`.
+        """
+        with _scan_threads(v.device, v.shape[2]):
+            return self._forward(q, k, v, ctx, x)
 
     def load_state(self, ctx: AttnContext, T: int, zero: Callable[[], dict], B: int) -> dict:
         """The state to continue from: zeros without a cache or at the first call (no past tokens), else
@@ -452,14 +476,12 @@ class _FixedState(AttentionVariant):
         """
         if self.config.attn_impl != "fast":
             if self.config.attn_impl == "sdpa" and T > 1:  # the chunked form runs; the reference records nothing
-                from lctx.kernels import record_impl
 
                 record_impl(self.variant_name, "chunked")
             return None
         if T == 1:
             return None if ctx.padded else "decode"
-        from lctx import kernels
-        from lctx.kernels.interdomain_scan import wants_grad
+        from lctx.kernels.interdomain_scan import wants_grad  # lazy: loads triton
 
         if ctx.padded:
             impl = "chunked"
@@ -475,7 +497,6 @@ def _scan_threads(device, T: int):
     :func:`lctx.kernels.scan_threads` (default 1; ``LCTX_SCAN_THREADS``), measured to keep these many-op
     forms (the feature maps and norms around the scan too) from waiting on thread barriers on a shared
     machine. Other devices and decode steps (T = 1, ops below torch's parallel grain) are left alone."""
-    from lctx import kernels
 
     return kernels.intra_op_threads(kernels.scan_threads() if T > 1 else 0, device)
 
@@ -485,6 +506,30 @@ def _opt(opts: dict, key: str, default, cast):
         return cast(opts.get(key, default))
     except (TypeError, ValueError):
         raise ValueError(f"variant option {key}={opts.get(key)!r} is not a valid {cast.__name__}") from None
+
+
+def _state_options(opts: dict, prefix: str) -> tuple[int, int, float, float]:
+    """The S4D state options both fixed-state variants take, ``{prefix}_modes`` N (default 16), ``{prefix}_chunk``
+    (tokens, default 64), ``{prefix}_dt_min`` / ``{prefix}_dt_max`` (default 1e-3, 1e-1: S4D's): (N, chunk,
+    dt_min, dt_max).
+
+    Raises:
+        ValueError: a value that is not a number, or N or chunk below 1.
+    """
+    n_modes, chunk = _opt(opts, f"{prefix}_modes", 16, int), _opt(opts, f"{prefix}_chunk", 64, int)
+    dt_min, dt_max = _opt(opts, f"{prefix}_dt_min", 1e-3, float), _opt(opts, f"{prefix}_dt_max", 1e-1, float)
+    if n_modes < 1 or chunk < 1:
+        raise ValueError(f"{prefix}_modes and {prefix}_chunk must be >= 1, got {n_modes}, {chunk}")
+    return n_modes, chunk, dt_min, dt_max
+
+
+def _state_parameters(mod: nn.Module, shape: tuple[int, ...], n_modes: int, dt_min: float, dt_max: float) -> None:
+    """Give ``mod`` the S4D-Lin state parameters over ``shape`` channels: ``log_dt`` [*shape] (log-uniform in
+    [dt_min, dt_max]: the only random draw), ``log_A_real`` and ``A_imag`` [*shape, N] (:func:`s4d_lin_init`)."""
+    log_a_real, a_imag = s4d_lin_init(shape, n_modes)
+    mod.log_dt = nn.Parameter(log_uniform_dt(shape, dt_min, dt_max))
+    mod.log_A_real = nn.Parameter(log_a_real)
+    mod.A_imag = nn.Parameter(a_imag)
 
 
 def _no_weight_decay(*params: nn.Parameter) -> None:
@@ -537,22 +582,19 @@ class Interdomain(_FixedState):
 
     summary = "fixed-state mixer: xi(q)^T U^H Gamma over a complex S4D state of [xi(k); v] (interdomain)"
 
+    option_prefix = "id"
+
     def __init__(self, config, layer_idx: int):
         super().__init__(config, layer_idx)
-        opts = config.variant_options or {}
-        H, D = self.n_heads, self.head_dim
-        self.n_modes = _opt(opts, "id_modes", 16, int)
-        self.chunk = _opt(opts, "id_chunk", 64, int)
+        opts, H, D = self.opts, self.n_heads, self.head_dim
         self.kernel = _opt(opts, "id_conv", 4, int)
         self.fnorm = str(opts.get("id_feature_norm", "l2"))
         self.input_norm = str(opts.get("id_input_norm", "joint"))
         self.readout = str(opts.get("id_readout", "linear"))
         self.eta_eps = _opt(opts, "id_eta_eps", 1e-2, float)
         self.conj = bool(opts.get("id_conj", True))
-        dt_min, dt_max = _opt(opts, "id_dt_min", 1e-3, float), _opt(opts, "id_dt_max", 1e-1, float)
-        if self.n_modes < 1 or self.chunk < 1 or self.kernel < 1:
-            raise ValueError(f"id_modes, id_chunk and id_conv must be >= 1, got {self.n_modes}, {self.chunk}, "
-                             f"{self.kernel}")
+        if self.kernel < 1:
+            raise ValueError(f"id_conv must be >= 1, got {self.kernel}")
         if self.fnorm not in ("l2", "sq"):
             raise ValueError(f"id_feature_norm must be 'l2' or 'sq', got {self.fnorm!r}")
         if self.input_norm not in ("joint", "split"):
@@ -562,10 +604,7 @@ class Interdomain(_FixedState):
         if not self.eta_eps > 0:
             raise ValueError(f"id_eta_eps must be > 0, got {self.eta_eps}")
         self.eps = config.rms_norm_eps
-        log_a_real, a_imag = s4d_lin_init((H,), self.n_modes)
-        self.log_dt = nn.Parameter(log_uniform_dt((H,), dt_min, dt_max))
-        self.log_A_real = nn.Parameter(log_a_real)
-        self.A_imag = nn.Parameter(a_imag)
+        _state_parameters(self, (H,), self.n_modes, *self.dt_range)
         self.B = nn.Parameter(torch.stack([torch.ones(H, self.n_modes), torch.zeros(H, self.n_modes)], -1))
         bound = 1.0 / math.sqrt(self.kernel)
         self.conv_q = nn.Parameter(torch.empty(H, D, self.kernel).uniform_(-bound, bound))
@@ -596,21 +635,15 @@ class Interdomain(_FixedState):
         u = u * self.norm_weight.float()[None, :, None] + bias
         return u.chunk(2, dim=-1)
 
-    def forward(self, q, k, v, ctx: AttnContext, x=None):
+    def _forward(self, q, k, v, ctx: AttnContext, x=None):
         """Mix. q, k, v: [B, H, Tq, D] (new tokens); continues from and stores the state on ``ctx.cache``
         (no cache: starts from zeros, stores nothing). Tq = 1 runs the recurrent form, else the chunked one;
         with ``config.attn_impl == "fast"`` see :meth:`fast_impl` (Triton scan / decode step).
         Returns [B, H, Tq, D] in q's dtype; rows of padding tokens are finite and meaningless.
 
-        Runs under :func:`_scan_threads` (one intra-op thread on CPU by default).
-
         Raises:
             ValueError: see :meth:`load_state`.
         """
-        with _scan_threads(q.device, q.shape[2]):
-            return self._forward(q, k, v, ctx, x)
-
-    def _forward(self, q, k, v, ctx: AttnContext, x=None):
         B, H, T, D = q.shape
         m = self.new_mask(ctx, B, T, q.device)
         K, N = self.kernel, self.n_modes
@@ -639,13 +672,13 @@ class Interdomain(_FixedState):
 
     def _core(self, impl, fq, kt, vt, m, dt_a, bbar, core, T):
         if impl == "decode":
-            from lctx.kernels.interdomain_scan import interdomain_decode_step
+            from lctx.kernels.interdomain_scan import interdomain_decode_step  # lazy: loads triton
             o, new = interdomain_decode_step(fq, kt, vt, dt_a, bbar, core, self.conj, self.eta_eps)
         elif impl == "triton":
-            from lctx.kernels.interdomain_scan import interdomain_scan_triton
+            from lctx.kernels.interdomain_scan import interdomain_scan_triton  # lazy: loads triton
             o, new = interdomain_scan_triton(fq, kt, vt, dt_a, bbar, core, self.conj, self.eta_eps)
         elif impl == "vectorized":
-            from lctx.kernels.interdomain_scan import interdomain_scan_cpu
+            from lctx.kernels.interdomain_scan import interdomain_scan_cpu  # lazy: loads triton
             o, new = interdomain_scan_cpu(fq, kt, vt, dt_a, bbar, core, self.chunk, self.conj, self.eta_eps)
         elif T == 1:
             o, new = interdomain_recurrent(fq, kt, vt, m, dt_a, bbar, core, self.conj, self.eta_eps)
@@ -676,19 +709,12 @@ class S4D(_FixedState):
 
     summary = "plain S4D mixer over v: y = 2 Re(C x_t) + D v_t per channel (no query; baseline of seed 002)"
 
+    option_prefix = "s4d"
+
     def __init__(self, config, layer_idx: int):
         super().__init__(config, layer_idx)
-        opts = config.variant_options or {}
         H, D = self.n_heads, self.head_dim
-        self.n_modes = _opt(opts, "s4d_modes", 16, int)
-        self.chunk = _opt(opts, "s4d_chunk", 64, int)
-        dt_min, dt_max = _opt(opts, "s4d_dt_min", 1e-3, float), _opt(opts, "s4d_dt_max", 1e-1, float)
-        if self.n_modes < 1 or self.chunk < 1:
-            raise ValueError(f"s4d_modes and s4d_chunk must be >= 1, got {self.n_modes}, {self.chunk}")
-        log_a_real, a_imag = s4d_lin_init((H, D), self.n_modes)
-        self.log_dt = nn.Parameter(log_uniform_dt((H, D), dt_min, dt_max))
-        self.log_A_real = nn.Parameter(log_a_real)
-        self.A_imag = nn.Parameter(a_imag)
+        _state_parameters(self, (H, D), self.n_modes, *self.dt_range)
         self.C = nn.Parameter(torch.randn(H, D, self.n_modes, 2) * math.sqrt(0.5))
         self.D = nn.Parameter(torch.randn(H, D))
         _no_weight_decay(self.log_dt, self.log_A_real, self.A_imag, self.D)
@@ -698,19 +724,13 @@ class S4D(_FixedState):
         dt_a, bbar = zoh(self.log_dt, self.log_A_real, self.A_imag)
         return dt_a, bbar, torch.complex(self.C[..., 0].float(), self.C[..., 1].float())
 
-    def forward(self, q, k, v, ctx: AttnContext, x=None):
-        """Mix the values. v: [B, H, Tq, D] (q, k ignored); state handling as :meth:`Interdomain.forward`.
+    def _forward(self, q, k, v, ctx: AttnContext, x=None):
+        """Mix the values. v: [B, H, Tq, D] (q, k ignored); state handling as :meth:`Interdomain._forward`.
         Returns [B, H, Tq, D] in v's dtype.
-
-        Runs under :func:`_scan_threads` (one intra-op thread on CPU by default).
 
         Raises:
             ValueError: see :meth:`load_state`.
         """
-        with _scan_threads(v.device, v.shape[2]):
-            return self._forward(q, k, v, ctx, x)
-
-    def _forward(self, q, k, v, ctx: AttnContext, x=None):
         B, H, T, D = v.shape
         m = self.new_mask(ctx, B, T, v.device)
         st = self.load_state(ctx, T, lambda: {"x": torch.zeros(B, H, D, self.n_modes, dtype=CDTYPE,
@@ -724,13 +744,13 @@ class S4D(_FixedState):
 
     def _core(self, impl, u, m, dt_a, bbar, c, st, T):
         if impl == "decode":
-            from lctx.kernels.interdomain_scan import s4d_decode_step
+            from lctx.kernels.interdomain_scan import s4d_decode_step  # lazy: loads triton
             y, xs = s4d_decode_step(u, dt_a, bbar, c, self.D, st["x"])
         elif impl == "triton":
-            from lctx.kernels.interdomain_scan import s4d_scan_triton
+            from lctx.kernels.interdomain_scan import s4d_scan_triton  # lazy: loads triton
             y, xs = s4d_scan_triton(u, dt_a, bbar, c, self.D, st["x"])
         elif impl == "vectorized":
-            from lctx.kernels.interdomain_scan import s4d_scan_cpu
+            from lctx.kernels.interdomain_scan import s4d_scan_cpu  # lazy: loads triton
             y, xs = s4d_scan_cpu(u, dt_a, bbar, c, self.D, st["x"], self.chunk)
         elif T == 1:
             y, xs = s4d_recurrent(u, m, dt_a, bbar, c, self.D, st["x"])

@@ -22,6 +22,9 @@ import math
 
 import torch
 
+from lctx.kernels import choose_kernel, record_impl
+from lctx.models.variants import alibi_bias
+
 from .variants import AttentionVariant, AttnContext, alibi_slopes, register_variant
 
 
@@ -131,7 +134,7 @@ class ALiBiLSH(AttentionVariant):
         FlexAttention on CUDA, else the blockwise PyTorch form (CPU), or, on CPU with ``lsh_exact_dispatch``
         where :func:`lctx.kernels.lsh_blocks.prefer_exact` estimates it cheaper (short inputs), exact ALiBi
         through the blocked prior path (recorded as ``exact-alibi``)."""
-        from lctx.kernels import choose_kernel, record_impl
+        # lazy: loads triton
         from lctx.kernels.lsh_blocks import (bin_starts, lsh_attention_blocked, lsh_attention_flex,
                                              lsh_attention_triton, prefer_exact)
 
@@ -148,7 +151,6 @@ class ALiBiLSH(AttentionVariant):
         if self.exact_dispatch and prefer_exact(ks, ctx.past):
             # exact ALiBi is cheaper here (short inputs): it is what LSH estimates, so run it, and say so
             from lctx.kernels.flash_prior import PriorSpec, flash_prior_blocked
-            from lctx.models.variants import alibi_bias
 
             slopes = alibi_slopes(self.n_heads)
             record_impl(self.variant_name, "exact-alibi")
@@ -166,7 +168,6 @@ class ALiBiLSH(AttentionVariant):
             if out is not None:
                 return out
         if self.config.attn_impl == "sdpa":  # no SDPA form: this module's blockwise form ran (reference: unrecorded)
-            from lctx.kernels import record_impl
 
             record_impl(self.variant_name, "reference")
         return lsh_attention(q, k, v, ctx.q_pos, ctx.k_pos, ctx.mask(), widths.to(q.device),

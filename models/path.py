@@ -65,6 +65,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lctx.kernels import record_impl
+
+from .cache import cache_states
 from .variants import AttentionVariant, AttnContext, register_variant
 
 _FLA_HEAD_DIMS = (16, 32, 64, 128)
@@ -181,7 +184,7 @@ def path_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w: torch.T
 def _fla_path_attn():
     """fla's Triton ``parallel_path_attn`` if fla-core is importable, else ``None``."""
     try:
-        from fla.ops.path_attn import parallel_path_attn
+        from fla.ops.path_attn import parallel_path_attn  # optional dependency (fla-core; seconds to import)
     except Exception:  # noqa: BLE001 - ImportError, or triton failing to initialise
         return None
     return parallel_path_attn
@@ -257,7 +260,6 @@ class PaTH(AttentionVariant):
             RuntimeError: the cached PaTH state does not match the KV cache length (the cache was cropped
                 without restoring the post-prompt ``lctx_states`` snapshot).
         """
-        from .cache import cache_states
 
         if x is None:
             raise ValueError("the path variant computes its transforms from the layer input x; pass x")
@@ -274,7 +276,6 @@ class PaTH(AttentionVariant):
             raise RuntimeError(f"PaTH layer {self.layer_idx}: the cache state holds "
                                f"{0 if past_keys is None else past_keys.shape[2]} transported keys but the KV "
                                f"cache {past}; restore the post-prompt lctx_states snapshot after cropping")
-        from lctx.kernels import record_impl
 
         if self._use_fla(q, past, valid):
             record_impl(self.variant_name, "fla")  # fla-core's chunk kernel (module docstring)

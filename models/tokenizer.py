@@ -16,6 +16,8 @@ The result is a ``transformers`` fast tokenizer: ``save_pretrained(dir)`` writes
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Iterable
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -117,8 +119,6 @@ def save_tokenizer(tok: PreTrainedTokenizerFast, out_dir) -> None:
     resolve; ``PreTrainedTokenizerFast`` loads the same ``tokenizer.json`` in both, so checkpoints
     written here stay loadable with ``AutoTokenizer`` across the versions lctx supports (>= 4.48).
     """
-    import json
-    from pathlib import Path
 
     tok.save_pretrained(out_dir)
     cfg_path = Path(out_dir) / "tokenizer_config.json"

@@ -224,7 +224,7 @@ class AttentionVariant(nn.Module):
         """The prior as the fused kernel sees it (:class:`lctx.kernels.flash_prior.PriorSpec`), or
         ``None`` when this variant's bias cannot be computed in-kernel (the fast path then falls back).
         Here: no bias, unless a subclass overrides :meth:`score_bias` without a spec of its own."""
-        from lctx.kernels.flash_prior import PriorSpec
+        from lctx.kernels.flash_prior import PriorSpec  # lazy: loads triton
 
         if type(self).score_bias is not AttentionVariant.score_bias:
             return None
@@ -246,7 +246,7 @@ class AttentionVariant(nn.Module):
         """Softmax attention of positioned q [B, H, Tq, D] over all keys k, v [B, H, Tk, D] (cached + new),
         applying :meth:`score_bias` and :meth:`logit_scale`, by ``config.attn_impl``. Returns [B, H, Tq, D]."""
         if self.config.attn_impl == "fast" and ctx.probe is None and not ctx.padded:
-            from lctx.kernels.flash_prior import attend_fast
+            from lctx.kernels.flash_prior import attend_fast  # lazy: loads triton
 
             out = attend_fast(self, q, k, v, ctx)  # positions, prior and scale are applied in-kernel
             if out is not None:
@@ -349,7 +349,7 @@ class ALiBi(AttentionVariant):
         return bias
 
     def prior_spec(self, ctx=None):
-        from lctx.kernels.flash_prior import PriorSpec
+        from lctx.kernels.flash_prior import PriorSpec  # lazy: loads triton
 
         slopes = alibi_slopes(self.n_heads)
         return PriorSpec("alibi", bias=lambda d: alibi_bias(slopes, d))

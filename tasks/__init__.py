@@ -8,7 +8,7 @@ Built-in tasks register on import: ``passkey`` (:mod:`lctx.tasks.passkey`), ``pp
 
 from .base import (GROUPS, TASKS, Cell, Sample, Task, TaskInfo, TaskMeta, get_task, load_entry_point_tasks,
                    load_task_file, register_group, register_task, task_catalog, task_meta)
-from . import niah, passkey, ppl, ruler, ruler_qa  # noqa: F401,E402  (register the built-in tasks)
+from . import lmeval, niah, passkey, ppl, ruler, ruler_qa  # noqa: F401,E402  (register the built-in tasks)
 
 __all__ = ["TASKS", "Cell", "Sample", "Task", "TaskInfo", "get_task", "load_entry_point_tasks", "load_task_file",
            "register_group", "register_task", "task_catalog", "GROUPS", "TaskMeta", "task_meta"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import inspect
 import itertools
 import sys
 from dataclasses import dataclass, field
@@ -32,8 +33,9 @@ DECODE_STEP_TOKENS = 64
 
 @dataclass(frozen=True)
 class Cell:
-    """One point of a task's grid: target ``length`` (tokens), needle ``depth`` (fraction of the
-    prompt before the needle, or ``None`` for tasks without depth) and ``sample`` index."""
+    """One point of a task's grid: target ``length`` (tokens; ``None`` for a task without a length axis, e.g.
+    an lm-eval question), needle ``depth`` (fraction of the prompt before the needle, or ``None`` for tasks
+    without depth) and ``sample`` index."""
 
     length: int
     depth: float | None
@@ -85,6 +87,13 @@ class Task:
             not ``sample.meta["max_new_tokens"]``, :meth:`max_new_tokens_for`) instead of :meth:`score`; the
             runner then prefills and decodes several samples of a length together (:meth:`score_batch`).
             Tasks that leave it ``False`` run one sample at a time.
+        whole: ``True``: the task scores all its cells of one model in one call (:meth:`score_all`), as an
+            outside evaluator does (lm-eval's ``simple_evaluate`` for mmlu/arc, :mod:`lctx.tasks.lmeval`); the
+            runner builds each cell's record as for any other task.
+        chunked: ``False`` for a task that does not run through ``LM.prefill`` (lm-eval's): the prefill chunk
+            size then does not reach its numbers and is left out of its records' fingerprint.
+        subtask: a part of a task run as its own task object whose records keep the task's ``name`` (an MMLU
+            subject, also in its options); the runner tells the objects apart by ``name/subtask``.
 
     Constructor keyword arguments are the task's options (e.g. ``window``/``stride`` for ``ppl``); they
     are recorded with every result, and a rerun with different options does not reuse old records.
@@ -107,6 +116,9 @@ class Task:
     higher_is_better: ClassVar[bool | dict | None] = None
     retrieval: ClassVar[bool] = False
     secondary_metric: ClassVar[str | None] = None
+    whole: ClassVar[bool] = False
+    chunked: ClassVar[bool] = True
+    subtask: str | None = None
 
     def __init__(self, **options: Any):
         self.options = options
@@ -115,6 +127,32 @@ class Task:
     def headline(cls) -> str:
         """The metric a summary shows: ``headline_metric``, else the first of ``metrics``."""
         return cls.headline_metric or (cls.metrics[0] if cls.metrics else "")
+
+    @property
+    def key(self) -> str:
+        """This task object's name in a run: ``name``, or ``name/subtask`` for a part of a task."""
+        return f"{self.name}/{self.subtask}" if self.subtask else self.name
+
+    def run_json(self) -> dict:
+        """Entries this task adds to the run's ``run.json`` (e.g. lm-eval's version and data source under
+        ``"lmeval"``); default none."""
+        return {}
+
+    def record_extra(self, sample: Sample) -> dict:
+        """What a scored sample adds to its record's ``extra``. Default: the str/int/float/bool values of
+        ``sample.meta``."""
+        return {k: v for k, v in sample.meta.items() if isinstance(v, (str, int, float, bool))}
+
+    def score_all(self, lm, cells: list[Cell]) -> list[tuple[Sample, dict[str, float]]]:
+        """For a :attr:`whole` task: score every cell of ``cells`` on ``lm`` in one call; returns per cell (in
+        order) its sample (``n_tokens``, ``depth``, ``meta``) and {metric: value}. An exception fails every
+        cell of the call (each gets an error record); :class:`lctx.errors.LctxError` (a user mistake) ends the
+        run.
+
+        Raises:
+            NotImplementedError: the task is not :attr:`whole`.
+        """
+        raise NotImplementedError(f"task {self.name!r} scores one sample at a time (whole = False)")
 
     def data_files(self) -> dict[str, Path]:
         """The files this task reads, {name: path} (names such as paths relative to the data root; where
@@ -129,7 +167,7 @@ class Task:
             LctxError: a data file is missing, not a regular file or unreadable.
         """
         if not hasattr(self, "_data_fp"):
-            from lctx.models.fingerprint import digest_files
+            from lctx.models.fingerprint import digest_files  # lazy: loads torch
 
             files = self.data_files()
             self._data_fp = digest_files(files) if files else None
@@ -232,7 +270,6 @@ def register_task(cls: type[Task]) -> type[Task]:
 
 def doc_summary(doc: str | None) -> str:
     """The first paragraph of a docstring on one line ("" for none)."""
-    import inspect
 
     text = inspect.cleandoc(doc or "").split("\n\n")[0]
     return " ".join(text.split())
@@ -316,9 +353,10 @@ class TaskInfo(NamedTuple):
     requires: str
 
 
-#: Names ``lctx run --tasks`` accepts that are not :class:`Task` classes but derived steps of the harness
-#: (``flatness``, ``ruler``: :mod:`lctx.harness.derived`), {name: TaskInfo}; each registers itself on import
-#: with :func:`register_group`, so the tasks layer lists them without importing the harness.
+#: Names ``lctx run --tasks`` accepts that are not :class:`Task` classes in :data:`TASKS`, {name: TaskInfo}:
+#: lm-eval's ``mmlu``/``arc_*`` (:mod:`lctx.tasks.lmeval`, whose task objects are made per subject) and the
+#: harness's derived steps (``flatness``, ``ruler``: :mod:`lctx.harness.derived`); each registers itself on
+#: import with :func:`register_group`, so this module lists them without importing them.
 GROUPS: Registry[TaskInfo] = Registry("derived task name", replace=True)
 
 
@@ -329,14 +367,10 @@ def register_group(info: TaskInfo) -> TaskInfo:
 
 def task_catalog() -> list[TaskInfo]:
     """Every task name ``lctx run --tasks`` accepts, sorted: the registered tasks (built-in, ``--task-file``,
-    plug-ins loaded so far), lm-eval's ``mmlu``/``arc_*`` (:mod:`lctx.tasks.lmeval`; ``mmlu_<subject>`` and
-    ``mmlu_<category>`` too) and the derived names registered in :data:`GROUPS` (the harness's ``flatness``
-    sweep and ``ruler`` group, once :mod:`lctx.harness.flatness` / :mod:`lctx.harness.ruler` are imported)."""
-    from . import lmeval
-
+    plug-ins loaded so far) and the names registered in :data:`GROUPS` (lm-eval's ``mmlu``/``arc_*``, whose
+    ``mmlu_<subject>`` and ``mmlu_<category>`` are accepted too; the harness's ``flatness`` sweep and ``ruler``
+    group, once :mod:`lctx.harness.flatness` / :mod:`lctx.harness.ruler` are imported)."""
     out = [TaskInfo(n, c.description, tuple(c.metrics), c.requires) for n, c in TASKS.items()]
-    for n in lmeval.DESCRIPTION:
-        out.append(TaskInfo(n, lmeval.DESCRIPTION[n], lmeval.METRICS[n], lmeval.REQUIRES[n]))
     out += GROUPS.values()
     return sorted(out, key=lambda t: t.name)
 

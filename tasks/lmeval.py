@@ -49,6 +49,8 @@ from pathlib import Path
 
 from lctx.errors import LctxError
 
+from .base import Cell, Sample, Task, TaskInfo, register_group
+
 #: lctx name -> metrics it reports
 METRICS = {"mmlu": ("acc",), "arc_easy": ("acc", "acc_norm"), "arc_challenge": ("acc", "acc_norm")}
 #: few-shot examples when ``--num-fewshot`` is not given (MMLU paper: 5-shot; lm-eval's ARC: 0-shot)
@@ -64,6 +66,10 @@ DESCRIPTION = {"mmlu": "MMLU through lm-eval (57 subjects, 5-shot; or mmlu_<subj
 REQUIRES = {"mmlu": "mmlu/{dev,test}/ (else the hub: cais/mmlu)",
             "arc_easy": "arc/ARC-Easy-*.jsonl (else the hub: allenai/ai2_arc)",
             "arc_challenge": "arc/ARC-Challenge-*.jsonl (else the hub: allenai/ai2_arc)"}
+
+
+for _name in DESCRIPTION:  # listed by `lctx list tasks` (their task objects are made per run: LmEvalTask)
+    register_group(TaskInfo(_name, DESCRIPTION[_name], METRICS[_name], REQUIRES[_name]))
 
 
 def _lm_eval_dir() -> Path:
@@ -446,6 +452,183 @@ def _options(sp: LmEvalSpec, num_fewshot: int | None, source: str, chat_template
         if system_prompt is not None:
             opts["system_prompt"] = system_prompt
     return opts
+
+
+class LmEvalSuite:
+    """What the lm-eval tasks of one run share: lm-eval's loaded tasks (configs written once into a temporary
+    folder that lives as long as the suite, data read on first use), one lm-eval model wrapper per LM, and the
+    run's settings (:func:`build_tasks`'s arguments)."""
+
+    def __init__(self, specs: list[LmEvalSpec], source: str, data_dir=None, limit: int | None = None,
+                 num_fewshot: int | None = None, seed: int = 0, batch_size: int = 32, chat_template: bool = False,
+                 system_prompt: str | None = None, log=None):
+        import tempfile
+
+        self.specs, self.source, self.data_dir, self.limit = specs, source, data_dir, limit
+        self.num_fewshot, self.seed, self.batch_size, self.log = num_fewshot, seed, batch_size, log
+        self.chat_template, self.system_prompt = bool(chat_template), system_prompt
+        self._cfg = tempfile.TemporaryDirectory(prefix="lctx-lmeval-")
+        self._loaded = None
+        self._hflm: dict[int, tuple] = {}
+
+    def version(self) -> dict:
+        """lm-eval's version, the task version of every lm-eval record (part of its fingerprint)."""
+        import lm_eval  # noqa: PLC0415  (seconds to import: only when lm-eval tasks run)
+
+        return {"lm_eval": getattr(lm_eval, "__version__", "?")}
+
+    def loaded(self) -> tuple[object, dict]:
+        """(task manager, {lmeval_name: lm-eval Task}), loaded on first call (:func:`load_tasks`).
+
+        Raises:
+            LctxError: a task's data cannot be read."""
+        if self._loaded is None:
+            self._loaded = load_tasks(self.specs, self.source, self.data_dir, Path(self._cfg.name))
+        return self._loaded
+
+    def hflm(self, lm):
+        """lm-eval's model wrapper of ``lm`` (:func:`lctx_hflm_class`), made once per LM.
+
+        Raises:
+            LctxError: ``--chat-template on`` and ``lm``'s tokenizer has no chat template."""
+        if id(lm) not in self._hflm:
+            if self.chat_template and not getattr(lm.tokenizer, "chat_template", None):
+                raise LctxError(f"--chat-template on: the tokenizer of model {lm.name!r} has no chat template; "
+                                "use --chat-template off (the default) for this model")
+            self._hflm[id(lm)] = (lm, lctx_hflm_class()(pretrained=lm.model, tokenizer=lm.tokenizer,
+                                                        batch_size=self.batch_size))
+        return self._hflm[id(lm)][1]
+
+
+#: what one lm-eval question costs, in prefill tokens, for the progress bar's weights: lm-eval scores every
+#: choice as a continuation of the prompt (MMLU 5-shot: ~500-token prompts x 4 choices)
+QUESTION_COST_TOKENS = 2048
+
+
+class LmEvalTask(Task):
+    """One lm-eval task (an ARC set, or one MMLU subject) as a :class:`Task` the runner drives: its cells are
+    the test questions (``sample`` = lm-eval's ``doc_id``; no length, no depth), scored all at once by lm-eval's
+    evaluator (:attr:`~Task.whole`: ``lm_eval.simple_evaluate`` with ``samples=`` the questions not yet
+    recorded). Records, resume key and provenance are the runner's, as for every task; their numbers are
+    lm-eval's (its prompts, targets and ``acc``/``acc_norm``; :func:`sample_records`).
+
+    ``name`` is ``mmlu`` / ``arc_easy`` / ``arc_challenge`` (MMLU's subject is :attr:`~Task.subtask` and in the
+    options); version = lm-eval's version; the chunk size is not part of the fingerprint (lm-eval calls the
+    model directly, not ``LM.prefill``). Made by :func:`build_tasks`, not registered in ``TASKS``.
+    """
+
+    whole = True
+    chunked = False
+    higher_is_better = True
+
+    def __init__(self, spec: LmEvalSpec, suite: LmEvalSuite):
+        self.spec, self.suite = spec, suite
+        self.name, self.subtask, self.metrics = spec.task, spec.subject, METRICS[spec.task]
+        self.description = DESCRIPTION[spec.task]
+        self.version = suite.version()
+        super().__init__(**_options(spec, suite.num_fewshot, suite.source, suite.chat_template, suite.system_prompt))
+
+    def data_files(self) -> dict[str, Path]:
+        """The local test and few-shot files ({path under the data dir: path}); none from the hub."""
+        if self.suite.source != "local":
+            return {}
+        root = Path(self.suite.data_dir)
+        return {str(p.relative_to(root)): p for p in spec_files(self.spec, root)}
+
+    def data_fingerprint(self) -> str | None:
+        """The local files' digest (:meth:`Task.data_fingerprint`), or ``hub:<lm-eval task>`` from the hub."""
+        return super().data_fingerprint() if self.suite.source == "local" else f"hub:{self.spec.lmeval_name}"
+
+    def run_json(self) -> dict:
+        """``{"lmeval": {lm_eval version, source, data_dir, limit, num_fewshot, seed}}`` for ``run.json``."""
+        su = self.suite
+        return {"lmeval": {**self.version, "source": su.source,
+                           "data_dir": str(Path(su.data_dir).resolve()) if su.data_dir else None, "limit": su.limit,
+                           "num_fewshot": su.num_fewshot, "seed": su.seed}}
+
+    def cells(self, lengths, depths, samples) -> list[Cell]:
+        """The test questions: ``Cell(None, None, doc_id)`` for the first ``limit`` (all when None); the run's
+        lengths, depths and samples do not apply."""
+        n = len(self.suite.loaded()[1][self.spec.lmeval_name].eval_docs)
+        return [Cell(None, None, i) for i in range(min(self.suite.limit, n) if self.suite.limit else n)]
+
+    def cost(self, lm, cell: Cell) -> float:
+        """:data:`QUESTION_COST_TOKENS` per question."""
+        return float(QUESTION_COST_TOKENS)
+
+    def record_extra(self, sample: Sample) -> dict:
+        """pred / gold / ll (/ pred_norm) / truncated of :func:`sample_records`, and ``lmeval_task``."""
+        return dict(sample.meta)
+
+    def score_all(self, lm, cells: list[Cell]) -> list[tuple[Sample, dict[str, float]]]:
+        """Run ``lm_eval.simple_evaluate`` on the questions of ``cells`` with lm-eval's ``hf`` backend over
+        ``lm``'s loaded model (:class:`LctxHFLM`), k-shot (``--num-fewshot``, else :data:`DEFAULT_FEWSHOT`).
+
+        Raises:
+            LctxError: ``--chat-template on`` with a tokenizer that has none; unreadable data.
+        """
+        import lm_eval  # noqa: PLC0415  (seconds to import: only when lm-eval tasks run)
+
+        sp, su = self.spec, self.suite
+        k = DEFAULT_FEWSHOT[sp.task] if su.num_fewshot is None else su.num_fewshot
+        tm, tasks = su.loaded()
+        hflm = su.hflm(lm)
+        if hasattr(lm, "release_rope"):
+            lm.release_rope()  # lm-eval calls the model directly: transformers' own RoPE behaviour
+        todo = [c.sample for c in cells]
+        if su.log:
+            su.log(f"{lm.name}: {sp.task}{'/' + sp.subject if sp.subject else ''} {len(todo)} questions, {k}-shot")
+        # set k on the task itself: simple_evaluate(num_fewshot=...) never overrides a task whose
+        # num_fewshot is already 0 (as an earlier call leaves it)
+        tasks[sp.lmeval_name].set_config(key="num_fewshot", value=k)
+        with quiet_git_probe():
+            res = lm_eval.simple_evaluate(
+                model=hflm, tasks=[tasks[sp.lmeval_name]], samples={sp.lmeval_name: todo}, task_manager=tm,
+                log_samples=True, bootstrap_iters=0, fewshot_random_seed=su.seed,
+                apply_chat_template=su.chat_template, system_instruction=su.system_prompt)
+        parts = {p["sample"]: p for p in sample_records(sp, res["samples"][sp.lmeval_name], hflm)}
+        return [(Sample(c, [], parts[c.sample]["n_tokens"], None,
+                        dict(parts[c.sample]["extra"], lmeval_task=sp.lmeval_name)), parts[c.sample]["metrics"])
+                for c in cells]
+
+
+def build_tasks(names: list[str], data_dir=None, limit: int | None = None, num_fewshot: int | None = None,
+                seed: int = 0, batch_size: int = 32, chat_template: bool = False, system_prompt: str | None = None,
+                log=None) -> list[LmEvalTask]:
+    """The :class:`LmEvalTask` s of ``names`` (``mmlu``, ``mmlu_<subject>``, ``mmlu_<category>``, ``arc_easy``,
+    ``arc_challenge``: one per ARC set and per MMLU subject), sharing one :class:`LmEvalSuite`. ``limit``: the
+    first N test questions of each; ``num_fewshot``: None for :data:`DEFAULT_FEWSHOT`; ``seed``: lm-eval's
+    few-shot sampler seed; ``batch_size``: lm-eval requests per forward; ``log``: gets one line per task and
+    model (None: quiet). Nothing is loaded yet (lm-eval's data is read when the runner asks for the cells).
+
+    Raises:
+        LctxError: a bad ``limit`` or ``num_fewshot``, an unknown name, or missing local data
+            (:func:`resolve_tasks`).
+    """
+    _check_settings(limit, num_fewshot)
+    specs, source = resolve_tasks(names, data_dir)
+    return make_tasks(specs, source, data_dir, limit, num_fewshot, seed, batch_size, chat_template, system_prompt, log)
+
+
+def make_tasks(specs: list[LmEvalSpec], source: str, data_dir=None, limit: int | None = None,
+               num_fewshot: int | None = None, seed: int = 0, batch_size: int = 32, chat_template: bool = False,
+               system_prompt: str | None = None, log=None) -> list[LmEvalTask]:
+    """:func:`build_tasks` from specs already resolved (:func:`resolve_tasks`).
+
+    Raises:
+        LctxError: a bad ``limit`` or ``num_fewshot``.
+    """
+    _check_settings(limit, num_fewshot)
+    suite = LmEvalSuite(specs, source, data_dir, limit, num_fewshot, seed, batch_size, chat_template, system_prompt,
+                        log)
+    return [LmEvalTask(sp, suite) for sp in specs]
+
+
+def _check_settings(limit, num_fewshot) -> None:
+    if limit is not None and limit < 1:
+        raise LctxError(f"--limit {limit} is not a positive number of questions; pass e.g. --limit 20")
+    if num_fewshot is not None and num_fewshot < 0:
+        raise LctxError(f"--num-fewshot {num_fewshot} is negative; pass 0 or more")
 
 
 def mmlu_subject_table(table):

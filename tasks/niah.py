@@ -59,7 +59,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import math
 import os
 import random
 import re
@@ -72,6 +71,8 @@ from typing import Any, Callable
 import numpy as np
 
 from lctx.errors import LctxError
+from lctx.metrics import (MATCH_MODES, postprocess_pred, string_match_all, string_match_part, tf_gain,  # noqa: F401
+                          tf_logprob, tf_mrr, tf_top1, value_found)
 from lctx.models.fingerprint import content_key
 
 from .base import DECODE_STEP_TOKENS, Cell, Sample, Task, register_task
@@ -94,7 +95,6 @@ ESSAY_FILE = "ruler/PaulGrahamEssays.json"
 NOUN_FILE = "ruler/wonderwords/nounlist.txt"
 ADJ_FILE = "ruler/wonderwords/adjectivelist.txt"
 
-MATCH_MODES = ("substring", "digits", "word")
 METRICS = ("string_match_all", "string_match_part", "tf_top1", "tf_mrr", "tf_logprob", "tf_gain")
 GENERATOR_VERSION = 3  # bump when the prompt construction changes: old cache entries stop matching
 #: an essay needle goes to the nearest sentence boundary unless that is farther than this fraction of the
@@ -164,43 +164,8 @@ def join_queries(queries: list[str]) -> str:
     return ", ".join(queries[:-1]) + ", and " + queries[-1] if len(queries) > 1 else queries[0]
 
 
-# --- scoring ----------------------------------------------------------------------------------------
-_CONTROL = re.compile(r"[\x00-\x1f]")
-
-
-def postprocess_pred(text: str) -> str:
-    """RULER's ``postprocess_pred`` (scripts/eval/evaluate.py): strip, control characters -> newline, strip."""
-    return _CONTROL.sub("\n", text.strip()).strip()
-
-
-def value_found(pred: str, value: str, match: str = "substring") -> bool:
-    """Whether ``value`` occurs in ``pred``, case-insensitive.
-
-    match: ``substring`` (RULER: plain ``in``), ``digits`` (not preceded or followed by a digit: 1234567
-    is not found in "91234567" nor in "12345678") or ``word`` (not touching a letter, digit or underscore).
-
-    Raises:
-        ValueError: unknown mode.
-    """
-    p, v = pred.lower(), value.lower()
-    if match == "substring":
-        return v in p
-    if match == "digits":
-        return re.search(r"(?<!\d)" + re.escape(v) + r"(?!\d)", p) is not None
-    if match == "word":
-        return re.search(r"(?<!\w)" + re.escape(v) + r"(?!\w)", p) is not None
-    raise ValueError(f"unknown match mode {match!r}; use one of {', '.join(MATCH_MODES)}")
-
-
-def string_match_all(pred: str, refs: list[str], match: str = "substring") -> float:
-    """RULER's ``string_match_all`` for one sample: the fraction of ``refs`` found in ``pred`` (0..1; RULER
-    reports x100 averaged over samples)."""
-    return sum(value_found(pred, r, match) for r in refs) / len(refs)
-
-
-def string_match_part(pred: str, refs: list[str], match: str = "substring") -> float:
-    """RULER's ``string_match_part`` for one sample: 1.0 if any of ``refs`` is found in ``pred``, else 0.0."""
-    return float(max(value_found(pred, r, match) for r in refs))
+# scoring: RULER's postprocess_pred, string_match_all / string_match_part and the teacher-forced scores are
+# registered metrics (lctx.metrics), imported above
 
 
 # --- data -------------------------------------------------------------------------------------------
@@ -746,15 +711,11 @@ class RulerNIAH(Task):
             lp, rk = self.teacher_forced(lm, prefix, v, context)
             logps += lp
             ranks += rk
-        n = max(len(ranks), 1)
         c_logps, _ = self.teacher_forced(lm, prefix, sample.meta["control"], context)
-        c_mean = sum(c_logps) / len(c_logps) if c_logps else math.nan
         return {"string_match_all": string_match_all(pred, answers, self.match),
                 "string_match_part": string_match_part(pred, answers, self.match),
-                "tf_top1": sum(r == 1 for r in ranks) / n if ranks else math.nan,
-                "tf_mrr": sum(1.0 / r for r in ranks) / n if ranks else math.nan,
-                "tf_logprob": sum(logps) / n if logps else math.nan,
-                "tf_gain": sum(logps) / n - c_mean if logps else math.nan}
+                "tf_top1": tf_top1(ranks), "tf_mrr": tf_mrr(ranks), "tf_logprob": tf_logprob(logps),
+                "tf_gain": tf_gain(logps, tf_logprob(c_logps))}
 
 
 def _atomic_write_json(path: Path, obj: Any) -> None:

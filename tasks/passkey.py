@@ -12,6 +12,8 @@ from __future__ import annotations
 import random
 import re
 
+from lctx import metrics
+
 from .base import DECODE_STEP_TOKENS, Cell, Sample, Task, register_task
 
 INSTRUCTION = ("There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. "
@@ -138,7 +140,7 @@ class Passkey(Task):
         answer_ids = lm.continuation_ids(text, " " + key) if text is not None else lm.encode(" " + key)
         _, top1 = lm.score_continuation(prefix, answer_ids)
         digit_pos = [i for i, t in enumerate(answer_ids) if any(c.isdigit() for c in lm.decode([t]))]
-        digit_acc = float(top1[digit_pos].float().mean()) if digit_pos else float("nan")
+        hits = top1[digit_pos].tolist() if digit_pos else []
         sample.meta["continuation"] = lm.decode(cont)
         sample.meta.pop("prompt_text", None)  # not a record column (the prompt is rebuilt from the seed)
-        return {"exact": float(answer == key), "digit_acc": digit_acc}
+        return {"exact": metrics.exact(answer, key), "digit_acc": metrics.digit_acc(hits)}

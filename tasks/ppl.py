@@ -9,8 +9,9 @@ scored tokens of all documents (not a mean of per-window means).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
+
+from lctx.metrics import ppl
 
 from .base import Cell, Sample, Task, register_task
 
@@ -119,7 +120,7 @@ class Perplexity(Task):
             LctxError: a data path is missing or unreadable.
         """
         if self._docs is None:
-            from lctx.tasks import textdata
+            from lctx.tasks import textdata  # lazy: loads torch
 
             docs = textdata.load_corpus(self.data) if self.data else textdata.pydoc_corpus("heldout")
             if self.concat:
@@ -131,7 +132,7 @@ class Perplexity(Task):
         """16 hex digits of SHA-256 over the documents as scored (names and cleaned text, after the
         optional concatenation): new contents under the same ``--ppl-data`` path, or another Python's
         ``pydoc_data``, are a different input."""
-        from lctx.models.fingerprint import digest_texts
+        from lctx.models.fingerprint import digest_texts  # lazy: loads torch
 
         return digest_texts(self.documents())
 
@@ -189,4 +190,4 @@ class Perplexity(Task):
             t, c = sliding_nll(nll_fn, doc, sample.meta["window"], sample.meta["stride"], bos_id)
             total, count = total + t, count + c
         nll = total / count
-        return {"ppl": math.exp(nll), "nll": nll, "n_tokens": float(count), "n_docs": float(len(docs))}
+        return {"ppl": ppl(nll), "nll": nll, "n_tokens": float(count), "n_docs": float(len(docs))}

@@ -723,7 +723,7 @@ class CommonWordsExtraction(RulerTask):
 def fwe_counts(num_words: int, vocab_size: int, alpha: float) -> np.ndarray:
     """RULER's word counts: ``(num_words * k**-alpha / zeta(alpha)).astype(int)`` for ranks k = 1..vocab_size
     (``freq_words_extraction.py``, ``gen_text``; ``scipy.special.zeta``)."""
-    from scipy.special import zeta
+    from scipy.special import zeta  # lazy: loads scipy
 
     k = np.arange(1, vocab_size + 1)
     return (num_words * (k ** -alpha) / zeta(alpha)).astype(int)
@@ -741,7 +741,7 @@ class FWEBuilder(HaystackBuilder):
                              f"{self.size} words is too small (needs >= 5); use a longer length or vocab_size=")
         self.vocab = task.vocab(random.Random(f"{self.tag}|vocab"), self.size)
         self.answers = self.vocab[1:4]
-        from scipy.special import zeta
+        from scipy.special import zeta  # lazy: loads scipy
 
         lo = int(np.ceil(zeta(task.alpha) * 4 ** task.alpha))  # the smallest n at which rank 4 appears
         while fwe_counts(lo, self.size, task.alpha)[3] < 1:

@@ -176,7 +176,7 @@ def pydoc_corpus(split: str = "all") -> list[tuple[str, str]]:
         LctxError: this Python ships without ``pydoc_data`` (some minimal distributions strip it).
     """
     try:
-        from pydoc_data.topics import topics
+        from pydoc_data.topics import topics  # not in every Python build (hence the try)
     except ImportError as e:  # pragma: no cover - depends on the Python build
         raise LctxError("this Python has no pydoc_data module; pass a corpus with --corpus PATH instead") from e
     if split not in ("all", "train", "heldout"):

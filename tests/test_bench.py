@@ -21,6 +21,8 @@ from lctx.harness.bench import (
     PeakMemory,
     estimate_bytes,
     fit_exponent,
+    MAX_CALLS,
+    calls_per_timing,
     interleave,
     pair_stats,
     run_bench,
@@ -55,6 +57,23 @@ def test_interleave_alternates_and_pair_stats_are_per_round():
     assert st["spread"] == pytest.approx((3.0 - 2.0) / 2.5)
 
 
+def test_autorange_repeats_short_calls_within_a_timing():
+    import time
+
+    dev = torch.device("cpu")
+    fns = {"noop": lambda: None, "short": lambda: time.sleep(0.01), "long": lambda: time.sleep(0.06)}
+    n = calls_per_timing(fns, dev, 0.05)
+    # ceil(0.05 / t): a 60 ms call needs 1; a >= 10 ms call at most ceil(0.05 / 0.01) = 5 (sleep never
+    # returns early; a slow probe only lowers the count); a no-op hits the cap
+    assert n["long"] == 1 and 1 <= n["short"] <= 5 and n["noop"] == MAX_CALLS
+    assert calls_per_timing(fns, dev, 0.0) == {"noop": 1, "short": 1, "long": 1}  # --min-time 0: old behaviour
+    calls = []
+    times = interleave({"a": lambda: calls.append("a"), "b": lambda: time.sleep(0.01)}, 3, dev, {"a": 7, "b": 2})
+    assert calls.count("a") == 3 * 7  # 7 calls per timing, 3 rounds
+    # the recorded time is per call, not per timing: each sleep(0.01) call takes >= 10 ms, two of them < 1 s
+    assert all(0.01 <= t < 0.5 for t in times["b"])
+
+
 @pytest.mark.slow
 def test_small_sweep_two_variants(tmp_path):
     # alibi: a bias variant (sdpa float mask + bias); interdomain: a fixed-state mixer that reads x
@@ -67,6 +86,8 @@ def test_small_sweep_two_variants(tmp_path):
     assert (table["time_s"] > 0).all() and table["peak_bytes"].notna().all() and (table["base_time_s"] > 0).all()
     assert table["ratio_sdpa"].notna().all() and (table["ratio_sdpa_min"] <= table["ratio_sdpa"] + 1e-12).all()
     assert (table["threads"] >= 1).all() and table["load_avg_start"].notna().all()
+    # calls of ~1 ms at 64-128 tokens: the default 0.1 s autorange repeats them within each timing
+    assert (table["calls_per_timing"] >= 1).all() and (table["calls_per_timing"] > 1).any()
     alibi, inter = table[table["variant"] == "alibi"], table[table["variant"] == "interdomain"]
     assert alibi["has_bias"].all() and alibi["ratio_sdpa_bias"].notna().all()
     assert not inter["has_bias"].any() and inter["ratio_sdpa_bias"].isna().all()

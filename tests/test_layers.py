@@ -140,6 +140,56 @@ def test_no_import_cycle():
     assert not cyc, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cyc)
 
 
+#: Files whose function-level imports are not audited yet (issue 13.4): another helper (polish, issue 15's start-up
+#: work) is changing exactly these modules' imports in this session, and the ruler group's (ruler3) harness/ruler.py;
+#: auditing them here would collide with that work. Remove a file once its imports carry their reasons.
+_STARTUP = "issue 15 start-up work in flight (polish)"
+NOT_AUDITED = {f: _STARTUP for f in ("cli.py", "harness/console.py", "harness/derived.py", "harness/evaluate.py",
+                                     "harness/flatness.py", "harness/gguf.py", "harness/lm.py", "harness/plan.py",
+                                     "harness/runner.py", "models/options.py", "tasks/lmeval.py", "tasks/niah.py")}
+NOT_AUDITED["harness/ruler.py"] = "ruler group work in flight (ruler3) and " + _STARTUP
+
+
+def function_imports(root: Path) -> list[tuple[str, int, str, bool]]:
+    """(file, line, import, marked) for every import inside a function of the package (every file, the
+    :data:`NOT_AUDITED` ones included); marked: a comment on its line or the line above says why."""
+    out = set()
+    for p in sorted(root.rglob("*.py")):
+        rel = p.relative_to(root)
+        if not (rel.parts[0] in LAYERS[1:-1] or len(rel.parts) == 1 and p.name != "conftest.py") \
+                or "checkpoints" in rel.parts:
+            continue
+        lines = p.read_text().splitlines()
+        for fn in ast.walk(ast.parse("\n".join(lines))):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for node in ast.walk(fn):
+                    if isinstance(node, (ast.Import, ast.ImportFrom)):
+                        here = "\n".join(lines[node.lineno - 1: node.end_lineno])
+                        above = lines[node.lineno - 2].strip() if node.lineno > 1 else ""
+                        out.add((rel.as_posix(), node.lineno, ast.unparse(node),
+                                 "#" in here or above.startswith("#")))
+    return sorted(out)
+
+
+def unmarked_lazy_imports(root: Path) -> list[str]:
+    """Imports inside functions without a comment on their line (or the line above) saying why they are there:
+    ``# lazy: loads X`` (importing X at the top would slow this module's import: ``python -X importtime``),
+    an optional dependency, or another reason. An import that costs nothing at the top belongs there."""
+    return [f"{f}:{n}: {imp}" for f, n, imp, marked in function_imports(root) if not marked and f not in NOT_AUDITED]
+
+
+def test_checker_sees_an_unmarked_lazy_import(tmp_path):
+    (tmp_path / "harness").mkdir()
+    (tmp_path / "harness" / "m.py").write_text(
+        "def f():\n    import json\n\n\ndef g():\n    import torch  # lazy: loads torch\n")
+    assert unmarked_lazy_imports(tmp_path) == ["harness/m.py:2: import json"]
+
+
+def test_every_lazy_import_says_why():
+    bad = unmarked_lazy_imports(ROOT)
+    assert not bad, "imports inside functions without a reason (hoist them, or say why):\n" + "\n".join(bad)
+
+
 if __name__ == "__main__":
     tree = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT
     e = import_edges(tree)
@@ -149,3 +199,6 @@ if __name__ == "__main__":
         print(f"  up: {a} -> {b} (line {n})")
     for c in cyc:
         print("  cycle: " + " <-> ".join(c))
+    fi = function_imports(tree)
+    print(f"{len(fi)} imports inside functions, {sum(m for *_, m in fi)} with a reason; "
+          f"{len(unmarked_lazy_imports(tree))} without one outside NOT_AUDITED")

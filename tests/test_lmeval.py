@@ -264,3 +264,40 @@ def test_hub_task_names_exist_in_lm_eval():
         lmeval.load_tasks(specs[:1], source, None, None)
     except LctxError as e:  # the usual case on an offline machine without a cached copy
         assert "\n" not in str(e) and "--data-dir" in str(e)
+
+
+@pytest.mark.slow
+def test_lmeval_tasks_run_through_the_one_runner(tiny_data, tmp_path, make_checkpoint):
+    """Issue 13.2: arc/mmlu are Tasks the runner drives: in one `lctx.evaluate` with passkey their records carry
+    the same fields (one record builder), their resume key is the runner's, and run.json names every task."""
+    import lctx
+    from lctx.harness.lm import load_lm
+    from lctx.harness.runner import sample_base
+
+    ck = make_checkpoint("rope")
+    out = tmp_path / "run"
+    res = lctx.evaluate(str(ck), "passkey,arc_easy,mmlu_anatomy", lengths=[256], depths=[0.5], samples=1, out=out,
+                        data_dir=tiny_data, limit=2, log=lambda *_: None)
+    assert res.errors == 0 and res.ran == 1 + 2 + 2
+    recs = [json.loads(l) for l in (out / "records.jsonl").read_text().splitlines()]
+    by_task = {}
+    for r in recs:
+        by_task.setdefault(r["task"], []).append(r)
+    assert set(by_task) == {"passkey", "arc_easy", "mmlu"}
+    assert set(by_task["arc_easy"][0]) == set(by_task["passkey"][0]) == set(by_task["mmlu"][0])
+    arc = by_task["arc_easy"][0]
+    assert arc["length"] is None and arc["batch_size"] is None and arc["run_id"] == by_task["passkey"][0]["run_id"]
+    assert {"pred", "gold", "ll", "lmeval_task"} <= set(arc["extra"]) and len(arc["extra"]["ll"]) == 4
+    # the fingerprint is sample_base's with the chunk size left out (lm-eval does not prefill through LM)
+    lm = load_lm(str(ck), device="cpu")
+    import lm_eval
+
+    want = sample_base(lm, "arc_easy", {"lm_eval": lm_eval.__version__}, arc["task_options"],
+                       arc["data_fingerprint"], 0, chunked=False)
+    assert arc["fingerprint"] == want["fingerprint"] and arc["chunk_size"] is None
+    meta = json.loads((out / "run.json").read_text())
+    assert meta["tasks"] == ["passkey", "arc_easy", "mmlu"] and meta["lmeval"]["limit"] == 2
+    assert meta["lengths"] == [256]
+    again = lctx.evaluate(str(ck), "passkey,arc_easy,mmlu_anatomy", lengths=[256], depths=[0.5], samples=1, out=out,
+                          data_dir=tiny_data, limit=2, log=lambda *_: None)
+    assert again.ran == 0 and again.skipped == 5

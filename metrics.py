@@ -1,0 +1,207 @@
+"""The metrics registry: every metric an lctx record or derived row can carry, by name (:data:`METRICS`), with
+which way is better and its source; the per-sample function where lctx computes it (the tasks call these).
+``lctx list metrics`` prints it; ``lctx compare`` takes its directions from it (:mod:`lctx.harness.compare`).
+
+A leaf of the package root (it imports only :mod:`lctx.registry` and the standard library), so every layer
+and the light commands (``compare``, ``list``) may read it without importing torch. A task of one's own may
+report a metric that is not registered (the report and compare then go by its name); register it with
+:func:`register_metric` to give it a direction and a line in ``lctx list metrics``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import re
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
+
+from lctx.registry import Registry
+
+DIRECTIONS = ("higher", "lower", "equal")
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One registered metric: ``name`` (the record's metric name), ``direction`` (``higher`` / ``lower`` is
+    better; ``equal``: bookkeeping that must not change between runs of the same inputs), ``doc`` (what it is,
+    its unit and its source: paper, reference repository file), ``fn``: the per-sample function lctx computes
+    it with (``None`` where another engine computes it, e.g. lm-eval's ``acc``, or a derived step does)."""
+
+    name: str
+    direction: str
+    doc: str
+    fn: Optional[Callable] = None
+
+    @property
+    def summary(self) -> str:
+        """The first paragraph of ``doc`` on one line."""
+        return " ".join(inspect.cleandoc(self.doc).split("\n\n")[0].split())
+
+
+METRICS: Registry[Metric] = Registry("metric")
+
+
+def register_metric(name: str, direction: str, doc: str, fn: Optional[Callable] = None) -> Metric:
+    """Register metric ``name``: its direction, its doc (what, unit, source) and its per-sample function
+    (``None`` when another engine or a derived step computes it); returns its :class:`Metric`.
+
+    Raises:
+        ValueError: an unknown ``direction``, an empty name or one already registered.
+    """
+    if direction not in DIRECTIONS:
+        raise ValueError(f"metric {name!r}: direction {direction!r} is not one of {', '.join(DIRECTIONS)}")
+    return METRICS.add(name, Metric(name, direction, inspect.cleandoc(doc), fn))
+
+
+def metric(name: str, direction: str) -> Callable[[Callable], Callable]:
+    """Decorator: register the decorated per-sample function as metric ``name`` (its docstring is the doc);
+    returns the function unchanged.
+
+    Raises:
+        ValueError: as :func:`register_metric`.
+    """
+
+    def deco(fn: Callable) -> Callable:
+        register_metric(name, direction, fn.__doc__ or name, fn)
+        return fn
+
+    return deco
+
+
+def direction_of(name: str) -> Optional[str]:
+    """The registered direction of metric ``name`` (an lm-eval ``",filter"`` suffix dropped), or None."""
+    m = METRICS.get(name.split(",", 1)[0])
+    return m.direction if m else None
+
+
+# --- passkey ----------------------------------------------------------------------------------------
+@metric("exact", "higher")
+def exact(answer: Optional[str], key: str) -> float:
+    """Passkey retrieval accuracy: 1.0 when the number parsed from the greedy continuation equals the key,
+    else 0.0 (Mohtashami & Jaggi 2023, "Landmark Attention", appendix: the passkey retrieval task).
+
+    ``answer``: the parsed number (None when the continuation has none); ``key``: the key's digits."""
+    return float(answer == key)
+
+
+@metric("digit_acc", "higher")
+def digit_acc(top1: Sequence[bool]) -> float:
+    """Teacher-forced digit accuracy (lctx's, for models too small to generate the key): the fraction of the
+    key's digit-bearing tokens, fed after the prompt, that the model ranks first.
+
+    ``top1``: per digit token,
+    whether it was the argmax; NaN for none."""
+    return float(sum(bool(t) for t in top1) / len(top1)) if len(top1) else math.nan
+
+
+# --- RULER (NVIDIA/RULER, scripts/eval/synthetic/constants.py and scripts/eval/evaluate.py) -------------
+MATCH_MODES = ("substring", "digits", "word")
+_CONTROL = re.compile(r"[\x00-\x1f]")
+
+
+def postprocess_pred(text: str) -> str:
+    """RULER's ``postprocess_pred`` (scripts/eval/evaluate.py): strip, control characters -> newline, strip."""
+    return _CONTROL.sub("\n", text.strip()).strip()
+
+
+def value_found(pred: str, value: str, match: str = "substring") -> bool:
+    """Whether ``value`` occurs in ``pred``, case-insensitive.
+
+    match: ``substring`` (RULER: plain ``in``), ``digits`` (not preceded or followed by a digit: 1234567
+    is not found in "91234567" nor in "12345678") or ``word`` (not touching a letter, digit or underscore).
+
+    Raises:
+        ValueError: unknown mode.
+    """
+    p, v = pred.lower(), value.lower()
+    if match == "substring":
+        return v in p
+    if match == "digits":
+        return re.search(r"(?<!\d)" + re.escape(v) + r"(?!\d)", p) is not None
+    if match == "word":
+        return re.search(r"(?<!\w)" + re.escape(v) + r"(?!\w)", p) is not None
+    raise ValueError(f"unknown match mode {match!r}; use one of {', '.join(MATCH_MODES)}")
+
+
+@metric("string_match_all", "higher")
+def string_match_all(pred: str, refs: list[str], match: str = "substring") -> float:
+    """RULER's ``string_match_all`` for one sample (scripts/eval/synthetic/constants.py): the fraction of
+    ``refs`` found in ``pred`` (0..1; RULER reports x100 averaged over samples)."""
+    return sum(value_found(pred, r, match) for r in refs) / len(refs)
+
+
+@metric("string_match_part", "higher")
+def string_match_part(pred: str, refs: list[str], match: str = "substring") -> float:
+    """RULER's ``string_match_part`` for one sample (scripts/eval/synthetic/constants.py): 1.0 if any of
+    ``refs`` is found in ``pred``, else 0.0."""
+    return float(max(value_found(pred, r, match) for r in refs))
+
+
+# --- NIAH teacher-forced scores (lctx's; the expected values fed after the prompt) ------------------
+@metric("tf_top1", "higher")
+def tf_top1(ranks: Sequence[int]) -> float:
+    """Teacher-forced top-1 (lctx's NIAH score): the fraction of the expected values' tokens, fed after the
+    prompt, that the model ranks first.
+
+    ``ranks``: 1-based rank of each token; NaN for none."""
+    return sum(r == 1 for r in ranks) / len(ranks) if len(ranks) else math.nan
+
+
+@metric("tf_mrr", "higher")
+def tf_mrr(ranks: Sequence[int]) -> float:
+    """Teacher-forced mean reciprocal rank (lctx's NIAH score) of the expected values' tokens (0..1); NaN for
+    none."""
+    return sum(1.0 / r for r in ranks) / len(ranks) if len(ranks) else math.nan
+
+
+@metric("tf_logprob", "higher")
+def tf_logprob(logps: Sequence[float]) -> float:
+    """Teacher-forced mean log-probability (nats per token, <= 0; lctx's NIAH score) of the expected values'
+    tokens; NaN for none."""
+    return sum(logps) / len(logps) if len(logps) else math.nan
+
+
+@metric("tf_gain", "higher")
+def tf_gain(logps: Sequence[float], control_mean: float) -> float:
+    """Teacher-forced gain (nats per token; lctx's NIAH score): :func:`tf_logprob` of the expected values minus
+    the same score of a control value of the same kind absent from the prompt (``control_mean``): what the
+    context adds beyond the prior of the value; NaN for none."""
+    return tf_logprob(logps) - control_mean if len(logps) else math.nan
+
+
+# --- perplexity -------------------------------------------------------------------------------------
+register_metric("nll", "lower", """Mean negative log-likelihood, nats per scored token, of a corpus under
+    sliding windows (window = the length, stride a fraction of it; each token scored once with up to a window
+    of context: the Hugging Face "Perplexity of fixed-length models" recipe).""")
+
+
+@metric("ppl", "lower")
+def ppl(nll: float) -> float:
+    """Perplexity exp(nll) from the mean negative log-likelihood ``nll`` (nats per token)."""
+    return math.exp(nll)
+
+
+register_metric("n_tokens", "equal", "Tokens scored by a ppl record (bookkeeping: the same inputs score the same count).")
+register_metric("n_docs", "equal", "Documents read by a ppl record (bookkeeping: the same inputs read the same count).")
+
+# --- lm-eval (computed by lm-eval's evaluator, lctx.tasks.lmeval) ------------------------------------
+register_metric("acc", "higher", """Multiple-choice accuracy as lm-eval computes it (``Task.process_results``
+    for ``multiple_choice``): 1 when the choice with the largest summed log-likelihood is the gold one (MMLU,
+    Hendrycks et al. 2021; ARC, Clark et al. 2018).""")
+register_metric("acc_norm", "higher", """lm-eval's length-normalised multiple-choice accuracy: the argmax of
+    each choice's log-likelihood divided by its length in characters (ARC).""")
+
+# --- derived steps (lctx.harness.flatness, lctx.harness.ruler) ---------------------------------------
+register_metric("ppl_ratio", "lower", """Flatness (lctx.harness.flatness): PPL(L) / PPL(T), ppl at length L over
+    ppl at the training length T (seed 004 reports RoPE 16.2x at 16T and ALiBi 0.96x at 128T).""")
+register_metric("flat_until", "higher", """Flatness (lctx.harness.flatness): the largest length L >= T (tokens)
+    such that every tested length in [T, L] has ppl_ratio <= max_ratio (default 1.1; seed 002 calls a model
+    "flat" to 3.5T).""")
+register_metric("effective_length", "higher", """RULER's "effective length" (Hsieh et al. 2024, section 4): the
+    largest tested length (tokens) such that the score is >= a threshold at every tested length up to it. The
+    flatness step scores the retrieval task's mean (threshold 0.8, lctx.harness.flatness); the ruler group
+    scores RULER's average (threshold 85.6, Llama-2-7B's RULER score at 4K, lctx.harness.ruler).""")
+register_metric("average", "higher", """RULER's average at a length, in percent (Hsieh et al. 2024, section 4
+    and Table 3): the mean over its tasks of each task's score (string_match_all for NIAH, vt, cwe, fwe;
+    string_match_part for QA), every task weighing the same (lctx.harness.ruler).""")
