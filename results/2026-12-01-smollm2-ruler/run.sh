@@ -5,7 +5,7 @@
 # (128 tokens; vt 30, cwe 120, fwe 50 are the tasks' defaults). See README.md for what was run.
 # Usage (from the repository root of a fresh clone, with `lctx` installed):
 #   bash results/2026-12-01-smollm2-ruler/run.sh [OUTDIR]        # default OUTDIR: lctx-out/smollm2-ruler
-#   STAGES   the stages, in order (default "1k 2k5 2k 4k1 4k3 4k5 4k"). A stage is a length and the samples per
+#   STAGES   the stages, in order (default "1k 2k5 2k 4k1 4k3 4k5 4k"; the committed run: 1k, then 2k5 2k 4k1, see README.md). A stage is a length and the samples per
 #            task it brings the run to, grown by resume so that a stop (STOP_AT) leaves every task of a length
 #            with a score: 1 (depth 0.5), 3 (depths 0, 0.5, 1), 5 (depths 0, .25, .5, .75, 1) or 10 (those 5 x 2
 #            samples); cwe/fwe (no depth axis) run as many samples. "1k" alone = "1k10".
@@ -14,7 +14,7 @@
 # Each stage logs to OUTDIR/<stage>.log and adds "stage start end rc" to OUTDIR/timings.tsv (rc 124: stopped at
 # STOP_AT). The committed run was made as
 #   flock /work/heavy.lock nice -n 5 env STOP_AT=08:05 bash results/2026-12-01-smollm2-ruler/run.sh OUT
-# Costs measured on the shared 2-core machine: see README.md.
+# Costs measured on the shared 2-core machine (README.md): ~10-30 s per 1K sample, 15-60 s per 2K, 40-150 s per 4K.
 set -uo pipefail
 DATA=${LCTX_DATA_DIR:-../shared/data}
 OUT=${1:-lctx-out/smollm2-ruler}
