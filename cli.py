@@ -15,6 +15,7 @@ import click
 import typer
 
 from lctx import ATTN_IMPLS
+from lctx.harness.console import count
 from lctx.harness.args import check_writable_dir, data_path, parse_batch_size, parse_depths, parse_lengths, parse_options
 from lctx.errors import EXIT_ALL_FAILED, EXIT_USAGE, LctxError
 from lctx.harness.evaluate import DEFAULT_MODEL
@@ -47,6 +48,15 @@ app = typer.Typer(cls=_Group, add_completion=False, no_args_is_help=True, pretty
                   help="lctx: does a model really use context longer than it was trained on?")
 
 DEFAULT_DEPTHS = "0,0.25,0.5,0.75,1"
+
+
+def _light_models() -> None:
+    """Let a first ``import lctx.models`` skip the transformers modeling stack (seconds, ~200 MiB): for commands
+    that need the variant registry only (``lctx list variants``, ``lctx train``'s checks). Loading a checkpoint
+    registers ``model_type="lctx"`` later all the same (:func:`lctx.models.register_with_transformers`)."""
+    import lctx
+
+    lctx._light_import = True
 
 
 def _configure_threads() -> None:
@@ -123,22 +133,22 @@ def run(
     if len(failed):
         msgs = failed.drop_duplicates(["model", "task", "length", "depth", "sample"])["error"].value_counts()
         for msg, n in msgs.head(5).items():
-            typer.echo(f"failed ({n} sample{'s' if n != 1 else ''}): {msg}", err=True)
+            typer.echo(f"failed ({count(n, 'sample')}): {msg}", err=True)
         if len(msgs) > 5:
             rest = int(msgs.iloc[5:].sum())
-            typer.echo(f"... and {len(msgs) - 5} more distinct error messages ({rest} samples) not shown; "
+            typer.echo(f"... and {len(msgs) - 5} more distinct error messages ({count(rest, 'sample')}) not shown; "
                        f"see the error column of {out}/results.csv", err=True)
     if result.superseded:
-        typer.echo(f"note: {result.superseded} records of earlier inputs (other weights, data, settings or versions) "
+        typer.echo(f"note: {count(result.superseded, 'record')} of earlier inputs (other weights, data, settings or versions) "
                    f"are kept in {out}/records.jsonl but left out of the tables", err=True)
-    typer.echo(f"wrote {out}/results.parquet, results.csv, summary.csv ({len(result.table)} rows; "
-               f"{result.ran} samples run, {result.skipped} resumed, {result.errors} errors)")
+    typer.echo(f"wrote {out}/results.parquet, results.csv, summary.csv ({count(len(result.table), 'row')}; "
+               f"{count(result.ran, 'sample')} run, {result.skipped} resumed, {count(result.errors, 'error')})")
     for p in result.plots:
         typer.echo(f"plot: {p}")
     if "ruler" in result.reports:
         typer.echo(result.reports["ruler"])
     if result.ok == 0 and result.errors > 0:
-        typer.echo(f"error: every sample of this run failed ({result.errors} errors; see above and "
+        typer.echo(f"error: every sample of this run failed ({count(result.errors, 'error')}; see above and "
                    f"{out}/results.csv); exit status {EXIT_ALL_FAILED}", err=True)
         raise typer.Exit(EXIT_ALL_FAILED)
 
@@ -196,12 +206,8 @@ def train(
     progress: bool = typer.Option(True, "--progress/--no-progress"),
 ):
     """Train a small model of one variant (tokenizer + AdamW/cosine), write a checkpoint directory."""
-    from lctx.tasks import textdata
-    from lctx.harness.devices import resolve_device
-    from lctx.harness.train import RetrievalMix
-    from lctx.harness.train import train as train_fn
-
     variant_options = parse_options(option or [])
+    _light_models()  # the variant checks below need the registry only (one-line errors without transformers)
     from lctx.models.options import check_variant_options
     from lctx.models.variants import get_variant
 
@@ -213,6 +219,11 @@ def train(
     except ValueError as e:
         raise LctxError(f"--option: {e}") from None
     check_writable_dir(out)
+    from lctx.tasks import textdata
+    from lctx.harness.devices import resolve_device
+    from lctx.harness.train import RetrievalMix
+    from lctx.harness.train import train as train_fn
+
     _configure_threads()
     docs = textdata.load_corpus(data) if data else textdata.pydoc_corpus("train")
     dev = resolve_device(device)
@@ -443,12 +454,12 @@ def plan(
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Run Python code shipped with a Hugging Face checkpoint (auto_map) to read its config. Off by default."),
 ):
     """Print the expected peak memory of a chunked prefill (weights, KV cache, activations) and refuse one that cannot fit."""
-    from lctx.harness import plan as P
-    from lctx.harness.console import print_table
-
     T = parse_lengths(length)
     if len(T) != 1:
         raise LctxError(f"--length {length!r} names {len(T)} lengths; pass one, e.g. --length 512k")
+    from lctx.harness import plan as P
+    from lctx.harness.console import print_table
+
     override = P.parse_bytes(device_memory) if device_memory else None
     if override is None:
         from lctx.harness.devices import resolve_device
@@ -530,20 +541,30 @@ def list_(
                     [[m.name, m.direction, ", ".join(used.get(m.name, [])), m.summary]
                      for m in sorted(METRICS.values(), key=lambda m: m.name)])
     elif what == "variants":
-        import lctx
+        _light_models()
+        from lctx.models import MODIFIERS, VARIANTS, get_variant
+        from lctx.models.options import OPTIONS_VERSION, option_schema
 
-        lctx._light_import = True  # the registry only: no transformers modeling stack (lctx.models docstring)
-        from lctx.models import MODIFIERS, VARIANTS
-        from lctx.models.options import option_schema
+        takes = sorted(n for n, c in VARIANTS.items() if getattr(c, "composable", True))
 
-        def options(name: str) -> str:
-            return ", ".join(f"{k}=<{o.describe()}>" for k, o in (option_schema(name) or {}).items())
+        def defaults(name: str) -> dict:  # what a new model computes with (config's options_version)
+            cls = MODIFIERS[name] if name in MODIFIERS else get_variant(name)
+            return cls.option_defaults(OPTIONS_VERSION)
+
+        def options(name: str, modifier: bool = False) -> str:
+            own = defaults(name)
+            out = []
+            for k, o in (option_schema(name) or {}).items():
+                d = own.get(k, o.default)
+                per_base = {b: v for b in takes if modifier
+                            for v in [defaults(f"{b}+{name}").get(k, d)] if v != d}  # e.g. ssmax_scale_bias on ggd_bam
+                out.append(f"{k}=<{o.describe(d, per_base)}>")
+            return ", ".join(out)
 
         rows = [[name, cls.summary, options(name)] for name, cls in sorted(VARIANTS.items())]
-        takes = sorted(n for n, c in VARIANTS.items() if getattr(c, "composable", True))
         for name, cls in sorted(MODIFIERS.items()):  # e.g. rope+ssmax
             rows.append([f"+{name}", f"{cls.summary}; a modifier: add it to a softmax variant "
-                                     f"({', '.join(takes)}), e.g. --variant rope+{name}", options(name)])
+                                     f"({', '.join(takes)}), e.g. --variant rope+{name}", options(name, True)])
         print_table(["variant", "what it is", "options (--option KEY=VALUE; typed, others refused)"], rows)
     else:
         raise LctxError(f"cannot list {what!r}; use `lctx list tasks`, `lctx list metrics` or `lctx list variants`")
@@ -585,6 +606,35 @@ def _help_format() -> None:
         a.rich_markup_mode = mode
 
 
+def _bad_value(e: Exception) -> str | None:
+    """One line naming the problem and the fix for an option value typer refused (``--samples 0``: "--samples 0
+    is below the minimum 1; pass --samples 1 or more"), from the validation error typer raises it from (typer
+    >= 0.2x checks values with pydantic: ``errors()`` of ``e.__cause__``); ``None`` when that is unknown."""
+    param, cause = getattr(e, "param", None), e.__cause__
+    errors = cause.errors() if callable(getattr(cause, "errors", None)) else None
+    opts = [o for o in (getattr(param, "opts", None) or []) if o.startswith("--")]
+    if not (errors and opts and isinstance(errors[0], dict)):
+        return None
+    err, name = errors[0], opts[0]
+    value, bound = err.get("input"), err.get("ctx") or {}
+    cmd = getattr(getattr(getattr(e, "ctx", None), "command", None), "name", None)
+    helps = f"`lctx {cmd} --help`" if cmd else "`lctx --help`"
+    kind = err.get("type")
+    if kind == "greater_than_equal":
+        return f"{name} {value} is below the minimum {bound['ge']}; pass {name} {bound['ge']} or more"
+    if kind == "greater_than":
+        return f"{name} {value} is not above {bound['gt']}; pass {name} above {bound['gt']}"
+    if kind == "less_than_equal":
+        return f"{name} {value} is above the maximum {bound['le']}; pass {name} {bound['le']} or less"
+    if kind == "less_than":
+        return f"{name} {value} is not below {bound['lt']}; pass {name} below {bound['lt']}"
+    if kind in ("int_parsing", "int_from_float"):
+        return f"{name} {value!r} is not a whole number; pass one, e.g. {name} 2 (see {helps})"
+    if kind == "float_parsing":
+        return f"{name} {value!r} is not a number; pass one, e.g. {name} 0.5 (see {helps})"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``lctx`` console script: run the typer app, turn user errors into one line.
 
@@ -618,7 +668,8 @@ def main(argv: list[str] | None = None) -> int:
         if type(e).__name__ == "NoArgsIsHelpError":
             print(msg, file=sys.stderr)  # the help text
         else:
-            print(f"error: {' '.join(msg.split()).rstrip('.')}; see `lctx --help`", file=sys.stderr)
+            line = _bad_value(e) or f"{' '.join(msg.split()).rstrip('.')}; see `lctx --help`"
+            print(f"error: {line}", file=sys.stderr)
         code = EXIT_USAGE
     if argv is None:
         sys.exit(code)

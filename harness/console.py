@@ -23,6 +23,12 @@ from typing import IO
 FORMAT_ENV = "LCTX_TABLE_FORMAT"
 
 
+def count(n: int, noun: str, plural: str | None = None) -> str:
+    """``n`` and ``noun`` in the number it needs: ``count(1, "sample")`` is "1 sample", ``count(0, "sample")``
+    and ``count(2, "sample")`` are "0 samples" and "2 samples" (``plural`` for an irregular noun)."""
+    return f"{n} {noun if n == 1 else (plural or noun + 's')}"
+
+
 def is_terminal(stream: IO | None = None) -> bool:
     """Whether ``stream`` (default: ``sys.stdout``) is an interactive terminal (a TTY)."""
     stream = sys.stdout if stream is None else stream
@@ -141,11 +147,13 @@ class SweepProgress:
                         mininterval=0.1 if is_terminal(file) else 10.0,  # a log file: an update every 10 s
                         bar_format="{desc}: {percentage:3.0f}%|{bar}| [{elapsed}<{remaining} left]")
 
-    def start(self, label: str) -> None:
-        """Show the cell about to run (``label``: model, task, length, depth) and its sample number (shown at
-        the bar's next refresh)."""
-        self.i += 1
-        self.bar.set_description_str(f"{self.desc} [{self.i}/{self.n_samples}] {label}", refresh=False)
+    def start(self, label: str, n: int = 1) -> None:
+        """Show the cell about to run (``label``: model, task, length, depth) and its sample numbers (shown at
+        the bar's next refresh): ``[i/N]`` for one sample, ``[i-j/N]`` for a batch of ``n`` samples, so the
+        count is in samples against the total of samples also under ``--batch-size``."""
+        first, self.i = self.i + 1, self.i + n
+        where = f"{first}" if n == 1 else f"{first}-{self.i}"
+        self.bar.set_description_str(f"{self.desc} [{where}/{self.n_samples}] {label}", refresh=False)
 
     def done(self, cost: float) -> None:
         """Count a finished sample's ``cost`` (prefill tokens)."""

@@ -14,9 +14,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
-import pandas as pd
+if TYPE_CHECKING:  # pandas on first use: `lctx list tasks` imports this module for its
+    import pandas as pd  # registered names only (issue 15.4, tests/test_startup.py)
 
 from lctx.errors import LctxError
 
@@ -100,6 +101,8 @@ def base_record(model, variant, rows: pd.DataFrame, task: str, train_length) -> 
 
 def ok_rows(df: pd.DataFrame) -> pd.DataFrame:
     """Rows with status ok and a numeric value and length (value, length as numbers)."""
+    import pandas as pd  # lazy: loads pandas (`lctx list tasks` imports this module)
+
     out = df[df["status"].astype("string").fillna("") == "ok"].copy()
     out["value"] = pd.to_numeric(out["value"], errors="coerce")
     out["length"] = pd.to_numeric(out["length"], errors="coerce")
@@ -107,6 +110,8 @@ def ok_rows(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _scalar(v):
+    import pandas as pd  # lazy: loads pandas (`lctx list tasks` imports this module)
+
     try:
         return None if v is None or pd.isna(v) else int(v)
     except (TypeError, ValueError):

@@ -128,11 +128,12 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
     cache_dir = Path(cache_dir) if cache_dir is not None else None
     if isinstance(relative, (list, tuple)):
         relative = ",".join(f"{r:g}" for r in relative)
+    task_names = _check_names(models, tasks, task_files)  # one-line errors before torch loads (issue 15.4)
     from lctx.kernels import configure_threads
 
     configure_threads()  # README "Threads"
     from lctx.harness.runner import RunSpec, run_sweep
-    from lctx.tasks import get_task, load_entry_point_tasks, load_task_file
+    from lctx.tasks import get_task
     from lctx.harness import distributed as dist_
 
     dinfo = dist_.init(device)  # [distributed] under torchrun / accelerate launch: join the job (else no-op)
@@ -140,11 +141,6 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
     if system_prompt is not None and not chat_template:
         raise LctxError("--system-prompt needs --chat-template on (without a chat template there is no system turn)")
     check_writable_dir(out)
-    load_entry_point_tasks()
-    for tf in task_files or []:
-        load_task_file(str(tf))
-    task_names = (split_list(tasks, "--tasks", "--tasks passkey,ppl (see `lctx list tasks`)")
-                  if isinstance(tasks, str) else list(tasks))
     task_option = _task_option_items(task_options)
     task_names, task_option, steps = expand_derived(task_names, task_option, log if dinfo.is_main else None,
                                                     data_dir=data_dir, samples=samples, depths=depth_list)
@@ -174,7 +170,7 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
             t.documents()  # fail fast on unreadable data, before any model runs
     lms = _load_models(models, attn_override, warn, device=device, dtype=dtype, chunk_size=chunk_size,
                        trust_remote_code=trust_remote_code, attn_impl=attn_impl, cache_dir=cache_dir,
-                       chat_template=chat_template, system_prompt=system_prompt)
+                       chat_template=chat_template, system_prompt=system_prompt, progress=progress)
     if chat_template:  # the setting reaches every record (and so the resume key) through the task options
         for t in task_objs:
             t.options.update(chat_options(system_prompt))
@@ -214,6 +210,35 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
             res.reports["lmeval"] = format_lmeval_summary(res.summary)
         res.reports.update({st.name: st.report(res.table) for st in steps if st.report})
     return res
+
+
+def _check_names(models, tasks, task_files) -> list[str]:
+    """The task names of ``tasks`` (a comma-separated string or a list), after registering the plug-ins'
+    tasks and ``task_files``; checked with what costs no torch or transformers import (``lctx run`` answers
+    these mistakes in well under a second, issue 15.4): every name is a task, a derived name or an lm-eval
+    task, and every path of ``models`` exists.
+
+    Raises:
+        LctxError: an unknown task name (the message lists the known ones), a model path that does not exist,
+            or a task file that does not load (:func:`lctx.tasks.load_task_file`).
+    """
+    from lctx.harness import flatness, ruler  # noqa: F401  (register the derived names: light, no pandas)
+    from lctx.tasks import GROUPS, TASKS, get_task, lmeval, load_entry_point_tasks, load_task_file
+
+    load_entry_point_tasks()
+    for tf in task_files or []:
+        load_task_file(str(tf))
+    names = (split_list(tasks, "--tasks", "--tasks passkey,ppl (see `lctx list tasks`)")
+             if isinstance(tasks, str) else list(tasks))
+    for name in names:
+        if name not in TASKS and name not in GROUPS and not lmeval.is_lmeval_task(name):
+            get_task(name)  # raises the one-line error naming the known tasks
+    for m in [models] if isinstance(models, (str, Path)) else models or []:
+        if not Path(m).exists():
+            raise LctxError(f"checkpoint {str(m)!r} does not exist (not a directory nor a .gguf file); pass a "
+                            "folder written by `lctx train` or save_pretrained, a .gguf file (or omit --model for "
+                            "the bundled default)")
+    return names
 
 
 def _load_models(models, attn_override, warn, **load) -> list:

@@ -29,8 +29,10 @@ import math
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
+if TYPE_CHECKING:  # pandas on first use: `lctx list tasks` imports this module for its
+    import pandas as pd  # registered name only (issue 15.4, tests/test_startup.py)
 
 from .derived import DerivedStep, base_record, json_cell, ok_rows, replace_name, take_options, write_run_tables
 from lctx.errors import LctxError
@@ -229,6 +231,8 @@ def effective_length(scores: dict[int, float], threshold: float) -> int:
 
 
 def _train_length(rows: pd.DataFrame) -> int | None:
+    import pandas as pd  # lazy: loads pandas (`lctx list tasks` imports this module)
+
     tl = pd.to_numeric(rows["train_length"], errors="coerce").dropna()
     tl = tl[tl > 0]
     return int(tl.mode().iloc[0]) if len(tl) else None
@@ -253,6 +257,8 @@ def derive_records(table: pd.DataFrame, spec: FlatnessSpec | None = None) -> lis
     ``task_options``), ready for :func:`lctx.harness.tables.to_table`. Models with no training length get
     error records saying so. ``spec`` None: the defaults of :class:`FlatnessSpec`.
     """
+    import pandas as pd  # lazy: loads pandas (`lctx list tasks` imports this module)
+
     spec = spec or FlatnessSpec()
     if table is None or table.empty:
         return []
@@ -352,6 +358,8 @@ def write_tables_with_flatness(out_dir: Path, spec: FlatnessSpec | None = None, 
 def format_flatness(table: pd.DataFrame) -> str:
     """The flatness rows of a table as text lines: per model, the ratios by length, flat-until and
     effective length (tokens and multiples of the training length)."""
+    import pandas as pd  # lazy: loads pandas (`lctx list tasks` imports this module)
+
     rows = table[table["task"] == TASK]
     lines = []
     for (model, variant), g in rows.groupby(["model", "variant"], sort=False, dropna=False):

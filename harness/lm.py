@@ -544,7 +544,7 @@ class LM(TokenizerSide):
 def load_lm(path: str, device: str = "auto", dtype: str = "float32", name: str | None = None,
             chunk_size: int = 2048, trust_remote_code: bool = False, attn_override: str | None = None,
             attn_impl: str | None = None, cache_dir: str | None = None, log=None, chat_template: bool = False,
-            system_prompt: str | None = None) -> LM:
+            system_prompt: str | None = None, progress: bool = True) -> LM:
     """Load a checkpoint (lctx or Hugging Face causal-LM directory, or a GGUF file) as an :class:`LM`.
 
     A ``.gguf`` file, or a directory holding exactly one (and no ``config.json``), is dequantised to
@@ -561,6 +561,7 @@ def load_lm(path: str, device: str = "auto", dtype: str = "float32", name: str |
     checkpoints: ``"reference"`` runs transformers' ``eager`` attention, ``"sdpa"`` its ``sdpa``;
     ``"fast"`` is refused (lctx's kernels implement lctx's variants, not transformers' attention classes).
     ``chat_template`` / ``system_prompt``: see :meth:`LM.prompt` (``--chat-template on``, ``--system-prompt``).
+    ``progress`` False (``--no-progress``): no de-quantising bar when a GGUF file is converted.
 
     Raises:
         LctxError: ``attn_impl="fast"`` for a Hugging Face checkpoint; ``chat_template`` for a tokenizer without
@@ -570,7 +571,9 @@ def load_lm(path: str, device: str = "auto", dtype: str = "float32", name: str |
             ``trust_remote_code``, fails to load (corrupt or incomplete weights, unsafe pickle, no
             tokenizer), or cannot take the override; the message says what to do.
     """
-    import lctx.models  # noqa: F401  (registers model_type "lctx" with the Auto classes)
+    from lctx.models import register_with_transformers
+
+    register_with_transformers()  # model_type "lctx" for the Auto classes, also after a light import (cli)
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
@@ -580,7 +583,7 @@ def load_lm(path: str, device: str = "auto", dtype: str = "float32", name: str |
     gguf_file = find_gguf(path)
     source = path
     if gguf_file is not None:
-        path, _ = cached_gguf_dir(gguf_file, dtype=dtype, cache_dir=cache_dir, log=log)
+        path, _ = cached_gguf_dir(gguf_file, dtype=dtype, cache_dir=cache_dir, log=log, progress=progress)
         name = name or gguf_file.stem
         source = str(gguf_file)
     p = Path(path)

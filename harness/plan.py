@@ -157,7 +157,9 @@ def load_config(path: str, trust_remote_code: bool = False):
         LctxError: not a directory, no config.json, an unreadable config, or one that needs remote code
             without ``trust_remote_code``.
     """
-    import lctx.models  # noqa: F401  (registers model_type "lctx")
+    from lctx.models import register_with_transformers
+
+    register_with_transformers()  # model_type "lctx" for the Auto classes, also after a light import (cli)
     from transformers import AutoConfig
 
     p = Path(path)

@@ -29,8 +29,10 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
+if TYPE_CHECKING:  # pandas on first use: `lctx list tasks` imports this module for its
+    import pandas as pd  # registered name only (issue 15.4, tests/test_startup.py)
 
 from .derived import DerivedStep, base_record, json_cell, ok_rows, replace_name, take_options, write_run_tables
 from lctx.errors import LctxError
@@ -198,6 +200,8 @@ def latest_options(rows: pd.DataFrame) -> pd.DataFrame:
     then has no score for the task (the average there is an error row, not a mix)."""
     if rows.empty or "task_options" not in rows.columns:
         return rows
+    import pandas as pd  # lazy: loads pandas (`lctx list tasks` imports this module)
+
     opts = rows["task_options"].map(lambda o: json.dumps(json_cell(o), sort_keys=True, default=str))
     keep = pd.Series(True, index=rows.index)
     stamp = rows["timestamp"].astype("string").fillna("") if "timestamp" in rows.columns else None
@@ -216,6 +220,8 @@ def task_scores(rows: pd.DataFrame, tasks: list[str] | tuple[str, ...]) -> pd.Da
     x100) for one model's rows, one option set per task (:func:`latest_options`); NaN where a task ran at a
     length but no sample succeeded. Index: the tasks present (in ``tasks`` order), columns: the lengths (int)
     at which any of them ran."""
+    import pandas as pd  # lazy: loads pandas (`lctx list tasks` imports this module)
+
     rows = latest_options(rows[rows["task"].isin(list(tasks))])
     present = [t for t in tasks if (rows["task"] == t).any()]
     lengths = sorted({int(x) for x in pd.to_numeric(rows.loc[rows["task"].isin(present), "length"],
@@ -246,6 +252,8 @@ def derive_records(table: pd.DataFrame, spec: RulerSpec | None = None) -> list[d
     makes them; existing ``ruler`` rows are ignored): per (model, variant) that ran any of ``spec.tasks``, one
     ``average`` record per length and one ``effective_length`` record (see the module docstring), each a dict
     with the runner's record fields, ready for :func:`lctx.harness.tables.to_table`."""
+    import pandas as pd  # lazy: loads pandas (`lctx list tasks` imports this module)
+
     from .flatness import effective_length
 
     spec = spec or RulerSpec()
@@ -324,6 +332,8 @@ def ruler_table(rows: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
     lengths (percent, RULER's order) and a last row ``average``; plus {"threshold", "effective_length",
     "tasks", "left_out"} from the ``ruler`` rows (empty dict without them). With the rows of several runs (more
     than one ``effective_length`` row), the effective length is recomputed over all their lengths' averages."""
+    import pandas as pd  # lazy: loads pandas (`lctx list tasks` imports this module)
+
     r = rows[rows["task"] == GROUP]
     info: dict = {}
     tasks = list(ruler_tasks())

@@ -29,6 +29,7 @@ import lctx
 from lctx.tasks import Task
 
 from . import distributed as D
+from .console import count
 from lctx.errors import LctxError, NonFiniteLogitsError
 from .lm import LM
 from .tables import read_records, record_key, write_tables
@@ -205,12 +206,17 @@ def auto_batch_size(lm: LM, length: int) -> int:
     return best
 
 
-def batches(work: list, batch_size: int | str) -> list[list]:
+def batches(work: list, batch_size: int | str, log=None) -> list[list]:
     """Group the work items ``(lm, task, cell, base)`` into batches: consecutive items of one model, one
     :attr:`~lctx.tasks.Task.batched` task and one length, at most ``batch_size`` each (``"auto"``:
-    :func:`auto_batch_size` per model and length); the consecutive items of one model and one
+    :func:`auto_batch_size` per model and length, told to ``log`` once per model and length, a line such as
+    ``batch size (auto): 4 for pydoc-tiny-rope at 1024 tokens``); the consecutive items of one model and one
     :attr:`~lctx.tasks.Task.whole` task form one group whatever the batch size; everything else runs alone
-    (batches of one)."""
+    (batches of one).
+
+    Raises:
+        LctxError: ``batch_size`` is neither a positive integer nor ``"auto"``.
+    """
     if batch_size != "auto" and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
         raise LctxError(f"batch size {batch_size!r} is not a positive integer nor 'auto'; use e.g. 4")
     out: list[list] = []
@@ -224,14 +230,20 @@ def batches(work: list, batch_size: int | str) -> list[list]:
             else:
                 out.append([item])
             continue
-        if batch_size == "auto":
+        if not (task.batched and lm.can_batch):
+            n = 1
+        elif batch_size == "auto":
             key = (id(lm), cell.length)
             if key not in sizes:
                 sizes[key] = auto_batch_size(lm, cell.length)
+                if log is not None:
+                    log(f"batch size (auto): {sizes[key]} for {lm.name} at {cell.length} tokens (the most whose "
+                        f"planned prefill fits half the {lm.device.type} memory, at most "
+                        f"{AUTO_BATCH_CAP.get(lm.device.type, 1)})")
             n = sizes[key]
         else:
             n = int(batch_size)
-        if (n > 1 and task.batched and lm.can_batch and prev is not None and len(prev) < n
+        if (n > 1 and prev is not None and len(prev) < n
                 and prev[0][0] is lm and prev[0][1] is task and prev[0][2].length == cell.length):
             prev.append(item)
         else:
@@ -348,7 +360,7 @@ def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo, batch_size=1, 
     n_total = len(work)
     skipped = sum(len(t.cells(spec.lengths, spec.depths, spec.samples)) for t in tasks) * len(lms) - n_total
     if skipped and dinfo.is_main:
-        log(f"resuming {out_dir}: {skipped} samples already recorded, {n_total} to run")
+        log(f"resuming {out_dir}: {count(skipped, 'sample')} already recorded, {n_total} to run")
     if dinfo.distributed:  # [distributed] a deterministic share, balanced by length in tokens
         D.check_same_work([record_key(w[3]) for w in work])
         work = D.shard(work, dinfo, cost=lambda w: w[2].length)
@@ -356,21 +368,22 @@ def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo, batch_size=1, 
     from .console import SweepProgress
 
     costs = [sample_cost(task, lm, cell) for lm, task, cell, _ in work]  # prefill tokens: the bar's weights
+    groups = batches(work, batch_size, log=log if dinfo.is_main else None)  # before the bar: its lines stay whole
     errors = 0
     if work:
         with RecordWriter(rec_path, kept=skipped) as writer, \
                 SweepProgress(costs, enabled=progress and dinfo.is_main,  # [distributed]
                               desc="lctx run" + (f" (rank 0 of {dinfo.world_size})" if dinfo.distributed else "")) as bar:
             cost_of = {id(w): c for w, c in zip(work, costs)}
-            for group in batches(work, batch_size):
+            for group in groups:
                 lm, task, cell, base = group[0]
                 if task.whole:
-                    bar.start(f"{lm.name} {task.key} ({len(group)} samples)")
+                    bar.start(f"{lm.name} {task.key} ({count(len(group), 'sample')})", n=len(group))
                     recs = _run_whole(lm, task, [(c, b) for _, _, c, b in group], log)
                 else:
                     bar.start(f"{lm.name} {task.name} L={cell.length}"
                               + (f" d={cell.depth:g}" if cell.depth is not None else "")
-                              + (f" (batch of {len(group)})" if len(group) > 1 else ""))
+                              + (f" (batch of {len(group)})" if len(group) > 1 else ""), n=len(group))
                     recs = (_run_batch(lm, task, [(c, b) for _, _, c, b in group], spec.seed) if len(group) > 1
                             else [_run_one(lm, task, cell, base, spec.seed)])
                 for rec in recs:

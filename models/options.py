@@ -24,11 +24,17 @@ class Opt:
     doc: str = ""
     choices: tuple = ()
 
-    def describe(self) -> str:
-        """``"lsh_samples"``-style help: the type, the choices and the default, e.g. ``int, default 16``."""
+    def describe(self, default: object = None, per_base: dict | None = None) -> str:
+        """``"lsh_samples"``-style help: the type, the choices and the default, e.g. ``int, default 16``.
+        ``default``: the default to name instead of :attr:`default` (a variant's ``option_defaults``);
+        ``per_base``: {base variant: default} where a modifier's default differs on that base, e.g.
+        ``bool, default false; true with ggd_bam``."""
+        def show(v):
+            return str(v).lower() if isinstance(v, bool) else v
+
         kind = "|".join(self.choices) if self.choices else self.type.__name__
-        default = str(self.default).lower() if isinstance(self.default, bool) else self.default
-        return f"{kind}, default {default}"
+        text = f"{kind}, default {show(self.default if default is None else default)}"
+        return text + "".join(f"; {show(v)} with {b}" for b, v in (per_base or {}).items())
 
 
 #: The options of each variant and modifier (a composed ``"ggd_bam+ssmax"`` takes the union). The code that

@@ -302,7 +302,9 @@ def lctx_hflm_class():
     global _LCTX_HFLM
     if _LCTX_HFLM is not None:
         return _LCTX_HFLM
-    import lctx.models  # noqa: F401  (registers model_type "lctx" with the Auto classes)
+    from lctx.models import register_with_transformers
+
+    register_with_transformers()  # model_type "lctx" for the Auto classes, also after a light import (cli)
     from lm_eval.api.registry import register_model
     from lm_eval.models.huggingface import HFLM
 

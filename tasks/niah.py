@@ -73,9 +73,21 @@ import numpy as np
 from lctx.errors import LctxError
 from lctx.metrics import (MATCH_MODES, postprocess_pred, string_match_all, string_match_part, tf_gain,  # noqa: F401
                           tf_logprob, tf_mrr, tf_top1, value_found)
-from lctx.models.fingerprint import content_key
 
 from .base import DECODE_STEP_TOKENS, Cell, Sample, Task, register_task
+
+
+def content_key(*paths: str | os.PathLike) -> tuple[str, ...]:
+    """The SHA-256 of each file: :func:`lctx.models.fingerprint.content_key`, imported on first use, since
+    importing :mod:`lctx.models` loads torch and registers with transformers, which ``lctx list tasks`` must
+    not pay for (issue 15.4; ``tests/test_startup.py``).
+
+    Raises:
+        LctxError: a file is missing or unreadable.
+    """
+    from lctx.models.fingerprint import content_key as key  # lazy: loads torch and transformers (lctx.models)
+
+    return key(*paths)
 
 # --- RULER's text, verbatim -----------------------------------------------------------------------
 #: scripts/data/synthetic/constants.py, TASKS["niah"]["template"]
