@@ -24,6 +24,7 @@ left-out tasks with the reason). ``plots/ruler_<model>.png`` draws the task x le
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from dataclasses import dataclass, field
@@ -54,6 +55,17 @@ register_group(TaskInfo(GROUP, DESCRIPTION, METRICS, REQUIRES))
 def ruler_tasks() -> tuple[str, ...]:
     """RULER's 13 task names in RULER's order (``scripts/config_tasks.sh``)."""
     return RULER_TASKS
+
+
+def niah_tokens_to_generate() -> int:
+    """RULER's generation budget of its NIAH tasks in tokens (``scripts/data/synthetic/constants.py``,
+    ``TASKS["niah"]["tokens_to_generate"]`` = 128): what the ``ruler`` group gives each ``niah_*`` task as
+    ``max_new_tokens`` unless the user sets one (lctx's own NIAH default outside the group is the answer's
+    tokens + 8). The prompt is then fitted to ``length - 128`` tokens, as RULER's ``niah.py`` subtracts
+    ``tokens_to_generate`` from ``max_seq_length``; greedy decoding still stops at EOS / the end of turn."""
+    from lctx.tasks.niah import RULER_TOKENS_TO_GENERATE
+
+    return int(RULER_TOKENS_TO_GENERATE)
 
 
 def task_metric(task: str) -> str:
@@ -128,8 +140,9 @@ def split_ruler(task_names: list[str], task_options: list[str], data_dir=None, s
 
     Input: the task names of ``--tasks``, the raw ``--task-option`` items, the data dir, ``--samples`` and the
     depths. Output: (task names with ``ruler`` replaced, each once, order kept; the option items not addressed
-    to ``ruler``, plus ``cwe.samples=`` / ``fwe.samples=`` = samples x number of depths unless given, so that the
-    tasks without a depth axis get as many samples per length as the others; the :class:`RulerSpec`; lines
+    to ``ruler``, plus ``niah_*.max_new_tokens=128`` (RULER's NIAH generation budget,
+    :func:`niah_tokens_to_generate`) and ``cwe.samples=`` / ``fwe.samples=`` = samples x number of depths, each
+    unless given, so that the tasks without a depth axis get as many samples per length as the others; the :class:`RulerSpec`; lines
     to print: which tasks run and which are left out, and why). Without ``ruler`` in the names, everything is
     returned unchanged with spec None.
 
@@ -156,6 +169,9 @@ def split_ruler(task_names: list[str], task_options: list[str], data_dir=None, s
                         + "; pass --data-dir ../shared/data (RULER's essay and word lists)")
     out = replace_name(task_names, GROUP, run)
     n_depths = len(depths) if depths else 1
+    for t in run:  # RULER's generation budget for its NIAH tasks (constants.py: niah tokens_to_generate 128)
+        if t.startswith("niah_") and "max_new_tokens" not in per_task.get(t, {}):
+            rest.append(f"{t}.max_new_tokens={niah_tokens_to_generate()}")
     for t in ("cwe", "fwe"):
         if t in run and "samples" not in per_task.get(t, {}) and n_depths > 1:
             rest.append(f"{t}.samples={samples * n_depths}")
@@ -173,12 +189,38 @@ def split_ruler(task_names: list[str], task_options: list[str], data_dir=None, s
 # deriving the numbers
 # ----------------------------------------------------------------------------------------------
 
-def task_scores(rows: pd.DataFrame, tasks: list[str] | tuple[str, ...]) -> pd.DataFrame:
-    """Per task x length: RULER's score of each task (percent: mean of its metric over ok samples and depths,
-    x100) for one model's rows; NaN where a task ran at a length but no sample succeeded. Index: the tasks
-    present (in ``tasks`` order), columns: the lengths (int) at which any of them ran."""
+def latest_options(rows: pd.DataFrame) -> pd.DataFrame:
+    """One model's task rows with, per task, only the rows of one option set: the set of its newest record
+    (largest ``timestamp``). A run directory keeps every option set it ran as a series of its own (run.json's
+    ``current`` map, :func:`lctx.harness.tables.select_current`), so a resumed run whose NIAH budget changed
+    (before and after the group gave ``niah_*`` RULER's 128 tokens) holds both; RULER scores a task under one
+    setting, so its score (and the average) must not pool them. A length that only the older set reached
+    then has no score for the task (the average there is an error row, not a mix)."""
+    if rows.empty or "task_options" not in rows.columns:
+        return rows
     import pandas as pd  # lazy: loads pandas (`lctx list tasks` imports this module)
 
+    opts = rows["task_options"].map(lambda o: json.dumps(json_cell(o), sort_keys=True, default=str))
+    keep = pd.Series(True, index=rows.index)
+    stamp = rows["timestamp"].astype("string").fillna("") if "timestamp" in rows.columns else None
+    for task in rows["task"].unique():
+        m = rows["task"] == task
+        if opts[m].nunique() < 2:
+            continue
+        order = list(stamp[m]) if stamp is not None else list(range(int(m.sum())))
+        newest = opts[m].iloc[max(range(len(order)), key=lambda i: (order[i], i))]
+        keep &= ~m | (opts == newest)
+    return rows[keep]
+
+
+def task_scores(rows: pd.DataFrame, tasks: list[str] | tuple[str, ...]) -> pd.DataFrame:
+    """Per task x length: RULER's score of each task (percent: mean of its metric over ok samples and depths,
+    x100) for one model's rows, one option set per task (:func:`latest_options`); NaN where a task ran at a
+    length but no sample succeeded. Index: the tasks present (in ``tasks`` order), columns: the lengths (int)
+    at which any of them ran."""
+    import pandas as pd  # lazy: loads pandas (`lctx list tasks` imports this module)
+
+    rows = latest_options(rows[rows["task"].isin(list(tasks))])
     present = [t for t in tasks if (rows["task"] == t).any()]
     lengths = sorted({int(x) for x in pd.to_numeric(rows.loc[rows["task"].isin(present), "length"],
                                                     errors="coerce").dropna()})
