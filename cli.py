@@ -6,18 +6,23 @@ User mistakes raise :class:`lctx.errors.LctxError`; :func:`main` prints them as 
 
 from __future__ import annotations
 
+import inspect
 import re
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import List, Optional
 
 import click
 import typer
 
+import lctx
 from lctx import ATTN_IMPLS
+from lctx.harness.console import count, print_frame, print_table, table_format
 from lctx.harness.args import check_writable_dir, data_path, parse_batch_size, parse_depths, parse_lengths, parse_options
 from lctx.errors import EXIT_ALL_FAILED, EXIT_USAGE, LctxError
-from lctx.harness.evaluate import DEFAULT_MODEL
+from lctx.harness.evaluate import DEFAULT_MODEL, evaluate
 
 class _WholeHelp:
     """Help that is never cut: usage lines as the rest of the world writes them (``lctx compare [OPTIONS]
@@ -29,8 +34,6 @@ class _WholeHelp:
         return [re.sub(r"^\{(.*)\}((\.\.\.)?)$", r"\1\2", p) for p in super().collect_usage_pieces(ctx)]
 
     def get_short_help_str(self, limit: int = 45) -> str:
-        import inspect
-
         text = inspect.cleandoc(self.short_help or self.help or "").split("\n\n")[0]
         return " ".join(text.split())
 
@@ -49,10 +52,17 @@ app = typer.Typer(cls=_Group, add_completion=False, no_args_is_help=True, pretty
 DEFAULT_DEPTHS = "0,0.25,0.5,0.75,1"
 
 
+def _light_models() -> None:
+    """Let a first ``import lctx.models`` skip the transformers modeling stack (seconds, ~200 MiB): for commands
+    that need the variant registry only (``lctx list variants``, ``lctx train``'s checks). Loading a checkpoint
+    registers ``model_type="lctx"`` later all the same (:func:`lctx.models.register_with_transformers`)."""
+    lctx._light_import = True
+
+
 def _configure_threads() -> None:
     """Intra-op threads for a computing command: LCTX_NUM_THREADS / OMP_NUM_THREADS, else the cores not
     already busy (:func:`lctx.kernels.default_threads`; README "Threads")."""
-    from lctx.kernels import configure_threads
+    from lctx.kernels import configure_threads  # lazy: loads torch
 
     configure_threads()
 
@@ -100,8 +110,6 @@ def run(
         raise LctxError(f"--chat-template {chat_template!r} is not on or off; write --chat-template on")
     parse_lengths(lengths), parse_depths(depths), parse_batch_size(batch_size)  # one-line errors before the heavy imports
     explicit_lengths = getattr(ctx.get_parameter_source("lengths"), "name", "DEFAULT") != "DEFAULT"  # --lengths given
-    from lctx.harness.evaluate import evaluate
-
     result = evaluate(
         list(model) if model else None, tasks, lengths=lengths if explicit_lengths else None, depths=depths,
         samples=samples, out=out, relative=relative, train_length=train_length, task_options=task_option or [],
@@ -123,22 +131,22 @@ def run(
     if len(failed):
         msgs = failed.drop_duplicates(["model", "task", "length", "depth", "sample"])["error"].value_counts()
         for msg, n in msgs.head(5).items():
-            typer.echo(f"failed ({n} sample{'s' if n != 1 else ''}): {msg}", err=True)
+            typer.echo(f"failed ({count(n, 'sample')}): {msg}", err=True)
         if len(msgs) > 5:
             rest = int(msgs.iloc[5:].sum())
-            typer.echo(f"... and {len(msgs) - 5} more distinct error messages ({rest} samples) not shown; "
+            typer.echo(f"... and {len(msgs) - 5} more distinct error messages ({count(rest, 'sample')}) not shown; "
                        f"see the error column of {out}/results.csv", err=True)
     if result.superseded:
-        typer.echo(f"note: {result.superseded} records of earlier inputs (other weights, data, settings or versions) "
+        typer.echo(f"note: {count(result.superseded, 'record')} of earlier inputs (other weights, data, settings or versions) "
                    f"are kept in {out}/records.jsonl but left out of the tables", err=True)
-    typer.echo(f"wrote {out}/results.parquet, results.csv, summary.csv ({len(result.table)} rows; "
-               f"{result.ran} samples run, {result.skipped} resumed, {result.errors} errors)")
+    typer.echo(f"wrote {out}/results.parquet, results.csv, summary.csv ({count(len(result.table), 'row')}; "
+               f"{count(result.ran, 'sample')} run, {result.skipped} resumed, {count(result.errors, 'error')})")
     for p in result.plots:
         typer.echo(f"plot: {p}")
     if "ruler" in result.reports:
         typer.echo(result.reports["ruler"])
     if result.ok == 0 and result.errors > 0:
-        typer.echo(f"error: every sample of this run failed ({result.errors} errors; see above and "
+        typer.echo(f"error: every sample of this run failed ({count(result.errors, 'error')}; see above and "
                    f"{out}/results.csv); exit status {EXIT_ALL_FAILED}", err=True)
         raise typer.Exit(EXIT_ALL_FAILED)
 
@@ -147,9 +155,7 @@ def _print_summary(summary) -> None:
     """Print mean per (model, task, metric, length), averaged over depths: a rich table on a terminal, a
     Markdown table off one (every cell whole; see :mod:`lctx.harness.console`). Cells of different options
     (a model run with two ``--stride`` values) are separate rows, named by the options."""
-    from lctx.harness.console import print_table
-
-    from lctx.harness.tables import label_names
+    from lctx.harness.tables import label_names  # lazy: loads pandas
 
     summary = summary[summary["length"].notna()]  # lm-eval tasks (no length) print their own table
     if summary.empty:
@@ -196,14 +202,10 @@ def train(
     progress: bool = typer.Option(True, "--progress/--no-progress"),
 ):
     """Train a small model of one variant (tokenizer + AdamW/cosine), write a checkpoint directory."""
-    from lctx.tasks import textdata
-    from lctx.harness.devices import resolve_device
-    from lctx.harness.train import RetrievalMix
-    from lctx.harness.train import train as train_fn
-
     variant_options = parse_options(option or [])
-    from lctx.models.options import check_variant_options
-    from lctx.models.variants import get_variant
+    _light_models()  # the variant checks below need the registry only (one-line errors without transformers)
+    from lctx.models.options import check_variant_options  # lazy: loads torch (lctx.models)
+    from lctx.models.variants import get_variant  # lazy: loads torch (lctx.models)
 
     try:
         get_variant(variant)
@@ -213,6 +215,11 @@ def train(
     except ValueError as e:
         raise LctxError(f"--option: {e}") from None
     check_writable_dir(out)
+    from lctx.tasks import textdata  # lazy: loads lctx.tasks and numpy (-X importtime: 0.4 s, more than lctx.cli itself)
+    from lctx.harness.devices import resolve_device  # lazy: loads torch
+    from lctx.harness.train import RetrievalMix  # lazy: loads torch, transformers
+    from lctx.harness.train import train as train_fn  # lazy: loads torch, transformers
+
     _configure_threads()
     docs = textdata.load_corpus(data) if data else textdata.pydoc_corpus("train")
     dev = resolve_device(device)
@@ -240,8 +247,8 @@ def diagnose_prior(
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Run Python code shipped with a Hugging Face checkpoint (auto_map). Off by default."),
 ):
     """Plot each head's learned GGD-BAM prior exp(b(d)) vs distance, coloured by beta; write prior_params.csv."""
-    from lctx.harness.diagnostics import plot_priors, prior_table
-    from lctx.harness.lm import load_lm
+    from lctx.harness.diagnostics import plot_priors, prior_table  # lazy: loads torch, transformers, matplotlib
+    from lctx.harness.lm import load_lm  # lazy: loads torch, transformers
 
     check_writable_dir(out)
     lm = load_lm(model, device="cpu", trust_remote_code=trust_remote_code)
@@ -266,11 +273,11 @@ def diagnose_far_mass(
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Run Python code shipped with a Hugging Face checkpoint (auto_map). Off by default."),
 ):
     """Share of attention mass beyond a distance as the context grows (seed 004's near/far mass)."""
-    import pandas as pd
+    import pandas as pd  # lazy: loads pandas
 
-    from lctx.tasks import textdata
-    from lctx.harness.diagnostics import far_mass, plot_far_mass
-    from lctx.harness.lm import load_lm
+    from lctx.tasks import textdata  # lazy: loads lctx.tasks and numpy
+    from lctx.harness.diagnostics import far_mass, plot_far_mass  # lazy: loads torch, transformers, matplotlib
+    from lctx.harness.lm import load_lm  # lazy: loads torch, transformers
 
     length_list = parse_lengths(lengths)
     if distance is not None and distance >= max(length_list):
@@ -305,7 +312,7 @@ def compare(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Where compare.csv and compare.md go (default: RUN_DIR/compare)."),
 ):
     """Gate a run on a baseline: exit 0 when nothing regressed, 1 on a regression, 2 on bad input."""
-    from lctx.harness.compare import Rules, compare_dirs, load_rules, parse_aliases, parse_tolerances, print_report, write_report
+    from lctx.harness.compare import Rules, compare_dirs, load_rules, parse_aliases, parse_tolerances, print_report, write_report  # lazy: loads pandas
 
     try:
         r = load_rules(rules) if rules is not None else Rules()
@@ -337,7 +344,7 @@ def convert_llama2c(
     out: Path = typer.Option(..., "--out", "-o", help="Directory to write the Hugging Face LlamaForCausalLM into."),
 ):
     """Convert a llama2.c checkpoint and its tokenizer into a Hugging Face Llama directory (safetensors)."""
-    from lctx.models.convert import convert_llama2c as convert_fn
+    from lctx.models.convert import convert_llama2c as convert_fn  # lazy: loads torch, transformers
 
     check_writable_dir(out)
     path = convert_fn(src, tokenizer, out)
@@ -351,7 +358,7 @@ def convert_gguf(
     dtype: str = typer.Option("float32", "--dtype", help="Dtype of the dequantised weights: float32, bfloat16 or float16."),
 ):
     """Dequantise a GGUF checkpoint (transformers' GGUF support) into a Hugging Face directory (safetensors + tokenizer with its chat template)."""
-    from lctx.harness.gguf import convert_gguf as convert_fn, find_gguf
+    from lctx.harness.gguf import convert_gguf as convert_fn, find_gguf  # lazy: +7 ms (hashlib, tempfile) to lctx.cli's import (-X importtime)
 
     gguf_file = find_gguf(src)
     if gguf_file is None:
@@ -401,7 +408,7 @@ def bench(
             raise LctxError(f"--threads {threads!r} is not a list of positive integers; write e.g. --threads 1,2")
     check_writable_dir(out)
     if model is not None:
-        from lctx.harness.bench import print_prefill, run_prefill_bench
+        from lctx.harness.bench import print_prefill, run_prefill_bench  # lazy: loads torch, transformers, triton
 
         if "--impl" not in sys.argv and impl == ",".join(ATTN_IMPLS[::-1]):
             impls = ["sdpa", "fast"]
@@ -414,9 +421,9 @@ def bench(
         exps.to_csv(out / "prefill_exponents.csv", index=False)
         typer.echo(f"wrote {out / 'prefill.csv'} and {out / 'prefill_exponents.csv'}")
         return
-    from lctx.harness.bench import print_bench, run_bench, write_bench
-    from lctx.harness.plan import parse_bytes
-    from lctx.models import VARIANTS
+    from lctx.harness.bench import print_bench, run_bench, write_bench  # lazy: loads torch, transformers, triton
+    from lctx.harness.plan import parse_bytes  # lazy: loads torch
+    from lctx.models import VARIANTS  # lazy: loads torch (lctx.models)
 
     names = [v.strip() for v in variants.split(",") if v.strip()] if variants else sorted(VARIANTS)
     table, exps = run_bench(names, impls, length_list, heads=heads, head_dim=head_dim, batch=batch, device=device,
@@ -443,22 +450,21 @@ def plan(
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Run Python code shipped with a Hugging Face checkpoint (auto_map) to read its config. Off by default."),
 ):
     """Print the expected peak memory of a chunked prefill (weights, KV cache, activations) and refuse one that cannot fit."""
-    from lctx.harness import plan as P
-    from lctx.harness.console import print_table
-
     T = parse_lengths(length)
     if len(T) != 1:
         raise LctxError(f"--length {length!r} names {len(T)} lengths; pass one, e.g. --length 512k")
+    from lctx.harness import plan as P  # lazy: loads torch
+
     override = P.parse_bytes(device_memory) if device_memory else None
     if override is None:
-        from lctx.harness.devices import resolve_device
+        from lctx.harness.devices import resolve_device  # lazy: loads torch
 
         device = str(resolve_device(device))
     cfg = P.load_config(model, trust_remote_code=trust_remote_code)
     shown = Path(model).resolve()
     shown = shown.stem if shown.suffix.lower() == ".gguf" else shown.name  # as `lctx run` names the model
     if attn_impl is not None:
-        from lctx.harness.lm import check_attn_impl
+        from lctx.harness.lm import check_attn_impl  # lazy: loads torch, transformers
 
         check_attn_impl(attn_impl, cfg, shown)  # fast on a Hugging Face model: refused
     mp = P.plan_memory(cfg, T[0], chunk_size=chunk_size, dtype=dtype, impl=attn_impl, batch=batch,
@@ -485,8 +491,7 @@ def report(
     title: Optional[str] = typer.Option(None, "--title", help="Page title."),
 ):
     """Write one extrapolation report (HTML with embedded plots, Markdown, PNGs, summary.csv) from run directories."""
-    from lctx.harness.console import print_frame
-    from lctx.harness.report import build_report
+    from lctx.harness.report import build_report  # lazy: loads pandas, matplotlib
 
     check_writable_dir(out)
     res = build_report([str(d) for d in run_dirs], out, at=at, title=title)
@@ -502,11 +507,9 @@ def list_(
 ):
     """List the tasks `lctx run --tasks` accepts, the metrics they report (registered in lctx.metrics, with their
     source), or the attention variants and modifiers `lctx train --variant` accepts."""
-    from lctx.harness.console import print_table
-
     if what == "tasks":
-        from lctx.harness import flatness, ruler  # noqa: F401  (register the derived names)
-        from lctx.tasks import load_entry_point_tasks, load_task_file, task_catalog
+        from lctx.harness import flatness, ruler  # noqa: F401  (register the derived names); lazy: loads lctx.tasks and numpy
+        from lctx.tasks import load_entry_point_tasks, load_task_file, task_catalog  # lazy: loads lctx.tasks and numpy
 
         load_entry_point_tasks()
         for tf in task_file or []:
@@ -514,9 +517,9 @@ def list_(
         print_table(["task", "description", "metrics", "data (under --data-dir)"],
                     [[t.name, t.description, ", ".join(t.metrics), t.requires] for t in task_catalog()])
     elif what == "metrics":
-        from lctx.harness import flatness, ruler  # noqa: F401  (register the derived names)
-        from lctx.metrics import METRICS
-        from lctx.tasks import load_entry_point_tasks, load_task_file, task_catalog
+        from lctx.harness import flatness, ruler  # noqa: F401  (register the derived names); lazy: loads lctx.tasks and numpy
+        from lctx.metrics import METRICS  # lazy: +3 ms to lctx.cli's import (-X importtime)
+        from lctx.tasks import load_entry_point_tasks, load_task_file, task_catalog  # lazy: loads lctx.tasks and numpy
 
         load_entry_point_tasks()
         for tf in task_file or []:
@@ -530,20 +533,30 @@ def list_(
                     [[m.name, m.direction, ", ".join(used.get(m.name, [])), m.summary]
                      for m in sorted(METRICS.values(), key=lambda m: m.name)])
     elif what == "variants":
-        import lctx
+        _light_models()
+        from lctx.models import MODIFIERS, VARIANTS, get_variant  # lazy: loads torch (lctx.models)
+        from lctx.models.options import OPTIONS_VERSION, option_schema  # lazy: loads torch (lctx.models)
 
-        lctx._light_import = True  # the registry only: no transformers modeling stack (lctx.models docstring)
-        from lctx.models import MODIFIERS, VARIANTS
-        from lctx.models.options import option_schema
+        takes = sorted(n for n, c in VARIANTS.items() if getattr(c, "composable", True))
 
-        def options(name: str) -> str:
-            return ", ".join(f"{k}=<{o.describe()}>" for k, o in (option_schema(name) or {}).items())
+        def defaults(name: str) -> dict:  # what a new model computes with (config's options_version)
+            cls = MODIFIERS[name] if name in MODIFIERS else get_variant(name)
+            return cls.option_defaults(OPTIONS_VERSION)
+
+        def options(name: str, modifier: bool = False) -> str:
+            own = defaults(name)
+            out = []
+            for k, o in (option_schema(name) or {}).items():
+                d = own.get(k, o.default)
+                per_base = {b: v for b in takes if modifier
+                            for v in [defaults(f"{b}+{name}").get(k, d)] if v != d}  # e.g. ssmax_scale_bias on ggd_bam
+                out.append(f"{k}=<{o.describe(d, per_base)}>")
+            return ", ".join(out)
 
         rows = [[name, cls.summary, options(name)] for name, cls in sorted(VARIANTS.items())]
-        takes = sorted(n for n, c in VARIANTS.items() if getattr(c, "composable", True))
         for name, cls in sorted(MODIFIERS.items()):  # e.g. rope+ssmax
             rows.append([f"+{name}", f"{cls.summary}; a modifier: add it to a softmax variant "
-                                     f"({', '.join(takes)}), e.g. --variant rope+{name}", options(name)])
+                                     f"({', '.join(takes)}), e.g. --variant rope+{name}", options(name, True)])
         print_table(["variant", "what it is", "options (--option KEY=VALUE; typed, others refused)"], rows)
     else:
         raise LctxError(f"cannot list {what!r}; use `lctx list tasks`, `lctx list metrics` or `lctx list variants`")
@@ -578,11 +591,38 @@ for _typer_app in (app, diagnose_app, convert_app):  # every command gets the wh
 def _help_format() -> None:
     """``--help`` as rich panels on a terminal; off one (a log, a pipe) as click's plain text, which wraps
     long help instead of cutting option names and defaults to ``…`` (rich's panels are 80 columns there)."""
-    from lctx.harness.console import table_format
-
     mode = "rich" if table_format() == "rich" else None
     for a in (app, diagnose_app, convert_app):
         a.rich_markup_mode = mode
+
+
+def _bad_value(e: Exception) -> str | None:
+    """One line naming the problem and the fix for an option value typer refused (``--samples 0``: "--samples 0
+    is below the minimum 1; pass --samples 1 or more"), from the validation error typer raises it from (typer
+    >= 0.2x checks values with pydantic: ``errors()`` of ``e.__cause__``); ``None`` when that is unknown."""
+    param, cause = getattr(e, "param", None), e.__cause__
+    errors = cause.errors() if callable(getattr(cause, "errors", None)) else None
+    opts = [o for o in (getattr(param, "opts", None) or []) if o.startswith("--")]
+    if not (errors and opts and isinstance(errors[0], dict)):
+        return None
+    err, name = errors[0], opts[0]
+    value, bound = err.get("input"), err.get("ctx") or {}
+    cmd = getattr(getattr(getattr(e, "ctx", None), "command", None), "name", None)
+    helps = f"`lctx {cmd} --help`" if cmd else "`lctx --help`"
+    kind = err.get("type")
+    if kind == "greater_than_equal":
+        return f"{name} {value} is below the minimum {bound['ge']}; pass {name} {bound['ge']} or more"
+    if kind == "greater_than":
+        return f"{name} {value} is not above {bound['gt']}; pass {name} above {bound['gt']}"
+    if kind == "less_than_equal":
+        return f"{name} {value} is above the maximum {bound['le']}; pass {name} {bound['le']} or less"
+    if kind == "less_than":
+        return f"{name} {value} is not below {bound['lt']}; pass {name} below {bound['lt']}"
+    if kind in ("int_parsing", "int_from_float"):
+        return f"{name} {value!r} is not a whole number; pass one, e.g. {name} 2 (see {helps})"
+    if kind == "float_parsing":
+        return f"{name} {value!r} is not a number; pass one, e.g. {name} 0.5 (see {helps})"
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -592,9 +632,6 @@ def main(argv: list[str] | None = None) -> int:
     or damaged input (LctxError or a bad option: one ``error:`` line), 3 when every sample of an
     ``lctx run`` failed, 130 on Ctrl-C and 143 on SIGTERM (both print the resume hint).
     """
-    import signal
-    import threading
-
     if argv is None and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _on_sigterm)
     # typer >= 0.20 vendors click (typer._click); older typer raises click's own exceptions.
@@ -618,7 +655,8 @@ def main(argv: list[str] | None = None) -> int:
         if type(e).__name__ == "NoArgsIsHelpError":
             print(msg, file=sys.stderr)  # the help text
         else:
-            print(f"error: {' '.join(msg.split()).rstrip('.')}; see `lctx --help`", file=sys.stderr)
+            line = _bad_value(e) or f"{' '.join(msg.split()).rstrip('.')}; see `lctx --help`"
+            print(f"error: {line}", file=sys.stderr)
         code = EXIT_USAGE
     if argv is None:
         sys.exit(code)

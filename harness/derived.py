@@ -14,11 +14,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
-import pandas as pd
+if TYPE_CHECKING:  # pandas on first use: `lctx list tasks` imports this module for its
+    import pandas as pd  # registered names only (issue 15.4, tests/test_startup.py)
 
 from lctx.errors import LctxError
+
+from .rundir import atomic_write_json, read_json
 
 
 def take_options(name: str, task_options: list[str], example: str) -> tuple[dict, list[str]]:
@@ -100,6 +103,8 @@ def base_record(model, variant, rows: pd.DataFrame, task: str, train_length) -> 
 
 def ok_rows(df: pd.DataFrame) -> pd.DataFrame:
     """Rows with status ok and a numeric value and length (value, length as numbers)."""
+    import pandas as pd  # lazy: loads pandas (`lctx list tasks` imports this module)
+
     out = df[df["status"].astype("string").fillna("") == "ok"].copy()
     out["value"] = pd.to_numeric(out["value"], errors="coerce")
     out["length"] = pd.to_numeric(out["length"], errors="coerce")
@@ -107,6 +112,8 @@ def ok_rows(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _scalar(v):
+    import pandas as pd  # lazy: loads pandas (`lctx list tasks` imports this module)
+
     try:
         return None if v is None or pd.isna(v) else int(v)
     except (TypeError, ValueError):
@@ -115,7 +122,7 @@ def _scalar(v):
 
 def metrics_of_tasks() -> dict[str, tuple[str, ...]]:
     """{task: metrics} of every registered task and lm-eval's tasks (the columns a record may fill)."""
-    from lctx.tasks import TASKS, lmeval
+    from lctx.tasks import TASKS, lmeval  # lazy: loads lctx.tasks and numpy (evaluate, so lctx.cli, imports this module)
 
     return {**{n: tuple(c.metrics) for n, c in TASKS.items()}, **lmeval.METRICS}
 
@@ -131,8 +138,7 @@ def write_run_tables(out_dir: Path, steps: list[DerivedStep] = (), metrics_of: d
     Raises:
         LctxError: ``out_dir`` has no records; a table or figure cannot be written (the records are kept).
     """
-    from .rundir import atomic_write_json, read_json
-    from .tables import current_map, label_names, read_records, to_table, write_tables
+    from .tables import current_map, label_names, read_records, to_table, write_tables  # lazy: loads pandas
 
     out_dir = Path(out_dir)
     records = read_records(out_dir / "records.jsonl")
@@ -148,7 +154,7 @@ def write_run_tables(out_dir: Path, steps: list[DerivedStep] = (), metrics_of: d
         meta = read_json(meta_path) or {}
         meta.update({s.name: s.run_json(s.spec) for s in steps})
         atomic_write_json(meta_path, meta)
-    from lctx.tasks.lmeval import mmlu_subject_table
+    from lctx.tasks.lmeval import mmlu_subject_table  # lazy: loads lctx.tasks and numpy
 
     subj = mmlu_subject_table(table)
     if len(subj):
@@ -156,7 +162,7 @@ def write_run_tables(out_dir: Path, steps: list[DerivedStep] = (), metrics_of: d
     paths: list[Path] = []
     try:
         if plots:
-            from .plots import make_plots
+            from .plots import make_plots  # lazy: loads matplotlib, pandas
 
             paths += make_plots(table.assign(model=label_names(table)), out_dir)
         if derived_plots:

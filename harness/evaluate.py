@@ -110,7 +110,7 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
     """
     warn = warn or log
     if out is None:
-        import tempfile
+        import tempfile  # lazy: +1.5 ms to lctx.cli's import, which imports this module (-X importtime)
 
         out = tempfile.mkdtemp(prefix="lctx-")
     out = Path(out)
@@ -128,31 +128,27 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
     cache_dir = Path(cache_dir) if cache_dir is not None else None
     if isinstance(relative, (list, tuple)):
         relative = ",".join(f"{r:g}" for r in relative)
-    from lctx.kernels import configure_threads
+    task_names = _check_names(models, tasks, task_files)  # one-line errors before torch loads (issue 15.4)
+    from lctx.kernels import configure_threads  # lazy: loads torch
 
     configure_threads()  # README "Threads"
-    from lctx.harness.runner import RunSpec, run_sweep
-    from lctx.tasks import get_task, load_entry_point_tasks, load_task_file
-    from lctx.harness import distributed as dist_
+    from lctx.harness.runner import RunSpec, run_sweep  # lazy: loads torch, transformers, pandas
+    from lctx.tasks import get_task  # lazy: loads lctx.tasks and numpy (lctx.cli imports this module)
+    from lctx.harness import distributed as dist_  # lazy: loads torch
 
     dinfo = dist_.init(device)  # [distributed] under torchrun / accelerate launch: join the job (else no-op)
     device = dist_.rank_device(device, dinfo)  # rank r on cuda:LOCAL_RANK
     if system_prompt is not None and not chat_template:
         raise LctxError("--system-prompt needs --chat-template on (without a chat template there is no system turn)")
     check_writable_dir(out)
-    load_entry_point_tasks()
-    for tf in task_files or []:
-        load_task_file(str(tf))
-    task_names = (split_list(tasks, "--tasks", "--tasks passkey,ppl (see `lctx list tasks`)")
-                  if isinstance(tasks, str) else list(tasks))
     task_option = _task_option_items(task_options)
     task_names, task_option, steps = expand_derived(task_names, task_option, log if dinfo.is_main else None,
                                                     data_dir=data_dir, samples=samples, depths=depth_list)
     flat_spec = next((st.spec for st in steps if st.name == "flatness"), None)
-    from lctx.harness import flatness  # relative lengths and training lengths (--relative, --train-length)
+    from lctx.harness import flatness  # relative lengths and training lengths (--relative, --train-length); lazy: loads lctx.tasks and numpy
 
-    from lctx.tasks import lmeval  # mmlu, arc_easy, arc_challenge: lm-eval's evaluator, no length axis
-    from lctx.harness.lmeval_run import format_summary as format_lmeval_summary
+    from lctx.tasks import lmeval  # mmlu, arc_easy, arc_challenge: lm-eval's evaluator, no length axis; lazy: loads lctx.tasks and numpy
+    from lctx.harness.lmeval_run import format_summary as format_lmeval_summary  # lazy: loads lctx.tasks and numpy
 
     lmeval_names = [n for n in task_names if lmeval.is_lmeval_task(n)]
     task_names = [n for n in task_names if n not in lmeval_names]
@@ -174,7 +170,7 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
             t.documents()  # fail fast on unreadable data, before any model runs
     lms = _load_models(models, attn_override, warn, device=device, dtype=dtype, chunk_size=chunk_size,
                        trust_remote_code=trust_remote_code, attn_impl=attn_impl, cache_dir=cache_dir,
-                       chat_template=chat_template, system_prompt=system_prompt)
+                       chat_template=chat_template, system_prompt=system_prompt, progress=progress)
     if chat_template:  # the setting reaches every record (and so the resume key) through the task options
         for t in task_objs:
             t.options.update(chat_options(system_prompt))
@@ -185,7 +181,8 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
     groups = (flatness.groups_by_train_length(lms, flatness.parse_relative(relative)) if relative
               else [(lms, length_list)])
     _check_before_run(groups, task_objs, ppl_lengths, allow_beyond_max, memory_check)
-    from lctx.harness.rundir import run_dir_lock
+
+    from lctx.harness.rundir import run_dir_lock  # lazy: +7 ms (socket) to lctx.cli's import (-X importtime)
 
     results = []
     with run_dir_lock(out, dinfo):  # created here, after every check: a rejected call leaves nothing behind
@@ -206,7 +203,7 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
         if relative:
             flatness.note_run(out, models=[lm.path for lm in lms], relative=flatness.parse_relative(relative),
                               train_lengths={lm.name: lm.train_length for lm in lms})
-        from lctx.harness.derived import write_run_tables
+        from lctx.harness.derived import write_run_tables  # lazy: +2 ms to lctx.cli's import (-X importtime)
 
         res.table, res.summary, res.plots = write_run_tables(out, steps)  # once, after every sweep
         res.superseded = int(res.table.attrs.get("superseded", 0))
@@ -216,6 +213,35 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
     return res
 
 
+def _check_names(models, tasks, task_files) -> list[str]:
+    """The task names of ``tasks`` (a comma-separated string or a list), after registering the plug-ins'
+    tasks and ``task_files``; checked with what costs no torch or transformers import (``lctx run`` answers
+    these mistakes in well under a second, issue 15.4): every name is a task, a derived name or an lm-eval
+    task, and every path of ``models`` exists.
+
+    Raises:
+        LctxError: an unknown task name (the message lists the known ones), a model path that does not exist,
+            or a task file that does not load (:func:`lctx.tasks.load_task_file`).
+    """
+    from lctx.harness import flatness, ruler  # noqa: F401  (register the derived names: light, no pandas); lazy: loads lctx.tasks and numpy
+    from lctx.tasks import GROUPS, TASKS, get_task, lmeval, load_entry_point_tasks, load_task_file  # lazy: loads lctx.tasks and numpy
+
+    load_entry_point_tasks()
+    for tf in task_files or []:
+        load_task_file(str(tf))
+    names = (split_list(tasks, "--tasks", "--tasks passkey,ppl (see `lctx list tasks`)")
+             if isinstance(tasks, str) else list(tasks))
+    for name in names:
+        if name not in TASKS and name not in GROUPS and not lmeval.is_lmeval_task(name):
+            get_task(name)  # raises the one-line error naming the known tasks
+    for m in [models] if isinstance(models, (str, Path)) else models or []:
+        if not Path(m).exists():
+            raise LctxError(f"checkpoint {str(m)!r} does not exist (not a directory nor a .gguf file); pass a "
+                            "folder written by `lctx train` or save_pretrained, a .gguf file (or omit --model for "
+                            "the bundled default)")
+    return names
+
+
 def _load_models(models, attn_override, warn, **load) -> list:
     """Load every checkpoint of ``models`` (default: the bundled model) with :func:`lctx.harness.lm.load_lm`
     and ``load``'s settings; names made unique (``name#i``) when two share one.
@@ -223,13 +249,13 @@ def _load_models(models, attn_override, warn, **load) -> list:
     Raises:
         LctxError: a bad ``attn_override`` (before any model loads) or a checkpoint ``load_lm`` refuses.
     """
-    from lctx.harness.lm import load_lm
+    from lctx.harness.lm import load_lm  # lazy: loads torch, transformers
 
     if isinstance(models, (str, Path)):
         models = [models]
     paths = [str(m) for m in models] if models else [str(DEFAULT_MODEL)]
     if attn_override:
-        from lctx.harness.overrides import parse_override
+        from lctx.harness.overrides import parse_override  # lazy: loads torch, transformers, triton
 
         parse_override(attn_override)  # a bad spec fails before any model loads
     lms = [load_lm(p, attn_override=attn_override, log=warn, **load) for p in paths]
@@ -247,7 +273,7 @@ def _check_before_run(groups, task_objs: list, ppl_lengths, allow_beyond_max: bo
     Raises:
         LctxError: the first problem found (one line naming the fix).
     """
-    from lctx.harness.runner import check_lengths, check_min_lengths
+    from lctx.harness.runner import check_lengths, check_min_lengths  # lazy: loads torch, transformers, pandas
 
     for lms_g, length_list in groups:  # every problem found before the first sweep starts
         for lm in lms_g if task_objs else []:
@@ -256,7 +282,7 @@ def _check_before_run(groups, task_objs: list, ppl_lengths, allow_beyond_max: bo
         if ppl_lengths:
             check_min_lengths(lms_g, [t for t in task_objs if t.name == "ppl"], ppl_lengths)
         if memory_check and task_objs:  # the memory model of `lctx plan`, for the longest prefill
-            from lctx.harness.plan import check_run_fits
+            from lctx.harness.plan import check_run_fits  # lazy: loads torch
 
             longest = max(length_list + (ppl_lengths or []))
             has_ppl = any(t.name == "ppl" for t in task_objs)  # ppl keeps logits at every scored position
@@ -268,7 +294,7 @@ def _derived_expanders() -> dict:
     (task names, ``--task-option`` items, data_dir=, samples=, depths=) and returns (task names with its own
     replaced by the tasks it derives from, the option items not addressed to it, its
     :class:`lctx.harness.derived.DerivedStep` or None when not asked for, lines to print)."""
-    from lctx.harness import flatness, ruler
+    from lctx.harness import flatness, ruler  # lazy: loads lctx.tasks and numpy
 
     return {flatness.TASK: flatness.expand, ruler.GROUP: ruler.expand}
 

@@ -29,12 +29,16 @@ import math
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
+if TYPE_CHECKING:  # pandas on first use: `lctx list tasks` imports this module for its
+    import pandas as pd  # registered name only (issue 15.4, tests/test_startup.py)
 
 from .derived import DerivedStep, base_record, json_cell, ok_rows, replace_name, take_options, write_run_tables
-from lctx.errors import LctxError
-from lctx.tasks import TaskInfo, register_group
+from lctx.errors import LctxError, split_list
+from lctx.tasks import TaskInfo, get_task, register_group
+
+from .rundir import atomic_write_json, read_json
 
 TASK = "flatness"
 METRICS = ("ppl_ratio", "flat_until", "effective_length")
@@ -49,8 +53,6 @@ def default_retrieval_metric(task: str) -> str:
     Raises:
         LctxError: ``task`` is not a registered task.
     """
-    from lctx.tasks import get_task
-
     return get_task(task).headline()
 
 
@@ -98,7 +100,6 @@ class FlatnessSpec:
         if spec.retrieval == "ppl":
             raise LctxError("flatness.retrieval=ppl: ppl already runs in a flatness sweep; name a retrieval task "
                             "(passkey, niah_single_1, ...) or none")
-        from lctx.tasks import get_task
 
         metrics = get_task(spec.retrieval).metrics  # raises for an unknown task
         metric = spec.retrieval_metric or default_retrieval_metric(spec.retrieval)
@@ -145,8 +146,6 @@ def parse_relative(text: str) -> list[float]:
     Raises:
         LctxError: an entry is not a positive number, or the list is empty.
     """
-    from lctx.errors import split_list
-
     out = set()
     for part in split_list(text, "--relative", "--relative 0.5,1,2,4,8"):
         try:
@@ -229,6 +228,8 @@ def effective_length(scores: dict[int, float], threshold: float) -> int:
 
 
 def _train_length(rows: pd.DataFrame) -> int | None:
+    import pandas as pd  # lazy: loads pandas (`lctx list tasks` imports this module)
+
     tl = pd.to_numeric(rows["train_length"], errors="coerce").dropna()
     tl = tl[tl > 0]
     return int(tl.mode().iloc[0]) if len(tl) else None
@@ -253,6 +254,8 @@ def derive_records(table: pd.DataFrame, spec: FlatnessSpec | None = None) -> lis
     ``task_options``), ready for :func:`lctx.harness.tables.to_table`. Models with no training length get
     error records saying so. ``spec`` None: the defaults of :class:`FlatnessSpec`.
     """
+    import pandas as pd  # lazy: loads pandas (`lctx list tasks` imports this module)
+
     spec = spec or FlatnessSpec()
     if table is None or table.empty:
         return []
@@ -309,7 +312,7 @@ def derive_records(table: pd.DataFrame, spec: FlatnessSpec | None = None) -> lis
 
 def derive_table(table: pd.DataFrame, spec: FlatnessSpec | None = None) -> pd.DataFrame:
     """:func:`derive_records` as tidy rows (the columns of :data:`lctx.harness.tables.COLUMNS`)."""
-    from .tables import to_table
+    from .tables import to_table  # lazy: loads pandas
 
     return to_table(derive_records(table, spec), {TASK: METRICS})
 
@@ -323,7 +326,7 @@ def step(spec: FlatnessSpec | None = None) -> DerivedStep:
 
 
 def _plots(table: pd.DataFrame, out_dir: Path, spec: FlatnessSpec) -> list[Path]:
-    from .plots import ppl_ratio_plot
+    from .plots import ppl_ratio_plot  # lazy: loads matplotlib, pandas
 
     p = ppl_ratio_plot(table, out_dir, max_ratio=spec.max_ratio)
     return [p] if p else []
@@ -352,6 +355,8 @@ def write_tables_with_flatness(out_dir: Path, spec: FlatnessSpec | None = None, 
 def format_flatness(table: pd.DataFrame) -> str:
     """The flatness rows of a table as text lines: per model, the ratios by length, flat-until and
     effective length (tokens and multiples of the training length)."""
+    import pandas as pd  # lazy: loads pandas (`lctx list tasks` imports this module)
+
     rows = table[table["task"] == TASK]
     lines = []
     for (model, variant), g in rows.groupby(["model", "variant"], sort=False, dropna=False):
@@ -379,8 +384,6 @@ def note_run(out_dir: Path, **fields) -> None:
     """Merge ``fields`` into ``OUT/run.json`` (a sweep run per training length leaves only its own models
     and lengths there; the CLI records all of them, the ``relative`` factors and each model's training
     length)."""
-    from .rundir import atomic_write_json, read_json
-
     meta_path = Path(out_dir) / "run.json"
     meta = read_json(meta_path) or {}
     meta.update(fields)

@@ -17,11 +17,14 @@ stored exactly in float32 (``--dtype bfloat16`` rounds them once more).
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import json
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 from lctx.errors import LctxError
@@ -92,7 +95,7 @@ def _first_line(e: BaseException) -> str:
 def _expected_size(path: Path) -> int | None:
     """Bytes a complete file needs (end of its last tensor) when the header and tensor table parse."""
     try:
-        from gguf import GGUFReader
+        from gguf import GGUFReader  # lazy: loads gguf and numpy (lctx.cli imports this module)
 
         r = GGUFReader(str(path))
         return max(int(t.data_offset) + int(t.n_bytes) for t in r.tensors) if r.tensors else None
@@ -105,8 +108,8 @@ def _load_error(path: Path, e: BaseException) -> LctxError:
     file, or damaged file."""
     msg = _first_line(e)
     if "is not supported yet" in msg or "architecture" in msg.lower() and "support" in msg.lower():
-        import transformers
-        from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+        import transformers  # lazy: loads transformers
+        from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES  # lazy: loads torch, transformers
 
         arch = msg.split("architecture", 1)[-1].split("is not", 1)[0].strip() or "?"
         return LctxError(f"GGUF file {str(path)!r} holds a {arch!r} model, an architecture transformers "
@@ -122,24 +125,47 @@ def _load_error(path: Path, e: BaseException) -> LctxError:
                      "download or copy it again")
 
 
+@contextlib.contextmanager
+def _gguf_progress(enabled: bool):
+    """Within the block, transformers' "Converting and de-quantizing GGUF tensors" bar shows only when
+    ``enabled``: that bar is a plain ``tqdm.auto.tqdm`` of ``transformers.modeling_gguf_pytorch_utils``, which
+    ``transformers.utils.logging.disable_progress_bar`` does not reach (transformers 5.x), so ``--no-progress``
+    swaps the module's ``tqdm`` for a disabled one and restores it after."""
+    mod = None
+    if not enabled:
+        try:
+            import transformers.modeling_gguf_pytorch_utils as mod  # lazy: loads transformers
+        except ImportError:  # another layout: nothing to silence
+            mod = None
+    bar = getattr(mod, "tqdm", None)
+    if bar is not None:
+        mod.tqdm = functools.partial(bar, disable=True)
+    try:
+        yield
+    finally:
+        if bar is not None:
+            mod.tqdm = bar
+
+
 def convert_gguf(src: str | os.PathLike, out: str | os.PathLike, dtype: str = "float32",
-                 sha256: str | None = None) -> Path:
+                 sha256: str | None = None, progress: bool = True) -> Path:
     """Dequantise a GGUF checkpoint into a Hugging Face directory ``out`` (written whole, then moved into
     place): ``model.safetensors`` in ``dtype``, ``config.json``, the tokenizer (its chat template
     included) and ``lctx_gguf.json`` = {source, source_name, sha256, size_bytes, dtype, transformers}.
 
-    Returns ``out``. Takes about 30 s for a 135M-parameter Q4_1 file on 2 CPU cores.
+    Returns ``out``. Takes about 30 s for a 135M-parameter Q4_1 file on 2 CPU cores; ``progress`` False hides
+    transformers' de-quantising bar (``lctx run --no-progress``).
 
     Raises:
         LctxError: not a GGUF file, truncated or damaged, an architecture transformers cannot load from
             GGUF, or an unknown dtype.
     """
-    import torch  # noqa: F401
-    import transformers
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
+    import torch  # noqa: F401  (lazy: loads torch; fails early without it)
+    import transformers  # lazy: loads transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # lazy: loads transformers
+    from transformers.utils import logging as hf_logging  # lazy: loads transformers
 
-    from .devices import resolve_dtype
+    from .devices import resolve_dtype  # lazy: loads torch
 
     src = Path(src)
     if not src.is_file():
@@ -152,7 +178,8 @@ def convert_gguf(src: str | os.PathLike, out: str | os.PathLike, dtype: str = "f
     hf_logging.set_verbosity_error()
     try:
         tok = AutoTokenizer.from_pretrained(str(src.parent), gguf_file=src.name)
-        model = AutoModelForCausalLM.from_pretrained(str(src.parent), gguf_file=src.name, dtype=dt)
+        with _gguf_progress(progress):
+            model = AutoModelForCausalLM.from_pretrained(str(src.parent), gguf_file=src.name, dtype=dt)
     except LctxError:
         raise
     except Exception as e:  # noqa: BLE001 - transformers/gguf raise many kinds; classify into one line
@@ -187,18 +214,19 @@ def convert_gguf(src: str | os.PathLike, out: str | os.PathLike, dtype: str = "f
 
 
 def cached_gguf_dir(src: str | os.PathLike, dtype: str = "float32", cache_dir: str | os.PathLike | None = None,
-                    log=None) -> tuple[Path, str]:
+                    log=None, progress: bool = True) -> tuple[Path, str]:
     """The Hugging Face directory of a GGUF file, converted on first use into
     ``<cache root>/gguf/<sha256>-<dtype>/`` (see the module docstring); returns (directory, sha256).
 
     A cache entry counts only when complete (its ``lctx_gguf.json`` names the same hash); a half-written
     one from a killed process is rebuilt. Two processes converting at once each write a private temporary
-    directory and the later rename wins, so neither sees a partial directory.
+    directory and the later rename wins, so neither sees a partial directory. ``progress``: as
+    :func:`convert_gguf`.
 
     Raises:
         LctxError: as :func:`convert_gguf`, or a cache root that cannot be written.
     """
-    from .devices import resolve_dtype
+    from .devices import resolve_dtype  # lazy: loads torch
 
     src = Path(src)
     check_header(src)
@@ -217,10 +245,9 @@ def cached_gguf_dir(src: str | os.PathLike, dtype: str = "float32", cache_dir: s
     except OSError as e:
         raise LctxError(f"cannot write the GGUF cache under {str(root)!r} ({e.strerror or e}); pass a writable "
                         "--cache-dir") from None
-    import time
 
     t0 = time.perf_counter()
-    convert_gguf(src, target, dtype=dt, sha256=digest)
+    convert_gguf(src, target, dtype=dt, sha256=digest, progress=progress)
     if log:  # after the conversion, so that a refused file gets its one error line alone
         log(f"dequantised {src.name} to {dt} in {time.perf_counter() - t0:.0f} s; cached in {target}")
     return target, digest

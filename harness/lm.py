@@ -9,6 +9,8 @@ It works for lctx checkpoints and for any Hugging Face causal LM whose forward t
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import inspect
 import json
 from dataclasses import dataclass, field
@@ -16,10 +18,14 @@ from pathlib import Path
 
 import torch
 from transformers.cache_utils import DynamicCache
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+from transformers.utils import logging as hf_logging
 
 from lctx import ATTN_IMPLS
 from lctx.errors import CapturedLog, LctxError, check_finite_logits
 from lctx.harness.devices import DTYPES, resolve_device, resolve_dtype  # noqa: F401  (lctx.harness.lm.resolve_* kept)
+
+from .gguf import cached_gguf_dir, find_gguf
 
 @dataclass
 class Prefix:
@@ -78,8 +84,6 @@ def _select_row(cache, i: int, width: int):
     """A new cache holding row ``i`` of ``cache``'s first ``width`` entries (lctx's
     :class:`~lctx.models.cache.PreallocatedKVCache` or a transformers ``Cache`` with ``layers``); the
     original is left as it is."""
-    import copy
-
     if hasattr(cache, "lengths") and hasattr(cache, "keys") and isinstance(cache.keys, list):  # PreallocatedKVCache
         new = type(cache)(cache.capacity)
         new.keys = [None if k is None else k[i:i + 1].clone() for k in cache.keys]
@@ -146,7 +150,6 @@ class TokenizerSide:
         {"template": sha1 of the template text, "system_prompt": ...}."""
         if not self.chat_template:
             return None
-        import hashlib
 
         tmpl = self.tokenizer.chat_template
         return {"template": hashlib.sha1(str(tmpl).encode()).hexdigest()[:12], "system_prompt": self.system_prompt}
@@ -282,7 +285,7 @@ class LM(TokenizerSide):
         :class:`lctx.models.cache.PreallocatedKVCache` (chunks written in place, no concatenation),
         other models transformers' ``DynamicCache``."""
         if getattr(getattr(self.model, "config", None), "model_type", "") == "lctx":
-            from lctx.models.cache import PreallocatedKVCache
+            from lctx.models.cache import PreallocatedKVCache  # lazy: loads lctx.models (its kernels load triton)
 
             return PreallocatedKVCache(capacity)
         return DynamicCache()
@@ -372,8 +375,6 @@ class LM(TokenizerSide):
         chunks, decode steps, teacher-forced continuations). Without this, transformers' dynamic NTK keeps the
         frequencies of the longest forward it has seen and re-decides per chunk, so a cell's score depended
         on the cells run before it and on ``--chunk-size`` (issue 11 a). A no-op for other models."""
-        from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-
         for mod, rt, scaling in self._length_ropes:
             mod.rope_type = "lctx_fixed"  # not "dynamic"/"longrope": transformers' per-call update is skipped
             dev = mod.inv_freq.device
@@ -564,7 +565,7 @@ class LM(TokenizerSide):
 def load_lm(path: str, device: str = "auto", dtype: str = "float32", name: str | None = None,
             chunk_size: int = 2048, trust_remote_code: bool = False, attn_override: str | None = None,
             attn_impl: str | None = None, cache_dir: str | None = None, log=None, chat_template: bool = False,
-            system_prompt: str | None = None) -> LM:
+            system_prompt: str | None = None, progress: bool = True) -> LM:
     """Load a checkpoint (lctx or Hugging Face causal-LM directory, or a GGUF file) as an :class:`LM`.
 
     A ``.gguf`` file, or a directory holding exactly one (and no ``config.json``), is dequantised to
@@ -581,6 +582,7 @@ def load_lm(path: str, device: str = "auto", dtype: str = "float32", name: str |
     checkpoints: ``"reference"`` runs transformers' ``eager`` attention, ``"sdpa"`` its ``sdpa``;
     ``"fast"`` is refused (lctx's kernels implement lctx's variants, not transformers' attention classes).
     ``chat_template`` / ``system_prompt``: see :meth:`LM.prompt` (``--chat-template on``, ``--system-prompt``).
+    ``progress`` False (``--no-progress``): no de-quantising bar when a GGUF file is converted.
 
     Raises:
         LctxError: ``attn_impl="fast"`` for a Hugging Face checkpoint; ``chat_template`` for a tokenizer without
@@ -590,17 +592,17 @@ def load_lm(path: str, device: str = "auto", dtype: str = "float32", name: str |
             ``trust_remote_code``, fails to load (corrupt or incomplete weights, unsafe pickle, no
             tokenizer), or cannot take the override; the message says what to do.
     """
-    import lctx.models  # noqa: F401  (registers model_type "lctx" with the Auto classes)
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
+    from lctx.models import register_with_transformers  # lazy: loads lctx.models (its kernels load triton)
+
+    register_with_transformers()  # model_type "lctx" for the Auto classes, also after a light import (cli)
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer  # lazy: loads transformers' Auto classes and tokenizers (-X importtime: ~1 s)
 
     hf_logging.disable_progress_bar()  # one lctx progress bar, not one per checkpoint shard
-    from .gguf import cached_gguf_dir, find_gguf
 
     gguf_file = find_gguf(path)
     source = path
     if gguf_file is not None:
-        path, _ = cached_gguf_dir(gguf_file, dtype=dtype, cache_dir=cache_dir, log=log)
+        path, _ = cached_gguf_dir(gguf_file, dtype=dtype, cache_dir=cache_dir, log=log, progress=progress)
         name = name or gguf_file.stem
         source = str(gguf_file)
     p = Path(path)
@@ -661,7 +663,7 @@ def load_lm(path: str, device: str = "auto", dtype: str = "float32", name: str |
             train_length=train_length, max_length=max_length, device=dev, dtype=dt, chunk_size=chunk_size,
             attn_impl=impl, chat_template=chat_template, system_prompt=system_prompt)
     if attn_override:
-        from .overrides import apply_override
+        from .overrides import apply_override  # lazy: loads lctx.models (its kernels load triton)
 
         apply_override(lm, attn_override)
     return lm

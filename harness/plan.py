@@ -45,6 +45,8 @@ formula with an sdpa float causal mask. Source of the KV-cache formula: the usua
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +55,9 @@ import torch
 
 from lctx import ATTN_IMPLS
 from lctx.errors import LctxError
+
+from .devices import resolve_dtype
+from .gguf import _load_error, check_header, find_gguf
 
 GIB = 1024**3
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "kib": 1024, "m": 1024**2, "mb": 1024**2, "mib": 1024**2,
@@ -120,7 +125,7 @@ class MemoryPlan:
 
     def table(self):
         """The breakdown as a pandas DataFrame: component, bytes, GiB, formula (plus a total row)."""
-        import pandas as pd
+        import pandas as pd  # lazy: loads pandas
 
         rows = [{"component": i.name, "bytes": i.bytes, "GiB": i.bytes / GIB, "formula": i.formula}
                 for i in self.items]
@@ -157,11 +162,12 @@ def load_config(path: str, trust_remote_code: bool = False):
         LctxError: not a directory, no config.json, an unreadable config, or one that needs remote code
             without ``trust_remote_code``.
     """
-    import lctx.models  # noqa: F401  (registers model_type "lctx")
-    from transformers import AutoConfig
+    from lctx.models import register_with_transformers  # lazy: loads lctx.models and transformers
+
+    register_with_transformers()  # model_type "lctx" for the Auto classes, also after a light import (cli)
+    from transformers import AutoConfig  # lazy: loads transformers
 
     p = Path(path)
-    from .gguf import check_header, find_gguf
 
     gguf_file = find_gguf(p)
     if gguf_file is not None:  # the config inside a GGUF file (read by transformers; no tensors dequantised)
@@ -169,7 +175,6 @@ def load_config(path: str, trust_remote_code: bool = False):
         try:
             return AutoConfig.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name)
         except Exception as e:  # noqa: BLE001
-            from .gguf import _load_error
 
             raise _load_error(gguf_file, e) from None
     if not p.is_dir() or not (p / "config.json").is_file():
@@ -178,7 +183,7 @@ def load_config(path: str, trust_remote_code: bool = False):
     try:
         return AutoConfig.from_pretrained(p, trust_remote_code=trust_remote_code)
     except Exception as e:  # noqa: BLE001 - any parse failure is a bad checkpoint
-        from .lm import _raise_if_remote_code
+        from .lm import _raise_if_remote_code  # lazy: loads transformers
 
         _raise_if_remote_code(path, e)
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
@@ -190,7 +195,7 @@ def count_parameters(config) -> int:
     """Parameters of the causal LM a config describes, counted on the meta device (no memory, no weights
     read); shared (tied) tensors count once. Falls back to 12 L d^2 + V d (the usual decoder estimate)
     when the architecture cannot be built."""
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM  # lazy: loads transformers
 
     try:
         with torch.device("meta"):
@@ -260,7 +265,7 @@ def default_kv_cache() -> tuple[str, int]:
     """(kind, decode budget in tokens) of the KV cache :class:`lctx.harness.lm.LM` gives lctx models:
     ``("preallocated", LM.decode_budget)`` when it has ``new_cache`` (a :class:`PreallocatedKVCache` of
     prompt + budget tokens), else ``("dynamic", 0)`` (``DynamicCache``, which concatenates per chunk)."""
-    from .lm import LM
+    from .lm import LM  # lazy: loads transformers
 
     if hasattr(LM, "new_cache"):
         return "preallocated", int(getattr(LM, "decode_budget", 0) or 0)
@@ -301,10 +306,10 @@ def probe_layer(config, dtype: torch.dtype, t1: int = 16, t2: int = 48) -> Layer
     ``"fast"`` probe would compile kernels); whether the fused kernel takes over is read from the
     variant's ``prior_spec`` instead.
     """
-    from transformers.cache_utils import DynamicCache
+    from transformers.cache_utils import DynamicCache  # lazy: loads transformers
 
-    from lctx.models.model import positions_and_mask
-    from lctx.models.variants import AttentionVariant, AttnContext, get_variant
+    from lctx.models.model import positions_and_mask  # lazy: loads lctx.models and transformers
+    from lctx.models.variants import AttentionVariant, AttnContext, get_variant  # lazy: loads lctx.models (its kernels load triton)
 
     cls = get_variant(config.variant)
     impl = "reference" if getattr(config, "attn_impl", "sdpa") == "reference" else "sdpa"
@@ -357,7 +362,6 @@ def probe_layer(config, dtype: torch.dtype, t1: int = 16, t2: int = 48) -> Layer
 def _dtype(dtype) -> torch.dtype:
     if isinstance(dtype, torch.dtype):
         return dtype
-    from .devices import resolve_dtype
 
     return resolve_dtype(str(dtype))
 
@@ -475,8 +479,6 @@ def plan_memory(config, length: int, chunk_size: int = 2048, dtype="float32", im
 
 
 def _fla_importable() -> bool:
-    import importlib.util
-
     return importlib.util.find_spec("fla") is not None
 
 
@@ -492,7 +494,7 @@ def fused_working_set(B: int, H: int, c: int, D: int, T: int, cuda: bool, pr: La
     if cuda:
         return [("attention working set", B * H * c * D * 16 + H * T * 4,
                  "fused Triton kernel: B x H x chunk x D x 16 + prior table H x T x 4; no chunk x T buffer")]
-    from lctx.kernels.flash_prior import default_block
+    from lctx.kernels.flash_prior import default_block  # lazy: loads triton
 
     rows = min(default_block(c), c)
     copies = 5 if pr.ssmax else 4
@@ -547,7 +549,7 @@ def lsh_working_set(opts: dict, B: int, H: int, c: int, D: int, T: int) -> list[
     4 sigma_max (sigma = 1 / the smallest ALiBi slope: the bins' Gamma(2, sigma) widths rarely exceed it),
     and the outputs with their concatenation 2 x B x H x c x D x 4. Exact ALiBi, run instead where it is
     cheaper, needs less (a table)."""
-    from lctx.models.variants import alibi_slopes
+    from lctx.models.variants import alibi_slopes  # lazy: loads lctx.models (its kernels load triton)
 
     s = int(opts.get("lsh_samples", 16))
     rows = 256
@@ -581,7 +583,6 @@ def device_memory(device, override: int | None = None) -> tuple[int, str]:
                 return int(line.split()[1]) * 1024, "CPU MemAvailable (/proc/meminfo)"
     except OSError:
         pass
-    import os
 
     return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")), "CPU physical memory"
 

@@ -24,16 +24,24 @@ left-out tasks with the reason). ``plots/ruler_<model>.png`` draws the task x le
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
+if TYPE_CHECKING:  # pandas on first use: `lctx list tasks` imports this module for its
+    import pandas as pd  # registered name only (issue 15.4, tests/test_startup.py)
 
 from .derived import DerivedStep, base_record, json_cell, ok_rows, replace_name, take_options, write_run_tables
 from lctx.errors import LctxError
-from lctx.tasks import TaskInfo, register_group
+from lctx.tasks import TaskInfo, get_task, niah, register_group
+from lctx.tasks.ruler import RULER_TASKS, VERB_FILE
+from lctx.tasks.ruler_qa import RulerQA, find_qa_file
+
+from . import flatness
+from .flatness import effective_length
 
 GROUP = "ruler"
 METRICS = ("average", "effective_length")
@@ -46,9 +54,18 @@ register_group(TaskInfo(GROUP, DESCRIPTION, METRICS, REQUIRES))
 
 def ruler_tasks() -> tuple[str, ...]:
     """RULER's 13 task names in RULER's order (``scripts/config_tasks.sh``)."""
-    from lctx.tasks.ruler import RULER_TASKS
-
     return RULER_TASKS
+
+
+def niah_tokens_to_generate() -> int:
+    """RULER's generation budget of its NIAH tasks in tokens (``scripts/data/synthetic/constants.py``,
+    ``TASKS["niah"]["tokens_to_generate"]`` = 128): what the ``ruler`` group gives each ``niah_*`` task as
+    ``max_new_tokens`` unless the user sets one (lctx's own NIAH default outside the group is the answer's
+    tokens + 8). The prompt is then fitted to ``length - 128`` tokens, as RULER's ``niah.py`` subtracts
+    ``tokens_to_generate`` from ``max_seq_length``; greedy decoding still stops at EOS / the end of turn."""
+    from lctx.tasks.niah import RULER_TOKENS_TO_GENERATE
+
+    return int(RULER_TOKENS_TO_GENERATE)
 
 
 def task_metric(task: str) -> str:
@@ -96,11 +113,6 @@ def data_missing(task: str, data_dir, opts: dict) -> str | None:
     """Why ``task`` cannot run for lack of data (None when its data is present): NIAH needs the essay and the
     word lists, ``cwe`` the word lists, ``qa_*`` its JSON (``path`` option or found under the data dir); ``vt`` and
     ``fwe`` need nothing."""
-    from lctx.tasks import niah
-    from lctx.tasks.ruler import VERB_FILE
-    from lctx.tasks.ruler_qa import RulerQA, find_qa_file
-    from lctx.tasks import get_task
-
     root = data_dir if data_dir not in (None, "") else os.environ.get("LCTX_DATA_DIR")
     if task.startswith("qa_"):
         cls: type[RulerQA] = get_task(task)
@@ -128,8 +140,9 @@ def split_ruler(task_names: list[str], task_options: list[str], data_dir=None, s
 
     Input: the task names of ``--tasks``, the raw ``--task-option`` items, the data dir, ``--samples`` and the
     depths. Output: (task names with ``ruler`` replaced, each once, order kept; the option items not addressed
-    to ``ruler``, plus ``cwe.samples=`` / ``fwe.samples=`` = samples x number of depths unless given, so that the
-    tasks without a depth axis get as many samples per length as the others; the :class:`RulerSpec`; lines
+    to ``ruler``, plus ``niah_*.max_new_tokens=128`` (RULER's NIAH generation budget,
+    :func:`niah_tokens_to_generate`) and ``cwe.samples=`` / ``fwe.samples=`` = samples x number of depths, each
+    unless given, so that the tasks without a depth axis get as many samples per length as the others; the :class:`RulerSpec`; lines
     to print: which tasks run and which are left out, and why). Without ``ruler`` in the names, everything is
     returned unchanged with spec None.
 
@@ -156,6 +169,9 @@ def split_ruler(task_names: list[str], task_options: list[str], data_dir=None, s
                         + "; pass --data-dir ../shared/data (RULER's essay and word lists)")
     out = replace_name(task_names, GROUP, run)
     n_depths = len(depths) if depths else 1
+    for t in run:  # RULER's generation budget for its NIAH tasks (constants.py: niah tokens_to_generate 128)
+        if t.startswith("niah_") and "max_new_tokens" not in per_task.get(t, {}):
+            rest.append(f"{t}.max_new_tokens={niah_tokens_to_generate()}")
     for t in ("cwe", "fwe"):
         if t in run and "samples" not in per_task.get(t, {}) and n_depths > 1:
             rest.append(f"{t}.samples={samples * n_depths}")
@@ -173,10 +189,38 @@ def split_ruler(task_names: list[str], task_options: list[str], data_dir=None, s
 # deriving the numbers
 # ----------------------------------------------------------------------------------------------
 
+def latest_options(rows: pd.DataFrame) -> pd.DataFrame:
+    """One model's task rows with, per task, only the rows of one option set: the set of its newest record
+    (largest ``timestamp``). A run directory keeps every option set it ran as a series of its own (run.json's
+    ``current`` map, :func:`lctx.harness.tables.select_current`), so a resumed run whose NIAH budget changed
+    (before and after the group gave ``niah_*`` RULER's 128 tokens) holds both; RULER scores a task under one
+    setting, so its score (and the average) must not pool them. A length that only the older set reached
+    then has no score for the task (the average there is an error row, not a mix)."""
+    if rows.empty or "task_options" not in rows.columns:
+        return rows
+    import pandas as pd  # lazy: loads pandas (`lctx list tasks` imports this module)
+
+    opts = rows["task_options"].map(lambda o: json.dumps(json_cell(o), sort_keys=True, default=str))
+    keep = pd.Series(True, index=rows.index)
+    stamp = rows["timestamp"].astype("string").fillna("") if "timestamp" in rows.columns else None
+    for task in rows["task"].unique():
+        m = rows["task"] == task
+        if opts[m].nunique() < 2:
+            continue
+        order = list(stamp[m]) if stamp is not None else list(range(int(m.sum())))
+        newest = opts[m].iloc[max(range(len(order)), key=lambda i: (order[i], i))]
+        keep &= ~m | (opts == newest)
+    return rows[keep]
+
+
 def task_scores(rows: pd.DataFrame, tasks: list[str] | tuple[str, ...]) -> pd.DataFrame:
     """Per task x length: RULER's score of each task (percent: mean of its metric over ok samples and depths,
-    x100) for one model's rows; NaN where a task ran at a length but no sample succeeded. Index: the tasks
-    present (in ``tasks`` order), columns: the lengths (int) at which any of them ran."""
+    x100) for one model's rows, one option set per task (:func:`latest_options`); NaN where a task ran at a
+    length but no sample succeeded. Index: the tasks present (in ``tasks`` order), columns: the lengths (int)
+    at which any of them ran."""
+    import pandas as pd  # lazy: loads pandas (`lctx list tasks` imports this module)
+
+    rows = latest_options(rows[rows["task"].isin(list(tasks))])
     present = [t for t in tasks if (rows["task"] == t).any()]
     lengths = sorted({int(x) for x in pd.to_numeric(rows.loc[rows["task"].isin(present), "length"],
                                                     errors="coerce").dropna()})
@@ -206,7 +250,7 @@ def derive_records(table: pd.DataFrame, spec: RulerSpec | None = None) -> list[d
     makes them; existing ``ruler`` rows are ignored): per (model, variant) that ran any of ``spec.tasks``, one
     ``average`` record per length and one ``effective_length`` record (see the module docstring), each a dict
     with the runner's record fields, ready for :func:`lctx.harness.tables.to_table`."""
-    from .flatness import effective_length
+    import pandas as pd  # lazy: loads pandas (`lctx list tasks` imports this module)
 
     spec = spec or RulerSpec()
     if table is None or table.empty:
@@ -269,8 +313,6 @@ def write_tables_with_ruler(out_dir: Path, spec: RulerSpec, flat_spec=None,
     Raises:
         LctxError: ``out_dir`` has no records.
     """
-    from . import flatness
-
     steps = [step(spec)] + ([flatness.step(flat_spec)] if flat_spec is not None else [])
     return write_run_tables(out_dir, steps, plots=False, derived_plots=plots)
 
@@ -284,6 +326,8 @@ def ruler_table(rows: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
     lengths (percent, RULER's order) and a last row ``average``; plus {"threshold", "effective_length",
     "tasks", "left_out"} from the ``ruler`` rows (empty dict without them). With the rows of several runs (more
     than one ``effective_length`` row), the effective length is recomputed over all their lengths' averages."""
+    import pandas as pd  # lazy: loads pandas (`lctx list tasks` imports this module)
+
     r = rows[rows["task"] == GROUP]
     info: dict = {}
     tasks = list(ruler_tasks())
@@ -301,7 +345,6 @@ def ruler_table(rows: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
     if len(r[r["metric"] == "effective_length"]) > 1 and info.get("threshold") is not None:
         # rows of several runs (a report over run directories that each swept some lengths): each run's row
         # saw only its lengths, so the effective length is recomputed over the averages of all of them
-        from .flatness import effective_length
 
         info["effective_length"] = float(effective_length(av, float(info["threshold"])))
     return grid, info

@@ -11,12 +11,14 @@ on. The run directory is locked while a sweep writes it (:mod:`lctx.harness.rund
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import os
 import platform
 import resource
 import subprocess
+import sys
 import time
 import traceback
 from dataclasses import dataclass
@@ -24,14 +26,19 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
+import transformers
 
 import lctx
-from lctx.tasks import Task
+from lctx.kernels import impls_used
+from lctx.tasks import TASKS, Task
 
 from . import distributed as D
+from . import plan as P  # P.device_memory looked up when called (tests patch lctx.harness.plan.device_memory)
+from .console import SweepProgress, count
 from lctx.errors import LctxError, NonFiniteLogitsError
 from .lm import LM
-from .tables import read_records, record_key, write_tables
+from .rundir import RecordWriter, atomic_write_json, read_json, run_dir_lock
+from .tables import label_names, label_of, read_records, record_key, summarize, to_table, write_tables
 
 
 def git_revision() -> str:
@@ -51,7 +58,7 @@ def fingerprint(path: str) -> str:
     """The content fingerprint of a checkpoint (:func:`lctx.models.fingerprint.checkpoint_fingerprint`):
     16 hex digits over the SHA-256 of its weights, config.json, tokenizer and other model files, so a rerun
     into the same ``--out`` after retraining (same size, restored mtime) never reuses stale records."""
-    from lctx.models.fingerprint import checkpoint_fingerprint
+    from lctx.models.fingerprint import checkpoint_fingerprint  # lazy: loads lctx.models (its kernels load triton)
 
     return checkpoint_fingerprint(path)
 
@@ -61,7 +68,7 @@ def model_inputs(lm: LM) -> dict:
     (and per process: the digest cache of :mod:`lctx.models.fingerprint` skips unchanged files)."""
     got = getattr(lm, "_lctx_inputs", None)
     if got is None:
-        from lctx.models.fingerprint import checkpoint_digests, digest_json
+        from lctx.models.fingerprint import checkpoint_digests, digest_json  # lazy: loads lctx.models (its kernels load triton)
 
         files = checkpoint_digests(lm.path)
         got = {"path": str(Path(lm.path).resolve()), "fingerprint": digest_json(files), "files": files}
@@ -71,8 +78,6 @@ def model_inputs(lm: LM) -> dict:
 
 def versions() -> dict:
     """Versions of the code that computes a number: lctx, torch, transformers."""
-    import transformers
-
     return {"lctx": lctx.__version__, "torch": torch.__version__, "transformers": transformers.__version__}
 
 
@@ -87,7 +92,7 @@ def sample_base(lm: LM, task_name: str, task_version, task_options: dict, data_f
     it is the resume key (:data:`lctx.harness.tables.KEY`). ``chunked=False`` for tasks that do not run
     through ``LM.prefill`` (lm-eval's): the chunk size does not reach them and is left out.
     """
-    from lctx.models.fingerprint import digest_json
+    from lctx.models.fingerprint import digest_json  # lazy: loads lctx.models (its kernels load triton)
 
     mi = model_inputs(lm)
     vs = versions()
@@ -185,17 +190,16 @@ def auto_batch_size(lm: LM, length: int) -> int:
     cap = AUTO_BATCH_CAP.get(lm.device.type, 1)
     if cap <= 1 or not lm.can_batch:
         return 1
-    from .plan import device_memory, plan_memory
 
     cfg = lm.model.config
     impl = None
     if getattr(cfg, "model_type", "") == "lctx":
         impl = "sdpa" if cfg.attn_impl == "fast" else cfg.attn_impl
-    room = device_memory(lm.device)[0] * AUTO_BATCH_MEMORY_SHARE
+    room = P.device_memory(lm.device)[0] * AUTO_BATCH_MEMORY_SHARE
     best = 1
     for b in range(2, cap + 1):
         try:
-            plan = plan_memory(cfg, length, chunk_size=lm.chunk_size, dtype=lm.dtype, impl=impl, batch=b,
+            plan = P.plan_memory(cfg, length, chunk_size=lm.chunk_size, dtype=lm.dtype, impl=impl, batch=b,
                                decode_budget=int(lm.decode_budget), device=lm.device)
         except LctxError:
             break
@@ -205,12 +209,17 @@ def auto_batch_size(lm: LM, length: int) -> int:
     return best
 
 
-def batches(work: list, batch_size: int | str) -> list[list]:
+def batches(work: list, batch_size: int | str, log=None) -> list[list]:
     """Group the work items ``(lm, task, cell, base)`` into batches: consecutive items of one model, one
     :attr:`~lctx.tasks.Task.batched` task and one length, at most ``batch_size`` each (``"auto"``:
-    :func:`auto_batch_size` per model and length); the consecutive items of one model and one
+    :func:`auto_batch_size` per model and length, told to ``log`` once per model and length, a line such as
+    ``batch size (auto): 4 for pydoc-tiny-rope at 1024 tokens``); the consecutive items of one model and one
     :attr:`~lctx.tasks.Task.whole` task form one group whatever the batch size; everything else runs alone
-    (batches of one)."""
+    (batches of one).
+
+    Raises:
+        LctxError: ``batch_size`` is neither a positive integer nor ``"auto"``.
+    """
     if batch_size != "auto" and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
         raise LctxError(f"batch size {batch_size!r} is not a positive integer nor 'auto'; use e.g. 4")
     out: list[list] = []
@@ -224,14 +233,20 @@ def batches(work: list, batch_size: int | str) -> list[list]:
             else:
                 out.append([item])
             continue
-        if batch_size == "auto":
+        if not (task.batched and lm.can_batch):
+            n = 1
+        elif batch_size == "auto":
             key = (id(lm), cell.length)
             if key not in sizes:
                 sizes[key] = auto_batch_size(lm, cell.length)
+                if log is not None:
+                    log(f"batch size (auto): {sizes[key]} for {lm.name} at {cell.length} tokens (the most whose "
+                        f"planned prefill fits half the {lm.device.type} memory, at most "
+                        f"{AUTO_BATCH_CAP.get(lm.device.type, 1)})")
             n = sizes[key]
         else:
             n = int(batch_size)
-        if (n > 1 and task.batched and lm.can_batch and prev is not None and len(prev) < n
+        if (n > 1 and prev is not None and len(prev) < n
                 and prev[0][0] is lm and prev[0][1] is task and prev[0][2].length == cell.length):
             prev.append(item)
         else:
@@ -273,22 +288,16 @@ def run_sweep(lms: list[LM], tasks: list[Task], spec: RunSpec, out_dir: Path, pr
     """
     out_dir = Path(out_dir)
     dinfo = D.init()
-    from .rundir import run_dir_lock
 
     with run_dir_lock(out_dir, dinfo):
         return _sweep(lms, tasks, spec, out_dir, progress, log, dinfo, batch_size, tables)
 
 
 def _warn(msg: str) -> None:
-    import sys
-
     print(msg, file=sys.stderr)
 
 
 def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo, batch_size=1, tables: bool = True) -> dict:
-    from .rundir import RecordWriter, atomic_write_json, read_json
-    from .tables import label_of, label_names
-
     # [distributed] under torchrun / accelerate launch each rank runs a share and appends to its own
     # records.rank{r}.jsonl; rank 0 merges them into records.jsonl (harness/distributed.py)
     rec_path = D.rank_records_path(out_dir, dinfo)
@@ -348,29 +357,28 @@ def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo, batch_size=1, 
     n_total = len(work)
     skipped = sum(len(t.cells(spec.lengths, spec.depths, spec.samples)) for t in tasks) * len(lms) - n_total
     if skipped and dinfo.is_main:
-        log(f"resuming {out_dir}: {skipped} samples already recorded, {n_total} to run")
+        log(f"resuming {out_dir}: {count(skipped, 'sample')} already recorded, {n_total} to run")
     if dinfo.distributed:  # [distributed] a deterministic share, balanced by length in tokens
         D.check_same_work([record_key(w[3]) for w in work])
         work = D.shard(work, dinfo, cost=lambda w: w[2].length)
 
-    from .console import SweepProgress
-
     costs = [sample_cost(task, lm, cell) for lm, task, cell, _ in work]  # prefill tokens: the bar's weights
+    groups = batches(work, batch_size, log=log if dinfo.is_main else None)  # before the bar: its lines stay whole
     errors = 0
     if work:
         with RecordWriter(rec_path, kept=skipped) as writer, \
                 SweepProgress(costs, enabled=progress and dinfo.is_main,  # [distributed]
                               desc="lctx run" + (f" (rank 0 of {dinfo.world_size})" if dinfo.distributed else "")) as bar:
             cost_of = {id(w): c for w, c in zip(work, costs)}
-            for group in batches(work, batch_size):
+            for group in groups:
                 lm, task, cell, base = group[0]
                 if task.whole:
-                    bar.start(f"{lm.name} {task.key} ({len(group)} samples)")
+                    bar.start(f"{lm.name} {task.key} ({count(len(group), 'sample')})", n=len(group))
                     recs = _run_whole(lm, task, [(c, b) for _, _, c, b in group], log)
                 else:
                     bar.start(f"{lm.name} {task.name} L={cell.length}"
                               + (f" d={cell.depth:g}" if cell.depth is not None else "")
-                              + (f" (batch of {len(group)})" if len(group) > 1 else ""))
+                              + (f" (batch of {len(group)})" if len(group) > 1 else ""), n=len(group))
                     recs = (_run_batch(lm, task, [(c, b) for _, _, c, b in group], spec.seed) if len(group) > 1
                             else [_run_one(lm, task, cell, base, spec.seed)])
                 for rec in recs:
@@ -392,7 +400,7 @@ def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo, batch_size=1, 
                 "ok": skipped + n_total - errors, "superseded": None, "table": None, "summary": None, "plots": []}
     if dinfo.is_main:
         table, summary = write_tables(records, out_dir, metrics_of, current)
-        from .plots import make_plots
+        from .plots import make_plots  # lazy: loads matplotlib
 
         try:
             plots = make_plots(table.assign(model=label_names(table)), out_dir)
@@ -401,8 +409,6 @@ def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo, batch_size=1, 
                             "written: free space and rerun the same command to draw them") from None
     D.barrier()
     if not dinfo.is_main:
-        from .tables import summarize, to_table
-
         records = read_records(out_dir / D.RECORDS)
         table = to_table(records, metrics_of, current)
         summary, plots = summarize(table), []
@@ -415,10 +421,6 @@ def task_code_fingerprint(task: Task) -> str | None:
     """SHA-256 (16 hex digits) of the source file of the task registered under ``task.name`` when it is
     defined outside lctx (a ``--task-file`` or a plug-in), whose code changes its numbers; ``None`` for
     lctx's own tasks (covered by the lctx version and the task's ``version``)."""
-    import inspect
-
-    from lctx.tasks import TASKS
-
     cls = TASKS.get(task.name, type(task))
     if cls.__module__.startswith("lctx."):
         return None
@@ -428,7 +430,7 @@ def task_code_fingerprint(task: Task) -> str | None:
         src = None
     if not src or not os.path.isfile(src):
         return None
-    from lctx.models.fingerprint import digest_files
+    from lctx.models.fingerprint import digest_files  # lazy: loads lctx.models (its kernels load triton)
 
     return digest_files({Path(src).name: src})
 
@@ -480,7 +482,6 @@ def _take_metrics(rec: dict, task: Task, sample, got: dict) -> None:
 def _start(lm: LM) -> float:
     if lm.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(lm.device)
-    from lctx.kernels import impls_used
 
     impls_used(reset=True)
     return time.perf_counter()
@@ -488,8 +489,6 @@ def _start(lm: LM) -> float:
 
 def _finish(recs: list[dict], lm: LM, t0: float) -> None:
     """Kernels that ran, time (the group's, shared equally by its rows), peak memory and timestamp."""
-    from lctx.kernels import impls_used
-
     used = sorted(set(impls_used().values()))
     wall = (time.perf_counter() - t0) / max(len(recs), 1)
     peak = peak_memory_bytes(lm.device)

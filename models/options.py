@@ -1,12 +1,15 @@
 """The typed option schema of every attention variant (:data:`VARIANT_OPTIONS`): ``variant_options`` with a
 key a variant does not know, or a value of the wrong type, is refused with the list of valid keys instead of
-being ignored. A leaf without transformers, so that ``lctx list variants`` and argument checks stay light
-(:class:`lctx.models.config.LctxConfig` imports it)."""
+being ignored. Without transformers (the variant registry it reads, :mod:`lctx.models.variants`, needs torch
+only), so that ``lctx list variants`` and argument checks stay light (:class:`lctx.models.config.LctxConfig`
+imports it)."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+from .variants import MODIFIERS, VARIANTS  # torch, already loaded: lctx.models/__init__ imports variants first
 
 # Version of the variant options' defaults. 1: configs saved before the field existed (GGD-BAM legacy
 # form, one prior shared by all layers, content-only SSMax, acc_rot spread 1.0). 2: the seeds' and the
@@ -24,11 +27,17 @@ class Opt:
     doc: str = ""
     choices: tuple = ()
 
-    def describe(self) -> str:
-        """``"lsh_samples"``-style help: the type, the choices and the default, e.g. ``int, default 16``."""
+    def describe(self, default: object = None, per_base: dict | None = None) -> str:
+        """``"lsh_samples"``-style help: the type, the choices and the default, e.g. ``int, default 16``.
+        ``default``: the default to name instead of :attr:`default` (a variant's ``option_defaults``);
+        ``per_base``: {base variant: default} where a modifier's default differs on that base, e.g.
+        ``bool, default false; true with ggd_bam``."""
+        def show(v):
+            return str(v).lower() if isinstance(v, bool) else v
+
         kind = "|".join(self.choices) if self.choices else self.type.__name__
-        default = str(self.default).lower() if isinstance(self.default, bool) else self.default
-        return f"{kind}, default {default}"
+        text = f"{kind}, default {show(self.default if default is None else default)}"
+        return text + "".join(f"; {show(v)} with {b}" for b, v in (per_base or {}).items())
 
 
 #: The options of each variant and modifier (a composed ``"ggd_bam+ssmax"`` takes the union). The code that
@@ -76,8 +85,6 @@ VARIANT_OPTIONS: dict[str, dict[str, Opt]] = {
 def option_schema(variant: str) -> dict[str, Opt] | None:
     """The options ``variant`` takes (a composed ``"base+mod"`` takes the union of its parts), or ``None``
     when a part declares none (a variant registered outside lctx without an ``option_schema``)."""
-    from .variants import MODIFIERS, VARIANTS
-
     out: dict[str, Opt] = {}
     for part in str(variant).split("+"):
         sch = VARIANT_OPTIONS.get(part)

@@ -42,12 +42,15 @@ import contextlib
 import csv
 import importlib.util
 import json
+import logging
 import math
 import os
+import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from lctx.errors import LctxError
+from lctx.errors import LctxError, check_finite_logits
 
 from .base import Cell, Sample, Task, TaskInfo, register_group
 
@@ -180,7 +183,7 @@ def local_dataset(kind: str, path: str, subject: str | None = None, **_ignored):
     Raises:
         LctxError: unknown kind or a file problem (see :func:`read_arc`, :func:`read_mmlu_csv`).
     """
-    import datasets
+    import datasets  # lazy: loads datasets
 
     root = Path(path)
     if kind == "mmlu":
@@ -302,9 +305,11 @@ def lctx_hflm_class():
     global _LCTX_HFLM
     if _LCTX_HFLM is not None:
         return _LCTX_HFLM
-    import lctx.models  # noqa: F401  (registers model_type "lctx" with the Auto classes)
-    from lm_eval.api.registry import register_model
-    from lm_eval.models.huggingface import HFLM
+    from lctx.models import register_with_transformers  # lazy: loads lctx.models (its kernels load triton)
+
+    register_with_transformers()  # model_type "lctx" for the Auto classes, also after a light import (cli)
+    from lm_eval.api.registry import register_model  # lazy: loads lm_eval (lctx list tasks imports this module; tests/test_startup.py)
+    from lm_eval.models.huggingface import HFLM  # lazy: loads lm_eval, transformers
 
     class LctxHFLM(HFLM):
         """lm-eval ``hf`` backend; prepends BOS for native lctx checkpoints (see :func:`lctx_hflm_class`)."""
@@ -319,7 +324,6 @@ def lctx_hflm_class():
 
         def _model_call(self, inps, attn_mask=None, labels=None):
             logits = super()._model_call(inps, attn_mask=attn_mask, labels=labels)
-            from lctx.errors import check_finite_logits
 
             check_finite_logits(logits, "lm-eval model call")  # the shared check of every task's logits
             return logits
@@ -348,12 +352,10 @@ def lctx_hflm_class():
 
 # -- running ---------------------------------------------------------------------------------------------
 def _quiet_lm_eval():
-    import logging
-
     for name in ("lm_eval", "lm-eval", "lm_eval.models.huggingface"):
         logging.getLogger(name).setLevel(logging.ERROR)
     try:
-        import datasets
+        import datasets  # lazy: loads datasets
 
         datasets.disable_progress_bars()
         datasets.logging.set_verbosity_error()
@@ -364,7 +366,7 @@ def _quiet_lm_eval():
 def _task_manager(source: str, config_dir: Path | None):
     """lm-eval ``TaskManager`` over the generated configs (local) or over lm-eval's own ``arc`` and
     ``mmlu/default`` folders (hub): indexing all of lm-eval's ~13k tasks takes a minute or more on 2 cores."""
-    from lm_eval.tasks import TaskManager
+    from lm_eval.tasks import TaskManager  # lazy: loads lm_eval
 
     if source == "local":
         return TaskManager(include_path=str(config_dir), include_defaults=False)
@@ -415,7 +417,7 @@ def sample_records(spec: LmEvalSpec, samples: list[dict], hflm=None) -> list[dic
     argmax of the choices' log-likelihoods, pred_norm of log-likelihood per character of the choice text
     (lm-eval's acc_norm, ``Task.process_results`` for ``multiple_choice``).
     """
-    import numpy as np
+    import numpy as np  # lazy: loads numpy (lctx.tasks imports this module: loaded today through niah, kept off this module's own cost)
 
     out = []
     for s in samples:
@@ -462,8 +464,6 @@ class LmEvalSuite:
     def __init__(self, specs: list[LmEvalSpec], source: str, data_dir=None, limit: int | None = None,
                  num_fewshot: int | None = None, seed: int = 0, batch_size: int = 32, chat_template: bool = False,
                  system_prompt: str | None = None, log=None):
-        import tempfile
-
         self.specs, self.source, self.data_dir, self.limit = specs, source, data_dir, limit
         self.num_fewshot, self.seed, self.batch_size, self.log = num_fewshot, seed, batch_size, log
         self.chat_template, self.system_prompt = bool(chat_template), system_prompt
@@ -634,7 +634,7 @@ def _check_settings(limit, num_fewshot) -> None:
 def mmlu_subject_table(table):
     """Per-subject MMLU accuracy from the results table: columns model, variant, subject, category,
     num_fewshot, metric, mean, stderr (sample std / sqrt(n)), n; status-ok rows only."""
-    import pandas as pd
+    import pandas as pd  # lazy: loads pandas
 
     rows = table[(table["task"] == "mmlu") & (table["status"] == "ok")].copy()
     cols = ["model", "variant", "subject", "category", "num_fewshot", "metric", "mean", "stderr", "n"]
@@ -657,10 +657,8 @@ def quiet_git_probe():
     its results; lctx records its own ``git_rev``) with git's stderr silenced: outside a git repository
     git prints ``fatal: not a git repository`` on every lm-eval run. Same value as lm-eval's own
     ``get_git_commit_hash`` otherwise (its fallback reads ``.git`` by hand); restored on exit."""
-    import subprocess
-
-    import lm_eval.evaluator as evaluator
-    from lm_eval.loggers.utils import get_commit_from_path
+    import lm_eval.evaluator as evaluator  # lazy: loads lm_eval
+    from lm_eval.loggers.utils import get_commit_from_path  # lazy: loads lm_eval
 
     def get_git_commit_hash():
         try:

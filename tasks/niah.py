@@ -35,7 +35,7 @@ What lctx does differently (issue 5):
   largest n with ``len([BOS] + prompt(n)) + max_new_tokens <= length``, so the total is within one
   haystack unit of the length (RULER steps by 5..500 units);
 * the default generation budget is the tokens of the expected answer + 8 (RULER reserves 128 for chat
-  models; set ``max_new_tokens=128`` to match it);
+  models; set ``max_new_tokens=128`` to match it; the ``ruler`` group does, :mod:`lctx.harness.ruler`);
 * generation is seeded per (task, seed, length, depth, sample) and cached to disk (see :class:`RulerNIAH`);
 * essay sentences are split by a punctuation + capital-letter rule (:func:`sentence_start_words`; RULER uses
   ``nltk.sent_tokenize``, whose Punkt model is a download); the essay always starts at its first word, as
@@ -73,9 +73,21 @@ import numpy as np
 from lctx.errors import LctxError
 from lctx.metrics import (MATCH_MODES, postprocess_pred, string_match_all, string_match_part, tf_gain,  # noqa: F401
                           tf_logprob, tf_mrr, tf_top1, value_found)
-from lctx.models.fingerprint import content_key
 
 from .base import DECODE_STEP_TOKENS, Cell, Sample, Task, register_task
+
+
+def content_key(*paths: str | os.PathLike) -> tuple[str, ...]:
+    """The SHA-256 of each file: :func:`lctx.models.fingerprint.content_key`, imported on first use, since
+    importing :mod:`lctx.models` loads torch and registers with transformers, which ``lctx list tasks`` must
+    not pay for (issue 15.4; ``tests/test_startup.py``).
+
+    Raises:
+        LctxError: a file is missing or unreadable.
+    """
+    from lctx.models.fingerprint import content_key as key  # lazy: loads torch and transformers (lctx.models)
+
+    return key(*paths)
 
 # --- RULER's text, verbatim -----------------------------------------------------------------------
 #: scripts/data/synthetic/constants.py, TASKS["niah"]["template"]
@@ -557,7 +569,7 @@ class RulerNIAH(Task):
     Options (``lctx run --task-option niah_single_1.KEY=VALUE``):
         match: ``substring`` (RULER, default), ``digits`` or ``word``; see :func:`value_found`.
         max_new_tokens: generation budget in tokens, counted in the length (default: the expected answer's
-            tokens + 8; RULER uses 128).
+            tokens + 8; RULER uses 128, and the ``ruler`` group sets 128 unless given).
         data_dir: folder holding ``ruler/PaulGrahamEssays.json`` and ``ruler/wonderwords/`` (default
             ``$LCTX_DATA_DIR``).
         cache_dir: where built samples are kept (default :func:`default_cache_dir`; ``lctx run`` passes

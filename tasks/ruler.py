@@ -83,10 +83,9 @@ from typing import Any, Callable, ClassVar
 import numpy as np
 
 from lctx.errors import LctxError
-from lctx.models.fingerprint import content_key
 
 from .base import DECODE_STEP_TOKENS, Cell, Sample, Task, register_task
-from .niah import (ADJ_FILE, ESSAY_FILE, MATCH_MODES, NOUN_FILE, RULER_NOISE, RulerNIAH, _file_digest,
+from .niah import (ADJ_FILE, ESSAY_FILE, MATCH_MODES, NOUN_FILE, RULER_NOISE, RulerNIAH, _file_digest, content_key,
                    cached_sample_record, default_cache_dir, postprocess_pred, resolve_data_dir, sample_cache_path,
                    string_match_all, string_match_part, tokenizer_fingerprint)
 

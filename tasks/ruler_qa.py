@@ -46,9 +46,9 @@ from pathlib import Path
 import numpy as np
 
 from lctx.errors import LctxError
-from lctx.models.fingerprint import content_key
 
 from .base import Cell, register_task
+from .niah import content_key
 from .ruler import HaystackBuilder, RulerTask
 
 #: scripts/data/synthetic/constants.py, TASKS["qa"] (verbatim)

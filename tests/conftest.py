@@ -12,6 +12,17 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# One intra-op thread unless the caller chose a count: the tests' models are tiny, and on a shared 2-core
+# machine two OpenMP threads spin against the other processes (measured at load 5: test_trust's
+# test_6[chunk_size] took 96 s wall / 52 s CPU with torch's default 2 threads, 18 s / 13 s with 1). The CLI
+# (lctx.kernels.configure_threads) and subprocesses read the same variable; tests/test_threads.py sets its own.
+# lctx.kernels is imported first, so that it records torch's own default (test_threads.py reads it).
+if not (os.environ.get("LCTX_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS")):
+    import lctx.kernels  # noqa: E402,F401
+
+    os.environ["LCTX_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
+
 import pytest  # noqa: E402
 
 from helpers import tiny_config  # noqa: E402
@@ -41,13 +52,16 @@ def tokenizer():
 @pytest.fixture
 def make_checkpoint(tmp_path, tokenizer):
     """make_checkpoint(variant, **config) -> path of a saved random-init checkpoint with the tiny tokenizer."""
+    from transformers.utils import logging as hf_logging
+
     from lctx.models import LctxForCausalLM
 
     def make(variant: str = "rope", name: str | None = None, **kw) -> Path:
         torch.manual_seed(0)
         model = LctxForCausalLM(tiny_config(variant, vocab_size=len(tokenizer), **kw))
         out = tmp_path / (name or f"ck_{variant}")
-        model.save_pretrained(out)
+        hf_logging.disable_progress_bar()  # transformers' "Writing model shards" bar would land in the test's
+        model.save_pretrained(out)  # captured stderr, which one-line-error tests read (run alone, nothing else disables it)
         tokenizer.save_pretrained(out)
         return out
 

@@ -153,3 +153,45 @@ def test_failed_batch_runs_its_samples_alone(tmp_path, capsys, monkeypatch):
 def test_bad_batch_size_is_a_one_line_error(tmp_path, capsys):
     code, _, err = run_cli(["run", "--tasks", "passkey", "--out", tmp_path / "o", "--batch-size", "0"], capsys)
     assert_one_line_error(code, err, "--batch-size", "auto")
+
+
+def test_auto_batch_size_is_told_once_per_model_and_length(monkeypatch):
+    # `--batch-size auto` says the N it chose, once per (model, length), and only for tasks that batch
+    from lctx.harness import runner
+    from lctx.tasks import get_task
+    from lctx.tasks.base import Cell
+
+    class FakeLM:
+        can_batch, name, device = True, "tiny", torch.device("cpu")
+
+    chosen = {100: 3, 200: 2}
+    monkeypatch.setattr(runner, "auto_batch_size", lambda lm, length: chosen[length])
+    lm, pk, ppl = FakeLM(), get_task("passkey")(), get_task("ppl")()
+    work = [(lm, pk, Cell(L, d, s), {}) for L in (100, 200) for d in (0.0, 0.5) for s in (0, 1, 2)]
+    work += [(lm, ppl, Cell(300, None, 0), {})]
+    lines: list[str] = []
+    got = runner.batches(work, "auto", log=lines.append)
+    assert [len(b) for b in got] == [3, 3, 2, 2, 2, 1]  # 6 cells per length in batches of 3 and 2; ppl alone
+    assert len(lines) == 2 and "3 for tiny at 100 tokens" in lines[0] and "2 for tiny at 200 tokens" in lines[1]
+
+
+def test_progress_counts_samples_not_batches():
+    # a batch of 4 advances the sample count by 4, against the total in samples: [1-4/6], then [5/6], [6/6]
+    import io
+
+    from lctx.harness.console import SweepProgress
+
+    with SweepProgress([1.0] * 6, file=io.StringIO()) as bar:
+        seen = []
+        for n in (4, 1, 1):
+            bar.start("cell", n=n)
+            seen.append(bar.bar.desc)
+            bar.done(n)
+    assert [s.split("]")[0].split("[")[1] for s in seen] == ["1-4/6", "5/6", "6/6"]
+
+
+def test_counts_in_messages_agree_with_their_number():
+    from lctx.harness.console import count
+
+    assert [count(0, "sample"), count(1, "sample"), count(2, "error"), count(1, "row")] == \
+        ["0 samples", "1 sample", "2 errors", "1 row"]

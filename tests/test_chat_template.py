@@ -77,7 +77,7 @@ def test_cli_records_the_setting_and_resume_key(chat_ckpt, tmp_path, capsys):
     assert run_cli(args, capsys)[0] == 0
     code, out, err = run_cli(args + ["--chat-template", "on", "--system-prompt", "Be brief."], capsys)
     assert code == 0, err
-    assert "1 samples run, 0 resumed" in out  # chat on is another sample, not the chat-off one resumed
+    assert "1 sample run, 0 resumed" in out  # chat on is another sample, not the chat-off one resumed
     recs = [json.loads(x) for x in (tmp_path / "o" / "records.jsonl").read_text().splitlines()]
     assert [r["task_options"].get("chat_template") for r in recs] == [None, "on"]
     assert recs[1]["task_options"]["system_prompt"] == "Be brief."

@@ -25,8 +25,7 @@ def test_parse_lengths_suffixes():
     assert parse_lengths("256, 512,1k,4K,1m") == [256, 512, 1024, 4096, 1024**2]
 
 
-@pytest.mark.slow
-def test_missing_checkpoint(capsys, tmp_path):
+def test_missing_checkpoint(capsys, tmp_path):  # answered before any model loads (issue 15.4): fast now
     code, _, err = run_cli(["run", "--model", str(tmp_path / "nope"), "--out", str(tmp_path / "o")], capsys)
     assert_one_line_error(code, err, "not a directory")
 
@@ -66,6 +65,19 @@ def test_unknown_variant(capsys, tmp_path):
 def test_bad_length(capsys, tmp_path, bad):
     code, _, err = run_cli(["run", "--lengths", bad, "--out", str(tmp_path / "o")], capsys)
     assert_one_line_error(code, err, "not a positive integer")
+
+
+@pytest.mark.parametrize("args,needles", [
+    (["run", "--samples", "0"], ["--samples 0 is below the minimum 1", "pass --samples 1 or more"]),
+    (["run", "-n", "-2"], ["--samples -2 is below the minimum 1", "pass --samples 1 or more"]),
+    (["run", "--samples", "two"], ["--samples 'two' is not a whole number", "e.g. --samples 2"]),
+    (["run", "--stride", "half"], ["--stride 'half' is not a number", "e.g. --stride 0.5"]),
+    (["plan", "--batch", "0"], ["--batch 0 is below the minimum 1", "pass --batch 1 or more"])])
+def test_out_of_range_option_names_the_value_and_the_fix(capsys, tmp_path, args, needles):
+    # the trial's `--samples 0` printed typer's "Invalid value ...: Input should be greater than or equal to 1"
+    code, _, err = run_cli(args + ["--out", tmp_path / "o"] if args[0] == "run" else args, capsys)
+    assert_one_line_error(code, err, *needles)
+    assert not (tmp_path / "o").exists()
 
 
 def test_bad_depth(capsys, tmp_path):

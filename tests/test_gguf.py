@@ -121,3 +121,19 @@ def test_smollm2_gguf_passkey_1k(data_dir, tmp_path, capsys):
     s = pd.read_csv(tmp_path / "o" / "summary.csv")
     row = s[(s["metric"] == "exact")].iloc[0]
     assert row["model"] == "SmolLM2-135M-Instruct.Q4_1" and row["mean"] == 1.0
+
+
+def test_no_progress_silences_the_dequantising_bar(tiny_gguf, tmp_path, capfd):
+    # transformers draws "Converting and de-quantizing GGUF tensors..." with its own tqdm, which
+    # hf_logging.disable_progress_bar() does not reach; --no-progress (progress=False) must hide it
+    from lctx.harness.gguf import convert_gguf
+
+    capfd.readouterr()
+    convert_gguf(tiny_gguf, tmp_path / "shown")
+    assert "de-quantizing" in capfd.readouterr().err  # the bar exists (else the check below proves nothing)
+    convert_gguf(tiny_gguf, tmp_path / "quiet", progress=False)
+    assert "de-quantizing" not in capfd.readouterr().err
+    import transformers.modeling_gguf_pytorch_utils as M
+    from tqdm.auto import tqdm
+
+    assert M.tqdm is tqdm  # restored afterwards

@@ -321,6 +321,20 @@ def test_list_variants_shows_the_ssmax_modifier(capsys):
     assert "Scalable-Softmax" in line and "rope+ssmax" in line and "ggd_bam" in line
 
 
+def test_list_variants_names_the_defaults_a_new_model_computes_with(capsys):
+    # +ssmax's ssmax_scale_bias defaults to false but to true on ggd_bam (BAM-SSMax scales the prior too): the
+    # listing must say so, and agree with the config a new ggd_bam+ssmax / alibi+ssmax model writes
+    from lctx.models import LctxConfig
+
+    code, out, _ = run_cli(["list", "variants"], capsys)
+    assert code == 0
+    line = next(ln for ln in out.splitlines() if "+ssmax" in ln)
+    assert "ssmax_scale_bias=<bool, default false; true with ggd_bam>" in line
+    for base, want in (("ggd_bam", True), ("alibi", False), ("rope", False)):
+        cfg = LctxConfig(variant=f"{base}+ssmax", hidden_size=16, num_attention_heads=2, num_hidden_layers=1)
+        assert cfg.variant_options["ssmax_scale_bias"] is want, base
+
+
 def test_unknown_task_error_lists_every_task(capsys, make_checkpoint, tmp_path):
     from lctx.tasks import TASKS
 

@@ -564,7 +564,9 @@ def test_split_ruler(fake_data, monkeypatch):
     names, rest, spec, notes = group.split_ruler(["passkey", "ruler"], ["passkey.key_digits=3"], fake_data, 2,
                                                  [0, 0.5, 1])
     assert names == ["passkey"] + SRC_TASKS and spec.tasks == tuple(SRC_TASKS) and spec.threshold == 85.6
-    assert rest == ["passkey.key_digits=3", "cwe.samples=6", "fwe.samples=6"]  # 2 samples x 3 depths
+    niah = [t for t in SRC_TASKS if t.startswith("niah_")]
+    assert rest == (["passkey.key_digits=3"] + [f"{t}.max_new_tokens=128" for t in niah]  # RULER's NIAH budget
+                    + ["cwe.samples=6", "fwe.samples=6"])  # 2 samples x 3 depths
     # without data: NIAH and cwe need the essay/word lists, QA its JSON; vt and fwe need nothing
     names, rest, spec, notes = group.split_ruler(["ruler"], ["ruler.threshold=50"], None, 1, [0.5])
     assert names == ["vt", "fwe"] and spec.threshold == 50 and rest == []
@@ -581,10 +583,79 @@ def test_split_ruler(fake_data, monkeypatch):
             group.split_ruler(["ruler"], bad, fake_data, 1, [0.5])
 
 
+def test_ruler_group_gives_niah_rulers_generation_budget(fake_data, monkeypatch):
+    """Inside the ``ruler`` group every niah_* task generates up to RULER's budget, 128 tokens
+    (NVIDIA/RULER scripts/data/synthetic/constants.py: TASKS['niah']['tokens_to_generate'] = 128; niah.py fits
+    the prompt to max_seq_length - tokens_to_generate), unless the user sets one; outside the group lctx's
+    default (answer tokens + 8) stays. The budget is a task option, so it is part of the records' options and
+    resume key: rows made under the old default are rerun, not pooled."""
+    from lctx.harness.args import parse_task_options
+
+    monkeypatch.delenv("LCTX_DATA_DIR", raising=False)
+    assert group.niah_tokens_to_generate() == 128  # constants.py, TASKS['niah']['tokens_to_generate']
+    names, rest, _, _ = group.split_ruler(["ruler"], ["niah_multivalue.max_new_tokens=64"], fake_data, 1, [0.5])
+    opts = parse_task_options(rest, names)
+    niah = [t for t in names if t.startswith("niah_")]
+    assert len(niah) == 8 and opts["niah_multivalue"] == {"max_new_tokens": 64}  # the user's value wins
+    assert all(opts[t] == {"max_new_tokens": 128} for t in niah if t != "niah_multivalue")
+    assert not any(t in opts for t in ("vt", "cwe", "fwe"))  # their class defaults are RULER's (30, 120, 50)
+    names, rest, _, _ = group.split_ruler(["niah_single_1"], [], fake_data, 1, [0.5])
+    assert rest == []  # no group, no budget added
+    # the budget is recorded in the task options (the label and fingerprint of every record): 128 vs default
+    t128 = get_task("niah_single_1")(max_new_tokens=128, data_dir=fake_data, cache=False)
+    tdef = get_task("niah_single_1")(data_dir=fake_data, cache=False)
+    assert t128.options["max_new_tokens"] == 128 and tdef.options["max_new_tokens"] is None
+
+
+def test_ruler_niah_budget_leaves_room_for_128_tokens(lm, fake_data):
+    """With the group's budget the NIAH prompt is fitted to length - 128 tokens (RULER's niah.py:
+    total_tokens = len(input) + tokens_to_generate <= max_seq_length) and the sample carries the budget."""
+    task = get_task("niah_multivalue")(max_new_tokens=group.niah_tokens_to_generate(), data_dir=fake_data,
+                                       cache=False)
+    s = task.build(lm, Cell(1500, 0.5, 0), 0)
+    assert s.meta["max_new_tokens"] == 128 and task.max_new_tokens_for(s) == 128
+    assert s.n_tokens + 128 <= 1500 and s.n_tokens + 128 > 1500 - 64  # the haystack fills what is left
+    short = get_task("niah_multivalue")(data_dir=fake_data, cache=False).build(lm, Cell(1500, 0.5, 0), 0)
+    assert short.meta["max_new_tokens"] < 128 and short.n_tokens > s.n_tokens  # the default budget: a longer prompt
+    # the budget is in the resume key: a record of the default budget is not reused for the group's 128
+    from lctx.harness.runner import sample_base
+    from lctx.harness.tables import label_of
+
+    b128, bdef = (sample_base(lm, t.name, 1, t.options, None, 0) for t in (task, get_task("niah_multivalue")(
+        data_dir=fake_data, cache=False)))
+    assert b128["fingerprint"] != bdef["fingerprint"] and label_of(b128) != label_of(bdef)
+
+
 def _rec(task, metric, length, value, model="m", status="ok", depth=None, sample=0):
     return {"model": model, "variant": "llama", "task": task, "length": length, "depth": depth, "sample": sample,
             "metrics": {metric: value} if status == "ok" else {}, "status": status, "error": "" if status == "ok" else "boom",
             "seed": 0, "task_options": {}, "train_length": None}
+
+
+def test_ruler_score_takes_one_option_set_per_task():
+    """A resumed run directory keeps the rows of every option set it ran (run.json's ``current``): the NIAH rows
+    of the old default budget beside those of RULER's 128. The ruler score of a task uses only the set of its
+    newest record (harness/ruler.py latest_options), so the average never pools two budgets; a length only the
+    old set reached has no score for the task (an error row in the average, not a mix)."""
+    from lctx.harness.tables import to_table
+
+    spec = group.RulerSpec(threshold=50.0, tasks=("niah_single_1", "vt"))
+    recs = []
+    for L, old, new in ((1024, 0.0, 1.0), (2048, 0.0, None)):  # the 128 budget reran 1K only
+        r = _rec("niah_single_1", "string_match_all", L, old, depth=0.5)
+        recs.append(dict(r, task_options={"max_new_tokens": None}, timestamp="2026-12-01T02:00:00+00:00"))
+        if new is not None:
+            recs.append(dict(r, metrics={"string_match_all": new}, task_options={"max_new_tokens": 128},
+                             timestamp="2026-12-01T06:00:00+00:00"))
+        recs.append(dict(_rec("vt", "string_match_all", L, 0.5), timestamp="2026-12-01T02:00:00+00:00"))
+    # both option sets are current (different labels), so the table has both
+    table = to_table(recs, current={})
+    assert table[table["task"] == "niah_single_1"]["task_options"].nunique() == 2
+    avg = {r["length"]: r for r in group.derive_records(table, spec) if "average" in r["metrics"]}
+    assert avg[1024]["metrics"]["average"] == pytest.approx((100 + 50) / 2)  # the 128 rows only; pooled: 25
+    assert avg[2048]["status"] == "error" and "niah_single_1" in avg[2048]["error"]  # old budget only: no score
+    grid = group.task_scores(table, spec.tasks)
+    assert grid.loc["niah_single_1", 1024] == 100 and grid.loc["vt", 2048] == 50
 
 
 def test_average_and_effective_length_by_hand():

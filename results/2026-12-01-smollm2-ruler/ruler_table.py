@@ -4,7 +4,8 @@ lengths (lctx.harness.ruler.ruler_table on the runs' rows together).
 
 `lctx report RUN1 RUN2` keeps runs of the same model apart (the later one is labelled model@run, so samples made
 with other settings never mix), so its RULER section has one block per run; this script joins them, after
-checking that the runs used the same model file and task options.
+checking that the runs used the same model file, the same ruler group (tasks, threshold) and the same task options
+per task (e.g. the NIAH generation budget).
 
 Usage: python ruler_table.py RUN_DIR... > table.md
 """
@@ -16,35 +17,28 @@ import pandas as pd
 
 from lctx.harness.plots import format_length
 from lctx.harness.report import load_run
-from lctx.harness.ruler import GROUP, RulerSpec, derive_records, ruler_table, task_metric
+from lctx.harness.ruler import GROUP, RulerSpec, derive_records, latest_options, ruler_table, task_metric
 from lctx.harness.tables import to_table
 
-tables, models = [], set()
+tables, models, specs = [], set(), set()
 for d in sys.argv[1:]:
     t, meta = load_run(d)
     models.add(tuple(meta["models"]))
-    # cwe/fwe (no depth axis) run `samples` = --samples x depths; a run grown by resume over depths made them again
-    # under the new option, and its tables keep the superseded records too (run.json's `current` names both
-    # labels; see README): keep the records of the last request only
-    want = len(meta["depths"]) * int(meta["samples"])
-    keep = [k not in ("cwe", "fwe") or json.loads(o).get("samples", 1) == want
-            for k, o in zip(t["task"], t["task_options"].astype(str))]
-    t = t[keep]
-    spec = RulerSpec(threshold=float(meta["ruler"]["threshold"]), tasks=tuple(meta["ruler"]["tasks"]),
-                     left_out=tuple(meta["ruler"]["left_out"].items()))
-    tables.append(t[t["task"] != GROUP])  # the average and effective length are derived again below, over all
+    r = meta["ruler"]
+    specs.add((float(r["threshold"]), tuple(r["tasks"]), tuple(sorted(r["left_out"].items()))))
+    t = t[t["task"] != GROUP]  # the average and effective length are derived again below, over all the runs
+    tables.append(latest_options(t))  # within a run: one option set per task, as the run's own ruler rows
+if len(models) != 1 or len(specs) != 1:
+    sys.exit(f"error: the runs differ in model ({sorted(models)}) or ruler group ({sorted(specs)}); pass runs of "
+             "one model and one group")
 rows = pd.concat(tables, ignore_index=True)
 rows["model"] = rows["model"].astype(str).str.replace(r" \[.*\]$", "", regex=True)  # load_run's option tags
-rows = pd.concat([rows, to_table(derive_records(rows, spec))], ignore_index=True)
-if len(models) != 1 or rows["model"].nunique() != 1:
-    sys.exit(f"error: the runs are of different models ({sorted(models)}); pass runs of one model")
-def _settings(o):  # the options that make a sample (cwe/fwe's `samples` is how many the group asked for)
-    return json.dumps({k: v for k, v in json.loads(o).items() if k != "samples"}, sort_keys=True)
-
-
-opts = rows[rows["task"] != GROUP].assign(s=rows["task_options"].astype(str).map(_settings)).groupby("task")["s"].nunique()
+opts = rows.assign(s=rows["task_options"].astype(str)).groupby("task")["s"].nunique()
 if (opts > 1).any():
     sys.exit(f"error: task options differ between the runs for {', '.join(opts[opts > 1].index)}")
+threshold, tasks, left_out = specs.pop()
+spec = RulerSpec(threshold=threshold, tasks=tasks, left_out=left_out)
+rows = pd.concat([rows, to_table(derive_records(rows, spec))], ignore_index=True)
 grid, info = ruler_table(rows)
 ok = rows[(rows["status"] == "ok") & (rows["task"] != GROUP)]
 n = {(t, int(L)): len(ok[(ok["task"] == t) & (ok["length"] == L) & (ok["metric"] == task_metric(t))])
@@ -53,10 +47,14 @@ cols = [format_length(L) for L in grid.columns]
 print("| task | " + " | ".join(f"{c} (n)" for c in cols) + " |")
 print("|---|" + "---:|" * len(cols))
 for t, row in grid.iterrows():
-    cells = [f"{v:.1f}" + (f" ({n[(t, int(L))]})" if t != "average" else "") for L, v in row.items()]
+    cells = [(f"{v:.1f}" if v == v else "–") + (f" ({n[(t, int(L))]})" if t != "average" else "")
+             for L, v in row.items()]
     print(f"| {'**average**' if t == 'average' else t} | " + " | ".join(cells) + " |")
 e = info["effective_length"]
+budgets = {t: json.loads(o).get("max_new_tokens") for t, o in zip(rows["task"], rows["task_options"].astype(str))
+           if t != GROUP and t.startswith("niah_")}
 print(f"\nEffective length (average >= {info['threshold']:g} at every length up to it): "
       + (f"< {format_length(min(grid.columns))}" if e == 0 else format_length(e))
       + f". Average over {len(info['tasks'])} tasks" + (f" ({', '.join(info['left_out'])} left out)" if info['left_out'] else "")
-      + f"; runs: {', '.join(sys.argv[1:])}; git_rev {', '.join(sorted(set(rows['git_rev'].astype(str))))}.")
+      + f"; NIAH generation budget (max_new_tokens): {', '.join(sorted({str(b) for b in budgets.values()}))}"
+      + f"; runs: {', '.join(sys.argv[1:])}; git_rev {', '.join(sorted(set(rows['git_rev'].dropna().astype(str))))}.")
