@@ -63,7 +63,7 @@ def niah_tokens_to_generate() -> int:
     ``max_new_tokens`` unless the user sets one (lctx's own NIAH default outside the group is the answer's
     tokens + 8). The prompt is then fitted to ``length - 128`` tokens, as RULER's ``niah.py`` subtracts
     ``tokens_to_generate`` from ``max_seq_length``; greedy decoding still stops at EOS / the end of turn."""
-    from lctx.tasks.niah import RULER_TOKENS_TO_GENERATE
+    from lctx.tasks.niah import RULER_TOKENS_TO_GENERATE  # lazy: loads lctx.tasks and numpy
 
     return int(RULER_TOKENS_TO_GENERATE)
 
