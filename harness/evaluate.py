@@ -78,6 +78,15 @@ def _task_option_items(task_options) -> list[str]:
     return list(task_options)
 
 
+def _unique(values: list, what: str, warn) -> list:
+    """``values`` without repeats, first occurrence kept (a repeated length, depth or task would run its cells
+    twice: the tables keep one, the time is lost); ``warn(str)`` says what was dropped."""
+    out = list(dict.fromkeys(values))
+    if len(out) < len(values) and warn:
+        warn(f"note: {what} repeat ({', '.join(map(str, values))}); each runs once")
+    return out
+
+
 def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, Sequence[str]] = DEFAULT_TASKS,
              lengths: Union[str, Sequence[int], None] = None, depths: Union[str, Sequence[float]] = DEFAULT_DEPTHS,
              samples: int = 2, out: Union[str, Path, None] = None, *, relative: Union[str, Sequence[float], None] = None,
@@ -109,11 +118,8 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
             ``out``.
     """
     warn = warn or log
-    if out is None:
-        import tempfile  # lazy: +1.5 ms to lctx.cli's import, which imports this module (-X importtime)
-
-        out = tempfile.mkdtemp(prefix="lctx-")
-    out = Path(out)
+    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
+        raise LctxError(f"samples={samples!r} is not a whole number >= 1; pass samples=1 or more (--samples)")
     if data_dir is not None:
         data_dir = Path(data_dir)
         if not data_dir.is_dir():
@@ -124,11 +130,12 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
         raise LctxError("give either --lengths (tokens) or --relative (multiples of the training length), not both")
     length_list = _as_list(lengths if explicit_lengths else DEFAULT_LENGTHS, parse_lengths, "lengths")
     depth_list = _as_list(depths, parse_depths, "depths")
+    length_list, depth_list = _unique(length_list, "lengths", warn), _unique(depth_list, "depths", warn)
     batch = parse_batch_size(batch_size)
     cache_dir = Path(cache_dir) if cache_dir is not None else None
     if isinstance(relative, (list, tuple)):
         relative = ",".join(f"{r:g}" for r in relative)
-    task_names = _check_names(models, tasks, task_files)  # one-line errors before torch loads (issue 15.4)
+    task_names = _unique(_check_names(models, tasks, task_files), "tasks", warn)  # one-line errors before torch loads (issue 15.4)
     from lctx.kernels import configure_threads  # lazy: loads torch
 
     configure_threads()  # README "Threads"
@@ -140,6 +147,11 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
     device = dist_.rank_device(device, dinfo)  # rank r on cuda:LOCAL_RANK
     if system_prompt is not None and not chat_template:
         raise LctxError("--system-prompt needs --chat-template on (without a chat template there is no system turn)")
+    if out is None:  # only once the arguments are known good: a rejected call leaves no folder behind
+        import tempfile  # lazy: +1.5 ms to lctx.cli's import, which imports this module (-X importtime)
+
+        out = tempfile.mkdtemp(prefix="lctx-")
+    out = Path(out)
     check_writable_dir(out)
     task_option = _task_option_items(task_options)
     task_names, task_option, steps = expand_derived(task_names, task_option, log if dinfo.is_main else None,

@@ -50,3 +50,28 @@ def test_import_lctx_stays_light():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("samples", [0, -1, 1.5, True])
+def test_evaluate_rejects_bad_samples_before_making_a_folder(samples, tmp_path, monkeypatch):
+    # the CLI checks --samples itself; the Python API must too, naming the argument, and leave no temp folder
+    import tempfile
+
+    import lctx
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with pytest.raises(lctx.LctxError, match=r"samples=.* is not a whole number >= 1"):
+        lctx.evaluate("bundled", "passkey", lengths=[256], samples=samples, log=lambda m: None)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_repeated_lengths_depths_and_tasks_run_once(make_checkpoint, tmp_path):
+    import lctx
+
+    ck = make_checkpoint("rope")
+    notes = []
+    res = lctx.evaluate([str(ck)], ["passkey", "passkey"], lengths=[160, 160], depths=[0.5, 0.5], samples=1,
+                        out=tmp_path / "r", key_digits=3, memory_check=False, log=notes.append)
+    assert res.ran == 1  # one cell: passkey x 160 x 0.5 x 1 sample (it ran 4 before the fix)
+    assert sum("repeat" in n for n in notes) == 3  # tasks, lengths, depths: each said once
