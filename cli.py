@@ -7,6 +7,7 @@ User mistakes raise :class:`lctx.errors.LctxError`; :func:`main` prints them as 
 from __future__ import annotations
 
 import inspect
+import os
 import re
 import signal
 import sys
@@ -625,6 +626,54 @@ def _bad_value(e: Exception) -> str | None:
     return None
 
 
+class _PipeSafe:
+    """A text stream (``sys.stdout`` / ``sys.stderr``) whose reader may go away (``lctx report ... | head -1``): the
+    first write or flush that meets a closed pipe (BrokenPipeError) points the stream's file descriptor at
+    /dev/null (Python's recipe: https://docs.python.org/3/library/signal.html#note-on-sigpipe) and the command
+    goes on quietly: its files are written and it exits with its own status. A stream with no file descriptor
+    (captured in tests) drops the rest of its output. Everything else is the wrapped stream's."""
+
+    def __init__(self, stream):
+        self._stream, self.broken = stream, False
+
+    def _closed(self) -> None:
+        self.broken = True
+        try:
+            fd = self._stream.fileno()
+        except (AttributeError, OSError, ValueError):
+            return
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)  # the buffered rest is flushed into /dev/null, at exit too
+        os.close(devnull)
+
+    def write(self, text):
+        if self.broken and not self._has_fd():
+            return len(text)
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._closed()
+            return len(text)
+
+    def flush(self) -> None:
+        if self.broken and not self._has_fd():
+            return
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._closed()
+
+    def _has_fd(self) -> bool:
+        try:
+            self._stream.fileno()
+            return True
+        except (AttributeError, OSError, ValueError):
+            return False
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``lctx`` console script: run the typer app, turn user errors into one line.
 
@@ -634,10 +683,24 @@ def main(argv: list[str] | None = None) -> int:
     """
     if argv is None and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _on_sigterm)
-    # typer >= 0.20 vendors click (typer._click); older typer raises click's own exceptions.
-    usage_errors = tuple({getattr(typer, "TyperException", click.ClickException), click.ClickException})
     _SIGNAL["term"] = False
     _help_format()
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _PipeSafe(sys.stdout), _PipeSafe(sys.stderr)  # a reader that goes away: README "Pipes"
+    try:
+        code = _main(argv)
+    finally:
+        sys.stdout.flush(), sys.stderr.flush()  # a pipe closed before anything was flushed: found here, quietly
+        sys.stdout, sys.stderr = streams
+    if argv is None:
+        sys.exit(code)
+    return code
+
+
+def _main(argv: list[str] | None) -> int:
+    """:func:`main`'s body: the command's exit status."""
+    # typer >= 0.20 vendors click (typer._click); older typer raises click's own exceptions.
+    usage_errors = tuple({getattr(typer, "TyperException", click.ClickException), click.ClickException})
     try:
         rv = app(args=argv, standalone_mode=False, prog_name="lctx")
         code = rv if isinstance(rv, int) else 0
@@ -658,8 +721,6 @@ def main(argv: list[str] | None = None) -> int:
             line = _bad_value(e) or f"{' '.join(msg.split()).rstrip('.')}; see `lctx --help`"
             print(f"error: {line}", file=sys.stderr)
         code = EXIT_USAGE
-    if argv is None:
-        sys.exit(code)
     return code
 
 
