@@ -60,6 +60,15 @@ def _light_models() -> None:
     lctx._light_import = True
 
 
+def _checked_out(value: Optional[Path]) -> Optional[Path]:
+    """The callback of every command's ``--out``: an unwritable directory is refused while the arguments are
+    parsed (one ``error:`` line, exit 2), before torch, a model or any data loads (:func:`check_writable_dir`:
+    nothing is created)."""
+    if value is not None:
+        check_writable_dir(Path(value))
+    return value
+
+
 def _configure_threads() -> None:
     """Intra-op threads for a computing command: LCTX_NUM_THREADS / OMP_NUM_THREADS, else the cores not
     already busy (:func:`lctx.kernels.default_threads`; README "Threads")."""
@@ -89,7 +98,7 @@ def run(
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="mmlu/arc_*: only the first N test questions of each task (each MMLU subject)."),
     num_fewshot: Optional[int] = typer.Option(None, "--num-fewshot", min=0, help="mmlu/arc_*: few-shot examples (default: mmlu 5, arc 0)."),
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", envvar="LCTX_DATA_DIR", help="Root of evaluation data (e.g. ../shared/data)."),
-    out: Path = typer.Option(Path("lctx-out"), "--out", "-o", help="Run directory (rerun with the same --out to resume)."),
+    out: Path = typer.Option(Path("lctx-out"), "--out", "-o", callback=_checked_out, help="Run directory (rerun with the same --out to resume)."),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto."),
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
     seed: int = typer.Option(0, "--seed", help="Seed of sample generation."),
@@ -195,7 +204,7 @@ def train(
     val_fraction: float = typer.Option(0.05, "--val-fraction", help="Tail of each document held out for the validation loss."),
     seed: int = typer.Option(0, "--seed"),
     device: str = typer.Option("auto", "--device"),
-    out: Path = typer.Option(..., "--out", "-o", help="Checkpoint directory to write."),
+    out: Path = typer.Option(..., "--out", "-o", callback=_checked_out, help="Checkpoint directory to write."),
     retrieval_fraction: float = typer.Option(0.0, "--retrieval-fraction", help="Share of training windows that start with a synthetic retrieval document (0 = plain text)."),
     retrieval: str = typer.Option("passkey", "--retrieval", help="Tasks that build the retrieval documents, comma-separated: passkey and/or niah_* (e.g. passkey,niah_multikey_1)."),
     retrieval_min_length: Optional[int] = typer.Option(None, "--retrieval-min-length", help="Shortest retrieval document in tokens (default: half the context)."),
@@ -215,7 +224,6 @@ def train(
         raise LctxError(f"{e.args[0]}; see `lctx list variants`") from None
     except ValueError as e:
         raise LctxError(f"--option: {e}") from None
-    check_writable_dir(out)
     from lctx.tasks import textdata  # lazy: loads lctx.tasks and numpy (-X importtime: 0.4 s, more than lctx.cli itself)
     from lctx.harness.devices import resolve_device  # lazy: loads torch
     from lctx.harness.train import RetrievalMix  # lazy: loads torch, transformers
@@ -243,7 +251,7 @@ app.add_typer(diagnose_app, name="diagnose")
 @diagnose_app.command("prior")
 def diagnose_prior(
     model: str = typer.Option(..., "--model", "-m", help="A ggd_bam checkpoint directory."),
-    out: Path = typer.Option(Path("lctx-diagnostics"), "--out", "-o"),
+    out: Path = typer.Option(Path("lctx-diagnostics"), "--out", "-o", callback=_checked_out),
     max_distance: Optional[int] = typer.Option(None, "--max-distance", min=1, help="Largest distance plotted (tokens; default 8x train length)."),
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Run Python code shipped with a Hugging Face checkpoint (auto_map). Off by default."),
 ):
@@ -251,7 +259,6 @@ def diagnose_prior(
     from lctx.harness.diagnostics import plot_priors, prior_table  # lazy: loads torch, transformers, matplotlib
     from lctx.harness.lm import load_lm  # lazy: loads torch, transformers
 
-    check_writable_dir(out)
     lm = load_lm(model, device="cpu", trust_remote_code=trust_remote_code)
     out.mkdir(parents=True, exist_ok=True)
     table = prior_table(lm)
@@ -270,7 +277,7 @@ def diagnose_far_mass(
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", envvar="LCTX_DATA_DIR"),
     queries: int = typer.Option(32, "--queries", min=1, help="Last queries averaged per length."),
     device: str = typer.Option("auto", "--device"),
-    out: Path = typer.Option(Path("lctx-diagnostics"), "--out", "-o"),
+    out: Path = typer.Option(Path("lctx-diagnostics"), "--out", "-o", callback=_checked_out),
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Run Python code shipped with a Hugging Face checkpoint (auto_map). Off by default."),
 ):
     """Share of attention mass beyond a distance as the context grows (seed 004's near/far mass)."""
@@ -284,7 +291,6 @@ def diagnose_far_mass(
     if distance is not None and distance >= max(length_list):
         raise LctxError(f"--distance {distance} is not below the longest length {max(length_list)}: no key would be "
                         "that far and every far mass would be 0; pass a smaller --distance or longer --lengths")
-    check_writable_dir(out)
     docs = textdata.load_corpus([data_path(data, data_dir)]) if data else textdata.pydoc_corpus("heldout")
     text = "\n\n".join(t for _, t in docs)
     frames = []
@@ -310,7 +316,7 @@ def compare(
     tolerance: List[str] = typer.Option(None, "--tolerance", help="[METRIC:]abs=X,rel=X,stderr=K (repeatable); a difference counts only when it exceeds each."),
     alias: List[str] = typer.Option(None, "--alias", help="NEW=OLD: run model NEW is baseline model OLD (repeatable)."),
     allow_missing: bool = typer.Option(False, "--allow-missing", help="Baseline cells absent from the run do not fail the gate."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Where compare.csv and compare.md go (default: RUN_DIR/compare)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", callback=_checked_out, help="Where compare.csv and compare.md go (default: RUN_DIR/compare)."),
 ):
     """Gate a run on a baseline: exit 0 when nothing regressed, 1 on a regression, 2 on bad input."""
     from lctx.harness.compare import Rules, compare_dirs, load_rules, parse_aliases, parse_tolerances, print_report, write_report  # lazy: loads pandas
@@ -342,12 +348,11 @@ app.add_typer(convert_app, name="convert")
 def convert_llama2c(
     src: Path = typer.Argument(..., metavar="SRC", help="llama2.c checkpoint .bin (legacy, version 1 or version 2 export)."),
     tokenizer: Path = typer.Option(..., "--tokenizer", "-z", help="llama2.c tokenizer .bin (e.g. tok512.bin)."),
-    out: Path = typer.Option(..., "--out", "-o", help="Directory to write the Hugging Face LlamaForCausalLM into."),
+    out: Path = typer.Option(..., "--out", "-o", callback=_checked_out, help="Directory to write the Hugging Face LlamaForCausalLM into."),
 ):
     """Convert a llama2.c checkpoint and its tokenizer into a Hugging Face Llama directory (safetensors)."""
     from lctx.models.convert import convert_llama2c as convert_fn  # lazy: loads torch, transformers
 
-    check_writable_dir(out)
     path = convert_fn(src, tokenizer, out)
     typer.echo(f"wrote {path} (LlamaForCausalLM + tokenizer); run it with `lctx run --model {path}`")
 
@@ -355,7 +360,7 @@ def convert_llama2c(
 @convert_app.command("gguf")
 def convert_gguf(
     src: Path = typer.Argument(..., help="GGUF file (.gguf), e.g. a llama.cpp Q4_1 / Q8_0 / K-quant checkpoint."),
-    out: Path = typer.Option(..., "--out", "-o", help="Directory to write the Hugging Face checkpoint into."),
+    out: Path = typer.Option(..., "--out", "-o", callback=_checked_out, help="Directory to write the Hugging Face checkpoint into."),
     dtype: str = typer.Option("float32", "--dtype", help="Dtype of the dequantised weights: float32, bfloat16 or float16."),
 ):
     """Dequantise a GGUF checkpoint (transformers' GGUF support) into a Hugging Face directory (safetensors + tokenizer with its chat template)."""
@@ -364,7 +369,6 @@ def convert_gguf(
     gguf_file = find_gguf(src)
     if gguf_file is None:
         raise LctxError(f"{str(src)!r} is not a .gguf file (nor a directory holding one); pass the GGUF file")
-    check_writable_dir(out)
     path = convert_fn(gguf_file, out, dtype=dtype)
     typer.echo(f"wrote {path} (dequantised to {dtype}); run it with `lctx run --model {path}`")
 
@@ -391,7 +395,7 @@ def bench(
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Instead of one layer: a whole checkpoint's chunked prefill per --impl x length, each in a fresh process, with peak RSS against `lctx plan`."),
     chunk_size: int = typer.Option(2048, "--chunk-size", min=1, help="--model: prefill chunk in tokens."),
     warmup_tokens: int = typer.Option(0, "--warmup-tokens", min=0, help="--model: prefill this many tokens before measuring (kernel compilation)."),
-    out: Path = typer.Option(Path("lctx-bench"), "--out", "-o", help="Output directory (bench.parquet/csv, exponents.csv, ratios.md, bench.png)."),
+    out: Path = typer.Option(Path("lctx-bench"), "--out", "-o", callback=_checked_out, help="Output directory (bench.parquet/csv, exponents.csv, ratios.md, bench.png)."),
 ):
     """Time one attention layer forward per variant x impl x length, alternately with SDPA causal: ratios (median, min), peak memory, exponents. With --model: a whole-model prefill against the memory plan."""
     length_list = parse_lengths(lengths)
@@ -407,7 +411,6 @@ def bench(
             thread_list = [0]
         if not thread_list or min(thread_list) < 1:
             raise LctxError(f"--threads {threads!r} is not a list of positive integers; write e.g. --threads 1,2")
-    check_writable_dir(out)
     if model is not None:
         from lctx.harness.bench import print_prefill, run_prefill_bench  # lazy: loads torch, transformers, triton
 
@@ -487,14 +490,13 @@ def plan(
 @app.command()
 def report(
     run_dirs: List[Path] = typer.Argument(..., metavar="RUN_DIR", help="Run directories written by lctx run (one or more)."),
-    out: Path = typer.Option(Path("lctx-report"), "--out", "-o", help="Where report.html, report.md, plots/ and summary.csv go."),
+    out: Path = typer.Option(Path("lctx-report"), "--out", "-o", callback=_checked_out, help="Where report.html, report.md, plots/ and summary.csv go."),
     at: str = typer.Option("1x,2x,8x", "--at", help="Lengths of the summary's retrieval columns: multiples of the training length (4x) or tokens (2k)."),
     title: Optional[str] = typer.Option(None, "--title", help="Page title."),
 ):
     """Write one extrapolation report (HTML with embedded plots, Markdown, PNGs, summary.csv) from run directories."""
     from lctx.harness.report import build_report  # lazy: loads pandas, matplotlib
 
-    check_writable_dir(out)
     res = build_report([str(d) for d in run_dirs], out, at=at, title=title)
     disp = res["summary_table"].drop(columns=["runs"], errors="ignore")  # the runs: summary.csv and the page
     print_frame(disp, right=[c for c in disp.columns if c != "model"])

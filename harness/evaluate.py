@@ -136,6 +136,8 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
     if isinstance(relative, (list, tuple)):
         relative = ",".join(f"{r:g}" for r in relative)
     task_names = _unique(_check_names(models, tasks, task_files), "tasks", warn)  # one-line errors before torch loads (issue 15.4)
+    if out is not None:
+        check_writable_dir(Path(out))  # before torch, the tasks' data and the models load
     from lctx.kernels import configure_threads  # lazy: loads torch
 
     configure_threads()  # README "Threads"
@@ -152,7 +154,6 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
 
         out = tempfile.mkdtemp(prefix="lctx-")
     out = Path(out)
-    check_writable_dir(out)
     task_option = _task_option_items(task_options)
     task_names, task_option, steps = expand_derived(task_names, task_option, log if dinfo.is_main else None,
                                                     data_dir=data_dir, samples=samples, depths=depth_list)

@@ -9,7 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import click
 import pandas as pd
 import typer
 
@@ -66,3 +65,52 @@ def test_closed_stderr_too(tmp_path):
     finally:
         os.close(w)
     assert p.returncode == 2
+
+
+def _commands_with_out() -> list[list[str]]:
+    """Every ``lctx`` command (sub-commands included) that takes ``--out``, as its argv with a made-up value for
+    each other required parameter: the registry of commands, so a command added later is checked too."""
+    import lctx.cli as C
+
+    found = []
+
+    def walk(cmd, path):
+        if getattr(cmd, "commands", None):  # a group (typer vendors its own click: no isinstance)
+            for name, sub in cmd.commands.items():
+                walk(sub, path + [name])
+            return
+        if not any("--out" in getattr(p, "opts", []) for p in cmd.params):
+            return
+        argv = list(path)
+        for p in cmd.params:
+            if p.required and "--out" not in getattr(p, "opts", []):
+                argv += ([p.opts[0]] if p.param_type_name == "option" else []) + ["x"]
+        found.append(argv)
+
+    walk(typer.main.get_command(C.app), [])
+    return found
+
+
+def test_every_out_is_checked_before_torch_loads(tmp_path):
+    # an unwritable --out (under a file) is one `error:` line and exit 2, found while the arguments are parsed:
+    # no command has imported torch (so no model or data has loaded) by then. The commands run in one fresh
+    # interpreter (this one has torch already).
+    cmds = _commands_with_out()
+    names = {" ".join(c[:2]) if c[0] in ("convert", "diagnose") else c[0] for c in cmds}
+    assert {"run", "train", "report", "bench", "compare", "convert gguf", "convert llama2c", "diagnose prior",
+            "diagnose far-mass"} <= names, names
+    (tmp_path / "afile").write_text("x")
+    bad = str(tmp_path / "afile" / "out")
+    code = ("import json, sys\nfrom lctx.cli import main\nres = []\n"
+            f"for argv in {cmds!r}:\n"
+            f"    res.append((argv, main(argv + ['--out', {bad!r}]), 'torch' in sys.modules))\n"
+            "print(json.dumps(res))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    import json
+
+    res = json.loads(p.stdout.strip().splitlines()[-1])
+    errors = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(errors) == len(cmds) and all(ln.startswith("error: cannot write to --out") for ln in errors), errors
+    for argv, status, torch_loaded in res:
+        assert status == 2 and not torch_loaded, (argv, status, torch_loaded)
