@@ -316,16 +316,18 @@ def compare(
     tolerance: List[str] = typer.Option(None, "--tolerance", help="[METRIC:]abs=X,rel=X,stderr=K (repeatable); a difference counts only when it exceeds each."),
     alias: List[str] = typer.Option(None, "--alias", help="NEW=OLD: run model NEW is baseline model OLD (repeatable)."),
     allow_missing: bool = typer.Option(False, "--allow-missing", help="Baseline cells absent from the run do not fail the gate."),
+    allow_option_changes: bool = typer.Option(False, "--allow-option-changes", help="Judge cells whose options (task options, dtype, attn_impl, seed) differ from the baseline's instead of refusing them as not comparable (exit 2)."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", callback=_checked_out, help="Where compare.csv and compare.md go (default: RUN_DIR/compare)."),
 ):
-    """Gate a run on a baseline: exit 0 when nothing regressed, 1 on a regression, 2 on bad input."""
+    """Gate a run on a baseline: exit 0 when nothing regressed, 1 on a regression, 2 on bad input or cells whose options differ from the baseline's."""
     from lctx.harness.compare import Rules, compare_dirs, load_rules, parse_aliases, parse_tolerances, print_report, write_report  # lazy: loads pandas
 
     try:
         r = load_rules(rules) if rules is not None else Rules()
         cli_rules = parse_tolerances(tolerance or [])
         cli_rules.alias = parse_aliases(alias or [])
-        cmp = compare_dirs(run_dir, baseline, r.merged(cli_rules), allow_missing=allow_missing)
+        cmp = compare_dirs(run_dir, baseline, r.merged(cli_rules), allow_missing=allow_missing,
+                           allow_option_changes=allow_option_changes)
         out = out if out is not None else run_dir / "compare"
         check_writable_dir(out)
         print_report(cmp)
@@ -337,6 +339,10 @@ def compare(
         raise LctxError(f"lctx compare could not compare {str(run_dir)!r} with {str(baseline)!r} "
                         f"({type(e).__name__}: {first}); check both run directories' summary.csv") from None
     typer.echo(f"wrote {csv} and {md}")
+    if cmp.exit_code == EXIT_USAGE:  # nothing regressed, but cells measured other things than the baseline's
+        raise LctxError(f"{count(cmp.counts['incomparable'], 'cell')} not comparable with the baseline, made with other "
+                        f"options ({' | '.join(cmp.option_notes())}); rerun with the baseline's options (its run.json, "
+                        "results.csv) or pass --allow-option-changes")
     raise typer.Exit(cmp.exit_code)
 
 
