@@ -499,13 +499,17 @@ def report(
     out: Path = typer.Option(Path("lctx-report"), "--out", "-o", callback=_checked_out, help="Where report.html, report.md, plots/ and summary.csv go."),
     at: str = typer.Option("1x,2x,8x", "--at", help="Lengths of the summary's retrieval columns: multiples of the training length (4x) or tokens (2k)."),
     title: Optional[str] = typer.Option(None, "--title", help="Page title."),
+    train_length: List[str] = typer.Option(None, "--train-length", help="Training length in tokens for models whose runs record none (a GGUF's): N for all of them, or MODEL=N (repeatable)."),
 ):
     """Write one extrapolation report (HTML with embedded plots, Markdown, PNGs, summary.csv) from run directories."""
-    from lctx.harness.report import build_report  # lazy: loads pandas, matplotlib
+    from lctx.harness.report import build_report, parse_train_lengths  # lazy: loads pandas, matplotlib
 
-    res = build_report([str(d) for d in run_dirs], out, at=at, title=title)
+    res = build_report([str(d) for d in run_dirs], out, at=at, title=title,
+                       train_lengths=parse_train_lengths(train_length or []))
     disp = res["summary_table"].drop(columns=["runs"], errors="ignore")  # the runs: summary.csv and the page
     print_frame(disp, right=[c for c in disp.columns if c != "model"])
+    for note in res["notes"]:
+        typer.echo(f"note: {note}")
     typer.echo(f"wrote {res['html']}, {res['markdown']}, {res['summary']}, {res['failures']} and {len(res['plots'])} plots")
 
 

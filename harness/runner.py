@@ -333,6 +333,8 @@ def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo, batch_size=1, 
     current = dict(old_meta.get("current") or {}) if isinstance(old_meta.get("current"), dict) else {}
     current.update({label_of(b): b["fingerprint"] for b in bases.values()})
     meta["current"] = current
+    old_max = meta.get("max_positions") if isinstance(meta.get("max_positions"), dict) else {}
+    meta["max_positions"] = {**old_max, **{lm.name: lm.max_length for lm in lms if lm.max_length}}  # the declared limit
     known = meta.get("inputs") if isinstance(meta.get("inputs"), dict) else {}
     meta["inputs"] = {"models": {**(known.get("models") or {}), **inputs["models"]},
                       "data": {**(known.get("data") or {}), **{k: v for k, v in inputs["data"].items() if v}}}
