@@ -23,7 +23,7 @@ from lctx import ATTN_IMPLS
 from lctx.harness.console import count, print_frame, print_table, table_format
 from lctx.harness.args import check_writable_dir, data_path, parse_batch_size, parse_depths, parse_lengths, parse_options
 from lctx.errors import EXIT_ALL_FAILED, EXIT_USAGE, LctxError
-from lctx.harness.evaluate import DEFAULT_MODEL, evaluate
+from lctx.harness.evaluate import DEFAULT_MODEL, evaluate, passive_omp_wait
 
 class _WholeHelp:
     """Help that is never cut: usage lines as the rest of the world writes them (``lctx compare [OPTIONS]
@@ -69,12 +69,16 @@ def _checked_out(value: Optional[Path]) -> Optional[Path]:
     return value
 
 
-def _configure_threads() -> None:
-    """Intra-op threads for a computing command: LCTX_NUM_THREADS / OMP_NUM_THREADS, else the cores not
-    already busy (:func:`lctx.kernels.default_threads`; README "Threads")."""
-    from lctx.kernels import configure_threads  # lazy: loads torch
+def _configure_threads(device: str = "cpu") -> None:
+    """Intra-op threads for a computing command: LCTX_NUM_THREADS / OMP_NUM_THREADS, else torch's default, with a
+    note when the machine is busy (:func:`lctx.kernels.default_threads`, :func:`lctx.kernels.busy_note`;
+    README "Threads")."""
+    from lctx.kernels import busy_note, configure_threads  # lazy: loads torch
 
     configure_threads()
+    note = busy_note() if str(device).startswith("cpu") else None
+    if note:
+        typer.echo(note, err=True)
 
 
 @app.command()
@@ -229,9 +233,9 @@ def train(
     from lctx.harness.train import RetrievalMix  # lazy: loads torch, transformers
     from lctx.harness.train import train as train_fn  # lazy: loads torch, transformers
 
-    _configure_threads()
-    docs = textdata.load_corpus(data) if data else textdata.pydoc_corpus("train")
     dev = resolve_device(device)
+    _configure_threads(str(dev))
+    docs = textdata.load_corpus(data) if data else textdata.pydoc_corpus("train")
     train_fn(docs, out, variant=variant, context_length=context_length, hidden_size=hidden_size,
                        num_layers=layers, num_heads=heads, vocab_size=vocab_size, steps=steps,
                        batch_size=batch_size, lr=lr, warmup_steps=warmup, eval_every=eval_every,
@@ -696,6 +700,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _on_sigterm)
     _SIGNAL["term"] = False
+    passive_omp_wait()  # every command, before any loads torch (README "Threads")
     _help_format()
     streams = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = _PipeSafe(sys.stdout), _PipeSafe(sys.stderr)  # a reader that goes away: README "Pipes"

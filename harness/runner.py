@@ -29,7 +29,7 @@ import torch
 import transformers
 
 import lctx
-from lctx.kernels import impls_used
+from lctx.kernels import impls_used, thread_settings
 from lctx.tasks import TASKS, Task
 
 from . import distributed as D
@@ -327,7 +327,7 @@ def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo, batch_size=1, 
                  "torch": torch.__version__, "python": platform.python_version(), "host": platform.node(),
                  "models": [lm.path for lm in lms], "tasks": list(dict.fromkeys(t.name for t in tasks)),
                  "lengths": spec.lengths, "depths": spec.depths, "samples": spec.samples, "seed": spec.seed,
-                 "versions": versions(), "threads": torch.get_num_threads(), "batch_size": batch_size})
+                 "versions": versions(), **thread_settings(), "batch_size": batch_size})
     for t in tasks:
         meta.update(t.run_json())  # e.g. lm-eval's version and data source
     current = dict(old_meta.get("current") or {}) if isinstance(old_meta.get("current"), dict) else {}

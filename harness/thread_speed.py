@@ -4,10 +4,12 @@ alternates per round, so a busy shared CPU slows all alike); the result is each 
 the first setting, median over the rounds. The seconds themselves are noise on a shared machine.
 
     python -m lctx.harness.thread_speed --rounds 3
-    python -m lctx.harness.thread_speed --setting 1 --setting 2 --setting 2:PASSIVE -- --tasks ppl --lengths 1k
+    python -m lctx.harness.thread_speed --setting 1 --setting 2:SPIN --setting 2 -- --tasks ppl --lengths 1k
 
-A setting is ``N`` (``LCTX_NUM_THREADS=N``) or ``N:POLICY`` (also ``OMP_WAIT_POLICY=POLICY``: ``PASSIVE``
-lets an OpenMP thread that waits at a barrier sleep instead of spinning). Arguments after ``--`` go to
+A setting is ``N`` (``LCTX_NUM_THREADS=N``, and the wait policy lctx chooses: PASSIVE, README "Threads"),
+``N:PASSIVE`` / ``N:ACTIVE`` (also ``OMP_WAIT_POLICY``: PASSIVE lets an OpenMP thread that waits at a barrier
+sleep, ACTIVE spins) or ``N:SPIN`` (GNU OpenMP's own default, which lctx used before it chose PASSIVE: spin
+300,000 times, then sleep; ``GOMP_SPINCOUNT=300000``, no ``OMP_WAIT_POLICY``). Arguments after ``--`` go to
 ``lctx run`` (default: the bundled model on ``ppl`` at 256 to 2K tokens, no progress bar).
 """
 
@@ -27,19 +29,23 @@ DEFAULT_ARGS = ["run", "--tasks", "ppl", "--no-progress"]
 
 def setting_env(setting: str) -> dict[str, str]:
     """The environment variables of one setting: ``"2"`` -> LCTX_NUM_THREADS=2, ``"2:PASSIVE"`` -> also
-    OMP_WAIT_POLICY=PASSIVE (an ``OMP_WAIT_POLICY`` already in the environment is dropped otherwise, so
-    every setting says all it changes).
+    OMP_WAIT_POLICY=PASSIVE, ``"2:SPIN"`` -> GOMP_SPINCOUNT=300000 (the thread-related variables already in
+    the environment are dropped, so every setting says all it changes).
 
     Raises:
-        ValueError: not ``N`` or ``N:POLICY`` with N a positive integer.
+        ValueError: not ``N`` or ``N:PASSIVE|ACTIVE|SPIN`` with N a positive integer.
     """
     n, _, policy = setting.partition(":")
-    if not n.isdigit() or int(n) < 1:
-        raise ValueError(f"setting {setting!r} is not N or N:POLICY (e.g. 2 or 2:PASSIVE)")
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS")}
+    policy = policy.upper()
+    if not n.isdigit() or int(n) < 1 or policy not in ("", "PASSIVE", "ACTIVE", "SPIN"):
+        raise ValueError(f"setting {setting!r} is not N or N:PASSIVE|ACTIVE|SPIN (e.g. 2 or 2:SPIN)")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_NUM_THREADS", "LCTX_NUM_THREADS")}
     env["LCTX_NUM_THREADS"] = n
-    if policy:
-        env["OMP_WAIT_POLICY"] = policy.upper()
+    if policy == "SPIN":
+        env["GOMP_SPINCOUNT"] = "300000"  # libgomp's default without OMP_WAIT_POLICY (env.c)
+    elif policy:
+        env["OMP_WAIT_POLICY"] = policy
     return env
 
 
@@ -68,9 +74,9 @@ def main() -> None:
     argv = argv[:argv.index("--")] if "--" in argv else argv
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (each runs every setting once)")
-    ap.add_argument("--setting", action="append", help="N or N:POLICY (repeatable; default 1, 2, 2:PASSIVE)")
+    ap.add_argument("--setting", action="append", help="N or N:PASSIVE|ACTIVE|SPIN (repeatable; default 1, 2:SPIN, 2)")
     a = ap.parse_args(argv)
-    settings = a.setting or ["1", "2", "2:PASSIVE"]
+    settings = a.setting or ["1", "2:SPIN", "2"]
     for s in settings:
         setting_env(s)  # refuse a bad one before any run
     if run_args[:1] != ["run"]:
