@@ -114,3 +114,14 @@ def test_every_out_is_checked_before_torch_loads(tmp_path):
     assert len(errors) == len(cmds) and all(ln.startswith("error: cannot write to --out") for ln in errors), errors
     for argv, status, torch_loaded in res:
         assert status == 2 and not torch_loaded, (argv, status, torch_loaded)
+
+
+def test_evaluate_checks_out_before_torch_loads(tmp_path):
+    # the Python API as the CLI: lctx.evaluate(out=...) refuses an unwritable directory before importing torch
+    (tmp_path / "afile").write_text("x")
+    code = ("import sys, lctx\n"
+            f"try:\n    lctx.evaluate(out={str(tmp_path / 'afile' / 'out')!r})\n"
+            "except lctx.LctxError as e:\n    print('refused:', e, 'torch' in sys.modules)\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("refused: cannot write to --out") and p.stdout.strip().endswith("False"), p.stdout
