@@ -67,9 +67,9 @@ def passive_omp_wait() -> None:
     """Set ``OMP_WAIT_POLICY=PASSIVE`` unless the user set it (or GNU OpenMP's ``GOMP_SPINCOUNT``), if torch is
     not loaded yet (OpenMP reads the variable once, when torch loads it): a torch thread that waits at the end of a parallel op then sleeps
     instead of spinning. With spinning threads a busy machine (load above the cores) makes every barrier wait
-    for a descheduled thread: measured on 2 cores at load 4-6 (``python -m lctx.harness.thread_speed``), the
-    default ``lctx run --tasks ppl`` on 2 threads took 4.8x the time of 1 thread, and 1.6x with PASSIVE
-    (README "Threads")."""
+    for a descheduled thread: measured on 2 cores at load 4-6 (``python -m lctx.harness.thread_speed``, median
+    of 3 rounds), the default ``lctx run --tasks ppl`` on 2 spinning threads took 2.9-5.6x the wall time of 1
+    thread, and 1.0-1.6x with PASSIVE (README "Threads")."""
     if not ({"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"} & set(os.environ)) and "torch" not in sys.modules:
         os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
 

@@ -181,5 +181,5 @@ def busy_note() -> str | None:
     if load <= cpus:
         return None
     return (f"note: this machine is busy (load {load:.1f} on {cpus} CPUs) and lctx runs torch on {n} threads, which "
-            f"then wait for each other (measured: a ppl run 1.6x slower than on 1 thread at load ~5); "
+            f"then wait for each other (measured on 2 cores at load 4-6: a ppl run took 1.0-1.6x its time on 1 thread); "
             f"LCTX_NUM_THREADS=1 lctx ... avoids it (README \"Threads\")")

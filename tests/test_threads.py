@@ -65,8 +65,8 @@ def _wait_policy_after_cli(env_extra: dict) -> str:
 
 
 def test_cli_sets_a_passive_omp_wait_policy_unless_the_user_chose():
-    # measured (README "Threads"): at load 4-6 on 2 cores a ppl run on 2 spinning threads took 4.8x the time of
-    # 1 thread, 1.6x with OMP_WAIT_POLICY=PASSIVE; OpenMP reads it once, when torch loads, so the CLI sets it first
+    # measured (README "Threads"): at load 4-6 on 2 cores a ppl run on 2 spinning threads took 2.9-5.6x the time
+    # of 1 thread, 1.0-1.6x with OMP_WAIT_POLICY=PASSIVE; OpenMP reads it once, when torch loads: the CLI sets it first
     assert _wait_policy_after_cli({}) == "'PASSIVE'"
     assert _wait_policy_after_cli({"OMP_WAIT_POLICY": "active"}) == "'active'"
     assert _wait_policy_after_cli({"GOMP_SPINCOUNT": "300000"}) == "None"  # GNU OpenMP's own spin setting
