@@ -694,8 +694,10 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``lctx`` console script: run the typer app, turn user errors into one line.
 
     Returns (and exits with) 0 on success, 1 when ``lctx compare`` finds a regression, 2 on a user error
-    or damaged input (LctxError or a bad option: one ``error:`` line), 3 when every sample of an
-    ``lctx run`` failed, 130 on Ctrl-C and 143 on SIGTERM (both print the resume hint).
+    or damaged input (LctxError or a bad option: one ``error:`` line; ``lctx compare``'s cells made with other
+    options than the baseline's), 3 when every sample of an ``lctx run`` failed, 130 on Ctrl-C and 143 on
+    SIGTERM (both print the resume hint). A reader of stdout/stderr that goes away changes none of these
+    (:class:`_PipeSafe`).
     """
     if argv is None and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _on_sigterm)
