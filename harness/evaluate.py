@@ -155,7 +155,7 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
     from lctx.kernels import busy_note, configure_threads  # lazy: loads torch
 
     configure_threads()  # README "Threads"
-    from lctx.harness.runner import RunSpec, run_sweep  # lazy: loads torch, transformers, pandas
+    from lctx.harness.runner import RunSpec, new_invocation, run_sweep  # lazy: loads torch, transformers, pandas
     from lctx.tasks import get_task  # lazy: loads lctx.tasks and numpy (lctx.cli imports this module)
     from lctx.harness import distributed as dist_  # lazy: loads torch
 
@@ -215,6 +215,7 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
     from lctx.harness.rundir import run_dir_lock  # lazy: +7 ms (socket) to lctx.cli's import (-X importtime)
 
     results = []
+    new_invocation()  # this call's sweeps share one entry of run.json's "invocations"
     with run_dir_lock(out, dinfo):  # created here, after every check: a rejected call leaves nothing behind
         for lms_g, length_list in groups:  # one sweep per training length with --relative
             spec = RunSpec(lengths=length_list if task_objs else [], depths=depth_list, samples=samples, seed=seed)

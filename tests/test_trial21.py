@@ -1,0 +1,93 @@
+"""Trial 21 (a fresh user's findings, /work/notes/trial21.md), the part of helper fix21b: traceability of a
+run directory (a ``--task-file``'s path and SHA-256, built-in tasks' version, every invocation into one
+directory), error lines that name the problem and the fix, and one-line errors before torch loads. The
+asserted values are exact by construction (hashes recomputed with hashlib, counts, exit codes)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import assert_one_line_error, run_cli
+
+from lctx.models.fingerprint import digest_json
+
+TASK_SRC = '''
+from lctx.tasks import Task, Sample, register_task
+
+@register_task
+class LastTokenNLL21(Task):
+    name = "last_token_nll21"
+    metrics = ("nll",)
+
+    def build(self, lm, cell, seed):
+        ids = lm.with_bos(lm.encode("hello world " * cell.length))[: cell.length]
+        return Sample(cell=cell, input_ids=ids, n_tokens=len(ids))
+
+    def score(self, lm, sample):
+        nll, _ = lm.token_nll(sample.input_ids, [len(sample.input_ids) - 1])
+        return {"nll": float(nll[0])}
+'''
+
+
+@pytest.fixture(autouse=True)
+def _isolated(monkeypatch, tmp_path):
+    monkeypatch.delenv("LCTX_DATA_DIR", raising=False)
+    monkeypatch.setenv("LCTX_HASH_CACHE", str(tmp_path / "digests.json"))
+
+
+def _records(out: Path) -> list[dict]:
+    return [json.loads(ln) for ln in (out / "records.jsonl").read_text().splitlines() if ln.strip()]
+
+
+def test_1_task_file_and_task_version_are_in_the_run_dir_and_fingerprints_recompute(capsys, make_checkpoint,
+                                                                                     tmp_path):
+    f = tmp_path / "my_task21.py"
+    f.write_text(TASK_SRC)
+    out = tmp_path / "o"
+    ck = make_checkpoint()
+    code, _, err = run_cli(["run", "--model", ck, "--task-file", f, "--tasks", "last_token_nll21,passkey",
+                            "--lengths", "256", "--depths", "0.5", "--samples", "1", "--out", out, "--no-progress"],
+                           capsys)
+    assert code == 0, err
+    meta = json.loads((out / "run.json").read_text())
+    tasks = meta["inputs"]["tasks"]
+    sha = hashlib.sha256(f.read_bytes()).hexdigest()  # the file's SHA-256, computed here independently
+    assert tasks["last_token_nll21"]["code"]["path"] == str(f.resolve())
+    assert tasks["last_token_nll21"]["code"]["sha256"] == sha
+    assert tasks["passkey"]["code"] is None and isinstance(tasks["passkey"]["version"], int)
+    recs = _records(out)
+    assert {r["task"] for r in recs} == {"last_token_nll21", "passkey"}
+    for r in recs:
+        assert r["task_version"] == tasks[r["task"]]["version"]
+        # the record's fingerprint from the record alone (the identity fields of runner.sample_base)
+        ident = {k: r[k] for k in ("variant", "model_fingerprint", "data_fingerprint", "dtype", "attn_impl",
+                                   "chunk_size", "task", "seed", "task_options", "versions", "device_type",
+                                   "task_version", "code")}
+        assert digest_json(ident) == r["fingerprint"]
+        # and the model fingerprint from run.json's file hashes, the code's from the file's SHA-256
+        assert digest_json(meta["inputs"]["models"][r["model"]]["files"]) == r["model_fingerprint"]
+    code_fp = [r["code"] for r in recs if r["task"] == "last_token_nll21"][0]
+    assert code_fp == digest_json({f.name: sha}) == tasks["last_token_nll21"]["code"]["fingerprint"]
+
+
+def test_1_every_invocation_into_one_dir_is_in_run_json(capsys, make_checkpoint, tmp_path):
+    out = tmp_path / "o"
+    ck = make_checkpoint()
+    args = ["run", "--model", ck, "--tasks", "passkey", "--depths", "0.5", "--samples", "1", "--out", out,
+            "--no-progress"]
+    assert run_cli(args + ["--lengths", "200"], capsys)[0] == 0
+    first = json.loads((out / "run.json").read_text())
+    assert run_cli(args + ["--lengths", "256"], capsys)[0] == 0
+    meta = json.loads((out / "run.json").read_text())
+    assert meta["run_id"] == first["run_id"]
+    invs = meta["invocations"]
+    assert len(invs) == 2 and invs[0] == first["invocations"][0]
+    assert invs[0]["lengths"] == [200] and invs[1]["lengths"] == [256]
+    assert invs[0]["id"] != invs[1]["id"] and all(i["started"] and i["argv"] for i in invs)
+    by_len = {r["length"]: r["invocation"] for r in _records(out)}
+    assert by_len == {200: invs[0]["id"], 256: invs[1]["id"]}
