@@ -376,6 +376,8 @@ def convert_gguf(
     """Dequantise a GGUF checkpoint (transformers' GGUF support) into a Hugging Face directory (safetensors + tokenizer with its chat template)."""
     from lctx.harness.gguf import convert_gguf as convert_fn, find_gguf  # lazy: +7 ms (hashlib, tempfile) to lctx.cli's import (-X importtime)
 
+    if not src.exists():
+        raise LctxError(f"{str(src)!r} does not exist; pass the path of a .gguf file (or a folder holding one)")
     gguf_file = find_gguf(src)
     if gguf_file is None:
         raise LctxError(f"{str(src)!r} is not a .gguf file (nor a directory holding one); pass the GGUF file")
@@ -473,6 +475,12 @@ def plan(
     if override is None:
         from lctx.harness.devices import resolve_device  # lazy: loads torch
 
+        import torch  # lazy: loaded by lctx.harness.plan already
+
+        if str(device).startswith("cuda") and not torch.cuda.is_available():  # README: plan for a GPU you lack
+            raise LctxError(f"--device {device}: this machine has no CUDA GPU whose memory plan could read; to plan "
+                            f"for a GPU you lack give its memory, e.g. --device {device} --device-memory 80g (or "
+                            "--device cpu to plan for this machine)")
         device = str(resolve_device(device))
     cfg = P.load_config(model, trust_remote_code=trust_remote_code)
     shown = Path(model).resolve()

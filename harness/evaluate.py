@@ -74,6 +74,19 @@ def passive_omp_wait() -> None:
         os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
 
 
+def parse_window(text: str) -> list[int]:
+    """``--window`` sizes in tokens ("256,1k"), as :func:`lctx.harness.args.parse_lengths`.
+
+    Raises:
+        LctxError: an entry is not a positive number of tokens (the error names --window and an example).
+    """
+    try:
+        return parse_lengths(text)
+    except LctxError as e:
+        raise LctxError(str(e).replace("length ", "--window ", 1).replace(
+            "write lengths like 256,512,1k,4k", "write ppl window sizes in tokens like --window 256,1k")) from None
+
+
 def _as_list(x, parse, what: str) -> list:
     if isinstance(x, str):
         return parse(x)
@@ -191,7 +204,7 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
                                              max_tokens=ppl_max_tokens,
                                              data=[data_path(p, data_dir) for p in ppl_data] if ppl_data else None),
                              dict(key_digits=key_digits))
-    ppl_lengths = _as_list(window, parse_lengths, "window") if window and "ppl" in task_names else None
+    ppl_lengths = _as_list(window, parse_window, "window") if window and "ppl" in task_names else None
     for t in task_objs:
         if t.name == "ppl":
             t.documents()  # fail fast on unreadable data, before any model runs
@@ -370,5 +383,38 @@ def _build_tasks(task_names: list[str], task_opts: dict, get_task, out: Path, da
         try:
             objs.append(cls(**{**defaults, **opts}))
         except (ValueError, TypeError) as e:
-            raise LctxError(f"bad option for task {name!r}: {e}") from None
+            raise _bad_option(name, e, opts, defaults) from None
     return objs
+
+
+#: the ``lctx run`` flag that sets a task's run-wide default (the rest come from --task-option TASK.KEY=VALUE)
+_FLAGS = {("ppl", "stride"): ("--stride", "a fraction of the window in (0, 1] or a whole number of tokens, "
+                                          "e.g. --stride 0.5"),
+          ("ppl", "max_tokens"): ("--ppl-max-tokens", "0 (all) or a positive number of tokens"),
+          ("ppl", "bos"): ("--ppl-bos", "prepend or none"),
+          ("ppl", "short_docs"): ("--ppl-short-docs", "drop or count"),
+          ("ppl", "data"): ("--ppl-data", "text files or folders of .txt files"),
+          ("passkey", "key_digits"): ("--key-digits", "a whole number >= 1")}
+
+
+def _bad_option(name: str, e: Exception, opts: dict, defaults: dict) -> LctxError:
+    """The one-line error for a task constructor's ValueError/TypeError ``e``: it names the flag that set the
+    bad value (``--stride``, ``--task-option passkey.key_digits``, ...) and a fix, not only Python's text."""
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+
+    def culprit(kv: dict):
+        return next((k for k, v in kv.items() if k in msg or (isinstance(v, str) and v and repr(v) in msg)), None)
+
+    key = culprit(opts)
+    if key is not None:
+        flag, value = f"--task-option {name}.{key}", opts[key]
+    else:
+        key = culprit(defaults)
+        flag, value = _FLAGS.get((name, key), (f"--task-option {name}.{key}", None))[0], defaults.get(key)
+    if key is None:
+        return LctxError(f"bad option for task {name!r}: {msg}; fix the option (`lctx list tasks` shows the "
+                         "tasks; --task-option TASK.KEY=VALUE sets one)")
+    if "invalid literal" in msg or "could not convert" in msg:
+        msg = f"{value!r} is not a number"
+    hint = _FLAGS.get((name, key), (None, None))[1]
+    return LctxError(f"bad {flag} for task {name!r}: {msg}; pass {hint or 'a valid value'}")

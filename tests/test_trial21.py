@@ -91,3 +91,67 @@ def test_1_every_invocation_into_one_dir_is_in_run_json(capsys, make_checkpoint,
     assert invs[0]["id"] != invs[1]["id"] and all(i["started"] and i["argv"] for i in invs)
     by_len = {r["length"]: r["invocation"] for r in _records(out)}
     assert by_len == {200: invs[0]["id"], 256: invs[1]["id"]}
+
+
+# --- item 2: error lines that name the problem and the fix -----------------------------------------------
+
+def test_2_task_file_directory_and_report_on_a_file(capsys, tmp_path):
+    code, _, err = run_cli(["run", "--task-file", tmp_path, "--out", tmp_path / "o"], capsys)
+    assert_one_line_error(code, err, "is a directory", ".py file")
+    f = tmp_path / "afile"
+    f.write_text("x")
+    code, _, err = run_cli(["report", f, "--out", tmp_path / "r"], capsys)
+    assert_one_line_error(code, err, "is a file, not a directory")
+    assert "does not exist" not in err
+
+
+def test_2_rules_directory_names_the_rules_fix(tmp_path):
+    from lctx.errors import LctxError
+    from lctx.harness.compare import load_rules
+
+    with pytest.raises(LctxError) as e:
+        load_rules(tmp_path)
+    assert "TOML rules file" in str(e.value) and "--out" not in str(e.value)
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["--tasks", "passkey", "--task-option", "passkey.key_digits=abc"],
+     ["--task-option passkey.key_digits", "'abc' is not a number", "whole number"]),
+    (["--tasks", "ppl", "--stride", "0"], ["--stride", "e.g. --stride 0.5"]),
+    (["--tasks", "ppl", "--ppl-max-tokens", "-1"], ["--ppl-max-tokens", "0 (all)"]),
+    (["--tasks", "ppl", "--window", "abc"], ["--window 'abc'", "--window 256,1k"]),
+])
+def test_2_option_errors_name_the_flag_and_a_fix(capsys, tmp_path, args, needles):
+    code, _, err = run_cli(["run", *args, "--out", tmp_path / "o"], capsys)
+    assert_one_line_error(code, err, *needles)
+    assert "invalid literal" not in err and "length 'abc'" not in err
+
+
+def test_2_convert_gguf_missing_file_says_it_does_not_exist(capsys, tmp_path):
+    code, _, err = run_cli(["convert", "gguf", tmp_path / "nonexistent.gguf", "--out", tmp_path / "o"], capsys)
+    assert_one_line_error(code, err, "does not exist")
+
+
+def test_2_llama2c_folder_points_at_convert(capsys, tmp_path):
+    d = tmp_path / "stories"
+    d.mkdir()
+    (d / "stories260K.bin").write_bytes(b"\0" * 64)  # llama2.c's layout: model .bin + tokN.bin
+    (d / "tok512.bin").write_bytes(b"\0" * 64)
+    code, _, err = run_cli(["run", "--model", d, "--tasks", "passkey", "--out", tmp_path / "o"], capsys)
+    assert_one_line_error(code, err, "lctx convert llama2c", "stories260K.bin", "--tokenizer", "tok512.bin")
+
+
+def test_2_plan_on_cuda_without_a_gpu_suggests_device_memory(capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: --device cuda is valid here")
+    code, _, err = run_cli(["plan", "--length", "1k", "--device", "cuda"], capsys)
+    assert_one_line_error(code, err, "--device-memory")
+
+
+def test_2_short_train_data_prints_the_error_alone(capsys, tmp_path):
+    f = tmp_path / "tiny.txt"
+    f.write_text("a few words only\n")
+    code, _, err = run_cli(["train", "--data", f, "--steps", "1", "--out", tmp_path / "ck"], capsys)
+    assert_one_line_error(code, err, "not enough text")  # one line: no warm-up warning before it
