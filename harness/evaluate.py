@@ -164,6 +164,7 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
     task_names = _unique(_check_names(models, tasks, task_files), "tasks", warn)  # one-line errors before torch loads (issue 15.4)
     if out is not None:
         check_writable_dir(Path(out))  # before torch, the tasks' data and the models load
+    _check_hub(task_names, data_dir)
     passive_omp_wait()  # before torch loads OpenMP (README "Threads")
     from lctx.kernels import busy_note, configure_threads  # lazy: loads torch
 
@@ -255,6 +256,22 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
             res.reports["lmeval"] = format_lmeval_summary(res.summary)
         res.reports.update({st.name: st.report(res.table) for st in steps if st.report})
     return res
+
+
+def _check_hub(task_names: list[str], data_dir) -> None:
+    """lm-eval tasks without ``--data-dir`` read the Hugging Face hub: offline and not cached, refuse them now,
+    before torch loads (:func:`lctx.tasks.lmeval.check_hub`), not after lm-eval's retries.
+
+    Raises:
+        LctxError: the hub is unreachable and a task's dataset is not in the local cache.
+    """
+    if data_dir is not None:
+        return
+    from lctx.tasks import lmeval  # lazy: loads lctx.tasks and numpy
+
+    names = [n for n in task_names if lmeval.is_lmeval_task(n)]
+    if names:
+        lmeval.check_hub(lmeval.resolve_tasks(names, None)[0])
 
 
 def _check_names(models, tasks, task_files) -> list[str]:

@@ -155,3 +155,51 @@ def test_2_short_train_data_prints_the_error_alone(capsys, tmp_path):
     f.write_text("a few words only\n")
     code, _, err = run_cli(["train", "--data", f, "--steps", "1", "--out", tmp_path / "ck"], capsys)
     assert_one_line_error(code, err, "not enough text")  # one line: no warm-up warning before it
+
+
+# --- item 3: lm-eval tasks offline without --data-dir: the error at once, no hub retries ---------------
+
+def _no_network(monkeypatch, tmp_path):
+    import socket
+
+    def refuse(*a, **k):
+        raise OSError("[Errno -2] Name or service not known")  # what this sandbox answers
+
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_DATASETS_CACHE"):
+        monkeypatch.delenv(v, raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+
+
+def test_3_offline_hub_task_fails_at_once_with_one_line(capsys, monkeypatch, tmp_path):
+    _no_network(monkeypatch, tmp_path)
+    code, _, err = run_cli(["run", "--tasks", "arc_easy", "--limit", "1", "--out", tmp_path / "o"], capsys)
+    assert_one_line_error(code, err, "allenai/ai2_arc", "--data-dir")
+    assert "Retrying" not in err and not (tmp_path / "o").exists()
+
+
+def test_3_offline_hub_task_cached_switches_to_offline_mode(monkeypatch, tmp_path):
+    import huggingface_hub.constants as hc
+
+    from lctx.tasks import lmeval
+
+    _no_network(monkeypatch, tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")  # restored after the test (check_hub sets it)
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "0")
+    monkeypatch.setattr(hc, "HF_HUB_OFFLINE", hc.HF_HUB_OFFLINE)
+    (tmp_path / "hf" / "hub" / "datasets--allenai--ai2_arc").mkdir(parents=True)  # a cached copy
+    lmeval.check_hub(lmeval.resolve_tasks(["arc_easy"], None)[0])  # no error: the cache can serve it
+    import os
+
+    assert os.environ["HF_HUB_OFFLINE"] == "1" and hc.HF_HUB_OFFLINE is True
+    with pytest.raises(Exception, match="mmlu"):  # MMLU is not cached: refused
+        lmeval.check_hub(lmeval.resolve_tasks(["mmlu_anatomy"], None)[0])
+
+
+def test_3_and_4_offline_hub_error_loads_no_torch(tmp_path):
+    code = ("import sys\nfrom lctx.errors import LctxError\nfrom lctx.harness.evaluate import evaluate\n"
+            f"try:\n    evaluate(tasks='arc_easy', limit=1, out={str(tmp_path / 'o')!r})\n"
+            "except LctxError as e:\n    print('ERR', e)\nprint('torch' in sys.modules)\n")
+    env = {**__import__("os").environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert "ERR lm-eval task 'arc_easy'" in p.stdout and p.stdout.strip().endswith("False"), p.stdout + p.stderr
