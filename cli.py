@@ -469,6 +469,10 @@ def plan(
     T = parse_lengths(length)
     if len(T) != 1:
         raise LctxError(f"--length {length!r} names {len(T)} lengths; pass one, e.g. --length 512k")
+    from lctx.harness.args import check_model_path, check_run_options  # light: checks before torch loads
+
+    check_model_path(model)
+    check_run_options(dtype=dtype, device=device, attn_impl=attn_impl)
     from lctx.harness import plan as P  # lazy: loads torch
 
     override = P.parse_bytes(device_memory) if device_memory else None

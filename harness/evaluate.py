@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence, Union
 
-from lctx.harness.args import (check_task_options, check_writable_dir, chat_options, data_path, parse_batch_size,
+from lctx.harness.args import (check_model_path, check_run_options, check_task_options, check_writable_dir,
+                               chat_options, data_path, parse_batch_size,
                                parse_depths,
                                parse_lengths, parse_task_options, task_option_names)
 from lctx.errors import LctxError, split_list
@@ -164,6 +165,12 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
     task_names = _unique(_check_names(models, tasks, task_files), "tasks", warn)  # one-line errors before torch loads (issue 15.4)
     if out is not None:
         check_writable_dir(Path(out))  # before torch, the tasks' data and the models load
+    check_run_options(dtype=dtype, device=device, attn_impl=attn_impl, attn_override=attn_override,
+                      train_length=train_length)  # before torch loads (README "Start-up")
+    if relative:
+        from lctx.harness.flatness import parse_relative  # light: lctx.tasks and numpy, no torch
+
+        parse_relative(relative)
     _check_hub(task_names, data_dir)
     passive_omp_wait()  # before torch loads OpenMP (README "Threads")
     from lctx.kernels import busy_note, configure_threads  # lazy: loads torch
@@ -296,10 +303,7 @@ def _check_names(models, tasks, task_files) -> list[str]:
         if name not in TASKS and name not in GROUPS and not lmeval.is_lmeval_task(name):
             get_task(name)  # raises the one-line error naming the known tasks
     for m in [models] if isinstance(models, (str, Path)) else models or []:
-        if not Path(m).exists():
-            raise LctxError(f"checkpoint {str(m)!r} does not exist (not a directory nor a .gguf file); pass a "
-                            "folder written by `lctx train` or save_pretrained, a .gguf file (or omit --model for "
-                            "the bundled default)")
+        check_model_path(m)  # missing, a file that is not a .gguf, a folder with no config.json
     return names
 
 

@@ -610,13 +610,9 @@ def load_lm(path: str, device: str = "auto", dtype: str = "float32", name: str |
         raise LctxError(f"checkpoint {path!r} is not a directory nor a .gguf file; pass a folder written by "
                         "`lctx train` or save_pretrained, a .gguf file (or omit --model for the bundled default)")
     if not (p / "config.json").is_file():
-        bins = sorted(f.name for f in p.glob("*.bin"))
-        if bins and any(b.startswith("tok") for b in bins) and len(bins) >= 2:  # llama2.c: model .bin + tokN.bin
-            model_bin = next(b for b in bins if not b.startswith("tok"))
-            tok_bin = next(b for b in bins if b.startswith("tok"))
-            raise LctxError(f"checkpoint {path!r} looks like a llama2.c checkpoint ({model_bin}, {tok_bin}), which "
-                            f"lctx cannot load directly; convert it first: `lctx convert llama2c {p / model_bin} "
-                            f"--tokenizer {p / tok_bin} --out DIR`, then pass --model DIR")
+        from lctx.harness.args import check_model_path  # light
+
+        check_model_path(p)  # a llama2.c folder gets the convert command
         raise LctxError(f"checkpoint {path!r} has no config.json; pass a folder written by `lctx train` "
                         "or save_pretrained")
     dev, dt = resolve_device(device), resolve_dtype(dtype)
