@@ -203,3 +203,18 @@ def test_3_and_4_offline_hub_error_loads_no_torch(tmp_path):
     env = {**__import__("os").environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert "ERR lm-eval task 'arc_easy'" in p.stdout and p.stdout.strip().endswith("False"), p.stdout + p.stderr
+
+
+def test_1_results_table_names_the_task_version_and_code(capsys, make_checkpoint, tmp_path):
+    import pandas as pd
+
+    f = tmp_path / "my_task21.py"
+    f.write_text(TASK_SRC)
+    out = tmp_path / "o"
+    code, _, err = run_cli(["run", "--model", make_checkpoint(), "--task-file", f, "--tasks", "last_token_nll21",
+                            "--lengths", "64", "--samples", "1", "--out", out, "--no-progress"], capsys)
+    assert code == 0, err
+    meta = json.loads((out / "run.json").read_text())
+    for t in (pd.read_csv(out / "results.csv"), pd.read_parquet(out / "results.parquet")):
+        assert list(t["code_fingerprint"]) == [meta["inputs"]["tasks"]["last_token_nll21"]["code"]["fingerprint"]]
+        assert [str(v) for v in t["task_version"]] == ["1"]
