@@ -236,7 +236,7 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
     from lctx.harness.rundir import run_dir_lock  # lazy: +7 ms (socket) to lctx.cli's import (-X importtime)
 
     results = []
-    new_invocation()  # this call's sweeps share one entry of run.json's "invocations"
+    invocation = new_invocation()  # this call's sweeps share one entry of run.json's "invocations"
     with run_dir_lock(out, dinfo):  # created here, after every check: a rejected call leaves nothing behind
         for lms_g, length_list in groups:  # one sweep per training length with --relative
             spec = RunSpec(lengths=length_list if task_objs else [], depths=depth_list, samples=samples, seed=seed)
@@ -246,7 +246,7 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
             for objs, sp in passes:
                 if objs:
                     results.append(run_sweep(lms_g, objs, sp, out, progress=progress, log=log, batch_size=batch,
-                                             tables=False))
+                                             tables=False, invocation=invocation))
         dist_.destroy()  # [distributed] leave the process group; only rank 0 writes the tables
         totals = {k: sum(r[k] for r in results) for k in ("ran", "skipped", "errors", "ok")}
         res = Result(out=out, is_main=dinfo.is_main, **totals)

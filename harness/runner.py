@@ -258,7 +258,7 @@ def batches(work: list, batch_size: int | str, log=None) -> list[list]:
 
 
 def run_sweep(lms: list[LM], tasks: list[Task], spec: RunSpec, out_dir: Path, progress: bool = True,
-              log=print, batch_size: int | str = 1, tables: bool = True) -> dict:
+              log=print, batch_size: int | str = 1, tables: bool = True, invocation: str | None = None) -> dict:
     """Run every (model, task, cell) not yet recorded in ``out_dir`` and write the tables and plots.
 
     The run directory is locked for the duration (:func:`lctx.harness.rundir.run_dir_lock`: a second process
@@ -275,6 +275,9 @@ def run_sweep(lms: list[LM], tasks: list[Task], spec: RunSpec, out_dir: Path, pr
     Under ``torchrun`` / ``accelerate launch`` every rank calls this with the same arguments; each runs a
     deterministic share of the cells and rank 0 merges the records and writes the tables and plots
     (:mod:`lctx.harness.distributed`); every rank gets the same return value (counts over all ranks).
+
+    ``invocation``: the id of the entry of ``run.json``'s ``invocations`` this sweep adds to (one
+    :func:`lctx.harness.evaluate.evaluate` call passes one id to all its sweeps); default a new one.
 
     ``tables=False`` leaves the tables and plots to the caller (:func:`lctx.harness.evaluate.evaluate` writes
     them once, after all its sweeps, :func:`lctx.harness.derived.write_run_tables`): ``records``,
@@ -293,28 +296,24 @@ def run_sweep(lms: list[LM], tasks: list[Task], spec: RunSpec, out_dir: Path, pr
     dinfo = D.init()
 
     with run_dir_lock(out_dir, dinfo):
-        return _sweep(lms, tasks, spec, out_dir, progress, log, dinfo, batch_size, tables)
-
-
-_INVOCATION_ID: str | None = None  # the current invocation (one ``lctx run`` = one id over all its sweeps)
+        return _sweep(lms, tasks, spec, out_dir, progress, log, dinfo, batch_size, tables,
+                      invocation or new_invocation())
 
 
 def new_invocation() -> str:
-    """Start a new invocation id (:func:`lctx.harness.evaluate.evaluate` calls it once per call, so its sweeps
-    share one entry of ``run.json``'s ``invocations``); returns it."""
-    global _INVOCATION_ID
-    _INVOCATION_ID = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ") + f"-{os.getpid()}"
-    return _INVOCATION_ID
+    """A new invocation id: the UTC time to the microsecond and the process id (one ``lctx run`` = one id,
+    shared by its sweeps: :func:`lctx.harness.evaluate.evaluate` passes it to each :func:`run_sweep`)."""
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ") + f"-{os.getpid()}"
 
 
 
-def _invocation(meta: dict, lms, tasks, spec: RunSpec, batch_size, dinfo) -> str:
-    """Add this invocation (this process; one ``lctx run`` may call several sweeps) to ``meta["invocations"]``
-    and return its id: ``{"id", "started", "argv", "git_rev", "models", "tasks", "lengths", "depths",
-    "samples", "seed", "batch_size"}``, merged over the sweeps of one process; the entries of earlier
+def _invocation(meta: dict, lms, tasks, spec: RunSpec, batch_size, dinfo, inv_id: str) -> str:
+    """Add invocation ``inv_id`` (one ``lctx run`` may call several sweeps) to ``meta["invocations"]`` and
+    return its id: ``{"id", "started", "argv", "git_rev", "models", "tasks", "lengths", "depths",
+    "samples", "seed", "batch_size"}``, merged over the sweeps that share the id; the entries of earlier
     invocations into the same run directory are kept, so run.json describes every invocation (the top-level
     ``models``/``tasks``/``lengths`` are those of the last one). Each record's ``invocation`` names its entry."""
-    inv_id = D.broadcast(_INVOCATION_ID or new_invocation())  # [distributed] rank 0's id on every rank
+    inv_id = D.broadcast(inv_id)  # [distributed] rank 0's id on every rank
     invs = [i for i in meta.get("invocations") or [] if isinstance(i, dict)] \
         if isinstance(meta.get("invocations"), list) else []
     if not invs and meta.get("run_id"):  # a directory written before invocations were recorded: keep what it said
@@ -345,7 +344,8 @@ def _warn(msg: str) -> None:
     print(msg, file=sys.stderr)
 
 
-def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo, batch_size=1, tables: bool = True) -> dict:
+def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo, batch_size=1, tables: bool = True,
+           invocation: str | None = None) -> dict:
     # [distributed] under torchrun / accelerate launch each rank runs a share and appends to its own
     # records.rank{r}.jsonl; rank 0 merges them into records.jsonl (harness/distributed.py)
     rec_path = D.rank_records_path(out_dir, dinfo)
@@ -373,7 +373,7 @@ def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo, batch_size=1, 
                                                      chunked=task.chunked)
 
     meta = dict(old_meta)
-    invocation = _invocation(meta, lms, tasks, spec, batch_size, dinfo)
+    invocation = _invocation(meta, lms, tasks, spec, batch_size, dinfo, invocation or new_invocation())
     meta.update({"run_id": run_id, "lctx_version": lctx.__version__, "git_rev": git_revision(),
                  "torch": torch.__version__, "python": platform.python_version(), "host": platform.node(),
                  "models": [lm.path for lm in lms], "tasks": list(dict.fromkeys(t.name for t in tasks)),

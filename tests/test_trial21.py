@@ -218,3 +218,17 @@ def test_1_results_table_names_the_task_version_and_code(capsys, make_checkpoint
     for t in (pd.read_csv(out / "results.csv"), pd.read_parquet(out / "results.parquet")):
         assert list(t["code_fingerprint"]) == [meta["inputs"]["tasks"]["last_token_nll21"]["code"]["fingerprint"]]
         assert [str(v) for v in t["task_version"]] == ["1"]
+
+
+def test_1_one_run_with_two_sweeps_is_one_invocation(capsys, make_checkpoint, tmp_path):
+    # --window gives ppl its own sweep beside passkey's: one `lctx run`, one entry with both tasks' settings
+    out = tmp_path / "o"
+    text = tmp_path / "doc.txt"
+    text.write_text("The module documents every function it exports. " * 60)
+    code, _, err = run_cli(["run", "--model", make_checkpoint(), "--tasks", "passkey,ppl", "--lengths", "200",
+                            "--window", "64", "--ppl-data", text, "--depths", "0.5", "--samples", "1", "--out", out,
+                            "--no-progress"], capsys)
+    assert code == 0, err
+    invs = json.loads((out / "run.json").read_text())["invocations"]
+    assert len(invs) == 1 and invs[0]["tasks"] == ["passkey", "ppl"] and invs[0]["lengths"] == [200, 64]
+    assert {r["invocation"] for r in _records(out)} == {invs[0]["id"]}
