@@ -285,16 +285,19 @@ def diagnose_far_mass(
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Run Python code shipped with a Hugging Face checkpoint (auto_map). Off by default."),
 ):
     """Share of attention mass beyond a distance as the context grows (seed 004's near/far mass)."""
-    import pandas as pd  # lazy: loads pandas
-
-    from lctx.tasks import textdata  # lazy: loads lctx.tasks and numpy
-    from lctx.harness.diagnostics import far_mass, plot_far_mass  # lazy: loads torch, transformers, matplotlib
-    from lctx.harness.lm import load_lm  # lazy: loads torch, transformers
+    from lctx.harness.args import check_model_path  # light: the argument checks come before torch loads
 
     length_list = parse_lengths(lengths)
     if distance is not None and distance >= max(length_list):
         raise LctxError(f"--distance {distance} is not below the longest length {max(length_list)}: no key would be "
                         "that far and every far mass would be 0; pass a smaller --distance or longer --lengths")
+    for m in model:
+        check_model_path(m)
+    import pandas as pd  # lazy: loads pandas
+
+    from lctx.tasks import textdata  # lazy: loads lctx.tasks and numpy
+    from lctx.harness.diagnostics import far_mass, plot_far_mass  # lazy: loads torch, transformers, matplotlib
+    from lctx.harness.lm import load_lm  # lazy: loads torch, transformers
     docs = textdata.load_corpus([data_path(data, data_dir)]) if data else textdata.pydoc_corpus("heldout")
     text = "\n\n".join(t for _, t in docs)
     frames = []

@@ -51,7 +51,9 @@ LIGHTEST = {"list-tasks": ["list", "tasks"], "list-metrics": ["list", "metrics"]
             "bad-dtype": ["run", "--dtype", "float8"], "bad-device": ["run", "--device", "tpu"],
             "bad-attn-impl": ["run", "--attn-impl", "foo"], "bad-attn-override": ["run", "--attn-override", "foo"],
             "bad-relative": ["run", "--relative", "0"], "bad-train-length": ["run", "--train-length", "0"],
-            "model-is-a-file": ["run", "--model", str(Path(__file__).resolve())]}
+            "model-is-a-file": ["run", "--model", str(Path(__file__).resolve())],
+            "far-mass-bad-length": ["diagnose", "far-mass", "-m", "/no/such/checkpoint", "--lengths", "abc"],
+            "far-mass-bad-model": ["diagnose", "far-mass", "-m", "/no/such/checkpoint"]}
 
 
 def test_cli_listing_tasks_and_one_line_errors_import_not_even_torch(tmp_path):
