@@ -194,7 +194,7 @@ def check_model_path(path) -> None:
     if p.is_file() and p.suffix.lower() != ".gguf":
         raise LctxError(f"checkpoint {str(path)!r} is not a directory nor a .gguf file; pass a folder written by "
                         "`lctx train` or save_pretrained, a .gguf file (or omit --model for the bundled default)")
-    if p.is_dir() and not (p / "config.json").is_file() and not any(p.glob("*.gguf")):
+    if p.is_dir() and not (p / "config.json").is_file() and not any(f.suffix.lower() == ".gguf" for f in p.iterdir()):
         bins = sorted(f.name for f in p.glob("*.bin"))
         toks = [b for b in bins if b.startswith("tok")]
         models = [b for b in bins if not b.startswith("tok")]
