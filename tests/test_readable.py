@@ -311,6 +311,13 @@ def test_train_warns_when_warmup_covers_every_step(tmp_path):
     with pytest.raises(LctxError, match="no training text"):  # a refused run: its error line alone (trial21 9)
         train([("empty", "")], tmp_path / "m", steps=30, warmup_steps=50, progress=False, log=None, warn=got.append)
     assert got == []
+
+
+@pytest.mark.slow
+def test_train_warns_when_warmup_covers_every_step_once_it_can_run(tmp_path):
+    from lctx.harness.train import train
+
+    got: list[str] = []
     text = "The module documents every function it exports. A function takes arguments and returns a value. " * 40
     tiny = dict(context_length=16, hidden_size=16, num_layers=1, num_heads=2, vocab_size=300, batch_size=2,
                 eval_every=100, eval_batches=1, progress=False, log=None, warn=got.append)
