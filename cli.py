@@ -60,6 +60,22 @@ def _light_models() -> None:
     lctx._light_import = True
 
 
+def _out_arg(value) -> Path:
+    """The parser of every command's ``--out``: the text as typed, to a Path. An empty one (``--out ""``, a
+    script's ``--out "$OUT"`` with OUT unset) is refused here: a Path of "" is ".", the current directory, and
+    would write (for ``lctx train``: overwrite) whatever lies there.
+
+    Raises:
+        LctxError: the value is empty or blank.
+    """
+    if isinstance(value, Path):  # the default
+        return value
+    if not str(value).strip():
+        raise LctxError("--out is empty; pass a directory for the results, e.g. --out runs/my-run "
+                        "(a script's --out \"$OUT\" with OUT unset?)")
+    return Path(value)
+
+
 def _checked_out(value: Optional[Path]) -> Optional[Path]:
     """The callback of every command's ``--out``: an unwritable directory is refused while the arguments are
     parsed (one ``error:`` line, exit 2), before torch, a model or any data loads (:func:`check_writable_dir`:
@@ -102,7 +118,7 @@ def run(
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="mmlu/arc_*: only the first N test questions of each task (each MMLU subject)."),
     num_fewshot: Optional[int] = typer.Option(None, "--num-fewshot", min=0, help="mmlu/arc_*: few-shot examples (default: mmlu 5, arc 0)."),
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", envvar="LCTX_DATA_DIR", help="Root of evaluation data (e.g. ../shared/data)."),
-    out: Path = typer.Option(Path("lctx-out"), "--out", "-o", callback=_checked_out, help="Run directory (rerun with the same --out to resume)."),
+    out: Path = typer.Option(Path("lctx-out"), "--out", "-o", parser=_out_arg, callback=_checked_out, help="Run directory (rerun with the same --out to resume)."),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto."),
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
     seed: int = typer.Option(0, "--seed", help="Seed of sample generation."),
@@ -208,7 +224,7 @@ def train(
     val_fraction: float = typer.Option(0.05, "--val-fraction", help="Tail of each document held out for the validation loss."),
     seed: int = typer.Option(0, "--seed"),
     device: str = typer.Option("auto", "--device"),
-    out: Path = typer.Option(..., "--out", "-o", callback=_checked_out, help="Checkpoint directory to write."),
+    out: Path = typer.Option(..., "--out", "-o", parser=_out_arg, callback=_checked_out, help="Checkpoint directory to write."),
     retrieval_fraction: float = typer.Option(0.0, "--retrieval-fraction", help="Share of training windows that start with a synthetic retrieval document (0 = plain text)."),
     retrieval: str = typer.Option("passkey", "--retrieval", help="Tasks that build the retrieval documents, comma-separated: passkey and/or niah_* (e.g. passkey,niah_multikey_1)."),
     retrieval_min_length: Optional[int] = typer.Option(None, "--retrieval-min-length", help="Shortest retrieval document in tokens (default: half the context)."),
@@ -255,7 +271,7 @@ app.add_typer(diagnose_app, name="diagnose")
 @diagnose_app.command("prior")
 def diagnose_prior(
     model: str = typer.Option(..., "--model", "-m", help="A ggd_bam checkpoint directory."),
-    out: Path = typer.Option(Path("lctx-diagnostics"), "--out", "-o", callback=_checked_out),
+    out: Path = typer.Option(Path("lctx-diagnostics"), "--out", "-o", parser=_out_arg, callback=_checked_out),
     max_distance: Optional[int] = typer.Option(None, "--max-distance", min=1, help="Largest distance plotted (tokens; default 8x train length)."),
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Run Python code shipped with a Hugging Face checkpoint (auto_map). Off by default."),
 ):
@@ -281,7 +297,7 @@ def diagnose_far_mass(
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", envvar="LCTX_DATA_DIR"),
     queries: int = typer.Option(32, "--queries", min=1, help="Last queries averaged per length."),
     device: str = typer.Option("auto", "--device"),
-    out: Path = typer.Option(Path("lctx-diagnostics"), "--out", "-o", callback=_checked_out),
+    out: Path = typer.Option(Path("lctx-diagnostics"), "--out", "-o", parser=_out_arg, callback=_checked_out),
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Run Python code shipped with a Hugging Face checkpoint (auto_map). Off by default."),
 ):
     """Share of attention mass beyond a distance as the context grows (seed 004's near/far mass)."""
@@ -321,7 +337,7 @@ def compare(
     alias: List[str] = typer.Option(None, "--alias", help="NEW=OLD: run model NEW is baseline model OLD (repeatable)."),
     allow_missing: bool = typer.Option(False, "--allow-missing", help="Baseline cells absent from the run do not fail the gate."),
     allow_option_changes: bool = typer.Option(False, "--allow-option-changes", help="Judge cells whose options (task options, dtype, attn_impl, seed) differ from the baseline's instead of refusing them as not comparable (exit 2)."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", callback=_checked_out, help="Where compare.csv and compare.md go (default: RUN_DIR/compare)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", parser=_out_arg, callback=_checked_out, help="Where compare.csv and compare.md go (default: RUN_DIR/compare)."),
 ):
     """Gate a run on a baseline: exit 0 when nothing regressed, 1 on a regression, 2 on bad input or cells whose options differ from the baseline's."""
     from lctx.harness.compare import Rules, compare_dirs, load_rules, parse_aliases, parse_tolerances, print_report, write_report  # lazy: loads pandas
@@ -358,7 +374,7 @@ app.add_typer(convert_app, name="convert")
 def convert_llama2c(
     src: Path = typer.Argument(..., metavar="SRC", help="llama2.c checkpoint .bin (legacy, version 1 or version 2 export)."),
     tokenizer: Path = typer.Option(..., "--tokenizer", "-z", help="llama2.c tokenizer .bin (e.g. tok512.bin)."),
-    out: Path = typer.Option(..., "--out", "-o", callback=_checked_out, help="Directory to write the Hugging Face LlamaForCausalLM into."),
+    out: Path = typer.Option(..., "--out", "-o", parser=_out_arg, callback=_checked_out, help="Directory to write the Hugging Face LlamaForCausalLM into."),
 ):
     """Convert a llama2.c checkpoint and its tokenizer into a Hugging Face Llama directory (safetensors)."""
     from lctx.models.convert import convert_llama2c as convert_fn  # lazy: loads torch, transformers
@@ -370,7 +386,7 @@ def convert_llama2c(
 @convert_app.command("gguf")
 def convert_gguf(
     src: Path = typer.Argument(..., help="GGUF file (.gguf), e.g. a llama.cpp Q4_1 / Q8_0 / K-quant checkpoint."),
-    out: Path = typer.Option(..., "--out", "-o", callback=_checked_out, help="Directory to write the Hugging Face checkpoint into."),
+    out: Path = typer.Option(..., "--out", "-o", parser=_out_arg, callback=_checked_out, help="Directory to write the Hugging Face checkpoint into."),
     dtype: str = typer.Option("float32", "--dtype", help="Dtype of the dequantised weights: float32, bfloat16 or float16."),
 ):
     """Dequantise a GGUF checkpoint (transformers' GGUF support) into a Hugging Face directory (safetensors + tokenizer with its chat template)."""
@@ -405,7 +421,7 @@ def bench(
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Instead of one layer: a whole checkpoint's chunked prefill per --impl x length, each in a fresh process, with peak RSS against `lctx plan`."),
     chunk_size: int = typer.Option(2048, "--chunk-size", min=1, help="--model: prefill chunk in tokens."),
     warmup_tokens: int = typer.Option(0, "--warmup-tokens", min=0, help="--model: prefill this many tokens before measuring (kernel compilation)."),
-    out: Path = typer.Option(Path("lctx-bench"), "--out", "-o", callback=_checked_out, help="Output directory (bench.parquet/csv, exponents.csv, ratios.md, bench.png)."),
+    out: Path = typer.Option(Path("lctx-bench"), "--out", "-o", parser=_out_arg, callback=_checked_out, help="Output directory (bench.parquet/csv, exponents.csv, ratios.md, bench.png)."),
 ):
     """Time one attention layer forward per variant x impl x length, alternately with SDPA causal: ratios (median, min), peak memory, exponents. With --model: a whole-model prefill against the memory plan."""
     length_list = parse_lengths(lengths)
@@ -500,7 +516,7 @@ def plan(
 @app.command()
 def report(
     run_dirs: List[Path] = typer.Argument(..., metavar="RUN_DIR", help="Run directories written by lctx run (one or more)."),
-    out: Path = typer.Option(Path("lctx-report"), "--out", "-o", callback=_checked_out, help="Where report.html, report.md, plots/ and summary.csv go."),
+    out: Path = typer.Option(Path("lctx-report"), "--out", "-o", parser=_out_arg, callback=_checked_out, help="Where report.html, report.md, plots/ and summary.csv go."),
     at: str = typer.Option("1x,2x,8x", "--at", help="Lengths of the summary's retrieval columns: multiples of the training length (4x) or tokens (2k)."),
     title: Optional[str] = typer.Option(None, "--title", help="Page title."),
     train_length: List[str] = typer.Option(None, "--train-length", help="Training length in tokens for models whose runs record none (a GGUF's): N for all of them, or MODEL=N (repeatable)."),

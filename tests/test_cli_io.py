@@ -125,3 +125,24 @@ def test_evaluate_checks_out_before_torch_loads(tmp_path):
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith("refused: cannot write to --out") and p.stdout.strip().endswith("False"), p.stdout
+
+
+def test_empty_out_is_refused_by_every_command(tmp_path):
+    # `--out ""` (a script's `--out "$OUT"` with OUT unset) was Path("") == Path("."): run, train, report and
+    # compare wrote into (train: over) the current directory (trial21 item 2). Every command that takes --out
+    # refuses it while the arguments are parsed: one `error:` line, exit 2, nothing written in the cwd.
+    cmds = _commands_with_out()
+    code = ("import json, sys\nfrom lctx.cli import main\nres = []\n"
+            f"for argv in {cmds!r}:\n"
+            "    res.append((argv, main(argv + ['--out', '']), 'torch' in sys.modules))\n"
+            "print(json.dumps(res))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    import json
+
+    res = json.loads(p.stdout.strip().splitlines()[-1])
+    errors = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(errors) == len(cmds) and all(ln.startswith("error: --out is empty") for ln in errors), errors
+    for argv, status, torch_loaded in res:
+        assert status == 2 and not torch_loaded, (argv, status, torch_loaded)
+    assert list(tmp_path.iterdir()) == []
