@@ -21,7 +21,7 @@ import typer
 import lctx
 from lctx import ATTN_IMPLS
 from lctx.harness.console import count, print_frame, print_table, table_format
-from lctx.harness.args import check_writable_dir, data_path, parse_batch_size, parse_depths, parse_lengths, parse_options
+from lctx.harness.args import check_checkpoint_out, check_writable_dir, data_path, parse_batch_size, parse_depths, parse_lengths, parse_options
 from lctx.errors import EXIT_ALL_FAILED, EXIT_USAGE, LctxError
 from lctx.harness.evaluate import DEFAULT_MODEL, evaluate, passive_omp_wait
 
@@ -230,8 +230,10 @@ def train(
     retrieval_min_length: Optional[int] = typer.Option(None, "--retrieval-min-length", help="Shortest retrieval document in tokens (default: half the context)."),
     data_dir: Optional[str] = typer.Option(None, "--data-dir", help="RULER data root for niah_* retrieval documents (default $LCTX_DATA_DIR)."),
     progress: bool = typer.Option(True, "--progress/--no-progress"),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a checkpoint already in --out (refused without it)."),
 ):
     """Train a small model of one variant (tokenizer + AdamW/cosine), write a checkpoint directory."""
+    check_checkpoint_out(out, overwrite, "train")  # before any training: a typo must not destroy a trained model
     variant_options = parse_options(option or [])
     _light_models()  # the variant checks below need the registry only (one-line errors without transformers)
     from lctx.models.options import check_variant_options  # lazy: loads torch (lctx.models)
@@ -375,8 +377,10 @@ def convert_llama2c(
     src: Path = typer.Argument(..., metavar="SRC", help="llama2.c checkpoint .bin (legacy, version 1 or version 2 export)."),
     tokenizer: Path = typer.Option(..., "--tokenizer", "-z", help="llama2.c tokenizer .bin (e.g. tok512.bin)."),
     out: Path = typer.Option(..., "--out", "-o", parser=_out_arg, callback=_checked_out, help="Directory to write the Hugging Face LlamaForCausalLM into."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a checkpoint already in --out (refused without it)."),
 ):
     """Convert a llama2.c checkpoint and its tokenizer into a Hugging Face Llama directory (safetensors)."""
+    check_checkpoint_out(out, overwrite, "convert llama2c")
     from lctx.models.convert import convert_llama2c as convert_fn  # lazy: loads torch, transformers
 
     path = convert_fn(src, tokenizer, out)
@@ -388,8 +392,10 @@ def convert_gguf(
     src: Path = typer.Argument(..., help="GGUF file (.gguf), e.g. a llama.cpp Q4_1 / Q8_0 / K-quant checkpoint."),
     out: Path = typer.Option(..., "--out", "-o", parser=_out_arg, callback=_checked_out, help="Directory to write the Hugging Face checkpoint into."),
     dtype: str = typer.Option("float32", "--dtype", help="Dtype of the dequantised weights: float32, bfloat16 or float16."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a checkpoint already in --out, whole (refused without it)."),
 ):
     """Dequantise a GGUF checkpoint (transformers' GGUF support) into a Hugging Face directory (safetensors + tokenizer with its chat template)."""
+    check_checkpoint_out(out, overwrite, "convert gguf", whole_dir=True)  # it replaces --out whole (rmtree)
     from lctx.harness.gguf import convert_gguf as convert_fn, find_gguf  # lazy: +7 ms (hashlib, tempfile) to lctx.cli's import (-X importtime)
 
     gguf_file = find_gguf(src)

@@ -142,6 +142,31 @@ def check_writable_dir(path: Path, create: bool = False) -> None:
         raise LctxError(f"cannot write to --out {str(path)!r} ({e.strerror or e}); {fix}") from None
 
 
+#: Files whose presence makes a directory a checkpoint (``save_pretrained``, ``lctx train``, ``lctx convert``).
+CHECKPOINT_FILES = ("config.json", "model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                    "tokenizer.json", "train_log.json")
+
+
+def check_checkpoint_out(path: Path, overwrite: bool, command: str, whole_dir: bool = False) -> None:
+    """Refuse, before any work starts, an ``--out`` that already holds a checkpoint (``lctx train``, ``lctx
+    convert``): writing there would silently replace trained weights. ``overwrite`` (``--overwrite``) allows it.
+    ``whole_dir``: the command replaces the directory whole (``lctx convert gguf``), so a non-empty directory
+    that is not a checkpoint is refused even with ``overwrite`` (its files would be deleted).
+
+    Raises:
+        LctxError: ``path`` holds checkpoint files (without ``overwrite``), or other files (``whole_dir``).
+    """
+    if not path.is_dir():
+        return
+    held = [f for f in CHECKPOINT_FILES if (path / f).exists()]
+    if held and not overwrite:
+        raise LctxError(f"--out {str(path)!r} already holds a checkpoint ({', '.join(held)}); pass another --out, "
+                        f"or `lctx {command} ... --overwrite` to replace it")
+    if whole_dir and not held and any(path.iterdir()):
+        raise LctxError(f"--out {str(path)!r} is a folder of other files, and lctx {command} replaces its --out "
+                        "whole; pass a new or empty directory")
+
+
 def chat_options(system_prompt: Optional[str]) -> dict:
     """The task options that record ``--chat-template on`` (and the system prompt) in every record; with
     the template off nothing is added, so runs from before the option resume as they were."""

@@ -207,3 +207,28 @@ def test_task_file_cannot_replace_builtin(capsys, tmp_path):
     code, _, err = run_cli(["run", "--task-file", str(f), "--out", str(tmp_path / "o")], capsys)
     assert_one_line_error(code, err, "built-in task")
     assert TASKS["passkey"] is Passkey
+
+
+@pytest.mark.parametrize("argv", [["train", "--steps", "1"], ["convert", "llama2c", "x.bin", "--tokenizer", "t.bin"],
+                                  ["convert", "gguf", "x.gguf"]])
+def test_out_holding_a_checkpoint_is_refused_without_overwrite(capsys, tmp_path, argv):
+    # trial21 item 1: `lctx train --out DIR` over a trained checkpoint replaced its weights and config, exit 0.
+    # Refused before any work (the files keep their bytes), and the line names --overwrite.
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text('{"variant": "rope"}')
+    (ckpt / "model.safetensors").write_bytes(b"weights")
+    code, _, err = run_cli(argv + ["--out", str(ckpt)], capsys)
+    assert_one_line_error(code, err, "already holds a checkpoint (config.json, model.safetensors)")
+    assert "--overwrite" in err
+    assert (ckpt / "config.json").read_text() == '{"variant": "rope"}'
+    assert (ckpt / "model.safetensors").read_bytes() == b"weights"
+
+
+def test_convert_gguf_refuses_a_folder_of_other_files(capsys, tmp_path):
+    # convert gguf replaces --out whole (written aside, then renamed over it): a folder of other files would be
+    # deleted, so it is refused even with --overwrite
+    (tmp_path / "notes.txt").write_text("mine")
+    code, _, err = run_cli(["convert", "gguf", "x.gguf", "--overwrite", "--out", str(tmp_path)], capsys)
+    assert_one_line_error(code, err, "is a folder of other files")
+    assert (tmp_path / "notes.txt").read_text() == "mine"
