@@ -602,8 +602,8 @@ def list_(
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM (a scheduler's or torchrun's stop), raised like Ctrl-C so finished work is kept and the
-    resume hint is printed."""
+    """SIGTERM (a scheduler's or torchrun's stop), raised like Ctrl-C so finished work is kept and what was kept
+    is printed (:func:`_interrupted`)."""
 
 
 _SIGNAL = {"term": False}
@@ -614,10 +614,27 @@ def _on_sigterm(signum, frame):
     raise Terminated()
 
 
-def _interrupted() -> int:
+#: What an interrupted command leaves behind, by command: only ``lctx run`` resumes (its records are written as
+#: samples finish); ``lctx train`` writes its checkpoint at the end only.
+_KEPT = {
+    "run": "finished samples are kept: rerun the same command to resume",
+    "train": "nothing was saved (lctx train writes its checkpoint only when it ends, and does not resume): "
+             "rerun the command to train from step 0",
+}
+_KEPT_OTHER = "its output may be missing or incomplete: rerun the command"
+
+
+def _command_of(argv: list[str] | None) -> str | None:
+    """The command ``argv`` (``sys.argv[1:]`` when None) names: its first word that is not an option."""
+    words = [a for a in (sys.argv[1:] if argv is None else argv) if not str(a).startswith("-")]
+    return str(words[0]) if words else None
+
+
+def _interrupted(command: str | None = None) -> int:
+    """Print what an interrupted ``command`` kept (:data:`_KEPT`) on stderr; return 143 (SIGTERM) or 130."""
     term = _SIGNAL["term"]
-    print(f"{'terminated (SIGTERM)' if term else 'interrupted'}; finished samples are kept: rerun the same "
-          "command to resume", file=sys.stderr)
+    print(f"{'terminated (SIGTERM)' if term else 'interrupted'}; {_KEPT.get(command, _KEPT_OTHER)}",
+          file=sys.stderr)
     return 143 if term else 130
 
 
@@ -718,7 +735,7 @@ def main(argv: list[str] | None = None) -> int:
     Returns (and exits with) 0 on success, 1 when ``lctx compare`` finds a regression, 2 on a user error
     or damaged input (LctxError or a bad option: one ``error:`` line; ``lctx compare``'s cells made with other
     options than the baseline's), 3 when every sample of an ``lctx run`` failed, 130 on Ctrl-C and 143 on
-    SIGTERM (both print the resume hint). A reader of stdout/stderr that goes away changes none of these
+    SIGTERM (both print what was kept: `lctx run` resumes). A reader of stdout/stderr that goes away changes none of these
     (:class:`_PipeSafe`).
     """
     if argv is None and threading.current_thread() is threading.main_thread():
@@ -745,15 +762,15 @@ def _main(argv: list[str] | None) -> int:
     try:
         rv = app(args=argv, standalone_mode=False, prog_name="lctx")
         code = rv if isinstance(rv, int) else 0
-        if code == 130:  # typer turns Ctrl-C (and our SIGTERM) into a returned 130: give the resume hint
-            code = _interrupted()
+        if code == 130:  # typer turns Ctrl-C (and our SIGTERM) into a returned 130: say what was kept
+            code = _interrupted(_command_of(argv))
     except LctxError as e:
         print(f"error: {e}", file=sys.stderr)
         code = EXIT_USAGE
     except (typer.Exit, click.exceptions.Exit) as e:
-        code = _interrupted() if e.exit_code == 130 else e.exit_code
+        code = _interrupted(_command_of(argv)) if e.exit_code == 130 else e.exit_code
     except (KeyboardInterrupt, typer.Abort, click.exceptions.Abort):
-        code = _interrupted()
+        code = _interrupted(_command_of(argv))
     except usage_errors as e:
         msg = e.format_message() if hasattr(e, "format_message") else str(e)
         if type(e).__name__ == "NoArgsIsHelpError":

@@ -232,3 +232,20 @@ def test_convert_gguf_refuses_a_folder_of_other_files(capsys, tmp_path):
     code, _, err = run_cli(["convert", "gguf", "x.gguf", "--overwrite", "--out", str(tmp_path)], capsys)
     assert_one_line_error(code, err, "is a folder of other files")
     assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_interrupted_train_says_nothing_was_saved(capsys, tmp_path, monkeypatch):
+    # trial21 item 3: a stopped `lctx train` printed run's "finished samples are kept: rerun the same command to
+    # resume", but train keeps nothing and restarts from step 0. Each command now says what it kept.
+    import lctx.harness.train as T
+
+    def stopped(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(T, "train", stopped)
+    (tmp_path / "d.txt").write_text("some text " * 50)
+    code, _, err = run_cli(["train", "--data", str(tmp_path / "d.txt"), "--device", "cpu", "--steps", "1",
+                            "--out", str(tmp_path / "ck")], capsys)
+    assert code == 130
+    assert "nothing was saved" in err and "resume" in err and "rerun the same command to resume" not in err
+    assert not (tmp_path / "ck").exists()
