@@ -29,6 +29,7 @@ on missing unless allowed (exit 1), and on incomparable cells (exit 2: the gate 
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import posixpath
@@ -448,6 +449,44 @@ TABLE_COLUMNS = ["status", "model", "baseline_model", "variant", "task", "metric
                  "threshold", "bound_by", "run_n_error", "base_n_error", "options"]
 
 
+def _near(name: str, known) -> str:
+    """``"; did you mean X?"`` for the closest names to ``name`` in ``known`` (difflib), or ``""``."""
+    close = difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.6)
+    return f"; did you mean {' or '.join(close)}?" if close else ""
+
+
+def check_rule_names(rules: Rules, run: pd.DataFrame, base: pd.DataFrame) -> None:
+    """Refuse rules that could never apply, which would leave the looser default in force with no sign: a
+    ``[metrics.NAME]`` / ``--tolerance NAME:...`` whose NAME is neither a registered metric
+    (:data:`lctx.metrics.METRICS`, lm-eval's names in :data:`OTHER_DIRECTIONS`) nor a metric or ``task.metric``
+    of a cell of the run or the baseline; an ``--alias NEW=OLD`` / ``[alias]`` whose NEW is no model of the run.
+
+    Raises:
+        LctxError: one line naming the unknown name, near matches and the known names.
+    """
+    metrics = set(run["metric"]) | set(base["metric"])
+    plain = set(METRICS) | set(OTHER_DIRECTIONS) | metrics | {_base_metric(m) for m in metrics}
+    scoped = {f"{t}.{m}" for df in (run, base) for t, mm in zip(df["task"], df["metric"])
+              for m in (mm, _base_metric(mm))}
+    for name in rules.metrics:
+        if name in plain or name in scoped:
+            continue
+        if "." in name:
+            task, metric = name.split(".", 1)
+            tasks = set(run["task"]) | set(base["task"])
+            what = (f"task {task!r} is in neither the run nor the baseline (tasks: {', '.join(sorted(tasks))})"
+                    if task not in tasks else f"task {task!r} has no metric {metric!r} there")
+            raise LctxError(f"rule for metric {name!r} would never apply: {what}{_near(name, scoped)}; fix the "
+                            "name in --rules / --tolerance")
+        raise LctxError(f"unknown metric {name!r} in --rules / --tolerance{_near(name, plain)} (known: "
+                        f"{', '.join(sorted(plain))}; `lctx list metrics`); fix the name")
+    models = set(run["model"])
+    for new in rules.alias:
+        if new not in models:
+            raise LctxError(f"--alias {new}={rules.alias[new]}: the run has no model {new!r}{_near(new, models)} "
+                            f"(its models: {', '.join(sorted(map(str, models)))}); alias a run model to a baseline model")
+
+
 def compare_runs(run: pd.DataFrame, base: pd.DataFrame, rules: Rules | None = None,
                  allow_missing: bool = False, allow_option_changes: bool = False) -> Comparison:
     """Match the cells of ``run`` and ``base`` (summary tables, :func:`load_summary`) and judge each one.
@@ -462,6 +501,7 @@ def compare_runs(run: pd.DataFrame, base: pd.DataFrame, rules: Rules | None = No
             a metric with no known direction (add it to the rules).
     """
     rules = rules or Rules()
+    check_rule_names(rules, run, base)
     run = run.copy()
     run["run_model"] = run["model"]
     run["model"] = run["model"].map(lambda m: rules.alias.get(m, m))

@@ -420,3 +420,26 @@ def test_real_runs_pass_then_fail(tmp_path, capsys):
     reg = table[table["status"] == "regression"]
     assert set(zip(reg["metric"], reg["length"])) == {("ppl", 256), ("nll", 256)}
     assert (table[table["metric"] == "n_tokens"]["status"] == "same").all()
+
+
+def test_a_misspelled_metric_or_alias_is_refused(tmp_path, capsys):
+    # trial21 items 4 and 6: `--tolerance pll:rel=0.5` (ppl), `[metrics.nosuchmetric]` and `--alias a=b` were
+    # accepted and never applied: a typo in a tightening rule left the looser default in force with no sign
+    base = write_run(tmp_path / "base", cells())
+    run = write_run(tmp_path / "run", set_cell(cells(), "ppl", "ppl", 256, mean=20.5))
+    code, _, err = run_cli(["compare", run, "--baseline", base, "--tolerance", "pll:rel=0.5"], capsys)
+    assert_one_line_error(code, err, "unknown metric 'pll'", "did you mean", "ppl")
+    rules = tmp_path / "rules.toml"
+    rules.write_text("[metrics.nosuchmetric]\nabs = 0\n")
+    code, _, err = run_cli(["compare", run, "--baseline", base, "--rules", rules], capsys)
+    assert_one_line_error(code, err, "unknown metric 'nosuchmetric'", "lctx list metrics")
+    rules.write_text('[metrics."paskey.exact"]\nabs = 0\n')
+    code, _, err = run_cli(["compare", run, "--baseline", base, "--rules", rules], capsys)
+    assert_one_line_error(code, err, "'paskey.exact' would never apply", "passkey.exact")
+    code, _, err = run_cli(["compare", run, "--baseline", base, "--alias", "a=b"], capsys)
+    assert_one_line_error(code, err, "the run has no model 'a'", "its models: ")
+    # the names that do apply still pass: a registered metric no cell has (a shared rules file), task.metric
+    rules.write_text('[metrics.acc]\nabs = 0\n[metrics."passkey.exact"]\nabs = 0\n')
+    code, _, err = run_cli(["compare", run, "--baseline", base, "--rules", rules, "--tolerance", "ppl:rel=0.5"],
+                           capsys)
+    assert code == 0, err
