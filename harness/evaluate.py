@@ -151,6 +151,9 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
     task_names = _unique(_check_names(models, tasks, task_files), "tasks", warn)  # one-line errors before torch loads (issue 15.4)
     if out is not None:
         check_writable_dir(Path(out))  # before torch, the tasks' data and the models load
+        from lctx.harness.rundir import check_not_locked  # lazy: +7 ms (socket) to lctx.cli's import (-X importtime)
+
+        check_not_locked(Path(out))  # a busy --out answers now, not after the models load (trial21 item 8)
     passive_omp_wait()  # before torch loads OpenMP (README "Threads")
     from lctx.kernels import busy_note, configure_threads  # lazy: loads torch
 
