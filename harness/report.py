@@ -146,7 +146,7 @@ def load_runs(run_dirs: list[str | Path], train_lengths: dict | None = None) -> 
     whose runs record no training length one (before the flatness rows are derived).
 
     Raises:
-        LctxError: no directory given, or one that :func:`load_run` refuses.
+        LctxError: no directory given, one that :func:`load_run` refuses, or a ``train_lengths`` model no run has.
     """
 
     if not run_dirs:
@@ -183,6 +183,15 @@ def load_runs(run_dirs: list[str | Path], train_lengths: dict | None = None) -> 
         tables.append(t)
         metas.append(dict(meta, run=label, dir=str(d.resolve()), flatness=flat_note))
     table = pd.concat(tables, ignore_index=True)
+    names = set(table["model"].astype(str)) | set(table["model"].astype(str).str.split(" [", n=1, regex=False).str[0])
+    unknown = [m for m in (train_lengths or {}) if m is not None and m not in names]
+    if unknown:  # a misspelled MODEL=N would apply to nothing, and the report would still call it unknown
+        import difflib  # lazy: +1 ms
+
+        close = difflib.get_close_matches(unknown[0], sorted(names), n=2, cutoff=0.6)
+        raise LctxError(f"--train-length {unknown[0]}={train_lengths[unknown[0]]}: no run has a model "
+                        f"{unknown[0]!r}{'; did you mean ' + ' or '.join(close) + '?' if close else ''} "
+                        f"(models: {', '.join(sorted(names))}); write --train-length MODEL=N with one of them")
     table["value"] = pd.to_numeric(table["value"], errors="coerce")
     table["length"] = pd.to_numeric(table["length"], errors="coerce")
     table["depth"] = pd.to_numeric(table["depth"], errors="coerce")

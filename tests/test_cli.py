@@ -249,3 +249,19 @@ def test_interrupted_train_says_nothing_was_saved(capsys, tmp_path, monkeypatch)
     assert code == 130
     assert "nothing was saved" in err and "resume" in err and "rerun the same command to resume" not in err
     assert not (tmp_path / "ck").exists()
+
+
+def test_options_of_tasks_not_in_the_run_are_named_as_ignored(capsys, tmp_path):
+    # trial21 item 6: `lctx run --tasks passkey --limit 2 --num-fewshot 3` ran with exit 0 and no word that
+    # both options (lm-eval's mmlu/arc_*) changed nothing. One warning line names them. (--lengths 64 is below
+    # passkey's template, so the run stops at the length check, after the warning, without sampling.)
+    from lctx.harness.evaluate import _ignored_options
+
+    code, _, err = run_cli(["run", "--tasks", "passkey", "--limit", "2", "--num-fewshot", "3", "--lengths", "64",
+                            "--out", str(tmp_path / "o")], capsys)
+    warnings = [ln for ln in err.splitlines() if ln.startswith("warning:")]
+    assert warnings == ["warning: --limit (mmlu/arc_*), --num-fewshot (mmlu/arc_*) are ignored: no task of this "
+                        "run uses them (tasks: passkey)"], err
+    assert _ignored_options(["passkey", "ppl"], ["mmlu"], limit=2, num_fewshot=3, stride=0.25, key_digits=6) is None
+    assert "--stride (ppl) is ignored" in _ignored_options(["passkey"], [], stride=1.0)
+    assert "--key-digits (passkey)" in _ignored_options(["ppl"], [], key_digits=6)

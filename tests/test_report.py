@@ -185,3 +185,15 @@ def test_unknown_train_length_has_a_hint_and_the_declared_maximum(tmp_path, caps
     assert "Train length unknown" not in (tmp_path / "rep3" / "report.md").read_text()
     code = main(["report", str(run), "--out", str(tmp_path / "rep4"), "--train-length", "alibi=0"])
     assert code == 2 and "--train-length 'alibi=0' is not N or MODEL=N" in capsys.readouterr().err
+
+
+def test_train_length_of_a_model_no_run_has_is_refused(tmp_path, capsys):
+    # trial21 item 6: `lctx report --train-length nosuch=5` was accepted (exit 0) and applied to nothing
+    from lctx.cli import main
+
+    run = _run(tmp_path / "gguf", ["alibi"], train_length=None)
+    code = main(["report", str(run), "--out", str(tmp_path / "rep"), "--train-length", "alibl=256"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "no run has a model 'alibl'; did you mean alibi?" in err and "(models: alibi)" in err
+    assert not (tmp_path / "rep" / "report.html").exists()
