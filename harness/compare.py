@@ -33,6 +33,7 @@ import difflib
 import json
 import math
 import posixpath
+import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -42,7 +43,7 @@ from lctx.errors import LctxError
 from lctx.metrics import METRICS, direction_of
 
 from .console import print_line, print_table
-from .rundir import check_regular
+from .rundir import check_regular, read_json
 from .tables import read_records, summarize, to_table
 
 KEYS = ["model", "task", "metric", "length", "depth"]
@@ -746,6 +747,13 @@ def compare_dirs(run_dir: Path, baseline_dir: Path, rules: Rules | None = None,
     """
     run = load_summary(run_dir, "run")
     base = load_summary(baseline_dir, "baseline")
+    for d in (run_dir, baseline_dir):
+        # the verdict reads the summaries only (a baseline may be summary.csv alone), so a damaged run.json does
+        # not stop the gate; it is named all the same, never passed over without a word (trial21 item 7)
+        try:
+            read_json(Path(d) / "run.json")
+        except LctxError as e:
+            print(f"warning: {e}; lctx compare does not read it (the verdict stands)", file=sys.stderr)
     cmp = compare_runs(run, base, rules, allow_missing, allow_option_changes)
     cmp.run_dir, cmp.baseline_dir = str(run_dir), str(baseline_dir)
     return cmp

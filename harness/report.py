@@ -42,6 +42,7 @@ from .plots import depth_heatmaps, passkey_heatmaps, ruler_figure
 from .plots import (_DPI, _draw_ratio, _labels, draw_ppl, _legend, _length_axis, _log_y, _model_key, _new_figure, _ok, _save,  # noqa: F401
                     _shorten, format_length, mark_train_lengths, palette, ppl_ratio_plot, safe_filename)
 from .ruler import GROUP as RULER, ruler_table
+from .rundir import read_json
 from .tables import label_names
 
 #: The task whose rows the perplexity section draws (and the flatness sweep derives its ratio from).
@@ -65,7 +66,8 @@ def load_run(run_dir: str | Path) -> tuple[pd.DataFrame, dict]:
     """The results table (``results.parquet``, else ``results.csv``) and ``run.json`` of a run directory.
 
     Raises:
-        LctxError: the directory does not exist, has no results table, or the table is unreadable/empty.
+        LctxError: the directory does not exist, has no results table, the table is unreadable/empty, or its
+            run.json is damaged (:func:`lctx.harness.rundir.read_json`: line and column named).
     """
     d = Path(run_dir)
     if not d.is_dir():
@@ -87,12 +89,9 @@ def load_run(run_dir: str | Path) -> tuple[pd.DataFrame, dict]:
         raise LctxError(f"the results table of {str(d)!r} is empty or lacks model/task/metric/value/status columns")
 
     table = table.assign(model=label_names(table))  # one model run with two option sets: two series, not a mean
-    meta = {}
-    if (d / "run.json").exists():
-        try:
-            meta = json.loads((d / "run.json").read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-            meta = {}
+    # run.json gives the page its provenance (weights' hashes, git_rev, options) and max_positions: a damaged one
+    # is refused as `lctx run` refuses it, never left out of the report without a word (trial21 item 7)
+    meta = read_json(d / "run.json") or {}
     return table, meta
 
 

@@ -197,3 +197,16 @@ def test_train_length_of_a_model_no_run_has_is_refused(tmp_path, capsys):
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert "no run has a model 'alibl'; did you mean alibi?" in err and "(models: alibi)" in err
     assert not (tmp_path / "rep" / "report.html").exists()
+
+
+def test_damaged_run_json_is_refused_with_line_and_column(tmp_path, capsys):
+    # trial21 item 7: `lctx run` refused a damaged run.json, `lctx report` read it as {} (exit 0): the page then
+    # lacked the run's provenance without a word. It is refused as `lctx run` refuses it.
+    from lctx.cli import main
+
+    run = _run(tmp_path / "r", ["alibi"])
+    (run / "run.json").write_text('{"run_id": "x",\n  "git_rev": }\n')
+    code = main(["report", str(run), "--out", str(tmp_path / "rep")])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "run.json is damaged (invalid JSON at line 2, column 14" in err
