@@ -145,6 +145,17 @@ def _task_direction(task: str, metric: str) -> str | None:
     return None
 
 
+def _task_uses_seed(task: str) -> bool:
+    """Whether a task's samples depend on ``--seed`` (:attr:`lctx.tasks.Task.uses_seed`; ppl's do not): only
+    then do two seeds make its cells incomparable. True (the safe side) for a task not registered here."""
+    try:
+        from lctx.tasks import TASKS  # lazy: loads lctx.tasks; compare runs without it
+    except Exception:  # noqa: BLE001 - as _task_direction
+        return True
+    cls = TASKS.get(task)
+    return bool(getattr(cls, "uses_seed", True)) if cls is not None else True
+
+
 # ---------------------------------------------------------------------------------------------- parsing
 
 def _check_tolerance_fields(fields: dict, where: str, typed: bool = False) -> dict:
@@ -560,8 +571,9 @@ def compare_runs(run: pd.DataFrame, base: pd.DataFrame, rules: Rules | None = No
         elif r["_merge"] == "right_only":
             row["status"] = "missing"
         else:
+            used = [c for c in labels if c not in keys and (c != "seed" or _task_uses_seed(r["task"]))]
             row["options"] = "; ".join(option_differences(
-                {c: r[f"{c}_run"] for c in labels if c not in keys}, {c: r[f"{c}_base"] for c in labels if c not in keys}))
+                {c: r[f"{c}_run"] for c in used}, {c: r[f"{c}_base"] for c in used}))
             row["status"] = _judge(row, direction, tol)
             if row["options"] and not allow_option_changes and row["status"] != "ignored":
                 row["status"] = "incomparable"  # diff and z stay in the table, for the record

@@ -277,7 +277,12 @@ def test_settings_and_seed_differ_too():
     s = statuses(compare_runs(with_options(cells(), dtype="bfloat16"), base))
     assert set(s.values()) == {"incomparable"}
     cmp = compare_runs(with_options(cells(), seed=1), base)
-    assert set(cmp.table["options"]) == {"seed: run 1, baseline 0"} and cmp.exit_code == 2
+    # trial21 item 8: only a task that draws from its seed makes a cell incomparable: passkey's keys and depths
+    # do, ppl's fixed windows do not (Task.uses_seed), so its cells are judged as usual
+    by_task = cmp.table.groupby("task")
+    assert set(by_task.get_group("passkey")["options"]) == {"seed: run 1, baseline 0"} and cmp.exit_code == 2
+    assert set(by_task.get_group("passkey")["status"]) == {"incomparable"}
+    assert set(by_task.get_group("ppl")["options"]) == {""} and set(by_task.get_group("ppl")["status"]) == {"same"}
     assert not compare_runs(with_options(cells(), seed=0.0), base).failed  # 0 read back as 0.0: the same seed
     # a corpus at another absolute path on another machine is the same corpus (compared by file name)
     a = {"task_options": json.dumps({"data": ["/home/a/data/books/pg98.txt"], "stride": 0.5})}
