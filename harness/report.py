@@ -145,12 +145,19 @@ def load_runs(run_dirs: list[str | Path], train_lengths: dict | None = None) -> 
     whose runs record no training length one (before the flatness rows are derived).
 
     Raises:
-        LctxError: no directory given, one that :func:`load_run` refuses, or a ``train_lengths`` model no run has.
+        LctxError: no directory given, one given twice, one that :func:`load_run` refuses, or a ``train_lengths``
+            model no run has.
     """
 
     if not run_dirs:
         raise LctxError("no run directory given; pass one or more directories written by `lctx run`")
     dirs = [Path(d) for d in run_dirs]
+    seen_dirs: dict = {}
+    for d in dirs:  # the same run twice would show every model twice, as model and model@run
+        if d.is_dir() and d.resolve() in seen_dirs:
+            raise LctxError(f"run directory {str(d)!r} is given twice (as {str(seen_dirs[d.resolve()])!r} too); "
+                            "pass each run once")
+        seen_dirs[d.resolve()] = d
     labels = _run_labels(dirs)
     tables, metas, seen = [], [], set()
     for d, label in zip(dirs, labels):

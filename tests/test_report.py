@@ -210,3 +210,13 @@ def test_damaged_run_json_is_refused_with_line_and_column(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert "run.json is damaged (invalid JSON at line 2, column 14" in err
+
+
+def test_the_same_run_twice_is_refused(tmp_path, capsys):
+    # trial21 (mistakes accepted silently): `lctx report lctx-out lctx-out` showed every model twice (model@run)
+    from lctx.cli import main
+
+    run = _run(tmp_path / "r", ["alibi"])
+    code = main(["report", str(run), str(tmp_path / "." / "r"), "--out", str(tmp_path / "rep")])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "is given twice" in err, err
