@@ -21,7 +21,7 @@ import typer
 import lctx
 from lctx import ATTN_IMPLS
 from lctx.harness.console import count, print_frame, print_table, table_format
-from lctx.harness.args import check_writable_dir, data_path, parse_batch_size, parse_depths, parse_lengths, parse_options
+from lctx.harness.args import check_checkpoint_out, check_writable_dir, data_path, parse_batch_size, parse_depths, parse_lengths, parse_options
 from lctx.errors import EXIT_ALL_FAILED, EXIT_USAGE, LctxError
 from lctx.harness.evaluate import DEFAULT_MODEL, evaluate, passive_omp_wait
 
@@ -58,6 +58,22 @@ def _light_models() -> None:
     that need the variant registry only (``lctx list variants``, ``lctx train``'s checks). Loading a checkpoint
     registers ``model_type="lctx"`` later all the same (:func:`lctx.models.register_with_transformers`)."""
     lctx._light_import = True
+
+
+def _out_arg(value) -> Path:
+    """The parser of every command's ``--out``: the text as typed, to a Path. An empty one (``--out ""``, a
+    script's ``--out "$OUT"`` with OUT unset) is refused here: a Path of "" is ".", the current directory, and
+    would write (for ``lctx train``: overwrite) whatever lies there.
+
+    Raises:
+        LctxError: the value is empty or blank.
+    """
+    if isinstance(value, Path):  # the default
+        return value
+    if not str(value).strip():
+        raise LctxError("--out is empty; pass a directory for the results, e.g. --out runs/my-run "
+                        "(a script's --out \"$OUT\" with OUT unset?)")
+    return Path(value)
 
 
 def _checked_out(value: Optional[Path]) -> Optional[Path]:
@@ -102,7 +118,7 @@ def run(
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="mmlu/arc_*: only the first N test questions of each task (each MMLU subject)."),
     num_fewshot: Optional[int] = typer.Option(None, "--num-fewshot", min=0, help="mmlu/arc_*: few-shot examples (default: mmlu 5, arc 0)."),
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", envvar="LCTX_DATA_DIR", help="Root of evaluation data (e.g. ../shared/data)."),
-    out: Path = typer.Option(Path("lctx-out"), "--out", "-o", callback=_checked_out, help="Run directory (rerun with the same --out to resume)."),
+    out: Path = typer.Option(Path("lctx-out"), "--out", "-o", parser=_out_arg, callback=_checked_out, help="Run directory (rerun with the same --out to resume)."),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto."),
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
     seed: int = typer.Option(0, "--seed", help="Seed of sample generation."),
@@ -208,14 +224,16 @@ def train(
     val_fraction: float = typer.Option(0.05, "--val-fraction", help="Tail of each document held out for the validation loss."),
     seed: int = typer.Option(0, "--seed"),
     device: str = typer.Option("auto", "--device"),
-    out: Path = typer.Option(..., "--out", "-o", callback=_checked_out, help="Checkpoint directory to write."),
+    out: Path = typer.Option(..., "--out", "-o", parser=_out_arg, callback=_checked_out, help="Checkpoint directory to write."),
     retrieval_fraction: float = typer.Option(0.0, "--retrieval-fraction", help="Share of training windows that start with a synthetic retrieval document (0 = plain text)."),
     retrieval: str = typer.Option("passkey", "--retrieval", help="Tasks that build the retrieval documents, comma-separated: passkey and/or niah_* (e.g. passkey,niah_multikey_1)."),
     retrieval_min_length: Optional[int] = typer.Option(None, "--retrieval-min-length", help="Shortest retrieval document in tokens (default: half the context)."),
     data_dir: Optional[str] = typer.Option(None, "--data-dir", help="RULER data root for niah_* retrieval documents (default $LCTX_DATA_DIR)."),
     progress: bool = typer.Option(True, "--progress/--no-progress"),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a checkpoint already in --out (refused without it)."),
 ):
     """Train a small model of one variant (tokenizer + AdamW/cosine), write a checkpoint directory."""
+    check_checkpoint_out(out, overwrite, "train")  # before any training: a typo must not destroy a trained model
     variant_options = parse_options(option or [])
     _light_models()  # the variant checks below need the registry only (one-line errors without transformers)
     from lctx.models.options import check_variant_options  # lazy: loads torch (lctx.models)
@@ -255,7 +273,7 @@ app.add_typer(diagnose_app, name="diagnose")
 @diagnose_app.command("prior")
 def diagnose_prior(
     model: str = typer.Option(..., "--model", "-m", help="A ggd_bam checkpoint directory."),
-    out: Path = typer.Option(Path("lctx-diagnostics"), "--out", "-o", callback=_checked_out),
+    out: Path = typer.Option(Path("lctx-diagnostics"), "--out", "-o", parser=_out_arg, callback=_checked_out),
     max_distance: Optional[int] = typer.Option(None, "--max-distance", min=1, help="Largest distance plotted (tokens; default 8x train length)."),
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Run Python code shipped with a Hugging Face checkpoint (auto_map). Off by default."),
 ):
@@ -281,7 +299,7 @@ def diagnose_far_mass(
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", envvar="LCTX_DATA_DIR"),
     queries: int = typer.Option(32, "--queries", min=1, help="Last queries averaged per length."),
     device: str = typer.Option("auto", "--device"),
-    out: Path = typer.Option(Path("lctx-diagnostics"), "--out", "-o", callback=_checked_out),
+    out: Path = typer.Option(Path("lctx-diagnostics"), "--out", "-o", parser=_out_arg, callback=_checked_out),
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Run Python code shipped with a Hugging Face checkpoint (auto_map). Off by default."),
 ):
     """Share of attention mass beyond a distance as the context grows (seed 004's near/far mass)."""
@@ -324,7 +342,7 @@ def compare(
     alias: List[str] = typer.Option(None, "--alias", help="NEW=OLD: run model NEW is baseline model OLD (repeatable)."),
     allow_missing: bool = typer.Option(False, "--allow-missing", help="Baseline cells absent from the run do not fail the gate."),
     allow_option_changes: bool = typer.Option(False, "--allow-option-changes", help="Judge cells whose options (task options, dtype, attn_impl, seed) differ from the baseline's instead of refusing them as not comparable (exit 2)."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", callback=_checked_out, help="Where compare.csv and compare.md go (default: RUN_DIR/compare)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", parser=_out_arg, callback=_checked_out, help="Where compare.csv and compare.md go (default: RUN_DIR/compare)."),
 ):
     """Gate a run on a baseline: exit 0 when nothing regressed, 1 on a regression, 2 on bad input or cells whose options differ from the baseline's."""
     from lctx.harness.compare import Rules, compare_dirs, load_rules, parse_aliases, parse_tolerances, print_report, write_report  # lazy: loads pandas
@@ -361,9 +379,11 @@ app.add_typer(convert_app, name="convert")
 def convert_llama2c(
     src: Path = typer.Argument(..., metavar="SRC", help="llama2.c checkpoint .bin (legacy, version 1 or version 2 export)."),
     tokenizer: Path = typer.Option(..., "--tokenizer", "-z", help="llama2.c tokenizer .bin (e.g. tok512.bin)."),
-    out: Path = typer.Option(..., "--out", "-o", callback=_checked_out, help="Directory to write the Hugging Face LlamaForCausalLM into."),
+    out: Path = typer.Option(..., "--out", "-o", parser=_out_arg, callback=_checked_out, help="Directory to write the Hugging Face LlamaForCausalLM into."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a checkpoint already in --out (refused without it)."),
 ):
     """Convert a llama2.c checkpoint and its tokenizer into a Hugging Face Llama directory (safetensors)."""
+    check_checkpoint_out(out, overwrite, "convert llama2c")
     from lctx.models.convert import convert_llama2c as convert_fn  # lazy: loads torch, transformers
 
     path = convert_fn(src, tokenizer, out)
@@ -373,10 +393,12 @@ def convert_llama2c(
 @convert_app.command("gguf")
 def convert_gguf(
     src: Path = typer.Argument(..., help="GGUF file (.gguf), e.g. a llama.cpp Q4_1 / Q8_0 / K-quant checkpoint."),
-    out: Path = typer.Option(..., "--out", "-o", callback=_checked_out, help="Directory to write the Hugging Face checkpoint into."),
+    out: Path = typer.Option(..., "--out", "-o", parser=_out_arg, callback=_checked_out, help="Directory to write the Hugging Face checkpoint into."),
     dtype: str = typer.Option("float32", "--dtype", help="Dtype of the dequantised weights: float32, bfloat16 or float16."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a checkpoint already in --out, whole (refused without it)."),
 ):
     """Dequantise a GGUF checkpoint (transformers' GGUF support) into a Hugging Face directory (safetensors + tokenizer with its chat template)."""
+    check_checkpoint_out(out, overwrite, "convert gguf", whole_dir=True)  # it replaces --out whole (rmtree)
     from lctx.harness.gguf import convert_gguf as convert_fn, find_gguf  # lazy: +7 ms (hashlib, tempfile) to lctx.cli's import (-X importtime)
 
     if not src.exists():
@@ -410,7 +432,7 @@ def bench(
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Instead of one layer: a whole checkpoint's chunked prefill per --impl x length, each in a fresh process, with peak RSS against `lctx plan`."),
     chunk_size: int = typer.Option(2048, "--chunk-size", min=1, help="--model: prefill chunk in tokens."),
     warmup_tokens: int = typer.Option(0, "--warmup-tokens", min=0, help="--model: prefill this many tokens before measuring (kernel compilation)."),
-    out: Path = typer.Option(Path("lctx-bench"), "--out", "-o", callback=_checked_out, help="Output directory (bench.parquet/csv, exponents.csv, ratios.md, bench.png)."),
+    out: Path = typer.Option(Path("lctx-bench"), "--out", "-o", parser=_out_arg, callback=_checked_out, help="Output directory (bench.parquet/csv, exponents.csv, ratios.md, bench.png)."),
 ):
     """Time one attention layer forward per variant x impl x length, alternately with SDPA causal: ratios (median, min), peak memory, exponents. With --model: a whole-model prefill against the memory plan."""
     length_list = parse_lengths(lengths)
@@ -515,7 +537,7 @@ def plan(
 @app.command()
 def report(
     run_dirs: List[Path] = typer.Argument(..., metavar="RUN_DIR", help="Run directories written by lctx run (one or more)."),
-    out: Path = typer.Option(Path("lctx-report"), "--out", "-o", callback=_checked_out, help="Where report.html, report.md, plots/ and summary.csv go."),
+    out: Path = typer.Option(Path("lctx-report"), "--out", "-o", parser=_out_arg, callback=_checked_out, help="Where report.html, report.md, plots/ and summary.csv go."),
     at: str = typer.Option("1x,2x,8x", "--at", help="Lengths of the summary's retrieval columns: multiples of the training length (4x) or tokens (2k)."),
     title: Optional[str] = typer.Option(None, "--title", help="Page title."),
     train_length: List[str] = typer.Option(None, "--train-length", help="Training length in tokens for models whose runs record none (a GGUF's): N for all of them, or MODEL=N (repeatable)."),
@@ -595,8 +617,8 @@ def list_(
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM (a scheduler's or torchrun's stop), raised like Ctrl-C so finished work is kept and the
-    resume hint is printed."""
+    """SIGTERM (a scheduler's or torchrun's stop), raised like Ctrl-C so finished work is kept and what was kept
+    is printed (:func:`_interrupted`)."""
 
 
 _SIGNAL = {"term": False}
@@ -607,10 +629,27 @@ def _on_sigterm(signum, frame):
     raise Terminated()
 
 
-def _interrupted() -> int:
+#: What an interrupted command leaves behind, by command: only ``lctx run`` resumes (its records are written as
+#: samples finish); ``lctx train`` writes its checkpoint at the end only.
+_KEPT = {
+    "run": "finished samples are kept: rerun the same command to resume",
+    "train": "nothing was saved (lctx train writes its checkpoint only when it ends, and does not resume): "
+             "rerun the command to train from step 0",
+}
+_KEPT_OTHER = "its output may be missing or incomplete: rerun the command"
+
+
+def _command_of(argv: list[str] | None) -> str | None:
+    """The command ``argv`` (``sys.argv[1:]`` when None) names: its first word that is not an option."""
+    words = [a for a in (sys.argv[1:] if argv is None else argv) if not str(a).startswith("-")]
+    return str(words[0]) if words else None
+
+
+def _interrupted(command: str | None = None) -> int:
+    """Print what an interrupted ``command`` kept (:data:`_KEPT`) on stderr; return 143 (SIGTERM) or 130."""
     term = _SIGNAL["term"]
-    print(f"{'terminated (SIGTERM)' if term else 'interrupted'}; finished samples are kept: rerun the same "
-          "command to resume", file=sys.stderr)
+    print(f"{'terminated (SIGTERM)' if term else 'interrupted'}; {_KEPT.get(command, _KEPT_OTHER)}",
+          file=sys.stderr)
     return 143 if term else 130
 
 
@@ -711,7 +750,7 @@ def main(argv: list[str] | None = None) -> int:
     Returns (and exits with) 0 on success, 1 when ``lctx compare`` finds a regression, 2 on a user error
     or damaged input (LctxError or a bad option: one ``error:`` line; ``lctx compare``'s cells made with other
     options than the baseline's), 3 when every sample of an ``lctx run`` failed, 130 on Ctrl-C and 143 on
-    SIGTERM (both print the resume hint). A reader of stdout/stderr that goes away changes none of these
+    SIGTERM (both print what was kept: `lctx run` resumes). A reader of stdout/stderr that goes away changes none of these
     (:class:`_PipeSafe`).
     """
     if argv is None and threading.current_thread() is threading.main_thread():
@@ -738,15 +777,15 @@ def _main(argv: list[str] | None) -> int:
     try:
         rv = app(args=argv, standalone_mode=False, prog_name="lctx")
         code = rv if isinstance(rv, int) else 0
-        if code == 130:  # typer turns Ctrl-C (and our SIGTERM) into a returned 130: give the resume hint
-            code = _interrupted()
+        if code == 130:  # typer turns Ctrl-C (and our SIGTERM) into a returned 130: say what was kept
+            code = _interrupted(_command_of(argv))
     except LctxError as e:
         print(f"error: {e}", file=sys.stderr)
         code = EXIT_USAGE
     except (typer.Exit, click.exceptions.Exit) as e:
-        code = _interrupted() if e.exit_code == 130 else e.exit_code
+        code = _interrupted(_command_of(argv)) if e.exit_code == 130 else e.exit_code
     except (KeyboardInterrupt, typer.Abort, click.exceptions.Abort):
-        code = _interrupted()
+        code = _interrupted(_command_of(argv))
     except usage_errors as e:
         msg = e.format_message() if hasattr(e, "format_message") else str(e)
         if type(e).__name__ == "NoArgsIsHelpError":

@@ -131,6 +131,7 @@ def check_writable_dir(path: Path, create: bool = False) -> None:
                 raise LctxError(f"cannot write to --out {str(path)!r} ({str(anc)!r} is a file); {fix}")
             if not os.access(anc, os.W_OK | os.X_OK):
                 raise LctxError(f"cannot write to --out {str(path)!r} ({str(anc)!r} is not writable); {fix}")
+            _probe_create(path, anc)  # os.access says yes to root everywhere (/proc/x): try it for real
             return
         if path.exists() and not path.is_dir():
             raise LctxError(f"cannot write to --out {str(path)!r} (it is a file, not a directory); {fix}")
@@ -140,6 +141,58 @@ def check_writable_dir(path: Path, create: bool = False) -> None:
         probe.unlink()
     except OSError as e:
         raise LctxError(f"cannot write to --out {str(path)!r} ({e.strerror or e}); {fix}") from None
+
+
+#: Files whose presence makes a directory a checkpoint (``save_pretrained``, ``lctx train``, ``lctx convert``).
+CHECKPOINT_FILES = ("config.json", "model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                    "tokenizer.json", "train_log.json")
+
+
+def check_checkpoint_out(path: Path, overwrite: bool, command: str, whole_dir: bool = False) -> None:
+    """Refuse, before any work starts, an ``--out`` that already holds a checkpoint (``lctx train``, ``lctx
+    convert``): writing there would silently replace trained weights. ``overwrite`` (``--overwrite``) allows it.
+    ``whole_dir``: the command replaces the directory whole (``lctx convert gguf``), so a non-empty directory
+    that is not a checkpoint is refused even with ``overwrite`` (its files would be deleted).
+
+    Raises:
+        LctxError: ``path`` holds checkpoint files (without ``overwrite``), or other files (``whole_dir``).
+    """
+    if not path.is_dir():
+        return
+    held = [f for f in CHECKPOINT_FILES if (path / f).exists()]
+    if held and not overwrite:
+        raise LctxError(f"--out {str(path)!r} already holds a checkpoint ({', '.join(held)}); pass another --out, "
+                        f"or `lctx {command} ... --overwrite` to replace it")
+    if whole_dir and not held and any(path.iterdir()):
+        raise LctxError(f"--out {str(path)!r} is a folder of other files, and lctx {command} replaces its --out "
+                        "whole; pass a new or empty directory")
+
+
+def _probe_create(path: Path, anc: Path) -> None:
+    """Create the missing directory ``path`` (below its existing ancestor ``anc``), write a probe file in it and
+    remove all that again, so a directory that cannot really be made is refused now and a rejected command still
+    leaves nothing behind.
+
+    Raises:
+        OSError: the directory or the file cannot be created (the caller words it).
+    """
+    made = []
+    p = path.absolute()
+    while p != anc:
+        made.append(p)
+        p = p.parent
+    try:
+        for d in reversed(made):
+            d.mkdir()
+        probe = made[0] / f".lctx-write-test-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    finally:
+        for d in made:  # deepest first; those not made (the mkdir that failed) are not there to remove
+            try:
+                d.rmdir()
+            except OSError:
+                pass
 
 
 def chat_options(system_prompt: Optional[str]) -> dict:

@@ -165,6 +165,9 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
     task_names = _unique(_check_names(models, tasks, task_files), "tasks", warn)  # one-line errors before torch loads (issue 15.4)
     if out is not None:
         check_writable_dir(Path(out))  # before torch, the tasks' data and the models load
+        from lctx.harness.rundir import check_not_locked  # lazy: +7 ms (socket) to lctx.cli's import (-X importtime)
+
+        check_not_locked(Path(out))  # a busy --out answers now, not after the models load (trial21 item 8)
     check_run_options(dtype=dtype, device=device, attn_impl=attn_impl, attn_override=attn_override,
                       train_length=train_length)  # before torch loads (README "Start-up")
     if relative:
@@ -200,6 +203,11 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
 
     lmeval_names = [n for n in task_names if lmeval.is_lmeval_task(n)]
     task_names = [n for n in task_names if n not in lmeval_names]
+    ignored = _ignored_options(task_names, lmeval_names, limit=limit, num_fewshot=num_fewshot, stride=stride,
+                               window=window, ppl_data=ppl_data, ppl_bos=ppl_bos, ppl_short_docs=ppl_short_docs,
+                               ppl_max_tokens=ppl_max_tokens, key_digits=key_digits)
+    if ignored and dinfo.is_main:
+        warn(ignored)
     if lmeval_names and dinfo.distributed:  # [distributed]
         raise LctxError(f"{', '.join(lmeval_names)} cannot be sharded across processes yet; run them without "
                         "torchrun / accelerate launch (the length sweeps can be)")
@@ -279,6 +287,31 @@ def _check_hub(task_names: list[str], data_dir) -> None:
     names = [n for n in task_names if lmeval.is_lmeval_task(n)]
     if names:
         lmeval.check_hub(lmeval.resolve_tasks(names, None)[0])
+
+
+#: run-wide options of one kind of task: (the tasks that use it, its default); set to anything else in a run
+#: without such a task it changes nothing (:func:`_ignored_options`)
+_TASK_SETTINGS = {
+    "limit": ("--limit", "lmeval", None), "num_fewshot": ("--num-fewshot", "lmeval", None),
+    "stride": ("--stride", "ppl", 0.5), "window": ("--window", "ppl", None), "ppl_data": ("--ppl-data", "ppl", None),
+    "ppl_bos": ("--ppl-bos", "ppl", "prepend"), "ppl_short_docs": ("--ppl-short-docs", "ppl", "drop"),
+    "ppl_max_tokens": ("--ppl-max-tokens", "ppl", 32768), "key_digits": ("--key-digits", "passkey", 5),
+}
+
+
+def _ignored_options(task_names: list[str], lmeval_names: list[str], **values) -> str | None:
+    """One ``warning:`` line naming the task options set (not at their defaults) that no task of the run uses
+    (``--limit 2`` with passkey only: lm-eval's tasks take it), or None when every one applies."""
+    have = set(task_names) | ({"lmeval"} if lmeval_names else set())
+    unused = [flag for key, (flag, task, default) in _TASK_SETTINGS.items()
+              if values.get(key) not in (default, None, [], ()) and task not in have]
+    if not unused:
+        return None
+    users = {"lmeval": "mmlu/arc_*", "ppl": "ppl", "passkey": "passkey"}
+    whose = ", ".join(f"{flag} ({users[_TASK_SETTINGS[k][1]]})" for k in _TASK_SETTINGS
+                      for flag in [_TASK_SETTINGS[k][0]] if flag in unused)
+    return (f"warning: {whose} {'is' if len(unused) == 1 else 'are'} ignored: no task of this run uses "
+            f"{'it' if len(unused) == 1 else 'them'} (tasks: {', '.join(task_names + lmeval_names)})")
 
 
 def _check_names(models, tasks, task_files) -> list[str]:

@@ -42,6 +42,7 @@ from .plots import depth_heatmaps, passkey_heatmaps, ruler_figure
 from .plots import (_DPI, _draw_ratio, _labels, draw_ppl, _legend, _length_axis, _log_y, _model_key, _new_figure, _ok, _save,  # noqa: F401
                     _shorten, format_length, mark_train_lengths, palette, ppl_ratio_plot, safe_filename)
 from .ruler import GROUP as RULER, ruler_table
+from .rundir import read_json
 from .tables import label_names
 
 #: The task whose rows the perplexity section draws (and the flatness sweep derives its ratio from).
@@ -65,7 +66,8 @@ def load_run(run_dir: str | Path) -> tuple[pd.DataFrame, dict]:
     """The results table (``results.parquet``, else ``results.csv``) and ``run.json`` of a run directory.
 
     Raises:
-        LctxError: the directory does not exist, has no results table, or the table is unreadable/empty.
+        LctxError: the directory does not exist, has no results table, the table is unreadable/empty, or its
+            run.json is damaged (:func:`lctx.harness.rundir.read_json`: line and column named).
     """
     d = Path(run_dir)
     if d.exists() and not d.is_dir():
@@ -90,12 +92,9 @@ def load_run(run_dir: str | Path) -> tuple[pd.DataFrame, dict]:
         raise LctxError(f"the results table of {str(d)!r} is empty or lacks model/task/metric/value/status columns")
 
     table = table.assign(model=label_names(table))  # one model run with two option sets: two series, not a mean
-    meta = {}
-    if (d / "run.json").exists():
-        try:
-            meta = json.loads((d / "run.json").read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-            meta = {}
+    # run.json gives the page its provenance (weights' hashes, git_rev, options) and max_positions: a damaged one
+    # is refused as `lctx run` refuses it, never left out of the report without a word (trial21 item 7)
+    meta = read_json(d / "run.json") or {}
     return table, meta
 
 
@@ -149,12 +148,19 @@ def load_runs(run_dirs: list[str | Path], train_lengths: dict | None = None) -> 
     whose runs record no training length one (before the flatness rows are derived).
 
     Raises:
-        LctxError: no directory given, or one that :func:`load_run` refuses.
+        LctxError: no directory given, one given twice, one that :func:`load_run` refuses, or a ``train_lengths``
+            model no run has.
     """
 
     if not run_dirs:
         raise LctxError("no run directory given; pass one or more directories written by `lctx run`")
     dirs = [Path(d) for d in run_dirs]
+    seen_dirs: dict = {}
+    for d in dirs:  # the same run twice would show every model twice, as model and model@run
+        if d.is_dir() and d.resolve() in seen_dirs:
+            raise LctxError(f"run directory {str(d)!r} is given twice (as {str(seen_dirs[d.resolve()])!r} too); "
+                            "pass each run once")
+        seen_dirs[d.resolve()] = d
     labels = _run_labels(dirs)
     tables, metas, seen = [], [], set()
     for d, label in zip(dirs, labels):
@@ -186,6 +192,15 @@ def load_runs(run_dirs: list[str | Path], train_lengths: dict | None = None) -> 
         tables.append(t)
         metas.append(dict(meta, run=label, dir=str(d.resolve()), flatness=flat_note))
     table = pd.concat(tables, ignore_index=True)
+    names = set(table["model"].astype(str)) | set(table["model"].astype(str).str.split(" [", n=1, regex=False).str[0])
+    unknown = [m for m in (train_lengths or {}) if m is not None and m not in names]
+    if unknown:  # a misspelled MODEL=N would apply to nothing, and the report would still call it unknown
+        import difflib  # lazy: +1 ms
+
+        close = difflib.get_close_matches(unknown[0], sorted(names), n=2, cutoff=0.6)
+        raise LctxError(f"--train-length {unknown[0]}={train_lengths[unknown[0]]}: no run has a model "
+                        f"{unknown[0]!r}{'; did you mean ' + ' or '.join(close) + '?' if close else ''} "
+                        f"(models: {', '.join(sorted(names))}); write --train-length MODEL=N with one of them")
     table["value"] = pd.to_numeric(table["value"], errors="coerce")
     table["length"] = pd.to_numeric(table["length"], errors="coerce")
     table["depth"] = pd.to_numeric(table["depth"], errors="coerce")

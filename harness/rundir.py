@@ -332,6 +332,33 @@ def _acquire(out_dir: Path):
     return fd
 
 
+def check_not_locked(out_dir: Path) -> None:
+    """Refuse, before any model or data loads, a run directory another process holds (:func:`run_dir_lock`),
+    so a second ``lctx run`` on a busy ``--out`` answers at once instead of after loading everything. A
+    shared probe of the lock file (it creates nothing; shared locks do not block each other, so torchrun
+    ranks probing together do not either); the lock itself is still taken by :func:`run_dir_lock`.
+
+    Raises:
+        LctxError: another process holds the lock (the message names its PID).
+    """
+    path = Path(out_dir) / LOCK_NAME
+    if os.path.realpath(out_dir) in _HELD or not path.is_file():
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return  # run_dir_lock says what is wrong with it
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise LctxError(f"{out_dir} is in use by another lctx run ({_holder(path)}); wait for it to finish, "
+                        "or pass another --out") from None
+    except OSError:
+        pass  # no locks on this file system: run_dir_lock warns
+    finally:
+        os.close(fd)  # drops the probe's shared lock
+
+
 def _release(fd) -> None:
     try:
         os.ftruncate(fd, 0)  # the next holder's PID, not a stale one, is what a refused run reads

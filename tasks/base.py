@@ -71,6 +71,8 @@ class Task:
         headline_metric: the metric a summary shows (default: the first of ``metrics``; :meth:`headline`).
         higher_is_better: whether a larger headline metric is better (ppl, NLL: False), or {metric: bool} as
             lm-eval writes it; default None: ``lctx compare`` goes by the metric's name.
+        uses_seed: whether ``build`` draws anything from its ``seed`` (default True); False (ppl: fixed windows
+            over fixed documents) lets ``lctx compare`` match cells of runs made with other ``--seed`` values.
         retrieval: a retrieval task (a needle to find): filed under "Retrieval" in the report, with an accuracy
             threshold, and usable as the retrieval task of a flatness sweep's effective length (default False).
         secondary_metric: a metric drawn beside the headline one (passkey's digit_acc, NIAH's teacher-forced
@@ -114,6 +116,7 @@ class Task:
     batched: ClassVar[bool] = False
     headline_metric: ClassVar[str | None] = None
     higher_is_better: ClassVar[bool | dict | None] = None
+    uses_seed: ClassVar[bool] = True
     retrieval: ClassVar[bool] = False
     secondary_metric: ClassVar[str | None] = None
     whole: ClassVar[bool] = False

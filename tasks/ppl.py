@@ -90,6 +90,7 @@ class Perplexity(Task):
     metrics = ("ppl", "nll", "n_tokens", "n_docs")
     headline_metric = "ppl"
     higher_is_better = False
+    uses_seed = False  # windows and documents are fixed: build ignores its seed (lctx compare matches any seed)
     description = "sliding-window perplexity (window = length, every token scored once)"
     requires = "--ppl-data files (default: Python's pydoc_data topics)"
 

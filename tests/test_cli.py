@@ -207,3 +207,61 @@ def test_task_file_cannot_replace_builtin(capsys, tmp_path):
     code, _, err = run_cli(["run", "--task-file", str(f), "--out", str(tmp_path / "o")], capsys)
     assert_one_line_error(code, err, "built-in task")
     assert TASKS["passkey"] is Passkey
+
+
+@pytest.mark.parametrize("argv", [["train", "--steps", "1"], ["convert", "llama2c", "x.bin", "--tokenizer", "t.bin"],
+                                  ["convert", "gguf", "x.gguf"]])
+def test_out_holding_a_checkpoint_is_refused_without_overwrite(capsys, tmp_path, argv):
+    # trial21 item 1: `lctx train --out DIR` over a trained checkpoint replaced its weights and config, exit 0.
+    # Refused before any work (the files keep their bytes), and the line names --overwrite.
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text('{"variant": "rope"}')
+    (ckpt / "model.safetensors").write_bytes(b"weights")
+    code, _, err = run_cli(argv + ["--out", str(ckpt)], capsys)
+    assert_one_line_error(code, err, "already holds a checkpoint (config.json, model.safetensors)")
+    assert "--overwrite" in err
+    assert (ckpt / "config.json").read_text() == '{"variant": "rope"}'
+    assert (ckpt / "model.safetensors").read_bytes() == b"weights"
+
+
+def test_convert_gguf_refuses_a_folder_of_other_files(capsys, tmp_path):
+    # convert gguf replaces --out whole (written aside, then renamed over it): a folder of other files would be
+    # deleted, so it is refused even with --overwrite
+    (tmp_path / "notes.txt").write_text("mine")
+    code, _, err = run_cli(["convert", "gguf", "x.gguf", "--overwrite", "--out", str(tmp_path)], capsys)
+    assert_one_line_error(code, err, "is a folder of other files")
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_interrupted_train_says_nothing_was_saved(capsys, tmp_path, monkeypatch):
+    # trial21 item 3: a stopped `lctx train` printed run's "finished samples are kept: rerun the same command to
+    # resume", but train keeps nothing and restarts from step 0. Each command now says what it kept.
+    import lctx.harness.train as T
+
+    def stopped(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(T, "train", stopped)
+    (tmp_path / "d.txt").write_text("some text " * 50)
+    code, _, err = run_cli(["train", "--data", str(tmp_path / "d.txt"), "--device", "cpu", "--steps", "1",
+                            "--out", str(tmp_path / "ck")], capsys)
+    assert code == 130
+    assert "nothing was saved" in err and "resume" in err and "rerun the same command to resume" not in err
+    assert not (tmp_path / "ck").exists()
+
+
+def test_options_of_tasks_not_in_the_run_are_named_as_ignored(capsys, tmp_path):
+    # trial21 item 6: `lctx run --tasks passkey --limit 2 --num-fewshot 3` ran with exit 0 and no word that
+    # both options (lm-eval's mmlu/arc_*) changed nothing. One warning line names them. (--lengths 64 is below
+    # passkey's template, so the run stops at the length check, after the warning, without sampling.)
+    from lctx.harness.evaluate import _ignored_options
+
+    code, _, err = run_cli(["run", "--tasks", "passkey", "--limit", "2", "--num-fewshot", "3", "--lengths", "64",
+                            "--out", str(tmp_path / "o")], capsys)
+    warnings = [ln for ln in err.splitlines() if ln.startswith("warning:")]
+    assert warnings == ["warning: --limit (mmlu/arc_*), --num-fewshot (mmlu/arc_*) are ignored: no task of this "
+                        "run uses them (tasks: passkey)"], err
+    assert _ignored_options(["passkey", "ppl"], ["mmlu"], limit=2, num_fewshot=3, stride=0.25, key_digits=6) is None
+    assert "--stride (ppl) is ignored" in _ignored_options(["passkey"], [], stride=1.0)
+    assert "--key-digits (passkey)" in _ignored_options(["ppl"], [], key_digits=6)

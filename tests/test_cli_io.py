@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pytest
 import typer
 
 REPO = Path(__file__).resolve().parent.parent
@@ -125,3 +126,62 @@ def test_evaluate_checks_out_before_torch_loads(tmp_path):
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith("refused: cannot write to --out") and p.stdout.strip().endswith("False"), p.stdout
+
+
+def test_empty_out_is_refused_by_every_command(tmp_path):
+    # `--out ""` (a script's `--out "$OUT"` with OUT unset) was Path("") == Path("."): run, train, report and
+    # compare wrote into (train: over) the current directory (trial21 item 2). Every command that takes --out
+    # refuses it while the arguments are parsed: one `error:` line, exit 2, nothing written in the cwd.
+    cmds = _commands_with_out()
+    code = ("import json, sys\nfrom lctx.cli import main\nres = []\n"
+            f"for argv in {cmds!r}:\n"
+            "    res.append((argv, main(argv + ['--out', '']), 'torch' in sys.modules))\n"
+            "print(json.dumps(res))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    import json
+
+    res = json.loads(p.stdout.strip().splitlines()[-1])
+    errors = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(errors) == len(cmds) and all(ln.startswith("error: --out is empty") for ln in errors), errors
+    for argv, status, torch_loaded in res:
+        assert status == 2 and not torch_loaded, (argv, status, torch_loaded)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_busy_out_is_refused_before_torch_loads(tmp_path):
+    # trial21 item 8: a second `lctx run` on an --out another run holds refused only after loading the models
+    # and data (24 s with the bundled model; minutes with a big one). It is refused before torch loads now.
+    out = tmp_path / "o"
+    holder = subprocess.Popen([sys.executable, "-c",
+                               "import time; from pathlib import Path; from lctx.harness.rundir import run_dir_lock\n"
+                               f"with run_dir_lock(Path({str(out)!r})):\n    print('locked', flush=True); time.sleep(60)\n"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        code = ("import sys\nfrom lctx.cli import main\n"
+                f"print(main(['run', '--out', {str(out)!r}]), 'torch' in sys.modules)")
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert p.stdout.split() == ["2", "False"], (p.stdout, p.stderr)
+    errors = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(errors) == 1 and "in use by another lctx run" in errors[0] and f"PID {holder.pid}" in errors[0], errors
+
+
+def test_out_that_cannot_be_created_is_refused_at_parse_time(tmp_path):
+    # trial21 item 8: as root os.access says yes everywhere, so `--out /proc/x` passed the parse-time check and
+    # was refused only after torch and the model loaded (14 s). The check now creates the folder for real (and
+    # removes it again: a writable new --out is left absent).
+    if not Path("/proc/self").is_dir():
+        pytest.skip("no /proc on this system")
+    code = ("import sys\nfrom lctx.cli import main\n"
+            "print(main(['run', '--out', '/proc/lctx-no-such-dir']), 'torch' in sys.modules)\n"
+            "from lctx.harness.args import check_writable_dir; from pathlib import Path\n"
+            f"check_writable_dir(Path({str(tmp_path / 'new' / 'deeper')!r}))\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines()[0] == "2 False", (p.stdout, p.stderr)
+    assert "error: cannot write to --out '/proc/lctx-no-such-dir'" in p.stderr
+    assert list(tmp_path.iterdir()) == []  # the probe's folders are gone again

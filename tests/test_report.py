@@ -185,3 +185,38 @@ def test_unknown_train_length_has_a_hint_and_the_declared_maximum(tmp_path, caps
     assert "Train length unknown" not in (tmp_path / "rep3" / "report.md").read_text()
     code = main(["report", str(run), "--out", str(tmp_path / "rep4"), "--train-length", "alibi=0"])
     assert code == 2 and "--train-length 'alibi=0' is not N or MODEL=N" in capsys.readouterr().err
+
+
+def test_train_length_of_a_model_no_run_has_is_refused(tmp_path, capsys):
+    # trial21 item 6: `lctx report --train-length nosuch=5` was accepted (exit 0) and applied to nothing
+    from lctx.cli import main
+
+    run = _run(tmp_path / "gguf", ["alibi"], train_length=None)
+    code = main(["report", str(run), "--out", str(tmp_path / "rep"), "--train-length", "alibl=256"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "no run has a model 'alibl'; did you mean alibi?" in err and "(models: alibi)" in err
+    assert not (tmp_path / "rep" / "report.html").exists()
+
+
+def test_damaged_run_json_is_refused_with_line_and_column(tmp_path, capsys):
+    # trial21 item 7: `lctx run` refused a damaged run.json, `lctx report` read it as {} (exit 0): the page then
+    # lacked the run's provenance without a word. It is refused as `lctx run` refuses it.
+    from lctx.cli import main
+
+    run = _run(tmp_path / "r", ["alibi"])
+    (run / "run.json").write_text('{"run_id": "x",\n  "git_rev": }\n')
+    code = main(["report", str(run), "--out", str(tmp_path / "rep")])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "run.json is damaged (invalid JSON at line 2, column 14" in err
+
+
+def test_the_same_run_twice_is_refused(tmp_path, capsys):
+    # trial21 (mistakes accepted silently): `lctx report lctx-out lctx-out` showed every model twice (model@run)
+    from lctx.cli import main
+
+    run = _run(tmp_path / "r", ["alibi"])
+    code = main(["report", str(run), str(tmp_path / "." / "r"), "--out", str(tmp_path / "rep")])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "is given twice" in err, err
