@@ -25,8 +25,9 @@ train_model alibi alibi
 if [ "${RUN_TRAINED:-0}" = 1 ]; then
   for s in 1 4 16 64; do par train_model "alibi_lsh_s$s" alibi_lsh --option lsh_samples=$s; done; wait
 fi
-python "$HERE/lsh_error.py" "$OUT/ckpt/alibi" "$HELDOUT" --out "$OUT/lsh_error" --s 1,4,16,64 --seeds 4 \
-  --windows 128:32,512:8 > "$OUT/logs/lsh_error.log" 2>&1
+[ -f "$OUT/lsh_error/lsh_error_fit.txt" ] ||  # resumable: done once per model
+  python "$HERE/lsh_error.py" "$OUT/ckpt/alibi" "$HELDOUT" --out "$OUT/lsh_error" --s 1,4,16,64 --seeds 4 \
+    --windows 128:32,512:8 > "$OUT/logs/lsh_error.log" 2>&1
 eval_model alibi --tasks ppl,passkey --lengths 128,512 --depths 0,0.25,0.5,0.75,1 --samples 4 \
   --ppl-data "$HELDOUT" --ppl-max-tokens 8192
 for s in 1 4 16 64; do  # the exact ALiBi model, its attention replaced at inference
