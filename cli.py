@@ -285,16 +285,19 @@ def diagnose_far_mass(
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Run Python code shipped with a Hugging Face checkpoint (auto_map). Off by default."),
 ):
     """Share of attention mass beyond a distance as the context grows (seed 004's near/far mass)."""
-    import pandas as pd  # lazy: loads pandas
-
-    from lctx.tasks import textdata  # lazy: loads lctx.tasks and numpy
-    from lctx.harness.diagnostics import far_mass, plot_far_mass  # lazy: loads torch, transformers, matplotlib
-    from lctx.harness.lm import load_lm  # lazy: loads torch, transformers
+    from lctx.harness.args import check_model_path  # light: the argument checks come before torch loads
 
     length_list = parse_lengths(lengths)
     if distance is not None and distance >= max(length_list):
         raise LctxError(f"--distance {distance} is not below the longest length {max(length_list)}: no key would be "
                         "that far and every far mass would be 0; pass a smaller --distance or longer --lengths")
+    for m in model:
+        check_model_path(m)
+    import pandas as pd  # lazy: loads pandas
+
+    from lctx.tasks import textdata  # lazy: loads lctx.tasks and numpy
+    from lctx.harness.diagnostics import far_mass, plot_far_mass  # lazy: loads torch, transformers, matplotlib
+    from lctx.harness.lm import load_lm  # lazy: loads torch, transformers
     docs = textdata.load_corpus([data_path(data, data_dir)]) if data else textdata.pydoc_corpus("heldout")
     text = "\n\n".join(t for _, t in docs)
     frames = []
@@ -376,6 +379,8 @@ def convert_gguf(
     """Dequantise a GGUF checkpoint (transformers' GGUF support) into a Hugging Face directory (safetensors + tokenizer with its chat template)."""
     from lctx.harness.gguf import convert_gguf as convert_fn, find_gguf  # lazy: +7 ms (hashlib, tempfile) to lctx.cli's import (-X importtime)
 
+    if not src.exists():
+        raise LctxError(f"{str(src)!r} does not exist; pass the path of a .gguf file (or a folder holding one)")
     gguf_file = find_gguf(src)
     if gguf_file is None:
         raise LctxError(f"{str(src)!r} is not a .gguf file (nor a directory holding one); pass the GGUF file")
@@ -467,12 +472,22 @@ def plan(
     T = parse_lengths(length)
     if len(T) != 1:
         raise LctxError(f"--length {length!r} names {len(T)} lengths; pass one, e.g. --length 512k")
+    from lctx.harness.args import check_model_path, check_run_options  # light: checks before torch loads
+
+    check_model_path(model)
+    check_run_options(dtype=dtype, device=device, attn_impl=attn_impl)
     from lctx.harness import plan as P  # lazy: loads torch
 
     override = P.parse_bytes(device_memory) if device_memory else None
     if override is None:
         from lctx.harness.devices import resolve_device  # lazy: loads torch
 
+        import torch  # lazy: loaded by lctx.harness.plan already
+
+        if str(device).startswith("cuda") and not torch.cuda.is_available():  # README: plan for a GPU you lack
+            raise LctxError(f"--device {device}: this machine has no CUDA GPU whose memory plan could read; to plan "
+                            f"for a GPU you lack give its memory, e.g. --device {device} --device-memory 80g (or "
+                            "--device cpu to plan for this machine)")
         device = str(resolve_device(device))
     cfg = P.load_config(model, trust_remote_code=trust_remote_code)
     shown = Path(model).resolve()

@@ -169,3 +169,68 @@ def parse_batch_size(value) -> "int | str":
         return int(t)
     raise LctxError(f"--batch-size {value!r} is not a positive integer nor auto; write e.g. --batch-size 4")
 
+
+
+#: the ``--dtype`` names (:data:`lctx.harness.devices.DTYPES` maps them to torch dtypes)
+DTYPE_NAMES = ("float32", "fp32", "bfloat16", "bf16", "float16", "fp16")
+#: torch's device types (``torch.device`` accepts these names, with an optional ``:N``)
+DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu", "meta", "hpu", "xla", "ipu", "mtia", "maia", "hip", "ve", "lazy",
+                "vulkan", "privateuseone")
+
+
+def check_model_path(path) -> None:
+    """Refuse a ``--model`` that cannot be a checkpoint, by looking at the path only (no torch): missing, a
+    file that is not a ``.gguf``, or a folder with neither ``config.json`` nor a ``.gguf`` (a llama2.c
+    checkpoint folder gets the ``lctx convert llama2c`` command).
+
+    Raises:
+        LctxError: one of those (one line naming the fix).
+    """
+    p = Path(path)
+    if not p.exists():
+        raise LctxError(f"checkpoint {str(path)!r} does not exist (not a directory nor a .gguf file); pass a "
+                        "folder written by `lctx train` or save_pretrained, a .gguf file (or omit --model for "
+                        "the bundled default)")
+    if p.is_file() and p.suffix.lower() != ".gguf":
+        raise LctxError(f"checkpoint {str(path)!r} is not a directory nor a .gguf file; pass a folder written by "
+                        "`lctx train` or save_pretrained, a .gguf file (or omit --model for the bundled default)")
+    if p.is_dir() and not (p / "config.json").is_file() and not any(f.suffix.lower() == ".gguf" for f in p.iterdir()):
+        bins = sorted(f.name for f in p.glob("*.bin"))
+        toks = [b for b in bins if b.startswith("tok")]
+        models = [b for b in bins if not b.startswith("tok")]
+        if toks and models:  # llama2.c's layout: the model .bin beside its tokN.bin
+            raise LctxError(f"checkpoint {str(path)!r} looks like a llama2.c checkpoint ({models[0]}, {toks[0]}), "
+                            f"which lctx cannot load directly; convert it first: `lctx convert llama2c "
+                            f"{p / models[0]} --tokenizer {p / toks[0]} --out DIR`, then pass --model DIR")
+        raise LctxError(f"checkpoint {str(path)!r} has no config.json; pass a folder written by `lctx train` "
+                        "or save_pretrained")
+
+
+def check_run_options(dtype: Optional[str] = None, device: Optional[str] = None, attn_impl: Optional[str] = None,
+                      attn_override: Optional[str] = None, train_length: Optional[int] = None) -> None:
+    """The checks of ``--dtype``, ``--device``, ``--attn-impl``, ``--attn-override`` and ``--train-length``
+    that need no torch, so that ``lctx run`` / ``lctx plan`` answer these mistakes before torch loads (the
+    same lines the later, torch-side checks give).
+
+    Raises:
+        LctxError: an unknown dtype, device type, attention path or override (or a bad override option),
+            a non-positive training length.
+    """
+    from lctx import ATTN_IMPLS  # light
+
+    if dtype is not None and dtype not in DTYPE_NAMES:
+        raise LctxError(f"unknown dtype {dtype!r}; use one of float32, bfloat16, float16")
+    if device is not None and device != "auto":
+        m = re.fullmatch(r"([a-z_]+)(:\d+)?", str(device))
+        if not m or m.group(1) not in DEVICE_TYPES:
+            raise LctxError(f"unknown device {device!r}; use cpu, cuda, cuda:N or auto")
+    if attn_impl is not None and attn_impl not in ATTN_IMPLS:
+        raise LctxError(f"unknown --attn-impl {attn_impl!r}; use {', '.join(ATTN_IMPLS)}")
+    if attn_override:
+        from lctx.harness.override_spec import parse_override  # light: no torch
+
+        parse_override(attn_override)
+    if train_length is not None and (isinstance(train_length, bool) or not isinstance(train_length, int)
+                                     or train_length < 1):
+        raise LctxError(f"--train-length {train_length} is not a positive number of tokens; pass e.g. "
+                        "--train-length 4096")

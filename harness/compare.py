@@ -230,7 +230,7 @@ def load_rules(path: Path) -> Rules:
         except ModuleNotFoundError:
             raise LctxError("reading --rules needs Python 3.11+ (tomllib) or `pip install tomli`") from None
 
-    if not check_regular(Path(path), f"--rules {str(path)!r}"):
+    if not check_regular(Path(path), f"--rules {str(path)!r}", fix="pass the path of a TOML rules file"):
         raise LctxError(f"cannot read --rules {str(path)!r} (it does not exist); pass a TOML rules file")
     try:
         data = tomllib.loads(Path(path).read_text())

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence, Union
 
-from lctx.harness.args import (check_task_options, check_writable_dir, chat_options, data_path, parse_batch_size,
+from lctx.harness.args import (check_model_path, check_run_options, check_task_options, check_writable_dir,
+                               chat_options, data_path, parse_batch_size,
                                parse_depths,
                                parse_lengths, parse_task_options, task_option_names)
 from lctx.errors import LctxError, split_list
@@ -72,6 +73,19 @@ def passive_omp_wait() -> None:
     thread, and 1.0-1.6x with PASSIVE (README "Threads")."""
     if not ({"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"} & set(os.environ)) and "torch" not in sys.modules:
         os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+
+
+def parse_window(text: str) -> list[int]:
+    """``--window`` sizes in tokens ("256,1k"), as :func:`lctx.harness.args.parse_lengths`.
+
+    Raises:
+        LctxError: an entry is not a positive number of tokens (the error names --window and an example).
+    """
+    try:
+        return parse_lengths(text)
+    except LctxError as e:
+        raise LctxError(str(e).replace("length ", "--window ", 1).replace(
+            "write lengths like 256,512,1k,4k", "write ppl window sizes in tokens like --window 256,1k")) from None
 
 
 def _as_list(x, parse, what: str) -> list:
@@ -151,11 +165,18 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
     task_names = _unique(_check_names(models, tasks, task_files), "tasks", warn)  # one-line errors before torch loads (issue 15.4)
     if out is not None:
         check_writable_dir(Path(out))  # before torch, the tasks' data and the models load
+    check_run_options(dtype=dtype, device=device, attn_impl=attn_impl, attn_override=attn_override,
+                      train_length=train_length)  # before torch loads (README "Start-up")
+    if relative:
+        from lctx.harness.flatness import parse_relative  # light: lctx.tasks and numpy, no torch
+
+        parse_relative(relative)
+    _check_hub(task_names, data_dir)
     passive_omp_wait()  # before torch loads OpenMP (README "Threads")
     from lctx.kernels import busy_note, configure_threads  # lazy: loads torch
 
     configure_threads()  # README "Threads"
-    from lctx.harness.runner import RunSpec, run_sweep  # lazy: loads torch, transformers, pandas
+    from lctx.harness.runner import RunSpec, new_invocation, run_sweep  # lazy: loads torch, transformers, pandas
     from lctx.tasks import get_task  # lazy: loads lctx.tasks and numpy (lctx.cli imports this module)
     from lctx.harness import distributed as dist_  # lazy: loads torch
 
@@ -191,7 +212,7 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
                                              max_tokens=ppl_max_tokens,
                                              data=[data_path(p, data_dir) for p in ppl_data] if ppl_data else None),
                              dict(key_digits=key_digits))
-    ppl_lengths = _as_list(window, parse_lengths, "window") if window and "ppl" in task_names else None
+    ppl_lengths = _as_list(window, parse_window, "window") if window and "ppl" in task_names else None
     for t in task_objs:
         if t.name == "ppl":
             t.documents()  # fail fast on unreadable data, before any model runs
@@ -215,6 +236,7 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
     from lctx.harness.rundir import run_dir_lock  # lazy: +7 ms (socket) to lctx.cli's import (-X importtime)
 
     results = []
+    invocation = new_invocation()  # this call's sweeps share one entry of run.json's "invocations"
     with run_dir_lock(out, dinfo):  # created here, after every check: a rejected call leaves nothing behind
         for lms_g, length_list in groups:  # one sweep per training length with --relative
             spec = RunSpec(lengths=length_list if task_objs else [], depths=depth_list, samples=samples, seed=seed)
@@ -224,7 +246,7 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
             for objs, sp in passes:
                 if objs:
                     results.append(run_sweep(lms_g, objs, sp, out, progress=progress, log=log, batch_size=batch,
-                                             tables=False))
+                                             tables=False, invocation=invocation))
         dist_.destroy()  # [distributed] leave the process group; only rank 0 writes the tables
         totals = {k: sum(r[k] for r in results) for k in ("ran", "skipped", "errors", "ok")}
         res = Result(out=out, is_main=dinfo.is_main, **totals)
@@ -241,6 +263,22 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
             res.reports["lmeval"] = format_lmeval_summary(res.summary)
         res.reports.update({st.name: st.report(res.table) for st in steps if st.report})
     return res
+
+
+def _check_hub(task_names: list[str], data_dir) -> None:
+    """lm-eval tasks without ``--data-dir`` read the Hugging Face hub: offline and not cached, refuse them now,
+    before torch loads (:func:`lctx.tasks.lmeval.check_hub`), not after lm-eval's retries.
+
+    Raises:
+        LctxError: the hub is unreachable and a task's dataset is not in the local cache.
+    """
+    if data_dir is not None:
+        return
+    from lctx.tasks import lmeval  # lazy: loads lctx.tasks and numpy
+
+    names = [n for n in task_names if lmeval.is_lmeval_task(n)]
+    if names:
+        lmeval.check_hub(lmeval.resolve_tasks(names, None)[0])
 
 
 def _check_names(models, tasks, task_files) -> list[str]:
@@ -265,10 +303,7 @@ def _check_names(models, tasks, task_files) -> list[str]:
         if name not in TASKS and name not in GROUPS and not lmeval.is_lmeval_task(name):
             get_task(name)  # raises the one-line error naming the known tasks
     for m in [models] if isinstance(models, (str, Path)) else models or []:
-        if not Path(m).exists():
-            raise LctxError(f"checkpoint {str(m)!r} does not exist (not a directory nor a .gguf file); pass a "
-                            "folder written by `lctx train` or save_pretrained, a .gguf file (or omit --model for "
-                            "the bundled default)")
+        check_model_path(m)  # missing, a file that is not a .gguf, a folder with no config.json
     return names
 
 
@@ -369,5 +404,38 @@ def _build_tasks(task_names: list[str], task_opts: dict, get_task, out: Path, da
         try:
             objs.append(cls(**{**defaults, **opts}))
         except (ValueError, TypeError) as e:
-            raise LctxError(f"bad option for task {name!r}: {e}") from None
+            raise _bad_option(name, e, opts, defaults) from None
     return objs
+
+
+#: the ``lctx run`` flag that sets a task's run-wide default (the rest come from --task-option TASK.KEY=VALUE)
+_FLAGS = {("ppl", "stride"): ("--stride", "a fraction of the window in (0, 1] or a whole number of tokens, "
+                                          "e.g. --stride 0.5"),
+          ("ppl", "max_tokens"): ("--ppl-max-tokens", "0 (all) or a positive number of tokens"),
+          ("ppl", "bos"): ("--ppl-bos", "prepend or none"),
+          ("ppl", "short_docs"): ("--ppl-short-docs", "drop or count"),
+          ("ppl", "data"): ("--ppl-data", "text files or folders of .txt files"),
+          ("passkey", "key_digits"): ("--key-digits", "a whole number >= 1")}
+
+
+def _bad_option(name: str, e: Exception, opts: dict, defaults: dict) -> LctxError:
+    """The one-line error for a task constructor's ValueError/TypeError ``e``: it names the flag that set the
+    bad value (``--stride``, ``--task-option passkey.key_digits``, ...) and a fix, not only Python's text."""
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+
+    def culprit(kv: dict):
+        return next((k for k, v in kv.items() if k in msg or (isinstance(v, str) and v and repr(v) in msg)), None)
+
+    key = culprit(opts)
+    if key is not None:
+        flag, value = f"--task-option {name}.{key}", opts[key]
+    else:
+        key = culprit(defaults)
+        flag, value = _FLAGS.get((name, key), (f"--task-option {name}.{key}", None))[0], defaults.get(key)
+    if key is None:
+        return LctxError(f"bad option for task {name!r}: {msg}; fix the option (`lctx list tasks` shows the "
+                         "tasks; --task-option TASK.KEY=VALUE sets one)")
+    if "invalid literal" in msg or "could not convert" in msg:
+        msg = f"{value!r} is not a number"
+    hint = _FLAGS.get((name, key), (None, None))[1]
+    return LctxError(f"bad {flag} for task {name!r}: {msg}; pass {hint or 'a valid value'}")

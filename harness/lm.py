@@ -610,6 +610,9 @@ def load_lm(path: str, device: str = "auto", dtype: str = "float32", name: str |
         raise LctxError(f"checkpoint {path!r} is not a directory nor a .gguf file; pass a folder written by "
                         "`lctx train` or save_pretrained, a .gguf file (or omit --model for the bundled default)")
     if not (p / "config.json").is_file():
+        from lctx.harness.args import check_model_path  # light
+
+        check_model_path(p)  # a llama2.c folder gets the convert command
         raise LctxError(f"checkpoint {path!r} has no config.json; pass a folder written by `lctx train` "
                         "or save_pretrained")
     dev, dt = resolve_device(device), resolve_dtype(dtype)

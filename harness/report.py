@@ -68,6 +68,9 @@ def load_run(run_dir: str | Path) -> tuple[pd.DataFrame, dict]:
         LctxError: the directory does not exist, has no results table, or the table is unreadable/empty.
     """
     d = Path(run_dir)
+    if d.exists() and not d.is_dir():
+        raise LctxError(f"run directory {str(d)!r} is a file, not a directory; pass the directory `lctx run` "
+                        "wrote (the one holding results.csv), not a file in it")
     if not d.is_dir():
         raise LctxError(f"run directory {str(d)!r} does not exist; pass directories written by `lctx run`")
     pq, csv = d / "results.parquet", d / "results.csv"

@@ -43,8 +43,10 @@ def _why(e: OSError) -> str:
     return e.strerror or str(e)
 
 
-def check_regular(path: Path, what: str | None = None) -> bool:
+def check_regular(path: Path, what: str | None = None, fix: str | None = None) -> bool:
     """Whether ``path`` exists as a regular file (a symlink counts by its target).
+
+    ``fix``: the remedy the error names (default: move it away or pass another ``--out``).
 
     Returns False when nothing is there. Raises:
         LctxError: something else is there (directory, device, FIFO, socket, dangling symlink), or it
@@ -63,8 +65,8 @@ def check_regular(path: Path, what: str | None = None) -> bool:
     if stat.S_ISREG(st.st_mode):
         return True
     kind = _KINDS.get(stat.S_IFMT(st.st_mode), "not a regular file")
-    raise LctxError(f"{what} is {kind}, not a regular file; move it away (lctx keeps its results in regular "
-                    "files) or pass another --out")
+    raise LctxError(f"{what} is {kind}, not a regular file; " + (fix or "move it away (lctx keeps its results "
+                                                                   "in regular files) or pass another --out"))
 
 
 # ---------------------------------------------------------------------------------------------- JSON

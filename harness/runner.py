@@ -89,7 +89,9 @@ def sample_base(lm: LM, task_name: str, task_version, task_options: dict, data_f
     (an ``--attn-override`` included), the task's name, version, options, data fingerprint and, for a task
     from a ``--task-file``, its source file's hash; dtype, attention path (requested), prefill chunk size,
     device type; the seed; the lctx, torch and transformers versions. With model, task and the grid point
-    it is the resume key (:data:`lctx.harness.tables.KEY`). ``chunked=False`` for tasks that do not run
+    it is the resume key (:data:`lctx.harness.tables.KEY`). The hashed fields are all in the returned dict
+    (``code`` = the task file's 16-hex fingerprint, see :func:`task_inputs`), so
+    ``digest_json({k: rec[k] for k in base if k not in ("model", "fingerprint")})`` recomputes it. ``chunked=False`` for tasks that do not run
     through ``LM.prefill`` (lm-eval's): the chunk size does not reach them and is left out.
     """
     from lctx.models.fingerprint import digest_json  # lazy: loads lctx.models (its kernels load triton)
@@ -99,9 +101,10 @@ def sample_base(lm: LM, task_name: str, task_version, task_options: dict, data_f
     base = {"model": lm.name, "variant": lm.variant, "model_fingerprint": mi["fingerprint"],
             "data_fingerprint": data_fp, "dtype": str(lm.dtype).replace("torch.", ""), "attn_impl": lm.attn_impl,
             "chunk_size": int(lm.chunk_size) if chunked else None, "task": task_name, "seed": seed,
-            "task_options": _jsonable(task_options), "versions": vs}
-    ident = dict(base, device_type=lm.device.type, task_version=task_version, code=code_fp)
-    ident.pop("model")
+            "task_options": _jsonable(task_options), "versions": vs,
+            "device_type": lm.device.type, "task_version": task_version, "code": code_fp}
+    ident = dict(base)  # every field above but the model's name: a record holds them all, so its fingerprint
+    ident.pop("model")  # can be recomputed from the record alone (README "Run directory")
     base["fingerprint"] = digest_json(ident)
     return base
 
@@ -255,7 +258,7 @@ def batches(work: list, batch_size: int | str, log=None) -> list[list]:
 
 
 def run_sweep(lms: list[LM], tasks: list[Task], spec: RunSpec, out_dir: Path, progress: bool = True,
-              log=print, batch_size: int | str = 1, tables: bool = True) -> dict:
+              log=print, batch_size: int | str = 1, tables: bool = True, invocation: str | None = None) -> dict:
     """Run every (model, task, cell) not yet recorded in ``out_dir`` and write the tables and plots.
 
     The run directory is locked for the duration (:func:`lctx.harness.rundir.run_dir_lock`: a second process
@@ -272,6 +275,9 @@ def run_sweep(lms: list[LM], tasks: list[Task], spec: RunSpec, out_dir: Path, pr
     Under ``torchrun`` / ``accelerate launch`` every rank calls this with the same arguments; each runs a
     deterministic share of the cells and rank 0 merges the records and writes the tables and plots
     (:mod:`lctx.harness.distributed`); every rank gets the same return value (counts over all ranks).
+
+    ``invocation``: the id of the entry of ``run.json``'s ``invocations`` this sweep adds to (one
+    :func:`lctx.harness.evaluate.evaluate` call passes one id to all its sweeps); default a new one.
 
     ``tables=False`` leaves the tables and plots to the caller (:func:`lctx.harness.evaluate.evaluate` writes
     them once, after all its sweeps, :func:`lctx.harness.derived.write_run_tables`): ``records``,
@@ -290,14 +296,56 @@ def run_sweep(lms: list[LM], tasks: list[Task], spec: RunSpec, out_dir: Path, pr
     dinfo = D.init()
 
     with run_dir_lock(out_dir, dinfo):
-        return _sweep(lms, tasks, spec, out_dir, progress, log, dinfo, batch_size, tables)
+        return _sweep(lms, tasks, spec, out_dir, progress, log, dinfo, batch_size, tables,
+                      invocation or new_invocation())
+
+
+def new_invocation() -> str:
+    """A new invocation id: the UTC time to the microsecond and the process id (one ``lctx run`` = one id,
+    shared by its sweeps: :func:`lctx.harness.evaluate.evaluate` passes it to each :func:`run_sweep`)."""
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ") + f"-{os.getpid()}"
+
+
+
+def _invocation(meta: dict, lms, tasks, spec: RunSpec, batch_size, dinfo, inv_id: str) -> str:
+    """Add invocation ``inv_id`` (one ``lctx run`` may call several sweeps) to ``meta["invocations"]`` and
+    return its id: ``{"id", "started", "argv", "git_rev", "models", "tasks", "lengths", "depths",
+    "samples", "seed", "batch_size"}``, merged over the sweeps that share the id; the entries of earlier
+    invocations into the same run directory are kept, so run.json describes every invocation (the top-level
+    ``models``/``tasks``/``lengths`` are those of the last one). Each record's ``invocation`` names its entry."""
+    inv_id = D.broadcast(inv_id)  # [distributed] rank 0's id on every rank
+    invs = [i for i in meta.get("invocations") or [] if isinstance(i, dict)] \
+        if isinstance(meta.get("invocations"), list) else []
+    if not invs and meta.get("run_id"):  # a directory written before invocations were recorded: keep what it said
+        invs = [{"id": meta["run_id"], "models": meta.get("models"), "tasks": meta.get("tasks"),
+                 "lengths": meta.get("lengths"), "depths": meta.get("depths"), "samples": meta.get("samples"),
+                 "seed": meta.get("seed"), "git_rev": meta.get("git_rev"), "note": "recorded before invocations were"}]
+    cur = next((i for i in invs if i.get("id") == inv_id), None)
+    if cur is None:
+        cur = {"id": inv_id, "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+               "argv": list(sys.argv), "git_rev": git_revision(), "models": [], "tasks": [], "lengths": [],
+               "depths": [], "samples": spec.samples, "seed": spec.seed, "batch_size": batch_size}
+        invs.append(cur)
+
+    def union(key, new):
+        cur[key] = list(dict.fromkeys(list(cur.get(key) or []) + list(new)))
+
+    union("models", [lm.path for lm in lms])
+    union("tasks", [t.name for t in tasks])
+    union("lengths", spec.lengths or [])
+    union("depths", spec.depths or [])
+    if dinfo.distributed:
+        cur["world_size"] = dinfo.world_size
+    meta["invocations"] = invs
+    return inv_id
 
 
 def _warn(msg: str) -> None:
     print(msg, file=sys.stderr)
 
 
-def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo, batch_size=1, tables: bool = True) -> dict:
+def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo, batch_size=1, tables: bool = True,
+           invocation: str | None = None) -> dict:
     # [distributed] under torchrun / accelerate launch each rank runs a share and appends to its own
     # records.rank{r}.jsonl; rank 0 merges them into records.jsonl (harness/distributed.py)
     rec_path = D.rank_records_path(out_dir, dinfo)
@@ -311,18 +359,21 @@ def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo, batch_size=1, 
     inputs = None
     if dinfo.is_main:
         inputs = {"models": {lm.name: model_inputs(lm) for lm in lms},
-                  "data": {t.key: t.data_fingerprint() for t in tasks}}
+                  "data": {t.key: t.data_fingerprint() for t in tasks},
+                  "tasks": {t.key: task_inputs(t) for t in tasks}}
     inputs = D.broadcast(inputs)
     for lm in lms:
         lm._lctx_inputs = inputs["models"][lm.name]
     bases = {}
     for lm in lms:
         for task in tasks:
+            code = (inputs["tasks"][task.key]["code"] or {}).get("fingerprint")
             bases[(lm.name, task.key)] = sample_base(lm, task.name, getattr(task, "version", 1), task.options,
-                                                     inputs["data"][task.key], spec.seed, task_code_fingerprint(task),
+                                                     inputs["data"][task.key], spec.seed, code,
                                                      chunked=task.chunked)
 
     meta = dict(old_meta)
+    invocation = _invocation(meta, lms, tasks, spec, batch_size, dinfo, invocation or new_invocation())
     meta.update({"run_id": run_id, "lctx_version": lctx.__version__, "git_rev": git_revision(),
                  "torch": torch.__version__, "python": platform.python_version(), "host": platform.node(),
                  "models": [lm.path for lm in lms], "tasks": list(dict.fromkeys(t.name for t in tasks)),
@@ -337,7 +388,9 @@ def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo, batch_size=1, 
     meta["max_positions"] = {**old_max, **{lm.name: lm.max_length for lm in lms if lm.max_length}}  # the declared limit
     known = meta.get("inputs") if isinstance(meta.get("inputs"), dict) else {}
     meta["inputs"] = {"models": {**(known.get("models") or {}), **inputs["models"]},
-                      "data": {**(known.get("data") or {}), **{k: v for k, v in inputs["data"].items() if v}}}
+                      "data": {**(known.get("data") or {}), **{k: v for k, v in inputs["data"].items() if v}},
+                      "tasks": {**(known.get("tasks") if isinstance(known.get("tasks"), dict) else {}),
+                                **inputs["tasks"]}}
     if dinfo.distributed:
         meta["world_size"] = dinfo.world_size
     if dinfo.is_main:  # [distributed]
@@ -384,7 +437,8 @@ def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo, batch_size=1, 
                     recs = (_run_batch(lm, task, [(c, b) for _, _, c, b in group], spec.seed) if len(group) > 1
                             else [_run_one(lm, task, cell, base, spec.seed)])
                 for rec in recs:
-                    rec.update(run_id=run_id, lctx_version=lctx.__version__, git_rev=meta["git_rev"])
+                    rec.update(run_id=run_id, invocation=invocation, lctx_version=lctx.__version__,
+                               git_rev=meta["git_rev"])
                     errors += rec["status"] != "ok"
                     writer.write(rec)
                 bar.done(sum(cost_of[id(w)] for w in group))
@@ -419,10 +473,10 @@ def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo, batch_size=1, 
             "table": table, "summary": summary, "plots": plots}
 
 
-def task_code_fingerprint(task: Task) -> str | None:
-    """SHA-256 (16 hex digits) of the source file of the task registered under ``task.name`` when it is
-    defined outside lctx (a ``--task-file`` or a plug-in), whose code changes its numbers; ``None`` for
-    lctx's own tasks (covered by the lctx version and the task's ``version``)."""
+def task_code_file(task: Task) -> str | None:
+    """The source file of the task registered under ``task.name`` when it is defined outside lctx (a
+    ``--task-file`` or a plug-in), whose code changes its numbers; ``None`` for lctx's own tasks (covered by
+    the lctx version and the task's ``version``) and for a class whose file cannot be found."""
     cls = TASKS.get(task.name, type(task))
     if cls.__module__.startswith("lctx."):
         return None
@@ -430,11 +484,34 @@ def task_code_fingerprint(task: Task) -> str | None:
         src = inspect.getsourcefile(cls)
     except (TypeError, OSError):
         src = None
-    if not src or not os.path.isfile(src):
+    return os.path.abspath(src) if src and os.path.isfile(src) else None
+
+
+def task_code_fingerprint(task: Task) -> str | None:
+    """SHA-256 (16 hex digits) of :func:`task_code_file` as ``digest_files({file name: path})``, i.e. the
+    canonical JSON ``{name: sha256}`` hashed (``run.json``'s ``inputs.tasks`` records the path and SHA-256);
+    ``None`` for lctx's own tasks."""
+    src = task_code_file(task)
+    if src is None:
         return None
     from lctx.models.fingerprint import digest_files  # lazy: loads lctx.models (its kernels load triton)
 
     return digest_files({Path(src).name: src})
+
+
+def task_inputs(task: Task) -> dict:
+    """What ``run.json`` records of a task under ``inputs.tasks[key]``: ``version`` (hashed into every
+    record's fingerprint), ``data_fingerprint``, and for a task defined outside lctx its code as ``{"path",
+    "sha256" (of the file), "fingerprint" (the 16 hex digits hashed into the records)}``; with the record's
+    own fields and the model's ``files`` this is enough to recompute a record's ``fingerprint``."""
+    src = task_code_file(task)
+    code = None
+    if src is not None:
+        from lctx.models.fingerprint import digest_json, file_digest  # lazy: loads lctx.models
+
+        sha = file_digest(src)
+        code = {"path": src, "sha256": sha, "fingerprint": digest_json({Path(src).name: sha})}
+    return {"name": task.name, "version": getattr(task, "version", 1), "code": code}
 
 
 def _new_record(lm: LM, base: dict) -> dict:

@@ -34,7 +34,7 @@ COLUMNS = ["run_id", "model", "variant", "task", "metric", "length", "n_tokens",
            "depth_off", "sample", "value", "seed", "status", "error", "wall_s", "peak_mem_bytes", "device", "dtype",
            "attn_impl", "attn_kernel", "chunk_size", "batch_size", "threads", "lctx_version", "git_rev", "torch_version",
            "transformers_version", "timestamp", "train_length", "task_options", "fingerprint",
-           "model_fingerprint", "data_fingerprint"]
+           "model_fingerprint", "data_fingerprint", "task_version", "code_fingerprint"]
 # a sample's identity across reruns: the fingerprint covers every input besides the grid point (task_options
 # too; it is repeated so that records without a fingerprint, derived flatness rows, stay apart)
 KEY = ["model", "task", "fingerprint", "task_options", "length", "depth", "sample"]
@@ -136,6 +136,9 @@ def to_table(records: list[dict], metrics_of: dict[str, tuple[str, ...]] | None 
             row["depth_off"] = _depth_off(r.get("depth"), r.get("depth_actual"))
             row["torch_version"] = versions.get("torch")
             row["transformers_version"] = versions.get("transformers")
+            tv = r.get("task_version")  # an int for lctx's tasks, lm-eval's version string for its tasks
+            row["task_version"] = None if tv is None else str(tv)
+            row["code_fingerprint"] = r.get("code")  # a --task-file's code (run.json inputs.tasks: path, sha256)
             rows.append(row)
     df = pd.DataFrame(rows, columns=COLUMNS)
     df = df.sort_values(["model", "task", "metric", "length", "depth", "sample"], na_position="first")

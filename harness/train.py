@@ -449,10 +449,6 @@ def train(
         for name in retrieval.tasks:
             retrieval.task(name)  # unknown task or missing RULER data: the user's mistake, before any work
     dev = resolve_device(device)
-    if warmup_steps >= steps:  # lr_at ramps for min(warmup, steps) steps: the cosine decay never starts
-        (warn or (lambda m: print(m, file=sys.stderr)))(
-            f"warning: warm-up of {warmup_steps} steps >= {steps} steps (--warmup, --steps): the learning rate "
-            f"only ramps up and never decays; use a warm-up well below the steps, e.g. {max(1, steps // 10)}")
     docs = [(str(name), text) for name, text in docs if text and text.strip()]
     if not docs:
         raise LctxError("no training text: the corpus has no non-empty documents; pass text files or "
@@ -497,6 +493,11 @@ def train(
     except (ValueError, KeyError) as e:  # a bad variant option: report it as the user's mistake
         raise LctxError(f"cannot build a {variant!r} model: {e.args[0] if e.args else e}; check --option values") from None
     model.train()
+    # after every check that can refuse the run: a refused run prints its error line alone
+    if warmup_steps >= steps:  # lr_at ramps for min(warmup, steps) steps: the cosine decay never starts
+        (warn or (lambda m: print(m, file=sys.stderr)))(
+            f"warning: warm-up of {warmup_steps} steps >= {steps} steps (--warmup, --steps): the learning rate "
+            f"only ramps up and never decays; use a warm-up well below the steps, e.g. {max(1, steps // 10)}")
     n_params = sum(p.numel() for p in model.parameters())
 
     groups = [{k: v for k, v in g.items() if k != "names"} for g in param_groups(model, weight_decay)]

@@ -286,6 +286,9 @@ def load_task_file(path: str) -> list[str]:
     if p.is_file() and p.suffix != ".py":
         raise LctxError(f"task file {path!r} is not a Python file; pass a .py file that defines a Task subclass "
                         "decorated with @register_task")
+    if p.is_dir():
+        raise LctxError(f"task file {path!r} is a directory; pass the path of a .py file in it that "
+                        "defines a Task subclass decorated with @register_task")
     if not p.is_file():
         raise LctxError(f"task file {path!r} does not exist; pass the path of a .py file that "
                         "defines a Task subclass decorated with @register_task")

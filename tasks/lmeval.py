@@ -607,6 +607,8 @@ def build_tasks(names: list[str], data_dir=None, limit: int | None = None, num_f
     """
     _check_settings(limit, num_fewshot)
     specs, source = resolve_tasks(names, data_dir)
+    if source == "hub":
+        check_hub(specs)
     return make_tasks(specs, source, data_dir, limit, num_fewshot, seed, batch_size, chat_template, system_prompt, log)
 
 
@@ -622,6 +624,74 @@ def make_tasks(specs: list[LmEvalSpec], source: str, data_dir=None, limit: int |
     suite = LmEvalSuite(specs, source, data_dir, limit, num_fewshot, seed, batch_size, chat_template, system_prompt,
                         log)
     return [LmEvalTask(sp, suite) for sp in specs]
+
+
+#: the Hugging Face dataset each lm-eval task reads without ``--data-dir``
+HUB_DATASETS = {"mmlu": "cais/mmlu", "arc_easy": "allenai/ai2_arc", "arc_challenge": "allenai/ai2_arc"}
+_TRUE = ("1", "true", "yes", "on")
+
+
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the Hugging Face hub (``HF_ENDPOINT``, default huggingface.co) answers a TCP connection on its
+    port within ``timeout`` seconds; False when ``HF_HUB_OFFLINE`` / ``HF_DATASETS_OFFLINE`` is set."""
+    import socket  # lazy
+    from urllib.parse import urlparse
+
+    if any(os.environ.get(v, "").lower() in _TRUE for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")):
+        return False
+    url = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    try:
+        socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)),
+                                 timeout=timeout).close()
+        return True
+    except OSError:  # no DNS, no route, refused, timed out
+        return False
+
+
+def _hub_cached(dataset: str) -> bool:
+    """Whether ``dataset`` ("owner/name") has a copy in the Hugging Face caches (the hub's and datasets')."""
+    home = Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
+    hub = Path(os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE") or home / "hub")
+    ds = Path(os.environ.get("HF_DATASETS_CACHE") or home / "datasets")
+    return ((hub / ("datasets--" + dataset.replace("/", "--"))).is_dir()
+            or any(ds.glob(dataset.replace("/", "___") + "*")))
+
+
+def _set_offline() -> None:
+    """Put huggingface_hub and datasets in offline mode (cache only), also when they are already imported
+    (both read the variables once, at import)."""
+    import sys  # lazy
+
+    os.environ["HF_HUB_OFFLINE"] = os.environ["HF_DATASETS_OFFLINE"] = "1"
+    if "huggingface_hub" in sys.modules:
+        import huggingface_hub.constants as hc  # lazy: already loaded
+
+        hc.HF_HUB_OFFLINE = True
+    if "datasets" in sys.modules:
+        import datasets.config as dc  # lazy: already loaded
+
+        for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+            if hasattr(dc, k):
+                setattr(dc, k, True)
+
+
+def check_hub(specs: list[LmEvalSpec]) -> None:
+    """Before lm-eval reads a hub dataset (no ``--data-dir``): with no network, refuse at once unless the
+    dataset is in the local Hugging Face cache (then switch the hub clients to offline mode, which reads the
+    cache without lm-eval's ~35 s of retries); with a network, do nothing.
+
+    Raises:
+        LctxError: the hub is unreachable and a task's dataset is not cached (names the fix: --data-dir).
+    """
+    if hub_reachable():
+        return
+    for sp in specs:
+        dataset = HUB_DATASETS[sp.task]
+        if not _hub_cached(dataset):
+            raise LctxError(f"lm-eval task {sp.task!r} reads {dataset} from the Hugging Face hub, which this "
+                            "machine cannot reach (offline), and it is not in the local Hugging Face cache; pass "
+                            "--data-dir with mmlu/ and arc/ (e.g. ../shared/data)")
+    _set_offline()
 
 
 def _check_settings(limit, num_fewshot) -> None:

@@ -162,7 +162,7 @@ def test_cli_plan_fits_and_refuses(capsys):
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["--model", "/no/such/dir"], "not a checkpoint directory"),
+    (["--model", "/no/such/dir"], "does not exist"),
     (["--length", "1.5k"], "1.5k"),
     (["--length", "1k,2k"], "pass one"),
     (["--device-memory", "lots"], "lots"),

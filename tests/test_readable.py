@@ -308,12 +308,23 @@ def test_train_warns_when_warmup_covers_every_step(tmp_path):
     from lctx.harness.train import train
 
     got: list[str] = []
-    with pytest.raises(LctxError, match="no training text"):  # stops right after the argument checks
+    with pytest.raises(LctxError, match="no training text"):  # a refused run: its error line alone (trial21 9)
         train([("empty", "")], tmp_path / "m", steps=30, warmup_steps=50, progress=False, log=None, warn=got.append)
-    assert len(got) == 1 and "warm-up of 50 steps >= 30 steps" in got[0] and "never decays" in got[0]
+    assert got == []
+
+
+@pytest.mark.slow
+def test_train_warns_when_warmup_covers_every_step_once_it_can_run(tmp_path):
+    from lctx.harness.train import train
+
+    got: list[str] = []
+    text = "The module documents every function it exports. A function takes arguments and returns a value. " * 40
+    tiny = dict(context_length=16, hidden_size=16, num_layers=1, num_heads=2, vocab_size=300, batch_size=2,
+                eval_every=100, eval_batches=1, progress=False, log=None, warn=got.append)
+    train([("doc", text)], tmp_path / "m", steps=2, warmup_steps=5, **tiny)  # the warning, once the run can start
+    assert len(got) == 1 and "warm-up of 5 steps >= 2 steps" in got[0] and "never decays" in got[0]
     got.clear()
-    with pytest.raises(LctxError, match="no training text"):
-        train([("empty", "")], tmp_path / "m", steps=30, warmup_steps=3, progress=False, log=None, warn=got.append)
+    train([("doc", text)], tmp_path / "m2", steps=2, warmup_steps=1, **tiny)
     assert got == []
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 import subprocess
 import sys
 
@@ -44,7 +45,15 @@ LIGHTEST = {"list-tasks": ["list", "tasks"], "list-metrics": ["list", "metrics"]
             "bad-length": ["run", "--lengths", "1.5k"],
             "bad-task": ["run", "--tasks", "pasky"], "bad-model": ["run", "--model", "/no/such/checkpoint"],
             "bad-list": ["list", "nothing"], "plan-bad-length": ["plan", "--length", "1.5k"],
-            "zero-samples": ["run", "--samples", "0"]}
+            "zero-samples": ["run", "--samples", "0"],
+            # trial21 (item 7): these loaded torch (10-13 s) before their error line
+            "plan-bad-model": ["plan", "--model", "/no/such/checkpoint"], "plan-bad-dtype": ["plan", "--dtype", "fp8"],
+            "bad-dtype": ["run", "--dtype", "float8"], "bad-device": ["run", "--device", "tpu"],
+            "bad-attn-impl": ["run", "--attn-impl", "foo"], "bad-attn-override": ["run", "--attn-override", "foo"],
+            "bad-relative": ["run", "--relative", "0"], "bad-train-length": ["run", "--train-length", "0"],
+            "model-is-a-file": ["run", "--model", str(Path(__file__).resolve())],
+            "far-mass-bad-length": ["diagnose", "far-mass", "-m", "/no/such/checkpoint", "--lengths", "abc"],
+            "far-mass-bad-model": ["diagnose", "far-mass", "-m", "/no/such/checkpoint"]}
 
 
 def test_cli_listing_tasks_and_one_line_errors_import_not_even_torch(tmp_path):
