@@ -6,7 +6,7 @@
 #  1. lsh_error.py: ppl error and layer-0 attention-output error vs exact ALiBi, 4 LSH seeds per s,
 #     windows of 128 (1x) and 512 (4x) tokens of the held-out book, fitted exponent of err ~ s^a;
 #  2. lctx run: ppl at 128/512 and passkey at 1x (128) for exact ALiBi and each s (LSH seed 0).
-# Not run here (CPU budget): alibi_lsh trained from scratch at each s (RUN_TRAINED=1 adds it; ~4x the time).
+# RUN_TRAINED=1 adds alibi_lsh trained from scratch at each s (s = 1, 4, 16 run once; see README).
 #
 # One command, from the repository root (needs ../shared/data beside the clone, or LCTX_DATA_DIR):
 #     bash results/2026-12-01-seed003-lsh/run.sh [OUT_DIR]          # default OUT_DIR: runs/seed003-lsh
