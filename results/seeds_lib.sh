@@ -11,6 +11,10 @@ B="$DATA/books"
 BOOKS=(--data "$B/pg1342_pride_and_prejudice.txt" --data "$B/pg1661_adventures_of_sherlock_holmes.txt"
        --data "$B/pg345_dracula.txt")
 HELDOUT="$B/pg98_a_tale_of_two_cities.txt"
+for f in "${BOOKS[@]}" "$HELDOUT"; do  # a missing book is a set-up mistake: say so in one line, exit 2
+  [ "$f" = --data ] || [ -f "$f" ] || { echo "error: $f not found; put shared/data beside the clone" \
+    "(../shared/data from the repository root) or set LCTX_DATA_DIR to the data folder" >&2; exit 2; }
+done
 START=$(date +%s)
 
 par() {  # run "$@" in the background, at most JOBS at a time; `wait` (set -e) reports a failure

@@ -6,7 +6,7 @@
 #  1. lsh_error.py: ppl error and layer-0 attention-output error vs exact ALiBi, 4 LSH seeds per s,
 #     windows of 128 (1x) and 512 (4x) tokens of the held-out book, fitted exponent of err ~ s^a;
 #  2. lctx run: ppl at 128/512 and passkey at 1x (128) for exact ALiBi and each s (LSH seed 0).
-# Not run here (CPU budget): alibi_lsh trained from scratch at each s (RUN_TRAINED=1 adds it; ~4x the time).
+# RUN_TRAINED=1 adds alibi_lsh trained from scratch at each s (s = 1, 4, 16 run once; see README).
 #
 # One command, from the repository root (needs ../shared/data beside the clone, or LCTX_DATA_DIR):
 #     bash results/2026-12-01-seed003-lsh/run.sh [OUT_DIR]          # default OUT_DIR: runs/seed003-lsh
@@ -25,8 +25,9 @@ train_model alibi alibi
 if [ "${RUN_TRAINED:-0}" = 1 ]; then
   for s in 1 4 16 64; do par train_model "alibi_lsh_s$s" alibi_lsh --option lsh_samples=$s; done; wait
 fi
-python "$HERE/lsh_error.py" "$OUT/ckpt/alibi" "$HELDOUT" --out "$OUT/lsh_error" --s 1,4,16,64 --seeds 4 \
-  --windows 128:32,512:8 > "$OUT/logs/lsh_error.log" 2>&1
+[ -f "$OUT/lsh_error/lsh_error_fit.txt" ] ||  # resumable: done once per model
+  python "$HERE/lsh_error.py" "$OUT/ckpt/alibi" "$HELDOUT" --out "$OUT/lsh_error" --s 1,4,16,64 --seeds 4 \
+    --windows 128:32,512:8 > "$OUT/logs/lsh_error.log" 2>&1
 eval_model alibi --tasks ppl,passkey --lengths 128,512 --depths 0,0.25,0.5,0.75,1 --samples 4 \
   --ppl-data "$HELDOUT" --ppl-max-tokens 8192
 for s in 1 4 16 64; do  # the exact ALiBi model, its attention replaced at inference
