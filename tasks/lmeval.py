@@ -634,8 +634,8 @@ _TRUE = ("1", "true", "yes", "on")
 def hub_reachable(timeout: float = 3.0) -> bool:
     """Whether the Hugging Face hub (``HF_ENDPOINT``, default huggingface.co) answers a TCP connection on its
     port within ``timeout`` seconds; False when ``HF_HUB_OFFLINE`` / ``HF_DATASETS_OFFLINE`` is set."""
-    import socket  # lazy
-    from urllib.parse import urlparse
+    import socket  # lazy: only the hub check opens a socket
+    from urllib.parse import urlparse  # lazy: only the hub check parses HF_ENDPOINT
 
     if any(os.environ.get(v, "").lower() in _TRUE for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")):
         return False
