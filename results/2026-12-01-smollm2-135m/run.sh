@@ -86,6 +86,9 @@ timed speed-4k python -m lctx.harness.generate_speed --model "$G" --length 4k --
 # the rest of the grid (resumes): ppl at shorter windows, chat template on at 4K and 8K, 16K at 5 depths x 2
 DIR=passkey job ppl-short "${PPL[@]}" --lengths 256,512,1k,2k,4k
 DIR=passkey-chat job passkey-chat-4k8k --tasks passkey "${T[@]}" "${D5[@]}" --lengths 4k,8k --chat-template on
+# (the third session ran the first sample at every 16K depth first, then the second samples)
+DIR=passkey job passkey-16k-5d1 --tasks passkey "${T[@]}" --depths 0,0.25,0.5,0.75,1 --samples 1 --lengths 16k \
+  --allow-beyond-max
 DIR=passkey job passkey-16k-5d --tasks passkey "${T[@]}" "${D5[@]}" --lengths 16k --allow-beyond-max
 # Third session (helper real4): the full ARC-Challenge test set, lctx and lm-eval direct, first (resuming the
 # first session's arc run directory: its first 50 questions are kept; both sides resume per request)
