@@ -7,6 +7,7 @@ User mistakes raise :class:`lctx.errors.LctxError`; :func:`main` prints them as 
 from __future__ import annotations
 
 import inspect
+import os
 import re
 import signal
 import sys
@@ -22,7 +23,7 @@ from lctx import ATTN_IMPLS
 from lctx.harness.console import count, print_frame, print_table, table_format
 from lctx.harness.args import check_writable_dir, data_path, parse_batch_size, parse_depths, parse_lengths, parse_options
 from lctx.errors import EXIT_ALL_FAILED, EXIT_USAGE, LctxError
-from lctx.harness.evaluate import DEFAULT_MODEL, evaluate
+from lctx.harness.evaluate import DEFAULT_MODEL, evaluate, passive_omp_wait
 
 class _WholeHelp:
     """Help that is never cut: usage lines as the rest of the world writes them (``lctx compare [OPTIONS]
@@ -59,12 +60,25 @@ def _light_models() -> None:
     lctx._light_import = True
 
 
-def _configure_threads() -> None:
-    """Intra-op threads for a computing command: LCTX_NUM_THREADS / OMP_NUM_THREADS, else the cores not
-    already busy (:func:`lctx.kernels.default_threads`; README "Threads")."""
-    from lctx.kernels import configure_threads  # lazy: loads torch
+def _checked_out(value: Optional[Path]) -> Optional[Path]:
+    """The callback of every command's ``--out``: an unwritable directory is refused while the arguments are
+    parsed (one ``error:`` line, exit 2), before torch, a model or any data loads (:func:`check_writable_dir`:
+    nothing is created)."""
+    if value is not None:
+        check_writable_dir(Path(value))
+    return value
+
+
+def _configure_threads(device: str = "cpu") -> None:
+    """Intra-op threads for a computing command: LCTX_NUM_THREADS / OMP_NUM_THREADS, else torch's default, with a
+    note when the machine is busy (:func:`lctx.kernels.default_threads`, :func:`lctx.kernels.busy_note`;
+    README "Threads")."""
+    from lctx.kernels import busy_note, configure_threads  # lazy: loads torch
 
     configure_threads()
+    note = busy_note() if str(device).startswith("cpu") else None
+    if note:
+        typer.echo(note, err=True)
 
 
 @app.command()
@@ -88,7 +102,7 @@ def run(
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="mmlu/arc_*: only the first N test questions of each task (each MMLU subject)."),
     num_fewshot: Optional[int] = typer.Option(None, "--num-fewshot", min=0, help="mmlu/arc_*: few-shot examples (default: mmlu 5, arc 0)."),
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", envvar="LCTX_DATA_DIR", help="Root of evaluation data (e.g. ../shared/data)."),
-    out: Path = typer.Option(Path("lctx-out"), "--out", "-o", help="Run directory (rerun with the same --out to resume)."),
+    out: Path = typer.Option(Path("lctx-out"), "--out", "-o", callback=_checked_out, help="Run directory (rerun with the same --out to resume)."),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto."),
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
     seed: int = typer.Option(0, "--seed", help="Seed of sample generation."),
@@ -194,7 +208,7 @@ def train(
     val_fraction: float = typer.Option(0.05, "--val-fraction", help="Tail of each document held out for the validation loss."),
     seed: int = typer.Option(0, "--seed"),
     device: str = typer.Option("auto", "--device"),
-    out: Path = typer.Option(..., "--out", "-o", help="Checkpoint directory to write."),
+    out: Path = typer.Option(..., "--out", "-o", callback=_checked_out, help="Checkpoint directory to write."),
     retrieval_fraction: float = typer.Option(0.0, "--retrieval-fraction", help="Share of training windows that start with a synthetic retrieval document (0 = plain text)."),
     retrieval: str = typer.Option("passkey", "--retrieval", help="Tasks that build the retrieval documents, comma-separated: passkey and/or niah_* (e.g. passkey,niah_multikey_1)."),
     retrieval_min_length: Optional[int] = typer.Option(None, "--retrieval-min-length", help="Shortest retrieval document in tokens (default: half the context)."),
@@ -214,15 +228,14 @@ def train(
         raise LctxError(f"{e.args[0]}; see `lctx list variants`") from None
     except ValueError as e:
         raise LctxError(f"--option: {e}") from None
-    check_writable_dir(out)
     from lctx.tasks import textdata  # lazy: loads lctx.tasks and numpy (-X importtime: 0.4 s, more than lctx.cli itself)
     from lctx.harness.devices import resolve_device  # lazy: loads torch
     from lctx.harness.train import RetrievalMix  # lazy: loads torch, transformers
     from lctx.harness.train import train as train_fn  # lazy: loads torch, transformers
 
-    _configure_threads()
-    docs = textdata.load_corpus(data) if data else textdata.pydoc_corpus("train")
     dev = resolve_device(device)
+    _configure_threads(str(dev))
+    docs = textdata.load_corpus(data) if data else textdata.pydoc_corpus("train")
     train_fn(docs, out, variant=variant, context_length=context_length, hidden_size=hidden_size,
                        num_layers=layers, num_heads=heads, vocab_size=vocab_size, steps=steps,
                        batch_size=batch_size, lr=lr, warmup_steps=warmup, eval_every=eval_every,
@@ -242,7 +255,7 @@ app.add_typer(diagnose_app, name="diagnose")
 @diagnose_app.command("prior")
 def diagnose_prior(
     model: str = typer.Option(..., "--model", "-m", help="A ggd_bam checkpoint directory."),
-    out: Path = typer.Option(Path("lctx-diagnostics"), "--out", "-o"),
+    out: Path = typer.Option(Path("lctx-diagnostics"), "--out", "-o", callback=_checked_out),
     max_distance: Optional[int] = typer.Option(None, "--max-distance", min=1, help="Largest distance plotted (tokens; default 8x train length)."),
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Run Python code shipped with a Hugging Face checkpoint (auto_map). Off by default."),
 ):
@@ -250,7 +263,6 @@ def diagnose_prior(
     from lctx.harness.diagnostics import plot_priors, prior_table  # lazy: loads torch, transformers, matplotlib
     from lctx.harness.lm import load_lm  # lazy: loads torch, transformers
 
-    check_writable_dir(out)
     lm = load_lm(model, device="cpu", trust_remote_code=trust_remote_code)
     out.mkdir(parents=True, exist_ok=True)
     table = prior_table(lm)
@@ -269,7 +281,7 @@ def diagnose_far_mass(
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", envvar="LCTX_DATA_DIR"),
     queries: int = typer.Option(32, "--queries", min=1, help="Last queries averaged per length."),
     device: str = typer.Option("auto", "--device"),
-    out: Path = typer.Option(Path("lctx-diagnostics"), "--out", "-o"),
+    out: Path = typer.Option(Path("lctx-diagnostics"), "--out", "-o", callback=_checked_out),
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Run Python code shipped with a Hugging Face checkpoint (auto_map). Off by default."),
 ):
     """Share of attention mass beyond a distance as the context grows (seed 004's near/far mass)."""
@@ -283,7 +295,6 @@ def diagnose_far_mass(
     if distance is not None and distance >= max(length_list):
         raise LctxError(f"--distance {distance} is not below the longest length {max(length_list)}: no key would be "
                         "that far and every far mass would be 0; pass a smaller --distance or longer --lengths")
-    check_writable_dir(out)
     docs = textdata.load_corpus([data_path(data, data_dir)]) if data else textdata.pydoc_corpus("heldout")
     text = "\n\n".join(t for _, t in docs)
     frames = []
@@ -309,16 +320,18 @@ def compare(
     tolerance: List[str] = typer.Option(None, "--tolerance", help="[METRIC:]abs=X,rel=X,stderr=K (repeatable); a difference counts only when it exceeds each."),
     alias: List[str] = typer.Option(None, "--alias", help="NEW=OLD: run model NEW is baseline model OLD (repeatable)."),
     allow_missing: bool = typer.Option(False, "--allow-missing", help="Baseline cells absent from the run do not fail the gate."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Where compare.csv and compare.md go (default: RUN_DIR/compare)."),
+    allow_option_changes: bool = typer.Option(False, "--allow-option-changes", help="Judge cells whose options (task options, dtype, attn_impl, seed) differ from the baseline's instead of refusing them as not comparable (exit 2)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", callback=_checked_out, help="Where compare.csv and compare.md go (default: RUN_DIR/compare)."),
 ):
-    """Gate a run on a baseline: exit 0 when nothing regressed, 1 on a regression, 2 on bad input."""
+    """Gate a run on a baseline: exit 0 when nothing regressed, 1 on a regression, 2 on bad input or cells whose options differ from the baseline's."""
     from lctx.harness.compare import Rules, compare_dirs, load_rules, parse_aliases, parse_tolerances, print_report, write_report  # lazy: loads pandas
 
     try:
         r = load_rules(rules) if rules is not None else Rules()
         cli_rules = parse_tolerances(tolerance or [])
         cli_rules.alias = parse_aliases(alias or [])
-        cmp = compare_dirs(run_dir, baseline, r.merged(cli_rules), allow_missing=allow_missing)
+        cmp = compare_dirs(run_dir, baseline, r.merged(cli_rules), allow_missing=allow_missing,
+                           allow_option_changes=allow_option_changes)
         out = out if out is not None else run_dir / "compare"
         check_writable_dir(out)
         print_report(cmp)
@@ -330,6 +343,10 @@ def compare(
         raise LctxError(f"lctx compare could not compare {str(run_dir)!r} with {str(baseline)!r} "
                         f"({type(e).__name__}: {first}); check both run directories' summary.csv") from None
     typer.echo(f"wrote {csv} and {md}")
+    if cmp.exit_code == EXIT_USAGE:  # nothing regressed, but cells measured other things than the baseline's
+        raise LctxError(f"{count(cmp.counts['incomparable'], 'cell')} not comparable with the baseline, made with other "
+                        f"options ({' | '.join(cmp.option_notes())}); rerun with the baseline's options (its run.json, "
+                        "results.csv) or pass --allow-option-changes")
     raise typer.Exit(cmp.exit_code)
 
 
@@ -341,12 +358,11 @@ app.add_typer(convert_app, name="convert")
 def convert_llama2c(
     src: Path = typer.Argument(..., metavar="SRC", help="llama2.c checkpoint .bin (legacy, version 1 or version 2 export)."),
     tokenizer: Path = typer.Option(..., "--tokenizer", "-z", help="llama2.c tokenizer .bin (e.g. tok512.bin)."),
-    out: Path = typer.Option(..., "--out", "-o", help="Directory to write the Hugging Face LlamaForCausalLM into."),
+    out: Path = typer.Option(..., "--out", "-o", callback=_checked_out, help="Directory to write the Hugging Face LlamaForCausalLM into."),
 ):
     """Convert a llama2.c checkpoint and its tokenizer into a Hugging Face Llama directory (safetensors)."""
     from lctx.models.convert import convert_llama2c as convert_fn  # lazy: loads torch, transformers
 
-    check_writable_dir(out)
     path = convert_fn(src, tokenizer, out)
     typer.echo(f"wrote {path} (LlamaForCausalLM + tokenizer); run it with `lctx run --model {path}`")
 
@@ -354,7 +370,7 @@ def convert_llama2c(
 @convert_app.command("gguf")
 def convert_gguf(
     src: Path = typer.Argument(..., help="GGUF file (.gguf), e.g. a llama.cpp Q4_1 / Q8_0 / K-quant checkpoint."),
-    out: Path = typer.Option(..., "--out", "-o", help="Directory to write the Hugging Face checkpoint into."),
+    out: Path = typer.Option(..., "--out", "-o", callback=_checked_out, help="Directory to write the Hugging Face checkpoint into."),
     dtype: str = typer.Option("float32", "--dtype", help="Dtype of the dequantised weights: float32, bfloat16 or float16."),
 ):
     """Dequantise a GGUF checkpoint (transformers' GGUF support) into a Hugging Face directory (safetensors + tokenizer with its chat template)."""
@@ -363,7 +379,6 @@ def convert_gguf(
     gguf_file = find_gguf(src)
     if gguf_file is None:
         raise LctxError(f"{str(src)!r} is not a .gguf file (nor a directory holding one); pass the GGUF file")
-    check_writable_dir(out)
     path = convert_fn(gguf_file, out, dtype=dtype)
     typer.echo(f"wrote {path} (dequantised to {dtype}); run it with `lctx run --model {path}`")
 
@@ -390,7 +405,7 @@ def bench(
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Instead of one layer: a whole checkpoint's chunked prefill per --impl x length, each in a fresh process, with peak RSS against `lctx plan`."),
     chunk_size: int = typer.Option(2048, "--chunk-size", min=1, help="--model: prefill chunk in tokens."),
     warmup_tokens: int = typer.Option(0, "--warmup-tokens", min=0, help="--model: prefill this many tokens before measuring (kernel compilation)."),
-    out: Path = typer.Option(Path("lctx-bench"), "--out", "-o", help="Output directory (bench.parquet/csv, exponents.csv, ratios.md, bench.png)."),
+    out: Path = typer.Option(Path("lctx-bench"), "--out", "-o", callback=_checked_out, help="Output directory (bench.parquet/csv, exponents.csv, ratios.md, bench.png)."),
 ):
     """Time one attention layer forward per variant x impl x length, alternately with SDPA causal: ratios (median, min), peak memory, exponents. With --model: a whole-model prefill against the memory plan."""
     length_list = parse_lengths(lengths)
@@ -406,7 +421,6 @@ def bench(
             thread_list = [0]
         if not thread_list or min(thread_list) < 1:
             raise LctxError(f"--threads {threads!r} is not a list of positive integers; write e.g. --threads 1,2")
-    check_writable_dir(out)
     if model is not None:
         from lctx.harness.bench import print_prefill, run_prefill_bench  # lazy: loads torch, transformers, triton
 
@@ -486,17 +500,20 @@ def plan(
 @app.command()
 def report(
     run_dirs: List[Path] = typer.Argument(..., metavar="RUN_DIR", help="Run directories written by lctx run (one or more)."),
-    out: Path = typer.Option(Path("lctx-report"), "--out", "-o", help="Where report.html, report.md, plots/ and summary.csv go."),
+    out: Path = typer.Option(Path("lctx-report"), "--out", "-o", callback=_checked_out, help="Where report.html, report.md, plots/ and summary.csv go."),
     at: str = typer.Option("1x,2x,8x", "--at", help="Lengths of the summary's retrieval columns: multiples of the training length (4x) or tokens (2k)."),
     title: Optional[str] = typer.Option(None, "--title", help="Page title."),
+    train_length: List[str] = typer.Option(None, "--train-length", help="Training length in tokens for models whose runs record none (a GGUF's): N for all of them, or MODEL=N (repeatable)."),
 ):
     """Write one extrapolation report (HTML with embedded plots, Markdown, PNGs, summary.csv) from run directories."""
-    from lctx.harness.report import build_report  # lazy: loads pandas, matplotlib
+    from lctx.harness.report import build_report, parse_train_lengths  # lazy: loads pandas, matplotlib
 
-    check_writable_dir(out)
-    res = build_report([str(d) for d in run_dirs], out, at=at, title=title)
+    res = build_report([str(d) for d in run_dirs], out, at=at, title=title,
+                       train_lengths=parse_train_lengths(train_length or []))
     disp = res["summary_table"].drop(columns=["runs"], errors="ignore")  # the runs: summary.csv and the page
     print_frame(disp, right=[c for c in disp.columns if c != "model"])
+    for note in res["notes"]:
+        typer.echo(f"note: {note}")
     typer.echo(f"wrote {res['html']}, {res['markdown']}, {res['summary']}, {res['failures']} and {len(res['plots'])} plots")
 
 
@@ -625,19 +642,84 @@ def _bad_value(e: Exception) -> str | None:
     return None
 
 
+class _PipeSafe:
+    """A text stream (``sys.stdout`` / ``sys.stderr``) whose reader may go away (``lctx report ... | head -1``): the
+    first write or flush that meets a closed pipe (BrokenPipeError) points the stream's file descriptor at
+    /dev/null (Python's recipe: https://docs.python.org/3/library/signal.html#note-on-sigpipe) and the command
+    goes on quietly: its files are written and it exits with its own status. A stream with no file descriptor
+    (captured in tests) drops the rest of its output. Everything else is the wrapped stream's."""
+
+    def __init__(self, stream):
+        self._stream, self.broken = stream, False
+
+    def _closed(self) -> None:
+        self.broken = True
+        try:
+            fd = self._stream.fileno()
+        except (AttributeError, OSError, ValueError):
+            return
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)  # the buffered rest is flushed into /dev/null, at exit too
+        os.close(devnull)
+
+    def write(self, text):
+        if self.broken and not self._has_fd():
+            return len(text)
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._closed()
+            return len(text)
+
+    def flush(self) -> None:
+        if self.broken and not self._has_fd():
+            return
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._closed()
+
+    def _has_fd(self) -> bool:
+        try:
+            self._stream.fileno()
+            return True
+        except (AttributeError, OSError, ValueError):
+            return False
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``lctx`` console script: run the typer app, turn user errors into one line.
 
     Returns (and exits with) 0 on success, 1 when ``lctx compare`` finds a regression, 2 on a user error
-    or damaged input (LctxError or a bad option: one ``error:`` line), 3 when every sample of an
-    ``lctx run`` failed, 130 on Ctrl-C and 143 on SIGTERM (both print the resume hint).
+    or damaged input (LctxError or a bad option: one ``error:`` line; ``lctx compare``'s cells made with other
+    options than the baseline's), 3 when every sample of an ``lctx run`` failed, 130 on Ctrl-C and 143 on
+    SIGTERM (both print the resume hint). A reader of stdout/stderr that goes away changes none of these
+    (:class:`_PipeSafe`).
     """
     if argv is None and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _on_sigterm)
+    _SIGNAL["term"] = False
+    passive_omp_wait()  # every command, before any loads torch (README "Threads")
+    _help_format()
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _PipeSafe(sys.stdout), _PipeSafe(sys.stderr)  # a reader that goes away: README "Pipes"
+    try:
+        code = _main(argv)
+    finally:
+        sys.stdout.flush(), sys.stderr.flush()  # a pipe closed before anything was flushed: found here, quietly
+        sys.stdout, sys.stderr = streams
+    if argv is None:
+        sys.exit(code)
+    return code
+
+
+def _main(argv: list[str] | None) -> int:
+    """:func:`main`'s body: the command's exit status."""
     # typer >= 0.20 vendors click (typer._click); older typer raises click's own exceptions.
     usage_errors = tuple({getattr(typer, "TyperException", click.ClickException), click.ClickException})
-    _SIGNAL["term"] = False
-    _help_format()
     try:
         rv = app(args=argv, standalone_mode=False, prog_name="lctx")
         code = rv if isinstance(rv, int) else 0
@@ -658,8 +740,6 @@ def main(argv: list[str] | None = None) -> int:
             line = _bad_value(e) or f"{' '.join(msg.split()).rstrip('.')}; see `lctx --help`"
             print(f"error: {line}", file=sys.stderr)
         code = EXIT_USAGE
-    if argv is None:
-        sys.exit(code)
     return code
 
 

@@ -16,14 +16,22 @@ difference must be to count:
   two-sample z criterion; a cell with n = 1 has no standard error and contributes 0). Combined, a
   difference counts only when it exceeds all of them: threshold = max(abs, rel |base|, k se).
 
+A matched cell whose two sides were made with different options (the label columns :data:`LABEL_COLUMNS`:
+task options such as ppl's ``max_tokens`` or ``stride``, dtype, attn_impl, seed) measured different things:
+its difference is no regression or improvement, and it gets the status ``incomparable`` with the options
+that differ ("max_tokens: run 32768, baseline 2048"), unless the options may differ (``allow_option_changes``).
+
 Each cell gets a status: ``regression``, ``error`` (the run's samples failed where the baseline's did
-not), ``missing`` (in the baseline, not in the run), ``improvement``, ``new`` (in the run only) or
-``same`` (within tolerance). The gate fails on regression or error, and on missing unless allowed.
+not), ``incomparable`` (options differ), ``missing`` (in the baseline, not in the run), ``improvement``,
+``new`` (in the run only) or ``same`` (within tolerance). The gate fails on regression or error (exit 1),
+on missing unless allowed (exit 1), and on incomparable cells (exit 2: the gate compared the wrong runs).
 """
 
 from __future__ import annotations
 
+import json
 import math
+import posixpath
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -52,7 +60,7 @@ OTHER_DIRECTIONS: dict[str, str] = {
 DIRECTIONS: dict[str, str] = {**OTHER_DIRECTIONS, **{m.name: m.direction for m in METRICS.values()}}
 
 # Statuses, in the order they are reported.
-STATUSES = ("regression", "error", "missing", "improvement", "new", "same", "ignored")
+STATUSES = ("regression", "error", "incomparable", "missing", "improvement", "new", "same", "ignored")
 FAILING = ("regression", "error")
 
 
@@ -308,7 +316,38 @@ def load_summary(run_dir: Path, what: str = "run") -> pd.DataFrame:
                         "pass a run directory written by lctx run")
     if df.empty:
         raise LctxError(f"{what} {str(run_dir)!r} has no results (empty summary); run lctx run into it first")
-    return _checked_summary(df.reset_index(drop=True), f"{what} {str(run_dir)!r}: {src}")
+    df = _checked_summary(df.reset_index(drop=True), f"{what} {str(run_dir)!r}: {src}")
+    if src == "summary.csv" and any(c not in df.columns for c in LABEL_COLUMNS):
+        df = _labels_from_results(run_dir, df)
+    return df
+
+
+def _labels_from_results(run_dir: Path, df: pd.DataFrame) -> pd.DataFrame:
+    """A ``summary.csv`` written before lctx put the options in it (e.g. a committed baseline) gets its cells'
+    options (:data:`LABEL_COLUMNS`) from the run's ``results.parquet``/``results.csv``, where each sample
+    recorded them; a cell the results give several option sets is left without (it cannot be told which)."""
+    try:
+        if check_regular(run_dir / "results.parquet"):
+            res = pd.read_parquet(run_dir / "results.parquet")
+        elif check_regular(run_dir / "results.csv"):
+            res = pd.read_csv(run_dir / "results.csv")
+        else:
+            return df
+    except Exception:  # noqa: BLE001 - the options are a help; the summary itself was readable
+        return df
+    have = [c for c in LABEL_COLUMNS if c in res.columns and c not in df.columns]
+    if not have:
+        return df
+    lab = summarize(res)[KEYS + have]
+    lab = lab[~lab.duplicated(KEYS, keep=False)].copy()
+    lab["length"] = pd.to_numeric(lab["length"], errors="coerce").astype(float)
+    lab["depth"] = pd.to_numeric(lab["depth"], errors="coerce").astype(float)
+    for c in have:
+        lab[c] = lab[c].map(lambda v: "" if _blank(v) else str(v))
+    out = df.merge(lab, on=KEYS, how="left")
+    for c in have:
+        out[c] = out[c].fillna("")
+    return out
 
 
 LABEL_COLUMNS = ["task_options", "dtype", "attn_impl", "seed"]
@@ -381,24 +420,42 @@ class Comparison:
     failed: bool
     run_dir: str = ""
     baseline_dir: str = ""
+    allow_missing: bool = False
 
     @property
     def exit_code(self) -> int:
-        """0 when the gate passes, 1 when it fails."""
-        return 1 if self.failed else 0
+        """0 when the gate passes; 1 when it fails on a regression, an error or a missing cell; 2 when it fails
+        only because cells are incomparable (their options differ: the gate was given the wrong runs)."""
+        if not self.failed:
+            return 0
+        return 2 if self.counts.get("incomparable") and not self.judged_failed else 1
+
+    @property
+    def judged_failed(self) -> bool:
+        """Whether a judged cell fails the gate: a regression, an error, or a missing cell not allowed."""
+        return bool(self.counts.get("regression") or self.counts.get("error")
+                    or (self.counts.get("missing") and not self.allow_missing))
+
+    def option_notes(self) -> list[str]:
+        """One line per task whose cells are incomparable: the task, how many cells, the options that differ."""
+        t = self.table[self.table["status"] == "incomparable"]
+        return [f"{task} ({len(g)} cells): {'; '.join(dict.fromkeys(g['options']))}"
+                for task, g in t.groupby("task", sort=True)]
 
 
 TABLE_COLUMNS = ["status", "model", "baseline_model", "variant", "task", "metric", "length", "depth", "direction",
                  "base_mean", "base_stderr", "base_n", "run_mean", "run_stderr", "run_n", "diff", "rel_diff", "z",
-                 "threshold", "bound_by", "run_n_error", "base_n_error"]
+                 "threshold", "bound_by", "run_n_error", "base_n_error", "options"]
 
 
 def compare_runs(run: pd.DataFrame, base: pd.DataFrame, rules: Rules | None = None,
-                 allow_missing: bool = False) -> Comparison:
+                 allow_missing: bool = False, allow_option_changes: bool = False) -> Comparison:
     """Match the cells of ``run`` and ``base`` (summary tables, :func:`load_summary`) and judge each one.
 
     diff = run mean - baseline mean (metric units); rel_diff = diff / |baseline mean|;
-    z = diff / sqrt(se_run^2 + se_base^2) (NaN when neither has a standard error).
+    z = diff / sqrt(se_run^2 + se_base^2) (NaN when neither has a standard error). ``options``: the label
+    columns that differ between the two sides (:func:`option_differences`); such a cell is ``incomparable``
+    unless ``allow_option_changes``, which judges it all the same.
 
     Raises:
         LctxError: no task or no model in common (mismatched runs; the message suggests ``--alias``),
@@ -455,13 +512,18 @@ def compare_runs(run: pd.DataFrame, base: pd.DataFrame, rules: Rules | None = No
                "direction": direction, "base_mean": r["mean_base"], "base_stderr": r["stderr_base"],
                "base_n": r["n_base"], "run_mean": r["mean_run"], "run_stderr": r["stderr_run"], "run_n": r["n_run"],
                "run_n_error": r["n_error_run"], "base_n_error": r["n_error_base"],
-               "diff": math.nan, "rel_diff": math.nan, "z": math.nan, "threshold": math.nan, "bound_by": ""}
+               "diff": math.nan, "rel_diff": math.nan, "z": math.nan, "threshold": math.nan, "bound_by": "",
+               "options": ""}
         if r["_merge"] == "left_only":
             row["status"] = "new"
         elif r["_merge"] == "right_only":
             row["status"] = "missing"
         else:
+            row["options"] = "; ".join(option_differences(
+                {c: r[f"{c}_run"] for c in labels if c not in keys}, {c: r[f"{c}_base"] for c in labels if c not in keys}))
             row["status"] = _judge(row, direction, tol)
+            if row["options"] and not allow_option_changes and row["status"] != "ignored":
+                row["status"] = "incomparable"  # diff and z stay in the table, for the record
         rows.append(row)
     table = pd.DataFrame(rows, columns=TABLE_COLUMNS)
     order = {s: i for i, s in enumerate(STATUSES)}
@@ -469,8 +531,49 @@ def compare_runs(run: pd.DataFrame, base: pd.DataFrame, rules: Rules | None = No
              .sort_values(["_o", "model", "task", "metric", "length", "depth"], na_position="first")
              .drop(columns="_o").reset_index(drop=True))
     counts = {s: int((table["status"] == s).sum()) for s in STATUSES}
-    failed = any(counts[s] for s in FAILING) or (counts["missing"] > 0 and not allow_missing)
-    return Comparison(table, counts, failed)
+    failed = (any(counts[s] for s in FAILING) or (counts["missing"] > 0 and not allow_missing)
+              or counts["incomparable"] > 0)
+    return Comparison(table, counts, failed, allow_missing=allow_missing)
+
+
+def _option_value(key: str, v):
+    """An option's value as compared: ``data`` (paths of text files) by file name, since the same corpus sits at
+    other absolute paths on other machines; numbers as floats (a seed 0 read back as 0.0)."""
+    if key == "data" and v:
+        return sorted(posixpath.basename(str(p).rstrip("/")) for p in (v if isinstance(v, list) else [v]))
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return float(v)
+    return v
+
+
+def option_differences(run: dict, base: dict) -> list[str]:
+    """The options that differ between a run's cell and the baseline's: ``["max_tokens: run 32768, baseline
+    2048", "dtype: run bfloat16, baseline float32"]``. ``run``/``base`` map label columns (:data:`LABEL_COLUMNS`)
+    to their values; ``task_options`` (JSON) is compared key by key. A value one side does not record (blank,
+    or a task option an older lctx did not write) cannot be compared and is not listed."""
+    out = []
+    for col in LABEL_COLUMNS:
+        a, b = run.get(col), base.get(col)
+        if _blank(a) or _blank(b):
+            continue
+        if col == "task_options":
+            try:
+                ja, jb = json.loads(a), json.loads(b)
+            except (TypeError, ValueError):
+                ja, jb = a, b
+            if isinstance(ja, dict) and isinstance(jb, dict):
+                for k in sorted(set(ja) & set(jb)):
+                    if _option_value(k, ja[k]) != _option_value(k, jb[k]):
+                        out.append(f"{k}: run {json.dumps(ja[k])}, baseline {json.dumps(jb[k])}")
+                continue
+        else:
+            try:
+                ja, jb = float(a), float(b)
+            except (TypeError, ValueError):
+                ja, jb = str(a).strip(), str(b).strip()
+        if ja != jb:
+            out.append(f"{col}: run {a}, baseline {b}")
+    return out
 
 
 def _int_or_none(v):
@@ -533,14 +636,16 @@ def _display_rows(cmp: Comparison, include_same: bool = False) -> list[list[str]
             else f"{r.model} (= {r.baseline_model})"
         rel = f"{100 * r.rel_diff:+.3g}%" if math.isfinite(r.rel_diff) and abs(r.rel_diff) < 1e6 else ""
         tol = f"{r.threshold:.3g} ({r.bound_by})" if math.isfinite(r.threshold) else ""
+        note = (f"{'not comparable' if r.status == 'incomparable' else 'options differ'}: {r.options}"
+                if isinstance(r.options, str) and r.options else "")
         out.append([r.status, model, r.task, r.metric, _fmt_len(r.length), "" if r.depth != r.depth else f"{r.depth:g}",
                     r.direction, _fmt(r.base_mean, r.base_stderr), _fmt(r.run_mean, r.run_stderr),
-                    _fmt(r.diff), rel, tol])
+                    _fmt(r.diff), rel, tol, note])
     return out
 
 
 DISPLAY_HEADER = ["status", "model", "task", "metric", "length", "depth", "better", "baseline", "run", "diff",
-                  "rel", "tolerance"]
+                  "rel", "tolerance", "note"]
 
 
 def verdict(cmp: Comparison) -> str:
@@ -548,6 +653,7 @@ def verdict(cmp: Comparison) -> str:
     c = cmp.counts
     word = "FAIL" if cmp.failed else "PASS"
     return (f"{word}: {c['regression']} regressed, {c['error']} errored, {c['missing']} missing, "
+            f"{c['incomparable']} not comparable (options differ), "
             f"{c['improvement']} improved, {c['new']} new, {c['same']} within tolerance")
 
 
@@ -557,8 +663,8 @@ def print_report(cmp: Comparison, file=None) -> None:
 
     rows = _display_rows(cmp)
     if rows:
-        style = {"regression": "bold red", "error": "bold red", "missing": "yellow", "improvement": "green",
-                 "new": "cyan"}
+        style = {"regression": "bold red", "error": "bold red", "incomparable": "bold yellow", "missing": "yellow",
+                 "improvement": "green", "new": "cyan"}
         print_table(DISPLAY_HEADER, rows, title=f"lctx compare: {cmp.run_dir} vs baseline {cmp.baseline_dir}",
                     right=("length", "depth", "baseline", "run", "diff", "rel"),
                     row_styles=[style.get(r[0]) for r in rows], file=file)
@@ -592,7 +698,7 @@ def write_report(cmp: Comparison, out_dir: Path) -> tuple[Path, Path]:
 
 
 def compare_dirs(run_dir: Path, baseline_dir: Path, rules: Rules | None = None,
-                 allow_missing: bool = False) -> Comparison:
+                 allow_missing: bool = False, allow_option_changes: bool = False) -> Comparison:
     """:func:`compare_runs` on two run directories (see :func:`load_summary` for what is read).
 
     Raises:
@@ -600,6 +706,6 @@ def compare_dirs(run_dir: Path, baseline_dir: Path, rules: Rules | None = None,
     """
     run = load_summary(run_dir, "run")
     base = load_summary(baseline_dir, "baseline")
-    cmp = compare_runs(run, base, rules, allow_missing)
+    cmp = compare_runs(run, base, rules, allow_missing, allow_option_changes)
     cmp.run_dir, cmp.baseline_dir = str(run_dir), str(baseline_dir)
     return cmp

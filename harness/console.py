@@ -130,8 +130,10 @@ class SweepProgress:
     """The progress bar of a sweep, weighted by each sample's cost in prefill tokens
     (:meth:`lctx.tasks.Task.cost`), not by samples: a ppl cell feeds every window of every document and a
     2K passkey prompt costs several 256-token ones, so a bar in samples claimed 16 s left when 97 s
-    remained. The bar's text names the sample count and the cell being run (model, task, length, depth);
-    the time left is cost left / cost per second averaged over the run so far.
+    remained. The line says what each number counts: ``lctx run [sample 5/24] tiny ppl L=512: 37% of tokens
+    |###| 12.3k/33.2k tokens [00:05<00:09 left]``: the sample count and the cell being run (model, task,
+    length, depth) in samples, the percentage, bar and time left in tokens (cost left / cost per second
+    averaged over the run so far).
 
     Use as a context manager: ``start(label)`` before a sample, ``done(tokens)`` after it. Written to stderr.
     """
@@ -144,15 +146,17 @@ class SweepProgress:
         self.bar = tqdm(total=float(sum(costs)), disable=not enabled, desc=desc, dynamic_ncols=True, file=file,
                         smoothing=0.0,  # the average rate: a sample's cost, not its neighbours', sets its weight
                         mininterval=0.1 if is_terminal(file) else 10.0,  # a log file: an update every 10 s
-                        bar_format="{desc}: {percentage:3.0f}%|{bar}| [{elapsed}<{remaining} left]")
+                        unit_scale=True,  # 12.3k tokens
+                        bar_format="{desc}: {percentage:3.0f}% of tokens|{bar}| {n_fmt}/{total_fmt} tokens "
+                                   "[{elapsed}<{remaining} left]")
 
     def start(self, label: str, n: int = 1) -> None:
         """Show the cell about to run (``label``: model, task, length, depth) and its sample numbers (shown at
-        the bar's next refresh): ``[i/N]`` for one sample, ``[i-j/N]`` for a batch of ``n`` samples, so the
-        count is in samples against the total of samples also under ``--batch-size``."""
+        the bar's next refresh): ``[sample i/N]`` for one sample, ``[sample i-j/N]`` for a batch of ``n`` samples,
+        so the count is in samples against the total of samples also under ``--batch-size``."""
         first, self.i = self.i + 1, self.i + n
         where = f"{first}" if n == 1 else f"{first}-{self.i}"
-        self.bar.set_description_str(f"{self.desc} [{where}/{self.n_samples}] {label}", refresh=False)
+        self.bar.set_description_str(f"{self.desc} [sample {where}/{self.n_samples}] {label}", refresh=False)
 
     def done(self, cost: float) -> None:
         """Count a finished sample's ``cost`` (prefill tokens)."""

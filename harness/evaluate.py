@@ -9,6 +9,8 @@ post-processing steps (flatness, the ruler group: :mod:`lctx.harness.derived`) a
 from __future__ import annotations
 
 import json
+import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence, Union
@@ -59,6 +61,17 @@ class Result:
     def failed(self):
         """The rows of ``table`` whose status is not ok (an empty frame when all are)."""
         return self.table[self.table["status"] != "ok"]
+
+
+def passive_omp_wait() -> None:
+    """Set ``OMP_WAIT_POLICY=PASSIVE`` unless the user set it (or GNU OpenMP's ``GOMP_SPINCOUNT``), if torch is
+    not loaded yet (OpenMP reads the variable once, when torch loads it): a torch thread that waits at the end of a parallel op then sleeps
+    instead of spinning. With spinning threads a busy machine (load above the cores) makes every barrier wait
+    for a descheduled thread: measured on 2 cores at load 4-6 (``python -m lctx.harness.thread_speed``, median
+    of 3 rounds), the default ``lctx run --tasks ppl`` on 2 spinning threads took 2.9-5.6x the wall time of 1
+    thread, and 1.0-1.6x with PASSIVE (README "Threads")."""
+    if not ({"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"} & set(os.environ)) and "torch" not in sys.modules:
+        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
 
 
 def _as_list(x, parse, what: str) -> list:
@@ -136,7 +149,10 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
     if isinstance(relative, (list, tuple)):
         relative = ",".join(f"{r:g}" for r in relative)
     task_names = _unique(_check_names(models, tasks, task_files), "tasks", warn)  # one-line errors before torch loads (issue 15.4)
-    from lctx.kernels import configure_threads  # lazy: loads torch
+    if out is not None:
+        check_writable_dir(Path(out))  # before torch, the tasks' data and the models load
+    passive_omp_wait()  # before torch loads OpenMP (README "Threads")
+    from lctx.kernels import busy_note, configure_threads  # lazy: loads torch
 
     configure_threads()  # README "Threads"
     from lctx.harness.runner import RunSpec, run_sweep  # lazy: loads torch, transformers, pandas
@@ -152,7 +168,6 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
 
         out = tempfile.mkdtemp(prefix="lctx-")
     out = Path(out)
-    check_writable_dir(out)
     task_option = _task_option_items(task_options)
     task_names, task_option, steps = expand_derived(task_names, task_option, log if dinfo.is_main else None,
                                                     data_dir=data_dir, samples=samples, depths=depth_list)
@@ -193,6 +208,9 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
     groups = (flatness.groups_by_train_length(lms, flatness.parse_relative(relative)) if relative
               else [(lms, length_list)])
     _check_before_run(groups, task_objs, ppl_lengths, allow_beyond_max, memory_check)
+    note = busy_note() if dinfo.is_main and any(str(lm.device).startswith("cpu") for lm in lms) else None
+    if note:
+        warn(note)
 
     from lctx.harness.rundir import run_dir_lock  # lazy: +7 ms (socket) to lctx.cli's import (-X importtime)
 

@@ -106,11 +106,44 @@ def _run_labels(dirs: list[Path]) -> list[str]:
     return [str(d) for d in dirs]
 
 
-def load_runs(run_dirs: list[str | Path]) -> tuple[pd.DataFrame, list[dict]]:
+def parse_train_lengths(items: list[str]) -> dict:
+    """``lctx report --train-length`` values: ``4096`` (every model whose runs record no training length) or
+    ``MODEL=4096`` (that model) -> {None or model: tokens}.
+
+    Raises:
+        LctxError: a value that is not N or MODEL=N with N a positive whole number.
+    """
+    out: dict = {}
+    for item in items:
+        model, sep, n = str(item).rpartition("=")
+        if not n.strip().isdigit() or int(n) < 1 or (sep and not model.strip()):
+            raise LctxError(f"--train-length {item!r} is not N or MODEL=N (tokens); write e.g. --train-length 2048 "
+                            "or --train-length SmolLM2-135M-Instruct.Q4_1=2048")
+        out[model.strip() if sep else None] = int(n)
+    return out
+
+
+def _fill_train_lengths(t: pd.DataFrame, train_lengths: dict) -> pd.DataFrame:
+    """Rows of a model whose run recorded no training length get the one ``train_lengths`` gives it (by model
+    name, the name before any `` [options]`` label, or None for every model)."""
+    if not train_lengths:
+        return t
+    t = t.copy()
+    tl = pd.to_numeric(t["train_length"], errors="coerce")
+    base = t["model"].astype(str).str.split(" [", n=1, regex=False).str[0]
+    for model, n in train_lengths.items():
+        sel = tl.isna() if model is None else tl.isna() & ((base == model) | (t["model"].astype(str) == model))
+        t.loc[sel, "train_length"] = n
+        tl = pd.to_numeric(t["train_length"], errors="coerce")
+    return t
+
+
+def load_runs(run_dirs: list[str | Path], train_lengths: dict | None = None) -> tuple[pd.DataFrame, list[dict]]:
     """Concatenate the tables of several runs with a ``run`` column (a short label of the directory) and
     derived flatness rows for runs that have none; returns (table, metas), each meta with ``run`` and
     ``dir`` added. A (model, variant, task) present in two runs gets the model renamed ``model@run`` in
-    the later one, so their samples never mix.
+    the later one, so their samples never mix. ``train_lengths`` (:func:`parse_train_lengths`) gives models
+    whose runs record no training length one (before the flatness rows are derived).
 
     Raises:
         LctxError: no directory given, or one that :func:`load_run` refuses.
@@ -127,6 +160,7 @@ def load_runs(run_dirs: list[str | Path]) -> tuple[pd.DataFrame, list[dict]]:
         for c in ("variant", "train_length", "length", "depth", "device", "dtype", "seed", "error", "task_options"):
             if c not in t.columns:
                 t[c] = None
+        t = _fill_train_lengths(t, train_lengths or {})
         if (t["task"].astype("string") == TASK).any():
             flat_note = meta.get("flatness", "from the run")
         else:
@@ -454,6 +488,32 @@ def summary_table(table: pd.DataFrame, at: list[tuple[str, float]] | None = None
     return pd.DataFrame(disp).fillna("–"), pd.DataFrame(num)
 
 
+def train_length_notes(table: pd.DataFrame, metas: list[dict]) -> list[str]:
+    """One line per model the summary has no training length for (its columns at multiples of it and its PPL at
+    it stay "–"): how to give one, and the maximum the checkpoint declares (``max_positions`` in run.json:
+    ``max_position_embeddings``, a GGUF's ``llama.context_length``), labelled as such: a model may declare
+    far more positions than it was trained on, so it is shown, never used as the training length."""
+    declared = {}
+    for m in metas:
+        for name, n in (m.get("max_positions") or {}).items() if isinstance(m.get("max_positions"), dict) else ():
+            declared.setdefault(m.get("run"), {})[name] = n
+    notes = []
+    for lbl in dict.fromkeys(table["label"]):
+        rows = table[table["label"] == lbl]
+        if rows["train_length"].notna().any():
+            continue
+        names = {str(x).split(" [", 1)[0].split("@", 1)[0] for x in rows["model"]}
+        maxes = sorted({int(n) for r in dict.fromkeys(rows["run"].astype(str)) for k, n in declared.get(r, {}).items()
+                        if k in names and n})
+        decl = (f"; its checkpoint declares max positions {', '.join(format_length(n) for n in maxes)} "
+                "(max_position_embeddings / GGUF context_length: how far it may address, not the length it was "
+                "trained on)" if maxes else "")
+        model = sorted(names)[0]
+        notes.append(f"Train length unknown for {lbl}: the columns at multiples of it stay “–”; pass "
+                     f"--train-length N to lctx run, or --train-length {model}=N to lctx report{decl}.")
+    return notes
+
+
 def _criterion(rows: pd.DataFrame) -> str:
     if not len(rows):
         return ""
@@ -574,18 +634,20 @@ img{max-width:100%;height:auto;border:1px solid #e4e4e4}
 
 
 def build_report(run_dirs: list[str | Path], out_dir: str | Path, at: str = "1x,2x,8x", title: str | None = None,
-                 max_ratio: float = 1.1, threshold: float = 0.8) -> dict:
+                 max_ratio: float = 1.1, threshold: float = 0.8, train_lengths: dict | None = None) -> dict:
     """Write the report of ``run_dirs`` into ``out_dir`` (see the module docstring).
 
     at: summary lengths (:func:`parse_at`); max_ratio/threshold: the criteria drawn on the plots (the
     flatness numbers themselves come from each run's flatness rows, or the defaults when it has none).
-    Returns {"html", "markdown", "summary", "failures": paths, "plots": [paths], "table": the merged table}.
+    train_lengths: for models whose runs record none (:func:`parse_train_lengths`).
+    Returns {"html", "markdown", "summary", "failures": paths, "plots": [paths], "table": the merged table,
+    "summary_table": the summary as shown, "notes": lines below it (:func:`train_length_notes`)}.
 
     Raises:
         LctxError: a run directory :func:`load_runs` refuses, a bad ``at``, or an unwritable ``out_dir``.
     """
     at_list = parse_at(at)
-    table, metas = load_runs(run_dirs)
+    table, metas = load_runs(run_dirs, train_lengths)
     out = Path(out_dir)
     try:
         (out / "plots").mkdir(parents=True, exist_ok=True)
@@ -604,7 +666,8 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, at: str = "1x,
             f"largest length with the retrieval score ({crits['effective_length']}) at or above the threshold at every tested length up to it "
             f"(RULER's effective length; “< L” = below it already at the shortest length L). Retrieval columns: the "
             f"headline metric (passkey exact match, NIAH string_match_all) averaged over depths and samples.")
-    sections.append(("summary", "Summary", [("table", disp, "summary"), ("p", crit)]))
+    notes = train_length_notes(table, metas)
+    sections.append(("summary", "Summary", [("table", disp, "summary"), ("p", crit)] + [("p", n) for n in notes]))
 
     plots: list[Path] = []
     rblocks, rplots = ruler_blocks(table, out)
@@ -701,4 +764,4 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, at: str = "1x,
     num.to_csv(out / "summary.csv", index=False)
     fails.to_csv(out / "failures.csv", index=False)
     return {"html": html_path, "markdown": md_path, "summary": out / "summary.csv", "failures": out / "failures.csv",
-            "plots": plots, "table": table, "summary_table": disp}
+            "plots": plots, "table": table, "summary_table": disp, "notes": notes}

@@ -29,7 +29,7 @@ import torch
 import transformers
 
 import lctx
-from lctx.kernels import impls_used
+from lctx.kernels import impls_used, thread_settings
 from lctx.tasks import TASKS, Task
 
 from . import distributed as D
@@ -327,12 +327,14 @@ def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo, batch_size=1, 
                  "torch": torch.__version__, "python": platform.python_version(), "host": platform.node(),
                  "models": [lm.path for lm in lms], "tasks": list(dict.fromkeys(t.name for t in tasks)),
                  "lengths": spec.lengths, "depths": spec.depths, "samples": spec.samples, "seed": spec.seed,
-                 "versions": versions(), "threads": torch.get_num_threads(), "batch_size": batch_size})
+                 "versions": versions(), **thread_settings(), "batch_size": batch_size})
     for t in tasks:
         meta.update(t.run_json())  # e.g. lm-eval's version and data source
     current = dict(old_meta.get("current") or {}) if isinstance(old_meta.get("current"), dict) else {}
     current.update({label_of(b): b["fingerprint"] for b in bases.values()})
     meta["current"] = current
+    old_max = meta.get("max_positions") if isinstance(meta.get("max_positions"), dict) else {}
+    meta["max_positions"] = {**old_max, **{lm.name: lm.max_length for lm in lms if lm.max_length}}  # the declared limit
     known = meta.get("inputs") if isinstance(meta.get("inputs"), dict) else {}
     meta["inputs"] = {"models": {**(known.get("models") or {}), **inputs["models"]},
                       "data": {**(known.get("data") or {}), **{k: v for k, v in inputs["data"].items() if v}}}

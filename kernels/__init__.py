@@ -150,3 +150,36 @@ def configure_threads() -> int:
     if n != torch.get_num_threads():
         torch.set_num_threads(n)
     return n
+
+
+#: OMP_WAIT_POLICY when torch (and with it OpenMP, which reads it once) was loaded, as far as lctx can tell:
+#: lctx.kernels loads right after torch on every lctx path. The CLI sets PASSIVE unless the user chose.
+_OMP_WAIT_POLICY = os.environ.get("OMP_WAIT_POLICY")
+
+
+def thread_settings() -> dict:
+    """What decides CPU speed and the last bits of parallel sums, for ``run.json``: ``threads`` (torch's
+    intra-op count now), ``threads_source`` (:func:`default_threads`' why) and ``omp_wait_policy`` (None: the
+    OpenMP runtime's own, spin then sleep)."""
+    return {"threads": torch.get_num_threads(), "threads_source": default_threads()[1],
+            "omp_wait_policy": _OMP_WAIT_POLICY}
+
+
+def busy_note() -> str | None:
+    """One line for the start of a CPU command when the machine is busy (1-minute load average above the CPUs
+    this process may use) and lctx chose more than one thread itself (no LCTX_NUM_THREADS / OMP_NUM_THREADS):
+    the count is not changed (it is a fixed rule, :func:`default_threads`), the user is told the measured
+    cost and the fix. None when there is nothing to say (or no load average on this system)."""
+    n, why = default_threads()
+    if n <= 1 or why.endswith("NUM_THREADS"):
+        return None
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if load <= cpus:
+        return None
+    return (f"note: this machine is busy (load {load:.1f} on {cpus} CPUs) and lctx runs torch on {n} threads, which "
+            f"then wait for each other (measured on 2 cores at load 4-6: a ppl run took 1.0-1.6x its time on 1 thread); "
+            f"LCTX_NUM_THREADS=1 lctx ... avoids it (README \"Threads\")")

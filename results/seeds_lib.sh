@@ -38,7 +38,9 @@ eval_as() {  # eval_as RUN NAME [lctx run args ...]: model NAME evaluated into r
 finish() {  # finish TITLE [lctx report args ...]: report, timing, copies into $HERE
   local title="$1"; shift
   lctx report "$OUT"/run/* --out "$OUT/report" --title "$title" "$@" > "$OUT/logs/report.log" 2>&1
-  echo "wall $(( $(date +%s) - START )) s; CPU user/sys of the commands (children): $(times | tail -1)" \
+  # `times` must run in this shell: inside $(...) it would report the subshell's children (none), i.e. 0 s
+  times > "$OUT/.times"
+  echo "wall $(( $(date +%s) - START )) s; CPU user/sys of the commands (children): $(tail -1 "$OUT/.times")" \
     | tee "$OUT/time.txt"
   mkdir -p "$HERE/plots"
   cp "$OUT/report/report.md" "$OUT/report/summary.csv" "$OUT/time.txt" "$HERE/"

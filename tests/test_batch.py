@@ -187,7 +187,7 @@ def test_progress_counts_samples_not_batches():
             bar.start("cell", n=n)
             seen.append(bar.bar.desc)
             bar.done(n)
-    assert [s.split("]")[0].split("[")[1] for s in seen] == ["1-4/6", "5/6", "6/6"]
+    assert [s.split("]")[0].split("[")[1] for s in seen] == ["sample 1-4/6", "sample 5/6", "sample 6/6"]
 
 
 def test_counts_in_messages_agree_with_their_number():

@@ -225,6 +225,80 @@ def test_alias(tmp_path, capsys):
     assert set(table["model"]) == {"tiny-v2"} and set(table["baseline_model"]) == {"tiny"}
 
 
+# ------------------------------------------------------------------------------------------ options differ
+
+PPL_OPTS = {"bos": "prepend", "concat": True, "data": None, "max_tokens": 2048, "short_docs": "drop", "stride": 0.5}
+
+
+def with_options(df, dtype="float32", seed=0, **ppl) -> pd.DataFrame:
+    """``df`` with the label columns a run writes: the ppl cells' task options (PPL_OPTS updated by ``ppl``),
+    passkey's, dtype, attn_impl, seed."""
+    opts = {"ppl": json.dumps({**PPL_OPTS, **ppl}, sort_keys=True), "passkey": json.dumps({"key_digits": 5})}
+    return df.assign(task_options=df["task"].map(opts), dtype=dtype, attn_impl="sdpa", seed=seed)
+
+
+def test_other_options_are_not_comparable_not_a_regression(tmp_path, capsys):
+    # the fresh-user trial: a default run (ppl max_tokens 32768) against the bundled baseline (2048) showed
+    # ppl/nll "regressed"; the ppl cells measured other text, so they are refused by name, with exit 2
+    run_df = set_cell(cells(), "ppl", "ppl", 256, mean=25.0)
+    base = write_run(tmp_path / "base", with_options(cells()))
+    run = write_run(tmp_path / "run", with_options(run_df, max_tokens=32768))
+    code, out, err = run_cli(["compare", run, "--baseline", base], capsys)
+    assert_one_line_error(code, err, "6 cells not comparable", "ppl (6 cells): max_tokens: run 32768, baseline 2048",
+                          "--allow-option-changes")
+    table = pd.read_csv(run / "compare" / "compare.csv")
+    assert set(table[table["status"] == "incomparable"]["task"]) == {"ppl"} and (table["status"] == "incomparable").sum() == 6
+    assert (table[table["task"] == "passkey"]["status"] == "same").all()  # same options: judged as always
+    assert "regression" not in set(table["status"])
+    assert "not comparable: max_tokens: run 32768, baseline 2048" in out
+    assert "6 not comparable (options differ)" in (run / "compare" / "compare.md").read_text()
+    # the CI user who means it judges them anyway (and the note says the options differ)
+    code, out, err = run_cli(["compare", run, "--baseline", base, "--allow-option-changes"], capsys)
+    assert code == 1, err
+    assert "options differ: max_tokens: run 32768, baseline 2048" in out
+    table = pd.read_csv(run / "compare" / "compare.csv")
+    assert table[(table["metric"] == "ppl") & (table["length"] == 256)]["status"].tolist() == ["regression"]
+
+
+def test_a_regression_beside_other_options_still_exits_1(tmp_path, capsys):
+    # a real regression in comparable cells is the gate's answer (1), whatever else is not comparable
+    run_df = set_cell(cells(), "passkey", "digit_acc", 256, mean=0.35)
+    base = write_run(tmp_path / "base", with_options(cells()))
+    run = write_run(tmp_path / "run", with_options(run_df, stride=0.25))
+    code, out, _ = run_cli(["compare", run, "--baseline", base], capsys)
+    assert code == 1
+    assert "1 regressed" in out and "6 not comparable" in out and "stride: run 0.25, baseline 0.5" in out
+
+
+def test_settings_and_seed_differ_too():
+    from lctx.harness.compare import option_differences
+
+    base = with_options(cells())
+    s = statuses(compare_runs(with_options(cells(), dtype="bfloat16"), base))
+    assert set(s.values()) == {"incomparable"}
+    cmp = compare_runs(with_options(cells(), seed=1), base)
+    assert set(cmp.table["options"]) == {"seed: run 1, baseline 0"} and cmp.exit_code == 2
+    assert not compare_runs(with_options(cells(), seed=0.0), base).failed  # 0 read back as 0.0: the same seed
+    # a corpus at another absolute path on another machine is the same corpus (compared by file name)
+    a = {"task_options": json.dumps({"data": ["/home/a/data/books/pg98.txt"], "stride": 0.5})}
+    b = {"task_options": json.dumps({"data": ["/work/shared/data/books/pg98.txt"], "stride": 0.5})}
+    assert option_differences(a, b) == []
+    c = {"task_options": json.dumps({"data": ["/work/shared/data/books/pg345.txt"], "stride": 0.5})}
+    assert option_differences(a, c) == ['data: run ["/home/a/data/books/pg98.txt"], baseline '
+                                        '["/work/shared/data/books/pg345.txt"]']
+    # what one side does not record (an older lctx's summary, a task option added since) cannot differ
+    assert option_differences({"task_options": json.dumps({"stride": 0.5, "concat": True}), "attn_impl": ""},
+                              {"task_options": json.dumps({"stride": 0.5}), "attn_impl": "fast"}) == []
+
+
+def test_committed_baseline_options_come_from_its_results():
+    # its summary.csv predates the option columns; results.csv recorded every sample's options
+    df = load_summary(BASELINE)
+    ppl = df[df["task"] == "ppl"]
+    assert {json.loads(o)["max_tokens"] for o in ppl["task_options"]} == {2048}
+    assert set(df["dtype"]) == {"float32"}
+
+
 def test_summary_derived_from_records_when_absent(tmp_path):
     """A run directory with only records.jsonl (a run killed before its tables) still compares."""
     recs = [{"model": "tiny", "variant": "rope", "task": "ppl", "length": 256, "depth": None, "sample": s,

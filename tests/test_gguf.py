@@ -137,3 +137,19 @@ def test_no_progress_silences_the_dequantising_bar(tiny_gguf, tmp_path, capfd):
     from tqdm.auto import tqdm
 
     assert M.tqdm is tqdm  # restored afterwards
+
+
+@pytest.mark.slow
+def test_report_of_a_gguf_run_says_how_to_give_its_train_length(tiny_gguf, tmp_path, capsys):
+    # a GGUF records no training length; run.json keeps its declared maximum (llama.context_length = 128 in
+    # the tiny file), and lctx report labels it as that, with the hint to pass --train-length
+    from helpers import run_cli
+
+    code, _, err = run_cli(["run", "--model", tiny_gguf, "--tasks", "ppl", "--lengths", "64", "--ppl-max-tokens",
+                            "128", "--no-progress", "--device", "cpu", "--cache-dir", tmp_path / "cache",
+                            "--out", tmp_path / "o"], capsys)
+    assert code == 0, err
+    assert json.loads((tmp_path / "o" / "run.json").read_text())["max_positions"] == {"tiny-llama.Q0": 128}
+    code, out, err = run_cli(["report", tmp_path / "o", "--out", tmp_path / "rep"], capsys)
+    assert code == 0, err
+    assert "note: Train length unknown for tiny-llama.Q0" in out and "declares max positions 128" in out

@@ -245,7 +245,22 @@ def test_progress_bar_names_the_cell(lm, tmp_path, capsys):
     run_sweep([lm], [Passkey(), Perplexity(max_tokens=300)], RunSpec([160, 200], [0.5], 1), tmp_path / "o",
               progress=True)
     err = capsys.readouterr().err
-    assert f"[4/4] {lm.name} ppl L=200" in err and "100%" in err  # off a terminal: refreshed every 10 s
+    assert f"[sample 4/4] {lm.name} ppl L=200" in err and "100% of tokens" in err  # off a terminal: every 10 s
+
+
+def test_progress_bar_says_what_each_number_counts():
+    # the count is in samples, the percentage in tokens (a sample weighs its tokens): the line must name both,
+    # and the percentage must be the tokens' share (here 1 cheap sample of 4 done = 10 % of the tokens, not 25 %)
+    import io
+
+    from lctx.harness.console import SweepProgress
+
+    with SweepProgress([100.0, 300.0, 300.0, 300.0], file=io.StringIO()) as bar:
+        bar.start("tiny ppl L=256")
+        bar.done(100.0)
+        line = str(bar.bar)
+    assert "[sample 1/4] tiny ppl L=256" in line, line
+    assert " 10% of tokens" in line and "100/1.00k tokens" in line, line
 
 
 # ----------------------------------------------------------------------------------------------- 3. pre-flight

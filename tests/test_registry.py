@@ -35,3 +35,26 @@ def test_variant_decorators_keep_their_rules():
     with pytest.raises(ValueError, match="already registered as a variant"):
         register_modifier("rope")
     assert VARIANTS["rope"].variant_name == "rope"
+
+
+def test_readme_variant_table_lists_every_option():
+    # README's "Attention variants" table must not drift from the registry `lctx list variants` prints: a row per
+    # variant (and per modifier, `<any softmax variant>+NAME`), naming every key of its option schema
+    import re
+    from pathlib import Path
+
+    from lctx.models import MODIFIERS, VARIANTS
+    from lctx.models.options import option_schema
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("### Attention variants", 1)[1].split("\n\n", 2)[1]  # the table after the heading
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+        m = re.fullmatch(r"`(<any softmax variant>\+)?([a-z0-9_]+)`", cells[0]) if cells else None
+        if m:
+            rows[m.group(2)] = cells[-1]
+    assert set(rows) == set(VARIANTS) | set(MODIFIERS), set(rows) ^ (set(VARIANTS) | set(MODIFIERS))
+    for name, opts in rows.items():
+        missing = [k for k in (option_schema(name) or {}) if f"`{k}`" not in opts]
+        assert not missing, f"README's variant table lacks {name}'s options {missing} (see `lctx list variants`)"

@@ -21,21 +21,21 @@ MMLU = [1, 0, 0, 1, 1]  # acc 0.6
 ARC = [1, 0, 0, 0]  # acc 0.25
 
 
-def _base(model, **kw):
+def _base(model, train_length=T, **kw):
     return {**dict(model=model, model_fingerprint=model, variant=model, dtype="float32", attn_impl="sdpa", seed=0,
-                   run_id="r", device="cpu", train_length=T, lctx_version="0.1.0", git_rev="abc123def456",
+                   run_id="r", device="cpu", train_length=train_length, lctx_version="0.1.0", git_rev="abc123def456",
                    timestamp="2026-01-01T00:00:00+00:00", status="ok", error=""), **kw}
 
 
-def _run(path, models, flat=False, lmeval=False, error=False):
+def _run(path, models, flat=False, lmeval=False, error=False, train_length=T, meta=None):
     recs = []
     for m in models:
         for L, v in PPL[m].items():
-            recs.append(_base(m, task="ppl", length=L, depth=None, sample=0, task_options={"stride": 0.5},
+            recs.append(_base(m, train_length, task="ppl", length=L, depth=None, sample=0, task_options={"stride": 0.5},
                               metrics={"ppl": v}))
         for L, vals in EXACT[m].items():
             for d, v in zip((0.0, 1.0), vals):
-                recs.append(_base(m, task="passkey", length=L, depth=d, sample=0, task_options={},
+                recs.append(_base(m, train_length, task="passkey", length=L, depth=d, sample=0, task_options={},
                                   metrics={"exact": v, "digit_acc": v}))
         if lmeval:
             for task, vals in (("mmlu", MMLU), ("arc_easy", ARC)):
@@ -52,7 +52,7 @@ def _run(path, models, flat=False, lmeval=False, error=False):
     (path / "run.json").write_text(json.dumps({"run_id": f"id-{path.name}", "git_rev": "abc123def456",
                                                "lctx_version": "0.1.0", "torch": "2.x", "python": "3.11",
                                                "lengths": [256, 512, 1024], "depths": [0.0, 1.0], "samples": 1,
-                                               "seed": 0}))
+                                               "seed": 0, **(meta or {})}))
     if flat:
         write_tables_with_flatness(path, FlatnessSpec(), plots=False)
     else:
@@ -159,3 +159,29 @@ def test_custom_task_without_depth_axis_is_reported(tmp_path):
     s = pd.read_csv(tmp_path / "rep" / "summary.csv").set_index("model")
     assert s.loc["rope", "last_token_nll nll @ 1×"] == pytest.approx(1.5)  # mean of 2 and 1 at 256
     assert s.loc["rope", "last_token_nll nll @ 2×"] == pytest.approx(2.5)  # mean of 3 and 2 at 512
+
+
+def test_unknown_train_length_has_a_hint_and_the_declared_maximum(tmp_path, capsys):
+    # a GGUF model records no training length: the summary's "–" gets a note saying how to give one, and the
+    # checkpoint's declared maximum (run.json max_positions) labelled as such, never as the training length
+    from lctx.cli import main
+
+    run = _run(tmp_path / "gguf", ["alibi"], train_length=None, meta={"max_positions": {"alibi": 8192}})
+    res = build_report([run], tmp_path / "rep")
+    disp = res["summary_table"].set_index("model")
+    assert disp.loc["alibi", "train length"] == "–"  # 8192 is not shown as the training length
+    assert len(res["notes"]) == 1
+    note = res["notes"][0]
+    assert "Train length unknown for alibi" in note and "--train-length N to lctx run" in note
+    assert "--train-length alibi=N to lctx report" in note and "declares max positions 8K" in note
+    assert note in res["markdown"].read_text()
+    assert main(["report", str(run), "--out", str(tmp_path / "rep2")]) == 0
+    assert f"note: {note}" in capsys.readouterr().out
+    # given on the report's command line, the training length fills the summary (and its flatness rows)
+    assert main(["report", str(run), "--out", str(tmp_path / "rep3"), "--train-length", "alibi=256"]) == 0
+    capsys.readouterr()
+    rep3 = pd.read_csv(tmp_path / "rep3" / "summary.csv").set_index("model")
+    assert rep3.loc["alibi", "train_length"] == 256 and rep3.loc["alibi", "ppl_at_train_length"] == pytest.approx(22.0)
+    assert "Train length unknown" not in (tmp_path / "rep3" / "report.md").read_text()
+    code = main(["report", str(run), "--out", str(tmp_path / "rep4"), "--train-length", "alibi=0"])
+    assert code == 2 and "--train-length 'alibi=0' is not N or MODEL=N" in capsys.readouterr().err

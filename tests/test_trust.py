@@ -151,6 +151,8 @@ def test_3_data_change_reruns(make_checkpoint, data, tmp_path):
     assert second["ran"] == 1 and value(second, "ppl", "ppl") != value(first, "ppl", "ppl")
     meta = json.loads((out / "run.json").read_text())
     assert meta["inputs"]["data"]["ppl"] == second["table"]["data_fingerprint"].iloc[0]
+    # the CPU thread settings, which change timings and the last bits of parallel sums (README "Threads")
+    assert meta["threads"] >= 1 and meta["threads_source"] and "omp_wait_policy" in meta
 
 
 def test_4_retrain_tabulates_only_current_inputs(make_checkpoint, data, tmp_path):
