@@ -429,7 +429,8 @@ def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo, batch_size=1, 
                 lm, task, cell, base = group[0]
                 if task.whole:
                     bar.start(f"{lm.name} {task.key} ({count(len(group), 'sample')})", n=len(group))
-                    recs = _run_whole(lm, task, [(c, b) for _, _, c, b in group], log)
+                    recs = _run_whole(lm, task, [(c, b) for _, _, c, b in group], log,
+                                      state_root=out_dir / PARTIAL_DIR, rank=dinfo.rank if dinfo.distributed else None)
                 else:
                     bar.start(f"{lm.name} {task.name} L={cell.length}"
                               + (f" d={cell.depth:g}" if cell.depth is not None else "")
@@ -628,16 +629,29 @@ def _run_batch(lm: LM, task: Task, items: list[tuple], seed: int) -> list[dict]:
     return recs
 
 
-def _run_whole(lm: LM, task: Task, items: list[tuple], log=print) -> list[dict]:
+#: the run directory's folder of partial work of :attr:`~lctx.tasks.Task.whole` tasks (lm-eval's request cache):
+#: ``partial/<fingerprint>[-rank<r>]/``, one folder per model and inputs (:attr:`~lctx.tasks.Task.state_dir`)
+PARTIAL_DIR = "partial"
+
+
+def _run_whole(lm: LM, task: Task, items: list[tuple], log=print, state_root: Path | None = None,
+               rank: int | None = None) -> list[dict]:
     """Score the cells of ``items`` ([(cell, base)], one model, a :attr:`~lctx.tasks.Task.whole` task) in one
     :meth:`~lctx.tasks.Task.score_all` call and build their records as :func:`_run_one` does (time shared
     equally). A failure of the call makes every cell an error record (the message logged once).
+
+    ``state_root`` (the run directory's ``partial/``): during the call the task's
+    :attr:`~lctx.tasks.Task.state_dir` is ``state_root/<fingerprint>`` (``-rank<r>`` under a distributed
+    launch, so that ranks never share a file), the fingerprint of the items' records: partial work kept
+    there is never reused for another checkpoint, option, data file or version. None: no state folder.
 
     Raises:
         LctxError: what ``score_all`` raises for a user mistake (e.g. a chat template the tokenizer lacks).
     """
     recs = [dict(_new_record(lm, base), batch_size=None) for _, base in items]  # the task groups its own requests
     t0 = _start(lm)
+    if state_root is not None:
+        task.state_dir = Path(state_root) / (items[0][1]["fingerprint"] + (f"-rank{rank}" if rank is not None else ""))
     try:
         got = task.score_all(lm, [cell for cell, _ in items])
         if len(got) != len(items):
@@ -652,6 +666,8 @@ def _run_whole(lm: LM, task: Task, items: list[tuple], log=print) -> list[dict]:
             rec.update(n_tokens=None, metrics={}, extra={})
             _record_error(rec, e)
         log(f"failed: {lm.name} {task.key}: {recs[0]['error']}")
+    finally:
+        task.state_dir = None
     _finish(recs, lm, t0)
     return recs
 

@@ -92,6 +92,11 @@ class Task:
         whole: ``True``: the task scores all its cells of one model in one call (:meth:`score_all`), as an
             outside evaluator does (lm-eval's ``simple_evaluate`` for mmlu/arc, :mod:`lctx.tasks.lmeval`); the
             runner builds each cell's record as for any other task.
+        state_dir: for a :attr:`whole` task, set by the runner around each :meth:`score_all` call: a folder of
+            the run directory (``partial/<fingerprint>/``) private to this model and these inputs (the
+            records' fingerprint: checkpoint content, options, data, versions), where the task may keep
+            partial work (lm-eval's request cache) so that a run stopped inside the call resumes without
+            redoing it; ``None`` (the default, and outside a run): keep nothing.
         chunked: ``False`` for a task that does not run through ``LM.prefill`` (lm-eval's): the prefill chunk
             size then does not reach its numbers and is left out of its records' fingerprint.
         subtask: a part of a task run as its own task object whose records keep the task's ``name`` (an MMLU
@@ -122,6 +127,7 @@ class Task:
     whole: ClassVar[bool] = False
     chunked: ClassVar[bool] = True
     subtask: str | None = None
+    state_dir: Path | None = None
 
     def __init__(self, **options: Any):
         self.options = options

@@ -560,9 +560,23 @@ class LmEvalTask(Task):
         """pred / gold / ll (/ pred_norm) / truncated of :func:`sample_records`, and ``lmeval_task``."""
         return dict(sample.meta)
 
+    def request_cache_prefix(self) -> str | None:
+        """The path prefix of lm-eval's request cache for this call (``simple_evaluate(use_cache=...)``; lm-eval
+        adds ``_rank0.db``): ``<state_dir>/lmeval-requests-bs<batch size>`` when the runner gave a
+        :attr:`~lctx.tasks.Task.state_dir`, else None (no cache). lm-eval keys a cached answer by the request
+        alone (its method and text: prompt with its few-shot examples and chat template, continuation); the
+        state folder is private to the model's content, the options, the data and the versions (the records'
+        fingerprint), and the batch size (it pads, so it can change the last digits) is in the file name."""
+        if self.state_dir is None:
+            return None
+        return str(Path(self.state_dir) / f"lmeval-requests-bs{self.suite.batch_size}")
+
     def score_all(self, lm, cells: list[Cell]) -> list[tuple[Sample, dict[str, float]]]:
         """Run ``lm_eval.simple_evaluate`` on the questions of ``cells`` with lm-eval's ``hf`` backend over
         ``lm``'s loaded model (:class:`LctxHFLM`), k-shot (``--num-fewshot``, else :data:`DEFAULT_FEWSHOT`).
+        In a run, lm-eval's request cache (:meth:`request_cache_prefix`, lm-eval's ``CachingLM``: sqlite, each
+        answer stored as its batch finishes) keeps the answers of a call that is stopped before its records
+        are written (``STOP_AT``, Ctrl-C), and the rerun's call takes them from there instead of the model.
 
         Raises:
             LctxError: ``--chat-template on`` with a tokenizer that has none; unreadable data.
@@ -581,11 +595,11 @@ class LmEvalTask(Task):
         # set k on the task itself: simple_evaluate(num_fewshot=...) never overrides a task whose
         # num_fewshot is already 0 (as an earlier call leaves it)
         tasks[sp.lmeval_name].set_config(key="num_fewshot", value=k)
-        with quiet_git_probe():
+        with quiet_git_probe(), request_cache(hflm, self.request_cache_prefix()) as cache:
             res = lm_eval.simple_evaluate(
                 model=hflm, tasks=[tasks[sp.lmeval_name]], samples={sp.lmeval_name: todo}, task_manager=tm,
                 log_samples=True, bootstrap_iters=0, fewshot_random_seed=su.seed,
-                apply_chat_template=su.chat_template, system_instruction=su.system_prompt)
+                apply_chat_template=su.chat_template, system_instruction=su.system_prompt, use_cache=cache)
         parts = {p["sample"]: p for p in sample_records(sp, res["samples"][sp.lmeval_name], hflm)}
         return [(Sample(c, [], parts[c.sample]["n_tokens"], None,
                         dict(parts[c.sample]["extra"], lmeval_task=sp.lmeval_name)), parts[c.sample]["metrics"])
@@ -719,6 +733,25 @@ def mmlu_subject_table(table):
     agg = g.agg(mean="mean", std="std", n="count").reset_index()
     agg["stderr"] = agg["std"] / agg["n"].map(math.sqrt)
     return agg[cols]
+
+
+@contextlib.contextmanager
+def request_cache(hflm, prefix: str | None):
+    """Within the block, ``prefix`` (or None) for ``simple_evaluate(use_cache=...)``; on exit, the sqlite file
+    lm-eval's ``CachingLM`` opened through ``hflm``'s cache hook is committed and closed and the hook reset,
+    so no connection outlives the call (the next call opens its own). Source: lm-eval 0.4
+    ``lm_eval/api/model.py`` (``CachingLM``, ``CacheHook``)."""
+    try:
+        yield prefix
+    finally:
+        if prefix is not None:
+            from lm_eval.api.model import CacheHook  # lazy: loads lm_eval
+
+            db = getattr(getattr(hflm, "cache_hook", None), "dbdict", None)
+            if db is not None:
+                db.commit()
+                db.close()
+            hflm.set_cache_hook(CacheHook(None))
 
 
 @contextlib.contextmanager

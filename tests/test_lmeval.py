@@ -301,3 +301,55 @@ def test_lmeval_tasks_run_through_the_one_runner(tiny_data, tmp_path, make_check
     again = lctx.evaluate(str(ck), "passkey,arc_easy,mmlu_anatomy", lengths=[256], depths=[0.5], samples=1, out=out,
                           data_dir=tiny_data, limit=2, log=lambda *_: None)
     assert again.ran == 0 and again.skipped == 5
+
+
+@pytest.mark.slow
+def test_stopped_lmeval_call_resumes_from_request_cache(tiny_data, tmp_path, make_checkpoint, monkeypatch):
+    """A run stopped inside lm-eval's call (here: Ctrl-C at its second batch of requests) keeps the finished
+    batches in the run directory's request cache (partial/<fingerprint>/, lm-eval's CachingLM); the rerun asks
+    the model only for the rest, and its records equal those of an uninterrupted run. Another checkpoint in the
+    same run directory gets its own cache folder (its records' fingerprint): no answer is reused across models."""
+    from lctx.harness.lm import load_lm
+
+    cls = lmeval.lctx_hflm_class()
+    rows, stop_at = [], [2]  # rows given to the model per forward; the forward number that raises (None: never)
+    original = cls._model_call
+
+    def counting(self, inps, attn_mask=None, labels=None):
+        rows.append(int(inps.shape[0]))
+        if stop_at[0] is not None and len(rows) == stop_at[0]:
+            raise KeyboardInterrupt
+        return original(self, inps, attn_mask=attn_mask, labels=labels)
+
+    monkeypatch.setattr(cls, "_model_call", counting)
+    specs, source = lmeval.resolve_tasks(["arc_easy"], tiny_data)
+    n_requests = sum(len(r["question"]["choices"]) for r in ARC_TEST)  # one loglikelihood request per choice: 11
+    lm = load_lm(str(make_checkpoint("rope")), device="cpu")
+    quiet = {"data_dir": tiny_data, "batch_size": 4, "progress": False, "log": lambda *_: None}
+
+    out = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        lmeval_run.run_lmeval([lm], specs, source, out, **quiet)
+    assert rows == [4, 4]  # the model's first batch answered, the second stopped
+    recorded = (out / "records.jsonl").read_text() if (out / "records.jsonl").exists() else ""
+    assert recorded == ""  # no record: the call never returned
+    (fp_dir,) = (out / "partial").iterdir()
+    stop_at[0], rows[:] = None, []
+    res = lmeval_run.run_lmeval([lm], specs, source, out, **quiet)
+    assert res["ran"] == 3 and res["errors"] == 0
+    assert sum(rows) == n_requests - 4  # the first batch's 4 answers came from the cache, the rest from the model
+    recs = [json.loads(l) for l in (out / "records.jsonl").read_text().splitlines()]
+    assert {r["fingerprint"] for r in recs} == {fp_dir.name}  # the cache folder is the records' fingerprint
+
+    rows[:] = []
+    fresh = tmp_path / "fresh"
+    lmeval_run.run_lmeval([lm], specs, source, fresh, **quiet)
+    assert sum(rows) == n_requests
+    again = {r["sample"]: r["extra"]["ll"] for r in map(json.loads, (fresh / "records.jsonl").read_text().splitlines())}
+    assert {r["sample"]: r["extra"]["ll"] for r in recs} == again  # cached answers = computed ones
+
+    other = load_lm(str(make_checkpoint("rope", name="ck_other", num_hidden_layers=3)), device="cpu")
+    rows[:] = []
+    lmeval_run.run_lmeval([other], specs, source, out, **quiet)
+    assert sum(rows) == n_requests  # another checkpoint: every request asked of the model again
+    assert len(list((out / "partial").iterdir())) == 2

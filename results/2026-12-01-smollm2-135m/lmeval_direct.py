@@ -77,7 +77,11 @@ def prepare(data_dir: Path, work: Path) -> None:
 def direct_samples(work: Path) -> pd.DataFrame:
     """Per-question acc/acc_norm from lm-eval's --log_samples files."""
     rows = []
-    for f in glob.glob(str(work / "out-*" / "**" / "samples_*.jsonl"), recursive=True):
+    # oldest first (lm-eval stamps each file with its run's start time), so that a question two runs scored
+    # (out-arc's first 50 and out-arc-c's full set) is kept once, from the later run
+    files = sorted(glob.glob(str(work / "out-*" / "**" / "samples_*.jsonl"), recursive=True),
+                   key=lambda f: Path(f).stem.rsplit("_", 1)[1])
+    for f in files:
         name = Path(f).name[len("samples_"):].rsplit("_", 1)[0]
         for line in open(f):
             s = json.loads(line)
@@ -88,7 +92,14 @@ def direct_samples(work: Path) -> pd.DataFrame:
             rows.append({"task": task, "subject": subject, "sample": int(s["doc_id"]), "acc": float(s["acc"]),
                          "acc_norm": float(s["acc_norm"]) if "acc_norm" in s else math.nan,
                          "ll": [float(r[0]) for r in s["filtered_resps"]]})
-    return pd.DataFrame(rows)
+    d = pd.DataFrame(rows)
+    twice = d[d.duplicated(["task", "subject", "sample"], keep=False)]
+    if len(twice):  # the same question scored by two lm-eval runs must have the same answers
+        spread = twice.groupby(["task", "subject", "sample"], dropna=False)["ll"].agg(
+            lambda v: max(abs(a - b) for x in v for y in v for a, b in zip(x, y)))
+        print(f"lm-eval: {len(spread)} questions scored by two runs; largest ll difference between runs "
+              f"{spread.max():.2e} nats")
+    return d.drop_duplicates(["task", "subject", "sample"], keep="last")
 
 
 def lctx_samples(run_dirs: list[Path]) -> pd.DataFrame:

@@ -101,13 +101,14 @@ def failures(root: Path) -> pd.DataFrame:
 
 def costs(root: Path) -> pd.DataFrame:
     rows = []
-    lines = []  # timings.prev.tsv: jobs of the previous session (their logs copied beside), then this session's
-    for f, session in (("timings.prev.tsv", "previous"), ("timings.tsv", "this")):
+    lines = []  # each session's timings and the folder of its job logs (earlier sessions' copied into OUT)
+    for f, session, logs in (("timings.real2.tsv", "first", "logs-real2"), ("timings.real3.tsv", "second", "logs-real3"),
+                             ("timings.tsv", "third", ".")):
         if (root / f).exists():
-            lines += [(session, ln) for ln in (root / f).read_text().splitlines() if ln.strip()]
-    for session, line in lines:
+            lines += [(session, root / logs, ln) for ln in (root / f).read_text().splitlines() if ln.strip()]
+    for session, logs, line in lines:
         name, t0, t1, rc = line.split("\t")
-        log = (root / f"{name}.log").read_text(errors="replace") if (root / f"{name}.log").exists() else ""
+        log = (logs / f"{name}.log").read_text(errors="replace") if (logs / f"{name}.log").exists() else ""
         # the last /usr/bin/time -v block of the log is this job's (a resumed job appends to its log)
         wall = re.findall(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (\S+)", log)
         cpu_u = re.findall(r"User time \(seconds\): (\S+)", log)
@@ -153,6 +154,17 @@ def main(root: Path) -> None:
         t.columns = [fmt_len(c) for c in t.columns]
         out.append("### perplexity, pg98 (A Tale of Two Cities), disjoint windows (stride = window - 1) over its first "
                    "tokens (n_tokens: scored tokens); columns: window\n\n" + t.to_markdown(floatfmt=".4g") + "\n" + flat)
+    acc = summaries(root, "arc", "mmlu")
+    acc = acc[acc["task"].isin(["arc_easy", "arc_challenge", "mmlu"])] if len(acc) else acc
+    if len(acc):
+        rows = []
+        for (task, metric), g in acc.groupby(["task", "metric"]):
+            n = int(g["n"].sum())  # MMLU: one summary row per subject; pooled over questions
+            rows.append({"task": task, "metric": metric, "questions": n, "subjects": len(g),
+                         "mean": round(float((g["mean"] * g["n"]).sum() / n), 4)})
+        out.append("### ARC / MMLU through lctx (0-shot ARC, 5-shot MMLU; mean over questions, MMLU pooled over "
+                   "subjects; the lm-eval cross-check is lmeval_crosscheck.md)\n\n"
+                   + pd.DataFrame(rows).to_markdown(index=False) + "\n")
     secs = per_sample_seconds(root)
     if len(secs):
         out.append("### seconds per sample (wall, median (samples)), from results.csv `wall_s`; rows: run: task @ git_rev "
@@ -164,7 +176,7 @@ def main(root: Path) -> None:
                    + fails.to_markdown(index=False) + "\n")
     c = costs(root)
     if len(c):
-        out.append("### cost of each job (one thread, nice 5, shared 2-core machine)\n\nsession: previous = the first session (load 8-11), this = the second (load 4-6); start/end: when the job was queued and ended (a wait for the heavy lock included); wall, CPU, peak RSS: /usr/bin/time -v around the command itself; rc 124/137: stopped at STOP_AT or by hand (see README)\n\n" + c.to_markdown(index=False) + "\n")
+        out.append("### cost of each job (one thread, nice 5, shared 2-core machine)\n\nsession: first (load 8-11), second (load 4-6), third (load 2-5); start/end: when the job was queued and ended (a wait for the heavy lock included); wall, CPU, peak RSS: /usr/bin/time -v around the command itself; rc 124/137: stopped at STOP_AT or by hand (see README)\n\n" + c.to_markdown(index=False) + "\n")
     print("\n".join(out))
 
 

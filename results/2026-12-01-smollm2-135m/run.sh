@@ -42,17 +42,21 @@ job() {  # [DIR=run-dir] job NAME lctx run options...  (run directory OUT/DIR, d
   local name=$1; shift
   timed "$name" lctx run --model "$G" "$@" "${C[@]}" --out "$OUT/${DIR:-$name}"
 }
-direct() {  # direct NAME lm_eval options...  (lm-eval's own CLI on the dequantised HF directory)
+direct() {  # direct NAME lm_eval options...  (lm-eval's own CLI on the dequantised HF directory); lm-eval's request
+  # cache (--use_cache: sqlite, OUT/direct/requests_rank0.db, one answer per request, written as each batch of
+  # requests finishes) lets a stopped job resume; its key is the request text, so it holds this one model only
   local name=$1; shift
   timed "direct-$name" lm_eval --model hf --model_args "pretrained=$OUT/smollm2-hf,dtype=float32" --device cpu \
-    --batch_size 32 --include_path "$OUT/direct/tasks" --log_samples "$@" --output_path "$OUT/direct/out-$name"
+    --batch_size 32 --include_path "$OUT/direct/tasks" --log_samples --use_cache "$OUT/direct/requests" "$@" \
+    --output_path "$OUT/direct/out-$name"
 }
 prepare_direct() {  # the same weights as an HF directory (lctx's own GGUF dequantisation) and lm-eval task YAMLs
   # reading the same local data files as lctx (lm-eval's YAMLs with only the data source replaced)
   [ -f "$OUT/smollm2-hf/model.safetensors" ] || lctx convert gguf "$G" --out "$OUT/smollm2-hf"
   [ -f "$OUT/direct/mmlu_tasks.txt" ] || python "$HERE/lmeval_direct.py" prepare --data-dir "$DATA" --work "$OUT/direct"
 }
-if wanted mmlu || wanted direct-arc || wanted direct-mmlu; then prepare_direct; fi
+if wanted mmlu || wanted direct-arc || wanted direct-mmlu || wanted direct-arc-c || wanted direct-arc-e \
+  || wanted direct-mmlu20; then prepare_direct; fi
 # T = 8192 (max_position_embeddings, the only training length the checkpoint declares) is the training length
 # of the report's flatness columns (ppl ratio PPL(L)/PPL(T), flat until, effective length)
 T=(--train-length 8192)
@@ -80,9 +84,24 @@ DIR=passkey job ppl "${PPL[@]}" --lengths 8k,16k --allow-beyond-max
 timed speed-4k python -m lctx.harness.generate_speed --model "$G" --length 4k --repeats 2 --chunk-sizes 2048,4096 \
   --cache-dir "$OUT/cache" --profile "$OUT/speed-4k.prof"
 # the rest of the grid (resumes): ppl at shorter windows, chat template on at 4K and 8K, 16K at 5 depths x 2
-DIR=passkey job ppl-short "${PPL[@]}" --lengths 256,1k,4k
+DIR=passkey job ppl-short "${PPL[@]}" --lengths 256,512,1k,2k,4k
 DIR=passkey-chat job passkey-chat-4k8k --tasks passkey "${T[@]}" "${D5[@]}" --lengths 4k,8k --chat-template on
+# (the third session ran the first sample at every 16K depth first, then the second samples)
+DIR=passkey job passkey-16k-5d1 --tasks passkey "${T[@]}" --depths 0,0.25,0.5,0.75,1 --samples 1 --lengths 16k \
+  --allow-beyond-max
 DIR=passkey job passkey-16k-5d --tasks passkey "${T[@]}" "${D5[@]}" --lengths 16k --allow-beyond-max
+# Third session (helper real4): the full ARC-Challenge test set, lctx and lm-eval direct, first (resuming the
+# first session's arc run directory: its first 50 questions are kept; both sides resume per request)
+DIR=arc job arc-c --tasks arc_challenge --num-fewshot 0
+direct arc-c --tasks direct_arc_challenge --num_fewshot 0
+# then the passkey and ppl remainders above (ppl-short, passkey-chat-4k8k, passkey-16k-5d), then ARC-Easy in full
+# and MMLU at 20 questions per subject, 5-shot (the last two: as far as the session's time went; see README)
+DIR=arc job arc-e --tasks arc_easy --num-fewshot 0
+direct arc-e --tasks direct_arc_easy --num_fewshot 0
+if [ -f "$OUT/direct/mmlu_tasks.txt" ]; then
+  DIR=mmlu job mmlu20 --tasks mmlu --num-fewshot 5 --limit 20
+  direct mmlu20 --tasks "$(cat "$OUT/direct/mmlu_tasks.txt")" --num_fewshot 5 --limit 20
+fi
 # ARC (first 50 test questions), MMLU (first question of each subject, 5-shot): lctx and lm-eval direct
 job arc --tasks arc_easy,arc_challenge --num-fewshot 0 --limit 50
 direct arc --tasks direct_arc_easy,direct_arc_challenge --num_fewshot 0 --limit 50
