@@ -10,9 +10,7 @@ OUT="${1:-runs/seed000-ablation}"
 JOBS=1
 source "$HERE/../seeds_lib.sh"
 STEPS="${STEPS:-3000}"
-TRAIN_ARGS=(--context-length 128 --hidden-size 64 --layers 2 --heads 4 --vocab-size 1024 --batch-size 16
-            --steps "$STEPS" --lr 3e-3 --warmup 50 --seed 0 --retrieval-fraction 1.0 --retrieval passkey
-            --eval-every 100)
+TRAIN_ARGS=("${MODEL_ARGS[@]}" --steps "$STEPS" "${RETRIEVAL_ARGS[@]}")
 mkdir -p "$OUT/logs"
 train_model ggd_bam_ssmax_content ggd_bam+ssmax --option ssmax_scale_bias=false
 eval_model ggd_bam_ssmax_content --task flatness --relative 1,2,4,8,16,32 --depths 0,0.25,0.5,0.75,1 --samples 2 \

@@ -20,9 +20,7 @@ STEPS="${STEPS:-3000}"
 # depth and length in [64, 128] tokens; the rest of the window is book text). With fraction 0.5 and 800
 # steps no variant retrieved (passkey exact 0.000 at 1x); with 1.0, ALiBi's teacher-forced digit accuracy
 # rose from chance (0.1) at step 500 to 0.58 at step 600 (train_log_alibi.json).
-TRAIN_ARGS=(--context-length 128 --hidden-size 64 --layers 2 --heads 4 --vocab-size 1024 --batch-size 16
-            --steps "$STEPS" --lr 3e-3 --warmup 50 --seed 0 --retrieval-fraction 1.0 --retrieval passkey
-            --eval-every 100)
+TRAIN_ARGS=("${MODEL_ARGS[@]}" --steps "$STEPS" "${RETRIEVAL_ARGS[@]}")
 NAMES=(${NAMES:-ggd_bam_ssmax ggd_bam alibi rope nope_ssmax})  # the slowest (GGD) first
 mkdir -p "$OUT/logs"
 ev() {  # train one variant, then evaluate it (so that every finished model has its numbers)

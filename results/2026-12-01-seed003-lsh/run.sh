@@ -17,9 +17,7 @@ JOBS="${JOBS:-1}"  # one job at a time (a shared machine); seeds_lib.sh defaults
 source "$HERE/../seeds_lib.sh"
 STEPS="${STEPS:-1000}"
 # the retrieval set-up of experiment 7 (issue 12): every training window starts with a passkey document
-TRAIN_ARGS=(--context-length 128 --hidden-size 64 --layers 2 --heads 4 --vocab-size 1024 --batch-size 16
-            --steps "$STEPS" --lr 3e-3 --warmup 50 --seed 0 --retrieval-fraction 1.0 --retrieval passkey
-            --eval-every 100)
+TRAIN_ARGS=("${MODEL_ARGS[@]}" --steps "$STEPS" "${RETRIEVAL_ARGS[@]}")
 mkdir -p "$OUT/logs"
 train_model alibi alibi
 if [ "${RUN_TRAINED:-0}" = 1 ]; then

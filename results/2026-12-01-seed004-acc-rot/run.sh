@@ -11,8 +11,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 OUT="${1:-runs/seed004-acc-rot}"
 source "$HERE/../seeds_lib.sh"
 STEPS="${STEPS:-1200}"
-TRAIN_ARGS=(--context-length 128 --hidden-size 64 --layers 2 --heads 4 --vocab-size 1024 --batch-size 16
-            --steps "$STEPS" --lr 3e-3 --warmup 50 --seed 0 --eval-every 200)
+TRAIN_ARGS=("${MODEL_ARGS[@]}" --steps "$STEPS" --eval-every 200)
 mkdir -p "$OUT/logs"
 par train_model rope rope
 par train_model alibi alibi
