@@ -57,3 +57,24 @@ def tiny_lm(path, tokenizer, variant: str = "rope"):
     LctxForCausalLM(tiny_config(variant, vocab_size=len(tokenizer))).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return load_lm(str(path), device="cpu")
+
+
+def token_nll_task_source(cls: str, name: str) -> str:
+    """The source of a small custom task (a ``--task-file``): the nll of the last token of "hello world ..."
+    at the cell's length; task ``name``, class ``cls``."""
+    return f'''
+from lctx.tasks import Task, Sample, register_task
+
+@register_task
+class {cls}(Task):
+    name = "{name}"
+    metrics = ("nll",)
+
+    def build(self, lm, cell, seed):
+        ids = lm.with_bos(lm.encode("hello world " * cell.length))[: cell.length]
+        return Sample(cell=cell, input_ids=ids, n_tokens=len(ids))
+
+    def score(self, lm, sample):
+        nll, _ = lm.token_nll(sample.input_ids, [len(sample.input_ids) - 1])
+        return {{"nll": float(nll[0])}}
+'''

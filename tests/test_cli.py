@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import assert_one_line_error, run_cli
+from helpers import assert_one_line_error, run_cli, token_nll_task_source
 from lctx.cli import DEFAULT_MODEL, parse_lengths
 
 
@@ -111,22 +111,7 @@ def test_unknown_option_is_one_line(capsys):
 
 def test_custom_task_file_end_to_end(capsys, make_checkpoint, tmp_path):
     f = tmp_path / "my_task.py"
-    f.write_text('''
-from lctx.tasks import Task, Sample, register_task
-
-@register_task
-class FirstTokenNLL(Task):
-    name = "first_token_nll"
-    metrics = ("nll",)
-
-    def build(self, lm, cell, seed):
-        ids = lm.with_bos(lm.encode("hello world " * cell.length))[: cell.length]
-        return Sample(cell=cell, input_ids=ids, n_tokens=len(ids))
-
-    def score(self, lm, sample):
-        nll, _ = lm.token_nll(sample.input_ids, [len(sample.input_ids) - 1])
-        return {"nll": float(nll[0])}
-''')
+    f.write_text(token_nll_task_source("FirstTokenNLL", "first_token_nll"))
     out = tmp_path / "o"
     code, stdout, err = run_cli(["run", "--model", str(make_checkpoint()), "--task-file", str(f), "--tasks",
                                  "first_token_nll", "--lengths", "32,64", "--samples", "2", "--out", str(out),

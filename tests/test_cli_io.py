@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import subprocess
@@ -92,6 +93,18 @@ def _commands_with_out() -> list[list[str]]:
     return found
 
 
+def _run_each_with_out(cmds: list[list[str]], out: str, cwd: Path):
+    """Run each command line with ``--out OUT`` through ``lctx.cli.main`` in one fresh interpreter (this one
+    has torch already), in ``cwd``. Returns ([(argv, exit status, torch imported by then)], stderr lines)."""
+    code = ("import json, sys\nfrom lctx.cli import main\nres = []\n"
+            f"for argv in {cmds!r}:\n"
+            f"    res.append((argv, main(argv + ['--out', {out!r}]), 'torch' in sys.modules))\n"
+            "print(json.dumps(res))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=cwd)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout.strip().splitlines()[-1]), [ln for ln in p.stderr.splitlines() if ln.strip()]
+
+
 def test_every_out_is_checked_before_torch_loads(tmp_path):
     # an unwritable --out (under a file) is one `error:` line and exit 2, found while the arguments are parsed:
     # no command has imported torch (so no model or data has loaded) by then. The commands run in one fresh
@@ -102,16 +115,7 @@ def test_every_out_is_checked_before_torch_loads(tmp_path):
             "diagnose far-mass"} <= names, names
     (tmp_path / "afile").write_text("x")
     bad = str(tmp_path / "afile" / "out")
-    code = ("import json, sys\nfrom lctx.cli import main\nres = []\n"
-            f"for argv in {cmds!r}:\n"
-            f"    res.append((argv, main(argv + ['--out', {bad!r}]), 'torch' in sys.modules))\n"
-            "print(json.dumps(res))")
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stderr
-    import json
-
-    res = json.loads(p.stdout.strip().splitlines()[-1])
-    errors = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    res, errors = _run_each_with_out(cmds, bad, tmp_path)
     assert len(errors) == len(cmds) and all(ln.startswith("error: cannot write to --out") for ln in errors), errors
     for argv, status, torch_loaded in res:
         assert status == 2 and not torch_loaded, (argv, status, torch_loaded)
@@ -133,16 +137,7 @@ def test_empty_out_is_refused_by_every_command(tmp_path):
     # compare wrote into (train: over) the current directory (trial21 item 2). Every command that takes --out
     # refuses it while the arguments are parsed: one `error:` line, exit 2, nothing written in the cwd.
     cmds = _commands_with_out()
-    code = ("import json, sys\nfrom lctx.cli import main\nres = []\n"
-            f"for argv in {cmds!r}:\n"
-            "    res.append((argv, main(argv + ['--out', '']), 'torch' in sys.modules))\n"
-            "print(json.dumps(res))")
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert p.returncode == 0, p.stderr
-    import json
-
-    res = json.loads(p.stdout.strip().splitlines()[-1])
-    errors = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    res, errors = _run_each_with_out(cmds, "", tmp_path)
     assert len(errors) == len(cmds) and all(ln.startswith("error: --out is empty") for ln in errors), errors
     for argv, status, torch_loaded in res:
         assert status == 2 and not torch_loaded, (argv, status, torch_loaded)

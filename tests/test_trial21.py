@@ -12,26 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import assert_one_line_error, run_cli
+from helpers import assert_one_line_error, run_cli, token_nll_task_source
 
 from lctx.models.fingerprint import digest_json
 
-TASK_SRC = '''
-from lctx.tasks import Task, Sample, register_task
-
-@register_task
-class LastTokenNLL21(Task):
-    name = "last_token_nll21"
-    metrics = ("nll",)
-
-    def build(self, lm, cell, seed):
-        ids = lm.with_bos(lm.encode("hello world " * cell.length))[: cell.length]
-        return Sample(cell=cell, input_ids=ids, n_tokens=len(ids))
-
-    def score(self, lm, sample):
-        nll, _ = lm.token_nll(sample.input_ids, [len(sample.input_ids) - 1])
-        return {"nll": float(nll[0])}
-'''
+TASK_SRC = token_nll_task_source("LastTokenNLL21", "last_token_nll21")
 
 
 @pytest.fixture(autouse=True)
