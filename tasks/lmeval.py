@@ -595,7 +595,7 @@ class LmEvalTask(Task):
         # set k on the task itself: simple_evaluate(num_fewshot=...) never overrides a task whose
         # num_fewshot is already 0 (as an earlier call leaves it)
         tasks[sp.lmeval_name].set_config(key="num_fewshot", value=k)
-        with quiet_git_probe(), request_cache(hflm, self.request_cache_prefix()) as cache:
+        with quiet_git_probe(), quiet_progress(su.log is None), request_cache(hflm, self.request_cache_prefix()) as cache:
             res = lm_eval.simple_evaluate(
                 model=hflm, tasks=[tasks[sp.lmeval_name]], samples={sp.lmeval_name: todo}, task_manager=tm,
                 log_samples=True, bootstrap_iters=0, fewshot_random_seed=su.seed,
@@ -752,6 +752,32 @@ def request_cache(hflm, prefix: str | None):
                 db.commit()
                 db.close()
             hflm.set_cache_hook(CacheHook(None))
+
+
+@contextlib.contextmanager
+def quiet_progress(quiet: bool = True):
+    """Within the block (when ``quiet``: ``lctx run --no-progress``), every tqdm bar is created with
+    ``disable=True``: lm-eval draws its own bars ("Checking cached requests", "Tokenizing inputs", "Running
+    loglikelihood requests", the context builders) and has no switch for all of them; its models' own
+    ``disable_tqdm`` leaves the cache and task bars on. tqdm's ``TQDM_DISABLE`` is read once, when tqdm is
+    imported (``tqdm.utils.envwrap``), so it cannot be set here. The class's ``__init__`` is restored on exit."""
+    if not quiet:
+        yield
+        return
+    from tqdm import std  # lazy: tqdm is imported with lm-eval anyway
+
+    original = std.tqdm.__dict__["__init__"]
+
+    def __init__(self, *args, **kwargs):
+        if len(args) < 10:  # ``disable`` is tqdm's 11th parameter: nobody passes it by position
+            kwargs["disable"] = True
+        return original.__get__(self, type(self))(*args, **kwargs)
+
+    std.tqdm.__init__ = __init__
+    try:
+        yield
+    finally:
+        std.tqdm.__init__ = original
 
 
 @contextlib.contextmanager

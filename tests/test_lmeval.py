@@ -156,7 +156,7 @@ def test_generated_configs_load_offline_and_oracle_scores(tiny_data, tmp_path):
 
 
 @pytest.mark.slow
-def test_run_lmeval_matches_independent_scoring_and_resumes(tiny_data, tmp_path, make_checkpoint):
+def test_run_lmeval_matches_independent_scoring_and_resumes(tiny_data, tmp_path, make_checkpoint, capfd):
     """acc of a random tiny lctx model equals an independent computation: the summed log-probability of
     each choice's tokens after the BOS-prefixed prompt (lctx's own LM.token_nll), argmax vs gold."""
     import pandas as pd
@@ -174,6 +174,9 @@ def test_run_lmeval_matches_independent_scoring_and_resumes(tiny_data, tmp_path,
     res = lmeval_run.run_lmeval([lm], specs, source, out, data_dir=tiny_data, limit=None, progress=False,
                             log=lambda *_: None)
     assert res["ran"] == 5 and res["errors"] == 0
+    drawn = capfd.readouterr()
+    # progress=False (`--no-progress`) silences lm-eval's own tqdm bars too (they drew on stderr before)
+    assert "Running loglikelihood requests" not in drawn.err and "Checking cached requests" not in drawn.err
 
     def choice_ll(ctx, cont):
         ids = lm.with_bos(lm.encode(ctx + cont))
@@ -226,6 +229,24 @@ def test_run_lmeval_matches_independent_scoring_and_resumes(tiny_data, tmp_path,
     t = pd.read_parquet(out / "results.parquet")
     assert t[t["task"] == "arc_easy"]["data_fingerprint"].nunique() == 1 and (t["status"] == "ok").all()
     assert not t.duplicated(["task", "metric", "sample"]).any()  # the old arc records left the tables
+
+
+def test_quiet_progress_disables_tqdm_and_restores_it():
+    """--no-progress: bars made inside quiet_progress draw nothing (tqdm and tqdm.auto); after it they draw."""
+    import io
+
+    from tqdm import tqdm
+    from tqdm.auto import tqdm as auto_tqdm
+
+    buf = io.StringIO()
+    with lmeval.quiet_progress(True):
+        list(tqdm(range(3), file=buf, desc="a"))
+        list(auto_tqdm(range(3), file=buf, desc="b"))
+    assert buf.getvalue() == ""
+    with lmeval.quiet_progress(False):
+        list(tqdm(range(3), file=buf, desc="c"))
+    list(tqdm(range(3), file=buf, desc="d"))
+    assert "c: 100%" in buf.getvalue() and "d: 100%" in buf.getvalue()
 
 
 @pytest.mark.slow
