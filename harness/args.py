@@ -147,6 +147,9 @@ def check_writable_dir(path: Path, create: bool = False) -> None:
 CHECKPOINT_FILES = ("config.json", "model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                     "tokenizer.json", "train_log.json")
 
+#: files that mark an ``lctx run`` output directory (:mod:`lctx.harness.runner`)
+RUN_DIR_FILES = ("run.json", "records.jsonl")
+
 
 def check_checkpoint_out(path: Path, overwrite: bool, command: str, whole_dir: bool = False) -> None:
     """Refuse, before any work starts, an ``--out`` that already holds a checkpoint (``lctx train``, ``lctx
@@ -155,10 +158,15 @@ def check_checkpoint_out(path: Path, overwrite: bool, command: str, whole_dir: b
     that is not a checkpoint is refused even with ``overwrite`` (its files would be deleted).
 
     Raises:
-        LctxError: ``path`` holds checkpoint files (without ``overwrite``), or other files (``whole_dir``).
+        LctxError: ``path`` is an ``lctx run`` directory (:data:`RUN_DIR_FILES`; even with ``overwrite``), holds
+            checkpoint files (without ``overwrite``), or other files (``whole_dir``).
     """
     if not path.is_dir():
         return
+    run_files = [f for f in RUN_DIR_FILES if (path / f).exists()]
+    if run_files:  # even with --overwrite: results and their records would share a folder with new weights
+        raise LctxError(f"--out {str(path)!r} is an lctx run directory ({', '.join(run_files)}); lctx {command} "
+                        "writes a checkpoint: pass another --out, e.g. a new folder beside it")
     held = [f for f in CHECKPOINT_FILES if (path / f).exists()]
     if held and not overwrite:
         raise LctxError(f"--out {str(path)!r} already holds a checkpoint ({', '.join(held)}); pass another --out, "

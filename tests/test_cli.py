@@ -210,6 +210,21 @@ def test_out_holding_a_checkpoint_is_refused_without_overwrite(capsys, tmp_path,
     assert (ckpt / "model.safetensors").read_bytes() == b"weights"
 
 
+@pytest.mark.parametrize("argv", [["train", "--steps", "1"], ["train", "--steps", "1", "--overwrite"],
+                                  ["convert", "llama2c", "x.bin", "--tokenizer", "t.bin", "--overwrite"]])
+def test_out_that_is_a_run_directory_is_refused(capsys, tmp_path, argv):
+    # last stop's finding: `lctx train --out RUNS/passkey` (an lctx run directory) started training into it, so a
+    # checkpoint and its config landed among run.json and records.jsonl. Refused before any work, even with
+    # --overwrite (that flag replaces a checkpoint, not a run's results).
+    run = tmp_path / "runs"
+    run.mkdir()
+    (run / "run.json").write_text('{"tasks": ["passkey"]}')
+    (run / "records.jsonl").write_text("{}\n")
+    code, _, err = run_cli(argv + ["--out", str(run)], capsys)
+    assert_one_line_error(code, err, "is an lctx run directory (run.json, records.jsonl)")
+    assert sorted(p.name for p in run.iterdir()) == ["records.jsonl", "run.json"]
+
+
 def test_convert_gguf_refuses_a_folder_of_other_files(capsys, tmp_path):
     # convert gguf replaces --out whole (written aside, then renamed over it): a folder of other files would be
     # deleted, so it is refused even with --overwrite
