@@ -217,6 +217,21 @@ def data_path(p: str, data_dir: Optional[Path]) -> str:
     return str(cand) if cand.exists() else p
 
 
+def data_key(p: str | os.PathLike, data_dir: Optional[Path]) -> str:
+    """How a data file or folder is named in a task's recorded options (and so in the resume key and in
+    ``lctx compare``'s option check): its path relative to ``data_dir`` (posix separators) when it lies below
+    it, else its absolute real path. The same file typed as ``../shared/data/books/x.txt``, as
+    ``/work/shared/data/books/x.txt`` or as ``books/x.txt`` (with ``--data-dir``) gets one key, as the NIAH
+    tasks, which record no path at all, always did; its content is in the record's ``data_fingerprint``."""
+    real = Path(os.path.realpath(p))
+    if data_dir is not None:
+        try:
+            return real.relative_to(os.path.realpath(data_dir)).as_posix()
+        except ValueError:
+            pass
+    return real.as_posix()
+
+
 def parse_batch_size(value) -> "int | str":
     """``--batch-size``: a positive integer (int or digits) or ``"auto"`` (:func:`lctx.harness.runner.batches`).
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence, Union
 
 from lctx.harness.args import (check_model_path, check_run_options, check_task_options, check_writable_dir,
-                               chat_options, data_path, parse_batch_size,
+                               chat_options, parse_batch_size,
                                parse_depths,
                                parse_lengths, parse_task_options, task_option_names)
 from lctx.errors import LctxError, split_list
@@ -218,7 +218,7 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
     task_objs = _build_tasks(task_names, parse_task_options(task_option, task_names), get_task, out, data_dir,
                              cache_dir, dict(stride=stride, bos=ppl_bos, short_docs=ppl_short_docs,
                                              max_tokens=ppl_max_tokens,
-                                             data=[data_path(p, data_dir) for p in ppl_data] if ppl_data else None),
+                                             data=list(ppl_data) if ppl_data else None, data_dir=data_dir),
                              dict(key_digits=key_digits))
     ppl_lengths = _as_list(window, parse_window, "window") if window and "ppl" in task_names else None
     for t in task_objs:

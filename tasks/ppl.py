@@ -9,7 +9,9 @@ scored tokens of all documents (not a mean of per-window means).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from pathlib import Path
 
 from lctx.metrics import ppl
 
@@ -71,7 +73,10 @@ class Perplexity(Task):
 
     Options:
         data: list of text files or folders (default: the held-out part of Python's ``pydoc_data``
-            topics, the bundled default corpus).
+            topics, the bundled default corpus). A path not found as given is looked up below ``data_dir``.
+            Recorded as :func:`lctx.harness.args.data_key` names them (relative to ``data_dir`` when the file
+            lies there), so the same file spelled two ways is one cell.
+        data_dir: the data root (``--data-dir``); not itself recorded.
         stride: tokens between window starts; an int, or a float in (0, 1] as a fraction of the
             window (default 0.5).
         bos: ``"prepend"`` (each window starts with BOS, as lctx trains) or ``"none"``.
@@ -95,7 +100,8 @@ class Perplexity(Task):
     requires = "--ppl-data files (default: Python's pydoc_data topics)"
 
     def __init__(self, data: list[str] | None = None, stride: float = 0.5, bos: str = "prepend",
-                 short_docs: str = "drop", max_tokens: int = 32768, concat: bool | None = None, **options):
+                 short_docs: str = "drop", max_tokens: int = 32768, concat: bool | None = None,
+                 data_dir: str | os.PathLike | None = None, **options):
         if bos not in ("prepend", "none"):
             raise ValueError(f"bos must be 'prepend' or 'none', got {bos!r}")
         if short_docs not in ("drop", "count"):
@@ -107,7 +113,13 @@ class Perplexity(Task):
         if int(max_tokens) < 0:
             raise ValueError(f"max_tokens must be >= 0 (0 = all), got {max_tokens}")
         concat = (data is None) if concat is None else concat
-        super().__init__(data=list(data) if data else None, stride=stride, bos=bos, short_docs=short_docs,
+        if data:
+            from lctx.harness.args import data_key, data_path  # lazy: keeps `import lctx.tasks` light
+
+            root = Path(data_dir) if data_dir is not None else None
+            data = [data_path(str(p), root) for p in data]
+            keys = [data_key(p, root) for p in data]
+        super().__init__(data=keys if data else None, stride=stride, bos=bos, short_docs=short_docs,
                          max_tokens=max_tokens, concat=concat, **options)
         self.data, self.stride, self.bos = data, stride, bos
         self.short_docs, self.max_tokens, self.concat = short_docs, int(max_tokens), concat

@@ -155,6 +155,29 @@ def test_3_data_change_reruns(make_checkpoint, data, tmp_path):
     assert meta["threads"] >= 1 and meta["threads_source"] and "omp_wait_policy" in meta
 
 
+def test_3b_same_data_file_spelled_two_ways_is_one_cell(make_checkpoint, tmp_path):
+    # last stop's finding (issue 11's SmolLM2 run): --ppl-data ../shared/data/books/x.txt in one session and
+    # /work/shared/data/books/x.txt (from LCTX_DATA_DIR) in the next made two cells, and the window reran (175 s).
+    # The recorded option is now the path relative to the data root, so every spelling resumes the first.
+    ck = make_checkpoint("rope")
+    root = tmp_path / "data"
+    (root / "books").mkdir(parents=True)
+    (root / "books" / "x.txt").write_text(TEXT)
+    alias = tmp_path / "link"
+    alias.symlink_to(root)  # as ../shared -> /work/shared
+    out = tmp_path / "o"
+    first = sweep(ck, [Perplexity(data=["books/x.txt"], data_dir=str(root))], out)
+    assert first["ran"] == 1
+    for data, data_dir in ((str(root / "books" / "x.txt"), root), (str(alias / "books" / "x.txt"), alias),
+                           (os.path.relpath(root / "books" / "x.txt"), str(alias))):
+        again = sweep(ck, [Perplexity(data=[data], data_dir=data_dir)], out)
+        assert again["ran"] == 0 and again["skipped"] == 1, data
+    rec = json.loads((out / "records.jsonl").read_text().splitlines()[0])
+    assert rec["task_options"]["data"] == ["books/x.txt"]
+    # a file outside the data root is named by its absolute real path (not as typed, not relative to the cwd)
+    assert Perplexity(data=[str(alias / "books" / "x.txt")]).options["data"] == [str((root / "books" / "x.txt").resolve())]
+
+
 def test_4_retrain_tabulates_only_current_inputs(make_checkpoint, data, tmp_path):
     ck = make_checkpoint("rope")
     out = tmp_path / "o"
