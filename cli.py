@@ -462,11 +462,19 @@ def bench(
         exps.to_csv(out / "prefill_exponents.csv", index=False)
         typer.echo(f"wrote {out / 'prefill.csv'} and {out / 'prefill_exponents.csv'}")
         return
-    from lctx.harness.bench import print_bench, run_bench, write_bench  # lazy: loads torch, transformers, triton
-    from lctx.harness.plan import parse_bytes  # lazy: loads torch
+    _light_models()  # a misspelt --variants is refused from the registry alone (2 s, not 10 s)
     from lctx.models import VARIANTS  # lazy: loads torch (lctx.models)
+    from lctx.models.variants import get_variant  # lazy: loads torch (lctx.models)
 
     names = [v.strip() for v in variants.split(",") if v.strip()] if variants else sorted(VARIANTS)
+    for name in names:
+        try:
+            get_variant(name)
+        except KeyError as e:
+            raise LctxError(f"--variants: {e.args[0]}; see `lctx list variants`") from None
+    from lctx.harness.bench import print_bench, run_bench, write_bench  # lazy: loads torch, transformers, triton
+    from lctx.harness.plan import parse_bytes  # lazy: loads torch
+
     table, exps = run_bench(names, impls, length_list, heads=heads, head_dim=head_dim, batch=batch, device=device,
                             dtype=dtype, repeats=repeats, warmup=warmup, options=parse_options(option or []),
                             isolate=isolate, mem_limit=parse_bytes(mem_limit) if mem_limit else None,
