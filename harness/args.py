@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 from lctx.errors import LctxError, split_list
+from lctx.paths import data_path  # noqa: F401  (re-exported: the CLI's --data-dir lookups)
 
 
 def parse_lengths(text: str) -> list[int]:
@@ -207,29 +208,6 @@ def chat_options(system_prompt: Optional[str]) -> dict:
     """The task options that record ``--chat-template on`` (and the system prompt) in every record; with
     the template off nothing is added, so runs from before the option resume as they were."""
     return {"chat_template": "on", **({"system_prompt": system_prompt} if system_prompt is not None else {})}
-
-
-def data_path(p: str, data_dir: Optional[Path]) -> str:
-    """``p`` as given when it exists (or no data dir), else ``data_dir / p`` when that exists."""
-    if os.path.exists(p) or data_dir is None:
-        return p
-    cand = data_dir / p
-    return str(cand) if cand.exists() else p
-
-
-def data_key(p: str | os.PathLike, data_dir: Optional[Path]) -> str:
-    """How a data file or folder is named in a task's recorded options (and so in the resume key and in
-    ``lctx compare``'s option check): its path relative to ``data_dir`` (posix separators) when it lies below
-    it, else its absolute real path. The same file typed as ``../shared/data/books/x.txt``, as
-    ``/work/shared/data/books/x.txt`` or as ``books/x.txt`` (with ``--data-dir``) gets one key, as the NIAH
-    tasks, which record no path at all, always did; its content is in the record's ``data_fingerprint``."""
-    real = Path(os.path.realpath(p))
-    if data_dir is not None:
-        try:
-            return real.relative_to(os.path.realpath(data_dir)).as_posix()
-        except ValueError:
-            pass
-    return real.as_posix()
 
 
 def parse_batch_size(value) -> "int | str":

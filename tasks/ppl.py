@@ -74,7 +74,7 @@ class Perplexity(Task):
     Options:
         data: list of text files or folders (default: the held-out part of Python's ``pydoc_data``
             topics, the bundled default corpus). A path not found as given is looked up below ``data_dir``.
-            Recorded as :func:`lctx.harness.args.data_key` names them (relative to ``data_dir`` when the file
+            Recorded as :func:`lctx.paths.data_key` names them (relative to ``data_dir`` when the file
             lies there), so the same file spelled two ways is one cell.
         data_dir: the data root (``--data-dir``); not itself recorded.
         stride: tokens between window starts; an int, or a float in (0, 1] as a fraction of the
@@ -114,7 +114,7 @@ class Perplexity(Task):
             raise ValueError(f"max_tokens must be >= 0 (0 = all), got {max_tokens}")
         concat = (data is None) if concat is None else concat
         if data:
-            from lctx.harness.args import data_key, data_path  # lazy: keeps `import lctx.tasks` light
+            from lctx.paths import data_key, data_path  # lazy: only a run with --ppl-data needs it
 
             root = Path(data_dir) if data_dir is not None else None
             data = [data_path(str(p), root) for p in data]
