@@ -221,6 +221,10 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
                                              data=list(ppl_data) if ppl_data else None, data_dir=data_dir),
                              dict(key_digits=key_digits))
     ppl_lengths = _as_list(window, parse_window, "window") if window and "ppl" in task_names else None
+    if cache_dir is not None and dinfo.is_main:
+        unused = _unused_cache_dir(models, task_objs, task_names + lmeval_names)
+        if unused:
+            warn(unused)
     for t in task_objs:
         if t.name == "ppl":
             t.documents()  # fail fast on unreadable data, before any model runs
@@ -297,6 +301,18 @@ _TASK_SETTINGS = {
     "ppl_bos": ("--ppl-bos", "ppl", "prepend"), "ppl_short_docs": ("--ppl-short-docs", "ppl", "drop"),
     "ppl_max_tokens": ("--ppl-max-tokens", "ppl", 32768), "key_digits": ("--key-digits", "passkey", 5),
 }
+
+
+def _unused_cache_dir(models, task_objs: list, task_names: list[str]) -> str | None:
+    """One ``warning:`` line when ``--cache-dir`` reaches nothing: no model is a GGUF file (whose dequantised
+    weights it holds) and no task of the run keeps built samples there (the NIAH / RULER tasks); else None."""
+    from lctx.harness.gguf import find_gguf  # lazy: stdlib only, but most runs never ask
+
+    names = [models] if isinstance(models, (str, Path)) else [m for m in models or [] if isinstance(m, (str, Path))]
+    if any(find_gguf(m) for m in names) or any("cache_dir" in task_option_names(type(t)) for t in task_objs):
+        return None
+    return ("warning: --cache-dir is ignored: it holds GGUF models' dequantised weights and the NIAH/RULER tasks' "
+            f"samples, and this run has neither (tasks: {', '.join(task_names)})")
 
 
 def _ignored_options(task_names: list[str], lmeval_names: list[str], **values) -> str | None:

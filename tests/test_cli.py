@@ -251,6 +251,24 @@ def test_interrupted_train_says_nothing_was_saved(capsys, tmp_path, monkeypatch)
     assert not (tmp_path / "ck").exists()
 
 
+def test_cache_dir_that_reaches_nothing_is_named_as_ignored(capsys, tmp_path):
+    # last stop's finding: --cache-dir with a non-GGUF model and no NIAH/RULER task was accepted without a word.
+    # (--lengths 64 stops the run at passkey's length check, after the warning.)
+    from lctx.harness.evaluate import _unused_cache_dir
+    from lctx.tasks import get_task
+
+    code, _, err = run_cli(["run", "--tasks", "passkey", "--cache-dir", str(tmp_path / "c"), "--lengths", "64",
+                            "--out", str(tmp_path / "o")], capsys)
+    warnings = [ln for ln in err.splitlines() if ln.startswith("warning:")]
+    assert warnings == ["warning: --cache-dir is ignored: it holds GGUF models' dequantised weights and the "
+                        "NIAH/RULER tasks' samples, and this run has neither (tasks: passkey)"], err
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    assert _unused_cache_dir(str(gguf), [], ["passkey"]) is None  # a GGUF model's weights are cached there
+    niah = get_task("niah_single_1")
+    assert _unused_cache_dir("ckpt", [niah.__new__(niah)], ["niah_single_1"]) is None  # keeps its samples there
+
+
 def test_options_of_tasks_not_in_the_run_are_named_as_ignored(capsys, tmp_path):
     # trial21 item 6: `lctx run --tasks passkey --limit 2 --num-fewshot 3` ran with exit 0 and no word that
     # both options (lm-eval's mmlu/arc_*) changed nothing. One warning line names them. (--lengths 64 is below
