@@ -663,12 +663,24 @@ def hub_reachable(timeout: float = 3.0) -> bool:
 
 
 def _hub_cached(dataset: str) -> bool:
-    """Whether ``dataset`` ("owner/name") has a copy in the Hugging Face caches (the hub's and datasets')."""
-    home = Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
-    hub = Path(os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE") or home / "hub")
-    ds = Path(os.environ.get("HF_DATASETS_CACHE") or home / "datasets")
-    return ((hub / ("datasets--" + dataset.replace("/", "--"))).is_dir()
-            or any(ds.glob(dataset.replace("/", "___") + "*")))
+    """Whether ``dataset`` ("owner/name") has a copy in the Hugging Face caches (the hub's and datasets'), found
+    as those libraries find them: ``HF_HUB_CACHE`` / ``HF_DATASETS_CACHE``, else under ``HF_HOME``, else under
+    ``$XDG_CACHE_HOME/huggingface`` (default ``~/.cache/huggingface``), read now (source: huggingface_hub
+    ``constants.py``, datasets ``config.py``); plus the libraries' own ``HF_HUB_CACHE`` / ``HF_DATASETS_CACHE``
+    when they are already imported (they read the variables once, at import)."""
+    import sys  # lazy
+
+    home = Path(os.path.expanduser(os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or "~/.cache", "huggingface")))
+    hubs = {Path(os.path.expanduser(os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE")
+                                    or str(home / "hub")))}
+    dss = {Path(os.path.expanduser(os.environ.get("HF_DATASETS_CACHE") or str(home / "datasets")))}
+    if "huggingface_hub.constants" in sys.modules:
+        hubs.add(Path(sys.modules["huggingface_hub.constants"].HF_HUB_CACHE))
+    if "datasets.config" in sys.modules:
+        dss.add(Path(sys.modules["datasets.config"].HF_DATASETS_CACHE))
+    return (any((hub / ("datasets--" + dataset.replace("/", "--"))).is_dir() for hub in hubs)
+            or any(any(ds.glob(dataset.replace("/", "___") + "*")) for ds in dss))
 
 
 def _set_offline() -> None:

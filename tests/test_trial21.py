@@ -181,6 +181,25 @@ def test_3_offline_hub_task_cached_switches_to_offline_mode(monkeypatch, tmp_pat
         lmeval.check_hub(lmeval.resolve_tasks(["mmlu_anatomy"], None)[0])
 
 
+def test_3_offline_hub_cache_found_where_the_libraries_look(monkeypatch, tmp_path):
+    # last stop's finding: the check knew HF_HOME, HF_HUB_CACHE and HF_DATASETS_CACHE but not XDG_CACHE_HOME, which
+    # huggingface_hub and datasets follow when HF_HOME is unset (constants.py / config.py): a cache they read was
+    # reported missing. Nor did it see the caches the imported libraries were configured with.
+    import huggingface_hub.constants as hc
+
+    from lctx.tasks import lmeval
+
+    _no_network(monkeypatch, tmp_path)
+    monkeypatch.delenv("HF_HOME")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert not lmeval._hub_cached("allenai/ai2_arc")
+    (tmp_path / "xdg" / "huggingface" / "hub" / "datasets--allenai--ai2_arc").mkdir(parents=True)
+    assert lmeval._hub_cached("allenai/ai2_arc")  # where huggingface_hub would read it
+    monkeypatch.setattr(hc, "HF_HUB_CACHE", str(tmp_path / "lib-hub"))
+    (tmp_path / "lib-hub" / "datasets--cais--mmlu").mkdir(parents=True)
+    assert lmeval._hub_cached("cais/mmlu")  # where the imported library was set to read
+
+
 def test_3_and_4_offline_hub_error_loads_no_torch(tmp_path):
     code = ("import sys\nfrom lctx.errors import LctxError\nfrom lctx.harness.evaluate import evaluate\n"
             f"try:\n    evaluate(tasks='arc_easy', limit=1, out={str(tmp_path / 'o')!r})\n"
