@@ -133,12 +133,12 @@ def run(
     system_prompt: Optional[str] = typer.Option(None, "--system-prompt", help="System message for --chat-template on (default: the template's own, if any)."),
     memory_check: bool = typer.Option(True, "--memory-check/--no-memory-check", help="Refuse, before the sweep, a run whose longest prefill does not fit the device (memory model of `lctx plan`)."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
-    batch_size: str = typer.Option("1", "--batch-size", help="N or auto: prefill and decode N samples of one length together (passkey, niah_*, RULER's tasks, custom tasks with batched = True; others run one at a time). auto: the most that lctx plan's memory model fits in half the device (at most 4 on CPU, 32 on CUDA). Records equal batch 1's to rounding; README \"Batches\"."),
+    batch_size: Optional[str] = typer.Option(None, "--batch-size", help="N or auto: prefill and decode N samples of one length together (passkey, niah_*, RULER's tasks, custom tasks with batched = True; ppl runs one at a time); mmlu/arc: N requests per lm-eval forward (default 1 and, for mmlu/arc, 32). auto: the most that lctx plan's memory model fits in half the device (at most 4 on CPU, 32 on CUDA). Records equal batch 1's to rounding; README \"Batches\"."),
 ):
     """Evaluate checkpoints on tasks x lengths x depths; write records.jsonl, results.parquet/csv, summary.csv and plots."""
     if chat_template not in ("on", "off"):
         raise LctxError(f"--chat-template {chat_template!r} is not on or off; write --chat-template on")
-    parse_lengths(lengths), parse_depths(depths), parse_batch_size(batch_size)  # one-line errors before the heavy imports
+    parse_lengths(lengths), parse_depths(depths), batch_size is None or parse_batch_size(batch_size)  # one-line errors before the heavy imports
     explicit_lengths = getattr(ctx.get_parameter_source("lengths"), "name", "DEFAULT") != "DEFAULT"  # --lengths given
     result = evaluate(
         list(model) if model else None, tasks, lengths=lengths if explicit_lengths else None, depths=depths,

@@ -114,6 +114,12 @@ def _unique(values: list, what: str, warn) -> list:
     return out
 
 
+#: lm-eval requests per forward for MMLU/ARC when ``--batch-size`` is not given (an int N given: N). lm-eval keeps
+#: the whole batch's logits (and their log-softmax): N x longest request x vocabulary x 4 bytes, each (README
+#: "Batches": 19 GB for SmolLM2-135M's 5-shot MMLU at 32)
+LMEVAL_BATCH = 32
+
+
 def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, Sequence[str]] = DEFAULT_TASKS,
              lengths: Union[str, Sequence[int], None] = None, depths: Union[str, Sequence[float]] = DEFAULT_DEPTHS,
              samples: int = 2, out: Union[str, Path, None] = None, *, relative: Union[str, Sequence[float], None] = None,
@@ -122,7 +128,7 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
              chunk_size: int = 2048, allow_beyond_max: bool = False, attn_impl: Optional[str] = None,
              cache_dir: Union[str, Path, None] = None, trust_remote_code: bool = False,
              attn_override: Optional[str] = None, chat_template: bool = False, system_prompt: Optional[str] = None,
-             memory_check: bool = True, progress: bool = False, batch_size: Union[int, str] = 1, stride: float = 0.5,
+             memory_check: bool = True, progress: bool = False, batch_size: Union[int, str, None] = None, stride: float = 0.5,
              window: Union[str, Sequence[int], None] = None, ppl_data: Optional[Sequence[str]] = None,
              ppl_bos: str = "prepend", ppl_short_docs: str = "drop", ppl_max_tokens: int = 32768,
              key_digits: int = 5, limit: Optional[int] = None, num_fewshot: Optional[int] = None,
@@ -135,7 +141,8 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
     depths, fractions in [0, 1]; samples: per (length, depth) cell; out: the run directory (default: a fresh
     temporary directory; rerun with the same ``out`` to resume). The other options are those of ``lctx run``
     (``lctx run --help``): ``task_options`` as ``{task: {key: value}}`` or ``["task.key=value"]``,
-    ``chat_template`` True/False, ``batch_size`` an int or ``"auto"`` (README "Batches"). ``log`` / ``warn``
+    ``chat_template`` True/False, ``batch_size`` an int or ``"auto"`` (README "Batches"; None: 1 sample of the
+    length sweeps and lm-eval's :data:`LMEVAL_BATCH` requests per forward; an int N: N for both). ``log`` / ``warn``
     receive progress notes and warnings (one line each).
 
     Returns: a :class:`Result` (tables as DataFrames, plot paths, counts).
@@ -158,7 +165,8 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
     length_list = _as_list(lengths if explicit_lengths else DEFAULT_LENGTHS, parse_lengths, "lengths")
     depth_list = _as_list(depths, parse_depths, "depths")
     length_list, depth_list = _unique(length_list, "lengths", warn), _unique(depth_list, "depths", warn)
-    batch = parse_batch_size(batch_size)
+    batch = parse_batch_size(batch_size) if batch_size is not None else 1
+    lmeval_batch = batch if batch_size is not None and isinstance(batch, int) else LMEVAL_BATCH
     cache_dir = Path(cache_dir) if cache_dir is not None else None
     if isinstance(relative, (list, tuple)):
         relative = ",".join(f"{r:g}" for r in relative)
@@ -212,7 +220,7 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
         raise LctxError(f"{', '.join(lmeval_names)} cannot be sharded across processes yet; run them without "
                         "torchrun / accelerate launch (the length sweeps can be)")
     lmeval_objs = (lmeval.build_tasks(lmeval_names, data_dir, limit=limit, num_fewshot=num_fewshot, seed=seed,
-                                      chat_template=chat_template, system_prompt=system_prompt,
+                                      batch_size=lmeval_batch, chat_template=chat_template, system_prompt=system_prompt,
                                       log=log if progress else None)
                    if lmeval_names else [])  # checks the data; they run in the first sweep, after the others
     task_objs = _build_tasks(task_names, parse_task_options(task_option, task_names), get_task, out, data_dir,

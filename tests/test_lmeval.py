@@ -231,6 +231,25 @@ def test_run_lmeval_matches_independent_scoring_and_resumes(tiny_data, tmp_path,
     assert not t.duplicated(["task", "metric", "sample"]).any()  # the old arc records left the tables
 
 
+def test_batch_size_reaches_lm_eval(tiny_data, tmp_path, monkeypatch):
+    """--batch-size N sets lm-eval's requests per forward too (README said MMLU/ARC ran one at a time, while they
+    always went in lm-eval batches of 32: 19 GB of logits for SmolLM2's 5-shot MMLU); without it, 32."""
+    import lctx
+    from lctx.errors import LctxError
+
+    seen = []
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["batch_size"])
+        raise LctxError("stop here")  # before any model loads
+
+    monkeypatch.setattr(lmeval, "build_tasks", spy)
+    for bs in (None, 4, "auto", "2"):
+        with pytest.raises(LctxError, match="stop here"):
+            lctx.evaluate(tasks="arc_easy", data_dir=tiny_data, batch_size=bs, out=tmp_path / "o", log=lambda *_: None)
+    assert seen == [32, 4, 32, 2]
+
+
 def test_quiet_progress_disables_tqdm_and_restores_it():
     """--no-progress: bars made inside quiet_progress draw nothing (tqdm and tqdm.auto); after it they draw."""
     import io
