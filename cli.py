@@ -21,8 +21,8 @@ import typer
 import lctx
 from lctx import ATTN_IMPLS
 from lctx.harness.console import count, print_frame, print_table, table_format
-from lctx.harness.args import check_checkpoint_out, check_writable_dir, data_path, parse_batch_size, parse_depths, parse_lengths, parse_options
-from lctx.errors import EXIT_ALL_FAILED, EXIT_USAGE, LctxError
+from lctx.harness.args import check_checkpoint_out, check_results_out, check_writable_dir, data_path, parse_batch_size, parse_depths, parse_lengths, parse_options
+from lctx.errors import EXIT_ALL_FAILED, EXIT_USAGE, LctxError, split_list
 from lctx.harness.evaluate import DEFAULT_MODEL, evaluate, passive_omp_wait
 
 class _WholeHelp:
@@ -85,6 +85,20 @@ def _checked_out(value: Optional[Path]) -> Optional[Path]:
     return value
 
 
+def _results_out(command: str, run_dir_ok: bool = True):
+    """The ``--out`` callback of a command that writes results (``lctx run``, ``report``, ``bench``, ``compare``,
+    ``diagnose``): :func:`_checked_out`, and neither a checkpoint folder nor (``run_dir_ok`` False) an ``lctx run``
+    directory (:func:`lctx.harness.args.check_results_out`)."""
+
+    def callback(value: Optional[Path]) -> Optional[Path]:
+        if value is not None:
+            check_writable_dir(Path(value))
+            check_results_out(Path(value), command, run_dir_ok=run_dir_ok)
+        return value
+
+    return callback
+
+
 def _configure_threads(device: str = "cpu") -> None:
     """Intra-op threads for a computing command: LCTX_NUM_THREADS / OMP_NUM_THREADS, else torch's default, with a
     note when the machine is busy (:func:`lctx.kernels.default_threads`, :func:`lctx.kernels.busy_note`;
@@ -118,7 +132,7 @@ def run(
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="mmlu/arc_*: only the first N test questions of each task (each MMLU subject)."),
     num_fewshot: Optional[int] = typer.Option(None, "--num-fewshot", min=0, help="mmlu/arc_*: few-shot examples (default: mmlu 5, arc 0)."),
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", envvar="LCTX_DATA_DIR", help="Root of evaluation data (e.g. ../shared/data)."),
-    out: Path = typer.Option(Path("lctx-out"), "--out", "-o", parser=_out_arg, callback=_checked_out, help="Run directory (rerun with the same --out to resume)."),
+    out: Path = typer.Option(Path("lctx-out"), "--out", "-o", parser=_out_arg, callback=_results_out("run"), help="Run directory (rerun with the same --out to resume)."),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto."),
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
     seed: int = typer.Option(0, "--seed", help="Seed of sample generation."),
@@ -273,7 +287,7 @@ app.add_typer(diagnose_app, name="diagnose")
 @diagnose_app.command("prior")
 def diagnose_prior(
     model: str = typer.Option(..., "--model", "-m", help="A ggd_bam checkpoint directory."),
-    out: Path = typer.Option(Path("lctx-diagnostics"), "--out", "-o", parser=_out_arg, callback=_checked_out),
+    out: Path = typer.Option(Path("lctx-diagnostics"), "--out", "-o", parser=_out_arg, callback=_results_out("diagnose")),
     max_distance: Optional[int] = typer.Option(None, "--max-distance", min=1, help="Largest distance plotted (tokens; default 8x train length)."),
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Run Python code shipped with a Hugging Face checkpoint (auto_map). Off by default."),
 ):
@@ -299,7 +313,7 @@ def diagnose_far_mass(
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", envvar="LCTX_DATA_DIR"),
     queries: int = typer.Option(32, "--queries", min=1, help="Last queries averaged per length."),
     device: str = typer.Option("auto", "--device"),
-    out: Path = typer.Option(Path("lctx-diagnostics"), "--out", "-o", parser=_out_arg, callback=_checked_out),
+    out: Path = typer.Option(Path("lctx-diagnostics"), "--out", "-o", parser=_out_arg, callback=_results_out("diagnose")),
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Run Python code shipped with a Hugging Face checkpoint (auto_map). Off by default."),
 ):
     """Share of attention mass beyond a distance as the context grows (seed 004's near/far mass)."""
@@ -342,7 +356,7 @@ def compare(
     alias: List[str] = typer.Option(None, "--alias", help="NEW=OLD: run model NEW is baseline model OLD (repeatable)."),
     allow_missing: bool = typer.Option(False, "--allow-missing", help="Baseline cells absent from the run do not fail the gate."),
     allow_option_changes: bool = typer.Option(False, "--allow-option-changes", help="Judge cells whose options (task options, dtype, attn_impl, seed) differ from the baseline's instead of refusing them as not comparable (exit 2)."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", parser=_out_arg, callback=_checked_out, help="Where compare.csv and compare.md go (default: RUN_DIR/compare)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", parser=_out_arg, callback=_results_out("compare"), help="Where compare.csv and compare.md go (default: RUN_DIR/compare)."),
 ):
     """Gate a run on a baseline: exit 0 when nothing regressed, 1 on a regression, 2 on bad input or cells whose options differ from the baseline's."""
     from lctx.harness.compare import Rules, compare_dirs, load_rules, parse_aliases, parse_tolerances, print_report, write_report  # lazy: loads pandas
@@ -432,7 +446,7 @@ def bench(
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Instead of one layer: a whole checkpoint's chunked prefill per --impl x length, each in a fresh process, with peak RSS against `lctx plan`."),
     chunk_size: int = typer.Option(2048, "--chunk-size", min=1, help="--model: prefill chunk in tokens."),
     warmup_tokens: int = typer.Option(0, "--warmup-tokens", min=0, help="--model: prefill this many tokens before measuring (kernel compilation)."),
-    out: Path = typer.Option(Path("lctx-bench"), "--out", "-o", parser=_out_arg, callback=_checked_out, help="Output directory (bench.parquet/csv, exponents.csv, ratios.md, bench.png)."),
+    out: Path = typer.Option(Path("lctx-bench"), "--out", "-o", parser=_out_arg, callback=_results_out("bench"), help="Output directory (bench.parquet/csv, exponents.csv, ratios.md, bench.png)."),
 ):
     """Time one attention layer forward per variant x impl x length, alternately with SDPA causal: ratios (median, min), peak memory, exponents. With --model: a whole-model prefill against the memory plan."""
     length_list = parse_lengths(lengths)
@@ -466,7 +480,10 @@ def bench(
     from lctx.models import VARIANTS  # lazy: loads torch (lctx.models)
     from lctx.models.variants import get_variant  # lazy: loads torch (lctx.models)
 
-    names = [v.strip() for v in variants.split(",") if v.strip()] if variants else sorted(VARIANTS)
+    if variants is not None:  # an empty item (--variants "", "rope,") is a mistake, not "all variants"
+        names = split_list(variants, "--variants", "--variants rope,alibi (see `lctx list variants`)")
+    else:
+        names = sorted(VARIANTS)
     for name in names:
         try:
             get_variant(name)
@@ -545,7 +562,7 @@ def plan(
 @app.command()
 def report(
     run_dirs: List[Path] = typer.Argument(..., metavar="RUN_DIR", help="Run directories written by lctx run (one or more)."),
-    out: Path = typer.Option(Path("lctx-report"), "--out", "-o", parser=_out_arg, callback=_checked_out, help="Where report.html, report.md, plots/ and summary.csv go."),
+    out: Path = typer.Option(Path("lctx-report"), "--out", "-o", parser=_out_arg, callback=_results_out("report", run_dir_ok=False), help="Where report.html, report.md, plots/ and summary.csv go."),
     at: str = typer.Option("1x,2x,8x", "--at", help="Lengths of the summary's retrieval columns: multiples of the training length (4x) or tokens (2k)."),
     title: Optional[str] = typer.Option(None, "--title", help="Page title."),
     train_length: List[str] = typer.Option(None, "--train-length", help="Training length in tokens for models whose runs record none (a GGUF's): N for all of them, or MODEL=N (repeatable)."),

@@ -152,6 +152,28 @@ CHECKPOINT_FILES = ("config.json", "model.safetensors", "model.safetensors.index
 RUN_DIR_FILES = ("run.json", "records.jsonl")
 
 
+def check_results_out(path: Path, command: str, run_dir_ok: bool = True) -> None:
+    """Refuse, before any work starts, a results ``--out`` (``lctx run``, ``report``, ``bench``, ``compare``,
+    ``diagnose``) that is a checkpoint folder: files written among the weights become part of the checkpoint's
+    content fingerprint (every top-level file a loader might read is hashed), so the model would look new and
+    every later run would redo it. With ``run_dir_ok=False`` (``lctx report``), also an ``lctx run`` directory,
+    whose own ``summary.csv`` the command would replace.
+
+    Raises:
+        LctxError: ``path`` holds checkpoint files (:data:`CHECKPOINT_FILES`), or run files (``run_dir_ok`` False).
+    """
+    if not path.is_dir():
+        return
+    held = [f for f in CHECKPOINT_FILES if (path / f).exists()]
+    if held:
+        raise LctxError(f"--out {str(path)!r} is a checkpoint folder ({', '.join(held)}); lctx {command} would write "
+                        "its results among the weights and change the model's fingerprint: pass another --out")
+    run_files = [f for f in RUN_DIR_FILES if (path / f).exists()]
+    if run_files and not run_dir_ok:
+        raise LctxError(f"--out {str(path)!r} is an lctx run directory ({', '.join(run_files)}); lctx {command} would "
+                        f"replace its summary.csv: pass another --out, e.g. {str(path / command)!r}")
+
+
 def check_checkpoint_out(path: Path, overwrite: bool, command: str, whole_dir: bool = False) -> None:
     """Refuse, before any work starts, an ``--out`` that already holds a checkpoint (``lctx train``, ``lctx
     convert``): writing there would silently replace trained weights. ``overwrite`` (``--overwrite``) allows it.

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence, Union
 
-from lctx.harness.args import (check_model_path, check_run_options, check_task_options, check_writable_dir,
+from lctx.harness.args import (check_model_path, check_results_out, check_run_options, check_task_options,
+                               check_writable_dir,
                                chat_options, parse_batch_size,
                                parse_depths,
                                parse_lengths, parse_task_options, task_option_names)
@@ -173,6 +174,7 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
     task_names = _unique(_check_names(models, tasks, task_files), "tasks", warn)  # one-line errors before torch loads (issue 15.4)
     if out is not None:
         check_writable_dir(Path(out))  # before torch, the tasks' data and the models load
+        check_results_out(Path(out), "run")  # not into a checkpoint: its fingerprint would change
         from lctx.harness.rundir import check_not_locked  # lazy: +7 ms (socket) to lctx.cli's import (-X importtime)
 
         check_not_locked(Path(out))  # a busy --out answers now, not after the models load (trial21 item 8)

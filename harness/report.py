@@ -662,11 +662,15 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, at: str = "1x,
     "summary_table": the summary as shown, "notes": lines below it (:func:`train_length_notes`)}.
 
     Raises:
-        LctxError: a run directory :func:`load_runs` refuses, a bad ``at``, or an unwritable ``out_dir``.
+        LctxError: a run directory :func:`load_runs` refuses, a bad ``at``, an unwritable ``out_dir``, or one that
+            is a checkpoint folder or an ``lctx run`` directory (:func:`lctx.harness.args.check_results_out`).
     """
+    from lctx.harness.args import check_results_out  # lazy: torch-free, light; the CLI checked it already
+
     at_list = parse_at(at)
-    table, metas = load_runs(run_dirs, train_lengths)
     out = Path(out_dir)
+    check_results_out(out, "report", run_dir_ok=False)  # its summary.csv would replace the run's own
+    table, metas = load_runs(run_dirs, train_lengths)
     try:
         (out / "plots").mkdir(parents=True, exist_ok=True)
     except OSError as e:

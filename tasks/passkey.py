@@ -73,6 +73,11 @@ class Passkey(Task):
     requires = "none (generated)"
 
     def __init__(self, key_digits: int = 5, max_new_tokens: int | None = None, **options):
+        if isinstance(key_digits, bool) or not float(key_digits).is_integer() or not 1 <= int(key_digits) <= 30:
+            raise ValueError(f"key_digits must be a whole number of digits from 1 to 30, got {key_digits!r}")
+        if max_new_tokens is not None and (isinstance(max_new_tokens, bool) or not float(max_new_tokens).is_integer()
+                                           or int(max_new_tokens) < 1):
+            raise ValueError(f"max_new_tokens must be a whole number >= 1, got {max_new_tokens!r}")
         super().__init__(key_digits=key_digits, max_new_tokens=max_new_tokens, **options)
         self.key_digits = int(key_digits)
         self.max_new_tokens = max_new_tokens or self.key_digits + 4

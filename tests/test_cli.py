@@ -225,6 +225,58 @@ def test_out_that_is_a_run_directory_is_refused(capsys, tmp_path, argv):
     assert sorted(p.name for p in run.iterdir()) == ["records.jsonl", "run.json"]
 
 
+@pytest.mark.parametrize("argv", [["run", "--tasks", "passkey"], ["report", "RUNDIR"], ["bench", "--variants", "rope"],
+                                  ["diagnose", "far-mass", "-m", "CKPT"], ["compare", "RUNDIR"]])
+def test_results_out_that_is_a_checkpoint_is_refused(capsys, tmp_path, argv):
+    # trial22 finding 2: `lctx report RUN --out CKPT` (and run, bench, ...) wrote results among the weights; every
+    # top-level file of a checkpoint is in its content fingerprint, so the bundled model's changed (4501e8a8... ->
+    # 7dd0c10b...) and the next run redid all 44 samples. Refused while the arguments parse; nothing written.
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text('{"variant": "rope"}')
+    (ckpt / "model.safetensors").write_bytes(b"weights")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run.json").write_text("{}")
+    argv = [str(run) if a == "RUNDIR" else str(ckpt) if a == "CKPT" else a for a in argv]
+    code, _, err = run_cli(argv + ["--out", str(ckpt)], capsys)
+    assert_one_line_error(code, err, "is a checkpoint folder (config.json, model.safetensors)")
+    assert sorted(p.name for p in ckpt.iterdir()) == ["config.json", "model.safetensors"]
+
+
+def test_report_into_a_run_directory_is_refused(capsys, tmp_path):
+    # trial22 finding 1: `lctx report RUN --out RUN` replaced the run's per-cell summary.csv with the report's
+    # one-row one, and `lctx compare RUN` then failed. Refused, naming a folder that works.
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run.json").write_text("{}")
+    (run / "summary.csv").write_text("model,task\n")
+    code, _, err = run_cli(["report", str(run), "--out", str(run)], capsys)
+    assert_one_line_error(code, err, "is an lctx run directory (run.json)", "report")
+    assert (run / "summary.csv").read_text() == "model,task\n"
+    from lctx.harness.report import build_report
+
+    with pytest.raises(Exception, match="is an lctx run directory"):  # the Python API too
+        build_report([run], run)
+
+
+@pytest.mark.parametrize("value", ["", "rope,", ",rope"])
+def test_bench_empty_variant_entry_is_refused(capsys, value):
+    # trial22 finding 6: `--variants ""` ran the full benchmark of every variant (minutes); "rope," was accepted
+    code, _, err = run_cli(["bench", "--variants", value, "--out", "unused"], capsys)
+    assert_one_line_error(code, err, "--variants")
+
+
+@pytest.mark.parametrize("opt", ["passkey.key_digits=0", "passkey.key_digits=-2", "passkey.key_digits=2.5",
+                                 "passkey.max_new_tokens=0"])
+def test_passkey_option_out_of_range_is_one_line(capsys, tmp_path, opt):
+    # trial22 finding 4: key_digits=0 ended in a traceback (ValueError from randrange, exit 1); 2.5 made 2-digit keys
+    code, _, err = run_cli(["run", "--tasks", "passkey", "--task-option", opt, "--lengths", "256",
+                            "--out", str(tmp_path / "o")], capsys)
+    assert_one_line_error(code, err, opt.split(".")[1].split("=")[0])
+    assert "Traceback" not in err
+
+
 def test_convert_gguf_refuses_a_folder_of_other_files(capsys, tmp_path):
     # convert gguf replaces --out whole (written aside, then renamed over it): a folder of other files would be
     # deleted, so it is refused even with --overwrite
