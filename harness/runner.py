@@ -344,6 +344,33 @@ def _warn(msg: str) -> None:
     print(msg, file=sys.stderr)
 
 
+def _check_model_names(lms, models: dict, old_meta: dict, out_dir: Path) -> None:
+    """Refuse two different checkpoints under one model name in a run directory: the tables keep one model per
+    name (its current inputs; older ones are "earlier inputs"), so a second folder called ``tiny`` would hide the
+    first one's results. The same name is fine for the same path (retrained: its new weights replace the old) and
+    for the same content at another path (a copy).
+
+    Raises:
+        LctxError: two ``--model`` of this call, or one of them and one already in ``run.json``, share a name but
+            neither path nor content.
+    """
+    seen: dict = {}
+    known = ((old_meta.get("inputs") or {}).get("models") or {}) if isinstance(old_meta.get("inputs"), dict) else {}
+    for lm in lms:
+        mine = models[lm.name]
+        other = seen.get(lm.name)
+        if other is not None and other.get("path") != str(Path(lm.path).resolve()):
+            raise LctxError(f"--model {lm.path!r} and --model {other['given']!r} are both named {lm.name!r}; the tables "
+                            "keep one model per name: give the folders different names (e.g. a symlink) or run them "
+                            "into different --out directories")
+        seen[lm.name] = {"path": str(Path(lm.path).resolve()), "given": lm.path}
+        old = known.get(lm.name) if isinstance(known.get(lm.name), dict) else None
+        if old and old.get("path") not in (None, mine.get("path")) and old.get("fingerprint") != mine.get("fingerprint"):
+            raise LctxError(f"run directory {str(out_dir)!r} already holds a model named {lm.name!r} from "
+                            f"{old['path']!r}, other weights than --model {lm.path!r}; the tables keep one model per "
+                            "name: pass another --out, or give the folder another name (e.g. a symlink)")
+
+
 def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo, batch_size=1, tables: bool = True,
            invocation: str | None = None) -> dict:
     # [distributed] under torchrun / accelerate launch each rank runs a share and appends to its own
@@ -362,6 +389,7 @@ def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo, batch_size=1, 
                   "data": {t.key: t.data_fingerprint() for t in tasks},
                   "tasks": {t.key: task_inputs(t) for t in tasks}}
     inputs = D.broadcast(inputs)
+    _check_model_names(lms, inputs["models"], old_meta, out_dir)
     for lm in lms:
         lm._lctx_inputs = inputs["models"][lm.name]
     bases = {}

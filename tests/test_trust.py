@@ -178,6 +178,27 @@ def test_3b_same_data_file_spelled_two_ways_is_one_cell(make_checkpoint, tmp_pat
     assert Perplexity(data=[str(alias / "books" / "x.txt")]).options["data"] == [str((root / "books" / "x.txt").resolve())]
 
 
+def test_3c_two_checkpoints_of_one_name_are_refused_not_hidden(make_checkpoint, data, tmp_path):
+    # trial22 finding 3: ../t/b/tiny then ../t/a/tiny into one --out: both are model "tiny", and the tables kept
+    # only a's, calling b's "earlier inputs". Refused now; the same folder retrained, or a copy of it, still resumes.
+    import shutil
+
+    from lctx.errors import LctxError
+
+    a = make_checkpoint("rope", name="a/tiny")
+    b = make_checkpoint("alibi", name="b/tiny")  # other weights, same folder name
+    out = tmp_path / "o"
+    assert sweep(a, [ppl_task(data)], out)["ran"] == 1
+    with pytest.raises(LctxError, match="already holds a model named 'tiny'"):
+        sweep(b, [ppl_task(data)], out)
+    copy = tmp_path / "c" / "tiny"
+    shutil.copytree(a, copy)  # the same content elsewhere: the same model
+    assert sweep(copy, [ppl_task(data)], out)["ran"] == 0
+    lm_a, lm_b = load_lm(str(a), device="cpu"), load_lm(str(b), device="cpu")
+    with pytest.raises(LctxError, match="are both named 'tiny'"):  # two of one call
+        run_sweep([lm_a, lm_b], [ppl_task(data)], RunSpec([64], [0.5], 1), tmp_path / "o2", progress=False)
+
+
 def test_4_retrain_tabulates_only_current_inputs(make_checkpoint, data, tmp_path):
     ck = make_checkpoint("rope")
     out = tmp_path / "o"
