@@ -148,8 +148,14 @@ def check_writable_dir(path: Path, create: bool = False) -> None:
 CHECKPOINT_FILES = ("config.json", "model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                     "tokenizer.json", "train_log.json")
 
-#: files that mark an ``lctx run`` output directory (:mod:`lctx.harness.runner`)
-RUN_DIR_FILES = ("run.json", "records.jsonl")
+#: files that mark an ``lctx run`` output directory (:mod:`lctx.harness.runner`): its metadata and records, the
+#: per-rank records of a sharded run stopped before they merged, its lock, and lm-eval's request caches
+RUN_DIR_FILES = ("run.json", "records.jsonl", "records.rank*.jsonl", ".lctx.lock", "partial")
+
+
+def run_dir_files(path: Path) -> list[str]:
+    """The :data:`RUN_DIR_FILES` patterns that match something in ``path`` (empty: not an ``lctx run`` directory)."""
+    return [f for f in RUN_DIR_FILES if any(path.glob(f))]
 
 
 def check_results_out(path: Path, command: str, run_dir_ok: bool = True) -> None:
@@ -168,7 +174,7 @@ def check_results_out(path: Path, command: str, run_dir_ok: bool = True) -> None
     if held:
         raise LctxError(f"--out {str(path)!r} is a checkpoint folder ({', '.join(held)}); lctx {command} would write "
                         "its results among the weights and change the model's fingerprint: pass another --out")
-    run_files = [f for f in RUN_DIR_FILES if (path / f).exists()]
+    run_files = run_dir_files(path)
     if run_files and not run_dir_ok:
         raise LctxError(f"--out {str(path)!r} is an lctx run directory ({', '.join(run_files)}); lctx {command} would "
                         f"replace its summary.csv: pass another --out, e.g. {str(path / command)!r}")
@@ -186,7 +192,7 @@ def check_checkpoint_out(path: Path, overwrite: bool, command: str, whole_dir: b
     """
     if not path.is_dir():
         return
-    run_files = [f for f in RUN_DIR_FILES if (path / f).exists()]
+    run_files = run_dir_files(path)
     if run_files:  # even with --overwrite: results and their records would share a folder with new weights
         raise LctxError(f"--out {str(path)!r} is an lctx run directory ({', '.join(run_files)}); lctx {command} "
                         "writes a checkpoint: pass another --out, e.g. a new folder beside it")

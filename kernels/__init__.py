@@ -145,7 +145,19 @@ def default_threads() -> tuple[int, str]:
 
 def configure_threads() -> int:
     """Set torch's intra-op thread count to :func:`default_threads` (call once, at the start of a command
-    that computes on CPU). Returns the count."""
+    that computes on CPU). Returns the count.
+
+    Raises:
+        LctxError: ``LCTX_NUM_THREADS`` or ``OMP_NUM_THREADS`` is set to something other than a positive whole
+            number (it was ignored without a word, while lctx's own busy-machine note recommends the variable).
+    """
+    from lctx.errors import LctxError  # lazy: kernels stays import-light
+
+    for var in ("LCTX_NUM_THREADS", "OMP_NUM_THREADS"):
+        val = os.environ.get(var, "").strip()
+        if val and not (val.isdigit() and int(val) > 0):
+            raise LctxError(f"{var}={os.environ[var]!r} is not a positive whole number of threads; write e.g. "
+                            f"{var}=1, or unset it")
     n, _ = default_threads()
     if n != torch.get_num_threads():
         torch.set_num_threads(n)

@@ -225,6 +225,16 @@ def test_out_that_is_a_run_directory_is_refused(capsys, tmp_path, argv):
     assert sorted(p.name for p in run.iterdir()) == ["records.jsonl", "run.json"]
 
 
+@pytest.mark.parametrize("marker", ["records.rank0.jsonl", ".lctx.lock", "partial/"])
+def test_out_that_is_a_partial_run_directory_is_refused(capsys, tmp_path, marker):
+    # trial22 finding 11: a sharded run stopped before its records merged (records.rank0.jsonl only), a folder with
+    # only the run lock, or only lm-eval's request caches (partial/) took a checkpoint without a word
+    run = tmp_path / "runs"
+    (run / marker.rstrip("/")).mkdir(parents=True) if marker.endswith("/") else (run.mkdir(), (run / marker).write_text(""))
+    code, _, err = run_cli(["train", "--steps", "1", "--out", str(run)], capsys)
+    assert_one_line_error(code, err, "is an lctx run directory")
+
+
 @pytest.mark.parametrize("argv", [["run", "--tasks", "passkey"], ["report", "RUNDIR"], ["bench", "--variants", "rope"],
                                   ["diagnose", "far-mass", "-m", "CKPT"], ["compare", "RUNDIR"]])
 def test_results_out_that_is_a_checkpoint_is_refused(capsys, tmp_path, argv):
@@ -275,6 +285,25 @@ def test_passkey_option_out_of_range_is_one_line(capsys, tmp_path, opt):
                             "--out", str(tmp_path / "o")], capsys)
     assert_one_line_error(code, err, opt.split(".")[1].split("=")[0])
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-1"])
+def test_unusable_thread_count_is_one_line(capsys, tmp_path, monkeypatch, value):
+    # trial22 finding 14: LCTX_NUM_THREADS=abc (0, -1) was ignored without a word, though the busy-machine note
+    # recommends the variable
+    monkeypatch.setenv("LCTX_NUM_THREADS", value)
+    code, _, err = run_cli(["run", "--tasks", "passkey", "--lengths", "256", "--out", str(tmp_path / "o")], capsys)
+    assert_one_line_error(code, err, f"LCTX_NUM_THREADS={value!r} is not a positive whole number")
+
+
+@pytest.mark.parametrize("name", ["mmlu", "ppl", "arc_easy"])
+def test_train_retrieval_task_that_cannot_make_documents(capsys, tmp_path, name):
+    # trial22 finding 9: `--retrieval mmlu` said "unknown task 'mmlu'; known tasks: ... mmlu ...": the line now
+    # says what is wrong with it
+    (tmp_path / "d.txt").write_text("some text " * 50)
+    code, _, err = run_cli(["train", "--data", str(tmp_path / "d.txt"), "--retrieval-fraction", "0.5", "--retrieval",
+                            name, "--steps", "1", "--device", "cpu", "--out", str(tmp_path / "ck")], capsys)
+    assert_one_line_error(code, err, f"retrieval task {name!r} cannot make training documents")
 
 
 def test_convert_gguf_refuses_a_folder_of_other_files(capsys, tmp_path):

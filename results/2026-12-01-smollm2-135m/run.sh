@@ -102,7 +102,10 @@ if [ -f "$OUT/direct/mmlu_tasks.txt" ]; then
   DIR=mmlu job mmlu20 --tasks mmlu --num-fewshot 5 --limit 20
   # batch 4, not 32: lm-eval keeps the logits of a whole batch (32 x 3,039 tokens x 49,152 x 4 B = 19 GB, then
   # their log-softmax), and the 32-batch job was OOM-killed at 23 GB RSS in its first (longest) batch
-  direct mmlu20 --tasks "$(cat "$OUT/direct/mmlu_tasks.txt")" --num_fewshot 5 --limit 20 --batch_size 4
+  # MMLU_SUBJECTS=N: the first N subjects (alphabetical) only; lm-eval's request cache keeps every answer, so a
+  # later call with a larger N computes only the new subjects' questions
+  direct mmlu20 --tasks "$(tr ',' '\n' < "$OUT/direct/mmlu_tasks.txt" | head -n "${MMLU_SUBJECTS:-57}" | paste -sd, -)" \
+    --num_fewshot 5 --limit 20 --batch_size 4
 fi
 # ARC (first 50 test questions), MMLU (first question of each subject, 5-shot): lctx and lm-eval direct
 job arc --tasks arc_easy,arc_challenge --num-fewshot 0 --limit 50
