@@ -187,15 +187,21 @@ class RetrievalMix:
             LctxError: unknown task, a task that is not passkey or NIAH, or RULER's data missing.
         """
         if name not in self._built:
-            if name != "passkey" and not name.startswith("niah_"):  # before get_task: `mmlu` is a known name, and
-                # its "unknown task 'mmlu'; known tasks: ... mmlu ..." contradicted itself (trial22 finding 9)
-                raise LctxError(f"retrieval task {name!r} cannot make training documents; use passkey or a "
-                                "niah_* task")
-            cls = get_task(name)
+            cant = LctxError(f"retrieval task {name!r} cannot make training documents; use passkey or a niah_* task")
+            try:
+                cls = get_task(name)
+            except LctxError:
+                from lctx.tasks import GROUPS, lmeval  # lazy: loads lctx.tasks (already loaded by get_task)
+
+                if name in GROUPS or lmeval.is_lmeval_task(name):  # a known name that is no sampled task: its
+                    raise cant from None  # "unknown task 'mmlu'; known: ... mmlu ..." contradicted itself (trial22)
+                raise
             if name == "passkey":
                 self._built[name] = cls()
-            else:
+            elif name.startswith("niah_"):
                 self._built[name] = cls(cache=False, data_dir=self.data_dir)
+            else:
+                raise cant
         return self._built[name]
 
     def document(self, lm: TokenizerLM, name: str, length: int, depth: float, index: int) -> list[int]:

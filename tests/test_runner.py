@@ -7,6 +7,7 @@ import json
 import pandas as pd
 import pytest
 
+from lctx.errors import LctxError
 from lctx.harness.lm import load_lm
 from lctx.harness.runner import RunSpec, run_sweep
 from lctx.harness.tables import COLUMNS
@@ -112,8 +113,11 @@ def test_same_name_other_weights_or_dtype_is_not_resumed(lm, tmp_path, make_chec
     spec = RunSpec([160], [0.5], samples=1)
     run_sweep([lm], [Passkey()], spec, tmp_path, progress=False)
     other = load_lm(str(make_checkpoint("rope", name="ck_alibi_other")), device="cpu")
-    other.name = lm.name  # same display name, different weights
-    assert run_sweep([other], [Passkey()], spec, tmp_path, progress=False)["ran"] == 1
+    other.name = lm.name  # same display name, different weights, another folder: never resumed; since trial22
+    with pytest.raises(LctxError, match="already holds a model named"):  # refused (it hid the first one's results)
+        run_sweep([other], [Passkey()], spec, tmp_path, progress=False)
+    retrained = load_lm(str(make_checkpoint("rope", name="ck_alibi")), device="cpu")  # other weights, same folder
+    assert retrained.name == lm.name and run_sweep([retrained], [Passkey()], spec, tmp_path, progress=False)["ran"] == 1
     bf16 = load_lm(lm.path, device="cpu", dtype="bfloat16")
     assert run_sweep([bf16], [Passkey()], spec, tmp_path, progress=False)["ran"] == 1
 
