@@ -119,6 +119,9 @@ class Perplexity(Task):
             root = Path(data_dir) if data_dir is not None else None
             data = [data_path(str(p), root) for p in data]
             keys = [data_key(p, root) for p in data]
+            twice = sorted({k for k in keys if keys.count(k) > 1})
+            if twice:  # it would be scored twice, and weigh double in the mean
+                raise ValueError(f"--ppl-data names {twice[0]!r} twice; give each file once")
         super().__init__(data=keys if data else None, stride=stride, bos=bos, short_docs=short_docs,
                          max_tokens=max_tokens, concat=concat, **options)
         self.data, self.stride, self.bos = data, stride, bos

@@ -146,7 +146,10 @@ def load_corpus(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[
         n_paths += 1
         p = Path(raw)
         if not p.exists():
-            raise LctxError(f"corpus path '{p}' does not exist; pass existing text files or directories")
+            several = "," in str(raw) and all(Path(x.strip()).exists() for x in str(raw).split(",") if x.strip())
+            raise LctxError(f"corpus path '{p}' does not exist; pass existing text files or directories"
+                            + ("; for several files repeat the flag (--ppl-data a.txt --ppl-data b.txt)"
+                               if several else ""))
         if p.is_dir():
             files = sorted((f for f in p.rglob("*.txt") if f.is_file()), key=lambda f: f.relative_to(p).as_posix())
             if not files:

@@ -306,6 +306,20 @@ def test_train_retrieval_task_that_cannot_make_documents(capsys, tmp_path, name)
     assert_one_line_error(code, err, f"retrieval task {name!r} cannot make training documents")
 
 
+def test_ppl_data_given_twice_or_comma_joined_is_one_line(capsys, tmp_path):
+    # trial22 findings 5 and 10: a file given twice was scored twice (weighing double); `--ppl-data a,b` said only
+    # that the path does not exist
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_text("some text " * 50)
+    b.write_text("other text " * 50)
+    code, _, err = run_cli(["run", "--tasks", "ppl", "--ppl-data", str(a), "--ppl-data", str(a), "--window", "64",
+                            "--out", str(tmp_path / "o")], capsys)
+    assert_one_line_error(code, err, "twice")
+    code, _, err = run_cli(["run", "--tasks", "ppl", "--ppl-data", f"{a},{b}", "--window", "64",
+                            "--out", str(tmp_path / "o2")], capsys)
+    assert_one_line_error(code, err, "repeat the flag")
+
+
 def test_convert_gguf_refuses_a_folder_of_other_files(capsys, tmp_path):
     # convert gguf replaces --out whole (written aside, then renamed over it): a folder of other files would be
     # deleted, so it is refused even with --overwrite
