@@ -153,6 +153,11 @@ CHECKPOINT_FILES = ("config.json", "model.safetensors", "model.safetensors.index
 RUN_DIR_FILES = ("run.json", "records.jsonl", "records.rank*.jsonl", ".lctx.lock", "partial")
 
 
+def checkpoint_files(path: Path) -> list[str]:
+    """The :data:`CHECKPOINT_FILES` present in ``path`` (empty: no checkpoint there)."""
+    return [f for f in CHECKPOINT_FILES if (path / f).exists()]
+
+
 def run_dir_files(path: Path) -> list[str]:
     """The :data:`RUN_DIR_FILES` patterns that match something in ``path`` (empty: not an ``lctx run`` directory)."""
     return [f for f in RUN_DIR_FILES if any(path.glob(f))]
@@ -170,7 +175,7 @@ def check_results_out(path: Path, command: str, run_dir_ok: bool = True) -> None
     """
     if not path.is_dir():
         return
-    held = [f for f in CHECKPOINT_FILES if (path / f).exists()]
+    held = checkpoint_files(path)
     if held:
         raise LctxError(f"--out {str(path)!r} is a checkpoint folder ({', '.join(held)}); lctx {command} would write "
                         "its results among the weights and change the model's fingerprint: pass another --out")
@@ -196,7 +201,7 @@ def check_checkpoint_out(path: Path, overwrite: bool, command: str, whole_dir: b
     if run_files:  # even with --overwrite: results and their records would share a folder with new weights
         raise LctxError(f"--out {str(path)!r} is an lctx run directory ({', '.join(run_files)}); lctx {command} "
                         "writes a checkpoint: pass another --out, e.g. a new folder beside it")
-    held = [f for f in CHECKPOINT_FILES if (path / f).exists()]
+    held = checkpoint_files(path)
     if held and not overwrite:
         raise LctxError(f"--out {str(path)!r} already holds a checkpoint ({', '.join(held)}); pass another --out, "
                         f"or `lctx {command} ... --overwrite` to replace it")

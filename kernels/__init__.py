@@ -136,11 +136,15 @@ def default_threads() -> tuple[int, str]:
     :func:`scan_threads` (1 by default) whatever this count, so the rest is left to ``LCTX_NUM_THREADS=1``
     on a shared machine.
     """
-    for var in ("LCTX_NUM_THREADS", "OMP_NUM_THREADS"):
+    for var in THREAD_VARS:
         val = os.environ.get(var, "").strip()
         if val.isdigit() and int(val) > 0:
             return int(val), var
     return max(1, _TORCH_DEFAULT_THREADS), "torch's default (physical cores)"
+
+
+#: the variables that set lctx's CPU thread count, first one set wins (:func:`default_threads`)
+THREAD_VARS = ("LCTX_NUM_THREADS", "OMP_NUM_THREADS")
 
 
 def configure_threads() -> int:
@@ -153,7 +157,7 @@ def configure_threads() -> int:
     """
     from lctx.errors import LctxError  # lazy: kernels stays import-light
 
-    for var in ("LCTX_NUM_THREADS", "OMP_NUM_THREADS"):
+    for var in THREAD_VARS:  # default_threads skips an unusable value; here it is the user's mistake
         val = os.environ.get(var, "").strip()
         if val and not (val.isdigit() and int(val) > 0):
             raise LctxError(f"{var}={os.environ[var]!r} is not a positive whole number of threads; write e.g. "
