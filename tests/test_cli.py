@@ -134,6 +134,7 @@ def preset_args(preset: Path) -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.golden  # compares with the committed baseline, made on another machine
 def test_bundled_default_run(capsys, tmp_path):
     """`lctx run` with no --model evaluates the bundled checkpoint with the CI preset (passkey + ppl at 256
     and 512 tokens, CPU float32) and reproduces the committed baseline within its rules (lctx compare)."""

@@ -78,6 +78,7 @@ def test_directory_with_one_gguf_and_convert_command(tiny_gguf, tmp_path, capsys
     assert b.name == "tiny-llama.Q0"
     ids = torch.tensor([[1, 100, 101, 102]])
     with torch.no_grad():
+        # bit-exact by construction: the same fp32 weights (stored unquantised) through the same kernels in one process
         assert torch.equal(a.model(ids).logits, b.model(ids).logits)
 
 
