@@ -42,7 +42,7 @@ from .plots import depth_heatmaps, passkey_heatmaps, ruler_figure
 from .plots import (_DPI, _draw_ratio, _labels, draw_ppl, _legend, _length_axis, _log_y, _model_key, _new_figure, _ok, _save,  # noqa: F401
                     _shorten, format_length, mark_train_lengths, palette, ppl_ratio_plot, safe_filename)
 from .ruler import GROUP as RULER, ruler_table
-from .rundir import read_json
+from .rundir import declared_tasks, read_json
 from .tables import label_names
 
 #: The task whose rows the perplexity section draws (and the flatness sweep derives its ratio from).
@@ -143,7 +143,8 @@ def _fill_train_lengths(t: pd.DataFrame, train_lengths: dict) -> pd.DataFrame:
 def load_runs(run_dirs: list[str | Path], train_lengths: dict | None = None) -> tuple[pd.DataFrame, list[dict]]:
     """Concatenate the tables of several runs with a ``run`` column (a short label of the directory) and
     derived flatness rows for runs that have none; returns (table, metas), each meta with ``run`` and
-    ``dir`` added. A (model, variant, task) present in two runs gets the model renamed ``model@run`` in
+    ``dir`` added, and the tasks' declared metadata the runs recorded in ``table.attrs["task_meta"]``
+    (:func:`lctx.harness.rundir.declared_tasks`; :func:`meta_of` reads it). A (model, variant, task) present in two runs gets the model renamed ``model@run`` in
     the later one, so their samples never mix. ``train_lengths`` (:func:`parse_train_lengths`) gives models
     whose runs record no training length one (before the flatness rows are derived).
 
@@ -207,6 +208,10 @@ def load_runs(run_dirs: list[str | Path], train_lengths: dict | None = None) -> 
     table["train_length"] = pd.to_numeric(table["train_length"], errors="coerce")
     table["status"] = table["status"].astype("string").fillna("")
     table["label"] = [_model_key(m, v) for m, v in zip(table["model"], table["variant"])]
+    declared: dict = {}
+    for meta in metas:  # a later run's declaration of a task replaces an earlier one's
+        declared.update(declared_tasks(meta))
+    table.attrs["task_meta"] = declared  # read by meta_of: no task file needed to report a --task-file task
     return table, metas
 
 
@@ -228,12 +233,14 @@ def perplexity_figure(table: pd.DataFrame, out_dir: Path, pal, max_ratio: float 
 
 
 def meta_of(task: str, table: pd.DataFrame | None = None):
-    """The declared metadata of ``task`` (:func:`lctx.tasks.task_meta`: its class attributes when registered;
-    else what ``table`` shows: its first metric as headline, a depth axis when its rows have depths)."""
+    """The declared metadata of ``task`` (:func:`lctx.tasks.task_meta`): what its run directories recorded
+    (``table.attrs["task_meta"]``, set by :func:`load_runs` from run.json), else its class attributes when
+    registered, else what ``table`` shows: its first metric as headline, a depth axis when its rows have depths."""
 
     rows = table[table["task"] == task] if table is not None else None
     metrics = list(dict.fromkeys(rows["metric"].dropna().astype(str))) if rows is not None else []
-    return task_meta(task, metrics, bool(rows is not None and rows["depth"].notna().any()))
+    declared = (table.attrs.get("task_meta") or {}).get(str(task)) if table is not None else None
+    return task_meta(task, metrics, bool(rows is not None and rows["depth"].notna().any()), declared)
 
 
 def _length_tasks(table: pd.DataFrame) -> list[str]:
