@@ -440,6 +440,27 @@ def parse_at(text: str) -> list[tuple[str, float]]:
     return out
 
 
+#: ``--at`` when none is given and a model of the report has a training length (:func:`default_at`).
+DEFAULT_AT = "1x,2x,8x"
+
+
+def default_at(table: pd.DataFrame) -> tuple[list[tuple[str, float]], str | None]:
+    """The summary's lengths when ``--at`` is not given: :data:`DEFAULT_AT` (multiples of the training length)
+    when a model of ``table`` has a training length; when none has one (a GGUF or Hugging Face checkpoint run
+    without ``--train-length``), every column at a multiple of it would be "–", so the tested lengths of the
+    summary's tasks (:func:`retrieval_tasks`, :func:`other_tasks`), in tokens. Returns (the lengths as
+    :func:`parse_at` gives them, the sentence the page shows about it or None)."""
+    if table["train_length"].notna().any():
+        return parse_at(DEFAULT_AT), None
+    tasks = retrieval_tasks(table) + other_tasks(table)
+    lengths = sorted({int(x) for x in table.loc[table["task"].isin(tasks), "length"].dropna()})
+    if not lengths:
+        return parse_at(DEFAULT_AT), None
+    return [("abs", float(L)) for L in lengths], (
+        f"No model has a training length, so the summary's score columns are at the tested lengths "
+        f"({', '.join(format_length(L) for L in lengths)}) instead of {DEFAULT_AT}; pass --at to choose others.")
+
+
 def _fmt_len(v, T=None, max_tested=None, zero="–") -> str:
     if v is None or not np.isfinite(v):
         return "–"
@@ -658,11 +679,12 @@ img{max-width:100%;height:auto;border:1px solid #e4e4e4}
 """
 
 
-def build_report(run_dirs: list[str | Path], out_dir: str | Path, at: str = "1x,2x,8x", title: str | None = None,
+def build_report(run_dirs: list[str | Path], out_dir: str | Path, at: str | None = None, title: str | None = None,
                  max_ratio: float = 1.1, threshold: float = 0.8, train_lengths: dict | None = None) -> dict:
     """Write the report of ``run_dirs`` into ``out_dir`` (see the module docstring).
 
-    at: summary lengths (:func:`parse_at`); max_ratio/threshold: the criteria drawn on the plots (the
+    at: summary lengths (:func:`parse_at`; None: :func:`default_at`, the tested lengths when no model has a
+    training length); max_ratio/threshold: the criteria drawn on the plots (the
     flatness numbers themselves come from each run's flatness rows, or the defaults when it has none).
     train_lengths: for models whose runs record none (:func:`parse_train_lengths`).
     Returns {"html", "markdown", "summary", "failures": paths, "plots": [paths], "table": the merged table,
@@ -674,7 +696,7 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, at: str = "1x,
     """
     from lctx.harness.args import check_results_out  # lazy: torch-free, light; the CLI checked it already
 
-    at_list = parse_at(at)
+    at_list = parse_at(at) if at is not None else None  # a bad --at is refused before any run is read
     out = Path(out_dir)
     check_results_out(out, "report", run_dir_ok=False)  # its summary.csv would replace the run's own
     table, metas = load_runs(run_dirs, train_lengths)
@@ -684,6 +706,9 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, at: str = "1x,
         raise LctxError(f"cannot write to --out {str(out)!r} ({e.strerror or e}); pass a writable directory") from None
     labels = list(dict.fromkeys(table["label"]))
     pal = palette(labels)
+    at_note = None
+    if at_list is None:
+        at_list, at_note = default_at(table)
 
     sections: list[tuple[str, str, list]] = []  # (id, heading, blocks); a block: ("p", text) | ("table", df, cls) | ("figs", [(path, caption, wide)])
     disp, num = summary_table(table, at_list)
@@ -695,7 +720,7 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, at: str = "1x,
             f"largest length with the retrieval score ({crits['effective_length']}) at or above the threshold at every tested length up to it "
             f"(RULER's effective length; “< L” = below it already at the shortest length L). Retrieval columns: the "
             f"headline metric (passkey exact match, NIAH string_match_all) averaged over depths and samples.")
-    notes = train_length_notes(table, metas)
+    notes = ([at_note] if at_note else []) + train_length_notes(table, metas)
     sections.append(("summary", "Summary", [("table", disp, "summary"), ("p", crit)] + [("p", n) for n in notes]))
 
     plots: list[Path] = []

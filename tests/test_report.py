@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import html
 import json
 import re
 
@@ -170,8 +171,9 @@ def test_unknown_train_length_has_a_hint_and_the_declared_maximum(tmp_path, caps
     res = build_report([run], tmp_path / "rep")
     disp = res["summary_table"].set_index("model")
     assert disp.loc["alibi", "train length"] == "–"  # 8192 is not shown as the training length
-    assert len(res["notes"]) == 1
-    note = res["notes"][0]
+    notes = [n for n in res["notes"] if n.startswith("Train length unknown")]
+    assert len(notes) == 1
+    note = notes[0]
     assert "Train length unknown for alibi" in note and "--train-length N to lctx run" in note
     assert "--train-length alibi=N to lctx report" in note and "declares max positions 8K" in note
     assert note in res["markdown"].read_text()
@@ -185,6 +187,30 @@ def test_unknown_train_length_has_a_hint_and_the_declared_maximum(tmp_path, caps
     assert "Train length unknown" not in (tmp_path / "rep3" / "report.md").read_text()
     code = main(["report", str(run), "--out", str(tmp_path / "rep4"), "--train-length", "alibi=0"])
     assert code == 2 and "--train-length 'alibi=0' is not N or MODEL=N" in capsys.readouterr().err
+
+
+def test_no_training_length_puts_the_summary_at_the_tested_lengths(tmp_path, capsys):
+    """issue 24 item 5: with no model's training length known (a GGUF or HF checkpoint), every column at 1x/2x/8x
+    was "–": without --at the summary's columns are the tested lengths, and the page says so."""
+    from lctx.cli import main
+
+    run = _run(tmp_path / "gguf", ["alibi"], train_length=None)
+    res = build_report([run], tmp_path / "rep")
+    disp = res["summary_table"].set_index("model")
+    cols = [c for c in disp.columns if c.startswith("passkey exact @ ")]
+    assert cols == ["passkey exact @ 256", "passkey exact @ 512", "passkey exact @ 1K"]
+    assert [disp.loc["alibi", c] for c in cols] == ["1.00", "0.75", "0.50"]  # EXACT["alibi"]'s means, not "–"
+    said = "the summary's score columns are at the tested lengths (256, 512, 1K)"
+    assert said in res["markdown"].read_text() and html.escape(said) in res["html"].read_text()
+    # --at given: the user's lengths, no such sentence; a training length known: multiples of it, as before
+    given = build_report([run], tmp_path / "rep2", at="512")
+    assert [c for c in given["summary_table"].columns if c.startswith("passkey exact @ ")] == ["passkey exact @ 512"]
+    assert said not in given["markdown"].read_text()
+    known = build_report([_run(tmp_path / "lctx", ["alibi"])], tmp_path / "rep3")
+    assert [c for c in known["summary_table"].columns if c.startswith("passkey exact @ ")] == \
+        ["passkey exact @ 1×", "passkey exact @ 2×", "passkey exact @ 8×"]
+    assert main(["report", str(run), "--out", str(tmp_path / "rep4")]) == 0
+    assert said in capsys.readouterr().out
 
 
 def test_train_length_of_a_model_no_run_has_is_refused(tmp_path, capsys):
