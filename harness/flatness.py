@@ -122,7 +122,8 @@ class FlatnessSpec:
         """
         if self.retrieval == "none" or self.retrieval_metric:
             return self
-        return replace(self, retrieval_metric=default_retrieval_metric(self.retrieval, (declared or {}).get(self.retrieval)))
+        metric = default_retrieval_metric(self.retrieval, (declared or {}).get(self.retrieval))
+        return replace(self, retrieval_metric=metric)
 
     @property
     def metric(self) -> str | None:

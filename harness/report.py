@@ -144,8 +144,8 @@ def load_runs(run_dirs: list[str | Path], train_lengths: dict | None = None) -> 
     """Concatenate the tables of several runs with a ``run`` column (a short label of the directory) and
     derived flatness rows for runs that have none; returns (table, metas), each meta with ``run`` and
     ``dir`` added, and the tasks' declared metadata the runs recorded in ``table.attrs["task_meta"]``
-    (:func:`lctx.harness.rundir.declared_tasks`; :func:`meta_of` reads it). A (model, variant, task) present in two runs gets the model renamed ``model@run`` in
-    the later one, so their samples never mix. ``train_lengths`` (:func:`parse_train_lengths`) gives models
+    (:func:`lctx.harness.rundir.declared_tasks`; :func:`meta_of` reads it). A (model, variant, task) present
+    in two runs gets the model renamed ``model@run`` in the later one, so their samples never mix. ``train_lengths`` (:func:`parse_train_lengths`) gives models
     whose runs record no training length one (before the flatness rows are derived).
 
     Raises:

@@ -48,7 +48,8 @@ class DigitCopy(Task):
 '''
 
 
-#: What ``run.json`` records of :func:`digit_copy_task_source`'s task (``task_meta``, :meth:`lctx.tasks.Task.declaration`).
+#: What ``run.json`` records of :func:`digit_copy_task_source`'s task (``task_meta``,
+#: :meth:`lctx.tasks.Task.declaration`).
 DIGIT_COPY_META = {"name": "digit_copy", "version": 1, "metrics": ["copy_top1", "copy_nll"],
                    "headline_metric": "copy_top1", "higher_is_better": {"copy_top1": True, "copy_nll": False},
                    "retrieval": True, "secondary_metric": None, "axes": ["depth", "sample"], "uses_seed": True,
