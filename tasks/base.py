@@ -67,7 +67,8 @@ class Task:
         version: an integer to bump when a change of the task's code (prompt, scoring) changes its numbers;
             it is part of every record's fingerprint, so old records of the task are not reused.
 
-    Optional (what the report, the plots, ``lctx compare`` and the flatness sweep read; never the task's name):
+    Optional (what the report, the plots, ``lctx compare`` and the flatness sweep read, from ``run.json``'s
+    ``task_meta`` where ``lctx run`` records them, :meth:`declaration`; never the task's name):
         headline_metric: the metric a summary shows (default: the first of ``metrics``; :meth:`headline`).
         higher_is_better: whether a larger headline metric is better (ppl, NLL: False), or {metric: bool} as
             lm-eval writes it; default None: ``lctx compare`` goes by the metric's name.
