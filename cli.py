@@ -563,7 +563,7 @@ def plan(
 def report(
     run_dirs: List[Path] = typer.Argument(..., metavar="RUN_DIR", help="Run directories written by lctx run (one or more)."),
     out: Path = typer.Option(Path("lctx-report"), "--out", "-o", parser=_out_arg, callback=_results_out("report", run_dir_ok=False), help="Where report.html, report.md, plots/ and summary.csv go."),
-    at: str = typer.Option("1x,2x,8x", "--at", help="Lengths of the summary's retrieval columns: multiples of the training length (4x) or tokens (2k)."),
+    at: Optional[str] = typer.Option(None, "--at", help="Lengths of the summary's retrieval columns: multiples of the training length (4x) or tokens (2k). Default 1x,2x,8x; the tested lengths when no model has a training length."),
     title: Optional[str] = typer.Option(None, "--title", help="Page title."),
     train_length: List[str] = typer.Option(None, "--train-length", help="Training length in tokens for models whose runs record none (a GGUF's): N for all of them, or MODEL=N (repeatable)."),
 ):

@@ -9,8 +9,8 @@ difference must be to count:
 
 - direction: ``higher`` (accuracy-like), ``lower`` (ppl, nll), ``equal`` (bookkeeping such as
   ``n_tokens``: any change beyond tolerance means the run measured something else, a regression) or
-  ``ignore``. From the rules, else the task class's ``higher_is_better`` dict (lm-eval's convention),
-  else :data:`DIRECTIONS`.
+  ``ignore``. From the rules, else the task's ``higher_is_better`` dict (lm-eval's convention) as the run
+  directories' ``run.json`` records it (``task_meta``; else the registered task class), else :data:`DIRECTIONS`.
 - tolerance: ``abs`` (metric units), ``rel`` (fraction of |baseline mean|) and ``stderr`` (k: the
   difference must exceed k standard errors of the difference, sqrt(se_run^2 + se_base^2), the usual
   two-sample z criterion; a cell with n = 1 has no standard error and contributes 0). Combined, a
@@ -43,7 +43,7 @@ from lctx.errors import LctxError
 from lctx.metrics import METRICS, direction_of
 
 from .console import print_line, print_table
-from .rundir import check_regular, read_json
+from .rundir import check_regular, declared_tasks, read_json
 from .tables import read_records, summarize, to_table
 
 KEYS = ["model", "task", "metric", "length", "depth"]
@@ -116,12 +116,14 @@ class Rules:
         fields = {**self.tolerance, **{k: v for k, v in self._metric_rules(task, metric).items() if k != "direction"}}
         return replace(Tolerance(), **fields)
 
-    def direction_for(self, task: str, metric: str) -> str | None:
-        """``higher``/``lower``/``equal``/``ignore`` for one (task, metric), or None when nothing says."""
+    def direction_for(self, task: str, metric: str, declared: dict | None = None) -> str | None:
+        """``higher``/``lower``/``equal``/``ignore`` for one (task, metric), or None when nothing says.
+        ``declared``: the tasks' metadata the run directories recorded (:func:`lctx.harness.rundir.declared_tasks`),
+        read before the task registry."""
         d = self._metric_rules(task, metric).get("direction")
         if d:
             return d
-        d = _task_direction(task, metric)
+        d = _task_direction(task, metric, declared)
         return d or direction_of(metric) or OTHER_DIRECTIONS.get(_base_metric(metric))
 
 
@@ -129,9 +131,15 @@ def _base_metric(metric: str) -> str:
     return metric.split(",", 1)[0]
 
 
-def _task_direction(task: str, metric: str) -> str | None:
-    """A registered task class's own ``higher_is_better``: {metric: bool} (lm-eval's convention), or a bool for
-    its headline metric (:attr:`lctx.tasks.Task.higher_is_better`); None when it declares nothing."""
+def _task_direction(task: str, metric: str, declared: dict | None = None) -> str | None:
+    """A task's own ``higher_is_better``: {metric: bool} (lm-eval's convention), or a bool for its headline
+    metric (:attr:`lctx.tasks.Task.higher_is_better`), as its run directory recorded it (``declared[task]``,
+    run.json's ``task_meta``: a ``--task-file`` task needs no task file here), else as its registered class
+    declares it; None when it declares nothing."""
+    rec = (declared or {}).get(task)
+    if isinstance(rec, dict) and isinstance(rec.get("higher_is_better"), dict):
+        hib = rec["higher_is_better"].get(metric)
+        return None if not isinstance(hib, bool) else "higher" if hib else "lower"
     try:
         from lctx.tasks import TASKS  # lazy: loads torch (every task registers); compare runs without it
     except Exception:  # noqa: BLE001 - the table lookup must not depend on the task registry importing
@@ -145,9 +153,13 @@ def _task_direction(task: str, metric: str) -> str | None:
     return None
 
 
-def _task_uses_seed(task: str) -> bool:
-    """Whether a task's samples depend on ``--seed`` (:attr:`lctx.tasks.Task.uses_seed`; ppl's do not): only
-    then do two seeds make its cells incomparable. True (the safe side) for a task not registered here."""
+def _task_uses_seed(task: str, declared: dict | None = None) -> bool:
+    """Whether a task's samples depend on ``--seed`` (:attr:`lctx.tasks.Task.uses_seed`; ppl's do not), as its
+    run directory recorded it (``declared[task]``), else its registered class: only then do two seeds make its
+    cells incomparable. True (the safe side) for a task neither records nor registers."""
+    rec = (declared or {}).get(task)
+    if isinstance(rec, dict) and isinstance(rec.get("uses_seed"), bool):
+        return rec["uses_seed"]
     try:
         from lctx.tasks import TASKS  # lazy: loads lctx.tasks; compare runs without it
     except Exception:  # noqa: BLE001 - as _task_direction
@@ -500,13 +512,16 @@ def check_rule_names(rules: Rules, run: pd.DataFrame, base: pd.DataFrame) -> Non
 
 
 def compare_runs(run: pd.DataFrame, base: pd.DataFrame, rules: Rules | None = None,
-                 allow_missing: bool = False, allow_option_changes: bool = False) -> Comparison:
+                 allow_missing: bool = False, allow_option_changes: bool = False,
+                 declared: dict | None = None) -> Comparison:
     """Match the cells of ``run`` and ``base`` (summary tables, :func:`load_summary`) and judge each one.
 
     diff = run mean - baseline mean (metric units); rel_diff = diff / |baseline mean|;
     z = diff / sqrt(se_run^2 + se_base^2) (NaN when neither has a standard error). ``options``: the label
     columns that differ between the two sides (:func:`option_differences`); such a cell is ``incomparable``
-    unless ``allow_option_changes``, which judges it all the same.
+    unless ``allow_option_changes``, which judges it all the same. ``declared``: {task: metadata} the run
+    directories recorded (run.json's ``task_meta``, :func:`lctx.harness.rundir.declared_tasks`): the tasks'
+    directions and ``uses_seed`` without their task files (:func:`compare_dirs` passes it).
 
     Raises:
         LctxError: no task or no model in common (mismatched runs; the message suggests ``--alias``),
@@ -544,7 +559,7 @@ def compare_runs(run: pd.DataFrame, base: pd.DataFrame, rules: Rules | None = No
                         "alias at most one run model to each baseline model")
     directions = {}
     for task, metric in set(zip(run["task"], run["metric"])) | set(zip(base["task"], base["metric"])):
-        d = rules.direction_for(task, metric)
+        d = rules.direction_for(task, metric, declared)
         if d is None:
             raise LctxError(f"metric {metric!r} of task {task!r} has no known direction; add "
                             f"[metrics.{metric}] direction = \"higher\" (or \"lower\", \"equal\", \"ignore\") to --rules")
@@ -571,7 +586,7 @@ def compare_runs(run: pd.DataFrame, base: pd.DataFrame, rules: Rules | None = No
         elif r["_merge"] == "right_only":
             row["status"] = "missing"
         else:
-            used = [c for c in labels if c not in keys and (c != "seed" or _task_uses_seed(r["task"]))]
+            used = [c for c in labels if c not in keys and (c != "seed" or _task_uses_seed(r["task"], declared))]
             row["options"] = "; ".join(option_differences(
                 {c: r[f"{c}_run"] for c in used}, {c: r[f"{c}_base"] for c in used}))
             row["status"] = _judge(row, direction, tol)
@@ -759,13 +774,15 @@ def compare_dirs(run_dir: Path, baseline_dir: Path, rules: Rules | None = None,
     """
     run = load_summary(run_dir, "run")
     base = load_summary(baseline_dir, "baseline")
-    for d in (run_dir, baseline_dir):
-        # the verdict reads the summaries only (a baseline may be summary.csv alone), so a damaged run.json does
-        # not stop the gate; it is named all the same, never passed over without a word (trial21 item 7)
+    declared: dict = {}
+    for d in (baseline_dir, run_dir):  # the run's declaration of a task over the baseline's
+        # the verdict reads the summaries and the tasks' declared directions (a baseline may be summary.csv alone),
+        # so a damaged run.json does not stop the gate; it is named all the same, never passed over without a word
+        # (trial21 item 7)
         try:
-            read_json(Path(d) / "run.json")
+            declared.update(declared_tasks(read_json(Path(d) / "run.json")))
         except LctxError as e:
             print(f"warning: {e}; lctx compare does not read it (the verdict stands)", file=sys.stderr)
-    cmp = compare_runs(run, base, rules, allow_missing, allow_option_changes)
+    cmp = compare_runs(run, base, rules, allow_missing, allow_option_changes, declared)
     cmp.run_dir, cmp.baseline_dir = str(run_dir), str(baseline_dir)
     return cmp

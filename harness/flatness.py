@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -38,7 +38,7 @@ from .derived import DerivedStep, base_record, json_cell, ok_rows, replace_name,
 from lctx.errors import LctxError, split_list
 from lctx.tasks import TaskInfo, get_task, register_group
 
-from .rundir import atomic_write_json, read_json
+from .rundir import atomic_write_json, declared_tasks, read_json
 
 TASK = "flatness"
 METRICS = ("ppl_ratio", "flat_until", "effective_length")
@@ -46,13 +46,17 @@ DESCRIPTION = ("ppl + a retrieval task at lengths relative to the training lengt
                "derived per model")
 DEFAULT_RELATIVE = (0.5, 1.0, 2.0, 4.0, 8.0)
 register_group(TaskInfo(TASK, DESCRIPTION, METRICS, "as ppl and the retrieval task"))
-def default_retrieval_metric(task: str) -> str:
+def default_retrieval_metric(task: str, declared: dict | None = None) -> str:
     """The metric thresholded for ``effective_length`` when none is named: the task's declared headline
-    metric (:meth:`lctx.tasks.Task.headline`: passkey's exact match, RULER's string_match_all for NIAH).
+    metric (:meth:`lctx.tasks.Task.headline`: passkey's exact match, RULER's string_match_all for NIAH), as its
+    run directory recorded it (``declared``: run.json's ``task_meta[task]``, so a ``--task-file`` task needs no
+    task file afterwards), else as its registered class declares it.
 
     Raises:
-        LctxError: ``task`` is not a registered task.
+        LctxError: ``task`` is neither recorded in ``declared`` nor a registered task.
     """
+    if isinstance(declared, dict) and declared.get("headline_metric"):
+        return str(declared["headline_metric"])
     return get_task(task).headline()
 
 
@@ -107,6 +111,19 @@ class FlatnessSpec:
             raise LctxError(f"flatness.retrieval_metric={metric!r}: task {spec.retrieval!r} reports "
                             f"{', '.join(metrics)}; pick one of them")
         return cls(spec.retrieval, metric, spec.max_ratio, spec.threshold)
+
+    def resolved(self, declared: dict | None = None) -> FlatnessSpec:
+        """This spec with its retrieval metric named: the given one, else the retrieval task's headline as a run
+        directory recorded it (``declared``: {task: metadata}, :func:`lctx.harness.rundir.declared_tasks`), else
+        as its registered class declares it (:func:`default_retrieval_metric`).
+
+        Raises:
+            LctxError: no metric is named and the task is neither recorded nor registered.
+        """
+        if self.retrieval == "none" or self.retrieval_metric:
+            return self
+        metric = default_retrieval_metric(self.retrieval, (declared or {}).get(self.retrieval))
+        return replace(self, retrieval_metric=metric)
 
     @property
     def metric(self) -> str | None:
@@ -344,11 +361,13 @@ def write_tables_with_flatness(out_dir: Path, spec: FlatnessSpec | None = None, 
                                plots: bool = True) -> tuple[pd.DataFrame, pd.DataFrame, list[Path]]:
     """Rewrite a run's tables from its ``records.jsonl`` plus the derived flatness rows, note the criteria in
     ``run.json`` and (``plots``) draw ``plots/ppl_ratio_vs_relative.png`` (:func:`lctx.harness.derived.write_run_tables`
-    with this one step). Returns (table, summary, plot paths).
+    with this one step). Returns (table, summary, plot paths). A spec naming no retrieval metric thresholds the
+    retrieval task's headline metric as ``run.json`` records it (``task_meta``; no task file needed).
 
     Raises:
-        LctxError: ``out_dir`` has no records.
+        LctxError: ``out_dir`` has no records; the retrieval task is neither recorded nor registered.
     """
+    spec = (spec or FlatnessSpec()).resolved(declared_tasks(read_json(Path(out_dir) / "run.json")))
     return write_run_tables(out_dir, [step(spec)], metrics_of, plots=False, derived_plots=plots)
 
 

@@ -461,8 +461,9 @@ def depth_heatmaps(df: pd.DataFrame, out_dir: str | Path) -> list[Path]:
     """Depth x length heatmaps of every task other than passkey that has a depth axis (e.g. RULER's
     ``niah_*``): one figure per task and model, ``<out_dir>/plots/<task>_heatmap_<model>.png``.
 
-    Input: the results table and an output directory. The panels are the metrics the registered task
-    class lists in ``heatmap_metrics`` (else all its metrics), keeping those whose ``status == "ok"``
+    Input: the results table and an output directory. The panels are the metrics the task lists in
+    ``heatmap_metrics`` (as its run recorded it, ``df.attrs["task_meta"]``, else the registered class; else all
+    its metrics), keeping those whose ``status == "ok"``
     values all lie in [0, 1] (accuracies, match rates, reciprocal ranks; a log-prob or a perplexity is
     left out); cells and colours as :func:`passkey_heatmaps`.
     Output: the written paths; none for a table without such tasks.
@@ -480,7 +481,8 @@ def depth_heatmaps(df: pd.DataFrame, out_dir: str | Path) -> list[Path]:
         ok = rows[_ok_mask(rows)].copy()
         ok["value"] = pd.to_numeric(ok["value"], errors="coerce")
         metrics = {}
-        declared = getattr(TASKS.get(str(task)), "heatmap_metrics", None)
+        recorded = (df.attrs.get("task_meta") or {}).get(str(task)) or {}  # run.json's (report: no task file)
+        declared = recorded.get("heatmap_metrics") or getattr(TASKS.get(str(task)), "heatmap_metrics", None)
         for m in declared or pd.unique(rows["metric"].dropna().astype("string")):
             v = ok.loc[ok["metric"].astype("string") == m, "value"].dropna()
             if not v.empty and bool(((v >= 0) & (v <= 1)).all()):

@@ -42,7 +42,7 @@ from .plots import depth_heatmaps, passkey_heatmaps, ruler_figure
 from .plots import (_DPI, _draw_ratio, _labels, draw_ppl, _legend, _length_axis, _log_y, _model_key, _new_figure, _ok, _save,  # noqa: F401
                     _shorten, format_length, mark_train_lengths, palette, ppl_ratio_plot, safe_filename)
 from .ruler import GROUP as RULER, ruler_table
-from .rundir import read_json
+from .rundir import declared_tasks, read_json
 from .tables import label_names
 
 #: The task whose rows the perplexity section draws (and the flatness sweep derives its ratio from).
@@ -143,8 +143,9 @@ def _fill_train_lengths(t: pd.DataFrame, train_lengths: dict) -> pd.DataFrame:
 def load_runs(run_dirs: list[str | Path], train_lengths: dict | None = None) -> tuple[pd.DataFrame, list[dict]]:
     """Concatenate the tables of several runs with a ``run`` column (a short label of the directory) and
     derived flatness rows for runs that have none; returns (table, metas), each meta with ``run`` and
-    ``dir`` added. A (model, variant, task) present in two runs gets the model renamed ``model@run`` in
-    the later one, so their samples never mix. ``train_lengths`` (:func:`parse_train_lengths`) gives models
+    ``dir`` added, and the tasks' declared metadata the runs recorded in ``table.attrs["task_meta"]``
+    (:func:`lctx.harness.rundir.declared_tasks`; :func:`meta_of` reads it). A (model, variant, task) present
+    in two runs gets the model renamed ``model@run`` in the later one, so their samples never mix. ``train_lengths`` (:func:`parse_train_lengths`) gives models
     whose runs record no training length one (before the flatness rows are derived).
 
     Raises:
@@ -207,6 +208,10 @@ def load_runs(run_dirs: list[str | Path], train_lengths: dict | None = None) -> 
     table["train_length"] = pd.to_numeric(table["train_length"], errors="coerce")
     table["status"] = table["status"].astype("string").fillna("")
     table["label"] = [_model_key(m, v) for m, v in zip(table["model"], table["variant"])]
+    declared: dict = {}
+    for meta in metas:  # a later run's declaration of a task replaces an earlier one's
+        declared.update(declared_tasks(meta))
+    table.attrs["task_meta"] = declared  # read by meta_of: no task file needed to report a --task-file task
     return table, metas
 
 
@@ -228,12 +233,14 @@ def perplexity_figure(table: pd.DataFrame, out_dir: Path, pal, max_ratio: float 
 
 
 def meta_of(task: str, table: pd.DataFrame | None = None):
-    """The declared metadata of ``task`` (:func:`lctx.tasks.task_meta`: its class attributes when registered;
-    else what ``table`` shows: its first metric as headline, a depth axis when its rows have depths)."""
+    """The declared metadata of ``task`` (:func:`lctx.tasks.task_meta`): what its run directories recorded
+    (``table.attrs["task_meta"]``, set by :func:`load_runs` from run.json), else its class attributes when
+    registered, else what ``table`` shows: its first metric as headline, a depth axis when its rows have depths."""
 
     rows = table[table["task"] == task] if table is not None else None
     metrics = list(dict.fromkeys(rows["metric"].dropna().astype(str))) if rows is not None else []
-    return task_meta(task, metrics, bool(rows is not None and rows["depth"].notna().any()))
+    declared = (table.attrs.get("task_meta") or {}).get(str(task)) if table is not None else None
+    return task_meta(task, metrics, bool(rows is not None and rows["depth"].notna().any()), declared)
 
 
 def _length_tasks(table: pd.DataFrame) -> list[str]:
@@ -431,6 +438,27 @@ def parse_at(text: str) -> list[tuple[str, float]]:
     if not out:
         raise LctxError("--at is empty; write e.g. --at 1x,4x,8x")
     return out
+
+
+#: ``--at`` when none is given and a model of the report has a training length (:func:`default_at`).
+DEFAULT_AT = "1x,2x,8x"
+
+
+def default_at(table: pd.DataFrame) -> tuple[list[tuple[str, float]], str | None]:
+    """The summary's lengths when ``--at`` is not given: :data:`DEFAULT_AT` (multiples of the training length)
+    when a model of ``table`` has a training length; when none has one (a GGUF or Hugging Face checkpoint run
+    without ``--train-length``), every column at a multiple of it would be "–", so the tested lengths of the
+    summary's tasks (:func:`retrieval_tasks`, :func:`other_tasks`), in tokens. Returns (the lengths as
+    :func:`parse_at` gives them, the sentence the page shows about it or None)."""
+    if table["train_length"].notna().any():
+        return parse_at(DEFAULT_AT), None
+    tasks = retrieval_tasks(table) + other_tasks(table)
+    lengths = sorted({int(x) for x in table.loc[table["task"].isin(tasks), "length"].dropna()})
+    if not lengths:
+        return parse_at(DEFAULT_AT), None
+    return [("abs", float(L)) for L in lengths], (
+        f"No model has a training length, so the summary's score columns are at the tested lengths "
+        f"({', '.join(format_length(L) for L in lengths)}) instead of {DEFAULT_AT}; pass --at to choose others.")
 
 
 def _fmt_len(v, T=None, max_tested=None, zero="–") -> str:
@@ -651,11 +679,12 @@ img{max-width:100%;height:auto;border:1px solid #e4e4e4}
 """
 
 
-def build_report(run_dirs: list[str | Path], out_dir: str | Path, at: str = "1x,2x,8x", title: str | None = None,
+def build_report(run_dirs: list[str | Path], out_dir: str | Path, at: str | None = None, title: str | None = None,
                  max_ratio: float = 1.1, threshold: float = 0.8, train_lengths: dict | None = None) -> dict:
     """Write the report of ``run_dirs`` into ``out_dir`` (see the module docstring).
 
-    at: summary lengths (:func:`parse_at`); max_ratio/threshold: the criteria drawn on the plots (the
+    at: summary lengths (:func:`parse_at`; None: :func:`default_at`, the tested lengths when no model has a
+    training length); max_ratio/threshold: the criteria drawn on the plots (the
     flatness numbers themselves come from each run's flatness rows, or the defaults when it has none).
     train_lengths: for models whose runs record none (:func:`parse_train_lengths`).
     Returns {"html", "markdown", "summary", "failures": paths, "plots": [paths], "table": the merged table,
@@ -667,7 +696,7 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, at: str = "1x,
     """
     from lctx.harness.args import check_results_out  # lazy: torch-free, light; the CLI checked it already
 
-    at_list = parse_at(at)
+    at_list = parse_at(at) if at is not None else None  # a bad --at is refused before any run is read
     out = Path(out_dir)
     check_results_out(out, "report", run_dir_ok=False)  # its summary.csv would replace the run's own
     table, metas = load_runs(run_dirs, train_lengths)
@@ -677,6 +706,9 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, at: str = "1x,
         raise LctxError(f"cannot write to --out {str(out)!r} ({e.strerror or e}); pass a writable directory") from None
     labels = list(dict.fromkeys(table["label"]))
     pal = palette(labels)
+    at_note = None
+    if at_list is None:
+        at_list, at_note = default_at(table)
 
     sections: list[tuple[str, str, list]] = []  # (id, heading, blocks); a block: ("p", text) | ("table", df, cls) | ("figs", [(path, caption, wide)])
     disp, num = summary_table(table, at_list)
@@ -688,7 +720,7 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, at: str = "1x,
             f"largest length with the retrieval score ({crits['effective_length']}) at or above the threshold at every tested length up to it "
             f"(RULER's effective length; “< L” = below it already at the shortest length L). Retrieval columns: the "
             f"headline metric (passkey exact match, NIAH string_match_all) averaged over depths and samples.")
-    notes = train_length_notes(table, metas)
+    notes = ([at_note] if at_note else []) + train_length_notes(table, metas)
     sections.append(("summary", "Summary", [("table", disp, "summary"), ("p", crit)] + [("p", n) for n in notes]))
 
     plots: list[Path] = []

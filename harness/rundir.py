@@ -6,7 +6,8 @@ a traceback and never lost results.
   its holder dies (``kill -9`` included), so no stale lock survives a crash.
 - :func:`read_records`: ``records.jsonl`` line by line; a line that is not UTF-8, not JSON or not a record
   (:func:`record_problem`) is skipped and counted (its sample reruns), never fatal.
-- :func:`read_json`: ``run.json``; damaged, it is refused with the line and column.
+- :func:`read_json`: ``run.json``; damaged, it is refused with the line and column. :func:`declared_tasks`:
+  the tasks' declared metadata it records (``task_meta``).
 - :func:`check_regular`: refuses a directory, a device (``/dev/full``, ``/dev/zero``), a FIFO or a socket
   where a regular file belongs (reading a device never ends).
 - :class:`RecordWriter`: appends one fsync'ed line per finished sample; a full disk or an unwritable file
@@ -96,6 +97,20 @@ def read_json(path: Path, what: str | None = None) -> dict | None:
     if not isinstance(obj, dict):
         raise LctxError(f"{what} is damaged (a JSON {type(obj).__name__}, not an object); {fix}")
     return obj
+
+
+#: The key of ``run.json`` under which each task's declared metadata is recorded when a run starts,
+#: {task name: :meth:`lctx.tasks.Task.declaration`}, merged over the runs into one directory.
+TASK_META = "task_meta"
+
+
+def declared_tasks(meta: dict | None) -> dict[str, dict]:
+    """The tasks' declared metadata a ``run.json`` (``meta``) records under :data:`TASK_META`: {task name:
+    {"headline_metric", "higher_is_better" ({metric: bool}), "retrieval", "secondary_metric", "axes",
+    "uses_seed", ...}}; entries that are not objects are left out, and a run directory written before they
+    were recorded gives {} (its readers fall back to the task registry). Torch-free: ``lctx compare`` reads it."""
+    tm = (meta or {}).get(TASK_META)
+    return {str(k): v for k, v in tm.items() if isinstance(v, dict)} if isinstance(tm, dict) else {}
 
 
 # ---------------------------------------------------------------------------------------------- records

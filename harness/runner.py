@@ -37,7 +37,7 @@ from . import plan as P  # P.device_memory looked up when called (tests patch lc
 from .console import SweepProgress, count
 from lctx.errors import LctxError, NonFiniteLogitsError
 from .lm import LM
-from .rundir import RecordWriter, atomic_write_json, read_json, run_dir_lock
+from .rundir import TASK_META, RecordWriter, atomic_write_json, declared_tasks, read_json, run_dir_lock
 from .tables import label_names, label_of, read_records, record_key, summarize, to_table, write_tables
 
 
@@ -265,7 +265,9 @@ def run_sweep(lms: list[LM], tasks: list[Task], spec: RunSpec, out_dir: Path, pr
     on the same directory refuses). A sample is reused only when a record with the same key exists: same
     model name, task, grid point and fingerprint (:func:`sample_base`: checkpoint content, data content,
     options, versions). ``run.json`` maps each label this run ran (:data:`lctx.harness.tables.LABEL`) to its
-    current fingerprint, so the tables show only the current inputs' records (:func:`lctx.harness.tables.to_table`).
+    current fingerprint, so the tables show only the current inputs' records (:func:`lctx.harness.tables.to_table`),
+    and each task's declared metadata (``task_meta``: :meth:`lctx.tasks.Task.declaration`), merged with what
+    earlier runs into ``out_dir`` recorded, so the report and ``lctx compare`` need no task file.
 
     ``batch_size`` (``--batch-size``, an int or ``"auto"``): samples of one length of a
     :attr:`~lctx.tasks.Task.batched` task are prefilled and decoded together, that many at a time
@@ -414,6 +416,9 @@ def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo, batch_size=1, 
     meta["current"] = current
     old_max = meta.get("max_positions") if isinstance(meta.get("max_positions"), dict) else {}
     meta["max_positions"] = {**old_max, **{lm.name: lm.max_length for lm in lms if lm.max_length}}  # the declared limit
+    # what each task declares about its numbers (headline, directions, retrieval): report, compare and flatness
+    # read it from here, so a --task-file task needs no task file afterwards
+    meta[TASK_META] = {**declared_tasks(old_meta), **{t.name: t.declaration() for t in tasks}}
     known = meta.get("inputs") if isinstance(meta.get("inputs"), dict) else {}
     meta["inputs"] = {"models": {**(known.get("models") or {}), **inputs["models"]},
                       "data": {**(known.get("data") or {}), **{k: v for k, v in inputs["data"].items() if v}},

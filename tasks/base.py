@@ -67,7 +67,8 @@ class Task:
         version: an integer to bump when a change of the task's code (prompt, scoring) changes its numbers;
             it is part of every record's fingerprint, so old records of the task are not reused.
 
-    Optional (what the report, the plots, ``lctx compare`` and the flatness sweep read; never the task's name):
+    Optional (what the report, the plots, ``lctx compare`` and the flatness sweep read, from ``run.json``'s
+    ``task_meta`` where ``lctx run`` records them, :meth:`declaration`; never the task's name):
         headline_metric: the metric a summary shows (default: the first of ``metrics``; :meth:`headline`).
         higher_is_better: whether a larger headline metric is better (ppl, NLL: False), or {metric: bool} as
             lm-eval writes it; default None: ``lctx compare`` goes by the metric's name.
@@ -136,6 +137,24 @@ class Task:
     def headline(cls) -> str:
         """The metric a summary shows: ``headline_metric``, else the first of ``metrics``."""
         return cls.headline_metric or (cls.metrics[0] if cls.metrics else "")
+
+    def declaration(self) -> dict:
+        """What this task declares about its numbers, as ``run.json`` records it under ``task_meta[name]`` when a
+        run starts (so ``lctx report``, ``lctx compare`` and the flatness sweep read it without the task's code:
+        a ``--task-file`` need not be there afterwards, :func:`task_meta`): ``name``, ``version``, ``metrics``,
+        ``headline_metric`` (:meth:`headline`), ``higher_is_better`` as {metric: bool} (a bool is the headline
+        metric's; {} when it declares nothing), ``retrieval``, ``secondary_metric``, ``axes``, ``uses_seed`` and
+        ``heatmap_metrics`` (None when not declared). JSON-ready."""
+        metrics = [str(m) for m in self.metrics]
+        headline = self.headline_metric or (metrics[0] if metrics else "")
+        hib = self.higher_is_better
+        hib = ({str(k): bool(v) for k, v in hib.items()} if isinstance(hib, dict)
+               else {headline: hib} if isinstance(hib, bool) and headline else {})
+        heat = getattr(self, "heatmap_metrics", None)
+        return {"name": self.name, "version": getattr(self, "version", 1), "metrics": metrics,
+                "headline_metric": headline, "higher_is_better": hib, "retrieval": bool(self.retrieval),
+                "secondary_metric": self.secondary_metric, "axes": [str(a) for a in self.axes],
+                "uses_seed": bool(self.uses_seed), "heatmap_metrics": [str(m) for m in heat] if heat else None}
 
     @property
     def key(self) -> str:
@@ -400,10 +419,20 @@ class TaskMeta:
     has_depth: bool
 
 
-def task_meta(name: str, metrics: tuple[str, ...] | list[str] = (), has_depth: bool = False) -> TaskMeta:
-    """The declared metadata of task ``name`` (its class attributes) when it is registered; for a task that is
-    not (a ``--task-file`` task read back by ``lctx report``): the first of ``metrics`` as headline, direction
-    unknown, not retrieval, ``has_depth`` as the table shows it."""
+def task_meta(name: str, metrics: tuple[str, ...] | list[str] = (), has_depth: bool = False,
+              declared: dict | None = None) -> TaskMeta:
+    """The declared metadata of task ``name``: what its run directory recorded when the run started
+    (``declared``: ``run.json``'s ``task_meta[name]``, :meth:`Task.declaration`; a ``--task-file`` task needs no
+    task file afterwards), else its class attributes when it is registered; for a task neither records nor
+    registers (a run directory written before ``task_meta`` was recorded): the first of ``metrics`` as headline,
+    direction unknown, not retrieval, ``has_depth`` as the table shows it."""
+    if isinstance(declared, dict) and declared.get("headline_metric"):
+        hib = declared.get("higher_is_better")
+        hib = hib.get(declared["headline_metric"]) if isinstance(hib, dict) else hib
+        axes = declared.get("axes")
+        return TaskMeta(str(declared["headline_metric"]), hib if isinstance(hib, bool) else None,
+                        bool(declared.get("retrieval")), declared.get("secondary_metric") or None,
+                        "depth" in axes if isinstance(axes, list) else bool(has_depth))
     cls = TASKS.get(str(name))
     if cls is None:
         return TaskMeta(str(metrics[0]) if len(metrics) else "", None, False, None, bool(has_depth))

@@ -21,6 +21,41 @@ def run_cli(args, capsys):
     return code, cap.out, cap.err
 
 
+def digit_copy_task_source() -> str:
+    """The source of a custom retrieval task (a ``--task-file``) that declares its metadata: ``digit_copy``, metrics
+    ``copy_top1`` (the headline, though ``copy_nll`` sorts first) and ``copy_nll``, a direction for each,
+    ``retrieval = True``, a depth axis; it scores the last token of a run of digits (top-1 hit and NLL,
+    :meth:`lctx.harness.lm.LM.token_nll`)."""
+    return '''
+from lctx.tasks import Task, Sample, register_task
+
+@register_task
+class DigitCopy(Task):
+    name = "digit_copy"
+    axes = ("depth", "sample")
+    metrics = ("copy_top1", "copy_nll")
+    headline_metric = "copy_top1"
+    higher_is_better = {"copy_top1": True, "copy_nll": False}
+    retrieval = True
+
+    def build(self, lm, cell, seed):
+        ids = lm.with_bos(lm.encode("1 2 3 4 5 6 7 8 9 " * cell.length))[: cell.length]
+        return Sample(cell=cell, input_ids=ids, n_tokens=len(ids), depth=cell.depth)
+
+    def score(self, lm, sample):
+        nll, top1 = lm.token_nll(sample.input_ids, [len(sample.input_ids) - 1])
+        return {"copy_top1": float(top1[0]), "copy_nll": float(nll[0])}
+'''
+
+
+#: What ``run.json`` records of :func:`digit_copy_task_source`'s task (``task_meta``,
+#: :meth:`lctx.tasks.Task.declaration`).
+DIGIT_COPY_META = {"name": "digit_copy", "version": 1, "metrics": ["copy_top1", "copy_nll"],
+                   "headline_metric": "copy_top1", "higher_is_better": {"copy_top1": True, "copy_nll": False},
+                   "retrieval": True, "secondary_metric": None, "axes": ["depth", "sample"], "uses_seed": True,
+                   "heatmap_metrics": None}
+
+
 def assert_one_line_error(code, err, *needles):
     """A user mistake: exit 2, exactly one stderr line starting with "error: ", no traceback, and each of
     ``needles`` in that line."""

@@ -138,6 +138,31 @@ def test_task_declared_direction():
         TASKS.pop("compare_probe", None)
 
 
+def test_direction_declared_in_run_json_needs_no_task_file(tmp_path, capsys):
+    """issue 24 item 2: the directions a --task-file task declares reach compare through run.json's task_meta (as
+    `lctx run` records it), the task file gone: it exited 2, "no known direction"."""
+    from helpers import DIGIT_COPY_META
+    from lctx.tasks import TASKS
+
+    assert "digit_copy" not in TASKS
+    base = pd.DataFrame([("m", "v", "digit_copy", "copy_top1", 64, 0.0, 0.5, math.nan, 1, 0),
+                         ("m", "v", "digit_copy", "copy_nll", 64, 0.0, 2.0, math.nan, 1, 0)], columns=cells().columns)
+    dirs = {}
+    for name, df in (("base", base), ("same", base), ("worse", set_cell(base, "digit_copy", "copy_nll", 64, mean=3.0)),
+                     ("bare", base), ("bare2", base)):
+        dirs[name] = write_run(tmp_path / name, df)
+        if not name.startswith("bare"):
+            (dirs[name] / "run.json").write_text(json.dumps({"task_meta": {"digit_copy": DIGIT_COPY_META}}))
+    code, out, err = run_cli(["compare", dirs["same"], "--baseline", dirs["base"]], capsys)
+    assert code == 0, err
+    assert dict(zip(*pd.read_csv(dirs["same"] / "compare" / "compare.csv")[["metric", "direction"]].T.values)) == \
+        {"copy_top1": "higher", "copy_nll": "lower"}
+    code, out, err = run_cli(["compare", dirs["worse"], "--baseline", dirs["base"]], capsys)
+    assert code == 1 and "copy_nll" in out  # a higher NLL is a regression
+    code, out, err = run_cli(["compare", dirs["bare"], "--baseline", dirs["bare2"]], capsys)
+    assert_one_line_error(code, err, "no known direction")  # nothing recorded, nothing registered: as before
+
+
 # ------------------------------------------------------------------------------------------ tolerances
 
 def test_statistical_tolerance():

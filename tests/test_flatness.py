@@ -153,6 +153,25 @@ def test_write_tables_with_flatness_is_recomputed(tmp_path):
     assert plots and plots[0].name == "ppl_ratio_vs_relative.png" and plots[0].stat().st_size > 10_000
 
 
+def test_retrieval_metric_of_a_task_recorded_in_run_json(tmp_path):
+    """issue 24 item 2: a flatness step over a --task-file retrieval task whose file is gone thresholds the headline
+    metric its run.json records (task_meta), not the table's first metric; it raised "unknown task"."""
+    from helpers import DIGIT_COPY_META
+    from lctx.tasks import TASKS
+
+    assert "digit_copy" not in TASKS
+    recs = [r for r in _records() if r["task"] == "ppl"]
+    for L, top1 in {256: 1.0, 512: 1.0, 1024: 0.0}.items():  # copy_top1 holds to 512; copy_nll sorts first
+        recs.append(dict(recs[0], task="digit_copy", length=L, depth=0.0, task_options={},
+                         metrics={"copy_nll": 5.0, "copy_top1": top1}))
+    (tmp_path / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    (tmp_path / "run.json").write_text(json.dumps({"task_meta": {"digit_copy": DIGIT_COPY_META}}))
+    table, _, _ = write_tables_with_flatness(tmp_path, FlatnessSpec(retrieval="digit_copy"), plots=False)
+    row = _metric(table, "effective_length")
+    assert row["value"] == 512 and "digit_copy.copy_top1 >= 0.8" in row["task_options"]
+    assert json.loads((tmp_path / "run.json").read_text())["flatness"]["retrieval_metric"] == "copy_top1"
+
+
 def test_derive_ignores_models_without_ppl_or_retrieval():
     recs = [r for r in _records() if r["task"] == "passkey"]
     out = derive_records(to_table(recs))

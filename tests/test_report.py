@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import html
 import json
 import re
 
@@ -170,8 +171,9 @@ def test_unknown_train_length_has_a_hint_and_the_declared_maximum(tmp_path, caps
     res = build_report([run], tmp_path / "rep")
     disp = res["summary_table"].set_index("model")
     assert disp.loc["alibi", "train length"] == "–"  # 8192 is not shown as the training length
-    assert len(res["notes"]) == 1
-    note = res["notes"][0]
+    notes = [n for n in res["notes"] if n.startswith("Train length unknown")]
+    assert len(notes) == 1
+    note = notes[0]
     assert "Train length unknown for alibi" in note and "--train-length N to lctx run" in note
     assert "--train-length alibi=N to lctx report" in note and "declares max positions 8K" in note
     assert note in res["markdown"].read_text()
@@ -185,6 +187,30 @@ def test_unknown_train_length_has_a_hint_and_the_declared_maximum(tmp_path, caps
     assert "Train length unknown" not in (tmp_path / "rep3" / "report.md").read_text()
     code = main(["report", str(run), "--out", str(tmp_path / "rep4"), "--train-length", "alibi=0"])
     assert code == 2 and "--train-length 'alibi=0' is not N or MODEL=N" in capsys.readouterr().err
+
+
+def test_no_training_length_puts_the_summary_at_the_tested_lengths(tmp_path, capsys):
+    """issue 24 item 5: with no model's training length known (a GGUF or HF checkpoint), every column at 1x/2x/8x
+    was "–": without --at the summary's columns are the tested lengths, and the page says so."""
+    from lctx.cli import main
+
+    run = _run(tmp_path / "gguf", ["alibi"], train_length=None)
+    res = build_report([run], tmp_path / "rep")
+    disp = res["summary_table"].set_index("model")
+    cols = [c for c in disp.columns if c.startswith("passkey exact @ ")]
+    assert cols == ["passkey exact @ 256", "passkey exact @ 512", "passkey exact @ 1K"]
+    assert [disp.loc["alibi", c] for c in cols] == ["1.00", "0.75", "0.50"]  # EXACT["alibi"]'s means, not "–"
+    said = "the summary's score columns are at the tested lengths (256, 512, 1K)"
+    assert said in res["markdown"].read_text() and html.escape(said) in res["html"].read_text()
+    # --at given: the user's lengths, no such sentence; a training length known: multiples of it, as before
+    given = build_report([run], tmp_path / "rep2", at="512")
+    assert [c for c in given["summary_table"].columns if c.startswith("passkey exact @ ")] == ["passkey exact @ 512"]
+    assert said not in given["markdown"].read_text()
+    known = build_report([_run(tmp_path / "lctx", ["alibi"])], tmp_path / "rep3")
+    assert [c for c in known["summary_table"].columns if c.startswith("passkey exact @ ")] == \
+        ["passkey exact @ 1×", "passkey exact @ 2×", "passkey exact @ 8×"]
+    assert main(["report", str(run), "--out", str(tmp_path / "rep4")]) == 0
+    assert said in capsys.readouterr().out
 
 
 def test_train_length_of_a_model_no_run_has_is_refused(tmp_path, capsys):
@@ -220,3 +246,76 @@ def test_the_same_run_twice_is_refused(tmp_path, capsys):
     code = main(["report", str(run), str(tmp_path / "." / "r"), "--out", str(tmp_path / "rep")])
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1 and "is given twice" in err, err
+
+
+def _digit_copy_run(path, declared=True):
+    """A run directory of the custom retrieval task ``digit_copy`` (not registered in this process: its task file is
+    gone), with run.json's ``task_meta`` as ``lctx run`` records it when ``declared``."""
+    from helpers import DIGIT_COPY_META
+
+    top1 = {256: [1.0, 0.0], 512: [0.0, 0.0]}  # means .5 at 1x, 0 at 2x
+    recs = [_base("rope", task="digit_copy", length=L, depth=d, sample=0, task_options={},
+                  metrics={"copy_top1": v, "copy_nll": 2.0 + L / 256})
+            for L, vals in top1.items() for d, v in zip((0.0, 1.0), vals)]
+    path.mkdir(parents=True)
+    (path / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    meta = {"run_id": "id", "task_meta": {"digit_copy": DIGIT_COPY_META}} if declared else {"run_id": "id"}
+    (path / "run.json").write_text(json.dumps(meta))
+    write_tables(recs, path)
+    return path
+
+
+def test_a_custom_tasks_declared_metadata_comes_from_run_json(tmp_path):
+    """issue 24 item 2: a --task-file task declaring headline copy_top1 and retrieval = True is filed under
+    Retrieval with copy_top1 in the summary, from run.json's task_meta, with no task file at report time (it was
+    filed under "Task:" with copy_nll, the first metric of the table, in the summary)."""
+    from lctx.tasks import TASKS
+
+    assert "digit_copy" not in TASKS
+    res = build_report([_digit_copy_run(tmp_path / "run")], tmp_path / "rep", at="1x,2x")
+    page = res["html"].read_text()
+    assert "Retrieval: digit_copy" in page and "Task: digit_copy" not in page
+    s = pd.read_csv(tmp_path / "rep" / "summary.csv").set_index("model")
+    assert s.loc["rope", "digit_copy copy_top1 @ 1×"] == pytest.approx(0.5)
+    assert not [c for c in s.columns if "copy_nll" in c]
+    assert "digit_copy_accuracy_vs_length.png" in {p.name for p in res["plots"]}  # a retrieval task's figure
+    # a run directory written before task_meta was recorded: as before, the table's first metric, not retrieval
+    old = build_report([_digit_copy_run(tmp_path / "old", declared=False)], tmp_path / "rep_old", at="1x")
+    assert "Task: digit_copy" in old["html"].read_text()
+
+
+@pytest.mark.slow
+def test_custom_task_reported_and_compared_without_its_task_file(tmp_path):
+    """issue 24 item 2 ("Done when"): `lctx run --task-file` records the task's declared metadata; with the task
+    file deleted, `lctx report` and `lctx compare` in a fresh process file it under Retrieval, summarise its
+    headline metric and know its directions (compare exited 2: "no known direction")."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from helpers import digit_copy_task_source
+
+    model = Path(__file__).resolve().parent.parent / "models" / "checkpoints" / "pydoc-tiny-rope"
+    task_file = tmp_path / "digit_copy.py"
+    task_file.write_text(digit_copy_task_source())
+
+    def lctx(*args):
+        return subprocess.run([sys.executable, "-m", "lctx.cli", *map(str, args)], capture_output=True, text=True,
+                              timeout=600, env={**__import__("os").environ, "LCTX_NUM_THREADS": "1"})
+
+    for name in ("run", "base"):
+        p = lctx("run", "--model", model, "--task-file", task_file, "--tasks", "digit_copy", "--lengths", "32,64",
+                 "--depths", "0,1", "--samples", "1", "--out", tmp_path / name, "--no-progress")
+        assert p.returncode == 0, p.stderr
+    task_file.unlink()
+    p = lctx("report", tmp_path / "run", "--out", tmp_path / "rep", "--at", "32,64")
+    assert p.returncode == 0, p.stderr
+    page = (tmp_path / "rep" / "report.md").read_text()
+    assert "## Retrieval: digit_copy" in page and "Task: digit_copy" not in page
+    cols = list(pd.read_csv(tmp_path / "rep" / "summary.csv").columns)
+    assert [c for c in cols if c.startswith("digit_copy")] == ["digit_copy copy_top1 @ 32", "digit_copy copy_top1 @ 64"]
+    p = lctx("compare", tmp_path / "run", "--baseline", tmp_path / "base", "--out", tmp_path / "cmp")
+    assert p.returncode == 0, p.stdout + p.stderr
+    cmp = pd.read_csv(tmp_path / "cmp" / "compare.csv")
+    directions = dict(zip(cmp["metric"], cmp["direction"]))
+    assert directions["copy_top1"] == "higher" and directions["copy_nll"] == "lower"

@@ -11,7 +11,7 @@ from lctx.errors import LctxError
 from lctx.harness.lm import load_lm
 from lctx.harness.runner import RunSpec, run_sweep
 from lctx.harness.tables import COLUMNS
-from lctx.tasks import Task, register_task
+from lctx.tasks import TASKS, Task, register_task
 from lctx.tasks.passkey import Passkey
 
 VOLATILE = ["run_id", "wall_s", "peak_mem_bytes", "timestamp", "git_rev"]
@@ -129,3 +129,45 @@ def test_torn_last_record_does_not_swallow_the_next(lm, tmp_path):
         f.write('{"model": "half-writ')  # a kill -9 mid-write
     res = run_sweep([lm], [Passkey()], RunSpec([160, 200], [0.5], samples=1), tmp_path, progress=False)
     assert res["ran"] == 1 and len(res["table"]) == 4  # both lengths, 2 metrics each
+
+
+def test_task_metadata_is_recorded_and_merged_over_runs(lm, tmp_path):
+    """issue 24 item 2: run.json's task_meta holds each task's declared metadata (what report/compare/flatness read
+    without the task's code), and a later run of another task into the same directory keeps the earlier entry."""
+
+    @register_task
+    class Declared(Task):
+        name = "declared_test"
+        axes = ("depth", "sample")
+        metrics = ("b_score", "a_loss")
+        headline_metric = "b_score"
+        higher_is_better = {"b_score": True, "a_loss": False}
+        retrieval = True
+        uses_seed = False
+
+        def build(self, lm, cell, seed):
+            from lctx.tasks import Sample
+
+            return Sample(cell=cell, input_ids=[1, 2, 3], n_tokens=3, depth=cell.depth)
+
+        def score(self, lm, sample):
+            return {"b_score": 1.0, "a_loss": 0.5}
+
+    @register_task
+    class Other(Declared):
+        name = "declared_other"
+        retrieval = False
+
+    try:
+        run_sweep([lm], [Declared()], RunSpec([64], [0.5], samples=1), tmp_path, progress=False, tables=False)
+        run_sweep([lm], [Other()], RunSpec([64], [0.5], samples=1), tmp_path, progress=False, tables=False)
+    finally:
+        TASKS.pop("declared_test", None)
+        TASKS.pop("declared_other", None)
+    tm = json.loads((tmp_path / "run.json").read_text())["task_meta"]
+    assert set(tm) == {"declared_test", "declared_other"}  # the first run's entry kept
+    assert tm["declared_test"] == {"name": "declared_test", "version": 1, "metrics": ["b_score", "a_loss"],
+                                   "headline_metric": "b_score", "higher_is_better": {"b_score": True, "a_loss": False},
+                                   "retrieval": True, "secondary_metric": None, "axes": ["depth", "sample"],
+                                   "uses_seed": False, "heatmap_metrics": None}
+    assert tm["declared_other"]["retrieval"] is False
