@@ -597,7 +597,7 @@ def list_(
                     [[t.name, t.description, ", ".join(t.metrics), t.requires] for t in task_catalog()])
     elif what == "metrics":
         from lctx.harness import flatness, ruler  # noqa: F401  (register the derived names); lazy: loads lctx.tasks and numpy
-        from lctx.metrics import METRICS  # lazy: +3 ms to lctx.cli's import (-X importtime)
+        from lctx.metrics import METRICS, label  # lazy: +3 ms to lctx.cli's import (-X importtime)
         from lctx.tasks import load_entry_point_tasks, load_task_file, task_catalog  # lazy: loads lctx.tasks and numpy
 
         load_entry_point_tasks()
@@ -609,7 +609,7 @@ def list_(
                 name = "niah_*" if t.name.startswith("niah_") else t.name
                 used.setdefault(m, []) if name in used.get(m, []) else used.setdefault(m, []).append(name)
         print_table(["metric", "better", "tasks", "what it is (source)"],
-                    [[m.name, m.direction, ", ".join(used.get(m.name, [])), m.summary]
+                    [[label(m.name), m.direction, ", ".join(used.get(m.name, [])), m.summary]
                      for m in sorted(METRICS.values(), key=lambda m: m.name)])
     elif what == "variants":
         _light_models()
