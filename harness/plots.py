@@ -430,12 +430,13 @@ def passkey_heatmaps(df: pd.DataFrame, out_dir: str | Path) -> list[Path]:
     ``passkey_heatmap_<model>_<variant>.png``; colliding names get a short hash suffix). Empty
     list (nothing written) when there are no passkey rows.
 
-    Each figure shows two heatmaps side by side (exact match, digit accuracy): depth rows
+    Each figure shows two heatmaps side by side (exact match, digit accuracy (teacher-forced)): depth rows
     (0% at top) x length columns (256, 512, 1K, ...), each cell the mean over ``status == "ok"``
     samples (:func:`passkey_grid`) printed in the cell, colours fixed to [0, 1] (RdYlGn) with a
     colour bar. Cells where every row errored are hatched grey with "err"; cells with no data
     show "–". A known ``train_length`` is drawn as a dashed line after the last column within it,
-    and its own column label gets a ``*``. The subtitle gives samples per cell and error counts.
+    and its own column label gets a ``*``. The subtitle gives samples per cell and error counts; title,
+    subtitle and panel titles wrap to the figure's width (:func:`wrap_to_width`).
     """
     return _write_heatmaps(df, out_dir, "passkey", PASSKEY_METRICS, "Passkey retrieval", "passkey_heatmap")
 
