@@ -7,6 +7,7 @@ User mistakes raise :class:`lctx.errors.LctxError`; :func:`main` prints them as 
 from __future__ import annotations
 
 import inspect
+import math
 import os
 import re
 import signal
@@ -196,28 +197,62 @@ def run(
 
 
 def _print_summary(summary) -> None:
-    """Print mean per (model, task, metric, length), averaged over depths: a rich table on a terminal, a
-    Markdown table off one (every cell whole; see :mod:`lctx.harness.console`). Cells of different options
-    (a model run with two ``--stride`` values) are separate rows, named by the options."""
-    from lctx.harness.tables import label_names  # lazy: loads pandas
+    """Print per (model, task, metric) and length the mean over depths and samples with its standard error
+    and n, and, under a metric scored at several depths, its worst depth (issue 24: SmolLM2's passkey exact read
+    0.667 at every length, when depth 1.0 always failed): a rich table on a terminal, a Markdown table off one
+    (every cell whole; see :mod:`lctx.harness.console`). Cells of different options (a model run with two
+    ``--stride`` values) are separate rows, named by the options; a teacher-forced metric says so
+    (:func:`lctx.metrics.label`)."""
+    from lctx.harness.tables import label_names, over_depths  # lazy: loads pandas
+    from lctx.metrics import direction_of, label  # lazy: a leaf module
 
     summary = summary[summary["length"].notna()]  # lm-eval tasks (no length) print their own table
     if summary.empty:
         return
     summary = summary.assign(model=label_names(summary))
-    g = summary.groupby(["model", "task", "metric", "length"], dropna=False)
-    agg = g.apply(lambda d: (d["mean"] * d["n"]).sum() / d["n"].sum() if d["n"].sum() else float("nan"),
-                  include_groups=False)
-    agg = agg.rename("value").reset_index()
-    wide = agg.pivot_table(index=["model", "task", "metric"], columns="length", values="value")
-    wide.columns = [int(c) for c in wide.columns]  # 256, not 256.0, when rows without a length made it float
-    lengths = [str(c) for c in wide.columns]
+    cells = over_depths(summary[summary["metric"] != "n_docs"])
+    if cells.empty:
+        return
+    cells["length"] = cells["length"].astype(int)  # 256, not 256.0, when rows without a length made it float
+    lengths = sorted(cells["length"].unique())
+
+    def num(v: float, metric: str) -> str:
+        return f"{v:.0f}" if metric == "n_tokens" else f"{v:.3f}"
+
+    def mean_cell(r) -> str:
+        if direction_of(r.metric) == "equal" or not math.isfinite(r.stderr):  # bookkeeping; one sample
+            return num(r.mean, r.metric)
+        return f"{num(r.mean, r.metric)} ± {num(r.stderr, r.metric)}"
+
+    def worst_cell(r) -> str:
+        if not r.worst_depths:
+            return ""
+        where = ("all depths" if len(r.worst_depths) == r.n_depths else
+                 "d=" + ", ".join(f"{d:g}" for d in r.worst_depths) if len(r.worst_depths) <= 3 else
+                 f"{len(r.worst_depths)} depths")
+        return f"{num(r.worst, r.metric)} @ {where}"
+
+    def row_of(name: str, g, cell, n_of) -> list[str]:
+        by_len = {r.length: r for r in g.itertuples(index=False)}
+        ns = {n_of(r) for r in by_len.values()}
+        same_n = len(ns) == 1  # n in its column; else in each cell
+        out = [*name, str(ns.pop()) if same_n else ""]
+        for L in lengths:
+            r = by_len.get(L)
+            text = cell(r) if r is not None else ""
+            out.append(text + (f" (n={n_of(r)})" if text and not same_n else ""))
+        return out
+
     rows = []
-    for idx, row in wide.iterrows():
-        if idx[2] in ("n_docs",):
-            continue
-        rows.append([*idx, *[("" if v != v else (f"{v:.0f}" if idx[2] == "n_tokens" else f"{v:.3f}")) for v in row]])
-    print_table(["model", "task", "metric"] + lengths, rows, title="mean over depths and samples", right=lengths)
+    for (model, task, metric), g in cells.groupby(["model", "task", "metric"], sort=False):
+        rows.append(row_of((model, task, label(metric)), g, mean_cell, lambda r: r.n))
+        w = g[g["worst_depths"].map(len) > 0]
+        if (w["worst_depths"].map(len) < w["n_depths"]).any():  # a depth worse than another somewhere
+            rows.append(row_of((model, task, f"{metric}: worst depth"), w, worst_cell, lambda r: r.worst_n))
+    cols = [str(L) for L in lengths]
+    print_table(["model", "task", "metric", "n"] + cols, rows, right=["n"] + cols,
+                title="mean ± stderr over depths and samples (n: samples); worst depth: the depth d (0 = start "
+                      "of the prompt) with the worst mean, n: its samples")
 
 
 @app.command()
@@ -597,7 +632,7 @@ def list_(
                     [[t.name, t.description, ", ".join(t.metrics), t.requires] for t in task_catalog()])
     elif what == "metrics":
         from lctx.harness import flatness, ruler  # noqa: F401  (register the derived names); lazy: loads lctx.tasks and numpy
-        from lctx.metrics import METRICS  # lazy: +3 ms to lctx.cli's import (-X importtime)
+        from lctx.metrics import METRICS, label  # lazy: +3 ms to lctx.cli's import (-X importtime)
         from lctx.tasks import load_entry_point_tasks, load_task_file, task_catalog  # lazy: loads lctx.tasks and numpy
 
         load_entry_point_tasks()
@@ -609,7 +644,7 @@ def list_(
                 name = "niah_*" if t.name.startswith("niah_") else t.name
                 used.setdefault(m, []) if name in used.get(m, []) else used.setdefault(m, []).append(name)
         print_table(["metric", "better", "tasks", "what it is (source)"],
-                    [[m.name, m.direction, ", ".join(used.get(m.name, [])), m.summary]
+                    [[label(m.name), m.direction, ", ".join(used.get(m.name, [])), m.summary]
                      for m in sorted(METRICS.values(), key=lambda m: m.name)])
     elif what == "variants":
         _light_models()

@@ -26,12 +26,15 @@ class Metric:
     """One registered metric: ``name`` (the record's metric name), ``direction`` (``higher`` / ``lower`` is
     better; ``equal``: bookkeeping that must not change between runs of the same inputs), ``doc`` (what it is,
     its unit and its source: paper, reference repository file), ``fn``: the per-sample function lctx computes
-    it with (``None`` where another engine computes it, e.g. lm-eval's ``acc``, or a derived step does)."""
+    it with (``None`` where another engine computes it, e.g. lm-eval's ``acc``, or a derived step does);
+    ``teacher_forced``: scored on the expected answer fed after the prompt, not on what the model generates
+    (passkey ``digit_acc``, NIAH ``tf_*``): it can be 1.0 where greedy decoding fails (:func:`label`)."""
 
     name: str
     direction: str
     doc: str
     fn: Optional[Callable] = None
+    teacher_forced: bool = False
 
     @property
     def summary(self) -> str:
@@ -42,31 +45,51 @@ class Metric:
 METRICS: Registry[Metric] = Registry("metric")
 
 
-def register_metric(name: str, direction: str, doc: str, fn: Optional[Callable] = None) -> Metric:
-    """Register metric ``name``: its direction, its doc (what, unit, source) and its per-sample function
-    (``None`` when another engine or a derived step computes it); returns its :class:`Metric`.
+def register_metric(name: str, direction: str, doc: str, fn: Optional[Callable] = None,
+                    teacher_forced: bool = False) -> Metric:
+    """Register metric ``name``: its direction, its doc (what, unit, source), its per-sample function
+    (``None`` when another engine or a derived step computes it) and whether it is teacher-forced
+    (:attr:`Metric.teacher_forced`); returns its :class:`Metric`.
 
     Raises:
         ValueError: an unknown ``direction``, an empty name or one already registered.
     """
     if direction not in DIRECTIONS:
         raise ValueError(f"metric {name!r}: direction {direction!r} is not one of {', '.join(DIRECTIONS)}")
-    return METRICS.add(name, Metric(name, direction, inspect.cleandoc(doc), fn))
+    return METRICS.add(name, Metric(name, direction, inspect.cleandoc(doc), fn, teacher_forced))
 
 
-def metric(name: str, direction: str) -> Callable[[Callable], Callable]:
-    """Decorator: register the decorated per-sample function as metric ``name`` (its docstring is the doc);
-    returns the function unchanged.
+def metric(name: str, direction: str, teacher_forced: bool = False) -> Callable[[Callable], Callable]:
+    """Decorator: register the decorated per-sample function as metric ``name`` (its docstring is the doc;
+    ``teacher_forced`` as :func:`register_metric`); returns the function unchanged.
 
     Raises:
         ValueError: as :func:`register_metric`.
     """
 
     def deco(fn: Callable) -> Callable:
-        register_metric(name, direction, fn.__doc__ or name, fn)
+        register_metric(name, direction, fn.__doc__ or name, fn, teacher_forced)
         return fn
 
     return deco
+
+
+#: What :func:`label` adds to a teacher-forced metric's name wherever it is shown.
+TEACHER_FORCED = "teacher-forced"
+
+
+def is_teacher_forced(name: str) -> bool:
+    """Whether metric ``name`` is registered as teacher-forced (:attr:`Metric.teacher_forced`)."""
+    m = METRICS.get(str(name).split(",", 1)[0])
+    return bool(m and m.teacher_forced)
+
+
+def label(name: str, text: Optional[str] = None) -> str:
+    """How metric ``name`` is shown (tables, plot titles, the report): ``text`` (default the name), with
+    `` (teacher-forced)`` after it when the metric is teacher-forced, e.g. ``digit_acc (teacher-forced)``,
+    ``Digit accuracy (teacher-forced)``; a reader must not take it for what the model generates."""
+    text = str(name) if text is None else text
+    return f"{text} ({TEACHER_FORCED})" if is_teacher_forced(name) and TEACHER_FORCED not in text.lower() else text
 
 
 def direction_of(name: str) -> Optional[str]:
@@ -85,10 +108,12 @@ def exact(answer: Optional[str], key: str) -> float:
     return float(answer == key)
 
 
-@metric("digit_acc", "higher")
+@metric("digit_acc", "higher", teacher_forced=True)
 def digit_acc(top1: Sequence[bool]) -> float:
     """Teacher-forced digit accuracy (lctx's, for models too small to generate the key): the fraction of the
-    key's digit-bearing tokens, fed after the prompt, that the model ranks first.
+    key's digit-bearing tokens, fed after the prompt, that the model ranks first. Each token is scored after
+    the true tokens before it (a leading space token included, not scored), so it can be 1.0 where the greedy
+    continuation fails (``exact`` 0), e.g. one that starts with words instead of the key.
 
     ``top1``: per digit token,
     whether it was the argmax; NaN for none."""
@@ -139,7 +164,7 @@ def string_match_part(pred: str, refs: list[str], match: str = "substring") -> f
 
 
 # --- NIAH teacher-forced scores (lctx's; the expected values fed after the prompt) ------------------
-@metric("tf_top1", "higher")
+@metric("tf_top1", "higher", teacher_forced=True)
 def tf_top1(ranks: Sequence[int]) -> float:
     """Teacher-forced top-1 (lctx's NIAH score): the fraction of the expected values' tokens, fed after the
     prompt, that the model ranks first.
@@ -148,21 +173,21 @@ def tf_top1(ranks: Sequence[int]) -> float:
     return sum(r == 1 for r in ranks) / len(ranks) if len(ranks) else math.nan
 
 
-@metric("tf_mrr", "higher")
+@metric("tf_mrr", "higher", teacher_forced=True)
 def tf_mrr(ranks: Sequence[int]) -> float:
     """Teacher-forced mean reciprocal rank (lctx's NIAH score) of the expected values' tokens (0..1); NaN for
     none."""
     return sum(1.0 / r for r in ranks) / len(ranks) if len(ranks) else math.nan
 
 
-@metric("tf_logprob", "higher")
+@metric("tf_logprob", "higher", teacher_forced=True)
 def tf_logprob(logps: Sequence[float]) -> float:
     """Teacher-forced mean log-probability (nats per token, <= 0; lctx's NIAH score) of the expected values'
     tokens; NaN for none."""
     return sum(logps) / len(logps) if len(logps) else math.nan
 
 
-@metric("tf_gain", "higher")
+@metric("tf_gain", "higher", teacher_forced=True)
 def tf_gain(logps: Sequence[float], control_mean: float) -> float:
     """Teacher-forced gain (nats per token; lctx's NIAH score): :func:`tf_logprob` of the expected values minus
     the same score of a control value of the same kind absent from the prompt (``control_mean``): what the

@@ -727,7 +727,8 @@ def verdict(cmp: Comparison) -> str:
 
 def print_report(cmp: Comparison, file=None) -> None:
     """Print the non-'same' cells as a table (rich on a terminal, Markdown off one: every cell whole, see
-    :mod:`lctx.harness.console`), then the verdict line."""
+    :mod:`lctx.harness.console`; a number, ``61.7 ± 2`` or a tolerance ``6e-05 (abs)``, never wraps: a table
+    too wide for the terminal drops its empty columns or prints as Markdown), then the verdict line."""
 
     rows = _display_rows(cmp)
     if rows:
@@ -735,6 +736,7 @@ def print_report(cmp: Comparison, file=None) -> None:
                  "improvement": "green", "new": "cyan"}
         print_table(DISPLAY_HEADER, rows, title=f"lctx compare: {cmp.run_dir} vs baseline {cmp.baseline_dir}",
                     right=("length", "depth", "baseline", "run", "diff", "rel"),
+                    no_wrap=("length", "depth", "baseline", "run", "diff", "rel", "tolerance"),
                     row_styles=[style.get(r[0]) for r in rows], file=file)
     print_line(verdict(cmp), style="bold red" if cmp.failed else "bold green", file=file)
 

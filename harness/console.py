@@ -3,8 +3,11 @@
 Every table the CLI prints (``lctx run``, ``compare``, ``bench``, ``report``, ``list``, ``plan``) goes
 through :func:`print_table`:
 
-* on a terminal (the stream is a TTY) it is a rich table whose columns *fold* a cell that does not fit
-  onto the next line, so nothing is ever cut to ``…``;
+* on a terminal (the stream is a TTY) it is a rich table whose text columns *fold* a cell that does not
+  fit onto the next line, so nothing is ever cut to ``…``; number columns never wrap (a reader of the
+  first line of ``61.7`` / ``2`` reads a wrong number): when they do not fit the terminal's width, the
+  columns empty in every row are dropped, and when they still do not fit the table is printed in the
+  Markdown layout below (:func:`rich_fits`);
 * off a terminal (a log file, a CI job, a pipe) it is a GitHub-flavoured Markdown pipe table (tabulate's
   ``pipe`` format) with aligned columns and no width limit: every cell is whole, and the log pastes
   straight into a Markdown page (e.g. ``$GITHUB_STEP_SUMMARY``).
@@ -62,10 +65,41 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]], righ
                     colalign=align)
 
 
+#: The narrowest a folding text column is made on a terminal (characters): narrower, a name reads one or two
+#: letters a line; a table whose number columns leave less than this to each text column is printed as Markdown.
+MIN_TEXT_WIDTH = 8
+
+
+def rich_fits(header: Sequence[str], rows: Sequence[Sequence[str]], no_wrap: Sequence[str], width: int) -> bool:
+    """Whether :func:`print_table`'s rich table fits ``width`` terminal columns with every ``no_wrap`` column
+    whole on one line: those columns as wide as their widest cell, every other column (text, folding; its
+    header folds too) at least :data:`MIN_TEXT_WIDTH` (or its widest cell, when narrower), plus rich's
+    padding (one space each side of a cell) and the box's vertical lines (one more than the columns)."""
+    need = len(header) + 1
+    for j, h in enumerate(header):
+        need += 2 + (_no_wrap_width(h, rows, j) if h in no_wrap
+                     else min(max(_widest(rows, j), 1), MIN_TEXT_WIDTH))
+    return need <= width
+
+
+def _widest(rows: Sequence[Sequence[str]], j: int) -> int:
+    from rich.cells import cell_len  # lazy: loads rich
+
+    return max((cell_len(r[j]) for r in rows), default=0)
+
+
+def _no_wrap_width(h: str, rows: Sequence[Sequence[str]], j: int) -> int:
+    """A ``no_wrap`` column's width: its widest cell, or its header's longest word when wider (the header
+    wraps at its spaces, ``PPL at train length`` over ``12.34``; a word is never cut)."""
+    from rich.cells import cell_len  # lazy: loads rich
+
+    return max([_widest(rows, j)] + [cell_len(w) for w in h.split()])
+
+
 def print_table(header: Sequence[str], rows: Sequence[Sequence[object]], title: str | None = None,
                 right: Sequence[str] = (), row_styles: Sequence[str | None] | None = None,
-                file: IO | None = None) -> None:
-    """Print a table whole: rich (folding cells that do not fit) on a terminal, Markdown off one.
+                file: IO | None = None, no_wrap: Sequence[str] | None = None) -> None:
+    """Print a table whole: rich on a terminal (text folds, numbers never wrap), Markdown off one.
 
     Args:
         header: column names.
@@ -74,24 +108,45 @@ def print_table(header: Sequence[str], rows: Sequence[Sequence[object]], title: 
         right: names of the columns to right-align (numbers).
         row_styles: a rich style per row (e.g. ``"bold red"``), used on a terminal only.
         file: the stream (default ``sys.stdout``).
+        no_wrap: names of the columns whose cells are never wrapped on a terminal (default: ``right``, the
+            numbers; add a left-aligned one that holds a number, e.g. ``6e-05 (abs)``). A table whose
+            ``no_wrap`` columns do not fit the terminal first loses its columns that are empty in every row,
+            then falls back to the Markdown layout (:func:`rich_fits`).
     """
     file = sys.stdout if file is None else file
-    if table_format(file) == "markdown":
+    header = [str(h) for h in header]
+    cells = [["" if v is None else str(v) for v in r] for r in rows]
+    no_wrap = list(right if no_wrap is None else no_wrap)
+    markdown = table_format(file) == "markdown"
+    if not markdown:
+        from rich.console import Console  # lazy: loads rich (~30 ms after lctx.cli)
+
+        from rich.cells import cell_len  # lazy: loads rich
+
+        console = Console(file=file, highlight=False)
+        natural = len(header) + 1 + sum(2 + max(cell_len(h), _widest(cells, j)) for j, h in enumerate(header))
+        if natural > console.width:  # it would fold: first drop the columns that say nothing
+            keep = [j for j in range(len(header)) if any(r[j].strip() for r in cells)] or list(range(len(header)))
+            header, cells = [header[j] for j in keep], [[r[j] for j in keep] for r in cells]
+        markdown = not rich_fits(header, cells, no_wrap, console.width)
+    if markdown:
         if title:
             file.write(f"{title}\n\n")
-        file.write(markdown_table(header, rows, right) + "\n\n")
+        file.write(markdown_table(header, cells, right) + "\n\n")
         file.flush()
         return
-    from rich.console import Console  # lazy: loads rich (~30 ms after lctx.cli)
     from rich.table import Table  # lazy: loads rich.table (~80 ms after lctx.cli)
+    from rich.text import Text  # lazy: loads rich
 
     table = Table(title=title)
     for h in header:
-        table.add_column(h, justify="right" if h in right else "left", overflow="fold")
-    for i, r in enumerate(rows):
-        table.add_row(*["" if v is None else str(v) for v in r],
-                      style=row_styles[i] if row_styles is not None else None)
-    Console(file=file, highlight=False).print(table)
+        # a header wraps at its spaces, over a no_wrap column too (at most as wide as its cells or longest word)
+        table.add_column(Text(h, no_wrap=False, overflow="fold"), justify="right" if h in right else "left",
+                         overflow="fold", no_wrap=h in no_wrap,
+                         max_width=_no_wrap_width(h, cells, len(table.columns)) if h in no_wrap else None)
+    for i, r in enumerate(cells):
+        table.add_row(*r, style=row_styles[i] if row_styles is not None else None)
+    console.print(table)
 
 
 def print_frame(df, title: str | None = None, float_format: str = ".3f", right: Sequence[str] | None = None,

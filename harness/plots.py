@@ -33,6 +33,8 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator
 
+from lctx.metrics import label as metric_label
+
 from .tables import DEPTH_TOLERANCE
 
 __all__ = [
@@ -51,7 +53,8 @@ __all__ = [
     "make_plots",
 ]
 
-#: The passkey metrics drawn side by side, with the panel title of each.
+#: The passkey metrics drawn side by side, with the panel title of each (a teacher-forced one's title says so,
+#: :func:`lctx.metrics.label`).
 PASSKEY_METRICS: dict[str, str] = {"exact": "Exact match", "digit_acc": "Digit accuracy"}
 
 _CMAP = "RdYlGn"
@@ -98,6 +101,34 @@ def _shorten(text: str, n: int) -> str:
         return text
     k = (n - 1) // 2
     return text[:k] + "…" + text[-(n - 1 - k):]
+
+
+def wrap_to_width(parts: list[str], width_in: float, fontsize: float, weight: str = "normal",
+                  sep: str = "  ·  ") -> list[str]:
+    """Lines of at most ``width_in`` inches of text at ``fontsize`` points (``weight``: matplotlib's): the
+    ``parts`` joined by ``sep`` as long as a line holds them, a part too long for a line of its own broken at
+    its spaces. Widths are measured with matplotlib's own font metrics (``text_to_path``), 10 % over for the
+    renderer's hinting (at 80 dpi a line draws 8 % wider); a single word wider than a line is left whole. So a figure's subtitle stays inside it."""
+    from matplotlib.font_manager import FontProperties  # lazy: loaded with matplotlib anyway
+    from matplotlib.textpath import text_to_path
+
+    prop = FontProperties(size=fontsize, weight=weight)
+    limit = width_in * 72.0  # points
+
+    def fits(text: str) -> bool:
+        return text_to_path.get_text_width_height_descent(text, prop, ismath=False)[0] * 1.10 <= limit
+
+    def join(pieces: list[str], glue: str) -> list[str]:
+        lines: list[str] = []
+        for piece in pieces:
+            if lines and fits(lines[-1] + glue + piece):
+                lines[-1] += glue + piece
+            else:
+                lines.append(piece)
+        return lines
+
+    atoms = [a for part in parts for a in ([part] if fits(part) else join(part.split(" "), " "))]
+    return join(atoms, sep) or [""]
 
 
 def _is_blank(v: object) -> bool:
@@ -319,33 +350,9 @@ def _heatmap_figure(df: pd.DataFrame, model: object, variant: object, title_vari
     rows = _select(df, task, model, variant)
     train_len = _train_length(rows)
 
-    # Layout in inches, so cells keep a readable size for 1..8 lengths and ~5 depths.
-    cell_w, cell_h = 0.68, 0.46
-    fontsize = 9 if n_l <= 10 else 7
-    pw = max(2.6, cell_w * n_l)
-    ph = max(1.6, cell_h * n_d)
-    left, gap, cgap, cw, right = 0.95, 0.3, 0.25, 0.18, 0.75
-    top, bottom = 1.05, 0.62
-    W = left + n_p * pw + (n_p - 1) * gap + cgap + cw + right
-    H = top + ph + bottom
-    fig = _new_figure(W, H)
+    offs = {m: depth_off_cells(df, model, m, variant, task) for m in metrics}
 
-    im = None
-    offs: dict[str, pd.DataFrame] = {}
-    for k, (metric, label) in enumerate(metrics.items()):
-        x0 = left + k * (pw + gap)
-        ax = fig.add_axes((x0 / W, bottom / H, pw / W, ph / H))
-        means, counts, errors = tables[metric]
-        offs[metric] = depth_off_cells(df, model, metric, variant, task)
-        im = _draw_heatmap(ax, means, counts, errors, label, train_len, k == 0, fontsize, ylabel, offs[metric])
-    cax = fig.add_axes(((left + n_p * pw + (n_p - 1) * gap + cgap) / W, bottom / H, cw / W, ph / H))
-    cb = fig.colorbar(im, cax=cax)
-    cb.set_label("Mean score (0–1)")
-    cb.outline.set_visible(False)
-
-    # Title and subtitle.
-    title = f"{title_prefix}: {_model_key(model, title_variant)}"
-    fig.text(0.5, 1 - 0.28 / H, title, ha="center", va="center", fontsize=13, fontweight="bold")
+    # The subtitle: samples per cell, errors, off-depth cells, the training length.
     counts_all = pd.concat([t[1].stack() for t in tables.values()])
     errs = functools.reduce(lambda a, b: a | b, [t[2] for t in tables.values()])
     filled = counts_all[counts_all > 0]
@@ -373,8 +380,43 @@ def _heatmap_figure(df: pd.DataFrame, model: object, variant: object, title_vari
         else:
             mark = "*" if train_len in lengths else ""
             parts.append(f"dashed line{' / ' + mark if mark else ''} = training length {format_length(train_len)}")
-    fig.text(0.5, 1 - 0.58 / H, "  ·  ".join(parts), ha="center", va="center", fontsize=9.5,
-             color="#444444")
+
+    # Layout in inches, so cells keep a readable size for 1..8 lengths and ~5 depths.
+    cell_w, cell_h = 0.68, 0.46
+    fontsize = 9 if n_l <= 10 else 7
+    pw = max(2.6, cell_w * n_l)
+    ph = max(1.6, cell_h * n_d)
+    left, gap, cgap, cw, right = 0.95, 0.3, 0.25, 0.18, 0.75
+    W = left + n_p * pw + (n_p - 1) * gap + cgap + cw + right
+    # title, subtitle and panel titles wrapped to the figure's (the panel's) width, the top margin grown to hold
+    # their lines: a subtitle wider than a narrow figure used to be clipped at both edges
+    title_lines = wrap_to_width([f"{title_prefix}:", _model_key(model, title_variant)], W - 0.4, 13, "bold", " ")
+    sub_lines = wrap_to_width(parts, W - 0.4, 9.5)
+    panel_titles = {m: "\n".join(wrap_to_width([metric_label(m, lbl)], pw, 11)) for m, lbl in metrics.items()}
+    panel_lines = max(t.count("\n") + 1 for t in panel_titles.values())
+    title_y = [0.28 + 0.24 * i for i in range(len(title_lines))]  # inches from the top, line centres
+    sub_y = [title_y[-1] + 0.30 + 0.17 * i for i in range(len(sub_lines))]
+    top = sub_y[-1] + 0.47 + 0.19 * (panel_lines - 1)
+    bottom = 0.62
+    H = top + ph + bottom
+    fig = _new_figure(W, H)
+
+    im = None
+    for k, metric in enumerate(metrics):
+        x0 = left + k * (pw + gap)
+        ax = fig.add_axes((x0 / W, bottom / H, pw / W, ph / H))
+        means, counts, errors = tables[metric]
+        im = _draw_heatmap(ax, means, counts, errors, panel_titles[metric], train_len, k == 0, fontsize, ylabel,
+                           offs[metric])
+    cax = fig.add_axes(((left + n_p * pw + (n_p - 1) * gap + cgap) / W, bottom / H, cw / W, ph / H))
+    cb = fig.colorbar(im, cax=cax)
+    cb.set_label("Mean score (0–1)")
+    cb.outline.set_visible(False)
+
+    for line, y in zip(title_lines, title_y):
+        fig.text(0.5, 1 - y / H, line, ha="center", va="center", fontsize=13, fontweight="bold")
+    for line, y in zip(sub_lines, sub_y):
+        fig.text(0.5, 1 - y / H, line, ha="center", va="center", fontsize=9.5, color="#444444")
     return fig
 
 
@@ -388,12 +430,13 @@ def passkey_heatmaps(df: pd.DataFrame, out_dir: str | Path) -> list[Path]:
     ``passkey_heatmap_<model>_<variant>.png``; colliding names get a short hash suffix). Empty
     list (nothing written) when there are no passkey rows.
 
-    Each figure shows two heatmaps side by side (exact match, digit accuracy): depth rows
+    Each figure shows two heatmaps side by side (exact match, digit accuracy (teacher-forced)): depth rows
     (0% at top) x length columns (256, 512, 1K, ...), each cell the mean over ``status == "ok"``
     samples (:func:`passkey_grid`) printed in the cell, colours fixed to [0, 1] (RdYlGn) with a
     colour bar. Cells where every row errored are hatched grey with "err"; cells with no data
     show "–". A known ``train_length`` is drawn as a dashed line after the last column within it,
-    and its own column label gets a ``*``. The subtitle gives samples per cell and error counts.
+    and its own column label gets a ``*``. The subtitle gives samples per cell and error counts; title,
+    subtitle and panel titles wrap to the figure's width (:func:`wrap_to_width`).
     """
     return _write_heatmaps(df, out_dir, "passkey", PASSKEY_METRICS, "Passkey retrieval", "passkey_heatmap")
 

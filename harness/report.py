@@ -34,7 +34,8 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator
 
 from lctx.errors import LctxError
-from lctx.tasks import task_meta
+from lctx.metrics import TEACHER_FORCED, is_teacher_forced, label as metric_label
+from lctx.tasks import TASKS, task_meta
 from lctx.tasks import GROUPS  # flatness, ruler (imported above: registered)
 
 from .flatness import TASK as FLATNESS, TASK, derive_table
@@ -279,7 +280,7 @@ def secondary_metric(task: str, table: pd.DataFrame | None = None) -> str | None
 def accuracy_figure(table: pd.DataFrame, task: str, out_dir: Path, pal, threshold: float = 0.8) -> Path | None:
     """``plots/<task>_accuracy_vs_length.png``: mean score (over depths and samples, status ok) vs length,
     one line per model; panels: the primary metric (with the effective-length ``threshold`` dotted) and
-    the teacher-forced one. A task that is not a retrieval task (:func:`other_tasks`) gets
+    the teacher-forced one (its title says so, :func:`lctx.metrics.label`). A task that is not a retrieval task (:func:`other_tasks`) gets
     ``plots/<task>_vs_length.png``: its headline metric on a free y axis, no threshold. None without rows."""
     retrieval = meta_of(task, table).retrieval
     metrics = [m for m in (primary_metric(task, table), secondary_metric(task, table)) if m]
@@ -317,7 +318,7 @@ def accuracy_figure(table: pd.DataFrame, task: str, out_dir: Path, pal, threshol
             ax.set_ylim(-0.04, 1.04)
         ax.set_xlabel("Context length (tokens, log scale)")
         ax.set_ylabel(f"{m} (mean over depths and samples)")
-        ax.set_title(f"{task}: {m}", fontsize=12, fontweight="bold", pad=8)
+        ax.set_title(f"{task}: {metric_label(m)}", fontsize=12, fontweight="bold", pad=8)
         ax.grid(True, alpha=0.35)
     handles, labels = axes[0].get_legend_handles_labels()
     if trains:
@@ -396,6 +397,23 @@ def ruler_blocks(table: pd.DataFrame, out_dir: Path) -> tuple[list, list[Path]]:
                                     "length (dotted).", True)]))
         paths.append(p)
     return blocks, paths
+
+
+def teacher_forced_note(table: pd.DataFrame, task: str) -> str | None:
+    """The line a task's section carries when a metric it shows (its secondary metric, its heatmap panels) is
+    teacher-forced (:attr:`lctx.metrics.Metric.teacher_forced`: passkey digit_acc, NIAH tf_*), or None: such a
+    score is 1.00 in cells where greedy decoding fails, and must not be read as what the model generates."""
+    rows = table[table["task"] == task]
+    shown = [secondary_metric(task, table)] + list(getattr(TASKS.get(task), "heatmap_metrics", None) or ())
+    tf = [m for m in dict.fromkeys(shown) if m and is_teacher_forced(m) and (rows["metric"] == m).any()]
+    if not tf:
+        return None
+    names = ", ".join(tf)
+    one = len(tf) == 1
+    return (f"{names} {'is' if one else 'are'} {TEACHER_FORCED}: the expected answer's tokens are fed after the prompt "
+            f"and each is scored after the true ones before it, not on what the model generates; "
+            f"{'it' if one else 'they'} can be 1.00 where greedy decoding fails ({primary_metric(task, table)} 0), "
+            f"e.g. a continuation that starts with words instead of the answer.")
 
 
 def heatmaps(table: pd.DataFrame, out_dir: Path) -> dict[str, list[Path]]:
@@ -747,6 +765,9 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, at: str | None
                                         "model (markers shrink "
                                         "from the first model to the last, so lines that coincide stay visible).", True)]))
             plots.append(a)
+        tf_note = teacher_forced_note(table, task)
+        if tf_note:
+            blocks.append(("p", tf_note))
         hm = maps.get(task, [])
         if hm:
             wide = task != "passkey"

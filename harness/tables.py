@@ -26,6 +26,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from .rundir import atomic_write, read_json, read_records as _read
@@ -263,3 +264,47 @@ def label_names(df: pd.DataFrame) -> pd.Series:
                     parts.append(f"{c}={row[c]}")
             names.at[idx] = f"{row['model']} [{', '.join(parts)}]"
     return names
+
+
+def over_depths(summary: pd.DataFrame, directions: dict[str, str] | None = None) -> pd.DataFrame:
+    """The summary pooled over depths: one row per (model, task, metric, length) of ``summary``
+    (:func:`summarize`'s columns; ``model`` as it is to be shown, e.g. :func:`label_names`), cells with no ok
+    sample left out, with
+
+    - ``mean``, ``stderr``, ``n``: of every ok sample of the cell's depths, as one sample: the mean weighted
+      by each depth's n, the sample standard error (std over all n samples, ddof 1, / sqrt(n); NaN for n = 1)
+      rebuilt exactly from each depth's mean, stderr and n;
+    - ``worst``, ``worst_depths``, ``worst_n``: the worst depth's mean (lowest for a metric better higher,
+      highest for one better lower), the depths that share it (a list; all of them when every depth ties)
+      and their samples, NaN / [] / 0 where the cell has fewer than two depths or the metric no direction
+      (``equal`` bookkeeping, an unknown name);
+    - ``n_depths``: the depths pooled.
+
+    ``directions``: {metric: "higher" | "lower"} over the registry's (:func:`lctx.metrics.direction_of`).
+    The run's printed table shows these (``lctx run``): a mean over depths hides a depth that always fails.
+    """
+    from lctx.metrics import direction_of  # lazy: a leaf module
+
+    keys = ["model", "task", "metric", "length"]
+    cols = keys + ["mean", "stderr", "n", "worst", "worst_depths", "worst_n", "n_depths"]
+    s = summary[pd.to_numeric(summary["n"], errors="coerce").fillna(0) > 0]
+    out = []
+    for key, d in s.groupby(keys, dropna=False, sort=True):
+        n = d["n"].astype(float)
+        N = n.sum()
+        mean = float((d["mean"] * n).sum() / N)
+        # sum of squares about the pooled mean = within-depth (n_i - 1) s_i^2 + between-depth n_i (m_i - mean)^2
+        s2 = (pd.to_numeric(d["stderr"], errors="coerce") ** 2 * n).fillna(0.0)  # s_i^2 (0 where n_i = 1)
+        ss = float(((n - 1) * s2).sum() + (n * (d["mean"] - mean) ** 2).sum())
+        se = math.sqrt(ss / (N - 1) / N) if N > 1 else math.nan
+        row = dict(zip(keys, key), mean=mean, stderr=se, n=int(N), worst=math.nan, worst_depths=[], worst_n=0)
+        depths = d[pd.to_numeric(d["depth"], errors="coerce").notna()]
+        row["n_depths"] = int(depths["depth"].nunique())
+        direction = (directions or {}).get(str(key[2])) or direction_of(str(key[2]))
+        if row["n_depths"] >= 2 and direction in ("higher", "lower"):
+            worst = depths["mean"].min() if direction == "higher" else depths["mean"].max()
+            w = depths[np.isclose(depths["mean"], worst, rtol=0, atol=1e-12)]
+            row.update(worst=float(worst), worst_depths=sorted(float(x) for x in w["depth"]),
+                       worst_n=int(w["n"].sum()))
+        out.append(row)
+    return pd.DataFrame(out, columns=cols)

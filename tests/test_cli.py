@@ -379,3 +379,79 @@ def test_options_of_tasks_not_in_the_run_are_named_as_ignored(capsys, tmp_path):
     assert _ignored_options(["passkey", "ppl"], ["mmlu"], limit=2, num_fewshot=3, stride=0.25, key_digits=6) is None
     assert "--stride (ppl) is ignored" in _ignored_options(["passkey"], [], stride=1.0)
     assert "--key-digits (passkey)" in _ignored_options(["ppl"], [], key_digits=6)
+
+
+# ------------------------------------------------------------------ issue 24 item 3: the run's printed table
+
+def _depth_varying_summary():
+    """A run's summary where depth 1.0 always fails passkey exact (SmolLM2's), one sample more at depth 0 than
+    at the others (unequal n), digit_acc teacher-forced at 1.0 everywhere, and ppl without depths. Returns
+    (summary, results table)."""
+    import numpy as np
+
+    from lctx.harness.tables import summarize
+
+    rows = []
+    for L in (256, 512):
+        for d, k in ((0.0, 3), (0.5, 2), (1.0, 2)):
+            for s in range(k):
+                rows.append(dict(model="smol", variant="llama", task="passkey", metric="exact", length=L, depth=d,
+                                 sample=s, value=float(d < 1.0 and (s + L // 256) % 3 != 0), status="ok"))
+                rows.append(dict(model="smol", variant="llama", task="passkey", metric="digit_acc", length=L,
+                                 depth=d, sample=s, value=1.0, status="ok"))
+        rows.append(dict(model="smol", variant="llama", task="ppl", metric="ppl", length=L, depth=np.nan, sample=0,
+                         value=30.0 + L / 100, status="ok"))
+    table = pd.DataFrame(rows)
+    return summarize(table), table
+
+
+@pytest.mark.parametrize("fmt", ["markdown", "rich"])
+def test_run_summary_shows_the_worst_depth_and_stderr_and_n(capsys, monkeypatch, fmt):
+    """`lctx run`'s closing table printed passkey exact 0.667 at every length, "mean over depths and samples",
+    when depth 1.0 always failed: it now prints each mean's stderr and n, and the worst depth under it, on a
+    terminal (rich) and off one (Markdown) alike."""
+    import math
+
+    from lctx.cli import _print_summary
+
+    monkeypatch.setenv("LCTX_TABLE_FORMAT", fmt)
+    monkeypatch.setenv("COLUMNS", "100")
+    summary, table = _depth_varying_summary()
+    _print_summary(summary)
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    exact = table[table["metric"] == "exact"]
+    for L in (256, 512):
+        v = exact[exact["length"] == L]["value"]
+        cell = f"{v.mean():.3f} ± {v.std(ddof=1) / math.sqrt(len(v)):.3f}"  # every sample of every depth
+        assert any(cell in ln and "exact" in ln and f" {len(v)} " in ln for ln in lines), (cell, out)
+    worst = next(ln for ln in lines if "worst" in ln and "depth" in ln and "0.000 @ d=1" in ln)
+    assert worst.count("0.000 @ d=1") == 2 and " 2 " in worst  # both lengths; n: depth 1.0's two samples
+    assert "digit_acc" in out and "teacher-forced" in out
+    assert not any("digit_acc" in ln and "worst" in ln for ln in lines)  # every depth at 1.0: nothing to add
+    ppl = next(ln for ln in lines if " ppl " in ln)
+    assert f"{30 + 256 / 100:.3f}" in ppl and "±" not in ppl  # one sample: no stderr
+    assert "…" not in out
+
+
+def test_over_depths_pools_samples_exactly():
+    """tables.over_depths rebuilds the pooled mean, sample stderr and n of all samples from the per-depth
+    summary (depths of unequal n), and finds the worst depth by the metric's direction."""
+    import math
+
+    import numpy as np
+
+    from lctx.harness.tables import over_depths
+
+    summary, table = _depth_varying_summary()
+    pooled = over_depths(summary)
+    for r in pooled.itertuples():
+        v = table[(table["metric"] == r.metric) & (table["length"] == r.length)]["value"]
+        assert r.n == len(v) and math.isclose(r.mean, v.mean(), abs_tol=1e-12)
+        assert (np.isnan(r.stderr) if len(v) == 1 else math.isclose(r.stderr, v.std(ddof=1) / math.sqrt(len(v)),
+                                                                     abs_tol=1e-12))
+    ex = pooled[pooled["metric"] == "exact"]
+    assert (ex["worst"] == 0.0).all() and ex["worst_depths"].map(lambda d: d == [1.0]).all() and (ex["worst_n"] == 2).all()
+    lower = over_depths(summary, directions={"exact": "lower"})  # better lower: the worst is the highest mean
+    assert (lower[lower["metric"] == "exact"]["worst_depths"].map(lambda d: 1.0 not in d)).all()
+    assert pooled[pooled["metric"] == "ppl"]["worst_depths"].map(len).eq(0).all()  # no depth axis

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 from helpers import assert_one_line_error, run_cli
 from lctx.harness.compare import (
+    DISPLAY_HEADER,
     Rules,
     Tolerance,
     compare_runs,
@@ -485,3 +486,33 @@ def test_damaged_run_json_is_named_but_the_verdict_stands(tmp_path, capsys):
     assert code == 0 and "PASS" in out, err
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("warning: ") and "run.json is damaged" in lines[0], lines
+
+
+# ------------------------------------------------------------------------------------------ terminal output
+
+@pytest.mark.parametrize("columns", [80, 100])
+def test_numbers_never_wrap_on_a_narrow_terminal(tmp_path, monkeypatch, columns):
+    """Issue 24 item 7: on an 80-100 column terminal the table used to fold `61.7 ± 2` into `61.7 ±` / `2` and
+    a tolerance `6e-05 (stderr)` into `6e-0` / `5`: every number of the table now reads whole on one line."""
+    import io
+
+    from lctx.harness.compare import _display_rows, print_report
+
+    base = cells()
+    run = set_cell(cells(), "passkey", "exact", 256, mean=0.0, stderr=0.0)  # a regression: 0.75 ± 0.25 -> 0
+    run = set_cell(run, "ppl", "ppl", 512, mean=61.7123)
+    cmp = compare_runs(run, base, Rules(metrics={"ppl": {"rel": 0.01}}))
+    cmp.run_dir, cmp.baseline_dir = str(tmp_path / "run"), str(tmp_path / "base")
+    monkeypatch.setenv("LCTX_TABLE_FORMAT", "rich")  # as on a terminal
+    monkeypatch.setenv("COLUMNS", str(columns))
+    buf = io.StringIO()
+    print_report(cmp, file=buf)
+    lines = buf.getvalue().splitlines()
+    rows = _display_rows(cmp)
+    assert len(rows) == 2
+    numbers = [c for r in rows for h, c in zip(DISPLAY_HEADER, r)
+               if h in ("length", "baseline", "run", "diff", "rel", "tolerance") and c]
+    assert any(" ± " in c for c in numbers) and any("(" in c for c in numbers)  # the cells that used to break
+    for c in numbers:
+        assert any(c in ln for ln in lines), (c, buf.getvalue())
+    assert "…" not in buf.getvalue()

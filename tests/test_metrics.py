@@ -76,3 +76,26 @@ def test_list_metrics(capsys):
     for name in ("exact", "digit_acc", "string_match_all", "string_match_part", "nll", "ppl", "acc", "average"):
         assert f"| {name} " in out
     assert "RULER" in out and "Landmark Attention" in out
+
+
+def test_teacher_forced_metrics_are_labelled(capsys):
+    """Issue 24 item 4: digit_acc is 1.00 where greedy output fails; `lctx list metrics` (and every table and
+    title that shows a metric, through metrics.label) names the teacher-forced ones as such."""
+    from helpers import run_cli
+
+    from lctx.metrics import is_teacher_forced, label
+
+    tf = {m.name for m in METRICS.values() if m.teacher_forced}
+    assert {"digit_acc", "tf_top1", "tf_mrr", "tf_logprob", "tf_gain"} <= tf
+    assert not {"exact", "string_match_all", "ppl", "acc"} & tf
+    assert label("digit_acc") == "digit_acc (teacher-forced)" and label("exact") == "exact"
+    assert label("digit_acc", "Digit accuracy") == label("digit_acc", "Digit accuracy (teacher-forced)") \
+        == "Digit accuracy (teacher-forced)"  # said once
+    assert is_teacher_forced("tf_top1,none")  # an lm-eval ",filter" suffix dropped
+    code, out, err = run_cli(["list", "metrics"], capsys)
+    assert code == 0, err
+    rows = {ln.split("|")[1].strip(): ln for ln in out.splitlines() if ln.startswith("| ") and "---" not in ln}
+    for name in tf:
+        assert f"{name} (teacher-forced)" in rows, sorted(rows)
+    assert "exact" in rows and "greedy continuation" in rows["exact"]
+    assert "greedy continuation fails" in rows["digit_acc (teacher-forced)"]  # when it disagrees with exact

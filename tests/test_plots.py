@@ -206,3 +206,73 @@ def test_run_and_report_draw_one_ppl_figure(tmp_path):
     finally:
         plots.draw_ppl = real
     assert calls == [["m (rope)"]]
+
+
+# ------------------------------------------------------------------------------- issue 24: labels, subtitles
+
+def _figure_texts(fig):
+    """(figure-level texts, axes titles) of a drawn figure."""
+    return [t for t in fig.texts if t.get_text()], [ax.get_title() for ax in fig.axes if ax.get_title()]
+
+
+def test_teacher_forced_panels_say_so():
+    """Issue 24 item 4: passkey digit_acc (and NIAH tf_top1) are scored teacher-forced; their heatmap panel says
+    so, exact's (greedy) does not."""
+    from lctx.harness.plots import _heatmap_figure
+
+    fig = _heatmap_figure(synthetic(), "rope-1k", None, "rope")
+    _, titles = _figure_texts(fig)
+    flat = [t.replace("\n", " ") for t in titles]
+    assert any(t.startswith("Digit accuracy") and "(teacher-forced)" in t for t in flat), flat
+    assert any(t.startswith("Exact match") and "teacher-forced" not in t for t in flat), flat
+    niah = synthetic().replace({"task": {"passkey": "niah_single_1"}, "metric": {"digit_acc": "tf_top1"}})
+    fig = _heatmap_figure(niah, "rope-1k", None, "rope", "niah_single_1",
+                          {"exact": "exact", "tf_top1": "tf_top1"}, "niah_single_1")
+    flat = [t.replace("\n", " ") for t in _figure_texts(fig)[1]]
+    assert "tf_top1 (teacher-forced)" in flat and "exact" in flat, flat
+
+
+def test_long_subtitle_is_wrapped_inside_the_figure():
+    """Issue 24 item 7: a subtitle wider than the figure (one length: a narrow figure; errors, an off-depth
+    needle and a training length all named) was clipped at both edges; it is wrapped onto lines that lie
+    inside the figure, as do the title and panel titles."""
+    from lctx.harness.plots import _heatmap_figure
+
+    df = synthetic()
+    df = df[df["model"] == "org/alibi 1k"].copy()
+    df = df[df["length"] == 4096]  # the length of ERR_CELL: one errored cell
+    df["depth_off"] = (df["depth"] == 0.25) & (df["sample"] == 0)
+    df.loc[df["status"] == "error", "depth_off"] = False
+    df["train_length"] = 4096.0
+    df["model"] = "org/alibi 1k with a rather long checkpoint name that runs past the figure"
+    fig = _heatmap_figure(df, df["model"].iloc[0], None, "alibi")
+    texts, _ = _figure_texts(fig)
+    for dpi in (80, 130):  # 130: the PNGs' (plots._DPI); at 80 the renderer's hinting draws text widest
+        fig.set_dpi(dpi)
+        fig.canvas.draw()
+        _inside(fig, texts + [ax.title for ax in fig.axes if ax.get_title()])
+    sub = [t for t in texts if t.get_fontsize() < 12]
+    assert len(sub) >= 2, [t.get_text() for t in sub]  # wrapped onto several lines
+    joined = "  ·  ".join(t.get_text() for t in sub)
+    for part in ("errored cell", "off its depth", "training length 4K"):
+        assert part in joined, joined
+
+
+def _inside(fig, artists):
+    """Every text artist lies inside the figure, and none overlaps another (title, subtitle lines, panels)."""
+    renderer, box = fig.canvas.get_renderer(), fig.bbox
+    exts = [t.get_window_extent(renderer) for t in artists]
+    for t, e in zip(artists, exts):
+        assert box.x0 <= e.x0 and e.x1 <= box.x1 and box.y0 <= e.y0 and e.y1 <= box.y1, (t.get_text(), e, box)
+    exts.sort(key=lambda e: -e.y1)
+    for a, b in zip(exts, exts[1:]):
+        assert b.y1 <= a.y0 + 1 or b.x1 <= a.x0 or a.x1 <= b.x0, (a, b)
+
+
+def test_wrap_to_width_keeps_every_word():
+    from lctx.harness.plots import wrap_to_width
+
+    parts = ["n = 2 samples per cell (status ok)", "3 errored cells (err)", "a" * 10 + " " + "b" * 10]
+    lines = wrap_to_width(parts, 1.5, 9.5)
+    assert len(lines) > 3 and " ".join(lines).replace("  ·  ", " ").split() == " ".join(parts).split()
+    assert wrap_to_width(parts, 40, 9.5) == ["  ·  ".join(parts)]  # wide enough: one line

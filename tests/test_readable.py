@@ -64,16 +64,17 @@ def test_compare_with_stdout_piped_prints_every_cell_whole(tmp_path):
 
 
 def test_rich_tables_fold_instead_of_cutting(monkeypatch):
-    """On a terminal (forced here) a cell that does not fit wraps onto the next line; no character is lost."""
+    """On a terminal (forced here) a text cell that does not fit wraps onto the next line; no character is lost;
+    a number never wraps (issue 24 item 7: it used to fold too)."""
     monkeypatch.setenv("LCTX_TABLE_FORMAT", "rich")
-    monkeypatch.setenv("COLUMNS", "24")
+    monkeypatch.setenv("COLUMNS", "32")
     buf = io.StringIO()
     long = "string_match_part_of_a_long_metric_name"
     print_table(["metric", "value"], [[long, "179.123456789"]], right=["value"], file=buf)
     cells = [ln.split("│") for ln in buf.getvalue().splitlines() if ln.count("│") == 3]
     assert len(cells) > 2  # folded over several lines
     assert "".join(c[1].strip() for c in cells) == long
-    assert "".join(c[2].strip() for c in cells) == "179.123456789"
+    assert cells[0][2].strip() == "179.123456789"  # whole on the first line
     assert "…" not in buf.getvalue()
 
 

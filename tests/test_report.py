@@ -319,3 +319,25 @@ def test_custom_task_reported_and_compared_without_its_task_file(tmp_path):
     cmp = pd.read_csv(tmp_path / "cmp" / "compare.csv")
     directions = dict(zip(cmp["metric"], cmp["direction"]))
     assert directions["copy_top1"] == "higher" and directions["copy_nll"] == "lower"
+
+
+def test_teacher_forced_scores_say_so(report, monkeypatch):
+    """Issue 24 item 4: passkey digit_acc (NIAH tf_top1) is teacher-forced and reads 1.00 where greedy output
+    fails: the report's task section says so beside exact, and the accuracy panel's title carries the label."""
+    import lctx.harness.report as rep
+
+    res, root = report
+    md = res["markdown"].read_text()
+    section = md.split("## Retrieval: passkey", 1)[1].split("\n## ", 1)[0]
+    note = next(ln for ln in section.splitlines() if "teacher-forced" in ln)
+    assert "digit_acc is teacher-forced" in note and "greedy decoding fails (exact 0)" in note, note
+    niah = md.split("## Retrieval: niah_single_1", 1)[1].split("\n## ", 1)[0]
+    assert "tf_top1" in niah and "teacher-forced" in niah
+    assert "teacher-forced" in res["html"].read_text()
+
+    figs = []
+    monkeypatch.setattr(rep, "_save", lambda fig, out, name: figs.append(fig) or out / name)
+    table, _ = load_runs([root / "a" / "run1"])
+    rep.accuracy_figure(table, "passkey", root, rep.palette(list(dict.fromkeys(table["label"]))))
+    titles = [ax.get_title() for ax in figs[0].axes if ax.get_title()]
+    assert "passkey: digit_acc (teacher-forced)" in titles and "passkey: exact" in titles, titles
