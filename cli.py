@@ -721,6 +721,13 @@ def _bad_value(e: Exception) -> str | None:
     return None
 
 
+def _help_of(e: Exception) -> str:
+    """The help command of the (sub)command a usage error ``e`` came from: ``lctx run --help`` for ``lctx run
+    --num_fewshot 3``, ``lctx diagnose far-mass --help``; ``lctx --help`` for a mistake in the command's name."""
+    path = getattr(getattr(e, "ctx", None), "command_path", None) or "lctx"
+    return f"{path} --help"
+
+
 class _PipeSafe:
     """A text stream (``sys.stdout`` / ``sys.stderr``) whose reader may go away (``lctx report ... | head -1``): the
     first write or flush that meets a closed pipe (BrokenPipeError) points the stream's file descriptor at
@@ -816,7 +823,7 @@ def _main(argv: list[str] | None) -> int:
         if type(e).__name__ == "NoArgsIsHelpError":
             print(msg, file=sys.stderr)  # the help text
         else:
-            line = _bad_value(e) or f"{' '.join(msg.split()).rstrip('.')}; see `lctx --help`"
+            line = _bad_value(e) or f"{' '.join(msg.split()).rstrip('.')}; see `{_help_of(e)}`"
             print(f"error: {line}", file=sys.stderr)
         code = EXIT_USAGE
     return code

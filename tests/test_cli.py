@@ -109,6 +109,17 @@ def test_unknown_option_is_one_line(capsys):
     assert_one_line_error(code, err, "--no-such-flag")
 
 
+@pytest.mark.parametrize("argv, helps", [(["run", "--num_fewshot", "3"], "`lctx run --help`"),
+                                         (["diagnose", "far-mass", "--foo"], "`lctx diagnose far-mass --help`"),
+                                         (["diagnose", "nope"], "`lctx diagnose --help`"),
+                                         (["runn"], "`lctx --help`")])
+def test_usage_error_points_at_the_help_of_the_command_called(capsys, argv, helps):
+    # issue 24.6: "No such option: --num_fewshot (Possible options: --num-fewshot); see lctx --help" sent the
+    # user to the command list; the options are in the help of the command that was called
+    code, _, err = run_cli(argv, capsys)
+    assert_one_line_error(code, err, f"see {helps}")
+
+
 def test_custom_task_file_end_to_end(capsys, make_checkpoint, tmp_path):
     f = tmp_path / "my_task.py"
     f.write_text(token_nll_task_source("FirstTokenNLL", "first_token_nll"))
