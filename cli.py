@@ -521,7 +521,7 @@ def plan(
         raise LctxError(f"--length {length!r} names {len(T)} lengths; pass one, e.g. --length 512k")
     from lctx.harness.args import check_model_path, check_run_options  # light: checks before torch loads
 
-    check_model_path(model)
+    model_dir = check_model_path(model)  # a hub id: its snapshot in the local Hugging Face cache
     check_run_options(dtype=dtype, device=device, attn_impl=attn_impl)
     from lctx.harness import plan as P  # lazy: loads torch
 
@@ -536,8 +536,8 @@ def plan(
                             f"for a GPU you lack give its memory, e.g. --device {device} --device-memory 80g (or "
                             "--device cpu to plan for this machine)")
         device = str(resolve_device(device))
-    cfg = P.load_config(model, trust_remote_code=trust_remote_code)
-    shown = Path(model).resolve()
+    cfg = P.load_config(model_dir, trust_remote_code=trust_remote_code)
+    shown = Path(model).resolve()  # a hub id OWNER/NAME: NAME
     shown = shown.stem if shown.suffix.lower() == ".gguf" else shown.name  # as `lctx run` names the model
     if attn_impl is not None:
         from lctx.harness.lm import check_attn_impl  # lazy: loads torch, transformers

@@ -265,14 +265,45 @@ DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu", "meta", "hpu", "xla", "ipu", "mtia"
                 "vulkan", "privateuseone")
 
 
-def check_model_path(path) -> None:
-    """Refuse a ``--model`` that cannot be a checkpoint, by looking at the path only (no torch): missing, a
-    file that is not a ``.gguf``, or a folder with neither ``config.json`` nor a ``.gguf`` (a llama2.c
-    checkpoint folder gets the ``lctx convert llama2c`` command).
+#: a Hugging Face hub model id as ``from_pretrained`` takes it: ``OWNER/NAME`` (``HuggingFaceTB/SmolLM2-135M-Instruct``)
+HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def resolve_model_path(path) -> tuple[str, Optional[str]]:
+    """Where a ``--model`` lives on this machine: (the path, None) for anything that exists or does not look like
+    a hub id; for a Hugging Face hub id (``OWNER/NAME``, :data:`HUB_ID`) that is not a local path, (its snapshot
+    in the local Hugging Face cache, ``NAME``), found offline as ``from_pretrained`` with ``HF_HUB_OFFLINE=1``
+    does (``huggingface_hub.snapshot_download(local_files_only=True)``: ``HF_HUB_CACHE``, else ``HF_HOME/hub``,
+    else ``~/.cache/huggingface/hub``). Imports no torch.
 
     Raises:
-        LctxError: one of those (one line naming the fix).
+        LctxError: a hub id that is not in the local cache: lctx does not download at run time (the message
+            says how to fetch it).
     """
+    text = str(path)
+    if Path(text).exists() or not HUB_ID.fullmatch(text):
+        return text, None
+    from huggingface_hub import constants, snapshot_download  # lazy: ~0.3 s, no torch; only for a hub id
+
+    try:
+        return snapshot_download(text, local_files_only=True), text.split("/", 1)[1]
+    except Exception:  # noqa: BLE001 - not cached (LocalEntryNotFoundError), or an unreadable cache entry
+        raise LctxError(f"checkpoint {text!r} is not a local path, and as a Hugging Face model id it is not in the "
+                        f"local cache ({constants.HF_HUB_CACHE}); lctx does not download at run time: fetch it with "
+                        f"`hf download {text}` (or `huggingface-cli download {text}`), then pass --model {text} "
+                        "again, or pass the path of a local checkpoint") from None
+
+
+def check_model_path(path) -> str:
+    """Refuse a ``--model`` that cannot be a checkpoint, by looking at the path only (no torch): missing, a
+    file that is not a ``.gguf``, or a folder with neither ``config.json`` nor a ``.gguf`` (a llama2.c
+    checkpoint folder gets the ``lctx convert llama2c`` command). A Hugging Face hub id is looked up in the
+    local cache first (:func:`resolve_model_path`). Returns the path checked (the snapshot of a hub id).
+
+    Raises:
+        LctxError: one of those, or a hub id that is not cached (one line naming the fix).
+    """
+    path, _ = resolve_model_path(path)
     p = Path(path)
     if not p.exists():
         raise LctxError(f"checkpoint {str(path)!r} does not exist (not a directory nor a .gguf file); pass a "
@@ -291,6 +322,41 @@ def check_model_path(path) -> None:
                             f"{p / models[0]} --tokenizer {p / toks[0]} --out DIR`, then pass --model DIR")
         raise LctxError(f"checkpoint {str(path)!r} has no config.json; pass a folder written by `lctx train` "
                         "or save_pretrained")
+    return path
+
+
+#: files any of which holds a tokenizer's vocabulary for ``AutoTokenizer.from_pretrained``: the ``tokenizers``
+#: serialisation, SentencePiece / tiktoken models (``tokenizer.model``, ``spiece.model``, ...), BPE and WordPiece
+#: vocabularies (``vocab.json`` with ``merges.txt``, ``vocab.txt``)
+TOKENIZER_VOCAB = ("tokenizer.json", "*.model", "vocab.json", "vocab.txt", "*.tiktoken")
+
+
+def check_tokenizer_files(path) -> None:
+    """Refuse, before torch or any weights load, a checkpoint folder with no tokenizer (``lctx run`` needs one
+    for every task): none of :data:`TOKENIZER_VOCAB` beside ``config.json``. transformers' own error comes after
+    the imports and reads ``Couldn't instantiate the backend tokenizer from one of: ...``. A GGUF file carries its
+    tokenizer, and a tokenizer of remote code (``auto_map`` in ``tokenizer_config.json``) may keep its own
+    files: neither is checked.
+
+    Raises:
+        LctxError: no vocabulary file (names the missing files and where to get them).
+    """
+    p = Path(path)
+    if not (p.is_dir() and (p / "config.json").is_file()):
+        return
+    cfg = p / "tokenizer_config.json"
+    try:
+        if cfg.is_file() and "auto_map" in json.loads(cfg.read_text()):
+            return
+    except (OSError, ValueError):
+        pass  # an unreadable tokenizer_config.json is the tokenizer loader's to report
+    if any(any(p.glob(g)) for g in TOKENIZER_VOCAB):
+        return
+    missing = "tokenizer.json" + ("" if cfg.is_file() else " and tokenizer_config.json")
+    raise LctxError(f"checkpoint {str(path)!r} has no tokenizer (no {missing}; nor tokenizer.model, vocab.json + "
+                    "merges.txt or vocab.txt); copy the tokenizer files from the model it was trained or converted "
+                    "from (its folder, or `hf download OWNER/NAME tokenizer.json tokenizer_config.json --local-dir "
+                    f"{str(path)}`), or write them there with tokenizer.save_pretrained")
 
 
 def check_run_options(dtype: Optional[str] = None, device: Optional[str] = None, attn_impl: Optional[str] = None,
@@ -321,3 +387,4 @@ def check_run_options(dtype: Optional[str] = None, device: Optional[str] = None,
                                      or train_length < 1):
         raise LctxError(f"--train-length {train_length} is not a positive number of tokens; pass e.g. "
                         "--train-length 4096")
+

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence, Union
 
 from lctx.harness.args import (check_model_path, check_results_out, check_run_options, check_task_options,
-                               check_writable_dir,
+                               check_tokenizer_files, check_writable_dir,
                                chat_options, parse_batch_size,
                                parse_depths,
                                parse_lengths, parse_task_options, task_option_names)
@@ -347,8 +347,8 @@ def _check_names(models, tasks, task_files) -> list[str]:
     task, and every path of ``models`` exists.
 
     Raises:
-        LctxError: an unknown task name (the message lists the known ones), a model path that does not exist,
-            or a task file that does not load (:func:`lctx.tasks.load_task_file`).
+        LctxError: an unknown task name (the message lists the known ones), a model path that does not exist
+            (nor is a hub id in the local Hugging Face cache), a checkpoint folder without tokenizer files, or a task file that does not load (:func:`lctx.tasks.load_task_file`).
     """
     from lctx.harness import flatness, ruler  # noqa: F401  (register the derived names: light, no pandas); lazy: loads lctx.tasks and numpy
     from lctx.tasks import GROUPS, TASKS, get_task, lmeval, load_entry_point_tasks, load_task_file  # lazy: loads lctx.tasks and numpy
@@ -362,7 +362,8 @@ def _check_names(models, tasks, task_files) -> list[str]:
         if name not in TASKS and name not in GROUPS and not lmeval.is_lmeval_task(name):
             get_task(name)  # raises the one-line error naming the known tasks
     for m in [models] if isinstance(models, (str, Path)) else models or []:
-        check_model_path(m)  # missing, a file that is not a .gguf, a folder with no config.json
+        path = check_model_path(m)  # missing (nor a cached hub id), not a .gguf file, a folder with no config.json
+        check_tokenizer_files(path)  # a folder without tokenizer files (a GGUF file carries its own)
     return names
 
 
