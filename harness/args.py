@@ -10,6 +10,7 @@ import inspect
 import json
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -388,3 +389,79 @@ def check_run_options(dtype: Optional[str] = None, device: Optional[str] = None,
         raise LctxError(f"--train-length {train_length} is not a positive number of tokens; pass e.g. "
                         "--train-length 4096")
 
+
+def cuda_absent() -> bool:
+    """True when this machine surely has no GPU ``torch.cuda`` could use, told without importing torch:
+    ``CUDA_VISIBLE_DEVICES`` hides every device (empty, or ``-1`` first), macOS, or Linux with no NVIDIA
+    (``/dev/nvidia0``...), ROCm (``/dev/kfd``) or WSL (``/dev/dxg``) device node. False when unsure (other
+    systems): torch's own check (:func:`lctx.harness.devices.resolve_device`) still follows."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and (not visible.strip() or visible.split(",")[0].strip() == "-1"):
+        return True
+    if sys.platform == "darwin":
+        return True
+    if sys.platform.startswith("linux"):
+        dev = Path("/dev")
+        return not (any(dev.glob("nvidia[0-9]*")) or (dev / "kfd").exists() or (dev / "dxg").exists())
+    return False
+
+
+def check_device_present(device: Optional[str]) -> None:
+    """Refuse ``--device cuda`` / ``cuda:N`` on a machine without a CUDA GPU before torch loads (:func:`cuda_absent`;
+    the line :func:`lctx.harness.devices.resolve_device` gives after the imports).
+
+    Raises:
+        LctxError: a CUDA device is asked for and this machine surely has none.
+    """
+    if device is not None and re.fullmatch(r"cuda(:\d+)?", str(device)) and cuda_absent():
+        raise LctxError(f"device {device!r} requested but this machine has no CUDA GPU; use --device cpu")
+
+
+def check_declared_max(name: str, max_length, lengths: list[int], allow_beyond_max: bool = False) -> None:
+    """Refuse lengths above the ``max_length`` tokens (``max_position_embeddings``; None: not declared) that
+    model ``name`` declares it can address, unless ``allow_beyond_max``
+    (:func:`lctx.harness.runner.check_lengths`; :func:`declared_max` reads it before any weights load).
+
+    Raises:
+        LctxError: a length exceeds it, or it is not a positive number of tokens (names the limit and the fix).
+    """
+    if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int)
+                                   or max_length <= 0):
+        raise LctxError(f"model {name!r} declares max_position_embeddings = {max_length!r} in its "
+                        "config.json, which is not a positive number of tokens; fix or remove that key")
+    if max_length and not allow_beyond_max:
+        over = [L for L in lengths if L > max_length]
+        if over:
+            raise LctxError(f"length {max(over)} exceeds the {max_length} tokens model {name!r} declares "
+                            f"it can address (max_position_embeddings); use lengths <= {max_length}, or "
+                            "--allow-beyond-max for an extrapolation study")
+
+
+def declared_max(path) -> tuple[str, object]:
+    """(the name ``lctx run`` gives the model, the longest input it declares) for a ``--model``, read without
+    torch or the weights: ``config.json``'s ``max_position_embeddings`` for a folder, the GGUF metadata's
+    ``<arch>.context_length`` for a ``.gguf`` (what transformers turns into ``max_position_embeddings``);
+    None where it declares none or the file cannot be read here (the check after loading still runs)."""
+    from lctx.harness.gguf import find_gguf  # light: stdlib only
+
+    resolved, hub_name = resolve_model_path(path)
+    try:
+        gguf_file = find_gguf(resolved)
+    except LctxError:
+        return Path(resolved).name, None  # several .gguf files: load_lm's error
+    if gguf_file is not None:
+        name = hub_name or gguf_file.stem
+        try:
+            from gguf import GGUFReader  # lazy: numpy only
+
+            fields = GGUFReader(str(gguf_file)).fields
+            arch = fields["general.architecture"].contents()
+            return name, int(fields[f"{arch}.context_length"].contents())
+        except Exception:  # noqa: BLE001 - no key, or a file the GGUF loader will refuse with its own line
+            return name, None
+    name = hub_name or Path(resolved).resolve().name
+    try:
+        cfg = json.loads((Path(resolved) / "config.json").read_text())
+    except (OSError, ValueError):
+        return name, None  # load_lm's error names it
+    return name, cfg.get("max_position_embeddings") if isinstance(cfg, dict) else None
