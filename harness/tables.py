@@ -180,7 +180,9 @@ def _pooled_tasks(df: pd.DataFrame, keys: list[str], subs: pd.Series) -> pd.Seri
     tmp = df[cell].astype(str).assign(_sub=subs)
     pooled = tmp.groupby(cell, dropna=False, sort=False)["_sub"].transform(lambda s: json.dumps(sorted(
         {str(v) for v in s if v is not None and v == v})))
-    return pd.Series([pooled_label(t, json.loads(p)) for t, p in zip(df["task"], pooled)], index=df.index)
+    pairs = list(zip(df["task"], pooled))
+    label = {pair: pooled_label(pair[0], json.loads(pair[1])) for pair in set(pairs)}  # once per cell, not per row
+    return pd.Series([label[pair] for pair in pairs], index=df.index)
 
 
 def _cell_fingerprint(fps) -> str:
