@@ -390,19 +390,23 @@ def check_run_options(dtype: Optional[str] = None, device: Optional[str] = None,
                         "--train-length 4096")
 
 
-def cuda_absent() -> bool:
+#: the device nodes under /dev of a GPU ``torch.cuda`` can use: NVIDIA (``nvidia0``...; Jetson: ``nvhost-*``,
+#: ``nvmap``), ROCm (``kfd``), WSL (``dxg``)
+GPU_DEVICE_NODES = ("nvidia[0-9]*", "nvhost-*", "nvmap", "kfd", "dxg")
+
+
+def cuda_absent(dev: Path = Path("/dev")) -> bool:
     """True when this machine surely has no GPU ``torch.cuda`` could use, told without importing torch:
-    ``CUDA_VISIBLE_DEVICES`` hides every device (empty, or ``-1`` first), macOS, or Linux with no NVIDIA
-    (``/dev/nvidia0``...), ROCm (``/dev/kfd``) or WSL (``/dev/dxg``) device node. False when unsure (other
-    systems): torch's own check (:func:`lctx.harness.devices.resolve_device`) still follows."""
+    ``CUDA_VISIBLE_DEVICES`` hides every device (empty, or ``-1`` first), macOS, or Linux with none of the
+    device nodes a GPU driver makes (:data:`GPU_DEVICE_NODES`) in ``dev``. False when unsure (other systems): torch's own
+    check (:func:`lctx.harness.devices.resolve_device`) still follows."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None and (not visible.strip() or visible.split(",")[0].strip() == "-1"):
         return True
     if sys.platform == "darwin":
         return True
     if sys.platform.startswith("linux"):
-        dev = Path("/dev")
-        return not (any(dev.glob("nvidia[0-9]*")) or (dev / "kfd").exists() or (dev / "dxg").exists())
+        return not any(any(Path(dev).glob(g)) for g in GPU_DEVICE_NODES)
     return False
 
 

@@ -169,6 +169,24 @@ def test_run_with_a_cached_hub_id(capsys, tmp_path, monkeypatch):
     assert set(df["model"]) == {"pydoc-tiny"} and (df["status"] == "ok").all()
 
 
+def test_cuda_is_refused_early_only_where_there_surely_is_none(tmp_path, monkeypatch):
+    # issue 24.6: --device cuda without a GPU is answered before torch loads, from the device nodes a driver makes;
+    # a machine with one (any node, a visible device) must never be refused by this guess
+    from lctx.harness.args import cuda_absent
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(sys, "platform", "linux")
+    assert cuda_absent(tmp_path)
+    for node in ("nvidia0", "kfd", "nvhost-ctrl-gpu", "dxg"):
+        (tmp_path / node).write_text("")
+        assert not cuda_absent(tmp_path), node
+        (tmp_path / node).unlink()
+    (tmp_path / "nvidia0").write_text("")
+    for visible, absent in (("", True), ("-1", True), ("0", False), ("GPU-5b3c", False)):
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+        assert cuda_absent(tmp_path) is absent, visible
+
+
 def test_checkpoint_without_tokenizer_files_names_them(capsys, tmp_path):
     # issue 24.6: a folder without tokenizer files failed after the imports as "(Couldn't instantiate the backend
     # tokenizer from one of: )"; the check names the files, for `lctx run` and for load_lm (the Python API)
