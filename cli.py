@@ -556,7 +556,7 @@ def plan(
         raise LctxError(f"--length {length!r} names {len(T)} lengths; pass one, e.g. --length 512k")
     from lctx.harness.args import check_model_path, check_run_options  # light: checks before torch loads
 
-    check_model_path(model)
+    model_dir = check_model_path(model)  # a hub id: its snapshot in the local Hugging Face cache
     check_run_options(dtype=dtype, device=device, attn_impl=attn_impl)
     from lctx.harness import plan as P  # lazy: loads torch
 
@@ -571,8 +571,8 @@ def plan(
                             f"for a GPU you lack give its memory, e.g. --device {device} --device-memory 80g (or "
                             "--device cpu to plan for this machine)")
         device = str(resolve_device(device))
-    cfg = P.load_config(model, trust_remote_code=trust_remote_code)
-    shown = Path(model).resolve()
+    cfg = P.load_config(model_dir, trust_remote_code=trust_remote_code)
+    shown = Path(model).resolve()  # a hub id OWNER/NAME: NAME
     shown = shown.stem if shown.suffix.lower() == ".gguf" else shown.name  # as `lctx run` names the model
     if attn_impl is not None:
         from lctx.harness.lm import check_attn_impl  # lazy: loads torch, transformers
@@ -756,6 +756,13 @@ def _bad_value(e: Exception) -> str | None:
     return None
 
 
+def _help_of(e: Exception) -> str:
+    """The help command of the (sub)command a usage error ``e`` came from: ``lctx run --help`` for ``lctx run
+    --num_fewshot 3``, ``lctx diagnose far-mass --help``; ``lctx --help`` for a mistake in the command's name."""
+    path = getattr(getattr(e, "ctx", None), "command_path", None) or "lctx"
+    return f"{path} --help"
+
+
 class _PipeSafe:
     """A text stream (``sys.stdout`` / ``sys.stderr``) whose reader may go away (``lctx report ... | head -1``): the
     first write or flush that meets a closed pipe (BrokenPipeError) points the stream's file descriptor at
@@ -851,7 +858,7 @@ def _main(argv: list[str] | None) -> int:
         if type(e).__name__ == "NoArgsIsHelpError":
             print(msg, file=sys.stderr)  # the help text
         else:
-            line = _bad_value(e) or f"{' '.join(msg.split()).rstrip('.')}; see `lctx --help`"
+            line = _bad_value(e) or f"{' '.join(msg.split()).rstrip('.')}; see `{_help_of(e)}`"
             print(f"error: {line}", file=sys.stderr)
         code = EXIT_USAGE
     return code

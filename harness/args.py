@@ -10,6 +10,7 @@ import inspect
 import json
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -265,14 +266,45 @@ DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu", "meta", "hpu", "xla", "ipu", "mtia"
                 "vulkan", "privateuseone")
 
 
-def check_model_path(path) -> None:
-    """Refuse a ``--model`` that cannot be a checkpoint, by looking at the path only (no torch): missing, a
-    file that is not a ``.gguf``, or a folder with neither ``config.json`` nor a ``.gguf`` (a llama2.c
-    checkpoint folder gets the ``lctx convert llama2c`` command).
+#: a Hugging Face hub model id as ``from_pretrained`` takes it: ``OWNER/NAME`` (``HuggingFaceTB/SmolLM2-135M-Instruct``)
+HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def resolve_model_path(path) -> tuple[str, Optional[str]]:
+    """Where a ``--model`` lives on this machine: (the path, None) for anything that exists or does not look like
+    a hub id; for a Hugging Face hub id (``OWNER/NAME``, :data:`HUB_ID`) that is not a local path, (its snapshot
+    in the local Hugging Face cache, ``NAME``), found offline as ``from_pretrained`` with ``HF_HUB_OFFLINE=1``
+    does (``huggingface_hub.snapshot_download(local_files_only=True)``: ``HF_HUB_CACHE``, else ``HF_HOME/hub``,
+    else ``~/.cache/huggingface/hub``). Imports no torch.
 
     Raises:
-        LctxError: one of those (one line naming the fix).
+        LctxError: a hub id that is not in the local cache: lctx does not download at run time (the message
+            says how to fetch it).
     """
+    text = str(path)
+    if Path(text).exists() or not HUB_ID.fullmatch(text):
+        return text, None
+    from huggingface_hub import constants, snapshot_download  # lazy: ~0.3 s, no torch; only for a hub id
+
+    try:
+        return snapshot_download(text, local_files_only=True), text.split("/", 1)[1]
+    except Exception:  # noqa: BLE001 - not cached (LocalEntryNotFoundError), or an unreadable cache entry
+        raise LctxError(f"checkpoint {text!r} is not a local path, and as a Hugging Face model id it is not in the "
+                        f"local cache ({constants.HF_HUB_CACHE}); lctx does not download at run time: fetch it with "
+                        f"`hf download {text}` (or `huggingface-cli download {text}`), then pass --model {text} "
+                        "again, or pass the path of a local checkpoint") from None
+
+
+def check_model_path(path) -> str:
+    """Refuse a ``--model`` that cannot be a checkpoint, by looking at the path only (no torch): missing, a
+    file that is not a ``.gguf``, or a folder with neither ``config.json`` nor a ``.gguf`` (a llama2.c
+    checkpoint folder gets the ``lctx convert llama2c`` command). A Hugging Face hub id is looked up in the
+    local cache first (:func:`resolve_model_path`). Returns the path checked (the snapshot of a hub id).
+
+    Raises:
+        LctxError: one of those, or a hub id that is not cached (one line naming the fix).
+    """
+    path, _ = resolve_model_path(path)
     p = Path(path)
     if not p.exists():
         raise LctxError(f"checkpoint {str(path)!r} does not exist (not a directory nor a .gguf file); pass a "
@@ -291,6 +323,41 @@ def check_model_path(path) -> None:
                             f"{p / models[0]} --tokenizer {p / toks[0]} --out DIR`, then pass --model DIR")
         raise LctxError(f"checkpoint {str(path)!r} has no config.json; pass a folder written by `lctx train` "
                         "or save_pretrained")
+    return path
+
+
+#: files any of which holds a tokenizer's vocabulary for ``AutoTokenizer.from_pretrained``: the ``tokenizers``
+#: serialisation, SentencePiece / tiktoken models (``tokenizer.model``, ``spiece.model``, ...), BPE and WordPiece
+#: vocabularies (``vocab.json`` with ``merges.txt``, ``vocab.txt``)
+TOKENIZER_VOCAB = ("tokenizer.json", "*.model", "vocab.json", "vocab.txt", "*.tiktoken")
+
+
+def check_tokenizer_files(path) -> None:
+    """Refuse, before torch or any weights load, a checkpoint folder with no tokenizer (``lctx run`` needs one
+    for every task): none of :data:`TOKENIZER_VOCAB` beside ``config.json``. transformers' own error comes after
+    the imports and reads ``Couldn't instantiate the backend tokenizer from one of: ...``. A GGUF file carries its
+    tokenizer, and a tokenizer of remote code (``auto_map`` in ``tokenizer_config.json``) may keep its own
+    files: neither is checked.
+
+    Raises:
+        LctxError: no vocabulary file (names the missing files and where to get them).
+    """
+    p = Path(path)
+    if not (p.is_dir() and (p / "config.json").is_file()):
+        return
+    cfg = p / "tokenizer_config.json"
+    try:
+        if cfg.is_file() and "auto_map" in json.loads(cfg.read_text()):
+            return
+    except (OSError, ValueError):
+        pass  # an unreadable tokenizer_config.json is the tokenizer loader's to report
+    if any(any(p.glob(g)) for g in TOKENIZER_VOCAB):
+        return
+    missing = "tokenizer.json" + ("" if cfg.is_file() else " and tokenizer_config.json")
+    raise LctxError(f"checkpoint {str(path)!r} has no tokenizer (no {missing}; nor tokenizer.model, vocab.json + "
+                    "merges.txt or vocab.txt); copy the tokenizer files from the model it was trained or converted "
+                    "from (its folder, or `hf download OWNER/NAME tokenizer.json tokenizer_config.json --local-dir "
+                    f"{str(path)}`), or write them there with tokenizer.save_pretrained")
 
 
 def check_run_options(dtype: Optional[str] = None, device: Optional[str] = None, attn_impl: Optional[str] = None,
@@ -321,3 +388,84 @@ def check_run_options(dtype: Optional[str] = None, device: Optional[str] = None,
                                      or train_length < 1):
         raise LctxError(f"--train-length {train_length} is not a positive number of tokens; pass e.g. "
                         "--train-length 4096")
+
+
+#: the device nodes under /dev of a GPU ``torch.cuda`` can use: NVIDIA (``nvidia0``...; Jetson: ``nvhost-*``,
+#: ``nvmap``), ROCm (``kfd``), WSL (``dxg``)
+GPU_DEVICE_NODES = ("nvidia[0-9]*", "nvhost-*", "nvmap", "kfd", "dxg")
+
+
+def cuda_absent(dev: Path = Path("/dev")) -> bool:
+    """True when this machine surely has no GPU ``torch.cuda`` could use, told without importing torch:
+    ``CUDA_VISIBLE_DEVICES`` hides every device (empty, or ``-1`` first), macOS, or Linux with none of the
+    device nodes a GPU driver makes (:data:`GPU_DEVICE_NODES`) in ``dev``. False when unsure (other systems): torch's own
+    check (:func:`lctx.harness.devices.resolve_device`) still follows."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and (not visible.strip() or visible.split(",")[0].strip() == "-1"):
+        return True
+    if sys.platform == "darwin":
+        return True
+    if sys.platform.startswith("linux"):
+        return not any(any(Path(dev).glob(g)) for g in GPU_DEVICE_NODES)
+    return False
+
+
+def check_device_present(device: Optional[str]) -> None:
+    """Refuse ``--device cuda`` / ``cuda:N`` on a machine without a CUDA GPU before torch loads (:func:`cuda_absent`;
+    the line :func:`lctx.harness.devices.resolve_device` gives after the imports).
+
+    Raises:
+        LctxError: a CUDA device is asked for and this machine surely has none.
+    """
+    if device is not None and re.fullmatch(r"cuda(:\d+)?", str(device)) and cuda_absent():
+        raise LctxError(f"device {device!r} requested but this machine has no CUDA GPU; use --device cpu")
+
+
+def check_declared_max(name: str, max_length, lengths: list[int], allow_beyond_max: bool = False) -> None:
+    """Refuse lengths above the ``max_length`` tokens (``max_position_embeddings``; None: not declared) that
+    model ``name`` declares it can address, unless ``allow_beyond_max``
+    (:func:`lctx.harness.runner.check_lengths`; :func:`declared_max` reads it before any weights load).
+
+    Raises:
+        LctxError: a length exceeds it, or it is not a positive number of tokens (names the limit and the fix).
+    """
+    if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int)
+                                   or max_length <= 0):
+        raise LctxError(f"model {name!r} declares max_position_embeddings = {max_length!r} in its "
+                        "config.json, which is not a positive number of tokens; fix or remove that key")
+    if max_length and not allow_beyond_max:
+        over = [L for L in lengths if L > max_length]
+        if over:
+            raise LctxError(f"length {max(over)} exceeds the {max_length} tokens model {name!r} declares "
+                            f"it can address (max_position_embeddings); use lengths <= {max_length}, or "
+                            "--allow-beyond-max for an extrapolation study")
+
+
+def declared_max(path) -> tuple[str, object]:
+    """(the name ``lctx run`` gives the model, the longest input it declares) for a ``--model``, read without
+    torch or the weights: ``config.json``'s ``max_position_embeddings`` for a folder, the GGUF metadata's
+    ``<arch>.context_length`` for a ``.gguf`` (what transformers turns into ``max_position_embeddings``);
+    None where it declares none or the file cannot be read here (the check after loading still runs)."""
+    from lctx.harness.gguf import find_gguf  # light: stdlib only
+
+    resolved, hub_name = resolve_model_path(path)
+    try:
+        gguf_file = find_gguf(resolved)
+    except LctxError:
+        return Path(resolved).name, None  # several .gguf files: load_lm's error
+    if gguf_file is not None:
+        name = hub_name or gguf_file.stem
+        try:
+            from gguf import GGUFReader  # lazy: numpy only
+
+            fields = GGUFReader(str(gguf_file)).fields
+            arch = fields["general.architecture"].contents()
+            return name, int(fields[f"{arch}.context_length"].contents())
+        except Exception:  # noqa: BLE001 - no key, or a file the GGUF loader will refuse with its own line
+            return name, None
+    name = hub_name or Path(resolved).resolve().name
+    try:
+        cfg = json.loads((Path(resolved) / "config.json").read_text())
+    except (OSError, ValueError):
+        return name, None  # load_lm's error names it
+    return name, cfg.get("max_position_embeddings") if isinstance(cfg, dict) else None

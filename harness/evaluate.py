@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence, Union
 
 from lctx.harness.args import (check_model_path, check_results_out, check_run_options, check_task_options,
-                               check_writable_dir,
+                               check_tokenizer_files, check_writable_dir,
                                chat_options, parse_batch_size,
                                parse_depths,
                                parse_lengths, parse_task_options, task_option_names)
@@ -185,6 +185,9 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
 
         parse_relative(relative)
     _check_hub(task_names, data_dir)
+    _check_before_torch(models, task_names, task_options, None if relative else length_list, window,
+                        allow_beyond_max, device, explicit_lengths, data_dir=data_dir, samples=samples,
+                        depths=depth_list)
     passive_omp_wait()  # before torch loads OpenMP (README "Threads")
     from lctx.kernels import busy_note, configure_threads  # lazy: loads torch
 
@@ -303,6 +306,34 @@ def _check_hub(task_names: list[str], data_dir) -> None:
         lmeval.check_hub(lmeval.resolve_tasks(names, None)[0])
 
 
+def _check_before_torch(models, task_names: list[str], task_options, lengths: Optional[list[int]], window,
+                        allow_beyond_max: bool, device: str, explicit_lengths: bool, **run) -> None:
+    """The checks of a run that need no model, before torch and the weights load (issue 24.6; they came after
+    15-31 s): a CUDA ``device`` on a machine without one (:func:`lctx.harness.args.check_device_present`), a
+    ``--task-option`` that names no task of the run or a key its task does not take, and a length (``lengths``;
+    None: relative to the training length, known once the models load) or ``--window`` above a model's declared
+    maximum, read from its ``config.json`` or GGUF metadata (:func:`lctx.harness.args.declared_max`). The same
+    checks run again on the loaded models and built tasks (:func:`_build_tasks`, :func:`_check_before_run`).
+    A task's shortest prompt needs the model's tokenizer: that check stays after loading.
+
+    Raises:
+        LctxError: the first problem found (one line naming the fix).
+    """
+    from lctx.harness.args import check_declared_max, check_device_present, declared_max  # light
+    from lctx.tasks import get_task, lmeval  # lazy: loads lctx.tasks and numpy
+
+    check_device_present(device)
+    names, items, steps = expand_derived(task_names, _task_option_items(task_options), None, **run)
+    plain = [n for n in names if not lmeval.is_lmeval_task(n)]
+    for name, opts in parse_task_options(items, plain).items():
+        check_task_options(name, get_task(name), opts)
+    if lengths is None or not plain or (any(st.name == "flatness" for st in steps) and not explicit_lengths):
+        return  # flatness without --lengths runs --relative's default multiples
+    ppl = _as_list(window, parse_window, "window") if window and "ppl" in plain else []
+    for m in ([models] if isinstance(models, (str, Path)) else list(models or [])) or [DEFAULT_MODEL]:
+        check_declared_max(*declared_max(m), list(lengths) + ppl, allow_beyond_max)
+
+
 #: run-wide options of one kind of task: (the tasks that use it, its default); set to anything else in a run
 #: without such a task it changes nothing (:func:`_ignored_options`)
 _TASK_SETTINGS = {
@@ -347,8 +378,9 @@ def _check_names(models, tasks, task_files) -> list[str]:
     task, and every path of ``models`` exists.
 
     Raises:
-        LctxError: an unknown task name (the message lists the known ones), a model path that does not exist,
-            or a task file that does not load (:func:`lctx.tasks.load_task_file`).
+        LctxError: an unknown task name (the message lists the known ones), a model path that does not exist
+            (nor is a hub id in the local Hugging Face cache), a checkpoint folder without tokenizer files, or a
+            task file that does not load (:func:`lctx.tasks.load_task_file`).
     """
     from lctx.harness import flatness, ruler  # noqa: F401  (register the derived names: light, no pandas); lazy: loads lctx.tasks and numpy
     from lctx.tasks import GROUPS, TASKS, get_task, lmeval, load_entry_point_tasks, load_task_file  # lazy: loads lctx.tasks and numpy
@@ -362,7 +394,8 @@ def _check_names(models, tasks, task_files) -> list[str]:
         if name not in TASKS and name not in GROUPS and not lmeval.is_lmeval_task(name):
             get_task(name)  # raises the one-line error naming the known tasks
     for m in [models] if isinstance(models, (str, Path)) else models or []:
-        check_model_path(m)  # missing, a file that is not a .gguf, a folder with no config.json
+        path = check_model_path(m)  # missing (nor a cached hub id), not a .gguf file, a folder with no config.json
+        check_tokenizer_files(path)  # a folder without tokenizer files (a GGUF file carries its own)
     return names
 
 

@@ -584,14 +584,21 @@ def load_lm(path: str, device: str = "auto", dtype: str = "float32", name: str |
     ``chat_template`` / ``system_prompt``: see :meth:`LM.prompt` (``--chat-template on``, ``--system-prompt``).
     ``progress`` False (``--no-progress``): no de-quantising bar when a GGUF file is converted.
 
+    ``path``: a folder, a ``.gguf`` file, or a Hugging Face hub id found in the local cache (named ``NAME`` of
+    ``OWNER/NAME``; :func:`lctx.harness.args.resolve_model_path`: nothing is downloaded).
+
     Raises:
         LctxError: ``attn_impl="fast"`` for a Hugging Face checkpoint; ``chat_template`` for a tokenizer without
-            one; the path does not exist, a directory has no ``config.json`` (nor one ``.gguf``), a GGUF
+            one; the path does not exist (nor is a cached hub id), the folder has no tokenizer files, a directory has no ``config.json`` (nor one ``.gguf``), a GGUF
             file is truncated or of an architecture transformers cannot load from GGUF, a directory
             holds several ``.gguf`` files, a directory needs remote code without
             ``trust_remote_code``, fails to load (corrupt or incomplete weights, unsafe pickle, no
             tokenizer), or cannot take the override; the message says what to do.
     """
+    from lctx.harness.args import check_model_path, check_tokenizer_files, resolve_model_path  # light
+
+    path, hub_name = resolve_model_path(path)  # a hub id: its snapshot in the local Hugging Face cache
+    name = name or hub_name
     from lctx.models import register_with_transformers  # lazy: loads lctx.models (its kernels load triton)
 
     register_with_transformers()  # model_type "lctx" for the Auto classes, also after a light import (cli)
@@ -610,11 +617,11 @@ def load_lm(path: str, device: str = "auto", dtype: str = "float32", name: str |
         raise LctxError(f"checkpoint {path!r} is not a directory nor a .gguf file; pass a folder written by "
                         "`lctx train` or save_pretrained, a .gguf file (or omit --model for the bundled default)")
     if not (p / "config.json").is_file():
-        from lctx.harness.args import check_model_path  # light
-
         check_model_path(p)  # a llama2.c folder gets the convert command
         raise LctxError(f"checkpoint {path!r} has no config.json; pass a folder written by `lctx train` "
                         "or save_pretrained")
+    if gguf_file is None:
+        check_tokenizer_files(p)  # no tokenizer: named now, not as transformers' "Couldn't instantiate ..."
     dev, dt = resolve_device(device), resolve_dtype(dtype)
     try:
         json.loads((p / "config.json").read_text())

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from lctx.harness.console import markdown_table
 from lctx.harness.rundir import run_dir_lock
-from lctx.tasks.lmeval import METRICS, LmEvalSpec, make_tasks
+from lctx.tasks.lmeval import LmEvalSpec, is_lmeval_label, make_tasks
 
 
 def run_lmeval(lms: list, specs: list[LmEvalSpec], source: str, out_dir: str | Path, data_dir=None,
@@ -59,9 +59,10 @@ def run_lmeval(lms: list, specs: list[LmEvalSpec], source: str, out_dir: str | P
 
 def format_summary(summary) -> str:
     """The lm-eval tasks' rows of a summary table as an aligned Markdown table (every cell whole, model names
-    never cut): model, task, metric, mean, stderr, n."""
+    never cut): model, task (MMLU as run: ``mmlu_astronomy``, :func:`lctx.tasks.lmeval.pooled_label`), metric,
+    mean, stderr, n."""
 
-    rows = summary[summary["task"].isin(list(METRICS))]
+    rows = summary[summary["task"].map(is_lmeval_label)]  # mmlu_astronomy: MMLU pooled over its subjects
     body = [[str(r["model"]), r["task"], r["metric"], f"{r['mean']:.4f}", f"{r['stderr']:.4f}", int(r["n"])]
             for _, r in rows.iterrows()]
     return markdown_table(["model", "task", "metric", "value", "stderr", "n"], body, right=("value", "stderr", "n"))

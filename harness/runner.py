@@ -36,6 +36,7 @@ from . import distributed as D
 from . import plan as P  # P.device_memory looked up when called (tests patch lctx.harness.plan.device_memory)
 from .console import SweepProgress, count
 from lctx.errors import LctxError, NonFiniteLogitsError
+from lctx.harness.args import check_declared_max
 from .lm import LM
 from .rundir import TASK_META, RecordWriter, atomic_write_json, declared_tasks, read_json, run_dir_lock
 from .tables import label_names, label_of, read_records, record_key, summarize, to_table, write_tables
@@ -129,21 +130,13 @@ class RunSpec:
 
 
 def check_lengths(lm: LM, lengths: list[int], allow_beyond_max: bool = False) -> None:
-    """Refuse lengths above what a checkpoint declares it can address.
+    """Refuse lengths above what a checkpoint declares it can address
+    (:func:`lctx.harness.args.check_declared_max` with ``lm.max_length``).
 
     Raises:
         LctxError: a length exceeds ``lm.max_length`` (names the limit and the fix).
     """
-    if lm.max_length is not None and (isinstance(lm.max_length, bool) or not isinstance(lm.max_length, int)
-                                      or lm.max_length <= 0):
-        raise LctxError(f"model {lm.name!r} declares max_position_embeddings = {lm.max_length!r} in its "
-                        "config.json, which is not a positive number of tokens; fix or remove that key")
-    if lm.max_length and not allow_beyond_max:
-        over = [L for L in lengths if L > lm.max_length]
-        if over:
-            raise LctxError(f"length {max(over)} exceeds the {lm.max_length} tokens model {lm.name!r} declares "
-                            f"it can address (max_position_embeddings); use lengths <= {lm.max_length}, or "
-                            "--allow-beyond-max for an extrapolation study")
+    check_declared_max(lm.name, lm.max_length, lengths, allow_beyond_max)
 
 
 def sample_cost(task: Task, lm: LM, cell) -> float:

@@ -162,6 +162,30 @@ def cell_options(task_options) -> str:
     return json.dumps(opts, sort_keys=True)
 
 
+def _pooled_value(task_options):
+    """The :data:`POOLED_OPTIONS` value of a row's ``task_options`` (an MMLU question's subject), or None."""
+    try:
+        opts = json.loads(task_options) if isinstance(task_options, str) else task_options
+    except ValueError:
+        return None
+    return next((opts[k] for k in POOLED_OPTIONS if k in opts), None) if isinstance(opts, dict) else None
+
+
+def _pooled_tasks(df: pd.DataFrame, keys: list[str], subs: pd.Series) -> pd.Series:
+    """The ``task`` of every row of ``df`` as its summary row names it: a task pooled over sub-tasks (``subs``,
+    the rows' :func:`_pooled_value`) by the sub-tasks its cell holds (:func:`lctx.tasks.lmeval.pooled_label`:
+    one MMLU subject is ``mmlu_astronomy``, not ``mmlu``); other rows keep theirs."""
+    from lctx.tasks.lmeval import pooled_label  # lazy: only runs with pooled sub-tasks (MMLU)
+
+    cell = [k for k in keys if k != "metric"]  # one label for all metrics of a cell
+    tmp = df[cell].astype(str).assign(_sub=subs)
+    pooled = tmp.groupby(cell, dropna=False, sort=False)["_sub"].transform(lambda s: json.dumps(sorted(
+        {str(v) for v in s if v is not None and v == v})))
+    pairs = list(zip(df["task"], pooled))
+    label = {pair: pooled_label(pair[0], json.loads(pair[1])) for pair in set(pairs)}  # once per cell, not per row
+    return pd.Series([label[pair] for pair in pairs], index=df.index)
+
+
 def _cell_fingerprint(fps) -> str:
     u = sorted({str(f) for f in fps if isinstance(f, str) and f})
     if len(u) <= 1:
@@ -174,7 +198,8 @@ def _cell_fingerprint(fps) -> str:
 def summarize(df: pd.DataFrame) -> pd.DataFrame:
     """Mean, standard error (sample std / sqrt(n); NaN for n = 1) and n of ``value`` over samples with
     status ok, per cell (:data:`SUMMARY_KEYS`: model, variant, task, metric, length, depth and the label
-    columns, so cells of different options are never pooled; only :data:`POOLED_OPTIONS` sub-tasks are);
+    columns, so cells of different options are never pooled; only :data:`POOLED_OPTIONS` sub-tasks are, and
+    such a cell's task names the sub-tasks it holds: ``mmlu_astronomy``, ``mmlu`` for all 57 subjects);
     plus n_error (failed samples), n_depth_off (ok samples whose needle is off its depth,
     :data:`DEPTH_TOLERANCE`) and the cell's fingerprint (its samples' fingerprint, or a hash of their
     sorted fingerprints when pooled sub-tasks bring several). Tables written before a column existed get it
@@ -183,8 +208,11 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
     for c in SUMMARY_KEYS + ["depth_off", "fingerprint"]:
         if c not in df.columns:
             df[c] = None
-    df["task_options"] = df["task_options"].map(cell_options)
     keys = SUMMARY_KEYS
+    subs = df["task_options"].map(_pooled_value)
+    df["task_options"] = df["task_options"].map(cell_options)
+    if subs.notna().any():  # MMLU's subjects: the cell named as it was run (mmlu_astronomy), not "mmlu"
+        df["task"] = _pooled_tasks(df, keys, subs)
     df["_off"] = df["depth_off"].astype("string").isin(["True", "true", "1", "1.0"]).astype(int)
     ok = df[df["status"] == "ok"]
     out = ok.groupby(keys, dropna=False).agg(mean=("value", "mean"), std=("value", "std"), n=("value", "count"),

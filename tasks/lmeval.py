@@ -107,6 +107,30 @@ def is_lmeval_task(name: str) -> bool:
     return False
 
 
+def pooled_label(task: str, subjects) -> str:
+    """The name a summary row of ``task`` pooled over MMLU ``subjects`` is shown under (``summary.csv``, the
+    printed table): the name that runs exactly those subjects, as the user gives it in ``--tasks``:
+    ``mmlu_astronomy`` for one subject, ``mmlu_stem`` for exactly a category's subjects, ``mmlu`` for all 57,
+    else ``mmlu (N subjects)``. A function of the records alone, so a resumed run keeps its label. ``task``
+    itself for any other task (or no subjects)."""
+    subs = sorted({str(s) for s in subjects or () if s is not None and s == s})
+    if task != "mmlu" or not subs:
+        return task
+    if len(subs) == 1:
+        return f"mmlu_{subs[0]}"
+    known = mmlu_subjects()
+    if set(subs) == set(known):
+        return "mmlu"
+    cat = next((c for c in MMLU_CATEGORIES if set(subs) == {s for s, k in known.items() if k == c}), None)
+    return f"mmlu_{cat}" if cat else f"mmlu ({len(subs)} subjects)"
+
+
+def is_lmeval_label(name: str) -> bool:
+    """True for a summary row's task that is an lm-eval task's (:func:`pooled_label`'s names included)."""
+    name = str(name)
+    return name in METRICS or name.startswith("mmlu_") or name.startswith("mmlu (")
+
+
 # -- reading the original layouts ---------------------------------------------------------------------
 def read_arc(path: str | Path) -> list[dict]:
     """Read an ARC-V1-Feb2018 JSONL file (``{"id", "question": {"stem", "choices": [{"text", "label"}]},

@@ -109,6 +109,103 @@ def test_unknown_option_is_one_line(capsys):
     assert_one_line_error(code, err, "--no-such-flag")
 
 
+@pytest.mark.parametrize("argv, helps", [(["run", "--num_fewshot", "3"], "`lctx run --help`"),
+                                         (["diagnose", "far-mass", "--foo"], "`lctx diagnose far-mass --help`"),
+                                         (["diagnose", "nope"], "`lctx diagnose --help`"),
+                                         (["runn"], "`lctx --help`")])
+def test_usage_error_points_at_the_help_of_the_command_called(capsys, argv, helps):
+    # issue 24.6: "No such option: --num_fewshot (Possible options: --num-fewshot); see lctx --help" sent the
+    # user to the command list; the options are in the help of the command that was called
+    code, _, err = run_cli(argv, capsys)
+    assert_one_line_error(code, err, f"see {helps}")
+
+
+def _fake_hub_cache(root: Path, repo_id: str, src: Path) -> Path:
+    """A Hugging Face hub cache at ``root`` holding ``repo_id`` (huggingface_hub's layout:
+    models--OWNER--NAME/snapshots/<commit>/ with a copy of ``src``, refs/main naming the commit)."""
+    import shutil
+
+    repo = root / f"models--{repo_id.replace('/', '--')}"
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    shutil.copytree(src, repo / "snapshots" / commit)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    return repo / "snapshots" / commit
+
+
+def test_hub_id_runs_from_the_local_cache_and_is_named_by_it(capsys, tmp_path, monkeypatch):
+    # issue 24.6: `--model HuggingFaceTB/SmolLM2-135M-Instruct` (as lm-eval users type it) was told the checkpoint
+    # "does not exist". A hub id in the local cache runs offline, named as the repository (not the snapshot hash).
+    import huggingface_hub.constants
+
+    from lctx.harness.args import resolve_model_path
+    from lctx.harness.lm import load_lm
+
+    snap = _fake_hub_cache(tmp_path / "hub", "lctx-test/pydoc-tiny", DEFAULT_MODEL)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))  # read at import
+    assert resolve_model_path("lctx-test/pydoc-tiny") == (str(snap), "pydoc-tiny")
+    assert resolve_model_path(str(DEFAULT_MODEL)) == (str(DEFAULT_MODEL), None)  # a path stays a path
+    lm = load_lm("lctx-test/pydoc-tiny", device="cpu")
+    assert lm.name == "pydoc-tiny" and lm.path == str(snap)
+    code, out, err = run_cli(["plan", "--model", "lctx-test/pydoc-tiny", "--length", "256"], capsys)
+    assert code == 0 and "memory plan: pydoc-tiny" in out, err
+    code, _, err = run_cli(["run", "--model", "lctx-test/not-cached", "--out", tmp_path / "o2"], capsys)
+    assert_one_line_error(code, err, "'lctx-test/not-cached' is not a local path", str(tmp_path / "hub"),
+                          "lctx does not download at run time", "`hf download lctx-test/not-cached`")
+
+
+@pytest.mark.slow
+def test_run_with_a_cached_hub_id(capsys, tmp_path, monkeypatch):
+    import huggingface_hub.constants
+
+    _fake_hub_cache(tmp_path / "hub", "lctx-test/pydoc-tiny", DEFAULT_MODEL)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    out = tmp_path / "o"
+    code, _, err = run_cli(["run", "--model", "lctx-test/pydoc-tiny", "--tasks", "passkey", "--lengths", "128",
+                            "--depths", "0.5", "--samples", "1", "--no-progress", "--out", out], capsys)
+    assert code == 0, err
+    df = pd.read_csv(out / "results.csv")
+    assert set(df["model"]) == {"pydoc-tiny"} and (df["status"] == "ok").all()
+
+
+def test_cuda_is_refused_early_only_where_there_surely_is_none(tmp_path, monkeypatch):
+    # issue 24.6: --device cuda without a GPU is answered before torch loads, from the device nodes a driver makes;
+    # a machine with one (any node, a visible device) must never be refused by this guess
+    from lctx.harness.args import cuda_absent
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(sys, "platform", "linux")
+    assert cuda_absent(tmp_path)
+    for node in ("nvidia0", "kfd", "nvhost-ctrl-gpu", "dxg"):
+        (tmp_path / node).write_text("")
+        assert not cuda_absent(tmp_path), node
+        (tmp_path / node).unlink()
+    (tmp_path / "nvidia0").write_text("")
+    for visible, absent in (("", True), ("-1", True), ("0", False), ("GPU-5b3c", False)):
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+        assert cuda_absent(tmp_path) is absent, visible
+
+
+def test_checkpoint_without_tokenizer_files_names_them(capsys, tmp_path):
+    # issue 24.6: a folder without tokenizer files failed after the imports as "(Couldn't instantiate the backend
+    # tokenizer from one of: )"; the check names the files, for `lctx run` and for load_lm (the Python API)
+    import shutil
+
+    from lctx.errors import LctxError
+    from lctx.harness.lm import load_lm
+
+    ck = tmp_path / "no-tok"
+    shutil.copytree(DEFAULT_MODEL, ck)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        (ck / f).unlink()
+    code, _, err = run_cli(["run", "--model", ck, "--out", tmp_path / "o"], capsys)
+    assert_one_line_error(code, err, "has no tokenizer", "no tokenizer.json and tokenizer_config.json",
+                          "copy the tokenizer files")
+    with pytest.raises(LctxError, match="has no tokenizer"):
+        load_lm(str(ck), device="cpu")
+
+
 def test_custom_task_file_end_to_end(capsys, make_checkpoint, tmp_path):
     f = tmp_path / "my_task.py"
     f.write_text(token_nll_task_source("FirstTokenNLL", "first_token_nll"))

@@ -129,6 +129,36 @@ def test_subject_expansion():
     assert len(specs) == sum(c == "humanities" for c in subjects.values())  # formal_logic is humanities: no repeat
 
 
+def _mmlu_records(subjects, fingerprint="f"):
+    """Two MMLU question records per subject (acc 0 then 1) and one ARC record, as the runner writes them."""
+    recs = [{"model": "m", "task": "mmlu", "task_options": {"subject": s, "num_fewshot": 5}, "sample": i,
+             "status": "ok", "metrics": {"acc": float(i)}, "fingerprint": f"{fingerprint}-{s}"}
+            for s in subjects for i in range(2)]
+    return recs + [{"model": "m", "task": "arc_easy", "task_options": {"num_fewshot": 0}, "sample": 0,
+                    "status": "ok", "metrics": {"acc": 1.0, "acc_norm": 0.0}, "fingerprint": "arc"}]
+
+
+def test_summary_names_mmlu_by_the_subjects_it_ran():
+    """Issue 24.6: `--tasks mmlu_astronomy` was summarised (summary.csv, the printed table) as `mmlu`, the name of all
+    57 subjects. The summary's task now names what its cell pooled; the records (and so resume) keep task mmlu."""
+    from lctx.harness.tables import summarize, to_table
+
+    subjects = lmeval.mmlu_subjects()
+    stem = [s for s, c in subjects.items() if c == "stem"]
+    for subs, want in ((["astronomy"], "mmlu_astronomy"), (stem, "mmlu_stem"), (list(subjects), "mmlu"),
+                       (["astronomy", "anatomy"], "mmlu (2 subjects)")):
+        recs = _mmlu_records(subs)
+        table = to_table(recs)
+        summ = summarize(table)
+        assert set(summ["task"]) == {want, "arc_easy"}, subs
+        row = summ[summ["task"] == want].iloc[0]
+        assert row["n"] == 2 * len(subs) and row["mean"] == pytest.approx(0.5)  # still one pooled cell
+        assert set(table["task"]) == {"mmlu", "arc_easy"} and all(r["task"] == "mmlu" for r in recs[:-1])
+    printed = lmeval_run.format_summary(summarize(to_table(_mmlu_records(["astronomy"]))))
+    assert "| mmlu_astronomy " in printed and "| mmlu " not in printed and "arc_easy" in printed
+    assert lmeval.pooled_label("arc_easy", []) == "arc_easy" and lmeval.pooled_label("mmlu", []) == "mmlu"
+
+
 @pytest.mark.slow
 def test_generated_configs_load_offline_and_oracle_scores(tiny_data, tmp_path):
     """Configs load in lm-eval offline; the prompt is lm-eval's MMLU format; an oracle gets acc 1 and an
@@ -214,6 +244,7 @@ def test_run_lmeval_matches_independent_scoring_and_resumes(tiny_data, tmp_path,
         __import__("lctx.harness.tables", fromlist=["COLUMNS"]).COLUMNS
     subj = pd.read_csv(out / "mmlu_subjects.csv")
     assert subj.iloc[0]["subject"] == "anatomy" and subj.iloc[0]["n"] == 2
+    assert summ[summ["task"].str.startswith("mmlu")]["task"].tolist() == ["mmlu_anatomy"]  # as run (issue 24.6)
 
     again = lmeval_run.run_lmeval([lm], specs, source, out, data_dir=tiny_data, progress=False, log=lambda *_: None)
     assert again["ran"] == 0 and again["skipped"] == 5  # resumed: every question already recorded

@@ -16,8 +16,8 @@ import pytest
 HEAVY = ("transformers", "lm_eval", "triton", "pandas", "matplotlib")
 
 
-def _fresh(code: str, cwd=None) -> dict:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+def _fresh(code: str, cwd=None, env: dict | None = None) -> dict:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), **(env or {})}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300,
                          cwd=cwd)
     assert out.returncode == 0, out.stderr
@@ -69,6 +69,55 @@ def test_cli_listing_tasks_and_one_line_errors_import_not_even_torch(tmp_path):
     assert seen.pop("import") == []
     assert seen == {name: [0 if name in ("list-tasks", "list-metrics", "help") else 2, []] for name in LIGHTEST}
     assert not list(tmp_path.iterdir())  # a refused run leaves nothing behind
+
+
+def _bundled_copy(dest: Path, **config) -> Path:
+    """A copy of the bundled checkpoint with ``config`` changed in its config.json (no torch)."""
+    import shutil
+
+    from lctx.harness.evaluate import DEFAULT_MODEL
+
+    shutil.copytree(DEFAULT_MODEL, dest)
+    cfg = json.loads((dest / "config.json").read_text())
+    (dest / "config.json").write_text(json.dumps({**cfg, **config}))
+    return dest
+
+
+def test_checks_that_need_no_model_answer_before_torch_loads(tmp_path):
+    """Issue 24.6: these mistakes were answered after torch, the tasks and the weights had loaded (15-31 s; a
+    missing tokenizer as transformers' "Couldn't instantiate the backend tokenizer from one of: "). Each is now one
+    line before torch is imported, in one fresh interpreter (as above). CUDA_VISIBLE_DEVICES="" hides any GPU, so
+    --device cuda has none to find on every machine; HF_HUB_CACHE points at an empty cache."""
+    from gguf_tiny import write_tiny_gguf
+
+    ck = _bundled_copy(tmp_path / "ck256", max_position_embeddings=256)
+    no_tok = _bundled_copy(tmp_path / "no-tok")
+    (no_tok / "tokenizer.json").unlink()
+    gguf = write_tiny_gguf(tmp_path / "tiny.gguf", ctx=128)
+    out = str(tmp_path / "out")
+    cases = {"cuda": (["run", "--device", "cuda"], "no CUDA GPU; use --device cpu"),
+             "cuda-1": (["run", "--device", "cuda:1"], "no CUDA GPU; use --device cpu"),
+             "option-key": (["run", "--task-option", "passkey.nosuch=1"], "task 'passkey' has no option 'nosuch'"),
+             "option-task": (["run", "--task-option", "niah_single_1.match=digits"], "which is not in --tasks"),
+             "derived-option": (["run", "--tasks", "flatness", "--task-option", "flatness.nosuch=1"], "nosuch"),
+             "beyond-max": (["run", "-m", str(ck), "--lengths", "128,4k"], "length 4096 exceeds the 256 tokens"),
+             "window-beyond-max": (["run", "-m", str(ck), "--tasks", "ppl", "--lengths", "128", "--window", "1k"],
+                                   "length 1024 exceeds the 256 tokens model 'ck256'"),
+             "gguf-beyond-max": (["run", "-m", str(gguf), "--lengths", "256"], "exceeds the 128 tokens model 'tiny'"),
+             "no-tokenizer": (["run", "-m", str(no_tok)], "has no tokenizer (no tokenizer.json"),
+             "hub-id-not-cached": (["run", "-m", "HuggingFaceTB/SmolLM2-135M-Instruct"], "lctx does not download")}
+    code = ["import sys, json, contextlib, io", "seen = {}", "from lctx.cli import main"]
+    for name, (args, _) in cases.items():
+        code += ["err = io.StringIO()", "with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):",
+                 f"    rc = main({args + ['--out', out]!r})",
+                 f"seen[{name!r}] = [rc, 'torch' in sys.modules, err.getvalue().strip()]"]
+    code.append("print(json.dumps(seen))")
+    seen = _fresh("\n".join(code), cwd=tmp_path, env={"CUDA_VISIBLE_DEVICES": "", "HF_HUB_CACHE": str(tmp_path / "hub")})
+    for name, (_, needle) in cases.items():
+        rc, torch_loaded, err = seen[name]
+        assert (rc, torch_loaded) == (2, False), (name, err)
+        assert err.startswith("error: ") and len(err.splitlines()) == 1 and needle in err, (name, err)
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("args", [["list", "variants"], ["bench", "--lengths", "1.5k"],
