@@ -129,3 +129,24 @@ def test_torn_last_record_does_not_swallow_the_next(lm, tmp_path):
         f.write('{"model": "half-writ')  # a kill -9 mid-write
     res = run_sweep([lm], [Passkey()], RunSpec([160, 200], [0.5], samples=1), tmp_path, progress=False)
     assert res["ran"] == 1 and len(res["table"]) == 4  # both lengths, 2 metrics each
+
+
+def test_check_min_lengths_refuses_typed_lengths_and_drops_relative_ones():
+    # issue 24 item 10: typed lengths below a task's template are refused; in a relative sweep (drop=True) the
+    # task is left out at those lengths only, with one note line, and refused only where it fits nowhere
+    from types import SimpleNamespace
+
+    from lctx.harness.runner import check_min_lengths
+
+    lm = SimpleNamespace(name="m")
+    pk, ppl = (SimpleNamespace(name=n, min_length=lambda lm, n=n: 150 if n == "passkey" else 2)
+               for n in ("passkey", "ppl"))
+    with pytest.raises(LctxError, match="passkey needs at least 150 tokens with model 'm'.*lengths 64, 128 are shorter"):
+        check_min_lengths([lm], [pk, ppl], [64, 128, 256])
+    skip, notes = check_min_lengths([lm], [pk, ppl], [64, 128, 256], drop=True)
+    assert skip == {("m", "passkey"): 150}
+    assert notes == ["note: passkey needs at least 150 tokens with model 'm' (its template): not run at 64, 128; "
+                     "it runs at 256"]
+    assert check_min_lengths([lm], [pk, ppl], [256, 512], drop=True) == ({}, [])
+    with pytest.raises(LctxError, match="passkey needs at least 150"):  # fits at no length: nothing to drop to
+        check_min_lengths([lm], [pk], [64, 128], drop=True)
