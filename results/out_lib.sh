@@ -36,7 +36,7 @@ provenance() {  # provenance DIR: append the git revision, dirty state and comma
   local top rev status
   top="$(_out_repo)"
   {
-    echo "# $(date -u +%FT%TZ): ${0##*/} ${*:2}"
+    echo "# $(date -u +%FT%TZ): $0 ${*:2}"
     if [ -n "$top" ]; then
       rev="$(git -C "$top" rev-parse HEAD)"
       status="$(git -C "$top" status --porcelain)"
