@@ -253,7 +253,9 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
         flatness.resolve_train_lengths(lms, train_length)
     groups = (flatness.groups_by_train_length(lms, flatness.parse_relative(relative)) if relative
               else [(lms, length_list)])
-    _check_before_run(groups, task_objs, ppl_lengths, allow_beyond_max, memory_check)
+    skips = _check_before_run(groups, task_objs, ppl_lengths, allow_beyond_max, memory_check, relative=bool(relative))
+    for line in skips["notes"]:
+        warn(line)
     note = busy_note() if dinfo.is_main and any(str(lm.device).startswith("cpu") for lm in lms) else None
     if note:
         warn(note)
@@ -264,7 +266,8 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
     invocation = new_invocation()  # this call's sweeps share one entry of run.json's "invocations"
     with run_dir_lock(out, dinfo):  # created here, after every check: a rejected call leaves nothing behind
         for lms_g, length_list in groups:  # one sweep per training length with --relative
-            spec = RunSpec(lengths=length_list if task_objs else [], depths=depth_list, samples=samples, seed=seed)
+            spec = RunSpec(lengths=length_list if task_objs else [], depths=depth_list, samples=samples, seed=seed,
+                           skip_below=skips["skip_below"])
             passes = ([([t for t in task_objs if t.name != "ppl"] + lmeval_objs, spec),  # ppl: its own windows
                        ([t for t in task_objs if t.name == "ppl"], RunSpec(ppl_lengths, depth_list, samples, seed))]
                       if ppl_lengths else [(task_objs + lmeval_objs, spec)])
@@ -423,19 +426,27 @@ def _load_models(models, attn_override, warn, **load) -> list:
     return lms
 
 
-def _check_before_run(groups, task_objs: list, ppl_lengths, allow_beyond_max: bool, memory_check: bool) -> None:
+def _check_before_run(groups, task_objs: list, ppl_lengths, allow_beyond_max: bool, memory_check: bool,
+                      relative: bool = False) -> dict:
     """Every problem found before the first sweep starts: lengths a model cannot address, lengths shorter than
     a task's template, a longest prefill that does not fit the device (the memory model of ``lctx plan``).
+    ``relative`` (``--relative``): a task is left out at the lengths shorter than its template instead
+    (:func:`lctx.harness.runner.check_min_lengths` with ``drop=True``). Returns {"skip_below": for
+    :class:`RunSpec`, "notes": one line per task left out somewhere}.
 
     Raises:
         LctxError: the first problem found (one line naming the fix).
     """
     from lctx.harness.runner import check_lengths, check_min_lengths  # lazy: loads torch, transformers, pandas
 
+    skip_below, notes = {}, []
     for lms_g, length_list in groups:  # every problem found before the first sweep starts
         for lm in lms_g if task_objs else []:
             check_lengths(lm, length_list + (ppl_lengths or []), allow_beyond_max)
-        check_min_lengths(lms_g, [t for t in task_objs if not (ppl_lengths and t.name == "ppl")], length_list)
+        skip, lines = check_min_lengths(lms_g, [t for t in task_objs if not (ppl_lengths and t.name == "ppl")],
+                                        length_list, drop=relative)
+        skip_below.update(skip)
+        notes += lines
         if ppl_lengths:
             check_min_lengths(lms_g, [t for t in task_objs if t.name == "ppl"], ppl_lengths)
         if memory_check and task_objs:  # the memory model of `lctx plan`, for the longest prefill
@@ -444,6 +455,7 @@ def _check_before_run(groups, task_objs: list, ppl_lengths, allow_beyond_max: bo
             longest = max(length_list + (ppl_lengths or []))
             has_ppl = any(t.name == "ppl" for t in task_objs)  # ppl keeps logits at every scored position
             check_run_fits(lms_g, longest, kept_logits=max(ppl_lengths or length_list) if has_ppl else 1)
+    return {"skip_below": skip_below, "notes": notes}
 
 
 def _derived_expanders() -> dict:

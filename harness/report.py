@@ -209,11 +209,39 @@ def load_runs(run_dirs: list[str | Path], train_lengths: dict | None = None) -> 
     table["train_length"] = pd.to_numeric(table["train_length"], errors="coerce")
     table["status"] = table["status"].astype("string").fillna("")
     table["label"] = [_model_key(m, v) for m, v in zip(table["model"], table["variant"])]
+    table["label"] = kernel_labels(table)
     declared: dict = {}
     for meta in metas:  # a later run's declaration of a task replaces an earlier one's
         declared.update(declared_tasks(meta))
     table.attrs["task_meta"] = declared  # read by meta_of: no task file needed to report a --task-file task
     return table, metas
+
+
+#: attn_kernel values that mean a computation other than the variant's own ran, as the label names it:
+#: alibi_lsh's exact-ALiBi dispatch on the CPU fast path (``lsh_exact_dispatch``, models/lsh.py)
+KERNEL_NOTES = {"lsh-exact-alibi": "exact ALiBi"}
+
+
+def kernel_labels(table: pd.DataFrame) -> pd.Series:
+    """The ``label`` column with each model whose rows record a :data:`KERNEL_NOTES` kernel in ``attn_kernel``
+    (alone or in a ``+``-joined list) marked with what ran and at which lengths, e.g.
+    ``m (alibi_lsh; exact ALiBi at 128, 256)``: the summary, the plots' legends and the heatmaps then never
+    show exact ALiBi's numbers under the LSH variant's name alone. Other labels are returned unchanged."""
+    labels = table["label"].copy()
+    if "attn_kernel" not in table.columns:
+        return labels
+    kernels = table["attn_kernel"].astype("string").fillna("").str.split("+")
+    for (model, variant), g in table.groupby(["model", table["variant"].astype("string").fillna("")], sort=False):
+        notes = []
+        for kernel, what in KERNEL_NOTES.items():
+            hit = kernels[g.index].map(lambda ks, kernel=kernel: kernel in ks)
+            if hit.any():
+                lengths = sorted(set(pd.to_numeric(g.loc[hit, "length"], errors="coerce").dropna().astype(int)))
+                notes.append(f"{what} at {', '.join(format_length(x) for x in lengths)}" if lengths else f"{what} ran")
+        if notes:
+            inner = "; ".join(([variant] if variant and variant != str(model) else []) + notes)
+            labels[g.index] = f"{model} ({inner})"
+    return labels
 
 
 def perplexity_figure(table: pd.DataFrame, out_dir: Path, pal, max_ratio: float = 1.1) -> Path | None:
@@ -739,6 +767,12 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, at: str | None
             f"(RULER's effective length; “< L” = below it already at the shortest length L). Retrieval columns: the "
             f"headline metric (passkey exact match, NIAH string_match_all) averaged over depths and samples.")
     notes = ([at_note] if at_note else []) + train_length_notes(table, metas)
+    if "attn_kernel" in table.columns and table["attn_kernel"].astype("string").str.contains("lsh-exact-alibi").any():
+        notes.append("“exact ALiBi at …” in a model's name: alibi_lsh rows where the CPU fast path ran exact ALiBi, "
+                     "not the LSH approximation (attn_kernel lsh-exact-alibi; lsh_exact_dispatch, default true, "
+                     "does so where exact ALiBi is estimated cheaper, i.e. short inputs); "
+                     "lsh_exact_dispatch=false in the checkpoint's variant_options (`lctx train --option`), or "
+                     "--attn-impl sdpa, runs LSH at every length.")
     sections.append(("summary", "Summary", [("table", disp, "summary"), ("p", crit)] + [("p", n) for n in notes]))
 
     plots: list[Path] = []

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -121,12 +121,15 @@ def peak_memory_bytes(device: torch.device) -> int:
 
 @dataclass
 class RunSpec:
-    """What to run. lengths/depths: grid values (tokens; fractions in [0, 1]); samples: per cell."""
+    """What to run. lengths/depths: grid values (tokens; fractions in [0, 1]); samples: per cell.
+    skip_below: {(model name, task name): tokens}: that model's cells of that task shorter than this are not
+    run (a relative sweep's lengths below the task's template, :func:`check_min_lengths` with ``drop=True``)."""
 
     lengths: list[int]
     depths: list[float]
     samples: int
     seed: int = 0
+    skip_below: dict = field(default_factory=dict)
 
 
 def check_lengths(lm: LM, lengths: list[int], allow_beyond_max: bool = False) -> None:
@@ -149,25 +152,39 @@ def sample_cost(task: Task, lm: LM, cell) -> float:
     return c if math.isfinite(c) and c >= 1 else 1.0
 
 
-def check_min_lengths(lms: list[LM], tasks: list[Task], lengths: list[int]) -> None:
-    """Before the sweep: refuse every (model, task, length) whose length is shorter than the task's fixed
+def check_min_lengths(lms: list[LM], tasks: list[Task], lengths: list[int],
+                      drop: bool = False) -> tuple[dict, list[str]]:
+    """Before the sweep: find every (model, task, length) whose length is shorter than the task's fixed
     template with that model's tokenizer (:meth:`lctx.tasks.Task.min_length`), so it fails now, once, instead
     of as error rows in the middle of the run. Each (model, task) is checked once.
+
+    ``drop=False`` (lengths the user typed, ``--lengths``): any such length is refused. ``drop=True`` (a
+    relative sweep, ``--relative``: lengths derived from each model's training length): the task is left out at
+    those lengths only and runs at the rest; refused only where it fits at none. Returns (``skip_below``
+    {(model name, task name): minimum} for :class:`RunSpec`, one note line per dropped (model, task)).
 
     Raises:
         LctxError: one or more lengths are too short (names each model, task, its minimum and the fix).
     """
-    problems = []
+    problems, skip, notes = [], {}, []
     for lm in lms:
         for task in tasks:
             need = int(task.min_length(lm))
             short = sorted({int(L) for L in lengths if L < need})
-            if short:
-                problems.append(f"{task.name} needs at least {need} tokens with model {lm.name!r} (its template) "
-                                f"but length{'s' if len(short) > 1 else ''} {', '.join(map(str, short))} "
-                                f"{'are' if len(short) > 1 else 'is'} shorter")
+            if not short:
+                continue
+            rest = sorted({int(L) for L in lengths if L >= need})
+            if drop and rest:
+                skip[(lm.name, task.name)] = need
+                notes.append(f"note: {task.name} needs at least {need} tokens with model {lm.name!r} (its template): "
+                             f"not run at {', '.join(map(str, short))}; it runs at {', '.join(map(str, rest))}")
+                continue
+            problems.append(f"{task.name} needs at least {need} tokens with model {lm.name!r} (its template) "
+                            f"but length{'s' if len(short) > 1 else ''} {', '.join(map(str, short))} "
+                            f"{'are' if len(short) > 1 else 'is'} shorter")
     if problems:
         raise LctxError("; ".join(problems) + "; drop those lengths (--lengths / --relative) or that task")
+    return skip, notes
 
 
 #: ``--batch-size auto``: the most rows a batch may have on each device type (CPU: measured, README "Batches")
@@ -427,16 +444,20 @@ def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo, batch_size=1, 
     done = {record_key(r) for r in D.read_all_records(out_dir, report=_warn if dinfo.is_main else None)
             if r.get("status") == "ok"}
     D.barrier()
-    work = []
+    work, n_cells = [], 0
     for lm in lms:
         for task in tasks:
+            below = spec.skip_below.get((lm.name, task.name), 0)
             for cell in task.cells(spec.lengths, spec.depths, spec.samples):
+                if cell.length is not None and cell.length < below:
+                    continue  # shorter than the task's template: left out of this (relative) sweep
+                n_cells += 1
                 base = dict(bases[(lm.name, task.key)], length=cell.length, depth=cell.depth, sample=cell.sample)
                 if record_key(base) in done:
                     continue
                 work.append((lm, task, cell, base))
     n_total = len(work)
-    skipped = sum(len(t.cells(spec.lengths, spec.depths, spec.samples)) for t in tasks) * len(lms) - n_total
+    skipped = n_cells - n_total
     if skipped and dinfo.is_main:
         log(f"resuming {out_dir}: {count(skipped, 'sample')} already recorded, {n_total} to run")
     if dinfo.distributed:  # [distributed] a deterministic share, balanced by length in tokens

@@ -41,7 +41,7 @@ from lctx.errors import LctxError
 from lctx.tasks import Cell, get_task
 
 from ..models import LctxConfig, LctxForCausalLM, get_variant
-from ..models.tokenizer import MIN_VOCAB_SIZE, save_tokenizer, train_tokenizer
+from ..models.tokenizer import MIN_VOCAB_SIZE, floor_tokenizer, save_tokenizer, train_tokenizer
 from .devices import resolve_device
 from .lm import TokenizerSide
 
@@ -255,6 +255,28 @@ def passkey_probe(model, prompts: list[tuple[list[int], list[int], list[int]]], 
     return {"passkey_tf_digit_acc": sum(digits) / len(digits), "passkey_tf_exact": sum(exact) / len(exact)}
 
 
+def check_retrieval_fits(mix: RetrievalMix, context_length: int, tokenizer=None) -> None:
+    """Refuse a retrieval mix whose documents cannot fit a training window: one document of each task at
+    ``context_length`` tokens, built with ``tokenizer`` (the trained one), or, before any tokenizer is trained
+    (``None``), with :func:`lctx.models.tokenizer.floor_tokenizer`, one token per word: what does not fit then
+    fits with no tokenizer ``lctx train`` can train, so the run is refused before its tokenizer training.
+
+    Raises:
+        LctxError: a task's template is longer than the window (names it, the counts and the fix).
+    """
+    lm = TokenizerLM(tokenizer if tokenizer is not None else floor_tokenizer())
+    for name in mix.tasks:
+        try:
+            mix.document(lm, name, context_length, 0.5, 0)
+        except ValueError as e:
+            if tokenizer is None:
+                raise LctxError(f"context_length {context_length} cannot hold a {name} retrieval document even at "
+                                f"one token per word, the fewest any trained tokenizer gives ({e}); raise "
+                                "--context-length (no --vocab-size makes it fit) or drop that task") from None
+            raise LctxError(f"context_length {context_length} cannot hold a {name} retrieval document ({e}); raise "
+                            "--context-length or --vocab-size (a larger vocabulary makes the template shorter)") from None
+
+
 def sample_batch(stream: torch.Tensor, n: int, context_length: int, generator: torch.Generator,
                  mix: RetrievalMix | None = None, lm: TokenizerLM | None = None, counter: list[int] | None = None
                  ) -> torch.Tensor:
@@ -455,6 +477,8 @@ def train(
             raise LctxError("no retrieval task given; write e.g. --retrieval passkey or passkey,niah_single_1")
         for name in retrieval.tasks:
             retrieval.task(name)  # unknown task or missing RULER data: the user's mistake, before any work
+        if retrieval.fraction > 0:  # a template that fits with no tokenizer: refused before the tokenizer trains
+            check_retrieval_fits(retrieval, context_length)
     dev = resolve_device(device)
     docs = [(str(name), text) for name, text in docs if text and text.strip()]
     if not docs:
@@ -474,6 +498,8 @@ def train(
     # --- tokenizer (trained on the training part only: each document's head by characters) -------------
     head_texts = [text[: max(1, int(len(text) * (1.0 - val_fraction)))] for _, text in docs]
     tokenizer = train_tokenizer(head_texts, vocab_size)
+    if retrieval is not None and retrieval.fraction > 0:  # exact now (the check before training: a lower bound)
+        check_retrieval_fits(retrieval, context_length, tokenizer)
     real_vocab = len(tokenizer)
     backend = tokenizer.backend_tokenizer
     token_docs = [enc.ids for enc in backend.encode_batch([text for _, text in docs], add_special_tokens=False)]
@@ -511,12 +537,6 @@ def train(
     opt = torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), eps=1e-8)
     mix = retrieval if retrieval is not None and retrieval.fraction > 0 else None
     doc_lm, doc_counter = TokenizerLM(tokenizer), [0]
-    for name in (mix.tasks if mix is not None else ()):
-        try:
-            mix.document(doc_lm, name, context_length, 0.5, 0)
-        except ValueError as e:
-            raise LctxError(f"context_length {context_length} cannot hold a {name} retrieval document ({e}); raise "
-                            "--context-length or --vocab-size (a larger vocabulary makes the template shorter)") from None
 
     gen = torch.Generator().manual_seed(seed)
     val_crops = sample_crops(val_stream, eval_batches * batch_size, context_length,

@@ -14,11 +14,12 @@ Which path runs is ``config.attn_impl`` (``lctx run --attn-impl``):
 - ``"reference"``: the dense PyTorch reference.
 - ``"sdpa"``: the reference maths through ``scaled_dot_product_attention`` (bias as a float mask).
 - ``"fast"``: the variant's kernel: Triton where Triton can run (:func:`triton_runs`), else the best
-  CPU path (``blocked``: SDPA per query block with the prior as a view of its Toeplitz table; the LSH
-  blocked kernel or ``exact-alibi``; ``vectorized``: the fixed-state scans over all chunks at once); a
-  variant without a fast path uses ``"sdpa"``. Every variant picks its kernel by one rule,
-  :func:`choose_kernel`. The path that actually ran (``sdpa`` and PaTH's ``fla`` / ``reference`` included)
-  is reported by :func:`record_impl` / :func:`impls_used` and lands in the results table (``attn_kernel``).
+  CPU path (``blocked``: SDPA per query block with the prior as a view of its Toeplitz table;
+  ``alibi_lsh``'s ``lsh-blocks`` kernel, or ``lsh-exact-alibi``: exact ALiBi where that is estimated cheaper;
+  ``vectorized``: the fixed-state scans over all chunks at once); a variant without a fast path uses
+  ``"sdpa"``. Every variant picks its kernel by one rule, :func:`choose_kernel`. The path that actually
+  ran (``sdpa`` and PaTH's ``fla`` / ``reference`` included) is reported by :func:`record_impl` /
+  :func:`impls_used` and lands in the results table (``attn_kernel``).
 
 Threads on CPU: :func:`default_threads` / :func:`configure_threads` (the CLI's policy) and
 :func:`scan_threads` / :func:`intra_op_threads` (the fixed-state scans); README "Threads".

@@ -101,8 +101,8 @@ class ALiBiLSH(AttentionVariant):
     block of the reference (default 128), ``lsh_resample_eval`` (default False: evaluation uses the fixed,
     seeded bins so prefill and decode agree; training resamples every forward from torch's RNG),
     ``lsh_exact_dispatch`` (default True: with ``attn_impl="fast"`` on CPU, calls where exact ALiBi is
-    estimated cheaper than the LSH kernel run exact ALiBi, recorded as kernel ``exact-alibi``; False always
-    runs LSH)."""
+    estimated cheaper than the LSH kernel (:func:`lctx.kernels.lsh_blocks.prefer_exact`: short inputs) run exact
+    ALiBi, recorded as kernel ``lsh-exact-alibi``; False always runs LSH, on CPU as ``lsh-blocks``)."""
 
     summary = "ALiBi approximated by s random contiguous bin masks (positional LSH)"
     composable = False
@@ -133,7 +133,7 @@ class ALiBiLSH(AttentionVariant):
         """The kernel path (lctx.kernels.lsh_blocks): Triton where it runs without autograd, else compiled
         FlexAttention on CUDA, else the blockwise PyTorch form (CPU), or, on CPU with ``lsh_exact_dispatch``
         where :func:`lctx.kernels.lsh_blocks.prefer_exact` estimates it cheaper (short inputs), exact ALiBi
-        through the blocked prior path (recorded as ``exact-alibi``)."""
+        through the blocked prior path (recorded as ``lsh-exact-alibi``; the LSH kernel itself: ``lsh-blocks``)."""
         # lazy: loads triton
         from lctx.kernels.lsh_blocks import (bin_starts, lsh_attention_blocked, lsh_attention_flex,
                                              lsh_attention_triton, prefer_exact)
@@ -153,10 +153,10 @@ class ALiBiLSH(AttentionVariant):
             from lctx.kernels.flash_prior import PriorSpec, flash_prior_blocked
 
             slopes = alibi_slopes(self.n_heads)
-            record_impl(self.variant_name, "exact-alibi")
+            record_impl(self.variant_name, "lsh-exact-alibi")
             spec = PriorSpec("alibi", bias=lambda d: alibi_bias(slopes, d))
             return flash_prior_blocked(q, k, v, spec, past=ctx.past).to(q.dtype)
-        record_impl(self.variant_name, "blocked")
+        record_impl(self.variant_name, "lsh-blocks")
         return lsh_attention_blocked(q, k, v, widths, offsets, past=ctx.past, ks=ks).to(q.dtype)
 
     def forward(self, q, k, v, ctx: AttnContext, x=None):

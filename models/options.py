@@ -20,23 +20,27 @@ OPTIONS_VERSION = 2
 @dataclass(frozen=True)
 class Opt:
     """One variant option: its type (``bool``, ``int``, ``float`` or ``str``), default, allowed values
-    (``choices``, for strings) and a one-line description."""
+    (``choices``, for strings), a one-line description and ``default_means``: what the default does, named
+    beside it in ``lctx list variants`` where a result depends on it unseen (``lsh_exact_dispatch``)."""
 
     type: type
     default: object
     doc: str = ""
     choices: tuple = ()
+    default_means: str = ""
 
     def describe(self, default: object = None, per_base: dict | None = None) -> str:
         """``"lsh_samples"``-style help: the type, the choices and the default, e.g. ``int, default 16``.
         ``default``: the default to name instead of :attr:`default` (a variant's ``option_defaults``);
         ``per_base``: {base variant: default} where a modifier's default differs on that base, e.g.
-        ``bool, default false; true with ggd_bam``."""
+        ``bool, default false; true with ggd_bam``; :attr:`default_means` follows the default after a colon."""
         def show(v):
             return str(v).lower() if isinstance(v, bool) else v
 
         kind = "|".join(self.choices) if self.choices else self.type.__name__
         text = f"{kind}, default {show(self.default if default is None else default)}"
+        if self.default_means and (default is None or default == self.default):
+            text += f": {self.default_means}"
         return text + "".join(f"; {show(v)} with {b}" for b, v in (per_base or {}).items())
 
 
@@ -56,8 +60,11 @@ VARIANT_OPTIONS: dict[str, dict[str, Opt]] = {
     "alibi_lsh": {"lsh_samples": Opt(int, 16, "random binnings s"), "lsh_seed": Opt(int, 0, "seed of layer 0"),
                   "lsh_block": Opt(int, 128, "query block of the reference"),
                   "lsh_resample_eval": Opt(bool, False, "resample the bins at evaluation"),
-                  "lsh_exact_dispatch": Opt(bool, True, "fast path on CPU: run exact ALiBi where every query "
-                                                         "shares a bin with every key in all samples")},
+                  "lsh_exact_dispatch": Opt(bool, True, "fast path on CPU: run exact ALiBi where it is estimated "
+                                            "cheaper than the LSH kernel (kernels.lsh_blocks.prefer_exact)",
+                                            default_means="with --attn-impl fast on CPU, exact ALiBi runs where it "
+                                            "is estimated cheaper than LSH (short inputs), attn_kernel "
+                                            "lsh-exact-alibi; false: always LSH (lsh-blocks)")},
     "acc_rot": {"acc_rot_mode": Opt(str, "random", "random or learned increments", ("random", "learned")),
                 "acc_rot_spread": Opt(float, 0.25, "std of the random increments / scale of the learned map (rad)"),
                 "acc_rot_base": Opt(str, "rope", "base frequencies", ("rope", "zero")),

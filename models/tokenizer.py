@@ -97,6 +97,18 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int, *, min_frequency: int
     return wrap_tokenizer(tok)
 
 
+def floor_tokenizer() -> PreTrainedTokenizerFast:
+    """A tokenizer that makes every pre-token one token (``<unk>``, id 3, after lctx's special tokens):
+    :func:`train_tokenizer`'s pre-tokenizer (digits one by one, GPT-2's byte-level splits) over a word-level
+    model with an empty vocabulary. BPE merges never cross the pre-tokenizer's splits, so no tokenizer that
+    :func:`train_tokenizer` makes, whatever its corpus and vocabulary size, encodes a text in fewer tokens:
+    a template that does not fit a budget with this one fits with none (``lctx train`` checks its retrieval
+    documents with it before it trains the real tokenizer). Its ids say nothing about the text."""
+    tok = Tokenizer(models.WordLevel({t: i for i, t in enumerate(SPECIAL_TOKENS + ["<unk>"])}, unk_token="<unk>"))
+    tok.pre_tokenizer = _pre_tokenizer()
+    return wrap_tokenizer(tok)
+
+
 def wrap_tokenizer(tok: Tokenizer) -> PreTrainedTokenizerFast:
     """Wrap a raw ``tokenizers.Tokenizer`` (with lctx's special tokens) as a ``transformers`` fast tokenizer
     with the lctx settings (no automatic BOS, no prefix space, no space clean-up)."""

@@ -1,4 +1,6 @@
 # Shared by results/2026-12-01-seed*/run.sh (issue 12's seed experiments); source it, do not run it.
+# OUT_DIR (the script's first argument): see out_lib.sh (default a new temporary folder; the tables and plots
+# go to OUT_DIR/results, over the committed ones in the script's folder only with FORCE=1; provenance.txt).
 #
 # Tiny models on CPU: one thread per process is 2-3x more CPU-efficient than two for these sizes
 # (measured: a 172K-parameter training step at 16 x 128 tokens took 0.10 CPU-s with 1 thread and 0.34
@@ -15,6 +17,9 @@ for f in "${BOOKS[@]}" "$HELDOUT"; do  # a missing book is a set-up mistake: say
   [ "$f" = --data ] || [ -f "$f" ] || { echo "error: $f not found; put shared/data beside the clone" \
     "(../shared/data from the repository root) or set LCTX_DATA_DIR to the data folder" >&2; exit 2; }
 done
+source "$(dirname "${BASH_SOURCE[0]}")/out_lib.sh"
+out_init "${HERE##*/}" "$@"
+echo "tables and plots: $PUB" >&2
 START=$(date +%s)
 # The tiny model every seed experiment trains (same size for every variant), and the retrieval set-up of
 # experiment 7 (issue 12, item 6: every training window starts with a passkey document), which experiments
@@ -45,15 +50,15 @@ eval_as() {  # eval_as RUN NAME [lctx run args ...]: model NAME evaluated into r
   lctx run -m "$OUT/ckpt/$n" "$@" --no-progress --out "$OUT/run/$r" > "$OUT/logs/run_$r.log" 2>&1
 }
 
-finish() {  # finish TITLE [lctx report args ...]: report, timing, copies into $HERE
+finish() {  # finish TITLE [lctx report args ...]: report, timing, copies into $PUB (out_lib.sh)
   local title="$1"; shift
   lctx report "$OUT"/run/* --out "$OUT/report" --title "$title" "$@" > "$OUT/logs/report.log" 2>&1
   # `times` must run in this shell: inside $(...) it would report the subshell's children (none), i.e. 0 s
   times > "$OUT/.times"
   echo "wall $(( $(date +%s) - START )) s; CPU user/sys of the commands (children): $(tail -1 "$OUT/.times")" \
     | tee "$OUT/time.txt"
-  mkdir -p "$HERE/plots"
-  cp "$OUT/report/report.md" "$OUT/report/summary.csv" "$OUT/time.txt" "$HERE/"
-  cp "$OUT"/report/plots/*.png "$HERE/plots/"
-  for d in "$OUT"/ckpt/*/; do cp "$d/train_log.json" "$HERE/train_log_$(basename "$d").json"; done
+  mkdir -p "$PUB/plots"
+  cp "$OUT/report/report.md" "$OUT/report/summary.csv" "$OUT/time.txt" "$OUT/provenance.txt" "$PUB/"
+  cp "$OUT"/report/plots/*.png "$PUB/plots/"
+  for d in "$OUT"/ckpt/*/; do cp "$d/train_log.json" "$PUB/train_log_$(basename "$d").json"; done
 }

@@ -53,3 +53,21 @@ def test_attn_kernel_recorded(monkeypatch, variant, attn_impl, want):
         model(torch.randint(3, 200, (1, 40)))
     used = impls_used(reset=True)
     assert used == ({variant: want} if want else {})
+
+
+@pytest.mark.parametrize("dispatch,want", [(True, "lsh-exact-alibi"), (False, "lsh-blocks")])
+def test_alibi_lsh_rows_name_the_kernel_that_ran(monkeypatch, make_checkpoint, tmp_path, dispatch, want):
+    """alibi_lsh with --attn-impl fast on CPU: on a short input the exact-ALiBi dispatch (lsh_exact_dispatch,
+    the default) runs exact ALiBi, and every row of the results table says so in attn_kernel; with the option
+    off the LSH kernel runs and the rows say that (issue 24, item 9)."""
+    from lctx.harness.lm import load_lm
+    from lctx.harness.runner import RunSpec, run_sweep
+    from lctx.tasks.passkey import Passkey
+
+    monkeypatch.setenv("TRITON_INTERPRET", "0")  # the CPU branch (tests run Triton's interpreter otherwise)
+    if torch.cuda.is_available():
+        pytest.skip("the exact-ALiBi dispatch is the CPU fast path's")
+    opts = {"lsh_samples": 4} if dispatch else {"lsh_samples": 4, "lsh_exact_dispatch": False}
+    lm = load_lm(str(make_checkpoint("alibi_lsh", variant_options=opts)), device="cpu", attn_impl="fast")
+    table = run_sweep([lm], [Passkey()], RunSpec([160], [0.5], samples=1), tmp_path, progress=False)["table"]
+    assert set(table["variant"]) == {"alibi_lsh"} and set(table["attn_kernel"]) == {want}

@@ -219,3 +219,30 @@ def test_cli_flatness_needs_a_train_length(capsys, make_checkpoint, tmp_path, mo
                  "--out", str(tmp_path / "o"), "--no-progress"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "not both" in err[0]
+
+
+@pytest.mark.slow
+def test_cli_relative_sweep_drops_a_task_only_below_its_template(capsys, make_checkpoint, tmp_path, monkeypatch):
+    # issue 24 item 10: --relative 0.5,1 on a 256-token model asks for 128 tokens, shorter than the passkey
+    # template (~150 tokens of this tokenizer): passkey is left out at 128 only (one note line), ppl runs
+    # there, and the sweep goes on; lengths typed with --lengths are still refused
+    from lctx.cli import main
+
+    monkeypatch.delenv("LCTX_DATA_DIR", raising=False)
+    text = tmp_path / "doc.txt"
+    text.write_text("The quick brown fox jumps over the lazy dog. " * 40)
+    ck = make_checkpoint("rope", train_length=256)
+    capsys.readouterr()
+    out = tmp_path / "run"
+    common = ["--model", str(ck), "--depths", "0.5", "--samples", "1", "--no-progress", "--no-memory-check"]
+    assert main(["run", *common, "--task", "flatness", "--relative", "0.5,1", "--ppl-data", str(text),
+                 "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    notes = [ln for ln in err.splitlines() if "passkey needs at least" in ln]
+    assert len(notes) == 1 and "not run at 128" in notes[0] and "runs at 256" in notes[0], err
+    df = pd.read_csv(out / "results.csv")
+    assert sorted(df[df["task"] == "passkey"]["length"].unique()) == [256]
+    assert sorted(df[df["task"] == "ppl"]["length"].unique()) == [128, 256]
+    assert main(["run", *common, "--tasks", "passkey", "--lengths", "128,256", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: passkey needs at least") and "128 is shorter" in err[0]

@@ -382,7 +382,7 @@ def test_lsh_blocked_default_block_follows_the_bins():
     assert 3.0 < cost[32768] / cost[8192] < 5.0  # ~4x for 4x the tokens (quadratic would be 16x)
 
 
-@pytest.mark.parametrize("T,expect", [(256, "exact-alibi"), (16384, "blocked")])
+@pytest.mark.parametrize("T,expect", [(256, "lsh-exact-alibi"), (16384, "lsh-blocks")])
 def test_lsh_dispatch_estimate(T, expect):
     # exact ALiBi costs T^2/2 scores, LSH about T x (block + bin age) at 2.5x the cost per score: at one
     # head (bins ~512 tokens) exact wins at 256 tokens and LSH at 16K
@@ -391,7 +391,7 @@ def test_lsh_dispatch_estimate(T, expect):
     from lctx.models.variants import alibi_slopes
 
     w, o = sample_bins(alibi_slopes(1), 16, torch.Generator().manual_seed(0))
-    assert prefer_exact(bin_starts(torch.arange(T), w, o), 0) == (expect == "exact-alibi")
+    assert prefer_exact(bin_starts(torch.arange(T), w, o), 0) == (expect == "lsh-exact-alibi")
 
 
 def test_lsh_cpu_fast_path_dispatches_to_exact_alibi_and_records_it(monkeypatch):
@@ -401,7 +401,7 @@ def test_lsh_cpu_fast_path_dispatches_to_exact_alibi_and_records_it(monkeypatch)
     torch.manual_seed(0)
     ids = torch.randint(3, 200, (1, 45))
     exact = LctxForCausalLM(tiny_config("alibi", attn_impl="reference")).eval()
-    for dispatch, ran in ((True, "exact-alibi"), (False, "blocked")):
+    for dispatch, ran in ((True, "lsh-exact-alibi"), (False, "lsh-blocks")):
         opts = {"lsh_samples": 4, "lsh_exact_dispatch": dispatch}
         ref = LctxForCausalLM(tiny_config("alibi_lsh", attn_impl="reference", variant_options=opts)).eval()
         ref.load_state_dict(exact.state_dict())

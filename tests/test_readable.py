@@ -504,3 +504,18 @@ def test_readme_gives_the_test_suite_duration():
     readme = (REPO / "README.md").read_text()
     tests = readme[readme.index("**Run the tests:**"):readme.index("## A short tour")]
     assert re.search(r"takes about \d+ minutes", tests), "no duration in the README's test section"
+
+
+def test_list_variants_says_what_the_lsh_exact_dispatch_default_does(capsys):
+    # alibi_lsh's rows on the CPU fast path may come from exact ALiBi (issue 24, item 9): the listing names the
+    # default, what it does and the attn_kernel it records, and the default is what a new model computes with
+    from lctx.models import LctxConfig
+
+    code, out, _ = run_cli(["list", "variants"], capsys)
+    assert code == 0
+    line = next(ln for ln in out.splitlines() if ln.startswith("| alibi_lsh"))
+    opt = line.split("lsh_exact_dispatch=<", 1)[1].split(">", 1)[0]
+    assert opt.startswith("bool, default true: with --attn-impl fast on CPU, exact ALiBi runs"), opt
+    assert "lsh-exact-alibi" in opt and "false: always LSH (lsh-blocks)" in opt
+    cfg = LctxConfig(variant="alibi_lsh", hidden_size=16, num_attention_heads=2, num_hidden_layers=1)
+    assert cfg.variant_options.get("lsh_exact_dispatch", True) is True

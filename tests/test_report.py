@@ -341,3 +341,25 @@ def test_teacher_forced_scores_say_so(report, monkeypatch):
     rep.accuracy_figure(table, "passkey", root, rep.palette(list(dict.fromkeys(table["label"]))))
     titles = [ax.get_title() for ax in figs[0].axes if ax.get_title()]
     assert "passkey: digit_acc (teacher-forced)" in titles and "passkey: exact" in titles, titles
+
+
+def test_exact_alibi_dispatch_is_named_in_the_legend_and_notes(tmp_path):
+    # alibi_lsh rows whose attn_kernel says exact ALiBi ran (the CPU fast path's lsh_exact_dispatch, issue 24
+    # item 9) are shown as such: the model's label (summary, plot legends) names it and the lengths
+    recs = []
+    for L, kernel in ((256, "lsh-exact-alibi"), (512, "lsh-exact-alibi+lsh-blocks"), (1024, "lsh-blocks")):
+        recs.append(_base("lsh", variant="alibi_lsh", attn_impl="fast", attn_kernel=kernel, task="ppl", length=L,
+                          depth=None, sample=0, task_options={}, metrics={"ppl": 20.0}))
+        recs.append(_base("rope", attn_kernel="blocked", task="ppl", length=L, depth=None, sample=0,
+                          task_options={}, metrics={"ppl": 20.0}))
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    (run / "run.json").write_text(json.dumps({"run_id": "r", "lengths": [256, 512, 1024]}))
+    write_tables(recs, run)
+    res = build_report([run], tmp_path / "report", at="1x")
+    labels = set(res["table"]["label"])
+    assert labels == {"rope", "lsh (alibi_lsh; exact ALiBi at 256, 512)"}
+    assert set(pd.read_csv(tmp_path / "report" / "summary.csv")["model"]) == labels
+    assert any("lsh-exact-alibi" in n and "lsh_exact_dispatch" in n for n in res["notes"])
+    assert "lsh (alibi_lsh; exact ALiBi at 256, 512)" in (tmp_path / "report" / "report.md").read_text()

@@ -171,3 +171,24 @@ def test_task_metadata_is_recorded_and_merged_over_runs(lm, tmp_path):
                                    "retrieval": True, "secondary_metric": None, "axes": ["depth", "sample"],
                                    "uses_seed": False, "heatmap_metrics": None}
     assert tm["declared_other"]["retrieval"] is False
+
+
+def test_check_min_lengths_refuses_typed_lengths_and_drops_relative_ones():
+    # issue 24 item 10: typed lengths below a task's template are refused; in a relative sweep (drop=True) the
+    # task is left out at those lengths only, with one note line, and refused only where it fits nowhere
+    from types import SimpleNamespace
+
+    from lctx.harness.runner import check_min_lengths
+
+    lm = SimpleNamespace(name="m")
+    pk, ppl = (SimpleNamespace(name=n, min_length=lambda lm, n=n: 150 if n == "passkey" else 2)
+               for n in ("passkey", "ppl"))
+    with pytest.raises(LctxError, match="passkey needs at least 150 tokens with model 'm'.*lengths 64, 128 are shorter"):
+        check_min_lengths([lm], [pk, ppl], [64, 128, 256])
+    skip, notes = check_min_lengths([lm], [pk, ppl], [64, 128, 256], drop=True)
+    assert skip == {("m", "passkey"): 150}
+    assert notes == ["note: passkey needs at least 150 tokens with model 'm' (its template): not run at 64, 128; "
+                     "it runs at 256"]
+    assert check_min_lengths([lm], [pk, ppl], [256, 512], drop=True) == ({}, [])
+    with pytest.raises(LctxError, match="passkey needs at least 150"):  # fits at no length: nothing to drop to
+        check_min_lengths([lm], [pk], [64, 128], drop=True)

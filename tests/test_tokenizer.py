@@ -67,3 +67,18 @@ def test_bad_vocab_size():
         train_tokenizer(["some text"], 100)
     with pytest.raises(LctxError, match="no text"):
         train_tokenizer(["", ""], 300)
+
+
+def test_floor_tokenizer_is_a_lower_bound_of_every_trained_tokenizer(tok):
+    # lctx train checks retrieval templates with it before the real tokenizer trains (issue 24, item 10): no
+    # tokenizer train_tokenizer makes may encode a text in fewer tokens, and it is one token per pre-token
+    from lctx.models.tokenizer import _pre_tokenizer, floor_tokenizer
+
+    floor = floor_tokenizer()
+    big = train_tokenizer([t for _, t in pydoc_corpus()[:30]] + SAMPLES * 50, 4000)
+    for s in SAMPLES:
+        n = len(floor(s)["input_ids"])
+        assert n == len(_pre_tokenizer().pre_tokenize_str(s))
+        assert n <= len(big(s)["input_ids"]) and n <= len(tok(s)["input_ids"])
+    assert len(floor("The pass key is 7340192.")["input_ids"]) == 5 + 7 + 1  # words, digits one by one, "."
+    assert (floor.bos_token_id, floor.eos_token_id) == (1, 2)

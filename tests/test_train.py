@@ -224,6 +224,34 @@ def test_train_with_retrieval_mix_logs_it(docs, tmp_path):
         train(docs, tmp_path / "bad", **TINY, retrieval=RetrievalMix(fraction=0.5, tasks=("passkeys",)))
 
 
+def test_retrieval_template_too_long_for_any_tokenizer_is_refused_before_tokenizer_training(docs, tmp_path,
+                                                                                           monkeypatch):
+    # issue 24 item 10: a window no tokenizer can fit a passkey document in is refused before the tokenizer
+    # trains (it took 100 s on books); one that only the trained tokenizer can judge is checked after it
+    import lctx.harness.train as tr
+    from lctx.harness.train import RetrievalMix
+
+    real = tr.train_tokenizer
+    calls = []
+
+    def counting(*a, **kw):
+        calls.append(1)
+        return real(*a, **kw)
+
+    def refuse(*a, **kw):
+        raise AssertionError("the tokenizer was trained before the template check")
+
+    monkeypatch.setattr(tr, "train_tokenizer", refuse)
+    with pytest.raises(LctxError, match="cannot hold a passkey retrieval document even at one token per word"):
+        train(docs, tmp_path / "short", **{**TINY, "steps": 1}, retrieval=RetrievalMix(fraction=1.0))
+    # ctx 100, vocab 300: the floor (about 65 tokens) fits, the trained tokenizer's template (~180) does not
+    monkeypatch.setattr(tr, "train_tokenizer", counting)
+    with pytest.raises(LctxError, match=r"cannot hold a passkey retrieval document \(.*--vocab-size"):
+        train(docs, tmp_path / "short2", **{**TINY, "steps": 1, "context_length": 100},
+              retrieval=RetrievalMix(fraction=1.0))
+    assert calls == [1]
+
+
 def test_passkey_probe_matches_the_passkey_tasks_digit_accuracy(run, doc_lm):
     # the training-time probe is the passkey task's teacher-forced digit_acc on the same prompts
     from lctx.harness.lm import load_lm

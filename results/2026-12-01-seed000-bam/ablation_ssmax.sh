@@ -3,10 +3,9 @@
 # (--option ssmax_scale_bias=false), everything else as run.sh (same size, steps, data, retrieval mix, seed).
 # Asks: is the reference's "SSMax also scales the prior" (ssmax_prior=True) why ggd_bam+ssmax never
 # learned retrieval? One command, from the repository root (../shared/data beside the clone, or LCTX_DATA_DIR):
-#     bash results/2026-12-01-seed000-bam/ablation_ssmax.sh [OUT_DIR]   # default runs/seed000-ablation
+#     bash results/2026-12-01-seed000-bam/ablation_ssmax.sh [OUT_DIR]  # default OUT_DIR: a new temporary folder
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-OUT="${1:-runs/seed000-ablation}"
 JOBS=1
 source "$HERE/../seeds_lib.sh"
 STEPS="${STEPS:-3000}"

@@ -3,14 +3,13 @@
 # where ALiBi, RoPE and NoPE do not, and do its heads learn beta <= 0?
 #
 # One command, from the repository root (needs ../shared/data beside the clone, or LCTX_DATA_DIR):
-#     bash results/2026-12-01-seed000-bam/run.sh [OUT_DIR]        # default OUT_DIR: runs/seed000-bam
+#     bash results/2026-12-01-seed000-bam/run.sh [OUT_DIR]  # default OUT_DIR: a new temporary folder
 # Trains five tiny models (in NAMES order, JOBS at a time, each evaluated as soon as it is trained; same
 # size, steps, data and retrieval mix: nothing tuned per variant), sweeps passkey (5 depths x 2 samples)
 # and sliding-window perplexity at 1x-32x the training length, reads the learned priors, writes the lctx
-# report and copies the tables and plots here. Resumable (a trained checkpoint is not retrained).
+# report and copies the tables and plots to OUT_DIR/results (here: FORCE=1). Resumable (a trained checkpoint is not retrained).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-OUT="${1:-runs/seed000-bam}"
 source "$HERE/../seeds_lib.sh"
 # 3000 steps (1000 before): at 1000 only ALiBi had learned retrieval (from step 700), the GGD models'
 # teacher-forced digit accuracy was 0.18-0.41; 3000 is what keeps the five models within 30 min on 2 cores
@@ -34,7 +33,7 @@ for n in ggd_bam_ssmax ggd_bam; do
   lctx diagnose prior -m "$OUT/ckpt/$n" --out "$OUT/diag/$n" > "$OUT/logs/prior_$n.log"
 done
 finish "Seed 000: BAM, passkey and perplexity at 1x-32x the training length" --at 1x,2x,4x,8x,16x,32x
-python "$HERE/../seeds_table.py" "$OUT"/run/* --out "$HERE/table.md" --metric passkey.exact \
+python "$HERE/../seeds_table.py" "$OUT"/run/* --out "$PUB/table.md" --metric passkey.exact \
   --metric passkey.digit_acc --metric flatness.ppl_ratio \
   $(for n in ggd_bam_ssmax ggd_bam; do [ -f "$OUT/diag/$n/prior_params.csv" ] && echo --prior "$OUT/diag/$n/prior_params.csv"; done)
-cp "$OUT"/diag/*/plots/*.png "$HERE/plots/" 2>/dev/null || true
+cp "$OUT"/diag/*/plots/*.png "$PUB/plots/" 2>/dev/null || true

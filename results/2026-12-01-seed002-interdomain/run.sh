@@ -4,11 +4,10 @@
 # range: id_dt_min = 1e-2 (slowest mode forgets within ~100 tokens; default 1e-3, ~1000) and 1e-4.
 #
 # One command, from the repository root (needs ../shared/data beside the clone, or LCTX_DATA_DIR):
-#     bash results/2026-12-01-seed002-interdomain/run.sh [OUT_DIR]  # default OUT_DIR: runs/seed002-interdomain
+#     bash results/2026-12-01-seed002-interdomain/run.sh [OUT_DIR]  # default OUT_DIR: a new temporary folder
 # Same size, steps and data for every variant (nothing tuned per variant). Resumable.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-OUT="${1:-runs/seed002-interdomain}"
 source "$HERE/../seeds_lib.sh"
 STEPS="${STEPS:-1200}"
 TRAIN_ARGS=("${MODEL_ARGS[@]}" --steps "$STEPS" --eval-every 200)
@@ -24,4 +23,4 @@ for n in interdomain s4d rope interdomain_dtmin1e-2 interdomain_dtmin1e-4; do
     --ppl-data "$HELDOUT" --ppl-max-tokens 16384 --attn-impl fast
 done; wait
 finish "Seed 002: interdomain vs S4D vs RoPE, perplexity ratio at 1x-8x the training length"
-python "$HERE/../seeds_table.py" "$OUT"/run/* --out "$HERE/table.md" --metric flatness.ppl_ratio --metric ppl.ppl
+python "$HERE/../seeds_table.py" "$OUT"/run/* --out "$PUB/table.md" --metric flatness.ppl_ratio --metric ppl.ppl

@@ -9,10 +9,9 @@
 # RUN_TRAINED=1 adds alibi_lsh trained from scratch at each s (s = 1, 4, 16 run once; see README).
 #
 # One command, from the repository root (needs ../shared/data beside the clone, or LCTX_DATA_DIR):
-#     bash results/2026-12-01-seed003-lsh/run.sh [OUT_DIR]          # default OUT_DIR: runs/seed003-lsh
+#     bash results/2026-12-01-seed003-lsh/run.sh [OUT_DIR]  # default OUT_DIR: a new temporary folder
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-OUT="${1:-runs/seed003-lsh}"
 JOBS="${JOBS:-1}"  # one job at a time (a shared machine); seeds_lib.sh defaults to 2
 source "$HERE/../seeds_lib.sh"
 STEPS="${STEPS:-1000}"
@@ -37,7 +36,7 @@ if [ "${RUN_TRAINED:-0}" = 1 ]; then
     --depths 0,0.25,0.5,0.75,1 --samples 4 --ppl-data "$HELDOUT" --ppl-max-tokens 8192; done
 fi
 finish "Seed 003: positional LSH against ALiBi"
-cp "$OUT"/lsh_error/lsh_error*.csv "$OUT"/lsh_error/lsh_error_fit.txt "$HERE/"
-cp "$OUT"/lsh_error/lsh_error.png "$HERE/plots/"
-python "$HERE/../seeds_table.py" "$OUT"/run/* --out "$HERE/table.md" --metric ppl.ppl \
+cp "$OUT"/lsh_error/lsh_error*.csv "$OUT"/lsh_error/lsh_error_fit.txt "$PUB/"
+cp "$OUT"/lsh_error/lsh_error.png "$PUB/plots/"
+python "$HERE/../seeds_table.py" "$OUT"/run/* --out "$PUB/table.md" --metric ppl.ppl \
   --metric passkey.exact --metric passkey.digit_acc

@@ -3,12 +3,11 @@
 # of RoPE, ALiBi, accumulated random SO(2) rotations (QK only, and QK + values) and learned rotations.
 #
 # One command, from the repository root (needs ../shared/data beside the clone, or LCTX_DATA_DIR):
-#     bash results/2026-12-01-seed004-acc-rot/run.sh [OUT_DIR]     # default OUT_DIR: runs/seed004-acc-rot
+#     bash results/2026-12-01-seed004-acc-rot/run.sh [OUT_DIR]  # default OUT_DIR: a new temporary folder
 # Same size, steps and data for every variant (nothing tuned per variant); acc_rot uses its default spread
 # (0.25 rad: a 32-token mixing window). Resumable.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-OUT="${1:-runs/seed004-acc-rot}"
 source "$HERE/../seeds_lib.sh"
 STEPS="${STEPS:-1200}"
 TRAIN_ARGS=("${MODEL_ARGS[@]}" --steps "$STEPS" --eval-every 200)
@@ -28,6 +27,6 @@ MODELS=(); for n in "${NAMES[@]}"; do MODELS+=(-m "$OUT/ckpt/$n"); done
 lctx diagnose far-mass "${MODELS[@]}" --lengths 128,256,512,1k,2k --distance 64 --data "$HELDOUT" \
   --out "$OUT/diag" > "$OUT/logs/far_mass.log"
 finish "Seed 004: accumulated rotations, perplexity ratio at 1x-128x the training length"
-python "$HERE/../seeds_table.py" "$OUT"/run/* --out "$HERE/table.md" --metric flatness.ppl_ratio --metric ppl.ppl \
+python "$HERE/../seeds_table.py" "$OUT"/run/* --out "$PUB/table.md" --metric flatness.ppl_ratio --metric ppl.ppl \
   --far-mass "$OUT/diag/far_mass.csv"
-cp "$OUT"/diag/plots/*.png "$HERE/plots/"
+cp "$OUT"/diag/plots/*.png "$PUB/plots/"

@@ -3,6 +3,8 @@
 # shared CPU core runs in a session (see README.md for what was run and what was cut), plus lm-eval run
 # directly on the same weights, data and --limit for the MMLU/ARC cross-check.
 # Usage (from the repository root): bash results/2026-12-01-smollm2-135m/run.sh [OUT]
+#   OUT            default: a new temporary folder (printed); one inside the repository is refused unless FORCE=1,
+#                  and OUT/provenance.txt records the git revision (../out_lib.sh)
 #   LCTX_DATA_DIR  data root (default ../shared/data)
 #   JOB_PREFIX     command put before each job, e.g. "flock /work/heavy.lock nice -n 5" (default: none)
 #   STOP_AT        HH:MM (UTC): a job still running then is stopped (lctx keeps its finished samples), later
@@ -15,12 +17,12 @@
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 DATA=${LCTX_DATA_DIR:-../shared/data}
-OUT=${1:-$HERE/run}
+source "$HERE/../out_lib.sh"
+out_init smollm2-135m "$@"
 P=${JOB_PREFIX:-}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 G=$DATA/checkpoints/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf
 PG=books/pg98_a_tale_of_two_cities.txt
-mkdir -p "$OUT"
 C=(--data-dir "$DATA" --device cpu --no-progress --cache-dir "$OUT/cache")
 stamp() { date -u +%FT%TZ; }
 left() {  # seconds to STOP_AT (an HH:MM UTC time, optional), 0 = no limit (timeout 0 runs without one)

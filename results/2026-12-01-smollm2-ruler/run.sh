@@ -4,7 +4,8 @@
 # are not in ../shared/data (lctx never downloads). The group gives the niah_* tasks RULER's generation budget
 # (128 tokens; vt 30, cwe 120, fwe 50 are the tasks' defaults). See README.md for what was run.
 # Usage (from the repository root of a fresh clone, with `lctx` installed):
-#   bash results/2026-12-01-smollm2-ruler/run.sh [OUTDIR]        # default OUTDIR: lctx-out/smollm2-ruler
+#   bash results/2026-12-01-smollm2-ruler/run.sh [OUTDIR]   # default OUTDIR: a new temporary folder (printed;
+#            one inside the repository is refused unless FORCE=1; OUTDIR/provenance.txt: ../out_lib.sh)
 #   STAGES   the stages, in order (default "1k 2k5 2k 4k1 4k3 4k5 4k"; the committed run: 1k, then 2k5 2k 4k1, see README.md). A stage is a length and the samples per
 #            task it brings the run to, grown by resume so that a stop (STOP_AT) leaves every task of a length
 #            with a score: 1 (depth 0.5), 3 (depths 0, 0.5, 1), 5 (depths 0, .25, .5, .75, 1) or 10 (those 5 x 2
@@ -17,12 +18,12 @@
 # Costs measured on the shared 2-core machine (README.md): ~10-30 s per 1K sample, 15-60 s per 2K, 40-150 s per 4K.
 set -uo pipefail
 DATA=${LCTX_DATA_DIR:-../shared/data}
-OUT=${1:-lctx-out/smollm2-ruler}
 HERE=$(cd "$(dirname "$0")" && pwd)
+source "$HERE/../out_lib.sh"
+out_init smollm2-ruler "$@"
 M="$DATA/checkpoints/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} LCTX_NUM_THREADS=${LCTX_NUM_THREADS:-1} TOKENIZERS_PARALLELISM=false
 common=(--model "$M" --tasks ruler --chat-template on --data-dir "$DATA" --device cpu --no-progress)
-mkdir -p "$OUT"
 stamp() { date -u +%FT%TZ; }
 left() {  # seconds to STOP_AT (HH:MM UTC), 0 = no limit (timeout 0 runs without one)
   if [ -z "${STOP_AT:-}" ]; then echo 0; else echo $(( $(date -u -d "$STOP_AT" +%s) - $(date -u +%s) )); fi

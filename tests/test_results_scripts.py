@@ -1,0 +1,137 @@
+"""The experiment scripts under results/ (issue 24, item 8): they never write over committed results unless
+asked (FORCE=1), default to an output folder outside the repository, and record the git revision and the
+dirty state of the tree that ran them. Nothing is trained: the guard runs on a throw-away git repository
+with a fake committed table, and the real scripts run against a fake `lctx` that fails if it is reached."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "results"
+
+pytestmark = pytest.mark.skipif(shutil.which("git") is None or shutil.which("bash") is None,
+                                reason="needs git and bash")
+
+# a run.sh of the shape every results script has: out_init, then its tables copied into $PUB
+FAKE_RUN = """#!/usr/bin/env bash
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+source "$HERE/../out_lib.sh"
+out_init exp "$@"
+echo new > "$OUT/table.md"
+mkdir -p "$PUB"; cp "$OUT/table.md" "$PUB/table.md"
+"""
+
+
+def _git(repo, *args):
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo, check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture
+def fake_repo(tmp_path):
+    """A git repository holding results/out_lib.sh and results/exp/{run.sh, table.md} (committed)."""
+    repo = tmp_path / "repo"
+    (repo / "results" / "exp").mkdir(parents=True)
+    shutil.copy(RESULTS / "out_lib.sh", repo / "results" / "out_lib.sh")
+    (repo / "results" / "exp" / "run.sh").write_text(FAKE_RUN)
+    (repo / "results" / "exp" / "table.md").write_text("committed\n")
+    (repo / ".gitignore").write_text("/runs/\n")
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-q", "-m", "init")
+    return repo
+
+
+def _run(repo, tmp_path, *args, **env):
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    e = {k: v for k, v in os.environ.items() if k not in ("OUT", "FORCE")}
+    e.update(TMPDIR=str(tmp_path / "tmp"), **env)
+    return subprocess.run(["bash", "results/exp/run.sh", *args], cwd=repo, env=e, capture_output=True,
+                          text=True, timeout=30)
+
+
+def test_out_inside_the_repository_is_refused(fake_repo, tmp_path):
+    r = _run(fake_repo, tmp_path, "results/exp")
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith("error: results/exp is inside the repository") and "FORCE=1" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert (fake_repo / "results" / "exp" / "table.md").read_text() == "committed\n"
+    assert _git(fake_repo, "status", "--porcelain") == ""
+    # a git-ignored folder inside the repository is fine (nothing committed can be there)
+    r = _run(fake_repo, tmp_path, "runs/exp")
+    assert r.returncode == 0, r.stderr
+    assert (fake_repo / "runs" / "exp" / "results" / "table.md").read_text() == "new\n"
+
+
+def test_default_out_is_outside_the_repository_with_provenance(fake_repo, tmp_path):
+    r = _run(fake_repo, tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = Path(r.stderr.split("OUT=", 1)[1].split()[0])
+    assert out.parent == tmp_path / "tmp" and out.name.startswith("lctx-exp.")
+    assert (out / "results" / "table.md").read_text() == "new\n"
+    assert (fake_repo / "results" / "exp" / "table.md").read_text() == "committed\n"
+    prov = (out / "provenance.txt").read_text()
+    assert f"revision: {_git(fake_repo, 'rev-parse', 'HEAD')}" in prov and "dirty: no" in prov
+    # a resumed run in a dirty tree appends its own block, naming the changed file
+    (fake_repo / "results" / "exp" / "run.sh").write_text(FAKE_RUN + "# edited\n")
+    assert _run(fake_repo, tmp_path, str(out)).returncode == 0
+    blocks = (out / "provenance.txt").read_text().split("# ")[1:]
+    assert len(blocks) == 2 and "dirty: yes" in blocks[1] and "results/exp/run.sh" in blocks[1]
+
+
+def test_force_writes_the_committed_copies(fake_repo, tmp_path):
+    r = _run(fake_repo, tmp_path, str(tmp_path / "out"), FORCE="1")
+    assert r.returncode == 0, r.stderr
+    assert (fake_repo / "results" / "exp" / "table.md").read_text() == "new\n"
+    assert "FORCE: 1" in (tmp_path / "out" / "provenance.txt").read_text()
+    # and FORCE=1 lets an OUT inside the repository through
+    assert _run(fake_repo, tmp_path, "results/exp/out", FORCE="1").returncode == 0
+
+
+def _fake_lctx(tmp_path):
+    """A PATH with an `lctx` that leaves a mark and fails, and a data folder of empty books."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    (bin_ / "lctx").write_text(f"#!/bin/sh\ntouch {tmp_path}/lctx-called\nexit 1\n")
+    (bin_ / "lctx").chmod(0o755)
+    books = tmp_path / "data" / "books"
+    books.mkdir(parents=True)
+    for b in ("pg1342_pride_and_prejudice", "pg1661_adventures_of_sherlock_holmes", "pg345_dracula",
+              "pg98_a_tale_of_two_cities"):
+        (books / f"{b}.txt").write_text("")
+    (tmp_path / "tmp").mkdir()
+    return {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}", "LCTX_DATA_DIR": str(tmp_path / "data"),
+            "TMPDIR": str(tmp_path / "tmp"), "FORCE": "0"}
+
+
+def test_seed_script_refuses_its_own_folder_before_training(tmp_path):
+    env = _fake_lctx(tmp_path)
+    r = subprocess.run(["bash", "results/2026-12-01-seed000-bam/run.sh", "results/2026-12-01-seed000-bam"],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "inside the repository" in r.stderr, r.stderr
+    assert not (tmp_path / "lctx-called").exists()
+    # with no OUT, the script gets as far as its first `lctx` call, in a folder outside the repository
+    r = subprocess.run(["bash", "results/2026-12-01-seed000-bam/run.sh"], cwd=REPO,
+                       env={**env, "NAMES": "alibi", "JOBS": "1"}, capture_output=True, text=True, timeout=30)
+    assert r.returncode != 0 and (tmp_path / "lctx-called").exists()
+    out = Path(r.stderr.split("OUT=", 1)[1].split()[0])
+    assert out.parent == tmp_path / "tmp" and (out / "provenance.txt").is_file()
+    assert "tables and plots: " + str(out / "results") in r.stderr
+
+
+def test_every_results_script_uses_the_guard():
+    """Each script under results/ that writes an output folder sets it through out_lib.sh (directly or
+    through seeds_lib.sh), so none of them can default into the repository."""
+    libs = {"out_lib.sh", "seeds_lib.sh", "preset.sh"}  # the presets take a required OUT_DIR (CI's gate)
+    scripts = [p for p in RESULTS.rglob("*.sh") if p.name not in libs]
+    assert len(scripts) >= 9
+    for p in scripts:
+        text = p.read_text()
+        assert "out_init " in text or "seeds_lib.sh" in text, p
