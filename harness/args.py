@@ -336,8 +336,8 @@ def check_tokenizer_files(path) -> None:
     """Refuse, before torch or any weights load, a checkpoint folder with no tokenizer (``lctx run`` needs one
     for every task): none of :data:`TOKENIZER_VOCAB` beside ``config.json``. transformers' own error comes after
     the imports and reads ``Couldn't instantiate the backend tokenizer from one of: ...``. A GGUF file carries its
-    tokenizer, and a tokenizer of remote code (``auto_map`` in ``tokenizer_config.json``) may keep its own
-    files: neither is checked.
+    tokenizer, and remote code (``auto_map`` in ``config.json`` or ``tokenizer_config.json``) may keep its own
+    files and is refused without ``--trust-remote-code`` by its own check: neither is checked here.
 
     Raises:
         LctxError: no vocabulary file (names the missing files and where to get them).
@@ -346,11 +346,12 @@ def check_tokenizer_files(path) -> None:
     if not (p.is_dir() and (p / "config.json").is_file()):
         return
     cfg = p / "tokenizer_config.json"
-    try:
-        if cfg.is_file() and "auto_map" in json.loads(cfg.read_text()):
-            return
-    except (OSError, ValueError):
-        pass  # an unreadable tokenizer_config.json is the tokenizer loader's to report
+    for f in (p / "config.json", cfg):  # remote code: refused later unless --trust-remote-code, which says so
+        try:
+            if f.is_file() and "auto_map" in json.loads(f.read_text()):
+                return
+        except (OSError, ValueError):
+            pass  # an unreadable file is the config / tokenizer loader's to report
     if any(any(p.glob(g)) for g in TOKENIZER_VOCAB):
         return
     missing = "tokenizer.json" + ("" if cfg.is_file() else " and tokenizer_config.json")

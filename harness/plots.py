@@ -110,7 +110,7 @@ def wrap_to_width(parts: list[str], width_in: float, fontsize: float, weight: st
     its spaces. Widths are measured with matplotlib's own font metrics (``text_to_path``), 10 % over for the
     renderer's hinting (at 80 dpi a line draws 8 % wider); a single word wider than a line is left whole. So a figure's subtitle stays inside it."""
     from matplotlib.font_manager import FontProperties  # lazy: loaded with matplotlib anyway
-    from matplotlib.textpath import text_to_path
+    from matplotlib.textpath import text_to_path  # lazy: as above
 
     prop = FontProperties(size=fontsize, weight=weight)
     limit = width_in * 72.0  # points
