@@ -37,7 +37,7 @@ TEXT = ("Every module documents the functions it exports. A function takes argum
         "which may be None when nothing is returned. The examples below show a call and its result. ") * 20
 
 
-SECTIONS = ("inputs", "damage", "full_disk", "others", "kills")
+SECTIONS = ("inputs", "damage", "full_disk", "others", "kills", "issue25")
 
 
 class Report:
@@ -433,6 +433,138 @@ def other_inputs(lab: Lab, rep: Report) -> None:
         rep.check(f"lctx compare with {tol} against a 50% regression", one_line_error(p), tail(p))
 
 
+
+# ------------------------------------------------------------------------------------------------ issue 25
+
+#: A ``sitecustomize`` put first on a child's PYTHONPATH: an audit hook (PEP 578) that SIGKILLs the process
+#: the moment it replaces the file named by LCTX_FI_KILL_ON_REPLACE (lctx writes every table to a temporary
+#: file and ``os.replace``s it), so a kill inside the final table write lands at the same point every time.
+KILL_HOOK = """import os, signal, sys
+_target = os.environ.get("LCTX_FI_KILL_ON_REPLACE")
+if _target:
+    def _kill_on_replace(event, args):
+        if event == "os.rename" and str(args[1]).endswith(_target):
+            os.kill(os.getpid(), signal.SIGKILL)
+    sys.addaudithook(_kill_on_replace)
+"""
+
+#: a chat template that renders a 2 GB string (issue 25, F1)
+TEMPLATE_BOMB = "{{ 'a' * 2000000000 }}"
+
+
+def killed_at(lab: Lab, target: str, args: list) -> subprocess.CompletedProcess:
+    """``lctx *args`` killed by SIGKILL as it replaces ``target`` (a file name), deterministically."""
+    hook = lab.root / "kill_hook"
+    hook.mkdir(exist_ok=True)
+    (hook / "sitecustomize.py").write_text(KILL_HOOK)
+    env = {**os.environ, "LCTX_FI_KILL_ON_REPLACE": target,
+           "PYTHONPATH": os.pathsep.join([str(hook), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    return subprocess.run(LCTX + [str(a) for a in args], capture_output=True, text=True, timeout=900, env=env,
+                          stdin=subprocess.DEVNULL)
+
+
+def summary_means(out: Path) -> dict:
+    """{(model, task, metric, length, depth): (mean, n)} of ``out/summary.csv`` (no depth: -1, as NaN != NaN)."""
+    s = pd.read_csv(out / "summary.csv").fillna({"depth": -1.0})
+    return {(r.model, r.task, r.metric, r.length, r.depth): (float(r.mean), int(r.n)) for r in s.itertuples()}
+
+
+def append_record(out: Path, change) -> dict:
+    """Append to ``out/records.jsonl`` a copy of its first ok passkey record, edited by ``change(rec)``."""
+    lines = (out / "records.jsonl").read_text().splitlines()
+    rec = next(r for r in map(json.loads, lines) if r["task"] == "passkey" and r["status"] == "ok")
+    change(rec)
+    with open(out / "records.jsonl", "a") as f:
+        f.write(json.dumps(rec) + "\n")
+    return rec
+
+
+def issue25(lab: Lab, rep: Report) -> None:
+    # 1. SIGKILL inside the final table write, at two fixed points; the rerun resumes every sample and writes
+    #    the uninterrupted run's tables
+    grid = dict(lengths="256", depths="0,1", samples=1)
+    ref = lab.root / "ref25"
+    p = lctx(*lab.args(ref, **grid))
+    if not rep.check("issue 25 reference run", p.returncode == 0, tail(p)):
+        return
+    for target in ("results.parquet", "summary.csv"):
+        out = lab.root / f"kill_{target.split('.')[0]}"
+        k = killed_at(lab, target, lab.args(out, **grid))
+        p = lctx(*lab.args(out, **grid))
+        ok = k.returncode == -signal.SIGKILL and p.returncode == 0 and counts(p) == (0, 3)  # 2 passkey + 1 ppl
+        same = ok and table(ref).equals(table(out)) and summary_means(ref) == summary_means(out)
+        rep.check(f"SIGKILL as the final table write replaces {target}: the rerun resumes all samples and writes "
+                  "the uninterrupted tables", ok and same,
+                  f"killed: exit {k.returncode}; rerun {tail(p)}, {counts(p)} (run, resumed), same tables: {same}")
+
+    # 2. forged records (F2, F3): appended to records.jsonl, never in any aggregate, each named in a warning
+    for what, change in [
+            ("a second record of a finished sample, other value, unknown invocation (F2)",
+             lambda r: r.update(metrics={**r["metrics"], "exact": 1.0 - r["metrics"]["exact"]},
+                                invocation="20990101T000000.000000Z-1", run_id="20990101T000000Z-1")),
+            ("a second record of a finished sample, other value, the run's own invocation id",
+             lambda r: r.update(metrics={**r["metrics"], "exact": 1.0 - r["metrics"]["exact"]})),
+            ("a record of a model the run never ran (F3)",
+             lambda r: r.update(model="forged-model", model_fingerprint="0123456789abcdef")),
+    ]:
+        out = lab.root / f"forged_{len(list(lab.root.glob('forged_*')))}"
+        shutil.copytree(ref, out)
+        before = summary_means(ref)
+        append_record(out, change)
+        p = lctx(*lab.args(out, **grid))
+        after = summary_means(out) if (out / "summary.csv").exists() else {}
+        rp = lctx("report", out, "--out", lab.root / f"{out.name}_report")
+        warned = "record" in p.stderr.lower() and "record" in rp.stderr.lower()
+        rep.check(f"forged: {what}: the means and n are the run's own, and run and report warn",
+                  p.returncode == 0 and rp.returncode == 0 and after == before and warned,
+                  f"{tail(p)}; report {tail(rp)}; summary unchanged: {after == before}")
+
+    # 3. a GGUF whose chat template renders 2 GB (F1): one line within seconds, under a 4 GB address-space cap
+    bomb = write_tiny_gguf_with_template(lab.root / "bomb" / "bomb.gguf", TEMPLATE_BOMB)
+    cap = 4 * 2**30
+    t0 = time.time()
+    p = lctx("run", "-m", bomb, "--tasks", "passkey", "--lengths", 1024, "--depths", 0.5, "--samples", 1,
+             "--chat-template", "on", "--cache-dir", lab.root / "bomb_cache", "--no-progress",
+             "--out", lab.root / "bomb_out", timeout=300,
+             preexec=lambda: resource.setrlimit(resource.RLIMIT_AS, (cap, cap)))
+    took = time.time() - t0
+    rep.check("GGUF chat template {{ 'a' * 2000000000 }} with --chat-template on: one line, exit 2, under 4 GB",
+              one_line_error(p) and "MemoryError" not in p.stderr, f"{tail(p)} in {took:.0f} s")
+
+    # 4. an lm-eval task (arc_easy on three questions): SIGKILL in its final table write, then resume
+    data = lab.root / "arc_data"
+    (data / "arc").mkdir(parents=True)
+    qs = [{"id": f"q{i}", "question": {"stem": f"Which number is {w}?", "choices": [
+        {"text": w, "label": "A"}, {"text": "never", "label": "B"}, {"text": "cars", "label": "C"}]},
+        "answerKey": "A"} for i, w in enumerate(["one", "two", "three"])]
+    for split in ("Test", "Dev"):
+        (data / "arc" / f"ARC-Easy-{split}.jsonl").write_text("".join(json.dumps(q) + "\n" for q in qs))
+    arc = ["run", "-m", lab.ck, "--tasks", "arc_easy", "--data-dir", data, "--device", "cpu", "--no-progress"]
+    ref_arc, out_arc = lab.root / "arc_ref", lab.root / "arc_killed"
+    p = lctx(*arc, "--out", ref_arc)
+    if rep.check("arc_easy reference run (lm-eval, 3 questions)", p.returncode == 0, tail(p)):
+        k = killed_at(lab, "summary.csv", [*arc, "--out", out_arc])
+        p = lctx(*arc, "--out", out_arc)
+        same = p.returncode == 0 and table(ref_arc).equals(table(out_arc))
+        rep.check("arc_easy: SIGKILL as summary.csv is replaced, then resume: the uninterrupted table",
+                  k.returncode == -signal.SIGKILL and same, f"killed: exit {k.returncode}; rerun {tail(p)}; same: {same}")
+
+
+def write_tiny_gguf_with_template(path: Path, template: str) -> Path:
+    """The tests' tiny GGUF (tests/gguf_tiny.py; 2,048-token context) with ``template`` as its
+    ``tokenizer.chat_template``."""
+    sys.path.insert(0, str(REPO / "tests"))
+    import gguf_tiny  # the tests' writer, beside this script
+
+    saved = gguf_tiny.CHAT_TEMPLATE
+    gguf_tiny.CHAT_TEMPLATE = template
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return gguf_tiny.write_tiny_gguf(path, ctx=2048)
+    finally:
+        gguf_tiny.CHAT_TEMPLATE = saved
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kills", type=int, default=8, help="SIGKILLs at random points (plus a quarter as many "
@@ -452,7 +584,8 @@ def main() -> int:
                          ("damage", lambda: damage(Lab(root / "damage"), rep, rng)),
                          ("full_disk", lambda: full_disk(Lab(root / "disk"), rep)),
                          ("others", lambda: other_inputs(Lab(root / "others"), rep)),
-                         ("kills", lambda: kills(Lab(root / "kills"), rep, a.kills, rng))]:
+                         ("kills", lambda: kills(Lab(root / "kills"), rep, a.kills, rng)),
+                         ("issue25", lambda: issue25(Lab(root / "issue25"), rep))]:
             if a.only and name not in a.only:
                 continue
             print(f"--- {name}", flush=True)
