@@ -18,11 +18,32 @@ from lctx.errors import LctxError, split_list
 from lctx.paths import data_path  # noqa: F401  (re-exported: the CLI's --data-dir lookups)
 
 
-def parse_lengths(text: str) -> list[int]:
-    """Parse "256,512,1k,4K,512k" into token counts (k = 1024, m = 1024**2).
+#: The longest length (tokens) any lctx command accepts: 2**31 (``2048m``). Far past what any device holds (the
+#: bundled tiny model's KV cache alone is 2 TiB there, ``lctx plan``), so a longer length is a typo (an extra digit,
+#: a pasted number) and is refused in one line before torch loads; past 2**63 (int64 positions) a length would
+#: not even fit the results table (issue 25, F5: pyarrow's OverflowError after 60 s and 6.6 GB).
+MAX_LENGTH = 2**31
+
+
+def check_max_length(lengths, what: str = "length") -> None:
+    """Refuse a length above :data:`MAX_LENGTH` tokens (:func:`parse_lengths`; the lengths ``--relative`` makes
+    once the training lengths are known, :func:`lctx.harness.evaluate.evaluate`).
 
     Raises:
-        LctxError: an entry is not a positive integer (with optional k/m suffix), or is empty ("256,,512").
+        LctxError: a length exceeds it (names the length, the bound and the fix).
+    """
+    over = [L for L in lengths if L > MAX_LENGTH]
+    if over:
+        raise LctxError(f"{what} {max(over)} is above {MAX_LENGTH} tokens (2**31, 2048m), the longest lctx runs; "
+                        "write lengths like 256,512,1k,4k")
+
+
+def parse_lengths(text: str) -> list[int]:
+    """Parse "256,512,1k,4K,512k" into token counts (k = 1024, m = 1024**2), each at most :data:`MAX_LENGTH`.
+
+    Raises:
+        LctxError: an entry is not a positive integer (with optional k/m suffix), is empty ("256,,512"), or is
+            above :data:`MAX_LENGTH` (:func:`check_max_length`).
     """
     out = []
     for part in split_list(text, "the length list", "--lengths 256,512,1k"):
@@ -30,6 +51,7 @@ def parse_lengths(text: str) -> list[int]:
         if not m or int(m.group(1)) <= 0:
             raise LctxError(f"length {part!r} is not a positive integer; write lengths like 256,512,1k,4k")
         out.append(int(m.group(1)) * {"": 1, "k": 1024, "m": 1024**2}[m.group(2).lower()])
+    check_max_length(out)
     return out
 
 
@@ -113,16 +135,18 @@ def check_task_options(name: str, cls, opts: dict) -> None:
                             f"valid options: {', '.join(valid) or 'none'}")
 
 
-def check_writable_dir(path: Path, create: bool = False) -> None:
+def check_writable_dir(path: Path, create: bool = False, flag: str = "--out") -> None:
     """Check, before any work starts, that a file can be written in ``path``: an existing directory gets a
     probe file (removed again); a missing one must have a writable existing ancestor, and is created only
-    with ``create`` (so a command rejected later leaves no empty directory behind).
+    with ``create`` (so a command rejected later leaves no empty directory behind). ``flag``: the option the
+    message names (``--out``; ``--cache-dir`` or ``LCTX_CACHE_DIR``).
 
     Raises:
         LctxError: it is a file, under a file, or not writable.
     """
     if str(path) == "":
-        raise LctxError("--out is empty; pass a directory for the results, e.g. --out runs/my-run")
+        raise LctxError(f"{flag} is empty; pass a directory" + (" for the results, e.g. --out runs/my-run"
+                                                               if flag == "--out" else ""))
     fix = "pass a writable directory"
     try:
         if not path.exists() and not create:
@@ -130,19 +154,19 @@ def check_writable_dir(path: Path, create: bool = False) -> None:
             while not anc.exists():
                 anc = anc.parent
             if not anc.is_dir():
-                raise LctxError(f"cannot write to --out {str(path)!r} ({str(anc)!r} is a file); {fix}")
+                raise LctxError(f"cannot write to {flag} {str(path)!r} ({str(anc)!r} is a file); {fix}")
             if not os.access(anc, os.W_OK | os.X_OK):
-                raise LctxError(f"cannot write to --out {str(path)!r} ({str(anc)!r} is not writable); {fix}")
+                raise LctxError(f"cannot write to {flag} {str(path)!r} ({str(anc)!r} is not writable); {fix}")
             _probe_create(path, anc)  # os.access says yes to root everywhere (/proc/x): try it for real
             return
         if path.exists() and not path.is_dir():
-            raise LctxError(f"cannot write to --out {str(path)!r} (it is a file, not a directory); {fix}")
+            raise LctxError(f"cannot write to {flag} {str(path)!r} (it is a file, not a directory); {fix}")
         path.mkdir(parents=True, exist_ok=True)
         probe = path / f".lctx-write-test-{os.getpid()}"  # per process: torchrun ranks probe the same --out
         probe.write_text("")
         probe.unlink()
     except OSError as e:
-        raise LctxError(f"cannot write to --out {str(path)!r} ({e.strerror or e}); {fix}") from None
+        raise LctxError(f"cannot write to {flag} {str(path)!r} ({e.strerror or e}); {fix}") from None
 
 
 #: Files whose presence makes a directory a checkpoint (``save_pretrained``, ``lctx train``, ``lctx convert``).
@@ -368,7 +392,7 @@ def check_run_options(dtype: Optional[str] = None, device: Optional[str] = None,
 
     Raises:
         LctxError: an unknown dtype, device type, attention path or override (or a bad override option),
-            a non-positive training length.
+            a training length that is not a positive number of tokens up to :data:`MAX_LENGTH`.
     """
     from lctx import ATTN_IMPLS  # light
 
@@ -388,6 +412,9 @@ def check_run_options(dtype: Optional[str] = None, device: Optional[str] = None,
                                      or train_length < 1):
         raise LctxError(f"--train-length {train_length} is not a positive number of tokens; pass e.g. "
                         "--train-length 4096")
+    if train_length is not None and train_length > MAX_LENGTH:
+        raise LctxError(f"--train-length {train_length} is above {MAX_LENGTH} tokens (2**31), the longest lctx runs; "
+                        "pass the length the model was trained at, e.g. --train-length 4096")
 
 
 #: the device nodes under /dev of a GPU ``torch.cuda`` can use: NVIDIA (``nvidia0``...; Jetson: ``nvhost-*``,

@@ -178,6 +178,8 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
         from lctx.harness.rundir import check_not_locked  # lazy: +7 ms (socket) to lctx.cli's import (-X importtime)
 
         check_not_locked(Path(out))  # a busy --out answers now, not after the models load (trial21 item 8)
+    if cache_dir is not None:  # a file there failed the first NIAH sample, after the models loaded (issue 25, F6)
+        check_writable_dir(cache_dir, flag="--cache-dir")
     check_run_options(dtype=dtype, device=device, attn_impl=attn_impl, attn_override=attn_override,
                       train_length=train_length)  # before torch loads (README "Start-up")
     if relative:
@@ -428,7 +430,8 @@ def _load_models(models, attn_override, warn, **load) -> list:
 
 def _check_before_run(groups, task_objs: list, ppl_lengths, allow_beyond_max: bool, memory_check: bool,
                       relative: bool = False) -> dict:
-    """Every problem found before the first sweep starts: lengths a model cannot address, lengths shorter than
+    """Every problem found before the first sweep starts: lengths above :data:`lctx.harness.args.MAX_LENGTH`
+    (``--relative`` x a training length), lengths a model cannot address, lengths shorter than
     a task's template, a longest prefill that does not fit the device (the memory model of ``lctx plan``).
     ``relative`` (``--relative``): a task is left out at the lengths shorter than its template instead
     (:func:`lctx.harness.runner.check_min_lengths` with ``drop=True``). Returns {"skip_below": for
@@ -437,10 +440,12 @@ def _check_before_run(groups, task_objs: list, ppl_lengths, allow_beyond_max: bo
     Raises:
         LctxError: the first problem found (one line naming the fix).
     """
+    from lctx.harness.args import check_max_length  # light
     from lctx.harness.runner import check_lengths, check_min_lengths  # lazy: loads torch, transformers, pandas
 
     skip_below, notes = {}, []
     for lms_g, length_list in groups:  # every problem found before the first sweep starts
+        check_max_length(length_list)  # --relative's lengths (typed ones were checked when parsed)
         for lm in lms_g if task_objs else []:
             check_lengths(lm, length_list + (ppl_lengths or []), allow_beyond_max)
         skip, lines = check_min_lengths(lms_g, [t for t in task_objs if not (ppl_lengths and t.name == "ppl")],

@@ -75,3 +75,16 @@ def test_repeated_lengths_depths_and_tasks_run_once(make_checkpoint, tmp_path):
                         out=tmp_path / "r", key_digits=3, memory_check=False, log=notes.append)
     assert res.ran == 1  # one cell: passkey x 160 x 0.5 x 1 sample (it ran 4 before the fix)
     assert sum("repeat" in n for n in notes) == 3  # tasks, lengths, depths: each said once
+
+
+def test_evaluate_refuses_a_cache_dir_that_is_a_file_before_the_tasks_are_built(tmp_path):
+    # issue 25, F6: the Python API checks --cache-dir too (the CLI refuses it while parsing); before the fix the
+    # NIAH task was built first, here refusing the empty data dir instead
+    import lctx
+
+    (tmp_path / "f").write_text("")
+    (tmp_path / "data").mkdir()
+    with pytest.raises(lctx.LctxError, match=r"cannot write to --cache-dir .* \(it is a file, not a directory\)"):
+        lctx.evaluate(None, "niah_single_1", lengths=[256], out=tmp_path / "o", data_dir=tmp_path / "data",
+                      cache_dir=tmp_path / "f", log=lambda m: None)
+    assert not (tmp_path / "o").exists()

@@ -105,7 +105,16 @@ def test_checks_that_need_no_model_answer_before_torch_loads(tmp_path):
                                    "length 1024 exceeds the 256 tokens model 'ck256'"),
              "gguf-beyond-max": (["run", "-m", str(gguf), "--lengths", "256"], "exceeds the 128 tokens model 'tiny'"),
              "no-tokenizer": (["run", "-m", str(no_tok)], "has no tokenizer (no tokenizer.json"),
-             "hub-id-not-cached": (["run", "-m", "HuggingFaceTB/SmolLM2-135M-Instruct"], "lctx does not download")}
+             "hub-id-not-cached": (["run", "-m", "HuggingFaceTB/SmolLM2-135M-Instruct"], "lctx does not download"),
+             # issue 25, F5: ran 60 s to 6.6 GB, then pyarrow's OverflowError; with the memory check, after the model
+             "huge-length": (["run", "--lengths", "99999999999999999999", "--no-memory-check"],
+                             "length 99999999999999999999 is above 2147483648 tokens"),
+             "huge-train-length": (["run", "--train-length", str(2**31 + 1)], "--train-length 2147483649 is above"),
+             # issue 25, F6: the first NIAH sample failed with NotADirectoryError, exit 3
+             "cache-dir-file": (["run", "--tasks", "niah_single_1", "--cache-dir", str(Path(__file__).resolve())],
+                                "cannot write to --cache-dir"),
+             "cache-dir-under-file": (["run", "--cache-dir", str(Path(__file__).resolve() / "c")],
+                                      "is a file); pass a writable directory")}
     code = ["import sys, json, contextlib, io", "seen = {}", "from lctx.cli import main"]
     for name, (args, _) in cases.items():
         code += ["err = io.StringIO()", "with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):",
