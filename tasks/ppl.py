@@ -106,8 +106,8 @@ class Perplexity(Task):
             raise ValueError(f"bos must be 'prepend' or 'none', got {bos!r}")
         if short_docs not in ("drop", "count"):
             raise ValueError(f"short_docs must be 'drop' or 'count', got {short_docs!r}")
-        if not float(stride) > 0:  # also refuses NaN
-            raise ValueError(f"stride must be positive, got {stride}")
+        if not 0 < float(stride) < float("inf"):  # also refuses NaN
+            raise ValueError(f"stride must be a positive finite number, got {stride}")
         if float(stride) > 1 and float(stride) != int(float(stride)):
             raise ValueError(f"stride {stride} is neither a whole number of tokens nor a fraction <= 1 of the window")
         if int(max_tokens) < 0:
@@ -158,6 +158,22 @@ class Perplexity(Task):
             toks = [lm.encode(text) for _, text in self.documents()]
             self._tokens[key] = [t[: self.max_tokens] if self.max_tokens else t for t in toks]
         return self._tokens[key]
+
+    def check_windows(self, windows: list[int]) -> None:
+        """Refuse a whole-number stride longer than one of the ``windows`` (tokens) it is to run at: there
+        :meth:`window_stride` would cut it to ``window - 1`` and the records would name a stride the windows did
+        not have. A stride equal to the window is allowed (no overlap: ``window - 1``, the most that skips no
+        token); a fraction of the window always fits. ``lctx run`` calls it before torch loads with the lengths
+        or ``--window`` sizes given, and again with ``--relative``'s once the training lengths are known.
+
+        Raises:
+            ValueError: a window shorter than the stride (names both).
+        """
+        s = float(self.stride)
+        short = [w for w in windows if s > 1 and s > w]
+        if short:
+            raise ValueError(f"stride {s:g} is longer than the shortest window ({min(short)} tokens: a length, "
+                             "or --window)")
 
     def window_stride(self, length: int) -> tuple[int, int]:
         """(window, stride) in tokens for a target length."""

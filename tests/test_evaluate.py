@@ -88,3 +88,19 @@ def test_evaluate_refuses_a_cache_dir_that_is_a_file_before_the_tasks_are_built(
         lctx.evaluate(None, "niah_single_1", lengths=[256], out=tmp_path / "o", data_dir=tmp_path / "data",
                       cache_dir=tmp_path / "f", log=lambda m: None)
     assert not (tmp_path / "o").exists()
+
+
+def test_relative_lengths_are_checked_once_the_training_lengths_are_known():
+    # issue 25: --relative's lengths are known only after the models load; a whole-number stride longer than one
+    # of them (cut to window - 1 before, silently) and a length past the bound (F5) are refused before the sweep
+    from lctx.errors import LctxError
+    from lctx.harness.evaluate import _check_before_run
+    from lctx.tasks.ppl import Perplexity
+
+    with pytest.raises(LctxError, match=r"bad --stride for task 'ppl': stride 300 is longer than the shortest window "
+                                        r"\(128 tokens"):
+        _check_before_run([([], [128, 512])], [Perplexity(stride=300)], None, False, False, relative=True)
+    with pytest.raises(LctxError, match=r"length 4294967296 is above 2147483648 tokens"):
+        _check_before_run([([], [256, 2**32])], [], None, False, False, relative=True)
+    assert _check_before_run([([], [300, 512])], [Perplexity(stride=300)], None, False, False, relative=True) == {
+        "skip_below": {}, "notes": []}  # a stride equal to or below every window runs

@@ -114,7 +114,26 @@ def test_checks_that_need_no_model_answer_before_torch_loads(tmp_path):
              "cache-dir-file": (["run", "--tasks", "niah_single_1", "--cache-dir", str(Path(__file__).resolve())],
                                 "cannot write to --cache-dir"),
              "cache-dir-under-file": (["run", "--cache-dir", str(Path(__file__).resolve() / "c")],
-                                      "is a file); pass a writable directory")}
+                                      "is a file); pass a writable directory"),
+             # issue 25 item 4: the task objects' own checks of these came after torch loaded (40-150 s when busy)
+             "stride-zero": (["run", "--stride", "0"], "bad --stride for task 'ppl': stride must be a positive"),
+             "stride-inf": (["run", "--stride", "inf"], "bad --stride for task 'ppl'"),  # was OverflowError
+             "stride-past-window": (["run", "--tasks", "ppl", "--lengths", "256,1k", "--stride", "300"],
+                                    "stride 300 is longer than the shortest window (256 tokens"),
+             "option-stride-past-window": (["run", "--tasks", "ppl", "--relative", "1", "--window", "128",
+                                            "--task-option", "ppl.stride=200"],
+                                           "bad --task-option ppl.stride for task 'ppl': stride 200 is longer"),
+             "huge-window": (["run", "--tasks", "ppl", "--relative", "1", "--window", "4096m"],
+                             "--window 4294967296 is above 2147483648 tokens"),
+             "max-tokens": (["run", "--ppl-max-tokens", "-1"], "bad --ppl-max-tokens for task 'ppl'"),
+             "key-digits": (["run", "--key-digits", "40"], "key_digits must be a whole number of digits from 1 to 30"),
+             "max-new-tokens": (["run", "--task-option", "passkey.max_new_tokens=0"],
+                                "bad --task-option passkey.max_new_tokens"),
+             "niah-match": (["run", "--tasks", "niah_single_1", "--task-option", "niah_single_1.match=foo"],
+                            "match='foo' is not a match mode"),
+             "vt-hops": (["run", "--tasks", "vt", "--task-option", "vt.num_hops=0"], "num_hops=0 is not a positive"),
+             "niah-data": (["run", "--tasks", "niah_single_1", "--data-dir", str(tmp_path)],
+                           "not found under data dir")}
     code = ["import sys, json, contextlib, io", "seen = {}", "from lctx.cli import main"]
     for name, (args, _) in cases.items():
         code += ["err = io.StringIO()", "with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):",
@@ -127,6 +146,20 @@ def test_checks_that_need_no_model_answer_before_torch_loads(tmp_path):
         assert (rc, torch_loaded) == (2, False), (name, err)
         assert err.startswith("error: ") and len(err.splitlines()) == 1 and needle in err, (name, err)
     assert not (tmp_path / "out").exists()
+
+
+def test_evaluate_checks_lmeval_settings_before_torch_loads(tmp_path):
+    """Issue 25 item 4: ``lctx.evaluate(limit=0)`` (the CLI's typer bounds do not reach the Python API) was refused by
+    lm-eval's task builder, after torch loaded."""
+    code = ["import sys, json", "import lctx", "seen = {}"]
+    for name, kw in {"limit": "limit=0", "fewshot": "num_fewshot=-1"}.items():
+        code += ["try:", f"    lctx.evaluate(None, 'mmlu', data_dir={str(tmp_path)!r}, out={str(tmp_path / 'o')!r},"
+                         f" {kw})",
+                 "except lctx.LctxError as e:", f"    seen[{name!r}] = [str(e), 'torch' in sys.modules]"]
+    code.append("print(json.dumps(seen))")
+    seen = _fresh("\n".join(code), cwd=tmp_path)
+    assert seen == {"limit": ["--limit 0 is not a positive number of questions; pass e.g. --limit 20", False],
+                    "fewshot": ["--num-fewshot -1 is negative; pass 0 or more", False]}
 
 
 @pytest.mark.parametrize("args", [["list", "variants"], ["bench", "--lengths", "1.5k"],
