@@ -75,7 +75,8 @@ class Perplexity(Task):
         data: list of text files or folders (default: the held-out part of Python's ``pydoc_data``
             topics, the bundled default corpus). A path not found as given is looked up below ``data_dir``.
             Recorded as :func:`lctx.paths.data_key` names them (relative to ``data_dir`` when the file
-            lies there), so the same file spelled two ways is one cell.
+            lies there), so the same file spelled two ways is one cell. A missing path, or a folder without
+            ``.txt`` files, is refused when the task is built (:func:`lctx.tasks.textdata.corpus_files`).
         data_dir: the data root (``--data-dir``); not itself recorded.
         stride: tokens between window starts; an int, or a float in (0, 1] as a fraction of the
             window (default 0.5).
@@ -115,9 +116,12 @@ class Perplexity(Task):
         concat = (data is None) if concat is None else concat
         if data:
             from lctx.paths import data_key, data_path  # lazy: only a run with --ppl-data needs it
+            from lctx.tasks.textdata import corpus_files  # light
 
             root = Path(data_dir) if data_dir is not None else None
             data = [data_path(str(p), root) for p in data]
+            for p in data:
+                corpus_files(p)  # a missing path or an empty folder: refused now, before torch (not only once read)
             keys = [data_key(p, root) for p in data]
             twice = sorted({k for k in keys if keys.count(k) > 1})
             if twice:  # it would be scored twice, and weigh double in the mean

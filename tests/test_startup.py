@@ -94,6 +94,8 @@ def test_checks_that_need_no_model_answer_before_torch_loads(tmp_path):
     no_tok = _bundled_copy(tmp_path / "no-tok")
     (no_tok / "tokenizer.json").unlink()
     gguf = write_tiny_gguf(tmp_path / "tiny.gguf", ctx=128)
+    no_txt = tmp_path / "no-txt"
+    no_txt.mkdir()
     out = str(tmp_path / "out")
     cases = {"cuda": (["run", "--device", "cuda"], "no CUDA GPU; use --device cpu"),
              "cuda-1": (["run", "--device", "cuda:1"], "no CUDA GPU; use --device cpu"),
@@ -133,7 +135,9 @@ def test_checks_that_need_no_model_answer_before_torch_loads(tmp_path):
                             "match='foo' is not a match mode"),
              "vt-hops": (["run", "--tasks", "vt", "--task-option", "vt.num_hops=0"], "num_hops=0 is not a positive"),
              "niah-data": (["run", "--tasks", "niah_single_1", "--data-dir", str(tmp_path)],
-                           "not found under data dir")}
+                           "not found under data dir"),
+             "ppl-data": (["run", "--tasks", "ppl", "--ppl-data", str(tmp_path / "none.txt")], "does not exist"),
+             "ppl-data-no-txt": (["run", "--tasks", "ppl", "--ppl-data", str(no_txt)], "holds no *.txt")}
     code = ["import sys, json, contextlib, io", "seen = {}", "from lctx.cli import main"]
     for name, (args, _) in cases.items():
         code += ["err = io.StringIO()", "with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):",
