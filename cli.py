@@ -22,7 +22,7 @@ import typer
 import lctx
 from lctx import ATTN_IMPLS
 from lctx.harness.console import count, print_frame, print_table, table_format
-from lctx.harness.args import check_checkpoint_out, check_results_out, check_writable_dir, data_path, parse_batch_size, parse_depths, parse_lengths, parse_options
+from lctx.harness.args import check_checkpoint_out, check_results_out, check_train_args, check_writable_dir, data_path, parse_batch_size, parse_depths, parse_lengths, parse_options
 from lctx.errors import EXIT_ALL_FAILED, EXIT_USAGE, LctxError, split_list
 from lctx.harness.evaluate import DEFAULT_MODEL, evaluate, passive_omp_wait
 
@@ -293,6 +293,10 @@ def train(
 ):
     """Train a small model of one variant (tokenizer + AdamW/cosine), write a checkpoint directory."""
     check_checkpoint_out(out, overwrite, "train")  # before any training: a typo must not destroy a trained model
+    check_train_args(context_length=context_length, hidden_size=hidden_size, num_layers=layers, num_heads=heads,
+                     vocab_size=vocab_size, steps=steps, batch_size=batch_size, lr=lr, warmup_steps=warmup,
+                     eval_every=eval_every, val_fraction=val_fraction, retrieval_fraction=retrieval_fraction,
+                     retrieval_min_length=retrieval_min_length)  # before torch loads (train() checks them again)
     variant_options = parse_options(option or [])
     _light_models()  # the variant checks below need the registry only (one-line errors without transformers)
     from lctx.models.options import check_variant_options  # lazy: loads torch (lctx.models)

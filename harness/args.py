@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import os
 import re
 import sys
@@ -281,6 +282,79 @@ def parse_batch_size(value) -> "int | str":
         return int(t)
     raise LctxError(f"--batch-size {value!r} is not a positive integer nor auto; write e.g. --batch-size 4")
 
+
+
+#: The smallest vocabulary ``lctx train`` can train (:func:`lctx.models.tokenizer.train_tokenizer`): its 3 special
+#: tokens (``<pad>``, ``<s>``, ``</s>``) plus the 256 byte symbols. Here, so that it is checked before torch loads.
+MIN_VOCAB_SIZE = 3 + 256
+
+#: the ``lctx train`` flag of each :func:`lctx.harness.train.train` argument :func:`check_train_args` checks
+TRAIN_FLAGS = {"context_length": "--context-length", "hidden_size": "--hidden-size", "num_layers": "--layers",
+               "num_heads": "--heads", "vocab_size": "--vocab-size", "steps": "--steps", "batch_size": "--batch-size",
+               "lr": "--lr", "warmup_steps": "--warmup", "eval_every": "--eval-every", "val_fraction": "--val-fraction",
+               "retrieval_fraction": "--retrieval-fraction", "retrieval_min_length": "--retrieval-min-length"}
+
+
+def check_train_args(*, context_length, hidden_size, num_layers, num_heads, vocab_size, steps, batch_size, lr,
+                     warmup_steps, eval_every, val_fraction, min_lr_ratio=0.1, weight_decay=0.1, grad_clip=1.0,
+                     eval_batches=8, retrieval_fraction=None, retrieval_min_length=None) -> None:
+    """The numbers of ``lctx train`` (:func:`lctx.harness.train.train`'s arguments; ``retrieval_fraction`` and
+    ``retrieval_min_length``: its :class:`~lctx.harness.train.RetrievalMix`'s), checked without torch: ``lctx
+    train`` calls it before anything loads, :func:`lctx.harness.train.train` again. Sizes and counts are positive
+    integers, ``context_length`` in [2, :data:`MAX_LENGTH`], ``hidden_size`` a multiple of ``num_heads``,
+    ``vocab_size`` at least :data:`MIN_VOCAB_SIZE`, ``warmup_steps`` >= 0, ``lr`` positive and finite,
+    ``min_lr_ratio`` and ``retrieval_fraction`` in [0, 1], ``val_fraction`` in (0, 1), ``weight_decay`` and
+    ``grad_clip`` >= 0. Each message names the argument, its ``lctx train`` flag (:data:`TRAIN_FLAGS`) and the fix.
+
+    Raises:
+        LctxError: the first value out of range.
+    """
+    def flag(name: str) -> str:
+        return f" ({TRAIN_FLAGS[name]})" if name in TRAIN_FLAGS else ""
+
+    def whole(value) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    def number(value) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+    for name, value in [("context_length", context_length), ("hidden_size", hidden_size),
+                        ("num_layers", num_layers), ("num_heads", num_heads), ("vocab_size", vocab_size),
+                        ("steps", steps), ("batch_size", batch_size), ("eval_every", eval_every),
+                        ("eval_batches", eval_batches)]:
+        if not whole(value) or value <= 0:
+            raise LctxError(f"{name} must be a positive integer, got {value!r}; pass a value >= 1{flag(name)}")
+    if context_length < 2:
+        raise LctxError(f"context_length must be at least 2 (BOS + one token), got {context_length}"
+                        f"{flag('context_length')}")
+    if context_length > MAX_LENGTH:
+        raise LctxError(f"context_length {context_length} is above {MAX_LENGTH} tokens (2**31), the longest lctx "
+                        f"runs; pass a training window in tokens, e.g. 256{flag('context_length')}")
+    if hidden_size % num_heads:
+        raise LctxError(f"hidden_size {hidden_size} is not divisible by num_heads {num_heads}; "
+                        f"pick a head count that divides the width (--hidden-size, --heads)")
+    if vocab_size < MIN_VOCAB_SIZE:
+        raise LctxError(f"vocab_size {vocab_size} is too small{flag('vocab_size')}; pass at least {MIN_VOCAB_SIZE} "
+                        "(3 special tokens + 256 bytes)")
+    if not whole(warmup_steps) or warmup_steps < 0:
+        raise LctxError(f"warmup_steps must be a non-negative integer, got {warmup_steps!r}{flag('warmup_steps')}")
+    if not (number(lr) and math.isfinite(lr) and lr > 0):
+        raise LctxError(f"lr must be a positive number, got {lr!r}; pass e.g. 3e-3{flag('lr')}")
+    if not (number(min_lr_ratio) and 0.0 <= min_lr_ratio <= 1.0):
+        raise LctxError(f"min_lr_ratio must be in [0, 1], got {min_lr_ratio!r}")
+    if not (number(weight_decay) and weight_decay >= 0):
+        raise LctxError(f"weight_decay must be >= 0, got {weight_decay!r}")
+    if not (number(grad_clip) and grad_clip >= 0):
+        raise LctxError(f"grad_clip must be >= 0 (0 disables clipping), got {grad_clip!r}")
+    if not (number(val_fraction) and 0.0 < val_fraction < 1.0):
+        raise LctxError(f"val_fraction must be in (0, 1), got {val_fraction!r}; e.g. 0.05 holds out 5% of "
+                        f"every document{flag('val_fraction')}")
+    if retrieval_fraction is not None and not (number(retrieval_fraction) and 0.0 <= retrieval_fraction <= 1.0):
+        raise LctxError(f"retrieval fraction must be in [0, 1], got {retrieval_fraction!r}; e.g. 0.5 makes half "
+                        f"the training windows retrieval documents{flag('retrieval_fraction')}")
+    if retrieval_min_length is not None and (not whole(retrieval_min_length) or retrieval_min_length < 1):
+        raise LctxError(f"retrieval_min_length must be a positive number of tokens, got {retrieval_min_length!r}; "
+                        f"pass e.g. 64, or leave it out for half the context{flag('retrieval_min_length')}")
 
 
 #: the ``--dtype`` names (:data:`lctx.harness.devices.DTYPES` maps them to torch dtypes)

@@ -152,6 +152,39 @@ def test_checks_that_need_no_model_answer_before_torch_loads(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_train_numbers_are_checked_before_torch_loads(tmp_path):
+    """Issue 25 item 4: lctx train's numbers were checked by train() once torch and transformers had loaded (and the
+    corpus was read); each is now one line before torch, the same check (args.check_train_args) train() runs."""
+    cases = {"steps": (["--steps", "0"], "steps must be a positive integer, got 0; pass a value >= 1 (--steps)"),
+             "context": (["--context-length", "1"], "context_length must be at least 2"),
+             "huge-context": (["--context-length", str(2**31 + 1)], "is above 2147483648 tokens"),
+             "heads-divide": (["--hidden-size", "30", "--heads", "4"],
+                              "hidden_size 30 is not divisible by num_heads 4"),
+             "vocab": (["--vocab-size", "100"], "vocab_size 100 is too small (--vocab-size); pass at least 259"),
+             "batch": (["--batch-size", "0"], "batch_size must be a positive integer"),
+             "lr": (["--lr", "nan"], "lr must be a positive number, got nan"),
+             "warmup": (["--warmup", "-1"], "warmup_steps must be a non-negative integer"),
+             "val": (["--val-fraction", "1"], "val_fraction must be in (0, 1)"),
+             # a negative fraction was dropped silently (no RetrievalMix below 0), 1.5 refused after torch
+             "retrieval-negative": (["--retrieval-fraction", "-0.5"], "retrieval fraction must be in [0, 1]"),
+             "retrieval-above-1": (["--retrieval-fraction", "1.5"], "retrieval fraction must be in [0, 1]"),
+             "retrieval-min": (["--retrieval-fraction", "0.5", "--retrieval-min-length", "0"],
+                               "retrieval_min_length must be a positive number of tokens")}
+    out = str(tmp_path / "ck")
+    code = ["import sys, json, contextlib, io", "seen = {}", "from lctx.cli import main"]
+    for name, (args, _) in cases.items():
+        code += ["err = io.StringIO()", "with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):",
+                 f"    rc = main({['train', *args, '--out', out]!r})",
+                 f"seen[{name!r}] = [rc, 'torch' in sys.modules, err.getvalue().strip()]"]
+    code.append("print(json.dumps(seen))")
+    seen = _fresh("\n".join(code), cwd=tmp_path)
+    for name, (_, needle) in cases.items():
+        rc, torch_loaded, err = seen[name]
+        assert (rc, torch_loaded) == (2, False), (name, err)
+        assert err.startswith("error: ") and len(err.splitlines()) == 1 and needle in err, (name, err)
+    assert not (tmp_path / "ck").exists()
+
+
 def test_evaluate_checks_lmeval_settings_before_torch_loads(tmp_path):
     """Issue 25 item 4: ``lctx.evaluate(limit=0)`` (the CLI's typer bounds do not reach the Python API) was refused by
     lm-eval's task builder, after torch loaded."""
