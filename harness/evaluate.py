@@ -153,8 +153,10 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
             ``out``.
     """
     warn = warn or log
-    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
-        raise LctxError(f"samples={samples!r} is not a whole number >= 1; pass samples=1 or more (--samples)")
+    for name, value in (("samples", samples), ("chunk_size", chunk_size)):  # the CLI's typer bounds (min=1)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise LctxError(f"{name}={value!r} is not a whole number >= 1; pass {name}=1 or more "
+                            f"(--{name.replace('_', '-')})")
     if data_dir is not None:
         data_dir = Path(data_dir)
         if not data_dir.is_dir():

@@ -65,6 +65,16 @@ def test_evaluate_rejects_bad_samples_before_making_a_folder(samples, tmp_path, 
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("chunk_size", [0, -4, 2.5])
+def test_evaluate_rejects_a_bad_chunk_size_before_anything_runs(chunk_size, tmp_path):
+    # issue 25 item 4: chunk_size=0 reached LM.prefill (range step 0): every sample failed, exit 3 from the CLI
+    import lctx
+
+    with pytest.raises(lctx.LctxError, match=r"chunk_size=.* is not a whole number >= 1; .*\(--chunk-size\)"):
+        lctx.evaluate(None, "passkey", lengths=[256], chunk_size=chunk_size, out=tmp_path / "o", log=lambda m: None)
+    assert not (tmp_path / "o").exists()
+
+
 @pytest.mark.slow
 def test_repeated_lengths_depths_and_tasks_run_once(make_checkpoint, tmp_path):
     import lctx
