@@ -22,7 +22,7 @@ import typer
 import lctx
 from lctx import ATTN_IMPLS
 from lctx.harness.console import count, print_frame, print_table, table_format
-from lctx.harness.args import check_checkpoint_out, check_results_out, check_writable_dir, data_path, parse_batch_size, parse_depths, parse_lengths, parse_options
+from lctx.harness.args import check_checkpoint_out, check_results_out, check_train_args, check_writable_dir, data_path, parse_batch_size, parse_depths, parse_lengths, parse_options
 from lctx.errors import EXIT_ALL_FAILED, EXIT_USAGE, LctxError, split_list
 from lctx.harness.evaluate import DEFAULT_MODEL, evaluate, passive_omp_wait
 
@@ -100,6 +100,16 @@ def _results_out(command: str, run_dir_ok: bool = True):
     return callback
 
 
+def _checked_cache_dir(ctx: typer.Context, value: Optional[Path]) -> Optional[Path]:
+    """The callback of ``lctx run --cache-dir``: a file, or a directory that cannot be written, is refused while
+    the arguments are parsed (:func:`check_writable_dir`; issue 25, F6: the first NIAH sample failed with
+    NotADirectoryError once the models had loaded), naming ``LCTX_CACHE_DIR`` when the value came from it."""
+    if value is not None:
+        source = getattr(ctx.get_parameter_source("cache_dir"), "name", None)
+        check_writable_dir(Path(value), flag="LCTX_CACHE_DIR" if source == "ENVIRONMENT" else "--cache-dir")
+    return value
+
+
 def _configure_threads(device: str = "cpu") -> None:
     """Intra-op threads for a computing command: LCTX_NUM_THREADS / OMP_NUM_THREADS, else torch's default, with a
     note when the machine is busy (:func:`lctx.kernels.default_threads`, :func:`lctx.kernels.busy_note`;
@@ -141,7 +151,7 @@ def run(
     allow_beyond_max: bool = typer.Option(False, "--allow-beyond-max", help="Run lengths past a checkpoint's declared maximum."),
     attn_impl: Optional[str] = typer.Option(None, "--attn-impl", help=f"lctx models: {', '.join(ATTN_IMPLS)} (fast: Triton / FlexAttention on GPU, the blocked path on CPU); default: the checkpoint's. Recorded in the table."),
     task_option: List[str] = typer.Option(None, "--task-option", help="Task option TASK.KEY=VALUE (repeatable; VALUE parsed as JSON when it can be), e.g. niah_single_1.match=digits."),
-    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", envvar="LCTX_CACHE_DIR", help="Cache root: built samples of niah_* (default: OUT/sample_cache) and dequantised GGUF checkpoints (default: the user cache dir, ~/.cache/lctx)."),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", envvar="LCTX_CACHE_DIR", callback=_checked_cache_dir, help="Cache root: built samples of niah_* (default: OUT/sample_cache) and dequantised GGUF checkpoints (default: the user cache dir, ~/.cache/lctx)."),
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Run Python code shipped with a Hugging Face checkpoint (auto_map). Off by default."),
     attn_override: Optional[str] = typer.Option(None, "--attn-override", help="Change the attention of the loaded models: ssmax[:s=X] (Scalable-Softmax, s fixed, default 1) or alibi_lsh[:s=N] (ALiBi models); recorded in the variant column."),
     chat_template: str = typer.Option("off", "--chat-template", help="on: wrap each task prompt in the model's chat template (the task text is the user's turn, its answer prefix starts the assistant's; mmlu/arc: lm-eval's apply_chat_template). off (default, as lm-eval). Recorded in task_options."),
@@ -283,6 +293,10 @@ def train(
 ):
     """Train a small model of one variant (tokenizer + AdamW/cosine), write a checkpoint directory."""
     check_checkpoint_out(out, overwrite, "train")  # before any training: a typo must not destroy a trained model
+    check_train_args(context_length=context_length, hidden_size=hidden_size, num_layers=layers, num_heads=heads,
+                     vocab_size=vocab_size, steps=steps, batch_size=batch_size, lr=lr, warmup_steps=warmup,
+                     eval_every=eval_every, val_fraction=val_fraction, retrieval_fraction=retrieval_fraction,
+                     retrieval_min_length=retrieval_min_length)  # before torch loads (train() checks them again)
     variant_options = parse_options(option or [])
     _light_models()  # the variant checks below need the registry only (one-line errors without transformers)
     from lctx.models.options import check_variant_options  # lazy: loads torch (lctx.models)

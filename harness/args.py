@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import os
 import re
 import sys
@@ -18,11 +19,32 @@ from lctx.errors import LctxError, split_list
 from lctx.paths import data_path  # noqa: F401  (re-exported: the CLI's --data-dir lookups)
 
 
-def parse_lengths(text: str) -> list[int]:
-    """Parse "256,512,1k,4K,512k" into token counts (k = 1024, m = 1024**2).
+#: The longest length (tokens) any lctx command accepts: 2**31 (``2048m``). Far past what any device holds (the
+#: bundled tiny model's KV cache alone is 2 TiB there, ``lctx plan``), so a longer length is a typo (an extra digit,
+#: a pasted number) and is refused in one line before torch loads; past 2**63 (int64 positions) a length would
+#: not even fit the results table (issue 25, F5: pyarrow's OverflowError after 60 s and 6.6 GB).
+MAX_LENGTH = 2**31
+
+
+def check_max_length(lengths, what: str = "length") -> None:
+    """Refuse a length above :data:`MAX_LENGTH` tokens (:func:`parse_lengths`; the lengths ``--relative`` makes
+    once the training lengths are known, :func:`lctx.harness.evaluate.evaluate`).
 
     Raises:
-        LctxError: an entry is not a positive integer (with optional k/m suffix), or is empty ("256,,512").
+        LctxError: a length exceeds it (names the length, the bound and the fix).
+    """
+    over = [L for L in lengths if L > MAX_LENGTH]
+    if over:
+        raise LctxError(f"{what} {max(over)} is above {MAX_LENGTH} tokens (2**31, 2048m), the longest lctx runs; "
+                        "write lengths like 256,512,1k,4k")
+
+
+def parse_lengths(text: str) -> list[int]:
+    """Parse "256,512,1k,4K,512k" into token counts (k = 1024, m = 1024**2), each at most :data:`MAX_LENGTH`.
+
+    Raises:
+        LctxError: an entry is not a positive integer (with optional k/m suffix), is empty ("256,,512"), or is
+            above :data:`MAX_LENGTH` (:func:`check_max_length`).
     """
     out = []
     for part in split_list(text, "the length list", "--lengths 256,512,1k"):
@@ -30,6 +52,7 @@ def parse_lengths(text: str) -> list[int]:
         if not m or int(m.group(1)) <= 0:
             raise LctxError(f"length {part!r} is not a positive integer; write lengths like 256,512,1k,4k")
         out.append(int(m.group(1)) * {"": 1, "k": 1024, "m": 1024**2}[m.group(2).lower()])
+    check_max_length(out)
     return out
 
 
@@ -113,16 +136,18 @@ def check_task_options(name: str, cls, opts: dict) -> None:
                             f"valid options: {', '.join(valid) or 'none'}")
 
 
-def check_writable_dir(path: Path, create: bool = False) -> None:
+def check_writable_dir(path: Path, create: bool = False, flag: str = "--out") -> None:
     """Check, before any work starts, that a file can be written in ``path``: an existing directory gets a
     probe file (removed again); a missing one must have a writable existing ancestor, and is created only
-    with ``create`` (so a command rejected later leaves no empty directory behind).
+    with ``create`` (so a command rejected later leaves no empty directory behind). ``flag``: the option the
+    message names (``--out``; ``--cache-dir`` or ``LCTX_CACHE_DIR``).
 
     Raises:
         LctxError: it is a file, under a file, or not writable.
     """
     if str(path) == "":
-        raise LctxError("--out is empty; pass a directory for the results, e.g. --out runs/my-run")
+        raise LctxError(f"{flag} is empty; pass a directory" + (" for the results, e.g. --out runs/my-run"
+                                                               if flag == "--out" else ""))
     fix = "pass a writable directory"
     try:
         if not path.exists() and not create:
@@ -130,19 +155,19 @@ def check_writable_dir(path: Path, create: bool = False) -> None:
             while not anc.exists():
                 anc = anc.parent
             if not anc.is_dir():
-                raise LctxError(f"cannot write to --out {str(path)!r} ({str(anc)!r} is a file); {fix}")
+                raise LctxError(f"cannot write to {flag} {str(path)!r} ({str(anc)!r} is a file); {fix}")
             if not os.access(anc, os.W_OK | os.X_OK):
-                raise LctxError(f"cannot write to --out {str(path)!r} ({str(anc)!r} is not writable); {fix}")
+                raise LctxError(f"cannot write to {flag} {str(path)!r} ({str(anc)!r} is not writable); {fix}")
             _probe_create(path, anc)  # os.access says yes to root everywhere (/proc/x): try it for real
             return
         if path.exists() and not path.is_dir():
-            raise LctxError(f"cannot write to --out {str(path)!r} (it is a file, not a directory); {fix}")
+            raise LctxError(f"cannot write to {flag} {str(path)!r} (it is a file, not a directory); {fix}")
         path.mkdir(parents=True, exist_ok=True)
         probe = path / f".lctx-write-test-{os.getpid()}"  # per process: torchrun ranks probe the same --out
         probe.write_text("")
         probe.unlink()
     except OSError as e:
-        raise LctxError(f"cannot write to --out {str(path)!r} ({e.strerror or e}); {fix}") from None
+        raise LctxError(f"cannot write to {flag} {str(path)!r} ({e.strerror or e}); {fix}") from None
 
 
 #: Files whose presence makes a directory a checkpoint (``save_pretrained``, ``lctx train``, ``lctx convert``).
@@ -259,6 +284,79 @@ def parse_batch_size(value) -> "int | str":
 
 
 
+#: The smallest vocabulary ``lctx train`` can train (:func:`lctx.models.tokenizer.train_tokenizer`): its 3 special
+#: tokens (``<pad>``, ``<s>``, ``</s>``) plus the 256 byte symbols. Here, so that it is checked before torch loads.
+MIN_VOCAB_SIZE = 3 + 256
+
+#: the ``lctx train`` flag of each :func:`lctx.harness.train.train` argument :func:`check_train_args` checks
+TRAIN_FLAGS = {"context_length": "--context-length", "hidden_size": "--hidden-size", "num_layers": "--layers",
+               "num_heads": "--heads", "vocab_size": "--vocab-size", "steps": "--steps", "batch_size": "--batch-size",
+               "lr": "--lr", "warmup_steps": "--warmup", "eval_every": "--eval-every", "val_fraction": "--val-fraction",
+               "retrieval_fraction": "--retrieval-fraction", "retrieval_min_length": "--retrieval-min-length"}
+
+
+def check_train_args(*, context_length, hidden_size, num_layers, num_heads, vocab_size, steps, batch_size, lr,
+                     warmup_steps, eval_every, val_fraction, min_lr_ratio=0.1, weight_decay=0.1, grad_clip=1.0,
+                     eval_batches=8, retrieval_fraction=None, retrieval_min_length=None) -> None:
+    """The numbers of ``lctx train`` (:func:`lctx.harness.train.train`'s arguments; ``retrieval_fraction`` and
+    ``retrieval_min_length``: its :class:`~lctx.harness.train.RetrievalMix`'s), checked without torch: ``lctx
+    train`` calls it before anything loads, :func:`lctx.harness.train.train` again. Sizes and counts are positive
+    integers, ``context_length`` in [2, :data:`MAX_LENGTH`], ``hidden_size`` a multiple of ``num_heads``,
+    ``vocab_size`` at least :data:`MIN_VOCAB_SIZE`, ``warmup_steps`` >= 0, ``lr`` positive and finite,
+    ``min_lr_ratio`` and ``retrieval_fraction`` in [0, 1], ``val_fraction`` in (0, 1), ``weight_decay`` and
+    ``grad_clip`` >= 0. Each message names the argument, its ``lctx train`` flag (:data:`TRAIN_FLAGS`) and the fix.
+
+    Raises:
+        LctxError: the first value out of range.
+    """
+    def flag(name: str) -> str:
+        return f" ({TRAIN_FLAGS[name]})" if name in TRAIN_FLAGS else ""
+
+    def whole(value) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    def number(value) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+    for name, value in [("context_length", context_length), ("hidden_size", hidden_size),
+                        ("num_layers", num_layers), ("num_heads", num_heads), ("vocab_size", vocab_size),
+                        ("steps", steps), ("batch_size", batch_size), ("eval_every", eval_every),
+                        ("eval_batches", eval_batches)]:
+        if not whole(value) or value <= 0:
+            raise LctxError(f"{name} must be a positive integer, got {value!r}; pass a value >= 1{flag(name)}")
+    if context_length < 2:
+        raise LctxError(f"context_length must be at least 2 (BOS + one token), got {context_length}"
+                        f"{flag('context_length')}")
+    if context_length > MAX_LENGTH:
+        raise LctxError(f"context_length {context_length} is above {MAX_LENGTH} tokens (2**31), the longest lctx "
+                        f"runs; pass a training window in tokens, e.g. 256{flag('context_length')}")
+    if hidden_size % num_heads:
+        raise LctxError(f"hidden_size {hidden_size} is not divisible by num_heads {num_heads}; "
+                        f"pick a head count that divides the width (--hidden-size, --heads)")
+    if vocab_size < MIN_VOCAB_SIZE:
+        raise LctxError(f"vocab_size {vocab_size} is too small{flag('vocab_size')}; pass at least {MIN_VOCAB_SIZE} "
+                        "(3 special tokens + 256 bytes)")
+    if not whole(warmup_steps) or warmup_steps < 0:
+        raise LctxError(f"warmup_steps must be a non-negative integer, got {warmup_steps!r}{flag('warmup_steps')}")
+    if not (number(lr) and math.isfinite(lr) and lr > 0):
+        raise LctxError(f"lr must be a positive number, got {lr!r}; pass e.g. 3e-3{flag('lr')}")
+    if not (number(min_lr_ratio) and 0.0 <= min_lr_ratio <= 1.0):
+        raise LctxError(f"min_lr_ratio must be in [0, 1], got {min_lr_ratio!r}")
+    if not (number(weight_decay) and weight_decay >= 0):
+        raise LctxError(f"weight_decay must be >= 0, got {weight_decay!r}")
+    if not (number(grad_clip) and grad_clip >= 0):
+        raise LctxError(f"grad_clip must be >= 0 (0 disables clipping), got {grad_clip!r}")
+    if not (number(val_fraction) and 0.0 < val_fraction < 1.0):
+        raise LctxError(f"val_fraction must be in (0, 1), got {val_fraction!r}; e.g. 0.05 holds out 5% of "
+                        f"every document{flag('val_fraction')}")
+    if retrieval_fraction is not None and not (number(retrieval_fraction) and 0.0 <= retrieval_fraction <= 1.0):
+        raise LctxError(f"retrieval fraction must be in [0, 1], got {retrieval_fraction!r}; e.g. 0.5 makes half "
+                        f"the training windows retrieval documents{flag('retrieval_fraction')}")
+    if retrieval_min_length is not None and (not whole(retrieval_min_length) or retrieval_min_length < 1):
+        raise LctxError(f"retrieval_min_length must be a positive number of tokens, got {retrieval_min_length!r}; "
+                        f"pass e.g. 64, or leave it out for half the context{flag('retrieval_min_length')}")
+
+
 #: the ``--dtype`` names (:data:`lctx.harness.devices.DTYPES` maps them to torch dtypes)
 DTYPE_NAMES = ("float32", "fp32", "bfloat16", "bf16", "float16", "fp16")
 #: torch's device types (``torch.device`` accepts these names, with an optional ``:N``)
@@ -369,7 +467,7 @@ def check_run_options(dtype: Optional[str] = None, device: Optional[str] = None,
 
     Raises:
         LctxError: an unknown dtype, device type, attention path or override (or a bad override option),
-            a non-positive training length.
+            a training length that is not a positive number of tokens up to :data:`MAX_LENGTH`.
     """
     from lctx import ATTN_IMPLS  # light
 
@@ -389,6 +487,9 @@ def check_run_options(dtype: Optional[str] = None, device: Optional[str] = None,
                                      or train_length < 1):
         raise LctxError(f"--train-length {train_length} is not a positive number of tokens; pass e.g. "
                         "--train-length 4096")
+    if train_length is not None and train_length > MAX_LENGTH:
+        raise LctxError(f"--train-length {train_length} is above {MAX_LENGTH} tokens (2**31), the longest lctx runs; "
+                        "pass the length the model was trained at, e.g. --train-length 4096")
 
 
 #: the device nodes under /dev of a GPU ``torch.cuda`` can use: NVIDIA (``nvidia0``...; Jetson: ``nvhost-*``,

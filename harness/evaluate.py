@@ -153,8 +153,10 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
             ``out``.
     """
     warn = warn or log
-    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
-        raise LctxError(f"samples={samples!r} is not a whole number >= 1; pass samples=1 or more (--samples)")
+    for name, value in (("samples", samples), ("chunk_size", chunk_size)):  # the CLI's typer bounds (min=1)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise LctxError(f"{name}={value!r} is not a whole number >= 1; pass {name}=1 or more "
+                            f"(--{name.replace('_', '-')})")
     if data_dir is not None:
         data_dir = Path(data_dir)
         if not data_dir.is_dir():
@@ -178,6 +180,8 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
         from lctx.harness.rundir import check_not_locked  # lazy: +7 ms (socket) to lctx.cli's import (-X importtime)
 
         check_not_locked(Path(out))  # a busy --out answers now, not after the models load (trial21 item 8)
+    if cache_dir is not None:  # a file there failed the first NIAH sample, after the models loaded (issue 25, F6)
+        check_writable_dir(cache_dir, flag="--cache-dir")
     check_run_options(dtype=dtype, device=device, attn_impl=attn_impl, attn_override=attn_override,
                       train_length=train_length)  # before torch loads (README "Start-up")
     if relative:
@@ -185,15 +189,27 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
 
         parse_relative(relative)
     _check_hub(task_names, data_dir)
+    defaults = dict(ppl=dict(stride=stride, bos=ppl_bos, short_docs=ppl_short_docs, max_tokens=ppl_max_tokens,
+                             data=list(ppl_data) if ppl_data else None, data_dir=data_dir),
+                    passkey=dict(key_digits=key_digits))  # the run-wide task settings (_build_tasks)
+
+    def build(names: list[str], opts: dict, windows: Optional[list[int]] = None) -> list:
+        """The run's task objects (:func:`_build_tasks`); the same call checks them before torch loads."""
+        from lctx.tasks import get_task  # lazy: loads lctx.tasks and numpy (lctx.cli imports this module)
+
+        run_dir = Path(out) if out is not None else Path(".")  # out: a fresh folder once the checks passed
+        return _build_tasks(names, opts, get_task, run_dir, data_dir, cache_dir, defaults["ppl"], defaults["passkey"],
+                            windows=windows)
+
     _check_before_torch(models, task_names, task_options, None if relative else length_list, window,
-                        allow_beyond_max, device, explicit_lengths, data_dir=data_dir, samples=samples,
-                        depths=depth_list)
+                        allow_beyond_max, device, explicit_lengths, build=build,
+                        lmeval_settings=dict(limit=limit, num_fewshot=num_fewshot), data_dir=data_dir,
+                        samples=samples, depths=depth_list)
     passive_omp_wait()  # before torch loads OpenMP (README "Threads")
     from lctx.kernels import busy_note, configure_threads  # lazy: loads torch
 
     configure_threads()  # README "Threads"
     from lctx.harness.runner import RunSpec, new_invocation, run_sweep  # lazy: loads torch, transformers, pandas
-    from lctx.tasks import get_task  # lazy: loads lctx.tasks and numpy (lctx.cli imports this module)
     from lctx.harness import distributed as dist_  # lazy: loads torch
 
     dinfo = dist_.init(device)  # [distributed] under torchrun / accelerate launch: join the job (else no-op)
@@ -228,11 +244,7 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
                                       batch_size=lmeval_batch, chat_template=chat_template, system_prompt=system_prompt,
                                       log=log if progress else None)
                    if lmeval_names else [])  # checks the data; they run in the first sweep, after the others
-    task_objs = _build_tasks(task_names, parse_task_options(task_option, task_names), get_task, out, data_dir,
-                             cache_dir, dict(stride=stride, bos=ppl_bos, short_docs=ppl_short_docs,
-                                             max_tokens=ppl_max_tokens,
-                                             data=list(ppl_data) if ppl_data else None, data_dir=data_dir),
-                             dict(key_digits=key_digits))
+    task_objs = build(task_names, parse_task_options(task_option, task_names))
     ppl_lengths = _as_list(window, parse_window, "window") if window and "ppl" in task_names else None
     if cache_dir is not None and dinfo.is_main:
         unused = _unused_cache_dir(models, task_objs, task_names + lmeval_names)
@@ -310,29 +322,39 @@ def _check_hub(task_names: list[str], data_dir) -> None:
 
 
 def _check_before_torch(models, task_names: list[str], task_options, lengths: Optional[list[int]], window,
-                        allow_beyond_max: bool, device: str, explicit_lengths: bool, **run) -> None:
+                        allow_beyond_max: bool, device: str, explicit_lengths: bool, build: Callable,
+                        lmeval_settings: Optional[dict] = None, **run) -> None:
     """The checks of a run that need no model, before torch and the weights load (issue 24.6; they came after
-    15-31 s): a CUDA ``device`` on a machine without one (:func:`lctx.harness.args.check_device_present`), a
-    ``--task-option`` that names no task of the run or a key its task does not take, and a length (``lengths``;
-    None: relative to the training length, known once the models load) or ``--window`` above a model's declared
-    maximum, read from its ``config.json`` or GGUF metadata (:func:`lctx.harness.args.declared_max`). The same
-    checks run again on the loaded models and built tasks (:func:`_build_tasks`, :func:`_check_before_run`).
-    A task's shortest prompt needs the model's tokenizer: that check stays after loading.
+    15-31 s; issue 25 item 4, 40-150 s on a busy machine): a CUDA ``device`` on a machine without one
+    (:func:`lctx.harness.args.check_device_present`); every task option, run-wide (``--stride``, ``--key-digits``,
+    ``--ppl-max-tokens``, ...) or ``--task-option`` (a task or key that is not there, a value out of range, a
+    task's missing data) and a whole-number ``--stride`` longer than a window given (the lengths or ``--window``;
+    :meth:`lctx.tasks.ppl.Perplexity.check_windows`), by building the task objects with ``build(names, {task:
+    options}, windows)`` (:func:`_build_tasks`, the same call that builds the run's tasks later; they are light,
+    and dropped here); lm-eval's ``--limit`` / ``--num-fewshot`` (``lmeval_settings``,
+    :func:`lctx.tasks.lmeval.check_settings`); a ``--window`` that is no list of lengths; and a length
+    (``lengths``; None: relative to the training length, known once the models load) or ``--window`` above a
+    model's declared maximum, read from its ``config.json`` or GGUF metadata
+    (:func:`lctx.harness.args.declared_max`). The same checks run again on the loaded models and built tasks
+    (:func:`_check_before_run`). A task's shortest prompt needs the model's tokenizer: that check stays after
+    loading.
 
     Raises:
         LctxError: the first problem found (one line naming the fix).
     """
     from lctx.harness.args import check_declared_max, check_device_present, declared_max  # light
-    from lctx.tasks import get_task, lmeval  # lazy: loads lctx.tasks and numpy
+    from lctx.tasks import lmeval  # lazy: loads lctx.tasks and numpy
 
     check_device_present(device)
     names, items, steps = expand_derived(task_names, _task_option_items(task_options), None, **run)
     plain = [n for n in names if not lmeval.is_lmeval_task(n)]
-    for name, opts in parse_task_options(items, plain).items():
-        check_task_options(name, get_task(name), opts)
-    if lengths is None or not plain or (any(st.name == "flatness" for st in steps) and not explicit_lengths):
-        return  # flatness without --lengths runs --relative's default multiples
     ppl = _as_list(window, parse_window, "window") if window and "ppl" in plain else []
+    relative = lengths is None or (any(st.name == "flatness" for st in steps) and not explicit_lengths)
+    build(plain, parse_task_options(items, plain), ppl or (None if relative else list(lengths)))
+    if lmeval_settings and len(plain) < len(names):
+        lmeval.check_settings(**lmeval_settings)
+    if relative or not plain:
+        return  # lengths relative to the training length (flatness without --lengths: its default multiples)
     for m in ([models] if isinstance(models, (str, Path)) else list(models or [])) or [DEFAULT_MODEL]:
         check_declared_max(*declared_max(m), list(lengths) + ppl, allow_beyond_max)
 
@@ -428,7 +450,8 @@ def _load_models(models, attn_override, warn, **load) -> list:
 
 def _check_before_run(groups, task_objs: list, ppl_lengths, allow_beyond_max: bool, memory_check: bool,
                       relative: bool = False) -> dict:
-    """Every problem found before the first sweep starts: lengths a model cannot address, lengths shorter than
+    """Every problem found before the first sweep starts: lengths above :data:`lctx.harness.args.MAX_LENGTH`
+    (``--relative`` x a training length), lengths a model cannot address, lengths shorter than
     a task's template, a longest prefill that does not fit the device (the memory model of ``lctx plan``).
     ``relative`` (``--relative``): a task is left out at the lengths shorter than its template instead
     (:func:`lctx.harness.runner.check_min_lengths` with ``drop=True``). Returns {"skip_below": for
@@ -437,10 +460,12 @@ def _check_before_run(groups, task_objs: list, ppl_lengths, allow_beyond_max: bo
     Raises:
         LctxError: the first problem found (one line naming the fix).
     """
+    from lctx.harness.args import check_max_length  # light
     from lctx.harness.runner import check_lengths, check_min_lengths  # lazy: loads torch, transformers, pandas
 
     skip_below, notes = {}, []
     for lms_g, length_list in groups:  # every problem found before the first sweep starts
+        check_max_length(length_list)  # --relative's lengths (typed ones were checked when parsed)
         for lm in lms_g if task_objs else []:
             check_lengths(lm, length_list + (ppl_lengths or []), allow_beyond_max)
         skip, lines = check_min_lengths(lms_g, [t for t in task_objs if not (ppl_lengths and t.name == "ppl")],
@@ -449,6 +474,12 @@ def _check_before_run(groups, task_objs: list, ppl_lengths, allow_beyond_max: bo
         notes += lines
         if ppl_lengths:
             check_min_lengths(lms_g, [t for t in task_objs if t.name == "ppl"], ppl_lengths)
+        for t in task_objs if relative and not ppl_lengths else []:  # lengths or --window given: before torch
+            if t.name == "ppl":
+                try:
+                    t.check_windows(length_list)
+                except ValueError as e:
+                    raise _bad_option(t.name, e, {}, {"stride": t.stride}) from None
         if memory_check and task_objs:  # the memory model of `lctx plan`, for the longest prefill
             from lctx.harness.plan import check_run_fits  # lazy: loads torch
 
@@ -485,12 +516,16 @@ def expand_derived(task_names: list[str], task_option: list[str], log=None, **ru
 
 
 def _build_tasks(task_names: list[str], task_opts: dict, get_task, out: Path, data_dir, cache_dir, ppl_defaults: dict,
-                 passkey_defaults: dict) -> list:
+                 passkey_defaults: dict, windows: Optional[list[int]] = None) -> list:
     """The task objects of ``task_names``: run-wide defaults (ppl's corpus settings, passkey's digits, the data
-    and sample-cache directories of tasks that take them) under each task's own ``task_opts``.
+    and sample-cache directories of tasks that take them) under each task's own ``task_opts``; with ``windows``
+    (the lengths, or ppl's ``--window`` sizes, in tokens), each task that has ``check_windows`` checks them
+    (:meth:`lctx.tasks.ppl.Perplexity.check_windows`). Light: no torch (``lctx run`` builds them once before torch
+    loads to check the values, :func:`_check_before_torch`).
 
     Raises:
-        LctxError: an option the task does not name, or a value its constructor refuses.
+        LctxError: an option the task does not name, a value its constructor or window check refuses (naming
+            the flag that set it), or a task's missing data.
     """
     objs = []
     for name in task_names:
@@ -507,6 +542,8 @@ def _build_tasks(task_names: list[str], task_opts: dict, get_task, out: Path, da
                         if k in valid and v is not None}
         try:
             objs.append(cls(**{**defaults, **opts}))
+            if windows and callable(getattr(objs[-1], "check_windows", None)):
+                objs[-1].check_windows(windows)
         except (ValueError, TypeError) as e:
             raise _bad_option(name, e, opts, defaults) from None
     return objs
@@ -519,7 +556,8 @@ _FLAGS = {("ppl", "stride"): ("--stride", "a fraction of the window in (0, 1] or
           ("ppl", "bos"): ("--ppl-bos", "prepend or none"),
           ("ppl", "short_docs"): ("--ppl-short-docs", "drop or count"),
           ("ppl", "data"): ("--ppl-data", "text files or folders of .txt files"),
-          ("passkey", "key_digits"): ("--key-digits", "a whole number >= 1")}
+          ("passkey", "key_digits"): ("--key-digits", "a whole number from 1 to 30"),
+          ("passkey", "max_new_tokens"): ("--task-option passkey.max_new_tokens", "a whole number of tokens >= 1")}
 
 
 def _bad_option(name: str, e: Exception, opts: dict, defaults: dict) -> LctxError:

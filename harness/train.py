@@ -41,7 +41,8 @@ from lctx.errors import LctxError
 from lctx.tasks import Cell, get_task
 
 from ..models import LctxConfig, LctxForCausalLM, get_variant
-from ..models.tokenizer import MIN_VOCAB_SIZE, floor_tokenizer, save_tokenizer, train_tokenizer
+from ..models.tokenizer import floor_tokenizer, save_tokenizer, train_tokenizer
+from .args import check_train_args
 from .devices import resolve_device
 from .lm import TokenizerSide
 
@@ -311,39 +312,16 @@ def sample_batch(stream: torch.Tensor, n: int, context_length: int, generator: t
     return crops
 
 
-def _check_args(*, variant, context_length, hidden_size, num_layers, num_heads, vocab_size, steps, batch_size,
-                lr, min_lr_ratio, warmup_steps, weight_decay, grad_clip, val_fraction, eval_every, eval_batches,
-                variant_options) -> None:
-    def positive_int(name, value):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise LctxError(f"{name} must be a positive integer, got {value!r}; pass a value >= 1")
+def _check_args(*, variant, variant_options, retrieval=None, **numbers) -> None:
+    """The arguments of :func:`train`: its numbers (and ``retrieval``'s fraction and shortest length) with
+    :func:`lctx.harness.args.check_train_args`, the check ``lctx train`` runs before torch loads; the variant.
 
-    for name, value in [("context_length", context_length), ("hidden_size", hidden_size),
-                        ("num_layers", num_layers), ("num_heads", num_heads), ("vocab_size", vocab_size),
-                        ("steps", steps), ("batch_size", batch_size), ("eval_every", eval_every),
-                        ("eval_batches", eval_batches)]:
-        positive_int(name, value)
-    if context_length < 2:
-        raise LctxError(f"context_length must be at least 2 (BOS + one token), got {context_length}")
-    if hidden_size % num_heads:
-        raise LctxError(f"hidden_size {hidden_size} is not divisible by num_heads {num_heads}; "
-                        "pick a head count that divides the width")
-    if vocab_size < MIN_VOCAB_SIZE:
-        raise LctxError(f"vocab_size {vocab_size} is too small; pass at least {MIN_VOCAB_SIZE} "
-                        "(3 special tokens + 256 bytes)")
-    if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
-        raise LctxError(f"warmup_steps must be a non-negative integer, got {warmup_steps!r}")
-    if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
-        raise LctxError(f"lr must be a positive number, got {lr!r}")
-    if not (0.0 <= min_lr_ratio <= 1.0):
-        raise LctxError(f"min_lr_ratio must be in [0, 1], got {min_lr_ratio!r}")
-    if not weight_decay >= 0:
-        raise LctxError(f"weight_decay must be >= 0, got {weight_decay!r}")
-    if not grad_clip >= 0:
-        raise LctxError(f"grad_clip must be >= 0 (0 disables clipping), got {grad_clip!r}")
-    if not (0.0 < val_fraction < 1.0):
-        raise LctxError(f"val_fraction must be in (0, 1), got {val_fraction!r}; e.g. 0.05 holds out 5% of "
-                        "every document")
+    Raises:
+        LctxError: a value out of range, options that are not a dict, an unknown variant.
+    """
+    check_train_args(**numbers, **({} if retrieval is None else
+                                   dict(retrieval_fraction=retrieval.fraction,
+                                        retrieval_min_length=retrieval.min_length)))
     if variant_options is not None and not isinstance(variant_options, dict):
         raise LctxError(f"variant_options must be a dict, got {type(variant_options).__name__}")
     try:
@@ -468,11 +446,8 @@ def train(
         num_heads=num_heads, vocab_size=vocab_size, steps=steps, batch_size=batch_size, lr=lr,
         min_lr_ratio=min_lr_ratio, warmup_steps=warmup_steps, weight_decay=weight_decay, grad_clip=grad_clip,
         val_fraction=val_fraction, eval_every=eval_every, eval_batches=eval_batches,
-        variant_options=variant_options)
+        variant_options=variant_options, retrieval=retrieval)
     if retrieval is not None:
-        if not (0.0 <= retrieval.fraction <= 1.0):
-            raise LctxError(f"retrieval fraction must be in [0, 1], got {retrieval.fraction!r}; e.g. 0.5 makes half "
-                            "the training windows retrieval documents")
         if not retrieval.tasks:
             raise LctxError("no retrieval task given; write e.g. --retrieval passkey or passkey,niah_single_1")
         for name in retrieval.tasks:

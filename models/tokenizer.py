@@ -24,12 +24,12 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
 from lctx.errors import LctxError
+from lctx.harness.args import MIN_VOCAB_SIZE  # noqa: F401  (smallest usable vocabulary: the 3 special tokens plus
+#                                                the 256 byte symbols; defined there, light, for lctx train's checks)
 
 PAD_TOKEN, BOS_TOKEN, EOS_TOKEN = "<pad>", "<s>", "</s>"
 #: Special tokens in id order: ``<pad>`` = 0, ``<s>`` = 1, ``</s>`` = 2.
 SPECIAL_TOKENS = [PAD_TOKEN, BOS_TOKEN, EOS_TOKEN]
-#: Smallest usable vocabulary: the 3 special tokens plus the 256 byte symbols.
-MIN_VOCAB_SIZE = len(SPECIAL_TOKENS) + 256
 
 
 def _pre_tokenizer() -> pre_tokenizers.PreTokenizer:

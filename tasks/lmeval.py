@@ -643,7 +643,7 @@ def build_tasks(names: list[str], data_dir=None, limit: int | None = None, num_f
         LctxError: a bad ``limit`` or ``num_fewshot``, an unknown name, or missing local data
             (:func:`resolve_tasks`).
     """
-    _check_settings(limit, num_fewshot)
+    check_settings(limit, num_fewshot)
     specs, source = resolve_tasks(names, data_dir)
     if source == "hub":
         check_hub(specs)
@@ -658,7 +658,7 @@ def make_tasks(specs: list[LmEvalSpec], source: str, data_dir=None, limit: int |
     Raises:
         LctxError: a bad ``limit`` or ``num_fewshot``.
     """
-    _check_settings(limit, num_fewshot)
+    check_settings(limit, num_fewshot)
     suite = LmEvalSuite(specs, source, data_dir, limit, num_fewshot, seed, batch_size, chat_template, system_prompt,
                         log)
     return [LmEvalTask(sp, suite) for sp in specs]
@@ -744,7 +744,13 @@ def check_hub(specs: list[LmEvalSpec]) -> None:
     _set_offline()
 
 
-def _check_settings(limit, num_fewshot) -> None:
+def check_settings(limit, num_fewshot) -> None:
+    """Refuse a ``limit`` (questions per task) below 1 or a negative ``num_fewshot``; ``lctx run`` calls it before
+    torch loads (:func:`lctx.harness.evaluate.evaluate`), and :func:`build_tasks` again.
+
+    Raises:
+        LctxError: one of those (names the flag and the fix).
+    """
     if limit is not None and limit < 1:
         raise LctxError(f"--limit {limit} is not a positive number of questions; pass e.g. --limit 20")
     if num_fewshot is not None and num_fewshot < 0:

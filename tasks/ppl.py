@@ -75,7 +75,8 @@ class Perplexity(Task):
         data: list of text files or folders (default: the held-out part of Python's ``pydoc_data``
             topics, the bundled default corpus). A path not found as given is looked up below ``data_dir``.
             Recorded as :func:`lctx.paths.data_key` names them (relative to ``data_dir`` when the file
-            lies there), so the same file spelled two ways is one cell.
+            lies there), so the same file spelled two ways is one cell. A missing path, or a folder without
+            ``.txt`` files, is refused when the task is built (:func:`lctx.tasks.textdata.corpus_files`).
         data_dir: the data root (``--data-dir``); not itself recorded.
         stride: tokens between window starts; an int, or a float in (0, 1] as a fraction of the
             window (default 0.5).
@@ -106,8 +107,8 @@ class Perplexity(Task):
             raise ValueError(f"bos must be 'prepend' or 'none', got {bos!r}")
         if short_docs not in ("drop", "count"):
             raise ValueError(f"short_docs must be 'drop' or 'count', got {short_docs!r}")
-        if not float(stride) > 0:  # also refuses NaN
-            raise ValueError(f"stride must be positive, got {stride}")
+        if not 0 < float(stride) < float("inf"):  # also refuses NaN
+            raise ValueError(f"stride must be a positive finite number, got {stride}")
         if float(stride) > 1 and float(stride) != int(float(stride)):
             raise ValueError(f"stride {stride} is neither a whole number of tokens nor a fraction <= 1 of the window")
         if int(max_tokens) < 0:
@@ -115,9 +116,12 @@ class Perplexity(Task):
         concat = (data is None) if concat is None else concat
         if data:
             from lctx.paths import data_key, data_path  # lazy: only a run with --ppl-data needs it
+            from lctx.tasks.textdata import corpus_files  # light
 
             root = Path(data_dir) if data_dir is not None else None
             data = [data_path(str(p), root) for p in data]
+            for p in data:
+                corpus_files(p)  # a missing path or an empty folder: refused now, before torch (not only once read)
             keys = [data_key(p, root) for p in data]
             twice = sorted({k for k in keys if keys.count(k) > 1})
             if twice:  # it would be scored twice, and weigh double in the mean
@@ -158,6 +162,22 @@ class Perplexity(Task):
             toks = [lm.encode(text) for _, text in self.documents()]
             self._tokens[key] = [t[: self.max_tokens] if self.max_tokens else t for t in toks]
         return self._tokens[key]
+
+    def check_windows(self, windows: list[int]) -> None:
+        """Refuse a whole-number stride longer than one of the ``windows`` (tokens) it is to run at: there
+        :meth:`window_stride` would cut it to ``window - 1`` and the records would name a stride the windows did
+        not have. A stride equal to the window is allowed (no overlap: ``window - 1``, the most that skips no
+        token); a fraction of the window always fits. ``lctx run`` calls it before torch loads with the lengths
+        or ``--window`` sizes given, and again with ``--relative``'s once the training lengths are known.
+
+        Raises:
+            ValueError: a window shorter than the stride (names both).
+        """
+        s = float(self.stride)
+        short = [w for w in windows if s > 1 and s > w]
+        if short:
+            raise ValueError(f"stride {s:g} is longer than the shortest window ({min(short)} tokens: a length, "
+                             "or --window)")
 
     def window_stride(self, length: int) -> tuple[int, int]:
         """(window, stride) in tokens for a target length."""

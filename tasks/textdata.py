@@ -123,6 +123,28 @@ def read_text(path: str | os.PathLike) -> str:
     return text
 
 
+def corpus_files(raw: str | os.PathLike) -> list[Path]:
+    """The text files one corpus path stands for, read by nothing: the path itself, or a directory's ``*.txt``
+    files below it (recursively, sorted by relative path). :func:`load_corpus` reads them; ``ppl`` checks its
+    ``--ppl-data`` with it when built, before torch loads.
+
+    Raises:
+        LctxError: the path does not exist, or is a directory holding no ``*.txt`` file.
+    """
+    p = Path(raw)
+    if not p.exists():
+        several = "," in str(raw) and all(Path(x.strip()).exists() for x in str(raw).split(",") if x.strip())
+        raise LctxError(f"corpus path '{p}' does not exist; pass existing text files or directories"
+                        + ("; for several files repeat the flag (--ppl-data a.txt --ppl-data b.txt)"
+                           if several else ""))
+    if not p.is_dir():
+        return [p]
+    files = sorted((f for f in p.rglob("*.txt") if f.is_file()), key=lambda f: f.relative_to(p).as_posix())
+    if not files:
+        raise LctxError(f"corpus directory '{p}' holds no *.txt files; point at a folder of .txt documents")
+    return files
+
+
 def load_corpus(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[tuple[str, str]]:
     """Documents from text files and directories.
 
@@ -144,16 +166,8 @@ def load_corpus(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[
     n_paths = 0
     for raw in paths:
         n_paths += 1
-        p = Path(raw)
-        if not p.exists():
-            several = "," in str(raw) and all(Path(x.strip()).exists() for x in str(raw).split(",") if x.strip())
-            raise LctxError(f"corpus path '{p}' does not exist; pass existing text files or directories"
-                            + ("; for several files repeat the flag (--ppl-data a.txt --ppl-data b.txt)"
-                               if several else ""))
+        p, files = Path(raw), corpus_files(raw)
         if p.is_dir():
-            files = sorted((f for f in p.rglob("*.txt") if f.is_file()), key=lambda f: f.relative_to(p).as_posix())
-            if not files:
-                raise LctxError(f"corpus directory '{p}' holds no *.txt files; point at a folder of .txt documents")
             docs.extend((f"{p.name or p.resolve().name}/{f.relative_to(p).as_posix()}", read_text(f)) for f in files)
         else:
             docs.append((p.name, read_text(p)))

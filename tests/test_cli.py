@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 from helpers import assert_one_line_error, run_cli, token_nll_task_source
 from lctx.cli import DEFAULT_MODEL, parse_lengths
+from lctx.errors import LctxError
 
 
 @pytest.fixture(autouse=True)
@@ -23,6 +24,25 @@ def no_user_data_dir(monkeypatch):
 
 def test_parse_lengths_suffixes():
     assert parse_lengths("256, 512,1k,4K,1m") == [256, 512, 1024, 4096, 1024**2]
+
+
+def test_parse_lengths_refuses_lengths_past_the_bound():
+    # issue 25, F5: 99999999999999999999 ran 60 s to 6.6 GB, then died in pyarrow (past int64)
+    from lctx.harness.args import MAX_LENGTH
+
+    assert parse_lengths("2048m") == [MAX_LENGTH]
+    for text in ("2049m", str(MAX_LENGTH + 1), "256,99999999999999999999"):
+        with pytest.raises(LctxError, match=f"is above {MAX_LENGTH} tokens"):
+            parse_lengths(text)
+
+
+def test_cache_dir_from_the_environment_that_is_a_file_is_named_so(capsys, tmp_path, monkeypatch):
+    # issue 25, F6: checked while the arguments are parsed; the line names where the value came from
+    (tmp_path / "f").write_text("")
+    monkeypatch.setenv("LCTX_CACHE_DIR", str(tmp_path / "f"))
+    code, _, err = run_cli(["run", "--out", str(tmp_path / "o")], capsys)
+    assert_one_line_error(code, err, f"cannot write to LCTX_CACHE_DIR {str(tmp_path / 'f')!r} (it is a file")
+    assert not (tmp_path / "o").exists()
 
 
 def test_missing_checkpoint(capsys, tmp_path):  # answered before any model loads (issue 15.4): fast now

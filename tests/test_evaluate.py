@@ -65,6 +65,16 @@ def test_evaluate_rejects_bad_samples_before_making_a_folder(samples, tmp_path, 
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("chunk_size", [0, -4, 2.5])
+def test_evaluate_rejects_a_bad_chunk_size_before_anything_runs(chunk_size, tmp_path):
+    # issue 25 item 4: chunk_size=0 reached LM.prefill (range step 0): every sample failed, exit 3 from the CLI
+    import lctx
+
+    with pytest.raises(lctx.LctxError, match=r"chunk_size=.* is not a whole number >= 1; .*\(--chunk-size\)"):
+        lctx.evaluate(None, "passkey", lengths=[256], chunk_size=chunk_size, out=tmp_path / "o", log=lambda m: None)
+    assert not (tmp_path / "o").exists()
+
+
 @pytest.mark.slow
 def test_repeated_lengths_depths_and_tasks_run_once(make_checkpoint, tmp_path):
     import lctx
@@ -75,3 +85,32 @@ def test_repeated_lengths_depths_and_tasks_run_once(make_checkpoint, tmp_path):
                         out=tmp_path / "r", key_digits=3, memory_check=False, log=notes.append)
     assert res.ran == 1  # one cell: passkey x 160 x 0.5 x 1 sample (it ran 4 before the fix)
     assert sum("repeat" in n for n in notes) == 3  # tasks, lengths, depths: each said once
+
+
+def test_evaluate_refuses_a_cache_dir_that_is_a_file_before_the_tasks_are_built(tmp_path):
+    # issue 25, F6: the Python API checks --cache-dir too (the CLI refuses it while parsing); before the fix the
+    # NIAH task was built first, here refusing the empty data dir instead
+    import lctx
+
+    (tmp_path / "f").write_text("")
+    (tmp_path / "data").mkdir()
+    with pytest.raises(lctx.LctxError, match=r"cannot write to --cache-dir .* \(it is a file, not a directory\)"):
+        lctx.evaluate(None, "niah_single_1", lengths=[256], out=tmp_path / "o", data_dir=tmp_path / "data",
+                      cache_dir=tmp_path / "f", log=lambda m: None)
+    assert not (tmp_path / "o").exists()
+
+
+def test_relative_lengths_are_checked_once_the_training_lengths_are_known():
+    # issue 25: --relative's lengths are known only after the models load; a whole-number stride longer than one
+    # of them (cut to window - 1 before, silently) and a length past the bound (F5) are refused before the sweep
+    from lctx.errors import LctxError
+    from lctx.harness.evaluate import _check_before_run
+    from lctx.tasks.ppl import Perplexity
+
+    with pytest.raises(LctxError, match=r"bad --stride for task 'ppl': stride 300 is longer than the shortest window "
+                                        r"\(128 tokens"):
+        _check_before_run([([], [128, 512])], [Perplexity(stride=300)], None, False, False, relative=True)
+    with pytest.raises(LctxError, match=r"length 4294967296 is above 2147483648 tokens"):
+        _check_before_run([([], [256, 2**32])], [], None, False, False, relative=True)
+    assert _check_before_run([([], [300, 512])], [Perplexity(stride=300)], None, False, False, relative=True) == {
+        "skip_below": {}, "notes": []}  # a stride equal to or below every window runs

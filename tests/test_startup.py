@@ -94,6 +94,8 @@ def test_checks_that_need_no_model_answer_before_torch_loads(tmp_path):
     no_tok = _bundled_copy(tmp_path / "no-tok")
     (no_tok / "tokenizer.json").unlink()
     gguf = write_tiny_gguf(tmp_path / "tiny.gguf", ctx=128)
+    no_txt = tmp_path / "no-txt"
+    no_txt.mkdir()
     out = str(tmp_path / "out")
     cases = {"cuda": (["run", "--device", "cuda"], "no CUDA GPU; use --device cpu"),
              "cuda-1": (["run", "--device", "cuda:1"], "no CUDA GPU; use --device cpu"),
@@ -105,7 +107,37 @@ def test_checks_that_need_no_model_answer_before_torch_loads(tmp_path):
                                    "length 1024 exceeds the 256 tokens model 'ck256'"),
              "gguf-beyond-max": (["run", "-m", str(gguf), "--lengths", "256"], "exceeds the 128 tokens model 'tiny'"),
              "no-tokenizer": (["run", "-m", str(no_tok)], "has no tokenizer (no tokenizer.json"),
-             "hub-id-not-cached": (["run", "-m", "HuggingFaceTB/SmolLM2-135M-Instruct"], "lctx does not download")}
+             "hub-id-not-cached": (["run", "-m", "HuggingFaceTB/SmolLM2-135M-Instruct"], "lctx does not download"),
+             # issue 25, F5: ran 60 s to 6.6 GB, then pyarrow's OverflowError; with the memory check, after the model
+             "huge-length": (["run", "--lengths", "99999999999999999999", "--no-memory-check"],
+                             "length 99999999999999999999 is above 2147483648 tokens"),
+             "huge-train-length": (["run", "--train-length", str(2**31 + 1)], "--train-length 2147483649 is above"),
+             # issue 25, F6: the first NIAH sample failed with NotADirectoryError, exit 3
+             "cache-dir-file": (["run", "--tasks", "niah_single_1", "--cache-dir", str(Path(__file__).resolve())],
+                                "cannot write to --cache-dir"),
+             "cache-dir-under-file": (["run", "--cache-dir", str(Path(__file__).resolve() / "c")],
+                                      "is a file); pass a writable directory"),
+             # issue 25 item 4: the task objects' own checks of these came after torch loaded (40-150 s when busy)
+             "stride-zero": (["run", "--stride", "0"], "bad --stride for task 'ppl': stride must be a positive"),
+             "stride-inf": (["run", "--stride", "inf"], "bad --stride for task 'ppl'"),  # was OverflowError
+             "stride-past-window": (["run", "--tasks", "ppl", "--lengths", "256,1k", "--stride", "300"],
+                                    "stride 300 is longer than the shortest window (256 tokens"),
+             "option-stride-past-window": (["run", "--tasks", "ppl", "--relative", "1", "--window", "128",
+                                            "--task-option", "ppl.stride=200"],
+                                           "bad --task-option ppl.stride for task 'ppl': stride 200 is longer"),
+             "huge-window": (["run", "--tasks", "ppl", "--relative", "1", "--window", "4096m"],
+                             "--window 4294967296 is above 2147483648 tokens"),
+             "max-tokens": (["run", "--ppl-max-tokens", "-1"], "bad --ppl-max-tokens for task 'ppl'"),
+             "key-digits": (["run", "--key-digits", "40"], "key_digits must be a whole number of digits from 1 to 30"),
+             "max-new-tokens": (["run", "--task-option", "passkey.max_new_tokens=0"],
+                                "bad --task-option passkey.max_new_tokens"),
+             "niah-match": (["run", "--tasks", "niah_single_1", "--task-option", "niah_single_1.match=foo"],
+                            "match='foo' is not a match mode"),
+             "vt-hops": (["run", "--tasks", "vt", "--task-option", "vt.num_hops=0"], "num_hops=0 is not a positive"),
+             "niah-data": (["run", "--tasks", "niah_single_1", "--data-dir", str(tmp_path)],
+                           "not found under data dir"),
+             "ppl-data": (["run", "--tasks", "ppl", "--ppl-data", str(tmp_path / "none.txt")], "does not exist"),
+             "ppl-data-no-txt": (["run", "--tasks", "ppl", "--ppl-data", str(no_txt)], "holds no *.txt")}
     code = ["import sys, json, contextlib, io", "seen = {}", "from lctx.cli import main"]
     for name, (args, _) in cases.items():
         code += ["err = io.StringIO()", "with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):",
@@ -118,6 +150,53 @@ def test_checks_that_need_no_model_answer_before_torch_loads(tmp_path):
         assert (rc, torch_loaded) == (2, False), (name, err)
         assert err.startswith("error: ") and len(err.splitlines()) == 1 and needle in err, (name, err)
     assert not (tmp_path / "out").exists()
+
+
+def test_train_numbers_are_checked_before_torch_loads(tmp_path):
+    """Issue 25 item 4: lctx train's numbers were checked by train() once torch and transformers had loaded (and the
+    corpus was read); each is now one line before torch, the same check (args.check_train_args) train() runs."""
+    cases = {"steps": (["--steps", "0"], "steps must be a positive integer, got 0; pass a value >= 1 (--steps)"),
+             "context": (["--context-length", "1"], "context_length must be at least 2"),
+             "huge-context": (["--context-length", str(2**31 + 1)], "is above 2147483648 tokens"),
+             "heads-divide": (["--hidden-size", "30", "--heads", "4"],
+                              "hidden_size 30 is not divisible by num_heads 4"),
+             "vocab": (["--vocab-size", "100"], "vocab_size 100 is too small (--vocab-size); pass at least 259"),
+             "batch": (["--batch-size", "0"], "batch_size must be a positive integer"),
+             "lr": (["--lr", "nan"], "lr must be a positive number, got nan"),
+             "warmup": (["--warmup", "-1"], "warmup_steps must be a non-negative integer"),
+             "val": (["--val-fraction", "1"], "val_fraction must be in (0, 1)"),
+             # a negative fraction was dropped silently (no RetrievalMix below 0), 1.5 refused after torch
+             "retrieval-negative": (["--retrieval-fraction", "-0.5"], "retrieval fraction must be in [0, 1]"),
+             "retrieval-above-1": (["--retrieval-fraction", "1.5"], "retrieval fraction must be in [0, 1]"),
+             "retrieval-min": (["--retrieval-fraction", "0.5", "--retrieval-min-length", "0"],
+                               "retrieval_min_length must be a positive number of tokens")}
+    out = str(tmp_path / "ck")
+    code = ["import sys, json, contextlib, io", "seen = {}", "from lctx.cli import main"]
+    for name, (args, _) in cases.items():
+        code += ["err = io.StringIO()", "with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):",
+                 f"    rc = main({['train', *args, '--out', out]!r})",
+                 f"seen[{name!r}] = [rc, 'torch' in sys.modules, err.getvalue().strip()]"]
+    code.append("print(json.dumps(seen))")
+    seen = _fresh("\n".join(code), cwd=tmp_path)
+    for name, (_, needle) in cases.items():
+        rc, torch_loaded, err = seen[name]
+        assert (rc, torch_loaded) == (2, False), (name, err)
+        assert err.startswith("error: ") and len(err.splitlines()) == 1 and needle in err, (name, err)
+    assert not (tmp_path / "ck").exists()
+
+
+def test_evaluate_checks_lmeval_settings_before_torch_loads(tmp_path):
+    """Issue 25 item 4: ``lctx.evaluate(limit=0)`` (the CLI's typer bounds do not reach the Python API) was refused by
+    lm-eval's task builder, after torch loaded."""
+    code = ["import sys, json", "import lctx", "seen = {}"]
+    for name, kw in {"limit": "limit=0", "fewshot": "num_fewshot=-1"}.items():
+        code += ["try:", f"    lctx.evaluate(None, 'mmlu', data_dir={str(tmp_path)!r}, out={str(tmp_path / 'o')!r},"
+                         f" {kw})",
+                 "except lctx.LctxError as e:", f"    seen[{name!r}] = [str(e), 'torch' in sys.modules]"]
+    code.append("print(json.dumps(seen))")
+    seen = _fresh("\n".join(code), cwd=tmp_path)
+    assert seen == {"limit": ["--limit 0 is not a positive number of questions; pass e.g. --limit 20", False],
+                    "fewshot": ["--num-fewshot -1 is negative; pass 0 or more", False]}
 
 
 @pytest.mark.parametrize("args", [["list", "variants"], ["bench", "--lengths", "1.5k"],

@@ -69,6 +69,16 @@ def test_bad_vocab_size():
         train_tokenizer(["", ""], 300)
 
 
+def test_min_vocab_size_is_the_special_tokens_and_the_bytes():
+    # defined in lctx.harness.args (lctx train checks it before torch loads): it must stay what the tokenizer needs
+    from lctx.models.tokenizer import MIN_VOCAB_SIZE, SPECIAL_TOKENS
+
+    assert MIN_VOCAB_SIZE == len(SPECIAL_TOKENS) + 256
+    train_tokenizer(["some text"], MIN_VOCAB_SIZE)  # the smallest accepted size trains
+    with pytest.raises(LctxError, match="too small"):
+        train_tokenizer(["some text"], MIN_VOCAB_SIZE - 1)
+
+
 def test_floor_tokenizer_is_a_lower_bound_of_every_trained_tokenizer(tok):
     # lctx train checks retrieval templates with it before the real tokenizer trains (issue 24, item 10): no
     # tokenizer train_tokenizer makes may encode a text in fewer tokens, and it is one token per pre-token
