@@ -523,6 +523,62 @@ class LmEvalSuite:
                                                         batch_size=self.batch_size))
         return self._hflm[id(lm)][1]
 
+    def set_batch_size(self, batch_size: int) -> None:
+        """lm-eval requests per forward from now on, also for the model wrappers already made (the memory
+        check of :func:`lctx.harness.plan.check_lmeval_fits` lowers it after :meth:`request_lengths` made them)."""
+        self.batch_size = int(batch_size)
+        for _, hflm in self._hflm.values():
+            hflm.batch_size_per_gpu = self.batch_size
+
+    def request_lengths(self, lm) -> dict[str, tuple[int, int]]:
+        """{task label (``mmlu/<subject>``, ``arc_easy``): (longest request in tokens, requests)} of every task's
+        questions (the first ``limit``) on ``lm``: the input rows lm-eval's ``HFLM._loglikelihood_tokens`` pads a
+        batch to, and how many rows there are (lm-eval's ``Collator`` scores the one-token continuations of one
+        context, MMLU's `` A``..`` D``, in one row; every other request is a row of its own).
+
+        The requests are lm-eval's own (``Task.build_all_requests`` with the few-shot count, sampler seed,
+        chat template and system prompt that :meth:`LmEvalTask.score_all` gives ``simple_evaluate``); a
+        request's length is its context's tokens (``tok_encode`` of lm-eval's model wrapper: the forced BOS of
+        lctx models included) plus its longest continuation's, less the one token lm-eval drops
+        (``inp[:-1]``), at most the wrapper's ``max_length`` (lm-eval truncates from the left). lm-eval encodes
+        context + continuation as one string, so a token merged across the seam can make it one shorter:
+        an upper estimate. Each distinct context is tokenised once (MMLU's four choices share one). Cost: one
+        ``tok_encode`` per question, ~1 ms per 5-shot MMLU prompt on a busy 2-core machine (lm-eval itself
+        encodes each request twice).
+
+        Raises:
+            LctxError: a task's data cannot be read; ``--chat-template on`` with a tokenizer that has none.
+        """
+        _, tasks = self.loaded()
+        hflm = self.hflm(lm)
+        out = {}
+        for sp in self.specs:
+            task = tasks[sp.lmeval_name]
+            task.set_config(key="num_fewshot", value=DEFAULT_FEWSHOT[sp.task] if self.num_fewshot is None
+                            else self.num_fewshot)  # as score_all does before simple_evaluate
+            task.set_fewshot_seed(seed=self.seed)
+            with quiet_progress(True):
+                task.build_all_requests(limit=self.limit, rank=0, world_size=1, system_instruction=self.system_prompt,
+                                        apply_chat_template=self.chat_template, fewshot_as_multiturn=True,
+                                        chat_template=hflm.apply_chat_template if self.chat_template else None,
+                                        tokenizer_name=hflm.tokenizer_name if self.chat_template else "")
+            cont_tokens: dict[str, int] = {}  # continuation -> its tokens (encoded once)
+            per_ctx: dict[str, int] = {}  # context -> its longest continuation's tokens
+            rows = set()  # lm-eval's rows: one per context for one-token continuations (its Collator groups them)
+            for inst in task.instances:
+                ctx, cont = inst.args[0], inst.args[1]
+                stem = ctx.rstrip()  # lm-eval moves the context's trailing spaces to the continuation
+                cont = ctx[len(stem):] + cont
+                if cont not in cont_tokens:
+                    cont_tokens[cont] = len(hflm.tok_encode(cont, add_special_tokens=False))
+                per_ctx[stem] = max(per_ctx.get(stem, 0), cont_tokens[cont])
+                rows.add(stem if cont_tokens[cont] == 1 else (stem, cont))
+            longest = max((min((len(hflm.tok_encode(c)) if c else 1) + n, hflm.max_length + 1) - 1
+                           for c, n in per_ctx.items()), default=0)  # empty context: lm-eval's prefix token
+            task._instances = None  # simple_evaluate builds its own; these strings need not stay in memory
+            out[f"{sp.task}/{sp.subject}" if sp.subject else sp.task] = (longest, len(rows))
+        return out
+
 
 #: what one lm-eval question costs, in prefill tokens, for the progress bar's weights: lm-eval scores every
 #: choice as a continuation of the prompt (MMLU 5-shot: ~500-token prompts x 4 choices)
