@@ -533,8 +533,8 @@ class LmEvalSuite:
     def request_lengths(self, lm) -> dict[str, tuple[int, int]]:
         """{task label (``mmlu/<subject>``, ``arc_easy``): (longest request in tokens, requests)} of every task's
         questions (the first ``limit``) on ``lm``: the input rows lm-eval's ``HFLM._loglikelihood_tokens`` pads a
-        batch to, and how many rows there are (lm-eval's ``Collator`` scores the one-token continuations of one
-        context, MMLU's `` A``..`` D``, in one row; every other request is a row of its own).
+        batch to, and how many rows there are (lm-eval's ``Collator``, ``group_by="contexts"``, runs the requests
+        that share context + continuation[:-1] in one row: MMLU's `` A``..`` D`` share one).
 
         The requests are lm-eval's own (``Task.build_all_requests`` with the few-shot count, sampler seed,
         chat template and system prompt that :meth:`LmEvalTask.score_all` gives ``simple_evaluate``); a
@@ -562,17 +562,17 @@ class LmEvalSuite:
                                         apply_chat_template=self.chat_template, fewshot_as_multiturn=True,
                                         chat_template=hflm.apply_chat_template if self.chat_template else None,
                                         tokenizer_name=hflm.tokenizer_name if self.chat_template else "")
-            cont_tokens: dict[str, int] = {}  # continuation -> its tokens (encoded once)
+            cont_ids: dict[str, tuple] = {}  # continuation -> its tokens (encoded once)
             per_ctx: dict[str, int] = {}  # context -> its longest continuation's tokens
-            rows = set()  # lm-eval's rows: one per context for one-token continuations (its Collator groups them)
+            rows = set()  # lm-eval's rows: its Collator runs the requests of one context + continuation[:-1] once
             for inst in task.instances:
                 ctx, cont = inst.args[0], inst.args[1]
                 stem = ctx.rstrip()  # lm-eval moves the context's trailing spaces to the continuation
                 cont = ctx[len(stem):] + cont
-                if cont not in cont_tokens:
-                    cont_tokens[cont] = len(hflm.tok_encode(cont, add_special_tokens=False))
-                per_ctx[stem] = max(per_ctx.get(stem, 0), cont_tokens[cont])
-                rows.add(stem if cont_tokens[cont] == 1 else (stem, cont))
+                if cont not in cont_ids:
+                    cont_ids[cont] = tuple(hflm.tok_encode(cont, add_special_tokens=False))
+                per_ctx[stem] = max(per_ctx.get(stem, 0), len(cont_ids[cont]))
+                rows.add((stem, cont_ids[cont][:-1]))
             longest = max((min((len(hflm.tok_encode(c)) if c else 1) + n, hflm.max_length + 1) - 1
                            for c, n in per_ctx.items()), default=0)  # empty context: lm-eval's prefix token
             task._instances = None  # simple_evaluate builds its own; these strings need not stay in memory
