@@ -724,13 +724,13 @@ def check_lmeval_fits(lms: list, request_lengths, batch: int, explicit: bool,
                 plans = [(plan_lmeval(cfg, n_tok, b, n_req, dtype=lm.dtype, name=lm.name, device=lm.device), label)
                          for label, n_tok, n_req in front]
                 plan, label = max(plans, key=lambda p: p[0].total)
-                return plan.total + others, plan, label
+                return plan.total + others, plan, label, min(b, next(n for lb, _, n in front if lb == label))
 
             V, eb = model_shape(cfg).vocab, lmeval_logit_bytes(cfg, lm.dtype)
             top, n_top, _ = front[0]
             arith = (f"longest request {n_top:,} tokens ({top}) x vocab {V:,} x {eb} B x {LMEVAL_LOGIT_COPIES} "
                      f"copies = {gib(n_top * V * eb * LMEVAL_LOGIT_COPIES)} per request")
-            total, plan, label = need(best)
+            total, plan, label, _ = need(best)
             task = label.split("/")[0]
             lo, hi = 0, best  # the largest b in [0, best] whose plan fits (the need grows with b)
             if total <= room:
@@ -742,7 +742,7 @@ def check_lmeval_fits(lms: list, request_lengths, batch: int, explicit: bool,
                 else:
                     hi = mid - 1
             if lo == 0:
-                one, plan1, label1 = need(1)
+                one, plan1, label1, _ = need(1)
                 raise LctxError(f"{task}: one lm-eval request of {plan1.length:,} tokens ({label1}) on {lm.name} needs "
                                 f"about {gib(one)} but the device has {gib(room)} ({source}); largest part: "
                                 f"{plan1.largest().name} {gib(plan1.largest().bytes)}; use fewer few-shot examples "
@@ -753,14 +753,15 @@ def check_lmeval_fits(lms: list, request_lengths, batch: int, explicit: bool,
                                 "less, or --no-memory-check")
             if lo < best or why is None:
                 best = lo
-                why = (task, lm.name, arith, need(lo)[0], room, source)
+                total, _, label, rows = need(lo)
+                why = (task, lm.name, arith, total, rows, label, room, source)
     if why is None:
         return best, f"note: lm-eval batch {best} (no requests to plan)"
-    task, name, arith, total, room, source = why
+    task, name, arith, total, rows, label, room, source = why
     head = (f"lm-eval batch lowered from {batch} to {best}" if best < batch
             else f"lm-eval batch {best}" + ("" if explicit else " (the default)"))
-    return best, (f"note: {task}: {head} for {name} ({arith}; {best} per forward plan {gib(total)} of "
-                  f"{gib(room)} available, {source})")
+    return best, (f"note: {task}: {head} for {name} ({arith}; its largest forward, {rows} rows of {label}, plans "
+                  f"{gib(total)} of {gib(room)} available, {source})")
 
 
 def _loaded_bytes(model) -> int:

@@ -203,7 +203,7 @@ def test_lmeval_default_batch_is_lowered_to_fit_and_said():
     assert note.startswith("note: mmlu: lm-eval batch lowered from 32 to 4 for pydoc-tiny-rope")
     # hand: 2,000 x 1,024 x 4 B x 2 copies = 16,384,000 B = 0.02 GiB per request; 4 rows plan 689,408 + 4 x ROW
     assert "longest request 2,000 tokens (mmlu/anatomy) x vocab 1,024 x 4 B x 2 copies = 0.02 GiB" in note
-    assert f"plan {(WEIGHTS + 4 * ROW) / GIB:.2f} GiB of {room / GIB:.2f} GiB available" in note
+    assert f"4 rows of mmlu/anatomy, plans {(WEIGHTS + 4 * ROW) / GIB:.2f} GiB of {room / GIB:.2f} GiB available" in note
     assert check_lmeval_fits([lm], lengths, 32, explicit=False, available=WEIGHTS + 32 * ROW)[0] == 32
     # rows are capped by the requests: 3 requests of 2,000 tokens need at most 3 rows, so any batch fits 3 rows' room
     assert check_lmeval_fits([lm], lambda _lm: {"arc_easy": (2000, 3)}, 32, False, available=WEIGHTS + 3 * ROW)[0] == 32
