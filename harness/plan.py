@@ -35,6 +35,10 @@ attention working set   depends on the path that runs (found by a probe forward,
 logits                  kept positions x vocab x 4 (float32, ``LM.prefill`` keeps them) and, when more than
                         one position is scored (``LM.token_nll``: ppl scores every position of its first
                         window), x 16 more for the float64 copy and its log-softmax.
+lm-eval (MMLU/ARC)      one unchunked forward of min(batch, requests) rows x the longest request, then
+                        the logits (rows x tokens x vocab x 4 for lctx models, the dtype's size for HF)
+                        and their log-softmax, made once the forward's working set is freed
+                        (:func:`plan_lmeval`, :func:`check_lmeval_fits`).
 ======================  ==========================================================================
 
 The model is an estimate from the shapes (no allocator overhead, no fragmentation); ``benchmarks/long_cpu.py``
