@@ -758,7 +758,7 @@ def check_lmeval_fits(lms: list, request_lengths, batch: int, explicit: bool,
             if lo < best or why is None:
                 best = lo
                 total, _, label, rows = need(lo)
-                why = (task, lm.name, arith, total, rows, label, room, source)
+                why = (label.split("/")[0], lm.name, arith, total, rows, label, room, source)
     if why is None:
         return best, f"note: lm-eval batch {best} (no requests to plan)"
     task, name, arith, total, rows, label, room, source = why
