@@ -115,9 +115,10 @@ def _unique(values: list, what: str, warn) -> list:
     return out
 
 
-#: lm-eval requests per forward for MMLU/ARC when ``--batch-size`` is not given (an int N given: N). lm-eval keeps
-#: the whole batch's logits (and their log-softmax): N x longest request x vocabulary x 4 bytes, each (README
-#: "Batches": 19 GB for SmolLM2-135M's 5-shot MMLU at 32)
+#: the most lm-eval requests per forward for MMLU/ARC when ``--batch-size`` is not given (or is auto); the memory
+#: check lowers it to the largest batch that fits (:func:`lctx.harness.plan.check_lmeval_fits`). lm-eval keeps the
+#: whole batch's logits and their log-softmax: N x longest request x vocabulary x 4 bytes, each (README "Batches":
+#: 19 GB for SmolLM2-135M's 5-shot MMLU at 32)
 LMEVAL_BATCH = 32
 
 
@@ -143,7 +144,8 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
     temporary directory; rerun with the same ``out`` to resume). The other options are those of ``lctx run``
     (``lctx run --help``): ``task_options`` as ``{task: {key: value}}`` or ``["task.key=value"]``,
     ``chat_template`` True/False, ``batch_size`` an int or ``"auto"`` (README "Batches"; None: 1 sample of the
-    length sweeps and lm-eval's :data:`LMEVAL_BATCH` requests per forward; an int N: N for both). ``log`` / ``warn``
+    length sweeps and for lm-eval the largest batch up to :data:`LMEVAL_BATCH` that the memory check fits; an int N:
+    N for both, refused when lm-eval's batch does not fit, unless ``memory_check=False``). ``log`` / ``warn``
     receive progress notes and warnings (one line each).
 
     Returns: a :class:`Result` (tables as DataFrames, plot paths, counts).
@@ -266,6 +268,14 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
     groups = (flatness.groups_by_train_length(lms, flatness.parse_relative(relative)) if relative
               else [(lms, length_list)])
     skips = _check_before_run(groups, task_objs, ppl_lengths, allow_beyond_max, memory_check, relative=bool(relative))
+    if lmeval_objs and memory_check:  # lm-eval's batch: the one that fits (default) or the one asked for, checked
+        from lctx.harness.plan import check_lmeval_fits  # lazy: loads torch
+
+        suite = lmeval_objs[0].suite
+        fits, note = check_lmeval_fits(lms, suite.request_lengths, lmeval_batch,
+                                       explicit=batch_size is not None and isinstance(batch, int))
+        suite.set_batch_size(fits)
+        warn(note)
     for line in skips["notes"]:
         warn(line)
     note = busy_note() if dinfo.is_main and any(str(lm.device).startswith("cpu") for lm in lms) else None

@@ -35,6 +35,10 @@ attention working set   depends on the path that runs (found by a probe forward,
 logits                  kept positions x vocab x 4 (float32, ``LM.prefill`` keeps them) and, when more than
                         one position is scored (``LM.token_nll``: ppl scores every position of its first
                         window), x 16 more for the float64 copy and its log-softmax.
+lm-eval (MMLU/ARC)      one unchunked forward of min(batch, requests) rows x the longest request, then
+                        the logits (rows x tokens x vocab x 4 for lctx models, the dtype's size for HF)
+                        and their log-softmax, made once the forward's working set is freed
+                        (:func:`plan_lmeval`, :func:`check_lmeval_fits`).
 ======================  ==========================================================================
 
 The model is an estimate from the shapes (no allocator overhead, no fragmentation); ``benchmarks/long_cpu.py``
@@ -638,3 +642,135 @@ def check_run_fits(lms: list, length: int, kept_logits: int = 1, available: int 
                        hint=f"; `lctx plan --model {lm.path} --length {length}` shows the breakdown, "
                             "--no-memory-check skips this check")
     return plans
+
+
+#: copies of a batch's logits that lm-eval's ``hf`` backend holds at once: the model's output and its
+#: log-softmax (``F.log_softmax(self._model_call(batched_inps), dim=-1)``, lm-eval 0.4
+#: ``HFLM._loglikelihood_tokens``; the input is freed only after the call returns)
+LMEVAL_LOGIT_COPIES = 2
+
+
+def lmeval_logit_bytes(config, dtype) -> int:
+    """Bytes per logit element of a model's forward under lm-eval: 4 for lctx models (their forward returns
+    float32 logits, ``lctx.models.model``: ``self.lm_head(h).float()``), else the model dtype's size (Hugging Face
+    causal LMs return ``lm_head``'s output as is, e.g. ``LlamaForCausalLM``); lm-eval's ``softmax_dtype`` is
+    unset, so the log-softmax keeps that dtype."""
+    if getattr(config, "model_type", "") == "lctx":
+        return 4
+    return torch.tensor([], dtype=_dtype(dtype)).element_size()
+
+
+def plan_lmeval(config, longest: int, batch: int, requests: int | None = None, dtype="float32",
+                name: str | None = None, device="cpu") -> MemoryPlan:
+    """The memory model of one lm-eval forward (MMLU/ARC): rows = min(batch, requests) requests right-padded to
+    the ``longest`` (tokens) in one forward (no chunks: lm-eval calls the model directly), so :func:`plan_memory`
+    with chunk = length and B = rows (its kept positions dropped), plus the logits lm-eval keeps: one copy of
+    rows x longest x vocab x :func:`lmeval_logit_bytes` from the forward, and its log-softmax, a second copy made
+    after the forward's working set (KV cache, activations, masks) is freed, so it adds max(0, copy - working
+    set). Peak = weights + max(working set + copy, 2 copies). lm-eval sorts requests longest first, so its first
+    batch is the largest. Measured: SmolLM2-135M, 5-shot MMLU high_school_european_history, 20 rows of 3,039
+    tokens, float32 on CPU: planned 22.76 GiB, peak RSS 22.74 GiB (results/2026-12-01-smollm2-135m/README.md).
+
+    Raises:
+        LctxError: non-positive sizes (as :func:`plan_memory`).
+    """
+    rows = max(1, min(int(batch), int(requests))) if requests else int(batch)
+    plan = plan_memory(config, longest, chunk_size=longest, dtype=dtype, batch=rows, kept_logits=0, name=name,
+                       kv_cache="dynamic", device=device)
+    plan.items = [i for i in plan.items if i.name != "logits"]
+    work = plan.total - plan.get("weights")
+    V, b = model_shape(config).vocab, lmeval_logit_bytes(config, dtype)
+    copy = rows * longest * V * b
+    plan.items.append(MemoryItem("lm-eval logits", copy, f"{rows} requests x {longest:,} tokens x vocab {V:,} x {b} B"))
+    plan.items.append(MemoryItem("lm-eval log-softmax", max(0, copy - work),
+                                 f"a second copy of the logits, made once the forward's {gib(work)} are freed: "
+                                 "max(0, copy - forward working set)"))
+    return plan
+
+
+def check_lmeval_fits(lms: list, request_lengths, batch: int, explicit: bool,
+                      available: int | None = None) -> tuple[int, str]:
+    """Before lm-eval's tasks run: the largest batch (requests per forward) up to ``batch`` whose
+    :func:`plan_lmeval` at every task's longest request fits the device of every loaded model, beside the
+    weights of the other models on it (the room as :func:`check_run_fits`: the device's memory, on CPU plus the
+    loaded weights, already out of ``MemAvailable``). ``request_lengths(lm)`` gives ``{task label: (longest
+    request in tokens, requests)}`` (:meth:`lctx.tasks.lmeval.LmEvalSuite.request_lengths`; label ``mmlu/<subject>``
+    or the task). ``explicit``: ``batch`` is the user's ``--batch-size``, refused when it does not fit; else it is
+    the default's upper bound and lowered.
+
+    Returns (batch, one ``note:`` line that says the batch and the arithmetic behind it).
+
+    Raises:
+        LctxError: an explicit batch that does not fit (names the largest that does), or a single request that
+            does not fit (names what to change).
+    """
+    by_dev: dict[str, list] = {}
+    for lm in lms:
+        by_dev.setdefault(str(lm.device), []).append(lm)
+    best, why = int(batch), None
+    for dev, group in by_dev.items():
+        room, source = device_memory(dev, available)
+        weights = {id(lm): _loaded_bytes(lm.model) for lm in group}
+        if torch.device(dev).type == "cpu" and available is None:
+            room += sum(weights.values())
+        for lm in group:
+            cfg = lm.model.config
+            others = sum(weights.values()) - weights[id(lm)]
+            front, most = [], 0  # a task with a shorter longest request and no more requests never needs more
+            for label, (n_tok, n_req) in sorted(request_lengths(lm).items(), key=lambda kv: (-kv[1][0], -kv[1][1])):
+                if n_tok > 0 and n_req > most:
+                    front.append((label, n_tok, n_req))
+                    most = n_req
+            if not front:
+                continue
+
+            def need(b, cfg=cfg, lm=lm, front=front, others=others):
+                plans = [(plan_lmeval(cfg, n_tok, b, n_req, dtype=lm.dtype, name=lm.name, device=lm.device), label)
+                         for label, n_tok, n_req in front]
+                plan, label = max(plans, key=lambda p: p[0].total)
+                return plan.total + others, plan, label, min(b, next(n for lb, _, n in front if lb == label))
+
+            V, eb = model_shape(cfg).vocab, lmeval_logit_bytes(cfg, lm.dtype)
+            top, n_top, _ = front[0]
+            arith = (f"longest request {n_top:,} tokens ({top}) x vocab {V:,} x {eb} B x {LMEVAL_LOGIT_COPIES} "
+                     f"copies = {gib(n_top * V * eb * LMEVAL_LOGIT_COPIES)} per request")
+            total, plan, label, _ = need(best)
+            task = label.split("/")[0]
+            lo, hi = 0, best  # the largest b in [0, best] whose plan fits (the need grows with b)
+            if total <= room:
+                lo = best
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if need(mid)[0] <= room:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            if lo == 0:
+                one, plan1, label1, _ = need(1)
+                raise LctxError(f"{task}: one lm-eval request of {plan1.length:,} tokens ({label1}) on {lm.name} needs "
+                                f"about {gib(one)} but the device has {gib(room)} ({source}); largest part: "
+                                f"{plan1.largest().name} {gib(plan1.largest().bytes)}; use fewer few-shot examples "
+                                "(--num-fewshot), --dtype bfloat16, a bigger device, or --no-memory-check")
+            if explicit and lo < best:
+                raise LctxError(f"--batch-size {best}: {task}'s lm-eval batch on {lm.name} needs about {gib(total)} "
+                                f"({arith}) but the device has {gib(room)} ({source}); pass --batch-size {lo} or "
+                                "less, or --no-memory-check")
+            if lo < best or why is None:
+                best = lo
+                total, _, label, rows = need(lo)
+                why = (label.split("/")[0], lm.name, arith, total, rows, label, room, source)
+    if why is None:
+        return best, f"note: lm-eval batch {best} (no requests to plan)"
+    task, name, arith, total, rows, label, room, source = why
+    head = (f"lm-eval batch lowered from {batch} to {best}" if best < batch
+            else f"lm-eval batch {best}" + ("" if explicit else " (the default)"))
+    return best, (f"note: {task}: {head} for {name} ({arith}; its largest forward, {rows} rows of {label}, plans "
+                  f"{gib(total)} of {gib(room)} available, {source})")
+
+
+def _loaded_bytes(model) -> int:
+    """Bytes of a loaded model's parameters (shared tensors once)."""
+    seen = {}
+    for t in model.parameters():
+        seen[t.data_ptr()] = t.numel() * t.element_size()
+    return int(sum(seen.values()))

@@ -523,6 +523,82 @@ class LmEvalSuite:
                                                         batch_size=self.batch_size))
         return self._hflm[id(lm)][1]
 
+    def set_batch_size(self, batch_size: int) -> None:
+        """lm-eval requests per forward from now on, also for the model wrappers already made (the memory
+        check of :func:`lctx.harness.plan.check_lmeval_fits` lowers it after :meth:`request_lengths` made them)."""
+        self.batch_size = int(batch_size)
+        for _, hflm in self._hflm.values():
+            hflm.batch_size_per_gpu = self.batch_size
+
+    def request_lengths(self, lm) -> dict[str, tuple[int, int]]:
+        """{task label (``mmlu/<subject>``, ``arc_easy``): (longest request in tokens, requests)} of every task's
+        questions (the first ``limit``) on ``lm``: the input rows lm-eval's ``HFLM._loglikelihood_tokens`` pads a
+        batch to, and how many rows there are (lm-eval's ``Collator``, ``group_by="contexts"``, runs the requests
+        that share context + continuation[:-1] in one row: MMLU's `` A``..`` D`` share one).
+
+        The requests are lm-eval's own (``Task.build_all_requests`` with the few-shot count, sampler seed,
+        chat template and system prompt that :meth:`LmEvalTask.score_all` gives ``simple_evaluate``); a
+        request's length is its context's tokens (``tok_encode`` of lm-eval's model wrapper: the forced BOS of
+        lctx models included) plus its longest continuation's, less the one token lm-eval drops
+        (``inp[:-1]``), at most the wrapper's ``max_length`` (lm-eval truncates from the left). lm-eval encodes
+        context + continuation as one string, so a token merged across the seam can make it one shorter:
+        an upper estimate. Each distinct context is tokenised once (MMLU's four choices share one), the part
+        shared by a task's contexts (the few-shot examples) once (:func:`context_tokens`). SmolLM2's 5-shot
+        high_school_european_history: 3,148 tokens, lm-eval's own encoding 3,147.
+
+        Raises:
+            LctxError: a task's data cannot be read; ``--chat-template on`` with a tokenizer that has none.
+        """
+        _, tasks = self.loaded()
+        hflm = self.hflm(lm)
+        out = {}
+        for sp in self.specs:
+            task = tasks[sp.lmeval_name]
+            task.set_config(key="num_fewshot", value=DEFAULT_FEWSHOT[sp.task] if self.num_fewshot is None
+                            else self.num_fewshot)  # as score_all does before simple_evaluate
+            task.set_fewshot_seed(seed=self.seed)
+            with quiet_progress(True), compiled_templates():
+                task.build_all_requests(limit=self.limit, rank=0, world_size=1, system_instruction=self.system_prompt,
+                                        apply_chat_template=self.chat_template, fewshot_as_multiturn=True,
+                                        chat_template=hflm.apply_chat_template if self.chat_template else None,
+                                        tokenizer_name=hflm.tokenizer_name if self.chat_template else "")
+            cont_ids: dict[str, tuple] = {}  # continuation -> its tokens (encoded once)
+            per_ctx: dict[str, int] = {}  # context -> its longest continuation's tokens
+            rows = set()  # lm-eval's rows: its Collator runs the requests of one context + continuation[:-1] once
+            for inst in task.instances:
+                ctx, cont = inst.args[0], inst.args[1]
+                stem = ctx.rstrip()  # lm-eval moves the context's trailing spaces to the continuation
+                cont = ctx[len(stem):] + cont
+                if cont not in cont_ids:
+                    cont_ids[cont] = tuple(hflm.tok_encode(cont, add_special_tokens=False))
+                per_ctx[stem] = max(per_ctx.get(stem, 0), len(cont_ids[cont]))
+                rows.add((stem, cont_ids[cont][:-1]))
+            ctx_tokens = context_tokens(list(per_ctx), hflm.tok_encode)
+            longest = max((min(ctx_tokens[c] + n, hflm.max_length + 1) - 1 for c, n in per_ctx.items()), default=0)
+            task._instances = None  # simple_evaluate builds its own; these strings need not stay in memory
+            out[f"{sp.task}/{sp.subject}" if sp.subject else sp.task] = (longest, len(rows))
+        return out
+
+
+#: contexts that share at least this many characters before a line break (lm-eval's few-shot examples) encode the
+#: shared part once (:func:`context_tokens`)
+SHARED_PREFIX_CHARS = 256
+
+
+def context_tokens(contexts: list[str], encode) -> dict[str, int]:
+    """{context: tokens} of lm-eval contexts as ``encode`` (an lm-eval model's ``tok_encode``) counts them; an empty
+    context counts 1 (lm-eval's prefix token). Contexts that share a prefix of :data:`SHARED_PREFIX_CHARS` or more
+    up to a line break (5-shot MMLU: the subject line and the five examples, ~80 % of each prompt) encode it
+    once: tokens(prefix) + tokens(rest, no special tokens) + 1, an upper estimate (the one: a token merged across
+    the cut, e.g. a blank line split into two newlines). Cost: one ``encode`` of each context's own part."""
+    out = {c: 1 for c in contexts if not c}
+    rest = [c for c in contexts if c]
+    cut = os.path.commonprefix(rest).rfind("\n") + 1 if len(rest) > 1 else 0
+    if cut < SHARED_PREFIX_CHARS:
+        return {**out, **{c: len(encode(c)) for c in rest}}
+    n_prefix = len(encode(rest[0][:cut]))
+    return {**out, **{c: n_prefix + len(encode(c[cut:], add_special_tokens=False)) + 1 for c in rest}}
+
 
 #: what one lm-eval question costs, in prefill tokens, for the progress bar's weights: lm-eval scores every
 #: choice as a continuation of the prompt (MMLU 5-shot: ~500-token prompts x 4 choices)
@@ -820,6 +896,28 @@ def quiet_progress(quiet: bool = True):
         yield
     finally:
         std.tqdm.__init__ = original
+
+
+@contextlib.contextmanager
+def compiled_templates():
+    """Within the block, lm-eval's ``utils.apply_template`` compiles each Jinja template once (its own compiles it
+    again for every document: ``env.from_string(template)`` per call, 5 ms, most of the time it takes to build
+    5-shot MMLU's requests); the same environment renders it, so the text is the same. Restored on exit."""
+    import functools  # lazy
+
+    import lm_eval.utils as utils  # lazy: loads lm_eval
+
+    original = utils.apply_template
+    compiled = functools.lru_cache(maxsize=1024)(utils.env.from_string)
+
+    def apply_template(template: str, doc: dict) -> str:
+        return compiled(template).render(**doc)
+
+    utils.apply_template = apply_template
+    try:
+        yield
+    finally:
+        utils.apply_template = original
 
 
 @contextlib.contextmanager

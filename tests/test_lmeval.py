@@ -281,6 +281,108 @@ def test_batch_size_reaches_lm_eval(tiny_data, tmp_path, monkeypatch):
     assert seen == [32, 4, 32, 2]
 
 
+# hand (issue 25 item 3): one lm-eval row of 2,000 tokens on the bundled model (172,352 float32 parameters =
+# 689,408 B, vocab 1,024): forward working set KV 2,000 x 1,024 + growth 1,024,000 + positions 34,000 + activations
+# 2,000 x 5,632 + pattern 2 x 2,000^2 + float mask 8 x 2,000^2 = 54,370,000 B, plus logits 2,000 x 1,024 x 4 =
+# 8,192,000 (the log-softmax fits in the freed working set): 62,562,000 B a row (as tests/test_plan.py's ROW)
+ROW, WEIGHTS = 62_562_000, 172_352 * 4
+
+
+@pytest.fixture
+def small_machine(monkeypatch):
+    """A run whose arc_easy requests are 2,000 tokens long (300 rows) on a CPU with room for 4 rows beside the
+    loaded weights (MemAvailable 4 x ROW + 1: on CPU the weights are already out of it), stopped before its
+    sweep; returns the lm-eval batch each sweep would have run at."""
+    from lctx.harness import plan, runner
+
+    monkeypatch.setattr(lmeval.LmEvalSuite, "request_lengths", lambda self, lm: {"arc_easy": (2000, 300)})
+    monkeypatch.setattr(plan, "device_memory", lambda dev, override=None: (4 * ROW + 1, "test MemAvailable"))
+    seen = []
+
+    def stop(lms, objs, spec, out, **kw):
+        seen.append(objs[-1].suite.batch_size)
+        raise LctxError("stop here")
+
+    monkeypatch.setattr(runner, "run_sweep", stop)
+    return seen
+
+
+def test_default_lmeval_batch_is_lowered_to_fit_and_printed(tiny_data, tmp_path, small_machine):
+    """F4: the default MMLU/ARC batch (32) is the largest that fits the device, chosen from the plan and said."""
+    import lctx
+
+    lines = []
+    with pytest.raises(LctxError, match="stop here"):
+        lctx.evaluate(tasks="arc_easy", data_dir=tiny_data, out=tmp_path / "o", log=lines.append, warn=lines.append)
+    assert small_machine == [4]
+    note = [ln for ln in lines if "lm-eval batch" in ln]
+    assert len(note) == 1 and note[0].startswith("note: arc_easy: lm-eval batch lowered from 32 to 4 for ")
+    # hand: 2,000 tokens x 1,024 vocab x 4 B x 2 copies = 16,384,000 B = 0.02 GiB per request
+    assert "longest request 2,000 tokens (arc_easy) x vocab 1,024 x 4 B x 2 copies = 0.02 GiB per request" in note[0]
+
+
+def test_explicit_lmeval_batch_that_does_not_fit_is_refused(tiny_data, tmp_path, small_machine, capsys):
+    """F4: `--batch-size 32` that does not fit is one line naming the fix; --no-memory-check runs it as asked."""
+    from helpers import run_cli
+
+    args = ["run", "--tasks", "arc_easy", "--data-dir", str(tiny_data), "--batch-size", "32", "--no-progress",
+            "--out", str(tmp_path / "r")]
+    code, _, err = run_cli(args, capsys)
+    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+    assert code == 2 and len(lines) == 1 and lines[-1].startswith("error: --batch-size 32: arc_easy's lm-eval batch"), err
+    assert lines[-1].endswith("pass --batch-size 4 or less, or --no-memory-check") and small_machine == []
+    code, _, err = run_cli(args + ["--no-memory-check"], capsys)
+    assert code == 2 and "stop here" in err and small_machine == [32]
+
+
+def test_context_tokens_encode_the_shared_few_shot_part_once():
+    """The few-shot examples all contexts of a task share are encoded once: prefix + own part + 1 (the cut)."""
+    calls = []
+
+    def encode(s, add_special_tokens=None):  # a word tokenizer with a BOS, as lctx models' wrapper adds one
+        calls.append(s)
+        return ([] if add_special_tokens is False else ["<s>"]) + s.split()
+
+    shots = "".join(f"Example question {i}?\nAnswer: yes\n\n" for i in range(12))  # 398 characters
+    ctxs = [shots + "Which one?\nAnswer:", shots + "Which other one is it?\nAnswer:"]
+    got = lmeval.context_tokens(ctxs + [""], encode)
+    # hand: BOS + 12 x 5 words = 61 for the shots, + 3 / + 6 words of its own, + 1 for the cut; "" counts 1
+    assert got == {ctxs[0]: 61 + 3 + 1, ctxs[1]: 61 + 6 + 1, "": 1}
+    assert calls == [shots, "Which one?\nAnswer:", "Which other one is it?\nAnswer:"]
+    short = ["Q: a\nA:", "Q: b c\nA:"]  # nothing long shared: each encoded whole, exactly
+    assert lmeval.context_tokens(short, encode) == {short[0]: 4, short[1]: 5}
+
+
+@pytest.mark.slow
+def test_request_lengths_are_lm_evals_rows(tiny_data, tmp_path, make_checkpoint, monkeypatch):
+    """The memory check's longest request and row count are those of lm-eval's own forwards (its input rows:
+    BOS + prompt + choice less the last token, ``inp[:-1]``), counted from the requests lm-eval builds."""
+    from lctx.harness.lm import load_lm
+
+    lm = load_lm(str(make_checkpoint("rope")), device="cpu")
+    got = lmeval.build_tasks(["mmlu_anatomy", "arc_easy"], tiny_data)[0].suite.request_lengths(lm)
+    # hand: each request's tokens as lm-eval encodes it (lctx models: BOS first), less the one it drops
+    mmlu = max(len(lm.with_bos(lm.encode(_mmlu_prompt(MMLU_DEV, r) + " " + x))) - 1 for r in MMLU_TEST for x in "ABCD")
+    arc = max(len(lm.with_bos(lm.encode(f"Question: {r['question']['stem']}\nAnswer: {c['text']}"))) - 1
+              for r in ARC_TEST for c in r["question"]["choices"])
+    assert mmlu <= got["mmlu/anatomy"][0] <= mmlu + 2 and arc <= got["arc_easy"][0] <= arc + 2  # seams: context_tokens
+    cls = lmeval.lctx_hflm_class()
+    shapes, original = [], cls._model_call
+
+    def counting(self, inps, attn_mask=None, labels=None):
+        shapes.append(tuple(inps.shape))  # rows x padded tokens of one lm-eval forward
+        return original(self, inps, attn_mask=attn_mask, labels=labels)
+
+    monkeypatch.setattr(cls, "_model_call", counting)
+    for name, label in (("mmlu_anatomy", "mmlu/anatomy"), ("arc_easy", "arc_easy")):
+        shapes[:] = []
+        specs, source = lmeval.resolve_tasks([name], tiny_data)
+        lmeval_run.run_lmeval([lm], specs, source, tmp_path / name, data_dir=tiny_data, batch_size=64,
+                              progress=False, log=lambda *_: None, tables=False)
+        assert got[label][1] == sum(r for r, _ in shapes)  # every row lm-eval ran (one forward at batch 64)
+        assert max(t for _, t in shapes) <= got[label][0] <= max(t for _, t in shapes) + 2
+
+
 def test_quiet_progress_disables_tqdm_and_restores_it():
     """--no-progress: bars made inside quiet_progress draw nothing (tqdm and tqdm.auto); after it they draw."""
     import io

@@ -10,10 +10,12 @@ from lctx.errors import LctxError
 from lctx.harness.plan import (
     GIB,
     check_fits,
+    check_lmeval_fits,
     check_run_fits,
     count_parameters,
     load_config,
     parse_bytes,
+    plan_lmeval,
     plan_memory,
     probe_layer,
 )
@@ -149,6 +151,75 @@ def test_check_run_fits_with_a_loaded_model():
     assert plans[0].length == 2048 and plans[0].get("weights") == 172_352 * 4
     with pytest.raises(LctxError, match="needs about"):
         check_run_fits([lm], 2048, available=1024)
+
+
+def test_lmeval_plan_matches_hand_computation():
+    """lm-eval's forward (issue 25 item 3): rows = min(batch, requests) padded to the longest request, one
+    forward without chunks, then the logits and their log-softmax (F4: 19 GB at batch 32 for SmolLM2's MMLU)."""
+    cfg = tiny_rope(vocab_size=32768)
+    p = plan_lmeval(cfg, 100, batch=8, requests=5)
+    items = {i.name: i.bytes for i in p.items}
+    # hand: parameters = 172,352 - 1,024 x 64 + 32,768 x 64 = 2,203,968 (tied embedding); x 4 B = 8,815,872
+    assert items["weights"] == 8_815_872
+    # hand: rows 5 (5 requests < batch 8); the forward's working set at T = chunk = 100: KV 5 x 100 x 1,024 B =
+    # 512,000 + growth 256,000 + positions 5 x 100 x 17 = 8,500 + activations 5 x 100 x (8 x 64 + 4 x 192) x 4
+    # + 5 x 100 x 64 x 8 = 2,816,000 + pattern 2 x 5 x 100 x 100 = 100,000 + float mask x 4 = 400,000: 4,092,500
+    assert p.total - items["weights"] - items["lm-eval logits"] - items["lm-eval log-softmax"] == 4_092_500
+    # hand: one copy of the logits 5 rows x 100 tokens x 32,768 vocab x 4 B (float32: an lctx model) = 65,536,000;
+    # the log-softmax is made after the forward's 4,092,500 B are freed: adds 65,536,000 - 4,092,500 = 61,443,500
+    assert items["lm-eval logits"] == 65_536_000 and items["lm-eval log-softmax"] == 61_443_500
+    assert p.total == 8_815_872 + 2 * 65_536_000  # weights + max(forward + copy, 2 copies)
+    assert plan_lmeval(cfg, 100, batch=2, requests=5).get("lm-eval logits") == 2 * 100 * 32768 * 4  # 2 rows
+
+
+class _FakeLMs:
+    """The bundled model loaded once (the shape of tiny_rope: 172,352 float32 parameters, vocab 1,024)."""
+
+    lm = None
+
+    @classmethod
+    def get(cls):
+        if cls.lm is None:
+            from lctx.harness.lm import load_lm
+
+            cls.lm = load_lm(str(DEFAULT_MODEL), device="cpu")
+        return cls.lm
+
+
+# hand: one request row of 2,000 tokens on the bundled model: forward working set KV 2,000 x 1,024 = 2,048,000 +
+# growth 1,024,000 + positions 34,000 + activations 2,000 x 5,632 = 11,264,000 + pattern 2 x 2,000^2 = 8,000,000 +
+# float mask 8 x 2,000^2 = 32,000,000 = 54,370,000 B, plus logits 2,000 x 1,024 x 4 = 8,192,000 (the log-softmax
+# copy fits in the freed working set: + 0), so b rows need 689,408 B of weights + b x 62,562,000 B
+ROW = 62_562_000
+WEIGHTS = 172_352 * 4
+
+
+def test_lmeval_default_batch_is_lowered_to_fit_and_said():
+    lm = _FakeLMs.get()
+    lengths = lambda _lm: {"mmlu/anatomy": (2000, 80), "arc_easy": (40, 300)}  # noqa: E731
+    room = WEIGHTS + 4 * ROW + 1  # 4 rows fit, 5 do not
+    batch, note = check_lmeval_fits([lm], lengths, 32, explicit=False, available=room)
+    assert batch == 4
+    assert note.startswith("note: mmlu: lm-eval batch lowered from 32 to 4 for pydoc-tiny-rope")
+    # hand: 2,000 x 1,024 x 4 B x 2 copies = 16,384,000 B = 0.02 GiB per request; 4 rows plan 689,408 + 4 x ROW
+    assert "longest request 2,000 tokens (mmlu/anatomy) x vocab 1,024 x 4 B x 2 copies = 0.02 GiB" in note
+    assert f"4 rows of mmlu/anatomy, plans {(WEIGHTS + 4 * ROW) / GIB:.2f} GiB of {room / GIB:.2f} GiB available" in note
+    assert check_lmeval_fits([lm], lengths, 32, explicit=False, available=WEIGHTS + 32 * ROW)[0] == 32
+    # rows are capped by the requests: 3 requests of 2,000 tokens need at most 3 rows, so any batch fits 3 rows' room
+    assert check_lmeval_fits([lm], lambda _lm: {"arc_easy": (2000, 3)}, 32, False, available=WEIGHTS + 3 * ROW)[0] == 32
+
+
+def test_lmeval_explicit_batch_that_does_not_fit_is_refused():
+    lm = _FakeLMs.get()
+    lengths = lambda _lm: {"mmlu/anatomy": (2000, 80)}  # noqa: E731
+    room = WEIGHTS + 4 * ROW + 1
+    assert check_lmeval_fits([lm], lengths, 4, explicit=True, available=room)[0] == 4
+    with pytest.raises(LctxError, match=r"^--batch-size 32: mmlu's lm-eval batch .* pass --batch-size 4 or less, "
+                                        r"or --no-memory-check$") as e:
+        check_lmeval_fits([lm], lengths, 32, explicit=True, available=room)
+    assert f"needs about {(WEIGHTS + 32 * ROW) / GIB:.2f} GiB" in str(e.value)
+    with pytest.raises(LctxError, match=r"one lm-eval request of 2,000 tokens .*\(--num-fewshot\)"):
+        check_lmeval_fits([lm], lengths, 32, explicit=False, available=WEIGHTS + ROW - 1)
 
 
 def test_cli_plan_fits_and_refuses(capsys):
