@@ -1273,3 +1273,20 @@ def test_25_compare_from_records_leaves_forged_records_out(tmp_path, capsys):
     assert list(s["model"]) == ["m"] and list(s["mean"].astype(float)) == [0.0] and list(s["n"].astype(int)) == [1]
     err = capsys.readouterr().err
     assert len(_left_out(err)) == 4, err  # one line per kind: duplicate, invocation, model, digest
+
+
+def test_25_F2_depth_spelled_as_an_int_is_the_same_sample():
+    # the F2 numbers (mean 0.0 -> 0.5, n = 2): a copy of a finished record with its depth written 0 instead of 0.0
+    # was another key, so the tidy table held two rows of one sample and the summary pooled them
+    from lctx.harness.tables import summarize, to_table
+
+    real = {"model": "m", "variant": "rope", "task": "passkey", "length": 256, "depth": 0.0, "sample": 0, "seed": 0,
+            "task_options": {}, "status": "ok", "error": "", "fingerprint": "fp", "metrics": {"exact": 0.0}}
+    forged = dict(real, depth=0, metrics={"exact": 1.0})
+    s = summarize(to_table([real, forged]))
+    assert list(s["n"]) == [1] and list(s["mean"]) == [0.0]
+    from lctx.harness.tables import vet_records
+
+    warned = []
+    assert vet_records([real, forged], None, warned.append) == [real]
+    assert len(warned) == 1 and "1 record repeating a finished sample with other values" in warned[0]
