@@ -44,7 +44,7 @@ from lctx.metrics import METRICS, direction_of
 
 from .console import print_line, print_table
 from .rundir import check_regular, declared_tasks, read_json
-from .tables import read_records, summarize, to_table, vet_records
+from .tables import name_foreign_records, read_records, summarize, to_table, vet_records
 
 KEYS = ["model", "task", "metric", "length", "depth"]
 SUMMARY_COLUMNS = ["model", "variant", "task", "metric", "length", "depth", "mean", "stderr", "n", "n_error"]
@@ -342,6 +342,8 @@ def load_summary(run_dir: Path, what: str = "run") -> pd.DataFrame:
     except Exception as e:  # noqa: BLE001 - a corrupt table is the user's input, not our bug
         raise LctxError(f"{what} {str(run_dir)!r}: unreadable table ({type(e).__name__}: {str(e)[:120]}); "
                         "rerun lctx run into it") from None
+    if src != "records.jsonl":  # lctx run wrote the tables from the records run.json vouches for: name the others
+        name_foreign_records(run_dir, _warn)
     missing = [c for c in SUMMARY_COLUMNS if c not in df.columns and c not in ("variant", "n_error")]
     if missing:
         raise LctxError(f"{what} {str(run_dir)!r}: {src} lacks columns {missing}; "

@@ -118,15 +118,13 @@ FOREIGN = {"invocation": "of an invocation run.json does not name",
 
 
 def _invocations(meta: dict) -> dict[str, dict] | None:
-    """{invocation id: entry} of a ``run.json``, or None when it names none (a hand-written or very old one:
-    nothing to check records against). A directory written before invocations were recorded names its
-    ``run_id``, which its records carry."""
+    """{invocation id: entry} of a ``run.json``, or None when it names none (written before invocations were
+    recorded, or by hand: nothing to check records against). The first run into such a directory since adds
+    an entry named by its ``run_id`` (:func:`lctx.harness.runner._invocation`), which its old records carry."""
     invs = meta.get("invocations")
-    if isinstance(invs, list):
-        out = {i["id"]: i for i in invs if isinstance(i, dict) and isinstance(i.get("id"), str)}
-        if out:
-            return out
-    return {meta["run_id"]: {}} if isinstance(meta.get("run_id"), str) and meta["run_id"] else None
+    out = {i["id"]: i for i in invs if isinstance(i, dict) and isinstance(i.get("id"), str)} \
+        if isinstance(invs, list) else {}
+    return out or None
 
 
 def _which(rec: dict) -> str:
@@ -151,7 +149,8 @@ def vet_records(records: list[dict], meta: dict | None, report=None, where: str 
       sharded run's rank file read again after its merge) and errors after an ok are no conflict and are
       left to :func:`latest_records`.
 
-    ``meta`` None (no ``run.json``), or one that names no invocation, checks nothing but duplicates. The
+    ``meta`` None (no ``run.json``), or one that names no invocation (written before they were recorded),
+    checks only the models and duplicates. The
     checks detect lines appended or edited by hand; they are no defence against someone who edits
     ``run.json`` too (:func:`lctx.harness.rundir.record_digest`).
     """
@@ -188,6 +187,26 @@ def vet_records(records: list[dict], meta: dict | None, report=None, where: str 
             report(f"warning: {where}: {n} record{'s' if n != 1 else ''} {FOREIGN[kind]} "
                    f"{'are' if n != 1 else 'is'} left out of the tables (first: {_which(recs[0])})")
     return out
+
+
+def name_foreign_records(run_dir: Path, report) -> int:
+    """Read a run directory's ``records.jsonl`` against its ``run.json`` (:func:`vet_records`) only to name, through
+    ``report``, the records its tables leave out (``lctx report`` and ``lctx compare`` read the tables, which
+    ``lctx run`` wrote from the vetted records; a line appended since is named here too). Returns how many;
+    0 without ``run.json`` or ``records.jsonl``, or with a damaged ``run.json`` (the callers name that)."""
+    from lctx.errors import LctxError
+
+    from .rundir import check_regular
+
+    run_dir = Path(run_dir)
+    try:
+        meta = read_json(run_dir / "run.json")
+        if not meta or not check_regular(run_dir / "records.jsonl"):
+            return 0
+        records = _read(run_dir / "records.jsonl")
+    except LctxError:
+        return 0
+    return len(records) - len(vet_records(records, meta, report, str(run_dir / "records.jsonl")))
 
 
 def _depth_off(depth, actual) -> bool | None:

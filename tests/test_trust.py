@@ -1290,3 +1290,21 @@ def test_25_F2_depth_spelled_as_an_int_is_the_same_sample():
     warned = []
     assert vet_records([real, forged], None, warned.append) == [real]
     assert len(warned) == 1 and "1 record repeating a finished sample with other values" in warned[0]
+
+
+def test_25_report_and_compare_name_records_appended_after_the_run(make_checkpoint, tmp_path, capsys):
+    # lctx report and lctx compare read the tables; a line appended to records.jsonl since is named (once per
+    # directory and kind), and the verdict still reads the vetted tables
+    out, _ = base_run(make_checkpoint, tmp_path, capsys)
+    base = tmp_path / "base"
+    shutil.copytree(out, base)
+    rec = _lines(out)[0]
+    _append(out, dict(rec, invocation="forged", metrics={k: 1.0 - v for k, v in rec["metrics"].items()}))
+    code, _, err = run_cli(["compare", out, "--baseline", base], capsys)
+    assert code == 0, err  # the summaries are the vetted ones: no regression
+    lines = _left_out(err)
+    assert len(lines) == 1 and str(out / "records.jsonl") in lines[0] and "'forged'" in lines[0], err
+    code, _, err = run_cli(["report", out, "--out", tmp_path / "rep"], capsys)
+    assert code == 0, err
+    lines = _left_out(err)
+    assert len(lines) == 1 and "invocation run.json does not name" in lines[0], err
