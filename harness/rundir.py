@@ -91,7 +91,8 @@ def read_json(path: Path, what: str | None = None) -> dict | None:
         data = Path(path).read_bytes()
     except OSError as e:
         raise LctxError(f"cannot read {what} ({_why(e)}); check its permissions") from None
-    fix = "restore it, or move it away to start a new run id (the records are kept)"
+    fix = ("restore it, or move it away to start a new run id (the records stay in records.jsonl, but no "
+           "run.json vouches for them: they are left out of the tables and their samples rerun)")
     try:
         obj = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError as e:
