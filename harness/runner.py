@@ -360,6 +360,21 @@ def _warn(msg: str) -> None:
     print(msg, file=sys.stderr)
 
 
+_NAMED: dict[str, set[str]] = {}  # invocation id -> the warnings about its run directory's records already printed
+
+
+def _warn_once(invocation: str):
+    """A ``report`` for the run directory's records that prints each warning once per invocation: one
+    ``lctx run`` may call several sweeps (``--window``, ``--relative``), each reading the same records."""
+    seen = _NAMED.setdefault(invocation, set())
+
+    def report(msg: str) -> None:
+        if msg not in seen:
+            seen.add(msg)
+            _warn(msg)
+    return report
+
+
 def _check_model_names(lms, models: dict, old_meta: dict, out_dir: Path) -> None:
     """Refuse two different checkpoints under one model name in a run directory: the tables keep one model per
     name (its current inputs; older ones are "earlier inputs"), so a second folder called ``tiny`` would hide the
@@ -448,7 +463,7 @@ def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo, batch_size=1, 
     # every rank from writing before all have read, so all build the same work list
     # records that run.json does not vouch for (an unknown invocation, a digest that does not match, a model
     # the run does not hold, a second finished record of a key) are named once here and never count as done
-    report = _warn if dinfo.is_main else None
+    report = _warn_once(invocation) if dinfo.is_main else None
     done = {record_key(r) for r in vet_records(D.read_all_records(out_dir, report=report), meta, report,
                                                str(out_dir / D.RECORDS))
             if r.get("status") == "ok"}

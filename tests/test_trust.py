@@ -1308,3 +1308,19 @@ def test_25_report_and_compare_name_records_appended_after_the_run(make_checkpoi
     assert code == 0, err
     lines = _left_out(err)
     assert len(lines) == 1 and "invocation run.json does not name" in lines[0], err
+
+
+def test_25_one_warning_per_kind_when_one_run_has_two_sweeps(make_checkpoint, tmp_path, capsys):
+    # --window gives ppl its own sweep beside passkey's: both read records.jsonl, the forgery is named once
+    text = tmp_path / "doc.txt"
+    text.write_text("The module documents every function it exports. " * 60)
+    out = tmp_path / "o"
+    args = ["run", "--model", make_checkpoint(), "--tasks", "passkey,ppl", "--lengths", "160", "--window", "64",
+            "--ppl-data", text, "--depths", "0.5", "--samples", "1", "--out", out, "--no-progress"]
+    code, _, err = run_cli(args, capsys)
+    assert code == 0, err
+    rec = _lines(out)[0]
+    _append(out, dict(rec, invocation="forged", metrics={k: v + 1.0 for k, v in rec["metrics"].items()}))
+    code, _, err = run_cli(args, capsys)
+    assert code == 0, err
+    assert len(_left_out(err)) == 1, err
