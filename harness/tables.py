@@ -104,7 +104,7 @@ def latest_records(records: list[dict]) -> list[dict]:
     for r in records:
         k = record_key(r)
         old = by_key.get(k)
-        if old is None or (old.get("status") != "ok"):
+        if old is None or old.get("status") != "ok":
             by_key.pop(k, None)
             by_key[k] = r
     return list(by_key.values())
