@@ -115,9 +115,11 @@ def test_single_process_resumes_an_interrupted_sharded_run(make_checkpoint, tmp_
     full = run_sweep([lm], [Passkey()], spec, tmp_path / "full", progress=False)
     recs = [json.loads(x) for x in (tmp_path / "full" / "records.jsonl").read_text().splitlines()]
     assert len(recs) == 4 and all(r["status"] == "ok" for r in recs)
-    # a 2-rank run killed after rank 0 finished two samples and rank 1 one
+    # a 2-rank run killed after rank 0 finished two samples and rank 1 one (run.json, written before any
+    # record, names their invocation)
     out = tmp_path / "sharded"
     out.mkdir()
+    (out / "run.json").write_text((tmp_path / "full" / "run.json").read_text())
     (out / "records.rank0.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs[:2]))
     (out / "records.rank1.jsonl").write_text(json.dumps(recs[3]) + "\n")
     res = run_sweep([lm], [Passkey()], spec, out, progress=False)
