@@ -44,7 +44,7 @@ from lctx.metrics import METRICS, direction_of
 
 from .console import print_line, print_table
 from .rundir import check_regular, declared_tasks, read_json
-from .tables import read_records, summarize, to_table
+from .tables import name_foreign_records, read_records, summarize, to_table, vet_records
 
 KEYS = ["model", "task", "metric", "length", "depth"]
 SUMMARY_COLUMNS = ["model", "variant", "task", "metric", "length", "depth", "mean", "stderr", "n", "n_error"]
@@ -296,6 +296,10 @@ def load_rules(path: Path) -> Rules:
 
 # ---------------------------------------------------------------------------------------------- reading
 
+def _warn(msg: str) -> None:
+    print(msg, file=sys.stderr)
+
+
 def load_summary(run_dir: Path, what: str = "run") -> pd.DataFrame:
     """The summary table of a run directory (columns :data:`SUMMARY_COLUMNS` plus the label columns
     :data:`LABEL_COLUMNS` it has; one row per cell).
@@ -322,9 +326,12 @@ def load_summary(run_dir: Path, what: str = "run") -> pd.DataFrame:
         elif check_regular(run_dir / "results.csv"):
             src, df = "results.csv", summarize(pd.read_csv(run_dir / "results.csv"))
         elif check_regular(run_dir / "records.jsonl"):
-            src = "records.jsonl"
-            df = summarize(to_table(read_records(run_dir / "records.jsonl",
-                                                 lambda m: print(m, file=__import__("sys").stderr))))
+            src, path = "records.jsonl", run_dir / "records.jsonl"
+            try:
+                meta = read_json(run_dir / "run.json")
+            except LctxError:
+                meta = None  # damaged: compare_dirs names it
+            df = summarize(to_table(vet_records(read_records(path, _warn), meta, _warn, str(path))))
         else:
             raise LctxError(f"{what} {str(run_dir)!r} has no summary.csv, results or records.jsonl; "
                             "pass a run directory written by lctx run")
@@ -335,6 +342,8 @@ def load_summary(run_dir: Path, what: str = "run") -> pd.DataFrame:
     except Exception as e:  # noqa: BLE001 - a corrupt table is the user's input, not our bug
         raise LctxError(f"{what} {str(run_dir)!r}: unreadable table ({type(e).__name__}: {str(e)[:120]}); "
                         "rerun lctx run into it") from None
+    if src != "records.jsonl":  # lctx run wrote the tables from the records run.json vouches for: name the others
+        name_foreign_records(run_dir, _warn)
     missing = [c for c in SUMMARY_COLUMNS if c not in df.columns and c not in ("variant", "n_error")]
     if missing:
         raise LctxError(f"{what} {str(run_dir)!r}: {src} lacks columns {missing}; "

@@ -128,9 +128,12 @@ def metrics_of_tasks() -> dict[str, tuple[str, ...]]:
 
 
 def write_run_tables(out_dir: Path, steps: list[DerivedStep] = (), metrics_of: dict | None = None,
-                     plots: bool = True, derived_plots: bool = True) -> tuple[pd.DataFrame, pd.DataFrame, list[Path]]:
+                     plots: bool = True, derived_plots: bool = True,
+                     report: Callable[[str], None] | None = None) -> tuple[pd.DataFrame, pd.DataFrame, list[Path]]:
     """Write a run's tables once: ``results.parquet``/``results.csv``/``summary.csv`` from ``records.jsonl`` (the
-    current inputs' records, :func:`lctx.harness.tables.current_map`) plus every step's derived rows; each
+    records ``run.json`` vouches for, :func:`lctx.harness.tables.vet_records`, whose warnings go to ``report``:
+    the runner has named them already; of those the current inputs' records,
+    :func:`lctx.harness.tables.current_map`) plus every step's derived rows; each
     step's entry in ``run.json``; ``mmlu_subjects.csv`` when MMLU rows exist; with ``plots`` the figures of
     :func:`lctx.harness.plots.make_plots`, with ``derived_plots`` the steps' own. Returns (table, summary, plot
     paths).
@@ -138,10 +141,11 @@ def write_run_tables(out_dir: Path, steps: list[DerivedStep] = (), metrics_of: d
     Raises:
         LctxError: ``out_dir`` has no records; a table or figure cannot be written (the records are kept).
     """
-    from .tables import current_map, label_names, read_records, to_table, write_tables  # lazy: loads pandas
+    from .tables import current_map, label_names, read_records, to_table, vet_records, write_tables  # lazy: loads pandas
 
     out_dir = Path(out_dir)
-    records = read_records(out_dir / "records.jsonl")
+    records = vet_records(read_records(out_dir / "records.jsonl"), read_json(out_dir / "run.json"), report,
+                          str(out_dir / "records.jsonl"))
     if not records:
         raise LctxError(f"{out_dir} has no records.jsonl records; run the sweep first")
     metrics_of = {**metrics_of_tasks(), **(metrics_of or {}), **{s.name: s.metrics for s in steps}}

@@ -248,16 +248,22 @@ def read_all_records(out_dir: Path, report=None) -> list[dict]:
 
 
 def _dedupe(records: list[dict]) -> list[dict]:
-    """One record per key (:func:`lctx.harness.tables.record_key`): an ok record beats an error (a
-    finished sample is never rerun, an errored one is); otherwise the last one read wins."""
-    best: dict[tuple, dict] = {}
+    """One record per key (:func:`lctx.harness.tables.record_key`) where the runner wrote them: an ok record
+    beats an error (a finished sample is never rerun, an errored one is), of errors alone the last one read
+    wins, and an exact copy of an ok record (a rank file read again after its merge) is dropped. Another ok
+    record of a key that has one is not the runner's (an appended line): both are kept, in their order, for
+    :func:`lctx.harness.tables.vet_records` to judge, so the merge never drops a record the run wrote in
+    favour of one it did not."""
+    best: dict[tuple, list[dict]] = {}
     for r in records:
         k = record_key(r)
         old = best.get(k)
-        if old is None or r.get("status") == "ok" or old.get("status") != "ok":
+        if old is None or old[0].get("status") != "ok":
             best.pop(k, None)  # re-insert so the order follows the winning record
-            best[k] = r
-    return list(best.values())
+            best[k] = [r]
+        elif r.get("status") == "ok" and all(o != r for o in old):
+            old.append(r)
+    return [r for rs in best.values() for r in rs]
 
 
 def merge_records(out_dir: Path) -> list[dict]:

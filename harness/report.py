@@ -24,6 +24,7 @@ import html
 import json
 import math
 import re
+import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -44,7 +45,7 @@ from .plots import (_DPI, _draw_ratio, _labels, draw_ppl, _legend, _length_axis,
                     _shorten, format_length, mark_train_lengths, palette, ppl_ratio_plot, safe_filename)
 from .ruler import GROUP as RULER, ruler_table
 from .rundir import declared_tasks, read_json
-from .tables import label_names
+from .tables import label_names, name_foreign_records
 
 #: The task whose rows the perplexity section draws (and the flatness sweep derives its ratio from).
 PERPLEXITY_TASKS = ("ppl",)
@@ -96,6 +97,7 @@ def load_run(run_dir: str | Path) -> tuple[pd.DataFrame, dict]:
     # run.json gives the page its provenance (weights' hashes, git_rev, options) and max_positions: a damaged one
     # is refused as `lctx run` refuses it, never left out of the report without a word (trial21 item 7)
     meta = read_json(d / "run.json") or {}
+    name_foreign_records(d, lambda m: print(m, file=sys.stderr))  # lines run.json does not vouch for (issue 25)
     return table, meta
 
 

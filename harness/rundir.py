@@ -14,16 +14,21 @@ a traceback and never lost results.
   becomes an :class:`LctxError` that says how many samples are kept and that rerunning resumes.
 - :func:`atomic_write`: tables and metadata go to a temporary file renamed over the target, so a failed
   write (full disk) leaves the previous version intact.
+- :func:`sign_record` / :func:`record_digest`: each record carries a digest binding it to its invocation's
+  entry in ``run.json`` (:data:`SALT`), so a line appended or edited by hand is told apart from the runner's
+  (:func:`lctx.harness.tables.vet_records` leaves it out of the tables).
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import math
 import os
 import platform
+import secrets
 import socket
 import stat
 import sys
@@ -86,7 +91,8 @@ def read_json(path: Path, what: str | None = None) -> dict | None:
         data = Path(path).read_bytes()
     except OSError as e:
         raise LctxError(f"cannot read {what} ({_why(e)}); check its permissions") from None
-    fix = "restore it, or move it away to start a new run id (the records are kept)"
+    fix = ("restore it, or move it away to start a new run id (the records stay in records.jsonl, but no "
+           "run.json vouches for them: they are left out of the tables and their samples rerun)")
     try:
         obj = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError as e:
@@ -191,6 +197,41 @@ def read_records(path: Path, report: Callable[[str], None] | None = None) -> lis
         report(f"warning: {path}: {len(bad)} line{'s' if len(bad) != 1 else ''} could not be read and "
                f"{'are' if len(bad) != 1 else 'is'} skipped (line {shown}{more}); their samples rerun")
     return out
+
+
+#: The key of a ``run.json`` invocation entry (``invocations``) that holds the salt of its records' digests
+#: (:func:`record_digest`); an entry without one was written before records carried digests (legacy).
+SALT = "record_salt"
+#: The record field holding its digest.
+DIGEST = "digest"
+
+
+def new_salt() -> str:
+    """A fresh random salt for one invocation's record digests (32 hex digits)."""
+    return secrets.token_hex(16)
+
+
+def record_digest(rec: dict, salt: str) -> str:
+    """The digest of a record (32 hex digits): SHA-256 over the salt of its invocation (``run.json``'s
+    ``invocations[i][SALT]``), its ``invocation`` id and its canonical JSON (keys sorted, no spaces; every
+    field but :data:`DIGEST` itself), as written to ``records.jsonl`` and read back.
+
+    Not a signature and not meant as cryptographic security: the salt is no secret, it sits in ``run.json``
+    beside the records, so whoever edits both can forge a record. What it catches is a line of
+    ``records.jsonl`` appended, copied or edited after it was written (another value, another model, an
+    invocation that is not the record's own) and a record of another run directory pasted in (its salt is
+    not this directory's).
+    """
+    body = json.loads(json.dumps({k: v for k, v in rec.items() if k != DIGEST}))  # as read back from the file
+    canon = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(f"{salt}\n{rec.get('invocation')}\n{canon}".encode()).hexdigest()[:32]
+
+
+def sign_record(rec: dict, salt: str) -> dict:
+    """Set ``rec[DIGEST]`` to :func:`record_digest` (``rec`` complete: invocation and every other field set);
+    returns ``rec``."""
+    rec[DIGEST] = record_digest(rec, salt)
+    return rec
 
 
 class RecordWriter:

@@ -38,8 +38,9 @@ from .console import SweepProgress, count
 from lctx.errors import LctxError, NonFiniteLogitsError
 from lctx.harness.args import check_declared_max
 from .lm import LM
-from .rundir import TASK_META, RecordWriter, atomic_write_json, declared_tasks, read_json, run_dir_lock
-from .tables import label_names, label_of, read_records, record_key, summarize, to_table, write_tables
+from .rundir import (SALT, TASK_META, RecordWriter, atomic_write_json, declared_tasks, new_salt, read_json,
+                     run_dir_lock, sign_record)
+from .tables import label_names, label_of, read_records, record_key, summarize, to_table, vet_records, write_tables
 
 
 def git_revision() -> str:
@@ -322,10 +323,12 @@ def new_invocation() -> str:
 def _invocation(meta: dict, lms, tasks, spec: RunSpec, batch_size, dinfo, inv_id: str) -> str:
     """Add invocation ``inv_id`` (one ``lctx run`` may call several sweeps) to ``meta["invocations"]`` and
     return its id: ``{"id", "started", "argv", "git_rev", "models", "tasks", "lengths", "depths",
-    "samples", "seed", "batch_size"}``, merged over the sweeps that share the id; the entries of earlier
-    invocations into the same run directory are kept, so run.json describes every invocation (the top-level
-    ``models``/``tasks``/``lengths`` are those of the last one). Each record's ``invocation`` names its entry."""
+    "samples", "seed", "batch_size", "record_salt"}``, merged over the sweeps that share the id; the entries of
+    earlier invocations into the same run directory are kept, so run.json describes every invocation (the
+    top-level ``models``/``tasks``/``lengths`` are those of the last one). Each record's ``invocation`` names
+    its entry and its ``digest`` is salted with the entry's ``record_salt`` (:func:`lctx.harness.rundir.sign_record`)."""
     inv_id = D.broadcast(inv_id)  # [distributed] rank 0's id on every rank
+    salt = D.broadcast(new_salt())  # [distributed] rank 0's salt on every rank (a collective: every rank calls it)
     invs = [i for i in meta.get("invocations") or [] if isinstance(i, dict)] \
         if isinstance(meta.get("invocations"), list) else []
     if not invs and meta.get("run_id"):  # a directory written before invocations were recorded: keep what it said
@@ -336,8 +339,9 @@ def _invocation(meta: dict, lms, tasks, spec: RunSpec, batch_size, dinfo, inv_id
     if cur is None:
         cur = {"id": inv_id, "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                "argv": list(sys.argv), "git_rev": git_revision(), "models": [], "tasks": [], "lengths": [],
-               "depths": [], "samples": spec.samples, "seed": spec.seed, "batch_size": batch_size}
+               "depths": [], "samples": spec.samples, "seed": spec.seed, "batch_size": batch_size, SALT: salt}
         invs.append(cur)
+    cur.setdefault(SALT, salt)
 
     def union(key, new):
         cur[key] = list(dict.fromkeys(list(cur.get(key) or []) + list(new)))
@@ -354,6 +358,21 @@ def _invocation(meta: dict, lms, tasks, spec: RunSpec, batch_size, dinfo, inv_id
 
 def _warn(msg: str) -> None:
     print(msg, file=sys.stderr)
+
+
+_NAMED: dict[str, set[str]] = {}  # invocation id -> the warnings about its run directory's records already printed
+
+
+def _warn_once(invocation: str):
+    """A ``report`` for the run directory's records that prints each warning once per invocation: one
+    ``lctx run`` may call several sweeps (``--window``, ``--relative``), each reading the same records."""
+    seen = _NAMED.setdefault(invocation, set())
+
+    def report(msg: str) -> None:
+        if msg not in seen:
+            seen.add(msg)
+            _warn(msg)
+    return report
 
 
 def _check_model_names(lms, models: dict, old_meta: dict, out_dir: Path) -> None:
@@ -414,6 +433,7 @@ def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo, batch_size=1, 
 
     meta = dict(old_meta)
     invocation = _invocation(meta, lms, tasks, spec, batch_size, dinfo, invocation or new_invocation())
+    salt = next(i[SALT] for i in meta["invocations"] if i.get("id") == invocation)
     meta.update({"run_id": run_id, "lctx_version": lctx.__version__, "git_rev": git_revision(),
                  "torch": torch.__version__, "python": platform.python_version(), "host": platform.node(),
                  "models": [lm.path for lm in lms], "tasks": list(dict.fromkeys(t.name for t in tasks)),
@@ -441,7 +461,11 @@ def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo, batch_size=1, 
 
     # [distributed] all record files (rank files of an interrupted sharded run too); the barrier keeps
     # every rank from writing before all have read, so all build the same work list
-    done = {record_key(r) for r in D.read_all_records(out_dir, report=_warn if dinfo.is_main else None)
+    # records that run.json does not vouch for (an unknown invocation, a digest that does not match, a model
+    # the run does not hold, a second finished record of a key) are named once here and never count as done
+    report = _warn_once(invocation) if dinfo.is_main else None
+    done = {record_key(r) for r in vet_records(D.read_all_records(out_dir, report=report), meta, report,
+                                               str(out_dir / D.RECORDS))
             if r.get("status") == "ok"}
     D.barrier()
     work, n_cells = [], 0
@@ -488,7 +512,7 @@ def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo, batch_size=1, 
                     rec.update(run_id=run_id, invocation=invocation, lctx_version=lctx.__version__,
                                git_rev=meta["git_rev"])
                     errors += rec["status"] != "ok"
-                    writer.write(rec)
+                    writer.write(sign_record(rec, salt))
                 bar.done(sum(cost_of[id(w)] for w in group))
 
     # [distributed] rank 0 merges the rank files and writes tables and plots once; the other ranks wait for
@@ -497,7 +521,7 @@ def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo, batch_size=1, 
     errors = sum(D.gather(errors))
     D.barrier()
     if dinfo.is_main:
-        records = D.merge_records(out_dir)
+        records = vet_records(D.merge_records(out_dir), meta)  # named above, when the sweep started
     if not tables:
         D.barrier()
         return {"records": None, "ran": n_total, "skipped": skipped, "errors": errors,
@@ -513,7 +537,7 @@ def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo, batch_size=1, 
                             "written: free space and rerun the same command to draw them") from None
     D.barrier()
     if not dinfo.is_main:
-        records = read_records(out_dir / D.RECORDS)
+        records = vet_records(read_records(out_dir / D.RECORDS), meta)
         table = to_table(records, metrics_of, current)
         summary, plots = summarize(table), []
     return {"records": len(records), "ran": n_total, "skipped": skipped, "errors": errors,

@@ -59,10 +59,16 @@ def read_records(path: Path, report=None) -> list[dict]:
     return _read(Path(path), report)
 
 
+def _key_value(k: str, v):
+    # a depth is a number: 0 and 0.0 are one grid point (the summary groups them into one cell)
+    return float(v) if k == "depth" and isinstance(v, (int, float)) and not isinstance(v, bool) else v
+
+
 def record_key(rec: dict) -> tuple:
     """The identity of a sample across reruns (:data:`KEY`): a record is reused only when its
-    fingerprint (every input: weights, config, tokenizer, data, options, versions) and grid point match."""
-    return tuple(json.dumps(rec.get(k), sort_keys=True) for k in KEY)
+    fingerprint (every input: weights, config, tokenizer, data, options, versions) and grid point match
+    (a depth compared as a number: ``0`` and ``0.0`` are one key)."""
+    return tuple(json.dumps(_key_value(k, rec.get(k)), sort_keys=True) for k in KEY)
 
 
 def label_of(rec: dict) -> str:
@@ -90,16 +96,117 @@ def select_current(records: list[dict], current: dict | None = None) -> tuple[li
 
 
 def latest_records(records: list[dict]) -> list[dict]:
-    """One record per key: an ok record beats an error (a finished sample is never rerun, an errored one
-    is), otherwise the last one written wins."""
+    """One record per key (:func:`record_key`), so the tidy table never pools two records of one sample: the
+    first ok record wins (a finished sample is never rerun, so a later ok record of its key is not the
+    runner's; :func:`vet_records` names those with other values), an ok record beats an error (an errored
+    sample is rerun), and of a key's errors alone the last one written wins."""
     by_key: dict[tuple, dict] = {}
     for r in records:
         k = record_key(r)
         old = by_key.get(k)
-        if old is None or r.get("status") == "ok" or old.get("status") != "ok":
+        if old is None or old.get("status") != "ok":
             by_key.pop(k, None)
             by_key[k] = r
     return list(by_key.values())
+
+
+#: Why :func:`vet_records` leaves a record out, as its warning names it ({kind: "N record(s) ..."}).
+FOREIGN = {"invocation": "of an invocation run.json does not name",
+           "digest": "whose digest does not match (edited or copied after it was written)",
+           "model": "of a model run.json does not hold",
+           "duplicate": "repeating a finished sample with other values"}
+
+
+def _invocations(meta: dict) -> dict[str, dict] | None:
+    """{invocation id: entry} of a ``run.json``, or None when it names none (written before invocations were
+    recorded, or by hand: nothing to check records against). The first run into such a directory since adds
+    an entry named by its ``run_id`` (:func:`lctx.harness.runner._invocation`), which its old records carry."""
+    invs = meta.get("invocations")
+    out = {i["id"]: i for i in invs if isinstance(i, dict) and isinstance(i.get("id"), str)} \
+        if isinstance(invs, list) else {}
+    return out or None
+
+
+def _which(rec: dict) -> str:
+    where = " ".join(f"{k} {rec[k]}" for k in ("length", "depth") if rec.get(k) is not None)
+    return (f"{rec.get('model')} {rec.get('task')} {where + ' ' if where else ''}sample {rec.get('sample')}, "
+            f"invocation {rec.get('invocation') or rec.get('run_id')!r}")
+
+
+def vet_records(records: list[dict], meta: dict | None, report=None, where: str = "records.jsonl") -> list[dict]:
+    """The records of a run directory that its ``run.json`` (``meta``) vouches for, in their order; the others
+    are left out of every table and aggregate, and ``report`` (if given) gets one warning line per kind
+    (:data:`FOREIGN`) with the count and the first one:
+
+    - ``invocation``: its ``invocation`` (a record written before invocations were recorded: its ``run_id``)
+      is no entry of ``run.json``'s ``invocations``;
+    - ``digest``: its invocation's entry has a salt and the record's ``digest`` is missing or is not
+      :func:`lctx.harness.rundir.record_digest` of it (an entry without a salt was written before records
+      carried digests: its records are taken as they are);
+    - ``model``: its ``model`` is not among ``run.json``'s models (``inputs.models``);
+    - ``duplicate``: a second ok record of a key (:func:`record_key`) that already has one, with other
+      metrics: the first one is kept (a finished sample is never rerun). Copies with the same metrics (a
+      sharded run's rank file read again after its merge) and errors after an ok are no conflict and are
+      left to :func:`latest_records`.
+
+    ``meta`` None (no ``run.json``), or one that names no invocation (written before they were recorded),
+    checks only the models and duplicates. The
+    checks detect lines appended or edited by hand; they are no defence against someone who edits
+    ``run.json`` too (:func:`lctx.harness.rundir.record_digest`).
+    """
+    from .rundir import DIGEST, SALT, record_digest
+
+    meta = meta if isinstance(meta, dict) else {}
+    invs = _invocations(meta)
+    inputs = meta.get("inputs") if isinstance(meta.get("inputs"), dict) else {}
+    held = set(inputs["models"]) if isinstance(inputs.get("models"), dict) and inputs["models"] else None
+    out, bad, first_ok = [], {k: [] for k in FOREIGN}, {}
+    for r in records:
+        kind = None
+        if invs is not None:
+            inv = r.get("invocation") if "invocation" in r else r.get("run_id")
+            entry = invs.get(inv) if isinstance(inv, str) else None
+            if entry is None:
+                kind = "invocation"
+            elif entry.get(SALT) and r.get(DIGEST) != record_digest(r, entry[SALT]):
+                kind = "digest"
+        if kind is None and held is not None and r.get("model") not in held:
+            kind = "model"
+        if kind is None and r.get("status") == "ok":
+            k = record_key(r)
+            prev = first_ok.setdefault(k, r)
+            if prev is not r and prev.get("metrics") != r.get("metrics"):
+                kind = "duplicate"
+        if kind is None:
+            out.append(r)
+        else:
+            bad[kind].append(r)
+    for kind, recs in bad.items():
+        if recs and report is not None:
+            n = len(recs)
+            report(f"warning: {where}: {n} record{'s' if n != 1 else ''} {FOREIGN[kind]} "
+                   f"{'are' if n != 1 else 'is'} left out of the tables (first: {_which(recs[0])})")
+    return out
+
+
+def name_foreign_records(run_dir: Path, report) -> int:
+    """Read a run directory's ``records.jsonl`` against its ``run.json`` (:func:`vet_records`) only to name, through
+    ``report``, the records its tables leave out (``lctx report`` and ``lctx compare`` read the tables, which
+    ``lctx run`` wrote from the vetted records; a line appended since is named here too). Returns how many;
+    0 without ``run.json`` or ``records.jsonl``, or with a damaged ``run.json`` (the callers name that)."""
+    from lctx.errors import LctxError
+
+    from .rundir import check_regular
+
+    run_dir = Path(run_dir)
+    try:
+        meta = read_json(run_dir / "run.json")
+        if not meta or not check_regular(run_dir / "records.jsonl"):
+            return 0
+        records = _read(run_dir / "records.jsonl")
+    except LctxError:
+        return 0
+    return len(records) - len(vet_records(records, meta, report, str(run_dir / "records.jsonl")))
 
 
 def _depth_off(depth, actual) -> bool | None:

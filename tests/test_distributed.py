@@ -95,6 +95,15 @@ def test_merge_records_keeps_one_record_per_key_and_removes_rank_files(tmp_path)
     assert (tmp_path / "records.jsonl").stat().st_mtime_ns == before
 
 
+def test_merge_keeps_a_second_finished_record_with_other_metrics_for_the_vetting(tmp_path):
+    # issue 25 item 2: an appended ok record of a finished key must not make the merge drop the run's own one
+    # (vet_records names it and keeps the first); an exact copy (a rank file read again) is dropped
+    (tmp_path / "records.jsonl").write_text(json.dumps(_rec(1)) + "\n")
+    (tmp_path / "records.rank0.jsonl").write_text(json.dumps(_rec(1, value=9.0)) + "\n" + json.dumps(_rec(1)) + "\n")
+    merged = D.merge_records(tmp_path)
+    assert [r["metrics"]["x"] for r in merged] == [1.0, 9.0]
+
+
 @pytest.mark.slow
 def test_single_process_resumes_an_interrupted_sharded_run(make_checkpoint, tmp_path):
     from lctx.harness.lm import load_lm
@@ -106,9 +115,11 @@ def test_single_process_resumes_an_interrupted_sharded_run(make_checkpoint, tmp_
     full = run_sweep([lm], [Passkey()], spec, tmp_path / "full", progress=False)
     recs = [json.loads(x) for x in (tmp_path / "full" / "records.jsonl").read_text().splitlines()]
     assert len(recs) == 4 and all(r["status"] == "ok" for r in recs)
-    # a 2-rank run killed after rank 0 finished two samples and rank 1 one
+    # a 2-rank run killed after rank 0 finished two samples and rank 1 one (run.json, written before any
+    # record, names their invocation)
     out = tmp_path / "sharded"
     out.mkdir()
+    (out / "run.json").write_text((tmp_path / "full" / "run.json").read_text())
     (out / "records.rank0.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs[:2]))
     (out / "records.rank1.jsonl").write_text(json.dumps(recs[3]) + "\n")
     res = run_sweep([lm], [Passkey()], spec, out, progress=False)
