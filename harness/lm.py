@@ -182,7 +182,7 @@ class TokenizerSide:
         except LctxError:
             raise
         except Exception as e:  # noqa: BLE001 - e.g. a template that refuses a system turn
-            drop = "drop --system-prompt or "
+            drop = "drop --system-prompt or " if self.system_prompt is not None else ""  # only what was given
             raise LctxError(f"the chat template of {self.chat_source()} cannot format this prompt "
                             f"({_first_line(e)}); {drop}use --chat-template off") from None
         if text.count(mark) != 1:

@@ -251,3 +251,15 @@ def test_gguf_template_bomb_is_one_line_error(tmp_path, capsys, monkeypatch):
     assert code == 2 and len(errors) == 1 and "Traceback" not in err, err
     assert errors[0].startswith(f"error: the chat template of model 'bomb' ({g}) went past the size limit"), err
 
+
+def test_template_error_advice_names_only_given_options(chat_lm):
+    # issue 25 (minor): "drop --system-prompt" was advised when no --system-prompt was given
+    refuses = "{{ raise_exception('Conversation roles must alternate') }}"
+    msg, _, _ = _render_with(chat_lm, refuses)
+    assert "roles must alternate" in msg and "--system-prompt" not in msg and msg.endswith("use --chat-template off")
+    chat_lm.system_prompt = "Be brief."
+    try:
+        msg, _, _ = _render_with(chat_lm, refuses)
+    finally:
+        chat_lm.system_prompt = None
+    assert "drop --system-prompt or use --chat-template off" in msg
