@@ -28,6 +28,7 @@ import json
 import re
 import string
 import time
+from collections.abc import ItemsView, KeysView, ValuesView
 from datetime import datetime
 from functools import lru_cache, wraps
 
@@ -84,6 +85,14 @@ class _Budget:
             raise TemplateLimitError(f"the limit of {MAX_STEPS} loop iterations and calls")
         self.tick()
 
+    def fits(self, value, what: str) -> None:
+        """Refuse a ``value`` bigger than the size limit that ``what`` is given (a filter's input, a call's
+        argument, a namespace's attribute): nothing else can hold one across loop iterations or calls."""
+        n = deep_size(value, self.size)
+        if n > self.size:
+            raise TemplateLimitError(f"the size limit ({self.size} characters): {what} is given one of "
+                                     f"{n} or more")
+
     def want(self, n: int, what: str) -> None:
         """Refuse (before it is made) a value of size ``n`` that ``what`` would make; count it as work."""
         self.tick()
@@ -119,6 +128,12 @@ def deep_size(value, cap: int) -> int:
             total += len(v) + 1
             stack.extend(v.keys())
             stack.extend(v.values())
+        elif isinstance(v, (KeysView, ValuesView, ItemsView)):  # d.items(): its text lists the values
+            total += 1
+            stack.extend(v)
+        elif isinstance(v, Namespace):  # its text (repr) lists what it holds
+            total += 1
+            stack.append(dict(object.__getattribute__(v, "_Namespace__attrs")))
         else:
             total += 1
     return total
@@ -263,6 +278,8 @@ def _bounded_filter(name: str, func, env):
         args = list(args)
         if name == "join" and len(args) > skip and not isinstance(args[skip], (list, tuple, str)):
             args[skip] = list(args[skip])  # a generator (map, select): measured as it will be joined
+        for a in (*args[skip:], *kwargs.values()):
+            b.fits(a, f"the {name} filter")
         size = _filter_size(name, args[skip:], kwargs, env, b.size)
         if size is not None:
             b.want(size, f"the {name} filter")
@@ -350,24 +367,28 @@ class _TemplateDict:
 
 
 class _TemplateNamespace(Namespace):
-    """``namespace`` as transformers gives it to templates: no underscore-prefixed attributes."""
+    """``namespace`` as transformers gives it to templates: no underscore-prefixed attributes; and no attribute
+    bigger than the size limit."""
 
     def __init__(*args, **kwargs):  # noqa: N805 - jinja2.utils.Namespace's own signature trick
         self, args = args[0], args[1:]
         attrs = dict(*args, **kwargs)
-        for name in attrs:
-            _TemplateNamespace._check(name)
+        for name, value in attrs.items():
+            _TemplateNamespace._check(name, value)
         Namespace.__init__(self, attrs)
 
     def __setitem__(self, name, value):
-        _TemplateNamespace._check(name)
+        _TemplateNamespace._check(name, value)
         Namespace.__setitem__(self, name, value)
 
     @staticmethod
-    def _check(name):
+    def _check(name, value):
         if isinstance(name, str) and name.startswith("_"):
             raise jinja2.exceptions.SecurityError(f"chat templates cannot store underscore-prefixed attributes "
                                                   f"on a namespace ({name!r})")
+        b = _budget()
+        if b is not None:  # what a loop carries from one iteration to the next: at most the size limit
+            b.fits(value, f"namespace attribute {name!r}")
 
 
 def _tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
@@ -417,15 +438,22 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
         if b is None:
             return super().call(__context, __obj, *args, **kwargs)
         b.step()
+        name = getattr(__obj, "__name__", None) or getattr(__obj, "name", None) or "a function"  # a macro: .name
+        for a in (*args, *kwargs.values()):
+            b.fits(a, f"a call of {name}")
         method = getattr(__obj, "__wrapped__", __obj)  # str.format comes wrapped by the sandbox
         if isinstance(getattr(method, "__self__", None), str):
-            size = _str_method_size(method.__self__, getattr(method, "__name__", ""), args, kwargs, b.size)
+            if name == "join" and args and not isinstance(args[0], (list, tuple, str)):
+                args = (list(args[0]), *args[1:])  # a generator: measured as it will be joined
+            size = _str_method_size(method.__self__, name, args, kwargs, b.size)
             if size is not None:
-                b.want(size, f"str.{method.__name__}")
-        elif __obj is __self.globals.get("lipsum"):
-            b.want(100 * 12 * _width(kwargs.get("n", args[0] if args else 5)), "lipsum")
+                b.want(size, f"str.{name}")
+        elif __obj is __self.globals.get("lipsum"):  # generate_lorem_ipsum(n=5, html=True, min=20, max=100)
+            n, _, lo, hi = (*args, *(5, True, 20, 100)[len(args):])
+            b.want(12 * _width(kwargs.get("n", n)) * max(_width(kwargs.get("min", lo)), _width(kwargs.get("max", hi))),
+                   "lipsum")
         out = super().call(__context, __obj, *args, **kwargs)
-        b.want(deep_size(out, b.size), f"a call of {getattr(__obj, '__name__', 'a function')}")
+        b.want(deep_size(out, b.size), f"a call of {name}")
         return out
 
 

@@ -12,7 +12,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest  # noqa: E402
 
-from gguf_tiny import write_tiny_gguf  # noqa: E402
+from gguf_tiny import CHAT_TEMPLATE, write_tiny_gguf  # noqa: E402
 from helpers import assert_one_line_error, run_cli  # noqa: E402
 
 
@@ -163,9 +163,8 @@ FEATURES_TEMPLATE = ("{%- set ns = namespace(sys='') %}{%- if messages[0]['role'
                      "{% endgeneration %}{% if add_generation_prompt %}<a>{% endif %}")
 
 
-@pytest.mark.parametrize("template", [SMOLLM2_TEMPLATE, GEMMA_TEMPLATE, FEATURES_TEMPLATE,
-                                      __import__("gguf_tiny").CHAT_TEMPLATE], ids=["smollm2", "gemma", "features",
-                                                                                   "chatml"])
+@pytest.mark.parametrize("template", [SMOLLM2_TEMPLATE, GEMMA_TEMPLATE, FEATURES_TEMPLATE, CHAT_TEMPLATE],
+                         ids=["smollm2", "gemma", "features", "chatml"])
 def test_bounded_render_writes_what_transformers_writes(chat_ckpt, template):
     import jinja2
     from transformers import AutoTokenizer
@@ -208,14 +207,17 @@ def _render_with(lm, template):
         return str(e.value), time.monotonic() - t0, tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-        lm.tokenizer.chat_template = __import__("gguf_tiny").CHAT_TEMPLATE
+        lm.tokenizer.chat_template = CHAT_TEMPLATE
 
 
 BOMBS = {"F1": ("{{ 'a' * 2000000000 }}", "the size limit", "the * operator would make 2000000000"),
          # the output held in a {% set %} block (no output piece reaches the render's stream): 10^12 characters
          "nested-loops": ("{% set x %}{% for i in range(100000) %}{% for j in range(100000) %}" + "x" * 100
                           + "{% endfor %}{% endfor %}{% endset %}{{ x }}", "the work limit", "an output expression"),
-         "join": ("{{ range(100000) | join('a' * 100000) }}", "the size limit", "the join filter would make")}
+         "join": ("{{ range(100000) | join('a' * 100000) }}", "the size limit", "the join filter would make"),
+         # 2^40 references in 40 small lists: its text (the namespace's repr) would be terabytes
+         "namespace-doubling": ("{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = [ns.l, ns.l] %}"
+                                "{% endfor %}{{ ns }}", "the size limit", "namespace attribute 'l' is given one")}
 
 
 @pytest.mark.parametrize("name", list(BOMBS))
