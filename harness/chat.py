@@ -65,7 +65,7 @@ def size_limit(messages: list[dict]) -> int:
 
 
 class TemplateLimitError(Exception):
-    """A chat template went past one of the limits of :mod:`lctx.harness.chat` (``what`` says which)."""
+    """A chat template went past one of the limits of :mod:`lctx.harness.chat` (the message names which)."""
 
 
 class _Budget:
@@ -505,8 +505,9 @@ def render_chat(tokenizer, messages: list[dict], add_generation_prompt: bool = T
         raise LctxError(f"the chat template of {source} went past {e} while rendering a prompt; fix the template "
                         "or use --chat-template off") from None
     except (MemoryError, RecursionError) as e:
-        raise LctxError(f"the chat template of {source} ran out of {'memory' if isinstance(e, MemoryError) else 'stack'}"
-                        " while rendering a prompt; fix the template or use --chat-template off") from None
+        what = "memory" if isinstance(e, MemoryError) else "stack"
+        raise LctxError(f"the chat template of {source} ran out of {what} while rendering a prompt; fix the template "
+                        "or use --chat-template off") from None
     finally:
         _BUDGET.reset(token)
     if final is not None:  # as transformers' render_jinja_template cuts at the tag

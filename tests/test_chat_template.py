@@ -156,7 +156,8 @@ GEMMA_TEMPLATE = ("{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ rai
                   "{{'<start_of_turn>model\n'}}{% endif %}")
 #: what other templates use: namespace, ~, tojson, loop controls, {% generation %}, %, str.format, replace, join
 FEATURES_TEMPLATE = ("{%- set ns = namespace(sys='') %}{%- if messages[0]['role'] == 'system' %}{%- set ns.sys = "
-                     "messages[0]['content'] | trim %}{%- set messages = messages[1:] %}{%- endif %}[{{ ns.sys ~ '!' }}]"
+                     "messages[0]['content'] | trim %}{%- set messages = messages[1:] %}{%- endif %}"
+                     "[{{ ns.sys ~ '!' }}]"
                      "{% for m in messages %}{{ '<%s>' % m['role'] }}{{ '{:>3}'.format(loop.index) }}"
                      "{{ m['content'] | replace('  ', ' ') }}{% if loop.last %}{% break %}{% endif %}{% endfor %}"
                      "{{ messages | tojson(indent=2) }}{{ [1, 2] | join(',') }}{% generation %}{{ eos_token }}"
