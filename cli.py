@@ -165,11 +165,12 @@ def run(
         raise LctxError(f"--chat-template {chat_template!r} is not on or off; write --chat-template on")
     parse_lengths(lengths), parse_depths(depths), batch_size is None or parse_batch_size(batch_size)  # one-line errors before the heavy imports
     explicit_lengths = getattr(ctx.get_parameter_source("lengths"), "name", "DEFAULT") != "DEFAULT"  # --lengths given
+    env_cache_dir = getattr(ctx.get_parameter_source("cache_dir"), "name", "") == "ENVIRONMENT"  # LCTX_CACHE_DIR
     result = evaluate(
         list(model) if model else None, tasks, lengths=lengths if explicit_lengths else None, depths=depths,
         samples=samples, out=out, relative=relative, train_length=train_length, task_options=task_option or [],
         task_files=task_file or [], data_dir=data_dir, device=device, dtype=dtype, seed=seed, chunk_size=chunk_size,
-        allow_beyond_max=allow_beyond_max, attn_impl=attn_impl, cache_dir=cache_dir,
+        allow_beyond_max=allow_beyond_max, attn_impl=attn_impl, cache_dir=cache_dir, cache_dir_from_env=env_cache_dir,
         trust_remote_code=trust_remote_code, attn_override=attn_override, chat_template=chat_template == "on",
         system_prompt=system_prompt, memory_check=memory_check, progress=progress, batch_size=batch_size,
         stride=stride, window=window,

@@ -376,10 +376,13 @@ def resolve_model_path(path) -> tuple[str, Optional[str]]:
     else ``~/.cache/huggingface/hub``). Imports no torch.
 
     Raises:
-        LctxError: a hub id that is not in the local cache: lctx does not download at run time (the message
-            says how to fetch it).
+        LctxError: an empty value (``--model ""``: it would name the current directory); a hub id that is not in
+            the local cache: lctx does not download at run time (the message says how to fetch it).
     """
     text = str(path)
+    if not text.strip():
+        raise LctxError(f"--model {text!r} is empty; pass a checkpoint folder, a .gguf file or a Hugging Face id "
+                        "(or omit --model for the bundled default)")
     if Path(text).exists() or not HUB_ID.fullmatch(text):
         return text, None
     from huggingface_hub import constants, snapshot_download  # lazy: ~0.3 s, no torch; only for a hub id

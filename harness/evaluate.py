@@ -128,7 +128,7 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
              train_length: Optional[int] = None, task_options=None, task_files: Iterable[str] = (),
              data_dir: Union[str, Path, None] = None, device: str = "auto", dtype: str = "float32", seed: int = 0,
              chunk_size: int = 2048, allow_beyond_max: bool = False, attn_impl: Optional[str] = None,
-             cache_dir: Union[str, Path, None] = None, trust_remote_code: bool = False,
+             cache_dir: Union[str, Path, None] = None, cache_dir_from_env: bool = False, trust_remote_code: bool = False,
              attn_override: Optional[str] = None, chat_template: bool = False, system_prompt: Optional[str] = None,
              memory_check: bool = True, progress: bool = False, batch_size: Union[int, str, None] = None, stride: float = 0.5,
              window: Union[str, Sequence[int], None] = None, ppl_data: Optional[Sequence[str]] = None,
@@ -145,8 +145,9 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
     (``lctx run --help``): ``task_options`` as ``{task: {key: value}}`` or ``["task.key=value"]``,
     ``chat_template`` True/False, ``batch_size`` an int or ``"auto"`` (README "Batches"; None: 1 sample of the
     length sweeps and for lm-eval the largest batch up to :data:`LMEVAL_BATCH` that the memory check fits; an int N:
-    N for both, refused when lm-eval's batch does not fit, unless ``memory_check=False``). ``log`` / ``warn``
-    receive progress notes and warnings (one line each).
+    N for both, refused when lm-eval's batch does not fit, unless ``memory_check=False``),
+    ``cache_dir_from_env`` True when ``cache_dir`` is ``$LCTX_CACHE_DIR``, not the user's ``--cache-dir`` (no warning
+    then that it reaches nothing). ``log`` / ``warn`` receive progress notes and warnings (one line each).
 
     Returns: a :class:`Result` (tables as DataFrames, plot paths, counts).
 
@@ -248,7 +249,7 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
                    if lmeval_names else [])  # checks the data; they run in the first sweep, after the others
     task_objs = build(task_names, parse_task_options(task_option, task_names))
     ppl_lengths = _as_list(window, parse_window, "window") if window and "ppl" in task_names else None
-    if cache_dir is not None and dinfo.is_main:
+    if cache_dir is not None and not cache_dir_from_env and dinfo.is_main:  # only a --cache-dir the user gave
         unused = _unused_cache_dir(models, task_objs, task_names + lmeval_names)
         if unused:
             warn(unused)

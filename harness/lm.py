@@ -25,6 +25,7 @@ from lctx import ATTN_IMPLS
 from lctx.errors import CapturedLog, LctxError, check_finite_logits
 from lctx.harness.devices import DTYPES, resolve_device, resolve_dtype  # noqa: F401  (lctx.harness.lm.resolve_* kept)
 
+from .chat import render_chat
 from .gguf import cached_gguf_dir, find_gguf
 
 @dataclass
@@ -145,6 +146,12 @@ class TokenizerSide:
             raise LctxError(f"--chat-template on: the tokenizer of model {self.name!r} has no chat template; "
                             "use --chat-template off (the default) for this model")
 
+    def chat_source(self) -> str:
+        """Where the chat template comes from, for messages: "model 'NAME' (PATH)" (a GGUF file's path for a
+        template from its metadata)."""
+        path = getattr(self, "path", None)
+        return f"model {self.name!r}" + (f" ({path})" if path else "")
+
     def chat_signature(self) -> dict | None:
         """What the chat setting changes in a prompt, for cache keys and records: ``None`` when off, else
         {"template": sha1 of the template text, "system_prompt": ...}."""
@@ -157,7 +164,8 @@ class TokenizerSide:
     def prompt_text(self, user: str, answer_prefix: str = "") -> tuple[str, int]:
         """The prompt as text and the character offset where ``user`` starts in it.
 
-        Chat template off: ``user + answer_prefix`` (offset 0). On: the tokenizer's chat template applied to
+        Chat template off: ``user + answer_prefix`` (offset 0). On: the tokenizer's chat template rendered with
+        limits (:func:`lctx.harness.chat.render_chat`, the text ``apply_chat_template`` writes) for
         [system (``system_prompt``, when given), user] with the generation prompt (the assistant turn's
         header), then ``answer_prefix`` as the start of the assistant's turn, as RULER joins its model
         templates with its answer prefixes (NVIDIA/RULER ``scripts/data/prepare.py``); the prefix keeps its
@@ -170,10 +178,13 @@ class TokenizerSide:
         msgs = ([{"role": "system", "content": self.system_prompt}] if self.system_prompt is not None else [])
         msgs.append({"role": "user", "content": mark})
         try:
-            text = self.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+            text = render_chat(self.tokenizer, msgs, add_generation_prompt=True, source=self.chat_source())
+        except LctxError:
+            raise
         except Exception as e:  # noqa: BLE001 - e.g. a template that refuses a system turn
-            raise LctxError(f"the chat template of model {self.name!r} cannot format this prompt "
-                            f"({_first_line(e)}); drop --system-prompt or use --chat-template off") from None
+            drop = "drop --system-prompt or " if self.system_prompt is not None else ""  # only what was given
+            raise LctxError(f"the chat template of {self.chat_source()} cannot format this prompt "
+                            f"({_first_line(e)}); {drop}use --chat-template off") from None
         if text.count(mark) != 1:
             raise LctxError(f"the chat template of model {self.name!r} does not place the user message verbatim; "
                             "use --chat-template off")
@@ -193,7 +204,8 @@ class TokenizerSide:
         Returns a :class:`Prompt` (ids, text, marks).
 
         Raises:
-            LctxError: chat template on and the tokenizer has none (or it cannot format the turn).
+            LctxError: chat template on and the tokenizer has none, it cannot format the turn, or rendering it
+                goes past a limit (size, steps, time: :mod:`lctx.harness.chat`).
         """
         text, start = self.prompt_text(user, answer_prefix)
         head = self.bos_prefix()

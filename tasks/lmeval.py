@@ -321,9 +321,10 @@ _LCTX_HFLM = None
 def lctx_hflm_class():
     """lm-eval's ``HFLM`` with BOS handling for native lctx models, registered as lm-eval model ``"lctx"``.
 
-    ``LctxHFLM(pretrained=model_or_dir, tokenizer=..., force_bos=None, **HFLM kwargs)``: with
+    ``LctxHFLM(pretrained=model_or_dir, tokenizer=..., force_bos=None, chat_source=None, **HFLM kwargs)``: with
     ``force_bos`` (default: the model's ``model_type`` is ``"lctx"``) every encoded context and
-    context + continuation starts with the tokenizer's BOS id, as in lctx training; otherwise it is
+    context + continuation starts with the tokenizer's BOS id, as in lctx training; its chat template renders
+    with lctx's limits (``chat_source`` names the template's source in their errors); otherwise it is
     exactly lm-eval's ``HFLM``. Defined lazily because importing lm-eval takes seconds.
     """
     global _LCTX_HFLM
@@ -338,12 +339,13 @@ def lctx_hflm_class():
     class LctxHFLM(HFLM):
         """lm-eval ``hf`` backend; prepends BOS for native lctx checkpoints (see :func:`lctx_hflm_class`)."""
 
-        def __init__(self, pretrained, force_bos: bool | None = None, **kwargs):
+        def __init__(self, pretrained, force_bos: bool | None = None, chat_source: str | None = None, **kwargs):
             kwargs.setdefault("backend", "causal")
             super().__init__(pretrained=pretrained, **kwargs)
             if force_bos is None:
                 force_bos = getattr(self.model.config, "model_type", None) == "lctx"
             self.force_bos = bool(force_bos) and self.tokenizer.bos_token_id is not None
+            self.chat_source = chat_source or "the model"  # where the chat template comes from, for messages
             self._rolling = False
 
         def _model_call(self, inps, attn_mask=None, labels=None):
@@ -359,6 +361,21 @@ def lctx_hflm_class():
                     and (not ids or ids[0] != bos)):
                 ids = [bos] + list(ids)
             return ids[-left_truncate_len:] if left_truncate_len else ids
+
+        def apply_chat_template(self, chat_history, add_generation_prompt: bool = True) -> str:
+            """lm-eval's ``HFLM.apply_chat_template`` (a template that refuses the history is given it again
+            without its system turn), the template rendered with lctx's limits
+            (:func:`lctx.harness.chat.render_chat`; past one: :class:`~lctx.errors.LctxError`)."""
+            import jinja2  # noqa: PLC0415  (lm-eval imports it already)
+
+            from lctx.harness.chat import render_chat  # noqa: PLC0415
+
+            kw = dict(add_generation_prompt=add_generation_prompt, continue_final_message=not add_generation_prompt,
+                      source=self.chat_source, variables=getattr(self, "chat_template_args", None))
+            try:
+                return render_chat(self.tokenizer, chat_history, **kw)
+            except jinja2.exceptions.TemplateError:
+                return render_chat(self.tokenizer, [m for m in chat_history if m["role"] != "system"], **kw)
 
         def loglikelihood_rolling(self, requests, disable_tqdm: bool = False):
             """lm-eval's rolling log-likelihood, with the text's tokens encoded *without* the forced BOS:
@@ -520,7 +537,7 @@ class LmEvalSuite:
                 raise LctxError(f"--chat-template on: the tokenizer of model {lm.name!r} has no chat template; "
                                 "use --chat-template off (the default) for this model")
             self._hflm[id(lm)] = (lm, lctx_hflm_class()(pretrained=lm.model, tokenizer=lm.tokenizer,
-                                                        batch_size=self.batch_size))
+                                                        batch_size=self.batch_size, chat_source=lm.chat_source()))
         return self._hflm[id(lm)][1]
 
     def set_batch_size(self, batch_size: int) -> None:

@@ -24,8 +24,9 @@ def _bytes_to_unicode() -> dict[int, str]:
 
 
 def write_tiny_gguf(path: str | Path, arch: str = "llama", seed: int = 0, d: int = 32, layers: int = 2,
-                    heads: int = 4, kv: int = 2, ff: int = 64, ctx: int = 128, chat_template: bool = True) -> Path:
-    """A random tiny Llama as GGUF at ``path`` (about 50 KB); ``seed`` changes the weights, not the size."""
+                    heads: int = 4, kv: int = 2, ff: int = 64, ctx: int = 128, chat_template: bool | str = True) -> Path:
+    """A random tiny Llama as GGUF at ``path`` (about 50 KB); ``seed`` changes the weights, not the size;
+    ``chat_template``: True for :data:`CHAT_TEMPLATE`, a string for that template, False for none."""
     import gguf
 
     rng = np.random.default_rng(seed)
@@ -54,7 +55,7 @@ def write_tiny_gguf(path: str | Path, arch: str = "llama", seed: int = 0, d: int
     w.add_eos_token_id(2)
     w.add_add_bos_token(False)
     if chat_template:
-        w.add_chat_template(CHAT_TEMPLATE)
+        w.add_chat_template(CHAT_TEMPLATE if chat_template is True else chat_template)
 
     def f(*shape):
         return (rng.standard_normal(shape) * 0.2).astype(np.float32)

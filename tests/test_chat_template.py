@@ -12,7 +12,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest  # noqa: E402
 
-from gguf_tiny import write_tiny_gguf  # noqa: E402
+from gguf_tiny import CHAT_TEMPLATE, write_tiny_gguf  # noqa: E402
 from helpers import assert_one_line_error, run_cli  # noqa: E402
 
 
@@ -137,3 +137,132 @@ def test_smollm2_passkey_chat_on(data_dir, tmp_path, capsys):
     assert code == 0, err
     rec = json.loads((tmp_path / "o" / "records.jsonl").read_text().splitlines()[0])
     assert rec["status"] == "ok" and rec["n_tokens"] <= 1024 and rec["metrics"]["exact"] == 1.0, rec
+
+
+# -- bounded rendering (issue 25, item 1) --------------------------------------------------------------------
+#: the chat template of SmolLM2-135M-Instruct's GGUF (tokenizer.chat_template), as the data dir's file holds it
+SMOLLM2_TEMPLATE = ("{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+                    "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
+                    "<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
+                    "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}"
+                    "{% endif %}")
+#: Gemma's: BOS as a variable, no system turn (raise_exception), alternating roles, | trim
+GEMMA_TEMPLATE = ("{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not "
+                  "supported') }}{% endif %}{% for message in messages %}{% if (message['role'] == 'user') != "
+                  "(loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/"
+                  "user/assistant/...') }}{% endif %}{% if (message['role'] == 'assistant') %}{% set role = 'model' "
+                  "%}{% else %}{% set role = message['role'] %}{% endif %}{{ '<start_of_turn>' + role + '\n' + "
+                  "message['content'] | trim + '<end_of_turn>\n' }}{% endfor %}{% if add_generation_prompt %}"
+                  "{{'<start_of_turn>model\n'}}{% endif %}")
+#: what other templates use: namespace, ~, tojson, loop controls, {% generation %}, %, str.format, replace, join
+FEATURES_TEMPLATE = ("{%- set ns = namespace(sys='') %}{%- if messages[0]['role'] == 'system' %}{%- set ns.sys = "
+                     "messages[0]['content'] | trim %}{%- set messages = messages[1:] %}{%- endif %}"
+                     "[{{ ns.sys ~ '!' }}]"
+                     "{% for m in messages %}{{ '<%s>' % m['role'] }}{{ '{:>3}'.format(loop.index) }}"
+                     "{{ m['content'] | replace('  ', ' ') }}{% if loop.last %}{% break %}{% endif %}{% endfor %}"
+                     "{{ messages | tojson(indent=2) }}{{ [1, 2] | join(',') }}{% generation %}{{ eos_token }}"
+                     "{% endgeneration %}{% if add_generation_prompt %}<a>{% endif %}")
+
+
+@pytest.mark.parametrize("template", [SMOLLM2_TEMPLATE, GEMMA_TEMPLATE, FEATURES_TEMPLATE, CHAT_TEMPLATE],
+                         ids=["smollm2", "gemma", "features", "chatml"])
+def test_bounded_render_writes_what_transformers_writes(chat_ckpt, template):
+    import jinja2
+    from transformers import AutoTokenizer
+
+    from lctx.harness.chat import render_chat
+
+    tok = AutoTokenizer.from_pretrained(chat_ckpt)
+    tok.chat_template = template
+    for msgs in ([{"role": "user", "content": "Hello  there. "}],
+                 [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]):
+        for gen in (True, False):  # False: lm-eval's continue_final_message (an answer prefix)
+            kw = dict(add_generation_prompt=gen, continue_final_message=not gen)
+            try:
+                want = tok.apply_chat_template(msgs, tokenize=False, **kw)
+            except jinja2.TemplateError as e:
+                with pytest.raises(jinja2.TemplateError, match=str(e)[:20]):
+                    render_chat(tok, msgs, **kw)
+                continue
+            assert render_chat(tok, msgs, **kw) == want, (msgs, gen)
+
+
+@pytest.fixture(scope="module")
+def chat_lm(chat_ckpt):
+    return _lm(chat_ckpt, chat_template=True)
+
+
+def _render_with(lm, template):
+    """(the LctxError of lm.prompt under ``template``, seconds, peak traced bytes)."""
+    import time
+    import tracemalloc
+
+    from lctx.errors import LctxError
+
+    lm.tokenizer.chat_template = template
+    tracemalloc.start()
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(LctxError) as e:
+            lm.prompt("Hello there.", " Answer:")
+        return str(e.value), time.monotonic() - t0, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+        lm.tokenizer.chat_template = CHAT_TEMPLATE
+
+
+BOMBS = {"F1": ("{{ 'a' * 2000000000 }}", "the size limit", "the * operator would make 2000000000"),
+         # the output held in a {% set %} block (no output piece reaches the render's stream): 10^12 characters
+         "nested-loops": ("{% set x %}{% for i in range(100000) %}{% for j in range(100000) %}" + "x" * 100
+                          + "{% endfor %}{% endfor %}{% endset %}{{ x }}", "the work limit", "an output expression"),
+         "join": ("{{ range(100000) | join('a' * 100000) }}", "the size limit", "the join filter would make"),
+         # 2^40 references in 40 small lists: its text (the namespace's repr) would be terabytes
+         "namespace-doubling": ("{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = [ns.l, ns.l] %}"
+                                "{% endfor %}{{ ns }}", "the size limit", "namespace attribute 'l' is given one")}
+
+
+@pytest.mark.parametrize("name", list(BOMBS))
+def test_template_bombs_fail_within_seconds_and_small(chat_lm, name):
+    # F1: a GGUF whose template is {{ 'a' * 2000000000 }} reached 6.26 GB under --chat-template on
+    template, *needles = BOMBS[name]
+    msg, seconds, peak = _render_with(chat_lm, template)
+    assert seconds < 5 and peak < 2**30, (seconds, peak)
+    assert "\n" not in msg and msg.startswith(f"the chat template of {chat_lm.chat_source()} went past ")
+    assert all(n in msg for n in needles) and msg.endswith("use --chat-template off"), msg
+
+
+def test_loop_output_and_time_limits(chat_lm, monkeypatch):
+    from lctx.harness import chat
+
+    loops = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+    msg, seconds, _ = _render_with(chat_lm, loops)
+    assert f"the limit of {chat.MAX_STEPS} loop iterations and calls" in msg and seconds < 5
+    msg, _, _ = _render_with(chat_lm, "{% for i in range(100000) %}{{ 'x' * 100 }}{% endfor %}")
+    assert "the output limit" in msg and "8 x the messages' length" in msg
+    monkeypatch.setattr(chat, "MAX_SECONDS", 0.0)
+    msg, _, _ = _render_with(chat_lm, "{% for i in range(10) %}{{ i }}{% endfor %}")
+    assert "the time limit (0 s)" in msg
+
+
+def test_gguf_template_bomb_is_one_line_error(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("LCTX_CACHE_DIR", str(tmp_path / "cache"))
+    g = write_tiny_gguf(tmp_path / "bomb.gguf", chat_template="{{ 'a' * 2000000000 }}")
+    code, _, err = run_cli(["run", "-m", g, "--tasks", "passkey", "--lengths", "320", "--depths", "0.5", "--samples",
+                            "1", "--allow-beyond-max", "--chat-template", "on", "--out", tmp_path / "o",
+                            "--no-progress"], capsys)
+    errors = [ln for ln in err.splitlines() if ln.startswith("error: ")]  # after the line that the GGUF was dequantised
+    assert code == 2 and len(errors) == 1 and "Traceback" not in err, err
+    assert errors[0].startswith(f"error: the chat template of model 'bomb' ({g}) went past the size limit"), err
+
+
+def test_template_error_advice_names_only_given_options(chat_lm):
+    # issue 25 (minor): "drop --system-prompt" was advised when no --system-prompt was given
+    refuses = "{{ raise_exception('Conversation roles must alternate') }}"
+    msg, _, _ = _render_with(chat_lm, refuses)
+    assert "roles must alternate" in msg and "--system-prompt" not in msg and msg.endswith("use --chat-template off")
+    chat_lm.system_prompt = "Be brief."
+    try:
+        msg, _, _ = _render_with(chat_lm, refuses)
+    finally:
+        chat_lm.system_prompt = None
+    assert "drop --system-prompt or use --chat-template off" in msg

@@ -482,6 +482,26 @@ def test_cache_dir_that_reaches_nothing_is_named_as_ignored(capsys, tmp_path):
     assert _unused_cache_dir("ckpt", [niah.__new__(niah)], ["niah_single_1"]) is None  # keeps its samples there
 
 
+def test_cache_dir_from_the_environment_is_not_warned_about(capsys, tmp_path, monkeypatch):
+    # issue 25 (minor): with LCTX_CACHE_DIR set, every passkey/ppl run warned that --cache-dir is ignored though
+    # none was passed; the warning is for a --cache-dir the user gave (test above)
+    monkeypatch.setenv("LCTX_CACHE_DIR", str(tmp_path / "c"))
+    code, _, err = run_cli(["run", "--tasks", "passkey", "--lengths", "64", "--out", str(tmp_path / "o")], capsys)
+    assert code == 2 and "cache-dir" not in err, err  # stopped at passkey's length check, after the warnings
+    code, _, err = run_cli(["run", "--tasks", "passkey", "--cache-dir", str(tmp_path / "c"), "--lengths", "64",
+                            "--out", str(tmp_path / "o")], capsys)
+    assert "warning: --cache-dir is ignored" in err
+
+
+@pytest.mark.parametrize("value", ["", " "])
+def test_empty_model_is_named_empty(capsys, tmp_path, value):
+    # issue 25 (minor): --model "" named the current directory's missing config.json
+    for cmd in (["run", "--tasks", "passkey", "--out", str(tmp_path / "o")], ["plan"]):
+        code, _, err = run_cli(cmd + ["--model", value], capsys)
+        assert_one_line_error(code, err, f"--model {value!r} is empty")
+    assert not (tmp_path / "o").exists()
+
+
 def test_options_of_tasks_not_in_the_run_are_named_as_ignored(capsys, tmp_path):
     # trial21 item 6: `lctx run --tasks passkey --limit 2 --num-fewshot 3` ran with exit 0 and no word that
     # both options (lm-eval's mmlu/arc_*) changed nothing. One warning line names them. (--lengths 64 is below
