@@ -25,7 +25,7 @@ from lctx import ATTN_IMPLS
 from lctx.errors import CapturedLog, LctxError, check_finite_logits
 from lctx.harness.devices import DTYPES, resolve_device, resolve_dtype  # noqa: F401  (lctx.harness.lm.resolve_* kept)
 
-from .chat import render_chat
+from lctx.chat import render_chat
 from .gguf import cached_gguf_dir, find_gguf
 
 @dataclass
@@ -165,7 +165,7 @@ class TokenizerSide:
         """The prompt as text and the character offset where ``user`` starts in it.
 
         Chat template off: ``user + answer_prefix`` (offset 0). On: the tokenizer's chat template rendered with
-        limits (:func:`lctx.harness.chat.render_chat`, the text ``apply_chat_template`` writes) for
+        limits (:func:`lctx.chat.render_chat`, the text ``apply_chat_template`` writes) for
         [system (``system_prompt``, when given), user] with the generation prompt (the assistant turn's
         header), then ``answer_prefix`` as the start of the assistant's turn, as RULER joins its model
         templates with its answer prefixes (NVIDIA/RULER ``scripts/data/prepare.py``); the prefix keeps its
@@ -205,7 +205,7 @@ class TokenizerSide:
 
         Raises:
             LctxError: chat template on and the tokenizer has none, it cannot format the turn, or rendering it
-                goes past a limit (size, steps, time: :mod:`lctx.harness.chat`).
+                goes past a limit (size, steps, time: :mod:`lctx.chat`).
         """
         text, start = self.prompt_text(user, answer_prefix)
         head = self.bos_prefix()

@@ -29,7 +29,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .rundir import atomic_write, read_json, read_records as _read
+from lctx.errors import LctxError
+
+from .rundir import DIGEST, SALT, atomic_write, check_regular, read_json, read_records as _read, record_digest
 
 COLUMNS = ["run_id", "model", "variant", "task", "metric", "length", "n_tokens", "depth", "depth_actual",
            "depth_off", "sample", "value", "seed", "status", "error", "wall_s", "peak_mem_bytes", "device", "dtype",
@@ -154,8 +156,6 @@ def vet_records(records: list[dict], meta: dict | None, report=None, where: str 
     checks detect lines appended or edited by hand; they are no defence against someone who edits
     ``run.json`` too (:func:`lctx.harness.rundir.record_digest`).
     """
-    from .rundir import DIGEST, SALT, record_digest
-
     meta = meta if isinstance(meta, dict) else {}
     invs = _invocations(meta)
     inputs = meta.get("inputs") if isinstance(meta.get("inputs"), dict) else {}
@@ -194,10 +194,6 @@ def name_foreign_records(run_dir: Path, report) -> int:
     ``report``, the records its tables leave out (``lctx report`` and ``lctx compare`` read the tables, which
     ``lctx run`` wrote from the vetted records; a line appended since is named here too). Returns how many;
     0 without ``run.json`` or ``records.jsonl``, or with a damaged ``run.json`` (the callers name that)."""
-    from lctx.errors import LctxError
-
-    from .rundir import check_regular
-
     run_dir = Path(run_dir)
     try:
         meta = read_json(run_dir / "run.json")

@@ -24,10 +24,12 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
 from lctx.errors import LctxError
-from lctx.harness.args import MIN_VOCAB_SIZE  # noqa: F401  (smallest usable vocabulary: the 3 special tokens plus
-#                                                the 256 byte symbols; defined there, light, for lctx train's checks)
 
 PAD_TOKEN, BOS_TOKEN, EOS_TOKEN = "<pad>", "<s>", "</s>"
+#: smallest usable vocabulary: the 3 special tokens plus the 256 byte symbols. lctx.harness.args.MIN_VOCAB_SIZE
+#: repeats it for ``lctx train``'s checks before torch loads (a model layer may not import harness;
+#: tests/test_tokenizer.py keeps the two equal)
+MIN_VOCAB_SIZE = 3 + 256
 #: Special tokens in id order: ``<pad>`` = 0, ``<s>`` = 1, ``</s>`` = 2.
 SPECIAL_TOKENS = [PAD_TOKEN, BOS_TOKEN, EOS_TOKEN]
 

@@ -50,6 +50,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from lctx.chat import render_chat
 from lctx.errors import LctxError, check_finite_logits
 
 from .base import Cell, Sample, Task, TaskInfo, register_group
@@ -365,10 +366,9 @@ def lctx_hflm_class():
         def apply_chat_template(self, chat_history, add_generation_prompt: bool = True) -> str:
             """lm-eval's ``HFLM.apply_chat_template`` (a template that refuses the history is given it again
             without its system turn), the template rendered with lctx's limits
-            (:func:`lctx.harness.chat.render_chat`; past one: :class:`~lctx.errors.LctxError`)."""
+            (:func:`lctx.chat.render_chat`; past one: :class:`~lctx.errors.LctxError`)."""
             import jinja2  # noqa: PLC0415  (lm-eval imports it already)
 
-            from lctx.harness.chat import render_chat  # noqa: PLC0415
 
             kw = dict(add_generation_prompt=add_generation_prompt, continue_final_message=not add_generation_prompt,
                       source=self.chat_source, variables=getattr(self, "chat_template_args", None))

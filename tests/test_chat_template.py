@@ -170,7 +170,7 @@ def test_bounded_render_writes_what_transformers_writes(chat_ckpt, template):
     import jinja2
     from transformers import AutoTokenizer
 
-    from lctx.harness.chat import render_chat
+    from lctx.chat import render_chat
 
     tok = AutoTokenizer.from_pretrained(chat_ckpt)
     tok.chat_template = template
@@ -232,7 +232,7 @@ def test_template_bombs_fail_within_seconds_and_small(chat_lm, name):
 
 
 def test_loop_output_and_time_limits(chat_lm, monkeypatch):
-    from lctx.harness import chat
+    from lctx import chat
 
     loops = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
     msg, seconds, _ = _render_with(chat_lm, loops)

@@ -70,10 +70,11 @@ def test_bad_vocab_size():
 
 
 def test_min_vocab_size_is_the_special_tokens_and_the_bytes():
-    # defined in lctx.harness.args (lctx train checks it before torch loads): it must stay what the tokenizer needs
+    # lctx.harness.args repeats it (lctx train checks it before torch loads): both must stay what the tokenizer needs
+    from lctx.harness import args
     from lctx.models.tokenizer import MIN_VOCAB_SIZE, SPECIAL_TOKENS
 
-    assert MIN_VOCAB_SIZE == len(SPECIAL_TOKENS) + 256
+    assert MIN_VOCAB_SIZE == len(SPECIAL_TOKENS) + 256 == args.MIN_VOCAB_SIZE
     train_tokenizer(["some text"], MIN_VOCAB_SIZE)  # the smallest accepted size trains
     with pytest.raises(LctxError, match="too small"):
         train_tokenizer(["some text"], MIN_VOCAB_SIZE - 1)

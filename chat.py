@@ -65,7 +65,7 @@ def size_limit(messages: list[dict]) -> int:
 
 
 class TemplateLimitError(Exception):
-    """A chat template went past one of the limits of :mod:`lctx.harness.chat` (the message names which)."""
+    """A chat template went past one of the limits of :mod:`lctx.chat` (the message names which)."""
 
 
 class _Budget:
@@ -404,7 +404,7 @@ def _strftime_now(fmt):
 
 
 class BoundedSandbox(ImmutableSandboxedEnvironment):
-    """jinja2's immutable sandbox with the size, work, step and time limits of :mod:`lctx.harness.chat`,
+    """jinja2's immutable sandbox with the size, work, step and time limits of :mod:`lctx.chat`,
     set up as transformers sets up the sandbox it renders chat templates in. The limits apply while
     :func:`render_chat` renders (a context variable holds the render's budget)."""
 
