@@ -182,7 +182,7 @@ def run(
     for name in ("lmeval", "flatness"):  # the ruler group's grid comes last, after the plots
         if name in result.reports:
             typer.echo(result.reports[name])
-    _print_summary(result.summary)
+    _print_summary(result.summary, _declared_directions(result.out))
     failed = result.failed
     if len(failed):
         msgs = failed.drop_duplicates(["model", "task", "length", "depth", "sample"])["error"].value_counts()
@@ -207,13 +207,32 @@ def run(
         raise typer.Exit(EXIT_ALL_FAILED)
 
 
-def _print_summary(summary) -> None:
+def _declared_directions(out) -> dict[str, str]:
+    """{metric: "higher" | "lower"} that the run's tasks declared (``higher_is_better`` as run.json's task_meta
+    records it: a --task-file task's metrics are in no registry), for the closing table's worst depth; {} for a
+    run directory without it."""
+    from lctx.harness.rundir import declared_tasks, read_json  # lazy: the run has loaded it already
+
+    try:
+        meta = read_json(Path(out) / "run.json")
+    except Exception:  # noqa: BLE001 - the table is printed without declared directions, as before
+        return {}
+    dirs: dict[str, str] = {}
+    for decl in declared_tasks(meta if isinstance(meta, dict) else None).values():
+        hib = decl.get("higher_is_better")
+        if isinstance(hib, dict):
+            dirs.update({str(m): "higher" if v else "lower" for m, v in hib.items() if isinstance(v, bool)})
+    return dirs
+
+
+def _print_summary(summary, directions: dict[str, str] | None = None) -> None:
     """Print per (model, task, metric) and length the mean over depths and samples with its standard error
     and n, and, under a metric scored at several depths, its worst depth (issue 24: SmolLM2's passkey exact read
     0.667 at every length, when depth 1.0 always failed): a rich table on a terminal, a Markdown table off one
     (every cell whole; see :mod:`lctx.harness.console`). Cells of different options (a model run with two
     ``--stride`` values) are separate rows, named by the options; a teacher-forced metric says so
-    (:func:`lctx.metrics.label`)."""
+    (:func:`lctx.metrics.label`). ``directions``: {metric: "higher" | "lower"} the tasks declared
+    (:func:`_declared_directions`), over the metric registry's, for the worst depth."""
     from lctx.harness.tables import label_names, over_depths  # lazy: loads pandas
     from lctx.metrics import direction_of, label  # lazy: a leaf module
 
@@ -221,7 +240,7 @@ def _print_summary(summary) -> None:
     if summary.empty:
         return
     summary = summary.assign(model=label_names(summary))
-    cells = over_depths(summary[summary["metric"] != "n_docs"])
+    cells = over_depths(summary[summary["metric"] != "n_docs"], directions)
     if cells.empty:
         return
     cells["length"] = cells["length"].astype(int)  # 256, not 256.0, when rows without a length made it float

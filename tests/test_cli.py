@@ -592,3 +592,25 @@ def test_over_depths_pools_samples_exactly():
     lower = over_depths(summary, directions={"exact": "lower"})  # better lower: the worst is the highest mean
     assert (lower[lower["metric"] == "exact"]["worst_depths"].map(lambda d: 1.0 not in d)).all()
     assert pooled[pooled["metric"] == "ppl"]["worst_depths"].map(len).eq(0).all()  # no depth axis
+
+
+def test_run_summary_worst_depth_follows_a_custom_tasks_declared_direction(capsys, monkeypatch, tmp_path):
+    """Fresh-user trial of issue 24: a --task-file task's metric is in no registry, so the closing table
+    printed no worst depth for it; the direction the task declared (run.json's task_meta) now gives one."""
+    import json
+
+    from lctx.cli import _declared_directions, _print_summary
+
+    monkeypatch.setenv("LCTX_TABLE_FORMAT", "markdown")
+    summary, _ = _depth_varying_summary()
+    summary = summary[summary["metric"] == "exact"].assign(metric="copy_top1", task="digit_copy")
+    (tmp_path / "run.json").write_text(json.dumps({"task_meta": {"digit_copy": {
+        "headline_metric": "copy_top1", "higher_is_better": {"copy_top1": True, "copy_nll": False}}}}))
+    dirs = _declared_directions(tmp_path)
+    assert dirs == {"copy_top1": "higher", "copy_nll": "lower"}
+    _print_summary(summary)  # control: without the declaration the metric has no direction, so no worst row
+    assert not any("copy_top1" in ln and "worst" in ln for ln in capsys.readouterr().out.splitlines())
+    _print_summary(summary, dirs)
+    out = capsys.readouterr().out
+    assert any("copy_top1" in ln and "worst" in ln and "0.000 @ d=1" in ln for ln in out.splitlines()), out
+    assert _declared_directions(tmp_path / "missing") == {}
