@@ -370,7 +370,8 @@ HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 def resolve_model_path(path) -> tuple[str, Optional[str]]:
     """Where a ``--model`` lives on this machine: (the path, None) for anything that exists or does not look like
-    a hub id; for a Hugging Face hub id (``OWNER/NAME``, :data:`HUB_ID`) that is not a local path, (its snapshot
+    a hub id (an ``OWNER/NAME`` whose ``OWNER/`` is a folder here, e.g. ``ckpt/my-model``, is a local path that
+    is missing); for a Hugging Face hub id (``OWNER/NAME``, :data:`HUB_ID`) that is not a local path, (its snapshot
     in the local Hugging Face cache, ``NAME``), found offline as ``from_pretrained`` with ``HF_HUB_OFFLINE=1``
     does (``huggingface_hub.snapshot_download(local_files_only=True)``: ``HF_HUB_CACHE``, else ``HF_HOME/hub``,
     else ``~/.cache/huggingface/hub``). Imports no torch.
@@ -383,8 +384,8 @@ def resolve_model_path(path) -> tuple[str, Optional[str]]:
     if not text.strip():
         raise LctxError(f"--model {text!r} is empty; pass a checkpoint folder, a .gguf file or a Hugging Face id "
                         "(or omit --model for the bundled default)")
-    if Path(text).exists() or not HUB_ID.fullmatch(text):
-        return text, None
+    if Path(text).exists() or not HUB_ID.fullmatch(text) or Path(text.split("/", 1)[0]).is_dir():
+        return text, None  # a folder OWNER/ here: a missing local checkpoint (ckpt/my-model), not a hub id
     from huggingface_hub import constants, snapshot_download  # lazy: ~0.3 s, no torch; only for a hub id
 
     try:

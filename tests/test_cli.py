@@ -173,6 +173,12 @@ def test_hub_id_runs_from_the_local_cache_and_is_named_by_it(capsys, tmp_path, m
     code, _, err = run_cli(["run", "--model", "lctx-test/not-cached", "--out", tmp_path / "o2"], capsys)
     assert_one_line_error(code, err, "'lctx-test/not-cached' is not a local path", str(tmp_path / "hub"),
                           "lctx does not download at run time", "`hf download lctx-test/not-cached`")
+    # a missing checkpoint under a local folder (the README's ckpt/my-model) is a missing path, not a hub id
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ckpt").mkdir()
+    code, _, err = run_cli(["run", "--model", "ckpt/my-model", "--out", tmp_path / "o3"], capsys)
+    assert_one_line_error(code, err, "ckpt/my-model")
+    assert "hf download" not in err and "Hugging Face model id" not in err, err
 
 
 @pytest.mark.slow
