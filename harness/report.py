@@ -344,7 +344,7 @@ def accuracy_figure(table: pd.DataFrame, task: str, out_dir: Path, pal, threshol
                         fontsize=8.5, color="#b22222")
         _length_axis(ax, lengths | set(trains))
         mark_train_lengths(ax, trains)
-        if retrieval:
+        if retrieval and r["value"].between(0, 1).all():  # a score in [0, 1]; a declared loss keeps its own axis
             ax.set_ylim(-0.04, 1.04)
         ax.set_xlabel("Context length (tokens, log scale)")
         ax.set_ylabel(f"{m} (mean over depths and samples)")

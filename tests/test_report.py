@@ -363,3 +363,23 @@ def test_exact_alibi_dispatch_is_named_in_the_legend_and_notes(tmp_path):
     assert set(pd.read_csv(tmp_path / "report" / "summary.csv")["model"]) == labels
     assert any("lsh-exact-alibi" in n and "lsh_exact_dispatch" in n for n in res["notes"])
     assert "lsh (alibi_lsh; exact ALiBi at 256, 512)" in (tmp_path / "report" / "report.md").read_text()
+
+
+def test_a_retrieval_panel_outside_0_1_keeps_its_own_axis(report, monkeypatch):
+    """Fresh-user trial of issue 24: a retrieval task's declared secondary metric that is a loss (2.5-5 nats)
+    was drawn on the 0-1 axis of a score, so its panel was empty; a panel whose values leave [0, 1] now keeps a
+    free y axis, and the score panel (control) still gets 0-1."""
+    import lctx.harness.report as rep
+
+    _, root = report
+    figs = []
+    monkeypatch.setattr(rep, "_save", lambda fig, out, name: figs.append(fig) or out / name)
+    table, _ = load_runs([root / "a" / "run1"])
+    loss = table["metric"] == "digit_acc"
+    table.loc[loss, "value"] = 2.5 + table.loc[loss, "length"].rank(pct=True) * 2.5  # 2.5-5, like an NLL
+    rep.accuracy_figure(table, "passkey", root, rep.palette(list(dict.fromkeys(table["label"]))))
+    axes = {ax.get_title(): ax for ax in figs[0].axes if ax.get_title()}
+    lo, hi = axes["passkey: digit_acc (teacher-forced)"].get_ylim()
+    vals = table.loc[loss & (table["status"] == "ok"), "value"]
+    assert lo <= vals.min() and hi >= vals.max(), (lo, hi)
+    assert axes["passkey: exact"].get_ylim() == pytest.approx((-0.04, 1.04))
