@@ -68,12 +68,12 @@ def lctx(*args, timeout=900, preexec=None, stdin=subprocess.DEVNULL) -> subproce
 
 
 def one_line_error(p: subprocess.CompletedProcess) -> bool:
-    """Exit 2 with exactly one ``error:`` line, the last on stderr, and no traceback. Progress notes before it
-    (``note: this machine is busy ...`` on a loaded machine, ``dequantised X ...``) are not errors."""
+    """Exit 2 with exactly one ``error:`` line, the last on stderr, and no traceback. Notes and warnings before
+    it (``note: this machine is busy ...`` on a loaded machine, ``dequantised X ...``, a flag no task uses) are
+    not errors."""
     lines = [ln for ln in p.stderr.strip().splitlines() if ln.strip()]
     errors = [ln for ln in lines if ln.startswith("error: ")]
-    return (p.returncode == 2 and len(errors) == 1 and lines[-1] == errors[0] and "Traceback" not in p.stderr
-            and not any(ln.startswith("warning: ") for ln in lines))
+    return p.returncode == 2 and len(errors) == 1 and lines[-1] == errors[0] and "Traceback" not in p.stderr
 
 
 def tail(p: subprocess.CompletedProcess) -> str:
