@@ -45,7 +45,7 @@ from .plots import (_DPI, _draw_ratio, _labels, draw_ppl, _legend, _length_axis,
                     _shorten, format_length, mark_train_lengths, palette, ppl_ratio_plot, safe_filename)
 from .ruler import GROUP as RULER, ruler_table
 from .rundir import declared_tasks, read_json
-from .tables import label_names, name_foreign_records
+from .tables import label_names, name_foreign_records, pooled_task_names
 
 #: The task whose rows the perplexity section draws (and the flatness sweep derives its ratio from).
 PERPLEXITY_TASKS = ("ppl",)
@@ -210,6 +210,7 @@ def load_runs(run_dirs: list[str | Path], train_lengths: dict | None = None) -> 
     table["depth"] = pd.to_numeric(table["depth"], errors="coerce")
     table["train_length"] = pd.to_numeric(table["train_length"], errors="coerce")
     table["status"] = table["status"].astype("string").fillna("")
+    table["task"] = pooled_task_names(table, ("run",))  # an MMLU run of one subject is mmlu_astronomy, as its summary
     table["label"] = [_model_key(m, v) for m, v in zip(table["model"], table["variant"])]
     table["label"] = kernel_labels(table)
     declared: dict = {}

@@ -289,6 +289,18 @@ def _pooled_tasks(df: pd.DataFrame, keys: list[str], subs: pd.Series) -> pd.Seri
     return pd.Series([label[pair] for pair in pairs], index=df.index)
 
 
+def pooled_task_names(df: pd.DataFrame, extra_keys: tuple[str, ...] = ()) -> pd.Series:
+    """The ``task`` of every row of a results table ``df`` as :func:`summarize` names its cell (an MMLU run of one
+    subject is ``mmlu_astronomy``, not the records' ``mmlu``; :func:`_pooled_tasks`), cells told apart by
+    :data:`SUMMARY_KEYS` present in ``df`` plus ``extra_keys`` (``lctx report``: the run). Rows without pooled
+    sub-tasks keep their task."""
+    subs = df["task_options"].map(_pooled_value) if "task_options" in df.columns else None
+    if subs is None or not subs.notna().any():
+        return df["task"]
+    keys = [k for k in SUMMARY_KEYS if k in df.columns] + list(extra_keys)
+    return _pooled_tasks(df.assign(task_options=df["task_options"].map(cell_options)), keys, subs)
+
+
 def _cell_fingerprint(fps) -> str:
     u = sorted({str(f) for f in fps if isinstance(f, str) and f})
     if len(u) <= 1:

@@ -383,3 +383,21 @@ def test_a_retrieval_panel_outside_0_1_keeps_its_own_axis(report, monkeypatch):
     vals = table.loc[loss & (table["status"] == "ok"), "value"]
     assert lo <= vals.min() and hi >= vals.max(), (lo, hi)
     assert axes["passkey: exact"].get_ylim() == pytest.approx((-0.04, 1.04))
+
+
+def test_report_names_an_mmlu_run_by_its_subject(tmp_path):
+    """Fresh-user trial of issue 24 (item 6): `lctx run --tasks mmlu_astronomy` printed and summarised
+    mmlu_astronomy, but its report still said mmlu (column, MMLU/ARC table, bars): the report names it too."""
+    recs = [_base("m", task="mmlu", length=None, depth=None, sample=i,
+                  task_options={"num_fewshot": 5, "subject": "astronomy"}, metrics={"acc": float(v)})
+            for i, v in enumerate(MMLU)]
+    run = tmp_path / "astro"
+    run.mkdir()
+    (run / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    (run / "run.json").write_text(json.dumps({"run_id": "r", "lengths": [], "depths": [], "samples": 1, "seed": 0}))
+    write_tables(recs, run)
+    table, _ = load_runs([run])
+    assert set(table["task"]) == {"mmlu_astronomy"}
+    res = build_report([run], tmp_path / "rep")
+    md = res["markdown"].read_text()
+    assert "mmlu_astronomy" in md and "@ mmlu " not in md and "| mmlu |" not in md, md
