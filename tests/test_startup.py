@@ -83,6 +83,22 @@ def _bundled_copy(dest: Path, **config) -> Path:
     return dest
 
 
+def _refused_before_torch(cases: dict, argv, cwd, env: dict | None = None) -> None:
+    """Run ``lctx.cli.main(argv(args))`` for every case {name: (args, needle)} in one fresh interpreter and
+    assert each exits 2 with one ``error:`` line holding its needle, torch never imported."""
+    code = ["import sys, json, contextlib, io", "seen = {}", "from lctx.cli import main"]
+    for name, (args, _) in cases.items():
+        code += ["err = io.StringIO()", "with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):",
+                 f"    rc = main({argv(args)!r})",
+                 f"seen[{name!r}] = [rc, 'torch' in sys.modules, err.getvalue().strip()]"]
+    code.append("print(json.dumps(seen))")
+    seen = _fresh("\n".join(code), cwd=cwd, env=env)
+    for name, (_, needle) in cases.items():
+        rc, torch_loaded, err = seen[name]
+        assert (rc, torch_loaded) == (2, False), (name, err)
+        assert err.startswith("error: ") and len(err.splitlines()) == 1 and needle in err, (name, err)
+
+
 def test_checks_that_need_no_model_answer_before_torch_loads(tmp_path):
     """Issue 24.6: these mistakes were answered after torch, the tasks and the weights had loaded (15-31 s; a
     missing tokenizer as transformers' "Couldn't instantiate the backend tokenizer from one of: "). Each is now one
@@ -138,17 +154,8 @@ def test_checks_that_need_no_model_answer_before_torch_loads(tmp_path):
                            "not found under data dir"),
              "ppl-data": (["run", "--tasks", "ppl", "--ppl-data", str(tmp_path / "none.txt")], "does not exist"),
              "ppl-data-no-txt": (["run", "--tasks", "ppl", "--ppl-data", str(no_txt)], "holds no *.txt")}
-    code = ["import sys, json, contextlib, io", "seen = {}", "from lctx.cli import main"]
-    for name, (args, _) in cases.items():
-        code += ["err = io.StringIO()", "with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):",
-                 f"    rc = main({args + ['--out', out]!r})",
-                 f"seen[{name!r}] = [rc, 'torch' in sys.modules, err.getvalue().strip()]"]
-    code.append("print(json.dumps(seen))")
-    seen = _fresh("\n".join(code), cwd=tmp_path, env={"CUDA_VISIBLE_DEVICES": "", "HF_HUB_CACHE": str(tmp_path / "hub")})
-    for name, (_, needle) in cases.items():
-        rc, torch_loaded, err = seen[name]
-        assert (rc, torch_loaded) == (2, False), (name, err)
-        assert err.startswith("error: ") and len(err.splitlines()) == 1 and needle in err, (name, err)
+    _refused_before_torch(cases, lambda args: args + ["--out", out], tmp_path,
+                          env={"CUDA_VISIBLE_DEVICES": "", "HF_HUB_CACHE": str(tmp_path / "hub")})
     assert not (tmp_path / "out").exists()
 
 
@@ -171,17 +178,7 @@ def test_train_numbers_are_checked_before_torch_loads(tmp_path):
              "retrieval-min": (["--retrieval-fraction", "0.5", "--retrieval-min-length", "0"],
                                "retrieval_min_length must be a positive number of tokens")}
     out = str(tmp_path / "ck")
-    code = ["import sys, json, contextlib, io", "seen = {}", "from lctx.cli import main"]
-    for name, (args, _) in cases.items():
-        code += ["err = io.StringIO()", "with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):",
-                 f"    rc = main({['train', *args, '--out', out]!r})",
-                 f"seen[{name!r}] = [rc, 'torch' in sys.modules, err.getvalue().strip()]"]
-    code.append("print(json.dumps(seen))")
-    seen = _fresh("\n".join(code), cwd=tmp_path)
-    for name, (_, needle) in cases.items():
-        rc, torch_loaded, err = seen[name]
-        assert (rc, torch_loaded) == (2, False), (name, err)
-        assert err.startswith("error: ") and len(err.splitlines()) == 1 and needle in err, (name, err)
+    _refused_before_torch(cases, lambda args: ["train", *args, "--out", out], tmp_path)
     assert not (tmp_path / "ck").exists()
 
 
