@@ -21,8 +21,8 @@ import typer
 
 import lctx
 from lctx import ATTN_IMPLS
-from lctx.harness.console import count, print_frame, print_table, table_format
-from lctx.harness.args import check_checkpoint_out, check_results_out, check_train_args, check_writable_dir, data_path, parse_batch_size, parse_depths, parse_lengths, parse_options
+from lctx.harness.run.console import count, print_frame, print_table, table_format
+from lctx.harness.args import (check_checkpoint_out, check_results_out, check_train_args, check_writable_dir, data_path, parse_batch_size, parse_depths, parse_lengths, parse_options)
 from lctx.errors import EXIT_ALL_FAILED, EXIT_USAGE, LctxError, split_list
 from lctx.harness.evaluate import DEFAULT_MODEL, evaluate, passive_omp_wait
 
@@ -211,7 +211,7 @@ def _declared_directions(out) -> dict[str, str]:
     """{metric: "higher" | "lower"} that the run's tasks declared (``higher_is_better`` as run.json's task_meta
     records it: a --task-file task's metrics are in no registry), for the closing table's worst depth; {} for a
     run directory without it."""
-    from lctx.harness.rundir import declared_tasks, read_json  # lazy: the run has loaded it already
+    from lctx.harness.run.rundir import declared_tasks, read_json  # lazy: the run has loaded it already
 
     try:
         meta = read_json(Path(out) / "run.json")
@@ -229,11 +229,11 @@ def _print_summary(summary, directions: dict[str, str] | None = None) -> None:
     """Print per (model, task, metric) and length the mean over depths and samples with its standard error
     and n, and, under a metric scored at several depths, its worst depth (issue 24: SmolLM2's passkey exact read
     0.667 at every length, when depth 1.0 always failed): a rich table on a terminal, a Markdown table off one
-    (every cell whole; see :mod:`lctx.harness.console`). Cells of different options (a model run with two
+    (every cell whole; see :mod:`lctx.harness.run.console`). Cells of different options (a model run with two
     ``--stride`` values) are separate rows, named by the options; a teacher-forced metric says so
     (:func:`lctx.metrics.label`). ``directions``: {metric: "higher" | "lower"} the tasks declared
     (:func:`_declared_directions`), over the metric registry's, for the worst depth."""
-    from lctx.harness.tables import label_names, over_depths  # lazy: loads pandas
+    from lctx.harness.run.tables import label_names, over_depths  # lazy: loads pandas
     from lctx.metrics import direction_of, label  # lazy: a leaf module
 
     summary = summary[summary["length"].notna()]  # lm-eval tasks (no length) print their own table
@@ -330,9 +330,9 @@ def train(
     except ValueError as e:
         raise LctxError(f"--option: {e}") from None
     from lctx.tasks import textdata  # lazy: loads lctx.tasks and numpy (-X importtime: 0.4 s, more than lctx.cli itself)
-    from lctx.harness.devices import resolve_device  # lazy: loads torch
-    from lctx.harness.train import RetrievalMix  # lazy: loads torch, transformers
-    from lctx.harness.train import train as train_fn  # lazy: loads torch, transformers
+    from lctx.models.adapters.devices import resolve_device  # lazy: loads torch
+    from lctx.harness.commands.train import RetrievalMix  # lazy: loads torch, transformers
+    from lctx.harness.commands.train import train as train_fn  # lazy: loads torch, transformers
 
     dev = resolve_device(device)
     _configure_threads(str(dev))
@@ -361,8 +361,8 @@ def diagnose_prior(
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Run Python code shipped with a Hugging Face checkpoint (auto_map). Off by default."),
 ):
     """Plot each head's learned GGD-BAM prior exp(b(d)) vs distance, coloured by beta; write prior_params.csv."""
-    from lctx.harness.diagnostics import plot_priors, prior_table  # lazy: loads torch, transformers, matplotlib
-    from lctx.harness.lm import load_lm  # lazy: loads torch, transformers
+    from lctx.harness.commands.diagnostics import plot_priors, prior_table  # lazy: loads torch, transformers, matplotlib
+    from lctx.models.adapters.hf import load_lm  # lazy: loads torch, transformers
 
     lm = load_lm(model, device="cpu", trust_remote_code=trust_remote_code)
     out.mkdir(parents=True, exist_ok=True)
@@ -386,7 +386,7 @@ def diagnose_far_mass(
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Run Python code shipped with a Hugging Face checkpoint (auto_map). Off by default."),
 ):
     """Share of attention mass beyond a distance as the context grows (seed 004's near/far mass)."""
-    from lctx.harness.args import check_model_path  # light: the argument checks come before torch loads
+    from lctx.model_files import check_model_path  # light: the argument checks come before torch loads
 
     length_list = parse_lengths(lengths)
     if distance is not None and distance >= max(length_list):
@@ -397,8 +397,8 @@ def diagnose_far_mass(
     import pandas as pd  # lazy: loads pandas
 
     from lctx.tasks import textdata  # lazy: loads lctx.tasks and numpy
-    from lctx.harness.diagnostics import far_mass, plot_far_mass  # lazy: loads torch, transformers, matplotlib
-    from lctx.harness.lm import load_lm  # lazy: loads torch, transformers
+    from lctx.harness.commands.diagnostics import far_mass, plot_far_mass  # lazy: loads torch, transformers, matplotlib
+    from lctx.models.adapters.hf import load_lm  # lazy: loads torch, transformers
     docs = textdata.load_corpus([data_path(data, data_dir)]) if data else textdata.pydoc_corpus("heldout")
     text = "\n\n".join(t for _, t in docs)
     frames = []
@@ -428,7 +428,7 @@ def compare(
     out: Optional[Path] = typer.Option(None, "--out", "-o", parser=_out_arg, callback=_results_out("compare"), help="Where compare.csv and compare.md go (default: RUN_DIR/compare)."),
 ):
     """Gate a run on a baseline: exit 0 when nothing regressed, 1 on a regression, 2 on bad input or cells whose options differ from the baseline's."""
-    from lctx.harness.compare import Rules, compare_dirs, load_rules, parse_aliases, parse_tolerances, print_report, write_report  # lazy: loads pandas
+    from lctx.harness.outputs.compare import Rules, compare_dirs, load_rules, parse_aliases, parse_tolerances, print_report, write_report  # lazy: loads pandas
 
     try:
         r = load_rules(rules) if rules is not None else Rules()
@@ -482,7 +482,8 @@ def convert_gguf(
 ):
     """Dequantise a GGUF checkpoint (transformers' GGUF support) into a Hugging Face directory (safetensors + tokenizer with its chat template)."""
     check_checkpoint_out(out, overwrite, "convert gguf", whole_dir=True)  # it replaces --out whole (rmtree)
-    from lctx.harness.gguf import convert_gguf as convert_fn, find_gguf  # lazy: +7 ms (hashlib, tempfile) to lctx.cli's import (-X importtime)
+    from lctx.models.adapters.gguf import convert_gguf as convert_fn  # lazy: +7 ms (hashlib, tempfile) to lctx.cli's import (-X importtime)
+    from lctx.model_files import find_gguf  # lazy: +7 ms (hashlib, tempfile) to lctx.cli's import (-X importtime)
 
     if not src.exists():
         raise LctxError(f"{str(src)!r} does not exist; pass the path of a .gguf file (or a folder holding one)")
@@ -532,7 +533,7 @@ def bench(
         if not thread_list or min(thread_list) < 1:
             raise LctxError(f"--threads {threads!r} is not a list of positive integers; write e.g. --threads 1,2")
     if model is not None:
-        from lctx.harness.bench import print_prefill, run_prefill_bench  # lazy: loads torch, transformers, triton
+        from lctx.harness.commands.bench import print_prefill, run_prefill_bench  # lazy: loads torch, transformers, triton
 
         if "--impl" not in sys.argv and impl == ",".join(ATTN_IMPLS[::-1]):
             impls = ["sdpa", "fast"]
@@ -558,8 +559,8 @@ def bench(
             get_variant(name)
         except KeyError as e:
             raise LctxError(f"--variants: {e.args[0]}; see `lctx list variants`") from None
-    from lctx.harness.bench import print_bench, run_bench, write_bench  # lazy: loads torch, transformers, triton
-    from lctx.harness.plan import parse_bytes  # lazy: loads torch
+    from lctx.harness.commands.bench import print_bench, run_bench, write_bench  # lazy: loads torch, transformers, triton
+    from lctx.models.adapters.memory import parse_bytes  # lazy: loads torch
 
     table, exps = run_bench(names, impls, length_list, heads=heads, head_dim=head_dim, batch=batch, device=device,
                             dtype=dtype, repeats=repeats, warmup=warmup, options=parse_options(option or []),
@@ -588,17 +589,18 @@ def plan(
     T = parse_lengths(length)
     if len(T) != 1:
         raise LctxError(f"--length {length!r} names {len(T)} lengths; pass one, e.g. --length 512k")
-    from lctx.harness.args import check_model_path, check_run_options  # light: checks before torch loads
+    from lctx.model_files import check_model_path  # light: checks before torch loads
+    from lctx.harness.args import check_run_options  # light: checks before torch loads
 
     model_dir = check_model_path(model)  # a hub id: its snapshot in the local Hugging Face cache
     check_run_options(dtype=dtype, device=device, attn_impl=attn_impl)
-    from lctx.harness import plan as P  # lazy: loads torch
+    from lctx.models.adapters import memory as P  # lazy: loads torch
 
     override = P.parse_bytes(device_memory) if device_memory else None
     if override is None:
-        from lctx.harness.devices import resolve_device  # lazy: loads torch
+        from lctx.models.adapters.devices import resolve_device  # lazy: loads torch
 
-        import torch  # lazy: loaded by lctx.harness.plan already
+        import torch  # lazy: loaded by lctx.models.adapters.memory already
 
         if str(device).startswith("cuda") and not torch.cuda.is_available():  # README: plan for a GPU you lack
             raise LctxError(f"--device {device}: this machine has no CUDA GPU whose memory plan could read; to plan "
@@ -609,7 +611,7 @@ def plan(
     shown = Path(model).resolve()  # a hub id OWNER/NAME: NAME
     shown = shown.stem if shown.suffix.lower() == ".gguf" else shown.name  # as `lctx run` names the model
     if attn_impl is not None:
-        from lctx.harness.lm import check_attn_impl  # lazy: loads torch, transformers
+        from lctx.models.adapters.hf import check_attn_impl  # lazy: loads torch, transformers
 
         check_attn_impl(attn_impl, cfg, shown)  # fast on a Hugging Face model: refused
     mp = P.plan_memory(cfg, T[0], chunk_size=chunk_size, dtype=dtype, impl=attn_impl, batch=batch,
@@ -637,7 +639,7 @@ def report(
     train_length: List[str] = typer.Option(None, "--train-length", help="Training length in tokens for models whose runs record none (a GGUF's): N for all of them, or MODEL=N (repeatable)."),
 ):
     """Write one extrapolation report (HTML with embedded plots, Markdown, PNGs, summary.csv) from run directories."""
-    from lctx.harness.report import build_report, parse_train_lengths  # lazy: loads pandas, matplotlib
+    from lctx.harness.outputs.report import build_report, parse_train_lengths  # lazy: loads pandas, matplotlib
 
     res = build_report([str(d) for d in run_dirs], out, at=at, title=title,
                        train_lengths=parse_train_lengths(train_length or []))
@@ -656,7 +658,7 @@ def list_(
     """List the tasks `lctx run --tasks` accepts, the metrics they report (registered in lctx.metrics, with their
     source), or the attention variants and modifiers `lctx train --variant` accepts."""
     if what == "tasks":
-        from lctx.harness import flatness, ruler  # noqa: F401  (register the derived names); lazy: loads lctx.tasks and numpy
+        from lctx.harness.steps import flatness, ruler  # noqa: F401  (register the derived names); lazy: loads lctx.tasks and numpy
         from lctx.tasks import load_entry_point_tasks, load_task_file, task_catalog  # lazy: loads lctx.tasks and numpy
 
         load_entry_point_tasks()
@@ -665,7 +667,7 @@ def list_(
         print_table(["task", "description", "metrics", "data (under --data-dir)"],
                     [[t.name, t.description, ", ".join(t.metrics), t.requires] for t in task_catalog()])
     elif what == "metrics":
-        from lctx.harness import flatness, ruler  # noqa: F401  (register the derived names); lazy: loads lctx.tasks and numpy
+        from lctx.harness.steps import flatness, ruler  # noqa: F401  (register the derived names); lazy: loads lctx.tasks and numpy
         from lctx.metrics import METRICS, label  # lazy: +3 ms to lctx.cli's import (-X importtime)
         from lctx.tasks import load_entry_point_tasks, load_task_file, task_catalog  # lazy: loads lctx.tasks and numpy
 

@@ -1,6 +1,6 @@
 """The metrics registry: every metric an lctx record or derived row can carry, by name (:data:`METRICS`), with
 which way is better and its source; the per-sample function where lctx computes it (the tasks call these).
-``lctx list metrics`` prints it; ``lctx compare`` takes its directions from it (:mod:`lctx.harness.compare`).
+``lctx list metrics`` prints it; ``lctx compare`` takes its directions from it (:mod:`lctx.harness.outputs.compare`).
 
 A leaf of the package root (it imports only :mod:`lctx.registry` and the standard library), so every layer
 and the light commands (``compare``, ``list``) may read it without importing torch. A task of one's own may
@@ -217,16 +217,16 @@ register_metric("acc", "higher", """Multiple-choice accuracy as lm-eval computes
 register_metric("acc_norm", "higher", """lm-eval's length-normalised multiple-choice accuracy: the argmax of
     each choice's log-likelihood divided by its length in characters (ARC).""")
 
-# --- derived steps (lctx.harness.flatness, lctx.harness.ruler) ---------------------------------------
-register_metric("ppl_ratio", "lower", """Flatness (lctx.harness.flatness): PPL(L) / PPL(T), ppl at length L over
+# --- derived steps (lctx.harness.steps.flatness, lctx.harness.steps.ruler) ---------------------------------------
+register_metric("ppl_ratio", "lower", """Flatness (lctx.harness.steps.flatness): PPL(L) / PPL(T), ppl at length L over
     ppl at the training length T (seed 004 reports RoPE 16.2x at 16T and ALiBi 0.96x at 128T).""")
-register_metric("flat_until", "higher", """Flatness (lctx.harness.flatness): the largest length L >= T (tokens)
+register_metric("flat_until", "higher", """Flatness (lctx.harness.steps.flatness): the largest length L >= T (tokens)
     such that every tested length in [T, L] has ppl_ratio <= max_ratio (default 1.1; seed 002 calls a model
     "flat" to 3.5T).""")
 register_metric("effective_length", "higher", """RULER's "effective length" (Hsieh et al. 2024, section 4): the
     largest tested length (tokens) such that the score is >= a threshold at every tested length up to it. The
-    flatness step scores the retrieval task's mean (threshold 0.8, lctx.harness.flatness); the ruler group
-    scores RULER's average (threshold 85.6, Llama-2-7B's RULER score at 4K, lctx.harness.ruler).""")
+    flatness step scores the retrieval task's mean (threshold 0.8, lctx.harness.steps.flatness); the ruler group
+    scores RULER's average (threshold 85.6, Llama-2-7B's RULER score at 4K, lctx.harness.steps.ruler).""")
 register_metric("average", "higher", """RULER's average at a length, in percent (Hsieh et al. 2024, section 4
     and Table 3): the mean over its tasks of each task's score (string_match_all for NIAH, vt, cwe, fwe;
-    string_match_part for QA), every task weighing the same (lctx.harness.ruler).""")
+    string_match_part for QA), every task weighing the same (lctx.harness.steps.ruler).""")

@@ -1,7 +1,7 @@
 """One registry type for lctx's named plug-ins: metrics (:data:`lctx.metrics.METRICS`), tasks
 (:data:`lctx.tasks.base.TASKS`, derived names in ``GROUPS``), attention variants and modifiers
 (:data:`lctx.models.variants.VARIANTS`, ``MODIFIERS``) and ``--attn-override`` names
-(:data:`lctx.harness.overrides.OVERRIDES`). A leaf of the package root: it imports nothing of lctx, so every
+(:data:`lctx.models.adapters.overrides.OVERRIDES`). A leaf of the package root: it imports nothing of lctx, so every
 layer may use it."""
 
 from __future__ import annotations

@@ -174,7 +174,7 @@ def check_writable_dir(path: Path, create: bool = False, flag: str = "--out") ->
 CHECKPOINT_FILES = ("config.json", "model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                     "tokenizer.json", "train_log.json")
 
-#: files that mark an ``lctx run`` output directory (:mod:`lctx.harness.runner`): its metadata and records, the
+#: files that mark an ``lctx run`` output directory (:mod:`lctx.harness.run.runner`): its metadata and records, the
 #: per-rank records of a sharded run stopped before they merged, its lock, and lm-eval's request caches
 RUN_DIR_FILES = ("run.json", "records.jsonl", "records.rank*.jsonl", ".lctx.lock", "partial")
 
@@ -270,7 +270,7 @@ def chat_options(system_prompt: Optional[str]) -> dict:
 
 
 def parse_batch_size(value) -> "int | str":
-    """``--batch-size``: a positive integer (int or digits) or ``"auto"`` (:func:`lctx.harness.runner.batches`).
+    """``--batch-size``: a positive integer (int or digits) or ``"auto"`` (:func:`lctx.harness.run.runner.batches`).
 
     Raises:
         LctxError: anything else (one line naming the fix).
@@ -283,12 +283,11 @@ def parse_batch_size(value) -> "int | str":
     raise LctxError(f"--batch-size {value!r} is not a positive integer nor auto; write e.g. --batch-size 4")
 
 
-
 #: The smallest vocabulary ``lctx train`` can train (:func:`lctx.models.tokenizer.train_tokenizer`): its 3 special
 #: tokens (``<pad>``, ``<s>``, ``</s>``) plus the 256 byte symbols. Here, so that it is checked before torch loads.
 MIN_VOCAB_SIZE = 3 + 256
 
-#: the ``lctx train`` flag of each :func:`lctx.harness.train.train` argument :func:`check_train_args` checks
+#: the ``lctx train`` flag of each :func:`lctx.harness.commands.train.train` argument :func:`check_train_args` checks
 TRAIN_FLAGS = {"context_length": "--context-length", "hidden_size": "--hidden-size", "num_layers": "--layers",
                "num_heads": "--heads", "vocab_size": "--vocab-size", "steps": "--steps", "batch_size": "--batch-size",
                "lr": "--lr", "warmup_steps": "--warmup", "eval_every": "--eval-every", "val_fraction": "--val-fraction",
@@ -298,9 +297,9 @@ TRAIN_FLAGS = {"context_length": "--context-length", "hidden_size": "--hidden-si
 def check_train_args(*, context_length, hidden_size, num_layers, num_heads, vocab_size, steps, batch_size, lr,
                      warmup_steps, eval_every, val_fraction, min_lr_ratio=0.1, weight_decay=0.1, grad_clip=1.0,
                      eval_batches=8, retrieval_fraction=None, retrieval_min_length=None) -> None:
-    """The numbers of ``lctx train`` (:func:`lctx.harness.train.train`'s arguments; ``retrieval_fraction`` and
-    ``retrieval_min_length``: its :class:`~lctx.harness.train.RetrievalMix`'s), checked without torch: ``lctx
-    train`` calls it before anything loads, :func:`lctx.harness.train.train` again. Sizes and counts are positive
+    """The numbers of ``lctx train`` (:func:`lctx.harness.commands.train.train`'s arguments; ``retrieval_fraction`` and
+    ``retrieval_min_length``: its :class:`~lctx.harness.commands.train.RetrievalMix`'s), checked without torch: ``lctx
+    train`` calls it before anything loads, :func:`lctx.harness.commands.train.train` again. Sizes and counts are positive
     integers, ``context_length`` in [2, :data:`MAX_LENGTH`], ``hidden_size`` a multiple of ``num_heads``,
     ``vocab_size`` at least :data:`MIN_VOCAB_SIZE`, ``warmup_steps`` >= 0, ``lr`` positive and finite,
     ``min_lr_ratio`` and ``retrieval_fraction`` in [0, 1], ``val_fraction`` in (0, 1), ``weight_decay`` and
@@ -357,110 +356,11 @@ def check_train_args(*, context_length, hidden_size, num_layers, num_heads, voca
                         f"pass e.g. 64, or leave it out for half the context{flag('retrieval_min_length')}")
 
 
-#: the ``--dtype`` names (:data:`lctx.harness.devices.DTYPES` maps them to torch dtypes)
+#: the ``--dtype`` names (:data:`lctx.models.adapters.devices.DTYPES` maps them to torch dtypes)
 DTYPE_NAMES = ("float32", "fp32", "bfloat16", "bf16", "float16", "fp16")
 #: torch's device types (``torch.device`` accepts these names, with an optional ``:N``)
 DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu", "meta", "hpu", "xla", "ipu", "mtia", "maia", "hip", "ve", "lazy",
                 "vulkan", "privateuseone")
-
-
-#: a Hugging Face hub model id as ``from_pretrained`` takes it: ``OWNER/NAME`` (``HuggingFaceTB/SmolLM2-135M-Instruct``)
-HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
-
-
-def resolve_model_path(path) -> tuple[str, Optional[str]]:
-    """Where a ``--model`` lives on this machine: (the path, None) for anything that exists or does not look like
-    a hub id (an ``OWNER/NAME`` whose ``OWNER/`` is a folder here, e.g. ``ckpt/my-model``, is a local path that
-    is missing); for a Hugging Face hub id (``OWNER/NAME``, :data:`HUB_ID`) that is not a local path, (its snapshot
-    in the local Hugging Face cache, ``NAME``), found offline as ``from_pretrained`` with ``HF_HUB_OFFLINE=1``
-    does (``huggingface_hub.snapshot_download(local_files_only=True)``: ``HF_HUB_CACHE``, else ``HF_HOME/hub``,
-    else ``~/.cache/huggingface/hub``). Imports no torch.
-
-    Raises:
-        LctxError: an empty value (``--model ""``: it would name the current directory); a hub id that is not in
-            the local cache: lctx does not download at run time (the message says how to fetch it).
-    """
-    text = str(path)
-    if not text.strip():
-        raise LctxError(f"--model {text!r} is empty; pass a checkpoint folder, a .gguf file or a Hugging Face id "
-                        "(or omit --model for the bundled default)")
-    if Path(text).exists() or not HUB_ID.fullmatch(text) or Path(text.split("/", 1)[0]).is_dir():
-        return text, None  # a folder OWNER/ here: a missing local checkpoint (ckpt/my-model), not a hub id
-    from huggingface_hub import constants, snapshot_download  # lazy: ~0.3 s, no torch; only for a hub id
-
-    try:
-        return snapshot_download(text, local_files_only=True), text.split("/", 1)[1]
-    except Exception:  # noqa: BLE001 - not cached (LocalEntryNotFoundError), or an unreadable cache entry
-        raise LctxError(f"checkpoint {text!r} is not a local path, and as a Hugging Face model id it is not in the "
-                        f"local cache ({constants.HF_HUB_CACHE}); lctx does not download at run time: fetch it with "
-                        f"`hf download {text}` (or `huggingface-cli download {text}`), then pass --model {text} "
-                        "again, or pass the path of a local checkpoint") from None
-
-
-def check_model_path(path) -> str:
-    """Refuse a ``--model`` that cannot be a checkpoint, by looking at the path only (no torch): missing, a
-    file that is not a ``.gguf``, or a folder with neither ``config.json`` nor a ``.gguf`` (a llama2.c
-    checkpoint folder gets the ``lctx convert llama2c`` command). A Hugging Face hub id is looked up in the
-    local cache first (:func:`resolve_model_path`). Returns the path checked (the snapshot of a hub id).
-
-    Raises:
-        LctxError: one of those, or a hub id that is not cached (one line naming the fix).
-    """
-    path, _ = resolve_model_path(path)
-    p = Path(path)
-    if not p.exists():
-        raise LctxError(f"checkpoint {str(path)!r} does not exist (not a directory nor a .gguf file); pass a "
-                        "folder written by `lctx train` or save_pretrained, a .gguf file (or omit --model for "
-                        "the bundled default)")
-    if p.is_file() and p.suffix.lower() != ".gguf":
-        raise LctxError(f"checkpoint {str(path)!r} is not a directory nor a .gguf file; pass a folder written by "
-                        "`lctx train` or save_pretrained, a .gguf file (or omit --model for the bundled default)")
-    if p.is_dir() and not (p / "config.json").is_file() and not any(f.suffix.lower() == ".gguf" for f in p.iterdir()):
-        bins = sorted(f.name for f in p.glob("*.bin"))
-        toks = [b for b in bins if b.startswith("tok")]
-        models = [b for b in bins if not b.startswith("tok")]
-        if toks and models:  # llama2.c's layout: the model .bin beside its tokN.bin
-            raise LctxError(f"checkpoint {str(path)!r} looks like a llama2.c checkpoint ({models[0]}, {toks[0]}), "
-                            f"which lctx cannot load directly; convert it first: `lctx convert llama2c "
-                            f"{p / models[0]} --tokenizer {p / toks[0]} --out DIR`, then pass --model DIR")
-        raise LctxError(f"checkpoint {str(path)!r} has no config.json; pass a folder written by `lctx train` "
-                        "or save_pretrained")
-    return path
-
-
-#: files any of which holds a tokenizer's vocabulary for ``AutoTokenizer.from_pretrained``: the ``tokenizers``
-#: serialisation, SentencePiece / tiktoken models (``tokenizer.model``, ``spiece.model``, ...), BPE and WordPiece
-#: vocabularies (``vocab.json`` with ``merges.txt``, ``vocab.txt``)
-TOKENIZER_VOCAB = ("tokenizer.json", "*.model", "vocab.json", "vocab.txt", "*.tiktoken")
-
-
-def check_tokenizer_files(path) -> None:
-    """Refuse, before torch or any weights load, a checkpoint folder with no tokenizer (``lctx run`` needs one
-    for every task): none of :data:`TOKENIZER_VOCAB` beside ``config.json``. transformers' own error comes after
-    the imports and reads ``Couldn't instantiate the backend tokenizer from one of: ...``. A GGUF file carries its
-    tokenizer, and remote code (``auto_map`` in ``config.json`` or ``tokenizer_config.json``) may keep its own
-    files and is refused without ``--trust-remote-code`` by its own check: neither is checked here.
-
-    Raises:
-        LctxError: no vocabulary file (names the missing files and where to get them).
-    """
-    p = Path(path)
-    if not (p.is_dir() and (p / "config.json").is_file()):
-        return
-    cfg = p / "tokenizer_config.json"
-    for f in (p / "config.json", cfg):  # remote code: refused later unless --trust-remote-code, which says so
-        try:
-            if f.is_file() and "auto_map" in json.loads(f.read_text()):
-                return
-        except (OSError, ValueError):
-            pass  # an unreadable file is the config / tokenizer loader's to report
-    if any(any(p.glob(g)) for g in TOKENIZER_VOCAB):
-        return
-    missing = "tokenizer.json" + ("" if cfg.is_file() else " and tokenizer_config.json")
-    raise LctxError(f"checkpoint {str(path)!r} has no tokenizer (no {missing}; nor tokenizer.model, vocab.json + "
-                    "merges.txt or vocab.txt); copy the tokenizer files from the model it was trained or converted "
-                    "from (its folder, or `hf download OWNER/NAME tokenizer.json tokenizer_config.json --local-dir "
-                    f"{str(path)}`), or write them there with tokenizer.save_pretrained")
 
 
 def check_run_options(dtype: Optional[str] = None, device: Optional[str] = None, attn_impl: Optional[str] = None,
@@ -484,7 +384,7 @@ def check_run_options(dtype: Optional[str] = None, device: Optional[str] = None,
     if attn_impl is not None and attn_impl not in ATTN_IMPLS:
         raise LctxError(f"unknown --attn-impl {attn_impl!r}; use {', '.join(ATTN_IMPLS)}")
     if attn_override:
-        from lctx.harness.override_spec import parse_override  # light: no torch
+        from lctx.override_spec import parse_override  # light: no torch
 
         parse_override(attn_override)
     if train_length is not None and (isinstance(train_length, bool) or not isinstance(train_length, int)
@@ -505,7 +405,7 @@ def cuda_absent(dev: Path = Path("/dev")) -> bool:
     """True when this machine surely has no GPU ``torch.cuda`` could use, told without importing torch:
     ``CUDA_VISIBLE_DEVICES`` hides every device (empty, or ``-1`` first), macOS, or Linux with none of the
     device nodes a GPU driver makes (:data:`GPU_DEVICE_NODES`) in ``dev``. False when unsure (other systems): torch's own
-    check (:func:`lctx.harness.devices.resolve_device`) still follows."""
+    check (:func:`lctx.models.adapters.devices.resolve_device`) still follows."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None and (not visible.strip() or visible.split(",")[0].strip() == "-1"):
         return True
@@ -518,7 +418,7 @@ def cuda_absent(dev: Path = Path("/dev")) -> bool:
 
 def check_device_present(device: Optional[str]) -> None:
     """Refuse ``--device cuda`` / ``cuda:N`` on a machine without a CUDA GPU before torch loads (:func:`cuda_absent`;
-    the line :func:`lctx.harness.devices.resolve_device` gives after the imports).
+    the line :func:`lctx.models.adapters.devices.resolve_device` gives after the imports).
 
     Raises:
         LctxError: a CUDA device is asked for and this machine surely has none.
@@ -527,51 +427,3 @@ def check_device_present(device: Optional[str]) -> None:
         raise LctxError(f"device {device!r} requested but this machine has no CUDA GPU; use --device cpu")
 
 
-def check_declared_max(name: str, max_length, lengths: list[int], allow_beyond_max: bool = False) -> None:
-    """Refuse lengths above the ``max_length`` tokens (``max_position_embeddings``; None: not declared) that
-    model ``name`` declares it can address, unless ``allow_beyond_max``
-    (:func:`lctx.harness.runner.check_lengths`; :func:`declared_max` reads it before any weights load).
-
-    Raises:
-        LctxError: a length exceeds it, or it is not a positive number of tokens (names the limit and the fix).
-    """
-    if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int)
-                                   or max_length <= 0):
-        raise LctxError(f"model {name!r} declares max_position_embeddings = {max_length!r} in its "
-                        "config.json, which is not a positive number of tokens; fix or remove that key")
-    if max_length and not allow_beyond_max:
-        over = [L for L in lengths if L > max_length]
-        if over:
-            raise LctxError(f"length {max(over)} exceeds the {max_length} tokens model {name!r} declares "
-                            f"it can address (max_position_embeddings); use lengths <= {max_length}, or "
-                            "--allow-beyond-max for an extrapolation study")
-
-
-def declared_max(path) -> tuple[str, object]:
-    """(the name ``lctx run`` gives the model, the longest input it declares) for a ``--model``, read without
-    torch or the weights: ``config.json``'s ``max_position_embeddings`` for a folder, the GGUF metadata's
-    ``<arch>.context_length`` for a ``.gguf`` (what transformers turns into ``max_position_embeddings``);
-    None where it declares none or the file cannot be read here (the check after loading still runs)."""
-    from lctx.harness.gguf import find_gguf  # light: stdlib only
-
-    resolved, hub_name = resolve_model_path(path)
-    try:
-        gguf_file = find_gguf(resolved)
-    except LctxError:
-        return Path(resolved).name, None  # several .gguf files: load_lm's error
-    if gguf_file is not None:
-        name = hub_name or gguf_file.stem
-        try:
-            from gguf import GGUFReader  # lazy: numpy only
-
-            fields = GGUFReader(str(gguf_file)).fields
-            arch = fields["general.architecture"].contents()
-            return name, int(fields[f"{arch}.context_length"].contents())
-        except Exception:  # noqa: BLE001 - no key, or a file the GGUF loader will refuse with its own line
-            return name, None
-    name = hub_name or Path(resolved).resolve().name
-    try:
-        cfg = json.loads((Path(resolved) / "config.json").read_text())
-    except (OSError, ValueError):
-        return name, None  # load_lm's error names it
-    return name, cfg.get("max_position_embeddings") if isinstance(cfg, dict) else None

@@ -1,7 +1,7 @@
 """``lctx.evaluate``: the whole evaluation of ``lctx run`` as one Python call (lm-eval's ``simple_evaluate``
 is the model): build the tasks, load the models, check every length before anything runs, lock the run
 directory, run the sweeps (ppl's own windows as a second pass; lm-eval's tasks in the first, after the others), apply the derived
-post-processing steps (flatness, the ruler group: :mod:`lctx.harness.derived`) and return the tables.
+post-processing steps (flatness, the ruler group: :mod:`lctx.harness.steps.derived`) and return the tables.
 
 ``lctx run`` parses its arguments, calls :func:`evaluate` and prints the :class:`Result`.
 """
@@ -15,11 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence, Union
 
-from lctx.harness.args import (check_model_path, check_results_out, check_run_options, check_task_options,
-                               check_tokenizer_files, check_writable_dir,
-                               chat_options, parse_batch_size,
-                               parse_depths,
-                               parse_lengths, parse_task_options, task_option_names)
+from lctx.model_files import check_model_path, check_tokenizer_files
+from lctx.harness.args import (check_results_out, check_run_options, check_task_options, check_writable_dir, chat_options, parse_batch_size, parse_depths, parse_lengths, parse_task_options, task_option_names)
 from lctx.errors import LctxError, split_list
 
 DEFAULT_TASKS = ("passkey", "ppl")
@@ -69,7 +66,7 @@ def passive_omp_wait() -> None:
     """Set ``OMP_WAIT_POLICY=PASSIVE`` unless the user set it (or GNU OpenMP's ``GOMP_SPINCOUNT``), if torch is
     not loaded yet (OpenMP reads the variable once, when torch loads it): a torch thread that waits at the end of a parallel op then sleeps
     instead of spinning. With spinning threads a busy machine (load above the cores) makes every barrier wait
-    for a descheduled thread: measured on 2 cores at load 4-6 (``python -m lctx.harness.thread_speed``, median
+    for a descheduled thread: measured on 2 cores at load 4-6 (``python tests/tools/thread_speed.py``, median
     of 3 rounds), the default ``lctx run --tasks ppl`` on 2 spinning threads took 2.9-5.6x the wall time of 1
     thread, and 1.0-1.6x with PASSIVE (README "Threads")."""
     if not ({"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"} & set(os.environ)) and "torch" not in sys.modules:
@@ -116,7 +113,7 @@ def _unique(values: list, what: str, warn) -> list:
 
 
 #: the most lm-eval requests per forward for MMLU/ARC when ``--batch-size`` is not given (or is auto); the memory
-#: check lowers it to the largest batch that fits (:func:`lctx.harness.plan.check_lmeval_fits`). lm-eval keeps the
+#: check lowers it to the largest batch that fits (:func:`lctx.models.adapters.memory.check_lmeval_fits`). lm-eval keeps the
 #: whole batch's logits and their log-softmax: N x longest request x vocabulary x 4 bytes, each (README "Batches":
 #: 19 GB for SmolLM2-135M's 5-shot MMLU at 32)
 LMEVAL_BATCH = 32
@@ -180,7 +177,7 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
     if out is not None:
         check_writable_dir(Path(out))  # before torch, the tasks' data and the models load
         check_results_out(Path(out), "run")  # not into a checkpoint: its fingerprint would change
-        from lctx.harness.rundir import check_not_locked  # lazy: +7 ms (socket) to lctx.cli's import (-X importtime)
+        from lctx.harness.run.rundir import check_not_locked  # lazy: +7 ms (socket) to lctx.cli's import (-X importtime)
 
         check_not_locked(Path(out))  # a busy --out answers now, not after the models load (trial21 item 8)
     if cache_dir is not None:  # a file there failed the first NIAH sample, after the models loaded (issue 25, F6)
@@ -188,7 +185,7 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
     check_run_options(dtype=dtype, device=device, attn_impl=attn_impl, attn_override=attn_override,
                       train_length=train_length)  # before torch loads (README "Start-up")
     if relative:
-        from lctx.harness.flatness import parse_relative  # light: lctx.tasks and numpy, no torch
+        from lctx.harness.steps.flatness import parse_relative  # light: lctx.tasks and numpy, no torch
 
         parse_relative(relative)
     _check_hub(task_names, data_dir)
@@ -212,8 +209,8 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
     from lctx.kernels import busy_note, configure_threads  # lazy: loads torch
 
     configure_threads()  # README "Threads"
-    from lctx.harness.runner import RunSpec, new_invocation, run_sweep  # lazy: loads torch, transformers, pandas
-    from lctx.harness import distributed as dist_  # lazy: loads torch
+    from lctx.harness.run.runner import RunSpec, new_invocation, run_sweep  # lazy: loads torch, transformers, pandas
+    from lctx.harness.run import distributed as dist_  # lazy: loads torch
 
     dinfo = dist_.init(device)  # [distributed] under torchrun / accelerate launch: join the job (else no-op)
     device = dist_.rank_device(device, dinfo)  # rank r on cuda:LOCAL_RANK
@@ -228,10 +225,10 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
     task_names, task_option, steps = expand_derived(task_names, task_option, log if dinfo.is_main else None,
                                                     data_dir=data_dir, samples=samples, depths=depth_list)
     flat_spec = next((st.spec for st in steps if st.name == "flatness"), None)
-    from lctx.harness import flatness  # relative lengths and training lengths (--relative, --train-length); lazy: loads lctx.tasks and numpy
+    from lctx.harness.steps import flatness  # relative lengths and training lengths (--relative, --train-length); lazy: loads lctx.tasks and numpy
 
     from lctx.tasks import lmeval  # mmlu, arc_easy, arc_challenge: lm-eval's evaluator, no length axis; lazy: loads lctx.tasks and numpy
-    from lctx.harness.lmeval_run import format_summary as format_lmeval_summary  # lazy: loads lctx.tasks and numpy
+    from lctx.harness.steps.lmeval_run import format_summary as format_lmeval_summary  # lazy: loads lctx.tasks and numpy
 
     lmeval_names = [n for n in task_names if lmeval.is_lmeval_task(n)]
     task_names = [n for n in task_names if n not in lmeval_names]
@@ -270,7 +267,7 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
               else [(lms, length_list)])
     skips = _check_before_run(groups, task_objs, ppl_lengths, allow_beyond_max, memory_check, relative=bool(relative))
     if lmeval_objs and memory_check:  # lm-eval's batch: the one that fits (default) or the one asked for, checked
-        from lctx.harness.plan import check_lmeval_fits  # lazy: loads torch
+        from lctx.models.adapters.memory import check_lmeval_fits  # lazy: loads torch
 
         suite = lmeval_objs[0].suite
         fits, note = check_lmeval_fits(lms, suite.request_lengths, lmeval_batch,
@@ -283,7 +280,7 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
     if note:
         warn(note)
 
-    from lctx.harness.rundir import run_dir_lock  # lazy: +7 ms (socket) to lctx.cli's import (-X importtime)
+    from lctx.harness.run.rundir import run_dir_lock  # lazy: +7 ms (socket) to lctx.cli's import (-X importtime)
 
     results = []
     invocation = new_invocation()  # this call's sweeps share one entry of run.json's "invocations"
@@ -306,7 +303,7 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
         if relative:
             flatness.note_run(out, models=[lm.path for lm in lms], relative=flatness.parse_relative(relative),
                               train_lengths={lm.name: lm.train_length for lm in lms})
-        from lctx.harness.derived import write_run_tables  # lazy: +2 ms to lctx.cli's import (-X importtime)
+        from lctx.harness.steps.derived import write_run_tables  # lazy: +2 ms to lctx.cli's import (-X importtime)
 
         res.table, res.summary, res.plots = write_run_tables(out, steps)  # once, after every sweep
         res.superseded = int(res.table.attrs.get("superseded", 0))
@@ -353,7 +350,8 @@ def _check_before_torch(models, task_names: list[str], task_options, lengths: Op
     Raises:
         LctxError: the first problem found (one line naming the fix).
     """
-    from lctx.harness.args import check_declared_max, check_device_present, declared_max  # light
+    from lctx.model_files import check_declared_max, declared_max  # light
+    from lctx.harness.args import check_device_present  # light
     from lctx.tasks import lmeval  # lazy: loads lctx.tasks and numpy
 
     check_device_present(device)
@@ -383,7 +381,7 @@ _TASK_SETTINGS = {
 def _unused_cache_dir(models, task_objs: list, task_names: list[str]) -> str | None:
     """One ``warning:`` line when ``--cache-dir`` reaches nothing: no model is a GGUF file (whose dequantised
     weights it holds) and no task of the run keeps built samples there (the NIAH / RULER tasks); else None."""
-    from lctx.harness.gguf import find_gguf  # lazy: stdlib only, but most runs never ask
+    from lctx.model_files import find_gguf  # lazy: stdlib only, but most runs never ask
 
     names = [models] if isinstance(models, (str, Path)) else [m for m in models or [] if isinstance(m, (str, Path))]
     if any(find_gguf(m) for m in names) or any("cache_dir" in task_option_names(type(t)) for t in task_objs):
@@ -418,7 +416,7 @@ def _check_names(models, tasks, task_files) -> list[str]:
             (nor is a hub id in the local Hugging Face cache), a checkpoint folder without tokenizer files, or a
             task file that does not load (:func:`lctx.tasks.load_task_file`).
     """
-    from lctx.harness import flatness, ruler  # noqa: F401  (register the derived names: light, no pandas); lazy: loads lctx.tasks and numpy
+    from lctx.harness.steps import flatness, ruler  # noqa: F401  (register the derived names: light, no pandas); lazy: loads lctx.tasks and numpy
     from lctx.tasks import GROUPS, TASKS, get_task, lmeval, load_entry_point_tasks, load_task_file  # lazy: loads lctx.tasks and numpy
 
     load_entry_point_tasks()
@@ -436,19 +434,19 @@ def _check_names(models, tasks, task_files) -> list[str]:
 
 
 def _load_models(models, attn_override, warn, **load) -> list:
-    """Load every checkpoint of ``models`` (default: the bundled model) with :func:`lctx.harness.lm.load_lm`
+    """Load every checkpoint of ``models`` (default: the bundled model) with :func:`lctx.models.adapters.hf.load_lm`
     and ``load``'s settings; names made unique (``name#i``) when two share one.
 
     Raises:
         LctxError: a bad ``attn_override`` (before any model loads) or a checkpoint ``load_lm`` refuses.
     """
-    from lctx.harness.lm import load_lm  # lazy: loads torch, transformers
+    from lctx.models.adapters.hf import load_lm  # lazy: loads torch, transformers
 
     if isinstance(models, (str, Path)):
         models = [models]
     paths = [str(m) for m in models] if models else [str(DEFAULT_MODEL)]
     if attn_override:
-        from lctx.harness.overrides import parse_override  # lazy: loads torch, transformers, triton
+        from lctx.models.adapters.overrides import parse_override  # lazy: loads torch, transformers, triton
 
         parse_override(attn_override)  # a bad spec fails before any model loads
     lms = [load_lm(p, attn_override=attn_override, log=warn, **load) for p in paths]
@@ -465,14 +463,14 @@ def _check_before_run(groups, task_objs: list, ppl_lengths, allow_beyond_max: bo
     (``--relative`` x a training length), lengths a model cannot address, lengths shorter than
     a task's template, a longest prefill that does not fit the device (the memory model of ``lctx plan``).
     ``relative`` (``--relative``): a task is left out at the lengths shorter than its template instead
-    (:func:`lctx.harness.runner.check_min_lengths` with ``drop=True``). Returns {"skip_below": for
+    (:func:`lctx.harness.run.runner.check_min_lengths` with ``drop=True``). Returns {"skip_below": for
     :class:`RunSpec`, "notes": one line per task left out somewhere}.
 
     Raises:
         LctxError: the first problem found (one line naming the fix).
     """
     from lctx.harness.args import check_max_length  # light
-    from lctx.harness.runner import check_lengths, check_min_lengths  # lazy: loads torch, transformers, pandas
+    from lctx.harness.run.runner import check_lengths, check_min_lengths  # lazy: loads torch, transformers, pandas
 
     skip_below, notes = {}, []
     for lms_g, length_list in groups:  # every problem found before the first sweep starts
@@ -492,7 +490,7 @@ def _check_before_run(groups, task_objs: list, ppl_lengths, allow_beyond_max: bo
                 except ValueError as e:
                     raise _bad_option(t.name, e, {}, {"stride": t.stride}) from None
         if memory_check and task_objs:  # the memory model of `lctx plan`, for the longest prefill
-            from lctx.harness.plan import check_run_fits  # lazy: loads torch
+            from lctx.models.adapters.memory import check_run_fits  # lazy: loads torch
 
             longest = max(length_list + (ppl_lengths or []))
             has_ppl = any(t.name == "ppl" for t in task_objs)  # ppl keeps logits at every scored position
@@ -504,8 +502,8 @@ def _derived_expanders() -> dict:
     """The registry of derived post-processing steps: {name in ``--tasks``: expander}. An expander takes
     (task names, ``--task-option`` items, data_dir=, samples=, depths=) and returns (task names with its own
     replaced by the tasks it derives from, the option items not addressed to it, its
-    :class:`lctx.harness.derived.DerivedStep` or None when not asked for, lines to print)."""
-    from lctx.harness import flatness, ruler  # lazy: loads lctx.tasks and numpy
+    :class:`lctx.harness.steps.derived.DerivedStep` or None when not asked for, lines to print)."""
+    from lctx.harness.steps import flatness, ruler  # lazy: loads lctx.tasks and numpy
 
     return {flatness.TASK: flatness.expand, ruler.GROUP: ruler.expand}
 

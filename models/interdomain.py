@@ -534,7 +534,7 @@ def _state_parameters(mod: nn.Module, shape: tuple[int, ...], n_modes: int, dt_m
 
 def _no_weight_decay(*params: nn.Parameter) -> None:
     """Mark parameters as s4d.py's ``register`` does (``p._optim = {"weight_decay": 0.0}``): ``lctx train``
-    (:func:`lctx.harness.train.train`) reads the flag and keeps weight decay off them. Marked: the SSM's
+    (:func:`lctx.harness.commands.train.train`) reads the flag and keeps weight decay off them. Marked: the SSM's
     A, Delta and B (the state-spaces/s4 convention) and the gains and biases that are stored as
     multi-dimensional tensors (input-norm gains, per-head key/value biases, S4D's skip gain D), which the
     trainer's dimension rule (decay tensors of 2 or more dims) would otherwise decay (GPT-3's rule, and

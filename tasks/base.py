@@ -108,7 +108,7 @@ class Task:
     A task that reads files names them in :meth:`data_files` (or overrides :meth:`data_fingerprint`), so
     that new contents under the same path are a different input.
 
-    Every logit a task obtains through :class:`lctx.harness.lm.LM` passes the shared check
+    Every logit a task obtains through :class:`lctx.models.adapters.hf.LM` passes the shared check
     :func:`lctx.errors.check_finite_logits`: NaN or infinite logits make the sample an error
     (status ``error``) whatever the task computes from them.
     """
@@ -205,7 +205,7 @@ class Task:
         """The fewest tokens (BOS included) a sample of this task can have with ``lm``'s tokenizer: its fixed
         template (instruction, needle, question, and any generation budget counted in the length) with no
         filler. A lower bound: ``lctx run`` refuses every requested length below it, for every model, before
-        the sweep starts (:func:`lctx.harness.runner.check_min_lengths`); :meth:`build` still raises for a
+        the sweep starts (:func:`lctx.harness.run.runner.check_min_lengths`); :meth:`build` still raises for a
         sample that does not fit. Default 1 (no template)."""
         return 1
 
@@ -223,7 +223,7 @@ class Task:
         return [Cell(int(L), d, s) for L, d, s in itertools.product(lengths, ds, ss)]
 
     def build(self, lm, cell: Cell, seed: int) -> Sample:
-        """Build the sample of ``cell`` for the model ``lm`` (an :class:`lctx.harness.lm.LM`),
+        """Build the sample of ``cell`` for the model ``lm`` (an :class:`lctx.models.adapters.hf.LM`),
         deterministically from ``seed``. Must not exceed ``cell.length`` tokens."""
         raise NotImplementedError
 
@@ -251,14 +251,14 @@ class Task:
 
     def score_generated(self, lm, sample: Sample, prefix, continuation: list[int]) -> dict[str, float]:
         """{metric: value} of ``sample`` from its greedy ``continuation`` (token ids) and ``prefix`` (an
-        :class:`lctx.harness.lm.Prefix` holding the prompt, for teacher-forced scores through its KV cache:
+        :class:`lctx.models.adapters.hf.Prefix` holding the prompt, for teacher-forced scores through its KV cache:
         ``lm.score_continuation(prefix, ...)``). Called after one prefill alone or as a row of a batch; it must
         not depend on which."""
         raise NotImplementedError
 
     def score_batch(self, lm, samples: list[Sample]) -> list[dict[str, float] | BaseException]:
         """Score several samples of one length together: one left-padded prefill and one batched greedy
-        decode (:meth:`lctx.harness.lm.LM.prefill_batch`, :meth:`~lctx.harness.lm.LM.greedy_batch`), then
+        decode (:meth:`lctx.models.adapters.hf.LM.prefill_batch`, :meth:`~lctx.models.adapters.hf.LM.greedy_batch`), then
         :meth:`score_generated` per row. Returns, per sample, its metrics or the exception its scoring
         raised. Errors of the batched prefill or decode (e.g. out of memory) propagate: the runner then
         scores the samples one at a time.
@@ -386,7 +386,7 @@ class TaskInfo(NamedTuple):
 
 #: Names ``lctx run --tasks`` accepts that are not :class:`Task` classes in :data:`TASKS`, {name: TaskInfo}:
 #: lm-eval's ``mmlu``/``arc_*`` (:mod:`lctx.tasks.lmeval`, whose task objects are made per subject) and the
-#: harness's derived steps (``flatness``, ``ruler``: :mod:`lctx.harness.derived`); each registers itself on
+#: harness's derived steps (``flatness``, ``ruler``: :mod:`lctx.harness.steps.derived`); each registers itself on
 #: import with :func:`register_group`, so this module lists them without importing them.
 GROUPS: Registry[TaskInfo] = Registry("derived task name", replace=True)
 
@@ -400,7 +400,7 @@ def task_catalog() -> list[TaskInfo]:
     """Every task name ``lctx run --tasks`` accepts, sorted: the registered tasks (built-in, ``--task-file``,
     plug-ins loaded so far) and the names registered in :data:`GROUPS` (lm-eval's ``mmlu``/``arc_*``, whose
     ``mmlu_<subject>`` and ``mmlu_<category>`` are accepted too; the harness's ``flatness`` sweep and ``ruler``
-    group, once :mod:`lctx.harness.flatness` / :mod:`lctx.harness.ruler` are imported)."""
+    group, once :mod:`lctx.harness.steps.flatness` / :mod:`lctx.harness.steps.ruler` are imported)."""
     out = [TaskInfo(n, c.description, tuple(c.metrics), c.requires) for n, c in TASKS.items()]
     out += GROUPS.values()
     return sorted(out, key=lambda t: t.name)

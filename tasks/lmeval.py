@@ -20,7 +20,7 @@ Data:
   the Dev split (lm-eval's hub config draws it from train).
 - without one, lm-eval's built-in tasks load ``cais/mmlu`` and ``allenai/ai2_arc`` from the hub.
 
-Models: an :class:`lctx.harness.lm.LM` (native lctx or Hugging Face checkpoint, already loaded by
+Models: an :class:`lctx.models.adapters.hf.LM` (native lctx or Hugging Face checkpoint, already loaded by
 ``load_lm``) is wrapped in :class:`LctxHFLM`, lm-eval's ``hf`` backend (``HFLM``) with one change:
 native lctx models get the BOS token their training always put first (their tokenizer does not add
 it); Hugging Face models keep lm-eval's default (whatever ``tokenizer.encode`` adds). ``LctxHFLM`` is
@@ -542,7 +542,7 @@ class LmEvalSuite:
 
     def set_batch_size(self, batch_size: int) -> None:
         """lm-eval requests per forward from now on, also for the model wrappers already made (the memory
-        check of :func:`lctx.harness.plan.check_lmeval_fits` lowers it after :meth:`request_lengths` made them)."""
+        check of :func:`lctx.models.adapters.memory.check_lmeval_fits` lowers it after :meth:`request_lengths` made them)."""
         self.batch_size = int(batch_size)
         for _, hflm in self._hflm.values():
             hflm.batch_size_per_gpu = self.batch_size

@@ -35,7 +35,7 @@ What lctx does differently (issue 5):
   largest n with ``len([BOS] + prompt(n)) + max_new_tokens <= length``, so the total is within one
   haystack unit of the length (RULER steps by 5..500 units);
 * the default generation budget is the tokens of the expected answer + 8 (RULER reserves 128 for chat
-  models; set ``max_new_tokens=128`` to match it; the ``ruler`` group does, :mod:`lctx.harness.ruler`);
+  models; set ``max_new_tokens=128`` to match it; the ``ruler`` group does, :mod:`lctx.harness.steps.ruler`);
 * generation is seeded per (task, seed, length, depth, sample) and cached to disk (see :class:`RulerNIAH`);
 * essay sentences are split by a punctuation + capital-letter rule (:func:`sentence_start_words`; RULER uses
   ``nltk.sent_tokenize``, whose Punkt model is a download); the essay always starts at its first word, as
@@ -694,7 +694,7 @@ class RulerNIAH(Task):
     def teacher_forced(self, lm, prefix, value: str, context: str) -> tuple[list[float], list[int]]:
         """Log-probability (nats) and rank (1 = the model's first choice) of each value-bearing token of
         " value" right after the prompt, with the tokens " value" has *in context* (``lm.continuation_ids``,
-        as lm-eval's ``_encode_pair``). ``prefix``: the prefilled prompt (a :class:`lctx.harness.lm.Prefix`,
+        as lm-eval's ``_encode_pair``). ``prefix``: the prefilled prompt (a :class:`lctx.models.adapters.hf.Prefix`,
         scored through its KV cache and rewound) or the prompt's token ids (prefilled here); ``context``:
         the prompt's text (``Sample.meta["prompt_text"]``)."""
         if not hasattr(prefix, "cache"):

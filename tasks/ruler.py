@@ -16,7 +16,7 @@ What is RULER's (copied verbatim; ``tests/test_ruler.py`` checks it against the 
 * the templates and answer prefixes, joined as ``prepare.py`` joins them for a base model
   (``{task_template}`` + answer prefix; with ``--chat-template on`` the task text is the user's turn of the
   model's chat template and the answer prefix opens the assistant's turn, as RULER's model templates do,
-  through :meth:`lctx.harness.lm.LM.prompt`), and RULER's generation budgets (30, 120, 50 tokens) as the
+  through :meth:`lctx.models.adapters.hf.LM.prompt`), and RULER's generation budgets (30, 120, 50 tokens) as the
   default ``max_new_tokens``;
 * ``vt``: chains ``VAR XXXXX = 12345`` then ``VAR YYYYY = VAR XXXXX `` (trailing space, as RULER), five
   upper-case letters per variable, values in [10000, 99998] (numpy's ``randint(10000, 99999)``), the chain's
@@ -269,7 +269,7 @@ class RulerTask(Task):
     @staticmethod
     def make_prompt(lm, user: str, answer_prefix: str, marks: tuple[int, ...] | list[int] = ()
                     ) -> tuple[list[int], str, list[int]]:
-        """The prompt as the model reads it, through ``lm.prompt`` (:meth:`lctx.harness.lm.LM.prompt`: BOS as
+        """The prompt as the model reads it, through ``lm.prompt`` (:meth:`lctx.models.adapters.hf.LM.prompt`: BOS as
         the model takes it; with ``--chat-template on`` the task text is the user's turn and the answer prefix
         starts the assistant's, as RULER's model templates): (token ids, text, tokens before each character
         offset ``marks`` of ``user``)."""

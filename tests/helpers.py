@@ -25,7 +25,7 @@ def digit_copy_task_source() -> str:
     """The source of a custom retrieval task (a ``--task-file``) that declares its metadata: ``digit_copy``, metrics
     ``copy_top1`` (the headline, though ``copy_nll`` sorts first) and ``copy_nll``, a direction for each,
     ``retrieval = True``, a depth axis; it scores the last token of a run of digits (top-1 hit and NLL,
-    :meth:`lctx.harness.lm.LM.token_nll`)."""
+    :meth:`lctx.models.adapters.hf.LM.token_nll`)."""
     return '''
 from lctx.tasks import Task, Sample, register_task
 
@@ -85,7 +85,7 @@ def tiny_lm(path, tokenizer, variant: str = "rope"):
     """A random-init (seed 0) 2-layer lctx model with ``tokenizer``, saved to ``path`` and loaded as an LM."""
     import torch
 
-    from lctx.harness.lm import load_lm
+    from lctx.models.adapters.hf import load_lm
     from lctx.models import LctxForCausalLM
 
     torch.manual_seed(0)

@@ -60,8 +60,8 @@ def test_alibi_lsh_rows_name_the_kernel_that_ran(monkeypatch, make_checkpoint, t
     """alibi_lsh with --attn-impl fast on CPU: on a short input the exact-ALiBi dispatch (lsh_exact_dispatch,
     the default) runs exact ALiBi, and every row of the results table says so in attn_kernel; with the option
     off the LSH kernel runs and the rows say that (issue 24, item 9)."""
-    from lctx.harness.lm import load_lm
-    from lctx.harness.runner import RunSpec, run_sweep
+    from lctx.models.adapters.hf import load_lm
+    from lctx.harness.run.runner import RunSpec, run_sweep
     from lctx.tasks.passkey import Passkey
 
     monkeypatch.setenv("TRITON_INTERPRET", "0")  # the CPU branch (tests run Triton's interpreter otherwise)

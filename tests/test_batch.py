@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from helpers import assert_one_line_error, run_cli, tiny_config
-from lctx.harness.lm import load_lm
+from lctx.models.adapters.hf import load_lm
 
 BUNDLED = Path(__file__).resolve().parents[1] / "models" / "checkpoints" / "pydoc-tiny-rope"
 
@@ -107,7 +107,7 @@ def test_cli_batch_4_records_equal_batch_1(tmp_path, fake_data, capsys):
 
 
 def test_batches_group_one_length_of_a_batched_task():
-    from lctx.harness.runner import batches
+    from lctx.harness.run.runner import batches
     from lctx.tasks import get_task
     from lctx.tasks.base import Cell
 
@@ -127,17 +127,17 @@ def test_batches_group_one_length_of_a_batched_task():
 
 
 def test_auto_batch_size_is_capped_and_fits_memory(monkeypatch):
-    from lctx.harness import runner
+    from lctx.harness.run import runner
 
     lm = load_lm(str(BUNDLED), device="cpu")
     assert runner.auto_batch_size(lm, 1024) == runner.AUTO_BATCH_CAP["cpu"]  # a tiny model fits 4 easily
-    monkeypatch.setattr("lctx.harness.plan.device_memory", lambda dev, override=None: (1, "test"))
+    monkeypatch.setattr("lctx.models.adapters.memory.device_memory", lambda dev, override=None: (1, "test"))
     assert runner.auto_batch_size(lm, 1024) == 1  # nothing fits: one at a time
 
 
 def test_failed_batch_runs_its_samples_alone(tmp_path, capsys, monkeypatch):
     # a batch whose prefill fails (here: out of memory) must not turn samples that run alone into errors
-    from lctx.harness.lm import LM
+    from lctx.models.adapters.hf import LM
 
     def boom(self, ids):
         raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
@@ -157,7 +157,7 @@ def test_bad_batch_size_is_a_one_line_error(tmp_path, capsys):
 
 def test_auto_batch_size_is_told_once_per_model_and_length(monkeypatch):
     # `--batch-size auto` says the N it chose, once per (model, length), and only for tasks that batch
-    from lctx.harness import runner
+    from lctx.harness.run import runner
     from lctx.tasks import get_task
     from lctx.tasks.base import Cell
 
@@ -179,7 +179,7 @@ def test_progress_counts_samples_not_batches():
     # a batch of 4 advances the sample count by 4, against the total in samples: [1-4/6], then [5/6], [6/6]
     import io
 
-    from lctx.harness.console import SweepProgress
+    from lctx.harness.run.console import SweepProgress
 
     with SweepProgress([1.0] * 6, file=io.StringIO()) as bar:
         seen = []
@@ -191,7 +191,7 @@ def test_progress_counts_samples_not_batches():
 
 
 def test_counts_in_messages_agree_with_their_number():
-    from lctx.harness.console import count
+    from lctx.harness.run.console import count
 
     assert [count(0, "sample"), count(1, "sample"), count(2, "error"), count(1, "row")] == \
         ["0 samples", "1 sample", "2 errors", "1 row"]

@@ -15,7 +15,7 @@ from helpers import assert_one_line_error, run_cli
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-from lctx.harness.bench import (
+from lctx.harness.commands.bench import (
     BenchCase,
     BenchGroup,
     PeakMemory,

@@ -44,7 +44,7 @@ def test_grow_and_crop():
 
 
 def test_lm_prefill_uses_preallocated_cache(make_checkpoint):
-    from lctx.harness.lm import load_lm
+    from lctx.models.adapters.hf import load_lm
 
     lm = load_lm(str(make_checkpoint("rope")), device="cpu")
     ids = lm.with_bos(list(range(10, 60)))

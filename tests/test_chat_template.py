@@ -19,7 +19,7 @@ from helpers import assert_one_line_error, run_cli  # noqa: E402
 @pytest.fixture(scope="module")
 def chat_ckpt(tmp_path_factory):
     """A tiny Llama with a ChatML template (from a GGUF file, converted once)."""
-    from lctx.harness.gguf import convert_gguf
+    from lctx.models.adapters.gguf import convert_gguf
 
     d = tmp_path_factory.mktemp("chat")
     g = write_tiny_gguf(d / "tiny-chat.gguf")
@@ -27,7 +27,7 @@ def chat_ckpt(tmp_path_factory):
 
 
 def _lm(path, **kw):
-    from lctx.harness.lm import load_lm
+    from lctx.models.adapters.hf import load_lm
 
     return load_lm(str(path), device="cpu", **kw)
 
@@ -99,7 +99,7 @@ def test_tokenizer_without_template_is_one_line_error(tmp_path, capsys):
 
 def test_arc_chat_template_through_lm_eval(chat_ckpt, tmp_path, monkeypatch):
     """mmlu/arc with --chat-template on use lm-eval's own apply_chat_template (called by its evaluator)."""
-    from lctx.harness import lmeval_run
+    from lctx.harness.steps import lmeval_run
     from lctx.tasks import lmeval
 
     root = tmp_path / "data" / "arc"

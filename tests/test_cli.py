@@ -158,8 +158,8 @@ def test_hub_id_runs_from_the_local_cache_and_is_named_by_it(capsys, tmp_path, m
     # "does not exist". A hub id in the local cache runs offline, named as the repository (not the snapshot hash).
     import huggingface_hub.constants
 
-    from lctx.harness.args import resolve_model_path
-    from lctx.harness.lm import load_lm
+    from lctx.model_files import resolve_model_path
+    from lctx.models.adapters.hf import load_lm
 
     snap = _fake_hub_cache(tmp_path / "hub", "lctx-test/pydoc-tiny", DEFAULT_MODEL)
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
@@ -219,7 +219,7 @@ def test_checkpoint_without_tokenizer_files_names_them(capsys, tmp_path):
     import shutil
 
     from lctx.errors import LctxError
-    from lctx.harness.lm import load_lm
+    from lctx.models.adapters.hf import load_lm
 
     ck = tmp_path / "no-tok"
     shutil.copytree(DEFAULT_MODEL, ck)
@@ -263,7 +263,7 @@ def test_bundled_default_run(capsys, tmp_path):
     and 512 tokens, CPU float32) and reproduces the committed baseline within its rules (lctx compare)."""
     import platform
 
-    from lctx.harness.compare import compare_dirs, load_rules
+    from lctx.harness.outputs.compare import compare_dirs, load_rules
 
     baseline = Path(__file__).resolve().parents[1] / "results" / "baselines" / "pydoc-tiny-rope"
     assert (DEFAULT_MODEL / "config.json").exists(), "bundled default checkpoint missing"
@@ -388,7 +388,7 @@ def test_report_into_a_run_directory_is_refused(capsys, tmp_path):
     code, _, err = run_cli(["report", str(run), "--out", str(run)], capsys)
     assert_one_line_error(code, err, "is an lctx run directory (run.json)", "report")
     assert (run / "summary.csv").read_text() == "model,task\n"
-    from lctx.harness.report import build_report
+    from lctx.harness.outputs.report import build_report
 
     with pytest.raises(Exception, match="is an lctx run directory"):  # the Python API too
         build_report([run], run)
@@ -456,7 +456,7 @@ def test_convert_gguf_refuses_a_folder_of_other_files(capsys, tmp_path):
 def test_interrupted_train_says_nothing_was_saved(capsys, tmp_path, monkeypatch):
     # trial21 item 3: a stopped `lctx train` printed run's "finished samples are kept: rerun the same command to
     # resume", but train keeps nothing and restarts from step 0. Each command now says what it kept.
-    import lctx.harness.train as T
+    import lctx.harness.commands.train as T
 
     def stopped(*a, **k):
         raise KeyboardInterrupt
@@ -532,7 +532,7 @@ def _depth_varying_summary():
     (summary, results table)."""
     import numpy as np
 
-    from lctx.harness.tables import summarize
+    from lctx.harness.run.tables import summarize
 
     rows = []
     for L in (256, 512):
@@ -584,7 +584,7 @@ def test_over_depths_pools_samples_exactly():
 
     import numpy as np
 
-    from lctx.harness.tables import over_depths
+    from lctx.harness.run.tables import over_depths
 
     summary, table = _depth_varying_summary()
     pooled = over_depths(summary)

@@ -149,7 +149,7 @@ def test_busy_out_is_refused_before_torch_loads(tmp_path):
     # and data (24 s with the bundled model; minutes with a big one). It is refused before torch loads now.
     out = tmp_path / "o"
     holder = subprocess.Popen([sys.executable, "-c",
-                               "import time; from pathlib import Path; from lctx.harness.rundir import run_dir_lock\n"
+                               "import time; from pathlib import Path; from lctx.harness.run.rundir import run_dir_lock\n"
                                f"with run_dir_lock(Path({str(out)!r})):\n    print('locked', flush=True); time.sleep(60)\n"],
                               stdout=subprocess.PIPE, text=True)
     try:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from helpers import assert_one_line_error, run_cli
-from lctx.harness.compare import (
+from lctx.harness.outputs.compare import (
     DISPLAY_HEADER,
     Rules,
     Tolerance,
@@ -297,7 +297,7 @@ def test_a_regression_beside_other_options_still_exits_1(tmp_path, capsys):
 
 
 def test_settings_and_seed_differ_too():
-    from lctx.harness.compare import option_differences
+    from lctx.harness.outputs.compare import option_differences
 
     base = with_options(cells())
     s = statuses(compare_runs(with_options(cells(), dtype="bfloat16"), base))
@@ -496,7 +496,7 @@ def test_numbers_never_wrap_on_a_narrow_terminal(tmp_path, monkeypatch, columns)
     a tolerance `6e-05 (stderr)` into `6e-0` / `5`: every number of the table now reads whole on one line."""
     import io
 
-    from lctx.harness.compare import _display_rows, print_report
+    from lctx.harness.outputs.compare import _display_rows, print_report
 
     base = cells()
     run = set_cell(cells(), "passkey", "exact", 256, mean=0.0, stderr=0.0)  # a regression: 0.75 ± 0.25 -> 0

@@ -1,4 +1,4 @@
-"""lctx.harness.console: tables whole on a terminal and off one (issue 16), numbers never wrapped (issue 24)."""
+"""lctx.harness.run.console: tables whole on a terminal and off one (issue 16), numbers never wrapped (issue 24)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import io
 import pytest
 from rich.cells import cell_len
 
-from lctx.harness.console import MIN_TEXT_WIDTH, print_table, rich_fits
+from lctx.harness.run.console import MIN_TEXT_WIDTH, print_table, rich_fits
 
 
 @pytest.fixture(autouse=True)

@@ -275,7 +275,7 @@ def stories(tmp_path_factory):
 
 @pytest.mark.slow
 def test_stories260k_greedy_story_is_llama2c_s(stories):
-    from lctx.harness.lm import load_lm
+    from lctx.models.adapters.hf import load_lm
 
     _, out = stories
     lm = load_lm(str(out), device="cpu")
@@ -327,7 +327,7 @@ def test_cli_convert_and_length_limit(stories, tmp_path, capsys, monkeypatch):
 def test_chunked_prefill_at_2048_equals_one_pass(stories):
     """The converted model at 2048 tokens (4x its 512 training length): a chunked prefill (chunk 512, KV cache,
     logits only where asked) gives the one-pass logits."""
-    from lctx.harness.lm import load_lm
+    from lctx.models.adapters.hf import load_lm
 
     _, out = stories
     lm = load_lm(str(out), device="cpu", chunk_size=512)
@@ -341,7 +341,7 @@ def test_chunked_prefill_at_2048_equals_one_pass(stories):
         torch.testing.assert_close(got[p], full[p].float(), atol=1e-4, rtol=1e-4)
 
 
-# -- loading Hugging Face checkpoint directories (harness/lm.py load_lm) -------------------------------
+# -- loading Hugging Face checkpoint directories (models/adapters/hf.py load_lm) -------------------------------
 
 @pytest.fixture
 def tiny_hf(tmp_path, stories):
@@ -365,7 +365,7 @@ class _Evil:
 
 def test_bin_weights_load_only_with_weights_only(tiny_hf, tmp_path):
     """A plain .bin loads (torch.load weights_only=True); one that pickles code is refused and never runs."""
-    from lctx.harness.lm import load_lm
+    from lctx.models.adapters.hf import load_lm
 
     d, model = tiny_hf
     (d / "model.safetensors").unlink()
@@ -382,7 +382,7 @@ def test_bin_weights_load_only_with_weights_only(tiny_hf, tmp_path):
 
 
 def test_safetensors_preferred_over_bin(tiny_hf):
-    from lctx.harness.lm import load_lm
+    from lctx.models.adapters.hf import load_lm
 
     d, model = tiny_hf
     sd = {k: v.clone() + 1.0 for k, v in model.state_dict().items()}
@@ -394,7 +394,7 @@ def test_safetensors_preferred_over_bin(tiny_hf):
 def test_remote_code_needs_the_flag(tiny_hf, tmp_path):
     """A checkpoint with auto_map code: refused with a one-line error naming --trust-remote-code; its code
     never runs."""
-    from lctx.harness.lm import load_lm
+    from lctx.models.adapters.hf import load_lm
 
     d, _ = tiny_hf
     marker = tmp_path / "ran"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lctx.harness.diagnostics import far_mass, plot_far_mass, plot_priors, prior_table
+from lctx.harness.commands.diagnostics import far_mass, plot_far_mass, plot_priors, prior_table
 from lctx.errors import LctxError
-from lctx.harness.lm import load_lm
+from lctx.models.adapters.hf import load_lm
 
 
 def zero_queries(lm):

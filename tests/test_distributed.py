@@ -11,9 +11,9 @@ import sys
 import pandas as pd
 import pytest
 import torch
-from lctx.harness import distributed as D
+from lctx.harness.run import distributed as D
 from lctx.errors import LctxError
-from lctx.harness.tables import record_key
+from lctx.harness.run.tables import record_key
 
 # columns that differ between any two runs (time, memory, clock, run id)
 VOLATILE = ["run_id", "wall_s", "peak_mem_bytes", "timestamp", "threads"]  # torchrun gives each rank OMP_NUM_THREADS=1
@@ -106,8 +106,8 @@ def test_merge_keeps_a_second_finished_record_with_other_metrics_for_the_vetting
 
 @pytest.mark.slow
 def test_single_process_resumes_an_interrupted_sharded_run(make_checkpoint, tmp_path):
-    from lctx.harness.lm import load_lm
-    from lctx.harness.runner import RunSpec, run_sweep
+    from lctx.models.adapters.hf import load_lm
+    from lctx.harness.run.runner import RunSpec, run_sweep
     from lctx.tasks.passkey import Passkey
 
     lm = load_lm(str(make_checkpoint("alibi")), device="cpu")

@@ -1,4 +1,4 @@
-"""Flatness sweeps: ppl_ratio, flat_until and effective_length derived from records (lctx.harness.flatness)."""
+"""Flatness sweeps: ppl_ratio, flat_until and effective_length derived from records (lctx.harness.steps.flatness)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 from lctx.errors import LctxError
-from lctx.harness.flatness import (
+from lctx.harness.steps.flatness import (
     FlatnessSpec,
     derive_records,
     derive_table,
@@ -22,7 +22,7 @@ from lctx.harness.flatness import (
     split_flatness,
     write_tables_with_flatness,
 )
-from lctx.harness.tables import to_table
+from lctx.harness.run.tables import to_table
 
 T = 256
 PPL = {128: 30.0, 256: 20.0, 512: 21.0, 1024: 23.0, 2048: 40.0}  # ratios 1.5, 1, 1.05, 1.15, 2

@@ -1,4 +1,4 @@
-"""lctx.harness.generate_speed (issue 11 item 6): the transformers generate baseline and lctx's passkey
+"""tests/tools/generate_speed.py (issue 11 item 6): the transformers generate baseline and lctx's passkey
 sample decode the same tokens, so the timing compares like with like."""
 
 import copy
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from lctx.harness.generate_speed import generate_loop
-from lctx.harness.lm import load_lm
+from tools.generate_speed import generate_loop
+from lctx.models.adapters.hf import load_lm
 from lctx.tasks.base import Cell
 from lctx.tasks.passkey import Passkey
 
@@ -33,7 +33,7 @@ def test_generate_baseline_decodes_what_lctx_decodes():
 @pytest.mark.slow
 def test_module_entry_prints_the_ratio(tmp_path):
     prof = tmp_path / "one.prof"
-    r = subprocess.run([sys.executable, "-m", "lctx.harness.generate_speed", "--model", str(BUNDLED),
+    r = subprocess.run([sys.executable, str(Path(__file__).parent / "tools" / "generate_speed.py"), "--model", str(BUNDLED),
                         "--length", "256", "--repeats", "2", "--chunk-sizes", "64", "--profile", str(prof)],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]

@@ -23,7 +23,7 @@ def tiny_gguf(tmp_path):
 def test_gguf_loads_as_transformers_does_and_is_named_by_stem(tiny_gguf, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    from lctx.harness.lm import load_lm
+    from lctx.models.adapters.hf import load_lm
 
     lm = load_lm(str(tiny_gguf), device="cpu", cache_dir=str(tmp_path / "cache"))
     assert lm.name == "tiny-llama.Q0"  # the file stem, not the hash-named cache directory
@@ -36,7 +36,7 @@ def test_gguf_loads_as_transformers_does_and_is_named_by_stem(tiny_gguf, tmp_pat
 
 
 def test_cache_keyed_by_content_hash(tiny_gguf, tmp_path, monkeypatch):
-    from lctx.harness import gguf as G
+    from lctx.models.adapters import gguf as G
 
     cache = tmp_path / "cache"
     d1, h1 = G.cached_gguf_dir(tiny_gguf, cache_dir=cache)
@@ -56,7 +56,7 @@ def test_cache_keyed_by_content_hash(tiny_gguf, tmp_path, monkeypatch):
 
 
 def test_half_written_cache_entry_is_rebuilt(tiny_gguf, tmp_path):
-    from lctx.harness import gguf as G
+    from lctx.models.adapters import gguf as G
 
     cache = tmp_path / "cache"
     h = G.sha256_file(tiny_gguf)
@@ -71,7 +71,7 @@ def test_directory_with_one_gguf_and_convert_command(tiny_gguf, tmp_path, capsys
     code, out, err = run_cli(["convert", "gguf", tiny_gguf, "--out", tmp_path / "hf"], capsys)
     assert code == 0, err
     assert (tmp_path / "hf" / "model.safetensors").is_file() and (tmp_path / "hf" / "tokenizer.json").is_file()
-    from lctx.harness.lm import load_lm
+    from lctx.models.adapters.hf import load_lm
 
     a = load_lm(str(tmp_path / "hf"), device="cpu")
     b = load_lm(str(tiny_gguf.parent), device="cpu", cache_dir=str(tmp_path / "c"))  # a folder holding one .gguf
@@ -127,7 +127,7 @@ def test_smollm2_gguf_passkey_1k(data_dir, tmp_path, capsys):
 def test_no_progress_silences_the_dequantising_bar(tiny_gguf, tmp_path, capfd):
     # transformers draws "Converting and de-quantizing GGUF tensors..." with its own tqdm, which
     # hf_logging.disable_progress_bar() does not reach; --no-progress (progress=False) must hide it
-    from lctx.harness.gguf import convert_gguf
+    from lctx.models.adapters.gguf import convert_gguf
 
     capfd.readouterr()
     convert_gguf(tiny_gguf, tmp_path / "shown")

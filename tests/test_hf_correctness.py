@@ -52,7 +52,7 @@ def _fresh_nll(path, ids):
 
 
 def test_dynamic_ntk_state_does_not_leak_between_cells_or_chunk_sizes(dynamic_llama):
-    from lctx.harness.lm import load_lm
+    from lctx.models.adapters.hf import load_lm
 
     lm = load_lm(str(dynamic_llama), device="cpu", chunk_size=2048)
     ids = {L: _doc_ids(lm, L) for L in (96, 128)}
@@ -86,7 +86,7 @@ def stories(tmp_path_factory):
     if not (src / "stories260K.bin").is_file():
         pytest.skip(f"stories260K not found under {root}; set LCTX_DATA_DIR")
     from lctx.models.convert import convert_llama2c
-    from lctx.harness.lm import load_lm
+    from lctx.models.adapters.hf import load_lm
 
     out = tmp_path_factory.mktemp("stories") / "hf"
     convert_llama2c(src / "stories260K.bin", src / "tok512.bin", out)
@@ -154,7 +154,7 @@ def test_niah_tf_scores_and_control_use_in_context_tokens(stories, monkeypatch, 
 def test_loglikelihood_rolling_counts_bos_once():
     from lm_eval.api.instance import Instance
 
-    from lctx.harness.lm import load_lm
+    from lctx.models.adapters.hf import load_lm
     from lctx.tasks.lmeval import lctx_hflm_class
 
     lm = load_lm(str(BUNDLED), device="cpu")
@@ -192,7 +192,7 @@ def test_passkey_at_the_maximum_of_an_absolute_position_model(tmp_path, capsys):
 
 
 def test_prompt_budget():
-    from lctx.harness.lm import LM
+    from lctx.models.adapters.hf import LM
 
     class _L:
         max_length = 1024
@@ -209,7 +209,7 @@ def test_attn_impl_fast_refused_for_hf_and_others_applied(dynamic_llama, tmp_pat
     assert_one_line_error(code, err, "--attn-impl fast", "Hugging Face", "sdpa")
     code, _, err = run_cli(["plan", "-m", dynamic_llama, "--length", "1k", "--attn-impl", "fast"], capsys)
     assert_one_line_error(code, err, "--attn-impl fast", "Hugging Face")
-    from lctx.harness.lm import load_lm
+    from lctx.models.adapters.hf import load_lm
 
     assert load_lm(str(dynamic_llama), device="cpu", attn_impl="reference").attn_impl == "hf:eager"
     assert load_lm(str(dynamic_llama), device="cpu", attn_impl="sdpa").attn_impl == "hf:sdpa"

@@ -229,7 +229,7 @@ def test_save_load_round_trip(tmp_path, variant, opts):
 
 @pytest.mark.parametrize("variant", ["interdomain", "s4d"])
 def test_lm_adapter_greedy_rewind(variant):
-    from lctx.harness.lm import LM
+    from lctx.models.adapters.hf import LM
 
     model = _model(variant, {})
     lm = LM(model=model, tokenizer=None, name="t", path="", variant=variant, train_length=64, max_length=None,

@@ -12,7 +12,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import pytest  # noqa: E402
 
 from lctx.errors import LctxError  # noqa: E402
-from lctx.harness import lmeval_run  # noqa: E402
+from lctx.harness.steps import lmeval_run  # noqa: E402
 from lctx.tasks import lmeval  # noqa: E402
 
 # MMLU rows (question, A, B, C, D, answer letter): the right choice says RIGHT, so an oracle can find it.
@@ -141,7 +141,7 @@ def _mmlu_records(subjects, fingerprint="f"):
 def test_summary_names_mmlu_by_the_subjects_it_ran():
     """Issue 24.6: `--tasks mmlu_astronomy` was summarised (summary.csv, the printed table) as `mmlu`, the name of all
     57 subjects. The summary's task now names what its cell pooled; the records (and so resume) keep task mmlu."""
-    from lctx.harness.tables import summarize, to_table
+    from lctx.harness.run.tables import summarize, to_table
 
     subjects = lmeval.mmlu_subjects()
     stem = [s for s, c in subjects.items() if c == "stem"]
@@ -192,7 +192,7 @@ def test_run_lmeval_matches_independent_scoring_and_resumes(tiny_data, tmp_path,
     import pandas as pd
     from lm_eval.api.registry import get_model
 
-    from lctx.harness.lm import load_lm
+    from lctx.models.adapters.hf import load_lm
 
     ck = make_checkpoint("rope")
     lm = load_lm(str(ck), device="cpu")
@@ -241,7 +241,7 @@ def test_run_lmeval_matches_independent_scoring_and_resumes(tiny_data, tmp_path,
     accs = [float(expect[("arc_easy", i)][0] == expect[("arc_easy", i)][2]) for i in range(3)]
     assert arc["n"] == 3 and arc["mean"] == pytest.approx(sum(accs) / 3)
     assert pd.isna(arc["length"]) and list(pd.read_parquet(out / "results.parquet").columns) == \
-        __import__("lctx.harness.tables", fromlist=["COLUMNS"]).COLUMNS
+        __import__("lctx.harness.run.tables", fromlist=["COLUMNS"]).COLUMNS
     subj = pd.read_csv(out / "mmlu_subjects.csv")
     assert subj.iloc[0]["subject"] == "anatomy" and subj.iloc[0]["n"] == 2
     assert summ[summ["task"].str.startswith("mmlu")]["task"].tolist() == ["mmlu_anatomy"]  # as run (issue 24.6)
@@ -293,7 +293,8 @@ def small_machine(monkeypatch):
     """A run whose arc_easy requests are 2,000 tokens long (300 rows) on a CPU with room for 4 rows beside the
     loaded weights (MemAvailable 4 x ROW + 1: on CPU the weights are already out of it), stopped before its
     sweep; returns the lm-eval batch each sweep would have run at."""
-    from lctx.harness import plan, runner
+    from lctx.models.adapters import memory as plan
+    from lctx.harness.run import runner
 
     monkeypatch.setattr(lmeval.LmEvalSuite, "request_lengths", lambda self, lm: {"arc_easy": (2000, 300)})
     monkeypatch.setattr(plan, "device_memory", lambda dev, override=None: (4 * ROW + 1, "test MemAvailable"))
@@ -357,7 +358,7 @@ def test_context_tokens_encode_the_shared_few_shot_part_once():
 def test_request_lengths_are_lm_evals_rows(tiny_data, tmp_path, make_checkpoint, monkeypatch):
     """The memory check's longest request and row count are those of lm-eval's own forwards (its input rows:
     BOS + prompt + choice less the last token, ``inp[:-1]``), counted from the requests lm-eval builds."""
-    from lctx.harness.lm import load_lm
+    from lctx.models.adapters.hf import load_lm
 
     lm = load_lm(str(make_checkpoint("rope")), device="cpu")
     got = lmeval.build_tasks(["mmlu_anatomy", "arc_easy"], tiny_data)[0].suite.request_lengths(lm)
@@ -444,8 +445,8 @@ def test_lmeval_tasks_run_through_the_one_runner(tiny_data, tmp_path, make_check
     """Issue 13.2: arc/mmlu are Tasks the runner drives: in one `lctx.evaluate` with passkey their records carry
     the same fields (one record builder), their resume key is the runner's, and run.json names every task."""
     import lctx
-    from lctx.harness.lm import load_lm
-    from lctx.harness.runner import sample_base
+    from lctx.models.adapters.hf import load_lm
+    from lctx.harness.run.runner import sample_base
 
     ck = make_checkpoint("rope")
     out = tmp_path / "run"
@@ -482,7 +483,7 @@ def test_stopped_lmeval_call_resumes_from_request_cache(tiny_data, tmp_path, mak
     batches in the run directory's request cache (partial/<fingerprint>/, lm-eval's CachingLM); the rerun asks
     the model only for the rest, and its records equal those of an uninterrupted run. Another checkpoint in the
     same run directory gets its own cache folder (its records' fingerprint): no answer is reused across models."""
-    from lctx.harness.lm import load_lm
+    from lctx.models.adapters.hf import load_lm
 
     cls = lmeval.lctx_hflm_class()
     rows, stop_at = [], [2]  # rows given to the model per forward; the forward number that raises (None: never)

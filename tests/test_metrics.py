@@ -12,7 +12,7 @@ from lctx.metrics import METRICS, register_metric
 
 
 def test_every_builtin_task_metric_is_registered_with_a_source():
-    from lctx.harness import flatness, ruler  # noqa: F401  (register the derived names)
+    from lctx.harness.steps import flatness, ruler  # noqa: F401  (register the derived names)
     from lctx.tasks import GROUPS, TASKS
 
     builtin = [(n, c.metrics) for n, c in TASKS.items() if c.__module__.startswith("lctx.")]  # not test tasks
@@ -56,7 +56,7 @@ def test_registration_rules():
 
 
 def test_compare_takes_directions_from_the_registry():
-    from lctx.harness.compare import DIRECTIONS, Rules
+    from lctx.harness.outputs.compare import DIRECTIONS, Rules
 
     assert all(DIRECTIONS[m.name] == m.direction for m in METRICS.values())
     assert Rules().direction_for("some_task", "acc,none") == "higher"  # lm-eval's ",filter" suffix dropped

@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 import torch
 
-from lctx.harness import overrides
+from lctx.models.adapters import overrides
 from lctx.errors import LctxError
-from lctx.harness.lm import LM, load_lm
-from lctx.harness.overrides import apply_override, parse_override
+from lctx.models.adapters.hf import LM, load_lm
+from lctx.models.adapters.overrides import apply_override, parse_override
 
 
 def tiny_llama(layers: int = 2, seed: int = 0):

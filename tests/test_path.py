@@ -189,7 +189,7 @@ def test_left_padding_is_identity_in_prefill_and_decode(opts):
 def test_harness_rewind_restores_the_post_prompt_state():
     # LM.prefill (chunked) -> greedy (extends the cache) -> score_continuation (rewinds: the KV part is
     # cropped and the transported keys come back from the post-prompt snapshot) equals a fresh forward.
-    from lctx.harness.lm import LM
+    from lctx.models.adapters.hf import LM
 
     model = make_model({"path_forget_gate": True})
     lm = LM(model=model, tokenizer=None, name="path", path="", variant="path", train_length=64, max_length=None,

@@ -7,7 +7,7 @@ import torch
 from helpers import run_cli
 from lctx.cli import DEFAULT_MODEL
 from lctx.errors import LctxError
-from lctx.harness.plan import (
+from lctx.models.adapters.memory import (
     GIB,
     check_fits,
     check_lmeval_fits,
@@ -144,7 +144,7 @@ def test_refusal_names_the_largest_part():
 
 
 def test_check_run_fits_with_a_loaded_model():
-    from lctx.harness.lm import load_lm
+    from lctx.models.adapters.hf import load_lm
 
     lm = load_lm(str(DEFAULT_MODEL), device="cpu")
     plans = check_run_fits([lm], 2048, available=64 * GIB)
@@ -180,7 +180,7 @@ class _FakeLMs:
     @classmethod
     def get(cls):
         if cls.lm is None:
-            from lctx.harness.lm import load_lm
+            from lctx.models.adapters.hf import load_lm
 
             cls.lm = load_lm(str(DEFAULT_MODEL), device="cpu")
         return cls.lm
@@ -269,7 +269,7 @@ def test_plan_matches_measured_peak_rss(make_checkpoint, variant):
     # allocator's few MiB of slack is compared; sdpa: the per-inner-chunk scan; fast: the vectorised one),
     # at 4K and 16K tokens in chunks of 2048. Within +-30 % (issue 14.2), the lowest of up to three peaks (below).
     from lctx.cli import DEFAULT_MODEL
-    from lctx.harness.bench import PrefillCase, measure_prefill_isolated
+    from lctx.harness.commands.bench import PrefillCase, measure_prefill_isolated
 
     path = DEFAULT_MODEL if variant == "rope" else make_checkpoint(variant, hidden_size=256, num_attention_heads=4)
     rows = []

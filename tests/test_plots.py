@@ -1,4 +1,4 @@
-"""Tests of lctx.harness.plots on a synthetic results table (no model, no GPU)."""
+"""Tests of lctx.harness.outputs.plots on a synthetic results table (no model, no GPU)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lctx.harness.plots import (
+from lctx.harness.outputs.plots import (
     format_length,
     make_plots,
     passkey_counts,
@@ -174,7 +174,7 @@ def test_helpers():
 def test_palette_pairs_are_distinct():
     """20 series (bench.png draws 14) get 20 different (colour, marker) pairs; the first 10 keep tab10's
     colours in order, and the 11th reuses colour 0 with another marker (and a dashed line)."""
-    from lctx.harness.plots import palette, series_style
+    from lctx.harness.outputs.plots import palette, series_style
 
     pal = palette([f"s{i}" for i in range(20)])
     pairs = [(c, m) for c, m, _ in pal.values()]
@@ -186,8 +186,8 @@ def test_palette_pairs_are_distinct():
 
 def test_run_and_report_draw_one_ppl_figure(tmp_path):
     """lctx run's ppl_vs_length.png and the report's perplexity panel come from one function (draw_ppl)."""
-    import lctx.harness.report as report
-    from lctx.harness import plots
+    import lctx.harness.outputs.report as report
+    from lctx.harness.outputs import plots
 
     assert report.draw_ppl is plots.draw_ppl and not hasattr(report, "_draw_ppl")
     calls = []
@@ -218,7 +218,7 @@ def _figure_texts(fig):
 def test_teacher_forced_panels_say_so():
     """Issue 24 item 4: passkey digit_acc (and NIAH tf_top1) are scored teacher-forced; their heatmap panel says
     so, exact's (greedy) does not."""
-    from lctx.harness.plots import _heatmap_figure
+    from lctx.harness.outputs.plots import _heatmap_figure
 
     fig = _heatmap_figure(synthetic(), "rope-1k", None, "rope")
     _, titles = _figure_texts(fig)
@@ -236,7 +236,7 @@ def test_long_subtitle_is_wrapped_inside_the_figure():
     """Issue 24 item 7: a subtitle wider than the figure (one length: a narrow figure; errors, an off-depth
     needle and a training length all named) was clipped at both edges; it is wrapped onto lines that lie
     inside the figure, as do the title and panel titles."""
-    from lctx.harness.plots import _heatmap_figure
+    from lctx.harness.outputs.plots import _heatmap_figure
 
     df = synthetic()
     df = df[df["model"] == "org/alibi 1k"].copy()
@@ -270,7 +270,7 @@ def _inside(fig, artists):
 
 
 def test_wrap_to_width_keeps_every_word():
-    from lctx.harness.plots import wrap_to_width
+    from lctx.harness.outputs.plots import wrap_to_width
 
     parts = ["n = 2 samples per cell (status ok)", "3 errored cells (err)", "a" * 10 + " " + "b" * 10]
     lines = wrap_to_width(parts, 1.5, 9.5)

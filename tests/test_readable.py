@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 from helpers import assert_one_line_error, run_cli
 
-from lctx.harness.console import markdown_table, print_table
+from lctx.harness.run.console import markdown_table, print_table
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -87,7 +87,7 @@ def test_markdown_table_is_aligned_and_escapes_pipes():
 
 
 def test_bench_tables_whole_off_a_terminal():
-    from lctx.harness.bench import print_bench
+    from lctx.harness.commands.bench import print_bench
 
     table = pd.DataFrame([dict(variant="ggd_bam+ssmax", impl="fast", impl_ran="flex-compiled", length=16384,
                                time_s=0.179123, peak_bytes=3 * 2**30, ratio_sdpa=12.3456, ratio_sdpa_bias=0.98765,
@@ -163,7 +163,7 @@ def test_usage_lines_read_like_the_arguments(capsys):
 
 @pytest.fixture
 def lm(make_checkpoint):
-    from lctx.harness.lm import load_lm
+    from lctx.models.adapters.hf import load_lm
 
     return load_lm(str(make_checkpoint("rope")), device="cpu")
 
@@ -239,7 +239,7 @@ def test_niah_cost_is_the_work_it_does(data_dir, lm, monkeypatch):
 
 
 def test_progress_bar_names_the_cell(lm, tmp_path, capsys):
-    from lctx.harness.runner import RunSpec, run_sweep
+    from lctx.harness.run.runner import RunSpec, run_sweep
     from lctx.tasks.passkey import Passkey
     from lctx.tasks.ppl import Perplexity
 
@@ -254,7 +254,7 @@ def test_progress_bar_says_what_each_number_counts():
     # and the percentage must be the tokens' share (here 1 cheap sample of 4 done = 10 % of the tokens, not 25 %)
     import io
 
-    from lctx.harness.console import SweepProgress
+    from lctx.harness.run.console import SweepProgress
 
     with SweepProgress([100.0, 300.0, 300.0, 300.0], file=io.StringIO()) as bar:
         bar.start("tiny ppl L=256")
@@ -291,7 +291,7 @@ def test_niah_min_length_is_its_empty_haystack(data_dir, lm):
 
 
 def test_run_refuses_lengths_shorter_than_a_template_before_the_sweep(capsys, make_checkpoint, tmp_path):
-    from lctx.harness.lm import load_lm
+    from lctx.models.adapters.hf import load_lm
     from lctx.tasks.passkey import Passkey
 
     ck = make_checkpoint("rope")
@@ -306,7 +306,7 @@ def test_run_refuses_lengths_shorter_than_a_template_before_the_sweep(capsys, ma
 
 def test_train_warns_when_warmup_covers_every_step(tmp_path):
     from lctx.errors import LctxError
-    from lctx.harness.train import train
+    from lctx.harness.commands.train import train
 
     got: list[str] = []
     with pytest.raises(LctxError, match="no training text"):  # a refused run: its error line alone (trial21 9)
@@ -316,7 +316,7 @@ def test_train_warns_when_warmup_covers_every_step(tmp_path):
 
 @pytest.mark.slow
 def test_train_warns_when_warmup_covers_every_step_once_it_can_run(tmp_path):
-    from lctx.harness.train import train
+    from lctx.harness.commands.train import train
 
     got: list[str] = []
     text = "The module documents every function it exports. A function takes arguments and returns a value. " * 40
@@ -401,7 +401,7 @@ class AVeryLongCustomTaskNameForListing(Task):
 
 
 def test_readme_lists_every_task_and_the_data_it_needs():
-    from lctx.harness import flatness, ruler  # noqa: F401  (register the derived names)
+    from lctx.harness.steps import flatness, ruler  # noqa: F401  (register the derived names)
     from lctx.tasks import TASKS, task_catalog
 
     readme = (REPO / "README.md").read_text()
@@ -478,7 +478,7 @@ def _check_train_marks(fig, colour_of: dict[str, tuple], trained_at: dict[int, l
 
 
 def test_train_lengths_coloured_by_model_and_clear_of_titles(tmp_path, monkeypatch):
-    from lctx.harness import plots, report
+    from lctx.harness.outputs import plots, report
 
     figs = []
     monkeypatch.setattr(report, "_save", lambda fig, out, name: figs.append(fig) or Path(out) / name)

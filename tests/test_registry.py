@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import pytest
-from lctx.harness.overrides import OVERRIDES
+from lctx.models.adapters.overrides import OVERRIDES
 from lctx.models.variants import MODIFIERS, VARIANTS, register_modifier, register_variant
 from lctx.registry import Registry
 from lctx.tasks.base import GROUPS, TASKS

@@ -1,4 +1,4 @@
-"""`lctx report`: HTML/Markdown/PNG report of run directories (lctx.harness.report), on synthetic runs."""
+"""`lctx report`: HTML/Markdown/PNG report of run directories (lctx.harness.outputs.report), on synthetic runs."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import re
 import pandas as pd
 import pytest
 from lctx.errors import LctxError
-from lctx.harness.flatness import FlatnessSpec, write_tables_with_flatness
-from lctx.harness.report import build_report, load_runs, parse_at
-from lctx.harness.tables import write_tables
+from lctx.harness.steps.flatness import FlatnessSpec, write_tables_with_flatness
+from lctx.harness.outputs.report import build_report, load_runs, parse_at
+from lctx.harness.run.tables import write_tables
 
 T = 256
 PPL = {"rope": {256: 20.0, 512: 21.0, 1024: 30.0}, "alibi": {256: 22.0, 512: 22.1, 1024: 22.2}}
@@ -324,7 +324,7 @@ def test_custom_task_reported_and_compared_without_its_task_file(tmp_path):
 def test_teacher_forced_scores_say_so(report, monkeypatch):
     """Issue 24 item 4: passkey digit_acc (NIAH tf_top1) is teacher-forced and reads 1.00 where greedy output
     fails: the report's task section says so beside exact, and the accuracy panel's title carries the label."""
-    import lctx.harness.report as rep
+    import lctx.harness.outputs.report as rep
 
     res, root = report
     md = res["markdown"].read_text()
@@ -369,7 +369,7 @@ def test_a_retrieval_panel_outside_0_1_keeps_its_own_axis(report, monkeypatch):
     """Fresh-user trial of issue 24: a retrieval task's declared secondary metric that is a loss (2.5-5 nats)
     was drawn on the 0-1 axis of a score, so its panel was empty; a panel whose values leave [0, 1] now keeps a
     free y axis, and the score panel (control) still gets 0-1."""
-    import lctx.harness.report as rep
+    import lctx.harness.outputs.report as rep
 
     _, root = report
     figs = []

@@ -21,9 +21,9 @@ import yaml
 
 from helpers import assert_one_line_error, run_cli
 from ruler_fixtures import write_hotpot, write_squad
-from lctx.harness import ruler as group
+from lctx.harness.steps import ruler as group
 from lctx.errors import LctxError
-from lctx.harness.lm import load_lm
+from lctx.models.adapters.hf import load_lm
 from lctx.tasks import TASKS, Cell, Sample, get_task
 from lctx.tasks import ruler as R
 from lctx.tasks import ruler_qa as Q
@@ -618,8 +618,8 @@ def test_ruler_niah_budget_leaves_room_for_128_tokens(lm, fake_data):
     short = get_task("niah_multivalue")(data_dir=fake_data, cache=False).build(lm, Cell(1500, 0.5, 0), 0)
     assert short.meta["max_new_tokens"] < 128 and short.n_tokens > s.n_tokens  # the default budget: a longer prompt
     # the budget is in the resume key: a record of the default budget is not reused for the group's 128
-    from lctx.harness.runner import sample_base
-    from lctx.harness.tables import label_of
+    from lctx.harness.run.runner import sample_base
+    from lctx.harness.run.tables import label_of
 
     b128, bdef = (sample_base(lm, t.name, 1, t.options, None, 0) for t in (task, get_task("niah_multivalue")(
         data_dir=fake_data, cache=False)))
@@ -635,9 +635,9 @@ def _rec(task, metric, length, value, model="m", status="ok", depth=None, sample
 def test_ruler_score_takes_one_option_set_per_task():
     """A resumed run directory keeps the rows of every option set it ran (run.json's ``current``): the NIAH rows
     of the old default budget beside those of RULER's 128. The ruler score of a task uses only the set of its
-    newest record (harness/ruler.py latest_options), so the average never pools two budgets; a length only the
+    newest record (harness/steps/ruler.py latest_options), so the average never pools two budgets; a length only the
     old set reached has no score for the task (an error row in the average, not a mix)."""
-    from lctx.harness.tables import to_table
+    from lctx.harness.run.tables import to_table
 
     spec = group.RulerSpec(threshold=50.0, tasks=("niah_single_1", "vt"))
     recs = []
@@ -659,7 +659,7 @@ def test_ruler_score_takes_one_option_set_per_task():
 
 
 def test_average_and_effective_length_by_hand():
-    from lctx.harness.tables import to_table
+    from lctx.harness.run.tables import to_table
 
     spec = group.RulerSpec(threshold=60.0, tasks=("niah_single_1", "cwe", "qa_1"))
     recs = []
@@ -694,7 +694,7 @@ def test_average_and_effective_length_by_hand():
 def test_effective_length_over_several_runs():
     """A report over two run directories of one model (1K in one, 2K and 4K in the other): each run's own
     effective_length row saw only its lengths (1K alone: 1024), the table's is recomputed over all three."""
-    from lctx.harness.tables import to_table
+    from lctx.harness.run.tables import to_table
 
     spec = group.RulerSpec(threshold=60.0, tasks=("niah_single_1", "cwe"))
     runs = {"a": {1024: (0.7, 0.6)}, "b": {2048: (0.7, 0.5), 4096: (0.3, 0.2)}}  # averages 65, 60, 25 (by hand)
@@ -730,7 +730,7 @@ def test_cli_ruler_group_end_to_end_and_report(lm, fake_data, tmp_path, capsys, 
     avg = t[(t["task"] == "ruler") & (t["metric"] == "average")]
     means = [100 * ok[(ok["task"] == k) & (ok["metric"] == group.task_metric(k))]["value"].mean() for k in SRC_TASKS]
     assert len(avg) == 1 and avg["value"].iloc[0] == pytest.approx(sum(means) / 13)
-    eff = t[(t["task"] == "ruler") & (t["metric"] == "effective_length")]  # one row, no length (harness/ruler.py)
+    eff = t[(t["task"] == "ruler") & (t["metric"] == "effective_length")]  # one row, no length (harness/steps/ruler.py)
     assert len(eff) == 1 and eff["length"].isna().all()
     assert eff["value"].iloc[0] == (1500 if avg["value"].iloc[0] >= 50 else 0)  # the only length: it, or 0 below
     s = pd.read_csv(out / "summary.csv")
@@ -785,7 +785,7 @@ def test_cli_ruler_option_errors(fake_data, tmp_path, capsys, monkeypatch):
 def chat_lm(tmp_path_factory):
     """A tiny Llama with a ChatML template (test_chat_template's GGUF fixture), chat template on."""
     from gguf_tiny import write_tiny_gguf
-    from lctx.harness.gguf import convert_gguf
+    from lctx.models.adapters.gguf import convert_gguf
 
     d = tmp_path_factory.mktemp("chat")
     return load_lm(str(convert_gguf(write_tiny_gguf(d / "tiny-chat.gguf"), d / "tiny-chat")), device="cpu",

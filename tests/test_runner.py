@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 
 from lctx.errors import LctxError
-from lctx.harness.lm import load_lm
-from lctx.harness.runner import RunSpec, run_sweep
-from lctx.harness.tables import COLUMNS
+from lctx.models.adapters.hf import load_lm
+from lctx.harness.run.runner import RunSpec, run_sweep
+from lctx.harness.run.tables import COLUMNS
 from lctx.tasks import TASKS, Task, register_task
 from lctx.tasks.passkey import Passkey
 
@@ -178,7 +178,7 @@ def test_check_min_lengths_refuses_typed_lengths_and_drops_relative_ones():
     # task is left out at those lengths only, with one note line, and refused only where it fits nowhere
     from types import SimpleNamespace
 
-    from lctx.harness.runner import check_min_lengths
+    from lctx.harness.run.runner import check_min_lengths
 
     lm = SimpleNamespace(name="m")
     pk, ppl = (SimpleNamespace(name=n, min_length=lambda lm, n=n: 150 if n == "passkey" else 2)

@@ -210,7 +210,7 @@ def test_a_checkpoint_loads_after_the_light_variant_listing(tmp_path):
     # `lctx list variants` imports lctx.models without registering model_type "lctx" with transformers; a
     # checkpoint loaded later in the same process must still find it (load_lm registers it itself).
     code = (_cli(["list", "variants"]) + "\nimport json\nfrom lctx.harness.evaluate import DEFAULT_MODEL\n"
-            "from lctx.harness.lm import load_lm\nlm = load_lm(str(DEFAULT_MODEL), device='cpu')\n"
+            "from lctx.models.adapters.hf import load_lm\nlm = load_lm(str(DEFAULT_MODEL), device='cpu')\n"
             "print(json.dumps(type(lm.model).__name__))")
     assert _fresh(code) == "LctxForCausalLM"
 

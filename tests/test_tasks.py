@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from lctx.harness.lm import LM
+from lctx.models.adapters.hf import LM
 from lctx.tasks import Cell
 from lctx.tasks.passkey import FILLER_SENTENCES, NEEDLE, Passkey, parse_answer
 from lctx.tasks.ppl import Perplexity, sliding_nll, window_plan
@@ -85,7 +85,7 @@ def test_ppl_task_stride_fraction_and_bos():
 
 @pytest.mark.slow
 def test_ppl_bos_policy_scores_first_token(tokenizer, make_checkpoint):
-    from lctx.harness.lm import load_lm
+    from lctx.models.adapters.hf import load_lm
 
     lm = load_lm(str(make_checkpoint("alibi")), device="cpu")
     doc = lm.encode("The quick brown fox jumps over the lazy dog. " * 8)
@@ -104,7 +104,7 @@ def test_parse_answer():
 
 @pytest.fixture
 def lm(make_checkpoint):
-    from lctx.harness.lm import load_lm
+    from lctx.models.adapters.hf import load_lm
 
     return load_lm(str(make_checkpoint("rope")), device="cpu")
 
@@ -184,7 +184,7 @@ def test_passkey_score_oracle_model(lm):
         def crop(self, neg):
             self.n += neg
 
-    import lctx.harness.lm as lm_mod
+    import lctx.models.adapters.hf as lm_mod
 
     orig = lm_mod.DynamicCache
     lm_mod.DynamicCache = Cache

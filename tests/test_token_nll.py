@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from lctx.harness.lm import LM
+from lctx.models.adapters.hf import LM
 
 
 def tiny_llama(max_pos: int = 2048):

@@ -1,4 +1,4 @@
-"""Tests of lctx.harness.train: a tiny end-to-end run (learns, saves a loadable checkpoint, deterministic)
+"""Tests of lctx.harness.commands.train: a tiny end-to-end run (learns, saves a loadable checkpoint, deterministic)
 and the user-facing errors."""
 
 import json
@@ -9,7 +9,7 @@ import torch
 
 from lctx.errors import LctxError
 from lctx.tasks.textdata import pydoc_corpus
-from lctx.harness.train import lr_at, sample_crops, split_streams, train
+from lctx.harness.commands.train import lr_at, sample_crops, split_streams, train
 
 TINY = dict(context_length=64, hidden_size=32, num_layers=2, num_heads=4, vocab_size=300, steps=40,
             batch_size=8, lr=1e-2, warmup_steps=5, eval_every=20, eval_batches=2, progress=False, log=None)
@@ -48,7 +48,7 @@ def test_checkpoint_loads_with_auto_classes(run):
     assert model.config.vocab_size == len(tok) == log["vocab_size"]
     assert (tok.bos_token_id, tok.eos_token_id, tok.pad_token_id) == (1, 2, 0)
     # the reloaded model reproduces the logged final loss on the same validation crops
-    from lctx.harness.train import evaluate
+    from lctx.harness.commands.train import evaluate
 
     token_docs = [tok(t, add_special_tokens=False)["input_ids"] for t in _doc_texts()]
     _, val = split_streams(token_docs, 0.05)
@@ -118,7 +118,7 @@ def test_weight_decay_exempts_gains_and_biases():
     # interdomain's input-norm gain and per-head biases are 2-D but are gains/biases: no decay (issue 12 item 5)
     import sys
 
-    from lctx.harness.train import param_groups
+    from lctx.harness.commands.train import param_groups
     from lctx.models import LctxForCausalLM
 
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
@@ -140,7 +140,7 @@ def test_weight_decay_groups_match_the_bam_reference_rule():
     # port of BAM train.py lines 306-318: decayed iff p.squeeze().dim() >= 2 and 'prior' not in name
     import sys
 
-    from lctx.harness.train import param_groups
+    from lctx.harness.commands.train import param_groups
     from lctx.models import LctxForCausalLM
 
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
@@ -156,14 +156,14 @@ def test_weight_decay_groups_match_the_bam_reference_rule():
 
 @pytest.fixture(scope="module")
 def doc_lm(docs):
-    from lctx.harness.train import TokenizerLM
+    from lctx.harness.commands.train import TokenizerLM
     from lctx.models.tokenizer import train_tokenizer
 
     return TokenizerLM(train_tokenizer([t for _, t in docs], 400))
 
 
 def test_retrieval_documents_are_the_passkey_task_prompts(docs, doc_lm):
-    from lctx.harness.train import RetrievalMix, sample_batch
+    from lctx.harness.commands.train import RetrievalMix, sample_batch
     from lctx.tasks import Cell
     from lctx.tasks.passkey import Passkey
 
@@ -196,7 +196,7 @@ def test_retrieval_documents_are_the_passkey_task_prompts(docs, doc_lm):
 
 
 def test_retrieval_niah_documents(docs, doc_lm, data_dir):
-    from lctx.harness.train import RetrievalMix
+    from lctx.harness.commands.train import RetrievalMix
 
     mix = RetrievalMix(fraction=1.0, tasks=("niah_single_1",), data_dir=str(data_dir))
     doc = mix.document(doc_lm, "niah_single_1", 400, 0.3, 7)
@@ -209,7 +209,7 @@ def test_retrieval_niah_documents(docs, doc_lm, data_dir):
 
 
 def test_train_with_retrieval_mix_logs_it(docs, tmp_path):
-    from lctx.harness.train import RetrievalMix
+    from lctx.harness.commands.train import RetrievalMix
 
     with pytest.raises(LctxError, match="cannot hold a passkey retrieval document"):
         train(docs, tmp_path / "short", **{**TINY, "steps": 1}, retrieval=RetrievalMix(fraction=0.25))
@@ -228,8 +228,8 @@ def test_retrieval_template_too_long_for_any_tokenizer_is_refused_before_tokeniz
                                                                                            monkeypatch):
     # issue 24 item 10: a window no tokenizer can fit a passkey document in is refused before the tokenizer
     # trains (it took 100 s on books); one that only the trained tokenizer can judge is checked after it
-    import lctx.harness.train as tr
-    from lctx.harness.train import RetrievalMix
+    import lctx.harness.commands.train as tr
+    from lctx.harness.commands.train import RetrievalMix
 
     real = tr.train_tokenizer
     calls = []
@@ -254,8 +254,8 @@ def test_retrieval_template_too_long_for_any_tokenizer_is_refused_before_tokeniz
 
 def test_passkey_probe_matches_the_passkey_tasks_digit_accuracy(run, doc_lm):
     # the training-time probe is the passkey task's teacher-forced digit_acc on the same prompts
-    from lctx.harness.lm import load_lm
-    from lctx.harness.train import passkey_probe
+    from lctx.models.adapters.hf import load_lm
+    from lctx.harness.commands.train import passkey_probe
     from lctx.tasks import Cell
     from lctx.tasks.passkey import Passkey
 

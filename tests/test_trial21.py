@@ -92,7 +92,7 @@ def test_2_task_file_directory_and_report_on_a_file(capsys, tmp_path):
 
 def test_2_rules_directory_names_the_rules_fix(tmp_path):
     from lctx.errors import LctxError
-    from lctx.harness.compare import load_rules
+    from lctx.harness.outputs.compare import load_rules
 
     with pytest.raises(LctxError) as e:
         load_rules(tmp_path)

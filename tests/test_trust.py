@@ -28,9 +28,9 @@ from helpers import assert_one_line_error, run_cli
 
 from lctx.models import fingerprint as F
 from lctx.errors import EXIT_ALL_FAILED, LctxError, NonFiniteLogitsError, check_finite_logits
-from lctx.harness.lm import load_lm
-from lctx.harness.runner import RunSpec, run_sweep
-from lctx.harness.tables import COLUMNS, DEPTH_TOLERANCE, label_names
+from lctx.models.adapters.hf import load_lm
+from lctx.harness.run.runner import RunSpec, run_sweep
+from lctx.harness.run.tables import COLUMNS, DEPTH_TOLERANCE, label_names
 from lctx.tasks import Task, register_task
 from lctx.tasks.passkey import Passkey
 from lctx.tasks.ppl import Perplexity
@@ -395,7 +395,7 @@ def test_9_damaged_record_lines_are_skipped_counted_and_rerun(make_checkpoint, t
     code, stdout, err = run_cli(args, capsys)
     assert code == 0, err
     assert "could not be read and" in err and "skipped" in err and "Traceback" not in err
-    from lctx.harness.rundir import read_records
+    from lctx.harness.run.rundir import read_records
 
     assert len(read_records(rec)) == 2  # the good record was kept and reused: only the new sample ran
     t = pd.read_csv(out / "results.csv")
@@ -434,7 +434,7 @@ def test_9_immutable_records_file(make_checkpoint, tmp_path, capsys):
 
 
 def test_10_full_disk_keeps_what_finished_and_resumes(make_checkpoint, tmp_path, capsys, monkeypatch):
-    from lctx.harness import rundir
+    from lctx.harness.run import rundir
 
     ck = make_checkpoint("rope")
     out = tmp_path / "o"
@@ -462,7 +462,7 @@ def test_10_full_disk_keeps_what_finished_and_resumes(make_checkpoint, tmp_path,
 
 
 def test_10_failed_table_write_leaves_the_old_table(tmp_path, monkeypatch):
-    from lctx.harness.rundir import atomic_write
+    from lctx.harness.run.rundir import atomic_write
 
     p = tmp_path / "summary.csv"
     p.write_text("old")
@@ -549,7 +549,7 @@ def test_12_compare_tolerances_must_be_numbers(tmp_path, capsys, tol):
 
 
 def test_12_compare_crash_exits_2_never_1(tmp_path, capsys, monkeypatch):
-    from lctx.harness import compare
+    from lctx.harness.outputs import compare
 
     a = run_dir(tmp_path, "a", "m,rope,ppl,ppl,256,,10,,1,0\n")
     monkeypatch.setattr(compare, "compare_runs", lambda *a, **k: 1 / 0)
@@ -587,10 +587,10 @@ def test_13_second_run_refuses_naming_the_pid(make_checkpoint, tmp_path, capsys)
 
 
 def test_13_lock_held_by_a_real_process(tmp_path):
-    from lctx.harness.rundir import run_dir_lock
+    from lctx.harness.run.rundir import run_dir_lock
 
     out = tmp_path / "o"
-    code = ("import sys, time; from lctx.harness.rundir import run_dir_lock\n"
+    code = ("import sys, time; from lctx.harness.run.rundir import run_dir_lock\n"
             f"with run_dir_lock(__import__('pathlib').Path({str(out)!r})):\n"
             "    print('locked', flush=True); time.sleep(60)\n")
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
@@ -858,7 +858,7 @@ def test_17_niah_without_sentence_boundaries_falls_back_to_words(make_checkpoint
 
 
 def test_17_depth_off_flag_column_and_heatmap(make_checkpoint, tmp_path):
-    from lctx.harness.plots import depth_off_cells
+    from lctx.harness.outputs.plots import depth_off_cells
 
     res = sweep(make_checkpoint("rope"), [Passkey()], tmp_path / "o", lengths=(160,), depths=(0.0, 0.5))
     t = res["table"]
@@ -902,7 +902,7 @@ def test_5_display_names_split_options_but_not_derived_metrics():
 
 
 def test_15_bench_option_goes_to_the_variants_that_take_it(tmp_path, capsys):
-    from lctx.harness.bench import make_config
+    from lctx.harness.commands.bench import make_config
 
     assert make_config("rope", "sdpa", 1, 16, {"lsh_samples": 4}).variant_options == {}
     assert make_config("alibi_lsh", "sdpa", 1, 16, {"lsh_samples": 4}).variant_options == {"lsh_samples": 4}
@@ -1014,7 +1014,7 @@ def test_1_gguf_content_is_the_model_fingerprint(tmp_path, monkeypatch):
 def ruler_run_dir(root: Path, name: str, niah: tuple[float, float], threshold: float = 50.0) -> Path:
     """A run directory whose tables hold task rows and the ruler group's derived rows (average per length and
     an effective_length row without a length), made by the same code as `lctx run --tasks ruler`."""
-    from lctx.harness import ruler as group
+    from lctx.harness.steps import ruler as group
 
     d = root / name
     d.mkdir()
@@ -1070,8 +1070,8 @@ def test_7_nan_model_is_an_error_in_the_ruler_tasks(make_checkpoint, tmp_path):
 
 def test_4_ruler_average_uses_only_the_current_inputs_records(tmp_path):
     # after a retrain into the same --out, the derived ruler rows average the new weights' records only
-    from lctx.harness import ruler as group
-    from lctx.harness.tables import label_of
+    from lctx.harness.steps import ruler as group
+    from lctx.harness.run.tables import label_of
 
     d = tmp_path / "o"
     d.mkdir()
@@ -1132,7 +1132,7 @@ def _append(out: Path, *recs: dict) -> None:
 
 def _resigned(out: Path, rec: dict) -> dict:
     """``rec`` with the digest of its invocation's salt recomputed, as a forger who read run.json could."""
-    from lctx.harness.rundir import SALT, sign_record
+    from lctx.harness.run.rundir import SALT, sign_record
 
     invs = json.loads((out / "run.json").read_text())["invocations"]
     return sign_record(rec, next(i[SALT] for i in invs if i["id"] == rec["invocation"]))
@@ -1215,7 +1215,7 @@ def test_25_tampered_record_of_a_known_invocation_is_left_out(make_checkpoint, t
 def test_25_legitimate_resumed_run_keeps_all_its_records(make_checkpoint, tmp_path, capsys):
     # control: two invocations into one directory (the second runs one more sample) keep every record, each with
     # the digest of its own invocation's salt, and nothing is named
-    from lctx.harness.rundir import SALT, record_digest
+    from lctx.harness.run.rundir import SALT, record_digest
 
     out, args = base_run(make_checkpoint, tmp_path, capsys)
     args[args.index("--samples") + 1] = 2
@@ -1253,8 +1253,8 @@ def test_25_legacy_records_without_digest_still_load(make_checkpoint, tmp_path, 
 
 def test_25_compare_from_records_leaves_forged_records_out(tmp_path, capsys):
     # lctx compare summarising a run directory that has only records.jsonl: the same checks
-    from lctx.harness.compare import load_summary
-    from lctx.harness.rundir import SALT, sign_record
+    from lctx.harness.outputs.compare import load_summary
+    from lctx.harness.run.rundir import SALT, sign_record
 
     def rec(model, value, inv="i1"):
         return {"model": model, "variant": "rope", "task": "passkey", "length": 256, "depth": 0.5, "sample": 0,
@@ -1278,14 +1278,14 @@ def test_25_compare_from_records_leaves_forged_records_out(tmp_path, capsys):
 def test_25_F2_depth_spelled_as_an_int_is_the_same_sample():
     # the F2 numbers (mean 0.0 -> 0.5, n = 2): a copy of a finished record with its depth written 0 instead of 0.0
     # was another key, so the tidy table held two rows of one sample and the summary pooled them
-    from lctx.harness.tables import summarize, to_table
+    from lctx.harness.run.tables import summarize, to_table
 
     real = {"model": "m", "variant": "rope", "task": "passkey", "length": 256, "depth": 0.0, "sample": 0, "seed": 0,
             "task_options": {}, "status": "ok", "error": "", "fingerprint": "fp", "metrics": {"exact": 0.0}}
     forged = dict(real, depth=0, metrics={"exact": 1.0})
     s = summarize(to_table([real, forged]))
     assert list(s["n"]) == [1] and list(s["mean"]) == [0.0]
-    from lctx.harness.tables import vet_records
+    from lctx.harness.run.tables import vet_records
 
     warned = []
     assert vet_records([real, forged], None, warned.append) == [real]

@@ -6,7 +6,7 @@ perplexity and the attention output from exact ALiBi, as a function of s (issue 
 
 For each window size W:N (N non-overlapping windows of W tokens, BOS prepended, from the start of TEXT)
 it computes, once with the checkpoint's exact ALiBi and then with its attention replaced by ``alibi_lsh``
-(``lctx.harness.overrides.apply_override``, the code behind ``lctx run --attn-override alibi_lsh:s=N``) for
+(``lctx.models.adapters.overrides.apply_override``, the code behind ``lctx run --attn-override alibi_lsh:s=N``) for
 each s and each LSH seed (``lsh_seed``: different fixed binnings):
 
 - ppl: exp(mean next-token NLL over all tokens of the N windows);
@@ -33,8 +33,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from lctx.harness.lm import load_lm
-from lctx.harness.overrides import apply_override
+from lctx.models.adapters.hf import load_lm
+from lctx.models.adapters.overrides import apply_override
 
 
 def windows(lm, text: str, spec: str) -> dict[int, torch.Tensor]:

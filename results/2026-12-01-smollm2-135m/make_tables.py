@@ -4,7 +4,7 @@ and the cost of each job (wall time and peak RSS from ``/usr/bin/time -v`` in ea
     python make_tables.py OUT > tables.md      # OUT is run.sh's output folder (passkey/, ppl/, ...)
 
 Reads ``summary.csv``, ``results.csv`` and ``records.jsonl`` of lctx's run directories, ``timings.tsv`` and the
-job logs. The ppl ratio and flat-until use lctx's own :func:`lctx.harness.flatness.flat_until` (criterion
+job logs. The ppl ratio and flat-until use lctx's own :func:`lctx.harness.steps.flatness.flat_until` (criterion
 PPL(L) / PPL(T) <= 1.1, T = the runs' ``train_length``).
 """
 
@@ -141,13 +141,13 @@ def main(root: Path) -> None:
         t = s.pivot_table(index="metric", columns="length", values="mean", aggfunc="last")
         T = int(train_length(root, "passkey", "ppl") or 0)
         if T and T in t.columns:
-            from lctx.harness.flatness import flat_until
+            from lctx.harness.steps.flatness import flat_until
 
             ratios = {int(L): float(t.loc["ppl", L] / t.loc["ppl", T]) for L in t.columns}
             t.loc["ppl / ppl(T)"] = [ratios[int(L)] for L in t.columns]
             fu = flat_until(ratios, T, 1.1)
             flat = (f"\nflat until (largest L >= T = {T} with every tested length in [T, L] at ppl / ppl(T) <= 1.1; "
-                    f"lctx.harness.flatness.flat_until): **{fmt_len(fu) if fu else 'none'}**"
+                    f"lctx.harness.steps.flatness.flat_until): **{fmt_len(fu) if fu else 'none'}**"
                     + (" (the longest window tested: flat as far as it looked)" if fu and fu >= max(ratios) else "") + "\n")
         else:
             flat = f"\nflat until: needs ppl at the training length T = {T or '?'} (not in these runs)\n"

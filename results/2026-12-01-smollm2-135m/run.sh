@@ -83,7 +83,7 @@ DIR=passkey job ppl "${PPL[@]}" --lengths 8k,16k --allow-beyond-max
 # d. item 6: lctx's passkey sample (prefill chunk 2048, lctx's default, and 4096 = one forward, as generate)
 #    against a transformers generate loop, same prompt ids, one process, 2 repeats, each side first in turn;
 #    each lctx sample timed by phase; then a cProfile of one more lctx sample
-timed speed-4k python -m lctx.harness.generate_speed --model "$G" --length 4k --repeats 2 --chunk-sizes 2048,4096 \
+timed speed-4k python tests/tools/generate_speed.py --model "$G" --length 4k --repeats 2 --chunk-sizes 2048,4096 \
   --cache-dir "$OUT/cache" --profile "$OUT/speed-4k.prof"
 # the rest of the grid (resumes): ppl at shorter windows, chat template on at 4K and 8K, 16K at 5 depths x 2
 DIR=passkey job ppl-short "${PPL[@]}" --lengths 256,512,1k,2k,4k

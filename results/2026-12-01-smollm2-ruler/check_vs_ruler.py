@@ -18,7 +18,7 @@ import os
 import re
 import sys
 
-from lctx.harness.lm import load_lm
+from lctx.models.adapters.hf import load_lm
 from lctx.tasks import Cell, get_task
 
 RULER_OUT, HF_DIR, RULER_JSON = sys.argv[1:4]

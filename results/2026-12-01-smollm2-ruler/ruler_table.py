@@ -1,6 +1,6 @@
 """One RULER table for one model from several run directories (here one per length): RULER's score per task and
 length in percent, the samples behind each cell, the average over the tasks and the effective length over all the
-lengths (lctx.harness.ruler.ruler_table on the runs' rows together).
+lengths (lctx.harness.steps.ruler.ruler_table on the runs' rows together).
 
 `lctx report RUN1 RUN2` keeps runs of the same model apart (the later one is labelled model@run, so samples made
 with other settings never mix), so its RULER section has one block per run; this script joins them, after
@@ -15,10 +15,10 @@ import sys
 
 import pandas as pd
 
-from lctx.harness.plots import format_length
-from lctx.harness.report import load_run
-from lctx.harness.ruler import GROUP, RulerSpec, derive_records, latest_options, ruler_table, task_metric
-from lctx.harness.tables import to_table
+from lctx.harness.outputs.plots import format_length
+from lctx.harness.outputs.report import load_run
+from lctx.harness.steps.ruler import GROUP, RulerSpec, derive_records, latest_options, ruler_table, task_metric
+from lctx.harness.run.tables import to_table
 
 tables, models, specs = [], set(), set()
 for d in sys.argv[1:]:

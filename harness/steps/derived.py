@@ -1,6 +1,6 @@
 """Derived post-processing steps and the one place a run's tables are written.
 
-A derived step (flatness: :mod:`lctx.harness.flatness`; the ruler group: :mod:`lctx.harness.ruler`) turns the
+A derived step (flatness: :mod:`lctx.harness.steps.flatness`; the ruler group: :mod:`lctx.harness.steps.ruler`) turns the
 tidy table of a run's records into extra rows (task = the step's name), never stored as records: they are
 recomputed from ``records.jsonl`` each time the tables are written, so a resumed run's derived numbers follow
 its finished samples. Each step declares the same things (:class:`DerivedStep`): how to derive its records,
@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # pandas on first use: `lctx list tasks` imports this module 
 
 from lctx.errors import LctxError
 
-from .rundir import atomic_write_json, read_json
+from lctx.harness.run.rundir import atomic_write_json, read_json
 
 
 def take_options(name: str, task_options: list[str], example: str) -> tuple[dict, list[str]]:
@@ -131,17 +131,17 @@ def write_run_tables(out_dir: Path, steps: list[DerivedStep] = (), metrics_of: d
                      plots: bool = True, derived_plots: bool = True,
                      report: Callable[[str], None] | None = None) -> tuple[pd.DataFrame, pd.DataFrame, list[Path]]:
     """Write a run's tables once: ``results.parquet``/``results.csv``/``summary.csv`` from ``records.jsonl`` (the
-    records ``run.json`` vouches for, :func:`lctx.harness.tables.vet_records`, whose warnings go to ``report``:
+    records ``run.json`` vouches for, :func:`lctx.harness.run.tables.vet_records`, whose warnings go to ``report``:
     the runner has named them already; of those the current inputs' records,
-    :func:`lctx.harness.tables.current_map`) plus every step's derived rows; each
+    :func:`lctx.harness.run.tables.current_map`) plus every step's derived rows; each
     step's entry in ``run.json``; ``mmlu_subjects.csv`` when MMLU rows exist; with ``plots`` the figures of
-    :func:`lctx.harness.plots.make_plots`, with ``derived_plots`` the steps' own. Returns (table, summary, plot
+    :func:`lctx.harness.outputs.plots.make_plots`, with ``derived_plots`` the steps' own. Returns (table, summary, plot
     paths).
 
     Raises:
         LctxError: ``out_dir`` has no records; a table or figure cannot be written (the records are kept).
     """
-    from .tables import current_map, label_names, read_records, to_table, vet_records, write_tables  # lazy: loads pandas
+    from lctx.harness.run.tables import current_map, label_names, read_records, to_table, vet_records, write_tables  # lazy: loads pandas
 
     out_dir = Path(out_dir)
     records = vet_records(read_records(out_dir / "records.jsonl"), read_json(out_dir / "run.json"), report,
@@ -166,7 +166,7 @@ def write_run_tables(out_dir: Path, steps: list[DerivedStep] = (), metrics_of: d
     paths: list[Path] = []
     try:
         if plots:
-            from .plots import make_plots  # lazy: loads matplotlib, pandas
+            from lctx.harness.outputs.plots import make_plots  # lazy: loads matplotlib, pandas
 
             paths += make_plots(table.assign(model=label_names(table)), out_dir)
         if derived_plots:

@@ -1,7 +1,7 @@
 """Compare a run against a baseline run: the regression gate behind ``lctx compare``.
 
 Both runs are read from their run directories (``summary.csv``; else ``results.parquet``/``results.csv``
-or ``records.jsonl``, summarised by :func:`lctx.harness.tables.summarize`). Cells are matched on
+or ``records.jsonl``, summarised by :func:`lctx.harness.run.tables.summarize`). Cells are matched on
 (model, task, metric, length, depth), a run's model name going through the aliases first (``new=old``
 renames run model ``new`` to baseline model ``old``, so a renamed checkpoint still matches). For each
 matched cell the metric's *direction* says which way is better and its *tolerance* says how large a
@@ -42,9 +42,9 @@ import pandas as pd
 from lctx.errors import LctxError
 from lctx.metrics import METRICS, direction_of
 
-from .console import print_line, print_table
-from .rundir import check_regular, declared_tasks, read_json
-from .tables import name_foreign_records, read_records, summarize, to_table, vet_records
+from lctx.harness.run.console import print_line, print_table
+from lctx.harness.run.rundir import check_regular, declared_tasks, read_json
+from lctx.harness.run.tables import name_foreign_records, read_records, summarize, to_table, vet_records
 
 KEYS = ["model", "task", "metric", "length", "depth"]
 SUMMARY_COLUMNS = ["model", "variant", "task", "metric", "length", "depth", "mean", "stderr", "n", "n_error"]
@@ -118,7 +118,7 @@ class Rules:
 
     def direction_for(self, task: str, metric: str, declared: dict | None = None) -> str | None:
         """``higher``/``lower``/``equal``/``ignore`` for one (task, metric), or None when nothing says.
-        ``declared``: the tasks' metadata the run directories recorded (:func:`lctx.harness.rundir.declared_tasks`),
+        ``declared``: the tasks' metadata the run directories recorded (:func:`lctx.harness.run.rundir.declared_tasks`),
         read before the task registry."""
         d = self._metric_rules(task, metric).get("direction")
         if d:
@@ -529,7 +529,7 @@ def compare_runs(run: pd.DataFrame, base: pd.DataFrame, rules: Rules | None = No
     z = diff / sqrt(se_run^2 + se_base^2) (NaN when neither has a standard error). ``options``: the label
     columns that differ between the two sides (:func:`option_differences`); such a cell is ``incomparable``
     unless ``allow_option_changes``, which judges it all the same. ``declared``: {task: metadata} the run
-    directories recorded (run.json's ``task_meta``, :func:`lctx.harness.rundir.declared_tasks`): the tasks'
+    directories recorded (run.json's ``task_meta``, :func:`lctx.harness.run.rundir.declared_tasks`): the tasks'
     directions and ``uses_seed`` without their task files (:func:`compare_dirs` passes it).
 
     Raises:
@@ -736,7 +736,7 @@ def verdict(cmp: Comparison) -> str:
 
 def print_report(cmp: Comparison, file=None) -> None:
     """Print the non-'same' cells as a table (rich on a terminal, Markdown off one: every cell whole, see
-    :mod:`lctx.harness.console`; a number, ``61.7 ± 2`` or a tolerance ``6e-05 (abs)``, never wraps: a table
+    :mod:`lctx.harness.run.console`; a number, ``61.7 ± 2`` or a tolerance ``6e-05 (abs)``, never wraps: a table
     too wide for the terminal drops its empty columns or prints as Markdown), then the verdict line."""
 
     rows = _display_rows(cmp)

@@ -16,7 +16,7 @@ a traceback and never lost results.
   write (full disk) leaves the previous version intact.
 - :func:`sign_record` / :func:`record_digest`: each record carries a digest binding it to its invocation's
   entry in ``run.json`` (:data:`SALT`), so a line appended or edited by hand is told apart from the runner's
-  (:func:`lctx.harness.tables.vet_records` leaves it out of the tables).
+  (:func:`lctx.harness.run.tables.vet_records` leaves it out of the tables).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ starts, so a killed run loses at most the sample in flight; rerunning the same c
 retried): the resume key holds a fingerprint of the checkpoint's and the data's content, the options and
 the versions (:func:`sample_base`). A sample that fails (an exception, out of memory, non-finite logits or
 scores, a task calling ``sys.exit``) is recorded with status ``error`` and the message, and the sweep goes
-on. The run directory is locked while a sweep writes it (:mod:`lctx.harness.rundir`).
+on. The run directory is locked while a sweep writes it (:mod:`lctx.harness.run.rundir`).
 """
 
 from __future__ import annotations
@@ -32,15 +32,15 @@ import lctx
 from lctx.kernels import impls_used, thread_settings
 from lctx.tasks import TASKS, Task
 
-from . import distributed as D
-from . import plan as P  # P.device_memory looked up when called (tests patch lctx.harness.plan.device_memory)
-from .console import SweepProgress, count
+from lctx.harness.run import distributed as D
+from lctx.models.adapters import memory as P  # P.device_memory looked up when called (tests patch lctx.models.adapters.memory.device_memory)
+from lctx.harness.run.console import SweepProgress, count
 from lctx.errors import LctxError, NonFiniteLogitsError
-from lctx.harness.args import check_declared_max
-from .lm import LM
-from .rundir import (SALT, TASK_META, RecordWriter, atomic_write_json, declared_tasks, new_salt, read_json,
+from lctx.model_files import check_declared_max
+from lctx.models.adapters.hf import LM
+from lctx.harness.run.rundir import (SALT, TASK_META, RecordWriter, atomic_write_json, declared_tasks, new_salt, read_json,
                      run_dir_lock, sign_record)
-from .tables import label_names, label_of, read_records, record_key, summarize, to_table, vet_records, write_tables
+from lctx.harness.run.tables import label_names, label_of, read_records, record_key, summarize, to_table, vet_records, write_tables
 
 
 def git_revision() -> str:
@@ -91,7 +91,7 @@ def sample_base(lm: LM, task_name: str, task_version, task_options: dict, data_f
     (an ``--attn-override`` included), the task's name, version, options, data fingerprint and, for a task
     from a ``--task-file``, its source file's hash; dtype, attention path (requested), prefill chunk size,
     device type; the seed; the lctx, torch and transformers versions. With model, task and the grid point
-    it is the resume key (:data:`lctx.harness.tables.KEY`). The hashed fields are all in the returned dict
+    it is the resume key (:data:`lctx.harness.run.tables.KEY`). The hashed fields are all in the returned dict
     (``code`` = the task file's 16-hex fingerprint, see :func:`task_inputs`), so
     ``digest_json({k: rec[k] for k in base if k not in ("model", "fingerprint")})`` recomputes it. ``chunked=False`` for tasks that do not run
     through ``LM.prefill`` (lm-eval's): the chunk size does not reach them and is left out.
@@ -190,14 +190,14 @@ def check_min_lengths(lms: list[LM], tasks: list[Task], lengths: list[int],
 
 #: ``--batch-size auto``: the most rows a batch may have on each device type (CPU: measured, README "Batches")
 AUTO_BATCH_CAP = {"cpu": 4, "cuda": 32}
-#: ``--batch-size auto``: the share of the device's memory (``lctx plan``'s :func:`~lctx.harness.plan.device_memory`)
+#: ``--batch-size auto``: the share of the device's memory (``lctx plan``'s :func:`~lctx.models.adapters.memory.device_memory`)
 #: a batch's prefill may plan to use beside the loaded weights
 AUTO_BATCH_MEMORY_SHARE = 0.5
 
 
 def auto_batch_size(lm: LM, length: int) -> int:
     """The batch ``--batch-size auto`` uses for prompts of ``length`` tokens on ``lm``: the largest B up to
-    :data:`AUTO_BATCH_CAP` of the device type whose planned prefill (:func:`lctx.harness.plan.plan_memory` with
+    :data:`AUTO_BATCH_CAP` of the device type whose planned prefill (:func:`lctx.models.adapters.memory.plan_memory` with
     ``batch=B``, the padded rows planned on the masked SDPA path that lctx models take for them; weights
     counted once) fits in :data:`AUTO_BATCH_MEMORY_SHARE` of the device's memory; at least 1. A model whose
     RoPE depends on the length (:attr:`LM.can_batch` False) gets 1."""
@@ -272,11 +272,11 @@ def run_sweep(lms: list[LM], tasks: list[Task], spec: RunSpec, out_dir: Path, pr
               log=print, batch_size: int | str = 1, tables: bool = True, invocation: str | None = None) -> dict:
     """Run every (model, task, cell) not yet recorded in ``out_dir`` and write the tables and plots.
 
-    The run directory is locked for the duration (:func:`lctx.harness.rundir.run_dir_lock`: a second process
+    The run directory is locked for the duration (:func:`lctx.harness.run.rundir.run_dir_lock`: a second process
     on the same directory refuses). A sample is reused only when a record with the same key exists: same
     model name, task, grid point and fingerprint (:func:`sample_base`: checkpoint content, data content,
-    options, versions). ``run.json`` maps each label this run ran (:data:`lctx.harness.tables.LABEL`) to its
-    current fingerprint, so the tables show only the current inputs' records (:func:`lctx.harness.tables.to_table`),
+    options, versions). ``run.json`` maps each label this run ran (:data:`lctx.harness.run.tables.LABEL`) to its
+    current fingerprint, so the tables show only the current inputs' records (:func:`lctx.harness.run.tables.to_table`),
     and each task's declared metadata (``task_meta``: :meth:`lctx.tasks.Task.declaration`), merged with what
     earlier runs into ``out_dir`` recorded, so the report and ``lctx compare`` need no task file.
 
@@ -287,13 +287,13 @@ def run_sweep(lms: list[LM], tasks: list[Task], spec: RunSpec, out_dir: Path, pr
 
     Under ``torchrun`` / ``accelerate launch`` every rank calls this with the same arguments; each runs a
     deterministic share of the cells and rank 0 merges the records and writes the tables and plots
-    (:mod:`lctx.harness.distributed`); every rank gets the same return value (counts over all ranks).
+    (:mod:`lctx.harness.run.distributed`); every rank gets the same return value (counts over all ranks).
 
     ``invocation``: the id of the entry of ``run.json``'s ``invocations`` this sweep adds to (one
     :func:`lctx.harness.evaluate.evaluate` call passes one id to all its sweeps); default a new one.
 
     ``tables=False`` leaves the tables and plots to the caller (:func:`lctx.harness.evaluate.evaluate` writes
-    them once, after all its sweeps, :func:`lctx.harness.derived.write_run_tables`): ``records``,
+    them once, after all its sweeps, :func:`lctx.harness.steps.derived.write_run_tables`): ``records``,
     ``superseded``, ``table``, ``summary`` are then None, ``plots`` [].
 
     Returns {"records": n, "ran": n run now, "skipped": n already done, "errors": n errored now,
@@ -326,7 +326,7 @@ def _invocation(meta: dict, lms, tasks, spec: RunSpec, batch_size, dinfo, inv_id
     "samples", "seed", "batch_size", "record_salt"}``, merged over the sweeps that share the id; the entries of
     earlier invocations into the same run directory are kept, so run.json describes every invocation (the
     top-level ``models``/``tasks``/``lengths`` are those of the last one). Each record's ``invocation`` names
-    its entry and its ``digest`` is salted with the entry's ``record_salt`` (:func:`lctx.harness.rundir.sign_record`)."""
+    its entry and its ``digest`` is salted with the entry's ``record_salt`` (:func:`lctx.harness.run.rundir.sign_record`)."""
     inv_id = D.broadcast(inv_id)  # [distributed] rank 0's id on every rank
     salt = D.broadcast(new_salt())  # [distributed] rank 0's salt on every rank (a collective: every rank calls it)
     invs = [i for i in meta.get("invocations") or [] if isinstance(i, dict)] \
@@ -405,7 +405,7 @@ def _check_model_names(lms, models: dict, old_meta: dict, out_dir: Path) -> None
 def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo, batch_size=1, tables: bool = True,
            invocation: str | None = None) -> dict:
     # [distributed] under torchrun / accelerate launch each rank runs a share and appends to its own
-    # records.rank{r}.jsonl; rank 0 merges them into records.jsonl (harness/distributed.py)
+    # records.rank{r}.jsonl; rank 0 merges them into records.jsonl (harness/run/distributed.py)
     rec_path = D.rank_records_path(out_dir, dinfo)
     meta_path = out_dir / "run.json"
     old_meta = read_json(meta_path, f"{meta_path}") or {}
@@ -528,7 +528,7 @@ def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo, batch_size=1, 
                 "ok": skipped + n_total - errors, "superseded": None, "table": None, "summary": None, "plots": []}
     if dinfo.is_main:
         table, summary = write_tables(records, out_dir, metrics_of, current)
-        from .plots import make_plots  # lazy: loads matplotlib
+        from lctx.harness.outputs.plots import make_plots  # lazy: loads matplotlib
 
         try:
             plots = make_plots(table.assign(model=label_names(table)), out_dir)

@@ -23,10 +23,11 @@ from transformers.utils import logging as hf_logging
 
 from lctx import ATTN_IMPLS
 from lctx.errors import CapturedLog, LctxError, check_finite_logits
-from lctx.harness.devices import DTYPES, resolve_device, resolve_dtype  # noqa: F401  (lctx.harness.lm.resolve_* kept)
+from lctx.models.adapters.devices import DTYPES, resolve_device, resolve_dtype  # noqa: F401  (lctx.models.adapters.hf.resolve_* kept)
 
 from lctx.chat import render_chat
-from .gguf import cached_gguf_dir, find_gguf
+from lctx.models.adapters.gguf import cached_gguf_dir
+from lctx.model_files import find_gguf
 
 @dataclass
 class Prefix:
@@ -118,7 +119,7 @@ class Prompt:
 class TokenizerSide:
     """The tokenizer half of :class:`LM`: text <-> ids and task prompts (the one place a chat template is
     applied). A subclass provides ``tokenizer``, ``name``, ``add_bos``, ``chat_template``, ``system_prompt``
-    and ``max_length``; :class:`LM` is one, and ``lctx.harness.train.TokenizerLM`` (training documents built by
+    and ``max_length``; :class:`LM` is one, and ``lctx.harness.commands.train.TokenizerLM`` (training documents built by
     the evaluation tasks' own code, without a model) is another."""
 
     # -- text <-> ids ------------------------------------------------------------------------------
@@ -582,13 +583,13 @@ def load_lm(path: str, device: str = "auto", dtype: str = "float32", name: str |
 
     A ``.gguf`` file, or a directory holding exactly one (and no ``config.json``), is dequantised to
     ``dtype`` by transformers' GGUF support into a Hugging Face directory cached under ``cache_dir`` (default
-    the user cache directory) and keyed by the file's SHA-256 (:mod:`lctx.harness.gguf`); the model's name is
+    the user cache directory) and keyed by the file's SHA-256 (:mod:`lctx.models.adapters.gguf`); the model's name is
     the file's stem and ``LM.path`` the file itself.
 
     Weights: ``*.safetensors`` when the directory has any (``use_safetensors=True``); otherwise a
     ``.bin`` through ``torch.load(weights_only=True)`` (transformers' loader, which refuses pickled code).
     Code shipped with a checkpoint (``auto_map``) runs only with ``trust_remote_code=True``.
-    ``attn_override``: e.g. ``"ssmax:s=0.43"``, applied by :func:`lctx.harness.overrides.apply_override`.
+    ``attn_override``: e.g. ``"ssmax:s=0.43"``, applied by :func:`lctx.models.adapters.overrides.apply_override`.
     ``attn_impl``: lctx checkpoints: ``"reference"``, ``"sdpa"`` or ``"fast"`` (the kernels of
     :mod:`lctx.kernels`) replaces the checkpoint's ``config.attn_impl``; ``None`` keeps it. Hugging Face
     checkpoints: ``"reference"`` runs transformers' ``eager`` attention, ``"sdpa"`` its ``sdpa``;
@@ -607,7 +608,7 @@ def load_lm(path: str, device: str = "auto", dtype: str = "float32", name: str |
             ``trust_remote_code``, fails to load (corrupt or incomplete weights, unsafe pickle, no
             tokenizer), or cannot take the override; the message says what to do.
     """
-    from lctx.harness.args import check_model_path, check_tokenizer_files, resolve_model_path  # light
+    from lctx.model_files import check_model_path, check_tokenizer_files, resolve_model_path  # light
 
     path, hub_name = resolve_model_path(path)  # a hub id: its snapshot in the local Hugging Face cache
     name = name or hub_name
@@ -685,7 +686,7 @@ def load_lm(path: str, device: str = "auto", dtype: str = "float32", name: str |
             train_length=train_length, max_length=max_length, device=dev, dtype=dt, chunk_size=chunk_size,
             attn_impl=impl, chat_template=chat_template, system_prompt=system_prompt)
     if attn_override:
-        from .overrides import apply_override  # lazy: loads lctx.models (its kernels load triton)
+        from lctx.models.adapters.overrides import apply_override  # lazy: loads lctx.models (its kernels load triton)
 
         apply_override(lm, attn_override)
     return lm

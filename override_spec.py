@@ -1,5 +1,5 @@
 """The ``--attn-override NAME[:KEY=VALUE,...]`` spec: names, default options and the parser, without torch
-(``lctx run`` checks it before torch loads; :mod:`lctx.harness.overrides` applies it to a model)."""
+(``lctx run`` checks it before torch loads; :mod:`lctx.models.adapters.overrides` applies it to a model)."""
 
 from __future__ import annotations
 

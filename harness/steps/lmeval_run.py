@@ -1,15 +1,15 @@
 """The lm-eval tasks' run on its own (``mmlu``, ``arc_easy``, ``arc_challenge``; :mod:`lctx.tasks.lmeval` knows the
-tasks): their :class:`lctx.tasks.lmeval.LmEvalTask` s through the one runner (:func:`lctx.harness.runner.run_sweep`:
+tasks): their :class:`lctx.tasks.lmeval.LmEvalTask` s through the one runner (:func:`lctx.harness.run.runner.run_sweep`:
 same records, resume key and provenance as every task), then the run's tables once
-(:func:`lctx.harness.derived.write_run_tables`). :func:`lctx.evaluate` runs the same task objects in its sweep.
+(:func:`lctx.harness.steps.derived.write_run_tables`). :func:`lctx.evaluate` runs the same task objects in its sweep.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from lctx.harness.console import markdown_table
-from lctx.harness.rundir import run_dir_lock
+from lctx.harness.run.console import markdown_table
+from lctx.harness.run.rundir import run_dir_lock
 from lctx.tasks.lmeval import LmEvalSpec, is_lmeval_label, make_tasks
 
 
@@ -21,7 +21,7 @@ def run_lmeval(lms: list, specs: list[LmEvalSpec], source: str, out_dir: str | P
     rewrite ``results.parquet``/``results.csv``/``summary.csv`` (all records, other tasks included),
     ``mmlu_subjects.csv`` and the plots.
 
-    lms: :class:`lctx.harness.lm.LM` s; specs/source from :func:`lctx.tasks.lmeval.resolve_tasks`; limit: the first N
+    lms: :class:`lctx.models.adapters.hf.LM` s; specs/source from :func:`lctx.tasks.lmeval.resolve_tasks`; limit: the first N
     test questions of each task (each MMLU subject), ``None`` for all; num_fewshot: ``None`` for the
     task defaults (:data:`lctx.tasks.lmeval.DEFAULT_FEWSHOT`); seed: lm-eval's few-shot sampler seed (MMLU takes
     the first k dev questions regardless); batch_size: lm-eval requests per forward; chat_template /
@@ -39,9 +39,9 @@ def run_lmeval(lms: list, specs: list[LmEvalSpec], source: str, out_dir: str | P
         LctxError: a bad limit or few-shot count, unreadable data or an unreachable hub (before any question
             runs); another process holds ``out_dir``.
     """
-    from lctx.harness.derived import write_run_tables  # lazy: loads pandas
-    from lctx.harness.runner import RunSpec, run_sweep  # lazy: loads torch, transformers
-    from lctx.harness.tables import read_records  # lazy: loads pandas
+    from lctx.harness.steps.derived import write_run_tables  # lazy: loads pandas
+    from lctx.harness.run.runner import RunSpec, run_sweep  # lazy: loads torch, transformers
+    from lctx.harness.run.tables import read_records  # lazy: loads pandas
 
     tasks = make_tasks(specs, source, data_dir, limit, num_fewshot, seed, batch_size, chat_template, system_prompt,
                        log if progress else None)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import json
 import os
 import shutil
@@ -28,63 +27,9 @@ import time
 from pathlib import Path
 
 from lctx.errors import LctxError
+from lctx.model_files import check_header, sha256_file, user_cache_root
 
-GGUF_MAGIC = b"GGUF"
 META_FILE = "lctx_gguf.json"  # provenance of a converted directory (source file, sha256, dtype)
-
-
-def user_cache_root() -> Path:
-    """The default cache root: ``$XDG_CACHE_HOME/lctx`` or ``~/.cache/lctx`` (no network, no registry)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "lctx"
-
-
-def find_gguf(path: str | os.PathLike) -> Path | None:
-    """The GGUF file ``path`` names: the file itself when it ends in ``.gguf``, or the one ``.gguf`` of a
-    directory without a ``config.json`` (a Hugging Face directory stays one). ``None`` otherwise.
-
-    Raises:
-        LctxError: a directory (without config.json) holding several ``.gguf`` files.
-    """
-    p = Path(path)
-    if p.is_file():
-        return p if p.suffix.lower() == ".gguf" else None
-    if p.is_dir() and not (p / "config.json").is_file():
-        files = sorted(f for f in p.iterdir() if f.suffix.lower() == ".gguf" and f.is_file())
-        if len(files) > 1:
-            names = ", ".join(f.name for f in files[:4]) + (", ..." if len(files) > 4 else "")
-            raise LctxError(f"directory {str(p)!r} holds {len(files)} .gguf files ({names}); pass the one to "
-                            f"evaluate, e.g. --model {str(p / files[0].name)!r}")
-        return files[0] if files else None
-    return None
-
-
-def sha256_file(path: str | os.PathLike, block: int = 1 << 22) -> str:
-    """Hex SHA-256 of a file's bytes (read in 4 MiB blocks; about 0.1 s per 100 MB)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(block):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def check_header(path: Path) -> None:
-    """Refuse a file that does not start like a GGUF file (magic ``GGUF``, then a uint32 version).
-
-    Raises:
-        LctxError: unreadable, shorter than the header, or another format.
-    """
-    try:
-        with open(path, "rb") as f:
-            head = f.read(8)
-    except OSError as e:
-        raise LctxError(f"cannot read GGUF file {str(path)!r} ({e.strerror or e})") from None
-    if len(head) < 8:
-        raise LctxError(f"GGUF file {str(path)!r} is truncated ({len(head)} bytes, not even a header); "
-                        "download or copy it again")
-    if head[:4] != GGUF_MAGIC:
-        raise LctxError(f"{str(path)!r} is not a GGUF file (it starts with {head[:4]!r}, not b'GGUF'); pass a "
-                        ".gguf file or a Hugging Face checkpoint directory")
 
 
 def _first_line(e: BaseException) -> str:
@@ -165,7 +110,7 @@ def convert_gguf(src: str | os.PathLike, out: str | os.PathLike, dtype: str = "f
     from transformers import AutoModelForCausalLM, AutoTokenizer  # lazy: loads transformers
     from transformers.utils import logging as hf_logging  # lazy: loads transformers
 
-    from .devices import resolve_dtype  # lazy: loads torch
+    from lctx.models.adapters.devices import resolve_dtype  # lazy: loads torch
 
     src = Path(src)
     if not src.is_file():
@@ -226,7 +171,7 @@ def cached_gguf_dir(src: str | os.PathLike, dtype: str = "float32", cache_dir: s
     Raises:
         LctxError: as :func:`convert_gguf`, or a cache root that cannot be written.
     """
-    from .devices import resolve_dtype  # lazy: loads torch
+    from lctx.models.adapters.devices import resolve_dtype  # lazy: loads torch
 
     src = Path(src)
     check_header(src)

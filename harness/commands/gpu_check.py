@@ -2,7 +2,7 @@
 
 Run from the repository root on a CUDA machine (about 10 minutes on an H200)::
 
-    python -m lctx.harness.gpu_check --out "$OUT/gpu-check" [--quick]
+    python -m lctx.harness.commands.gpu_check --out "$OUT/gpu-check" [--quick]
 
 Each step writes its table under ``--out`` as soon as it finishes and a failing step is recorded and
 skipped, so a lease that ends early still returns what was measured:

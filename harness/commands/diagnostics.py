@@ -18,7 +18,7 @@ from transformers.cache_utils import DynamicCache
 from lctx.errors import LctxError
 from lctx.models.bam import GGDPrior
 
-from .lm import LM
+from lctx.models.adapters.hf import LM
 
 
 def _priors(lm: LM):

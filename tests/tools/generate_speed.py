@@ -2,12 +2,12 @@
 prompt (issue 11, item 6), measured side by side in one process, interleaved (the order alternates per
 repeat), so a busy shared CPU slows both alike; the ratio is the result, not the seconds.
 
-    python -m lctx.harness.generate_speed --model ../shared/data/checkpoints/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf \
+    python tests/tools/generate_speed.py --model ../shared/data/checkpoints/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf \
         --length 4k --repeats 3
-    python -m lctx.harness.generate_speed --model ... --length 16k --rss-only    # peak RSS of one 16K sample
+    python tests/tools/generate_speed.py --model ... --length 16k --rss-only    # peak RSS of one 16K sample
 
 The baseline loads, with transformers alone, the Hugging Face directory lctx itself runs: for a GGUF file
-the dequantised cache directory (:func:`lctx.harness.gguf.cached_gguf_dir`, the same weights), for a
+the dequantised cache directory (:func:`lctx.models.adapters.gguf.cached_gguf_dir`, the same weights), for a
 Hugging Face checkpoint the directory; ``--hf-dir`` names another (e.g. ``lctx convert gguf ... --out DIR``). lctx's sample = build + chunked prefill + greedy decode + the teacher-forced
 digit score (``Passkey.score``); the baseline = tokenise + ``generate`` (greedy, the same number of new
 tokens) + parse. The peak RSS printed is the process's (both sides together); the peak RSS of one 16K
@@ -18,7 +18,7 @@ score: the three steps of :meth:`lctx.tasks.base.Task.score`, run here one by on
 2048,4096`` runs one lctx side per prefill chunk size (4096 at 4K = one forward, as ``generate`` does);
 ``--profile FILE`` writes a cProfile of one more lctx sample and prints its top functions.
 
-    python -m lctx.harness.generate_speed --model ... --length 4k --repeats 2 --chunk-sizes 2048,4096 \
+    python tests/tools/generate_speed.py --model ... --length 4k --repeats 2 --chunk-sizes 2048,4096 \
         --profile OUT/speed.prof
 """
 
@@ -34,7 +34,8 @@ import statistics
 import time
 
 from lctx.harness.args import parse_lengths
-from lctx.harness.gguf import cached_gguf_dir, find_gguf
+from lctx.models.adapters.gguf import cached_gguf_dir
+from lctx.model_files import find_gguf
 
 
 def generate_loop(model_dir: str, max_new_tokens: int):
@@ -64,7 +65,7 @@ def generate_loop(model_dir: str, max_new_tokens: int):
 
 
 def main() -> None:
-    """``python -m lctx.harness.generate_speed``: prints per-repeat times (seconds), the median per side,
+    """``python tests/tools/generate_speed.py``: prints per-repeat times (seconds), the median per side,
     the per-repeat ratios lctx / generate and the process's peak RSS (GiB); ``--rss-only``: one lctx
     sample and its peak RSS."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -82,7 +83,7 @@ def main() -> None:
 
     import torch  # lazy: loads torch
 
-    from lctx.harness.lm import load_lm  # lazy: loads torch, transformers
+    from lctx.models.adapters.hf import load_lm  # lazy: loads torch, transformers
     from lctx.tasks.base import Cell, Task  # lazy: loads torch
     from lctx.tasks.passkey import Passkey  # lazy: loads torch
 

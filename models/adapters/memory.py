@@ -60,8 +60,9 @@ import torch
 from lctx import ATTN_IMPLS
 from lctx.errors import LctxError
 
-from .devices import resolve_dtype
-from .gguf import _load_error, check_header, find_gguf
+from lctx.models.adapters.devices import resolve_dtype
+from lctx.models.adapters.gguf import _load_error
+from lctx.model_files import check_header, find_gguf
 
 GIB = 1024**3
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "kib": 1024, "m": 1024**2, "mb": 1024**2, "mib": 1024**2,
@@ -187,7 +188,7 @@ def load_config(path: str, trust_remote_code: bool = False):
     try:
         return AutoConfig.from_pretrained(p, trust_remote_code=trust_remote_code)
     except Exception as e:  # noqa: BLE001 - any parse failure is a bad checkpoint
-        from .lm import _raise_if_remote_code  # lazy: loads transformers
+        from lctx.models.adapters.hf import _raise_if_remote_code  # lazy: loads transformers
 
         _raise_if_remote_code(path, e)
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
@@ -266,10 +267,10 @@ def cache_bytes(cache, layer_idx: int = 0, state: bool = True) -> int:
 
 
 def default_kv_cache() -> tuple[str, int]:
-    """(kind, decode budget in tokens) of the KV cache :class:`lctx.harness.lm.LM` gives lctx models:
+    """(kind, decode budget in tokens) of the KV cache :class:`lctx.models.adapters.hf.LM` gives lctx models:
     ``("preallocated", LM.decode_budget)`` when it has ``new_cache`` (a :class:`PreallocatedKVCache` of
     prompt + budget tokens), else ``("dynamic", 0)`` (``DynamicCache``, which concatenates per chunk)."""
-    from .lm import LM  # lazy: loads transformers
+    from lctx.models.adapters.hf import LM  # lazy: loads transformers
 
     if hasattr(LM, "new_cache"):
         return "preallocated", int(getattr(LM, "decode_budget", 0) or 0)
@@ -609,7 +610,7 @@ def check_fits(plan: MemoryPlan, available: int, source: str, resident: int = 0,
 
 
 def check_run_fits(lms: list, length: int, kept_logits: int = 1, available: int | None = None) -> list[MemoryPlan]:
-    """Before a sweep: plan the longest prefill of every loaded :class:`lctx.harness.lm.LM` and refuse the
+    """Before a sweep: plan the longest prefill of every loaded :class:`lctx.models.adapters.hf.LM` and refuse the
     run when one model's prefill plus the weights of all loaded models exceed their device's memory.
     On CPU the loaded weights are already out of ``MemAvailable``, so they are added back to the room.
 

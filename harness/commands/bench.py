@@ -65,9 +65,9 @@ from lctx.models import LctxConfig
 from lctx.models.options import option_schema
 from lctx.models.variants import AttentionVariant, AttnContext, alibi_slopes, get_variant
 
-from .console import print_table
-from .devices import resolve_device, resolve_dtype
-from .plan import cache_bytes, device_memory, load_config, plan_memory
+from lctx.harness.run.console import print_table
+from lctx.models.adapters.devices import resolve_device, resolve_dtype
+from lctx.models.adapters.memory import cache_bytes, device_memory, load_config, plan_memory
 
 IMPLS = ATTN_IMPLS[::-1]  # fastest first
 BASELINES = ("sdpa_causal", "sdpa_bias")
@@ -263,7 +263,7 @@ def estimate_bytes(case: BenchCase, probe: dict | None = None) -> int:
     length): 2 x B x T^2 bytes (pattern and negation); the sdpa float mask (``probe["float_mask"]``)
     2 x B x T^2 x bytes (zeros and the masked_fill copy), and with a bias B x H x T^2 x (4 + bytes); the
     reference path 3 x B x H x T^2 x 4 (scores, masked, probabilities). The same terms as
-    :mod:`lctx.harness.plan` with chunk = T.
+    :mod:`lctx.models.adapters.memory` with chunk = T.
     Baselines: ``sdpa_bias`` holds its mask B x H x T^2 x bytes. Conservative for blockwise references.
     """
     b = torch.tensor([], dtype=_torch_dtype(case.dtype)).element_size()
@@ -542,11 +542,11 @@ def worker_env() -> dict:
 
 
 def run_group_isolated(group: BenchGroup, emit=None, timeout: float | None = None) -> list[dict]:
-    """:func:`run_group` in one fresh ``python -m lctx.harness.bench`` process (its rows stream back as JSON
+    """:func:`run_group` in one fresh ``python -m lctx.harness.commands.bench`` process (its rows stream back as JSON
     lines; ``emit`` sees each as it arrives). A crash or a timeout becomes an ``error`` row for each case
     that did not report."""
     emit = emit or (lambda r: None)
-    cmd = [sys.executable, "-m", "lctx.harness.bench", json.dumps(asdict(group))]
+    cmd = [sys.executable, "-m", "lctx.harness.commands.bench", json.dumps(asdict(group))]
     rows: list[dict] = []
 
     with tempfile.TemporaryFile("w+") as errf:  # a file, not a pipe: a chatty stderr cannot block the worker
@@ -625,7 +625,7 @@ def run_bench(variants: list[str], impls: list[str], lengths: list[int], heads: 
     """
     import pandas as pd  # lazy: loads pandas
 
-    from .runner import git_revision  # lazy: loads transformers, pandas
+    from lctx.harness.run.runner import git_revision  # lazy: loads transformers, pandas
 
     if not variants or not impls or not lengths:
         raise LctxError("nothing to bench; pass --variants, --impl and --lengths with at least one value each")
@@ -720,11 +720,11 @@ class PrefillCase:
 def measure_prefill(case: PrefillCase) -> dict:
     """Run :class:`PrefillCase` in this process (call it in a fresh one: peak RSS). Returns a row: prefill
     and total seconds, ``peak_bytes`` (VmHWM - VmRSS around prefill + decode, :class:`PeakMemory`), the
-    KV cache actually held, ``plan_bytes`` (:func:`lctx.harness.plan.plan_memory` of the same prefill minus
+    KV cache actually held, ``plan_bytes`` (:func:`lctx.models.adapters.memory.plan_memory` of the same prefill minus
     the weights, which are resident before the measurement) with its ``plan_path`` and largest item,
     ``plan_error`` = plan / peak - 1, the kernel that ran, threads and load averages."""
 
-    from .lm import load_lm  # lazy: loads transformers
+    from lctx.models.adapters.hf import load_lm  # lazy: loads transformers
 
     torch.set_num_threads(int(case.threads or default_threads()[0]))
     torch.manual_seed(case.seed)
@@ -766,9 +766,9 @@ def measure_prefill(case: PrefillCase) -> dict:
 
 
 def measure_prefill_isolated(case: PrefillCase, timeout: float | None = None) -> dict:
-    """:func:`measure_prefill` in a fresh ``python -m lctx.harness.bench --prefill`` process (an honest
+    """:func:`measure_prefill` in a fresh ``python -m lctx.harness.commands.bench --prefill`` process (an honest
     peak RSS: nothing freed earlier can hide an allocation). A crash or timeout is an ``error`` row."""
-    cmd = [sys.executable, "-m", "lctx.harness.bench", "--prefill", json.dumps(asdict(case))]
+    cmd = [sys.executable, "-m", "lctx.harness.commands.bench", "--prefill", json.dumps(asdict(case))]
     base = {"model": Path(case.model).name, "impl": case.impl or "", "length": case.length, "chunk": case.chunk}
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=worker_env())
@@ -820,7 +820,7 @@ def run_prefill_bench(model: str, impls: list[str | None], lengths: list[int], c
 
 def print_prefill(table, exponents, file=None) -> None:
     """Print the whole-model prefill rows (time, measured peak, plan and its error) and the fitted exponents
-    (:func:`lctx.harness.console.print_table`)."""
+    (:func:`lctx.harness.run.console.print_table`)."""
 
     f = lambda v, fmt: "" if v != v else format(v, fmt)  # noqa: E731
     g = lambda r, c: r.get(c, float("nan"))  # noqa: E731
@@ -851,7 +851,7 @@ def plot_bench(table, path: Path) -> Path:
 
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # lazy: loads matplotlib
 
-    from .plots import format_length, series_style  # lazy: loads pandas, matplotlib
+    from lctx.harness.outputs.plots import format_length, series_style  # lazy: loads pandas, matplotlib
 
     ok = table[table["status"] == "ok"]
     fig, axes = plt.subplots(1, 2, figsize=(13, 5))
@@ -933,7 +933,7 @@ def write_bench(table, exponents, out: Path) -> list[Path]:
 def print_bench(table, exponents, file=None) -> None:
     """Print the measurements, the ratio-to-SDPA-causal table (variant x length; median of the interleaved
     pairs, min in brackets) and the exponents as tables (rich on a terminal, Markdown off one: every cell
-    whole, see :mod:`lctx.harness.console`), then a warning when rows are flagged unstable."""
+    whole, see :mod:`lctx.harness.run.console`), then a warning when rows are flagged unstable."""
 
     table = table.copy()
     for c in TABLE_COLUMNS:  # a table from an older lctx (or built by hand) may lack the newer columns
@@ -969,7 +969,7 @@ def print_bench(table, exponents, file=None) -> None:
 
 
 def _worker_main(argv: list[str]) -> int:
-    """``python -m lctx.harness.bench '<BenchGroup JSON>'``: run :func:`run_group` and print each row as one
+    """``python -m lctx.harness.commands.bench '<BenchGroup JSON>'``: run :func:`run_group` and print each row as one
     JSON line as it finishes (read by :func:`run_group_isolated`); ``--prefill '<PrefillCase JSON>'``: one
     :func:`measure_prefill` row."""
     if argv and argv[0] == "--prefill":

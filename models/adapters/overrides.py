@@ -39,7 +39,7 @@ from lctx.errors import LctxError
 from lctx.models.variants import get_variant
 from lctx.registry import Registry
 
-from .override_spec import OVERRIDES, AttnOverride, _fmt, parse_override  # noqa: F401  (light: no torch)
+from lctx.override_spec import OVERRIDES, AttnOverride, _fmt, parse_override  # noqa: F401  (light: no torch)
 
 ALIBI_MODEL_TYPES = ("bloom", "mpt", "falcon")
 
@@ -77,7 +77,7 @@ def _make_ssmax(base: str):
         s = getattr(cfg, "lctx_ssmax_s", None)
         if s is None:
             raise RuntimeError(f"{type(module).__name__} has no config.lctx_ssmax_s; apply the override with "
-                               "lctx.harness.overrides.apply_override")
+                               "lctx.models.adapters.overrides.apply_override")
         n = visible_keys(attention_mask, query.shape[2], key.shape[2], query.device)
         c = ssmax_factor(n, float(s)).to(query.dtype)
         return ALL_ATTENTION_FUNCTIONS[base](module, query * c, key, value, attention_mask, **kwargs)
@@ -102,7 +102,7 @@ def register_ssmax(base: str = "sdpa") -> str:
 # -- applying an override to a loaded LM --------------------------------------------------------------
 
 def apply_override(lm, override: AttnOverride | str) -> None:
-    """Apply ``override`` to ``lm`` (an :class:`lctx.harness.lm.LM`) in place; append its label to ``lm.variant``
+    """Apply ``override`` to ``lm`` (an :class:`lctx.models.adapters.hf.LM`) in place; append its label to ``lm.variant``
     (``llama+ssmax:s=0.43``) and to ``lm.name`` (``name+ssmax_s0.43``).
 
     Raises:

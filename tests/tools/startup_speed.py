@@ -4,7 +4,7 @@ round, so a busy shared CPU slows all alike), and the result is the per-round ra
 over the rounds, for wall time and for the child's CPU time (user + sys). The seconds themselves are noise on a
 shared machine; the ratios are the result.
 
-    python -m lctx.harness.startup_speed --rounds 7
+    python tests/tools/startup_speed.py --rounds 7
 
 Target (README "Start-up"): ``lctx list variants`` <= 1.3x ``import torch``; ``lctx --help``, ``lctx list
 tasks`` and the one-line errors import no torch at all (``tests/test_startup.py`` checks the imports).

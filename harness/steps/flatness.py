@@ -34,11 +34,11 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # pandas on first use: `lctx list tasks` imports this module for its
     import pandas as pd  # registered name only (issue 15.4, tests/test_startup.py)
 
-from .derived import DerivedStep, base_record, json_cell, ok_rows, replace_name, take_options, write_run_tables
+from lctx.harness.steps.derived import DerivedStep, base_record, json_cell, ok_rows, replace_name, take_options, write_run_tables
 from lctx.errors import LctxError, split_list
 from lctx.tasks import TaskInfo, get_task, register_group
 
-from .rundir import atomic_write_json, declared_tasks, read_json
+from lctx.harness.run.rundir import atomic_write_json, declared_tasks, read_json
 
 TASK = "flatness"
 METRICS = ("ppl_ratio", "flat_until", "effective_length")
@@ -114,7 +114,7 @@ class FlatnessSpec:
 
     def resolved(self, declared: dict | None = None) -> FlatnessSpec:
         """This spec with its retrieval metric named: the given one, else the retrieval task's headline as a run
-        directory recorded it (``declared``: {task: metadata}, :func:`lctx.harness.rundir.declared_tasks`), else
+        directory recorded it (``declared``: {task: metadata}, :func:`lctx.harness.run.rundir.declared_tasks`), else
         as its registered class declares it (:func:`default_retrieval_metric`).
 
         Raises:
@@ -261,14 +261,14 @@ def _most_common_options(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def derive_records(table: pd.DataFrame, spec: FlatnessSpec | None = None) -> list[dict]:
-    """The derived flatness records of a results table (rows of other tasks, as :func:`lctx.harness.tables.to_table`
+    """The derived flatness records of a results table (rows of other tasks, as :func:`lctx.harness.run.tables.to_table`
     makes them; existing ``flatness`` rows are ignored).
 
     Per (model, variant) with ppl rows: one ``ppl_ratio`` record per tested length (status error where PPL(L)
     or PPL(T) is missing) and one ``flat_until`` record; per (model, variant) with rows of
     ``spec.retrieval``: one ``effective_length`` record. Each is a dict with the runner's record fields
     (``metrics`` = {metric: value}, ``task`` = ``"flatness"``, ``sample`` 0, ``depth`` None, the criterion in
-    ``task_options``), ready for :func:`lctx.harness.tables.to_table`. Models with no training length get
+    ``task_options``), ready for :func:`lctx.harness.run.tables.to_table`. Models with no training length get
     error records saying so. ``spec`` None: the defaults of :class:`FlatnessSpec`.
     """
     import pandas as pd  # lazy: loads pandas (`lctx list tasks` imports this module)
@@ -328,14 +328,14 @@ def derive_records(table: pd.DataFrame, spec: FlatnessSpec | None = None) -> lis
 
 
 def derive_table(table: pd.DataFrame, spec: FlatnessSpec | None = None) -> pd.DataFrame:
-    """:func:`derive_records` as tidy rows (the columns of :data:`lctx.harness.tables.COLUMNS`)."""
-    from .tables import to_table  # lazy: loads pandas
+    """:func:`derive_records` as tidy rows (the columns of :data:`lctx.harness.run.tables.COLUMNS`)."""
+    from lctx.harness.run.tables import to_table  # lazy: loads pandas
 
     return to_table(derive_records(table, spec), {TASK: METRICS})
 
 
 def step(spec: FlatnessSpec | None = None) -> DerivedStep:
-    """The flatness rows as a derived post-processing step (:class:`lctx.harness.derived.DerivedStep`): rows
+    """The flatness rows as a derived post-processing step (:class:`lctx.harness.steps.derived.DerivedStep`): rows
     from :func:`derive_records`, the criteria in ``run.json`` (key ``flatness``),
     ``plots/ppl_ratio_vs_relative.png``, :func:`format_flatness` as its text."""
     return DerivedStep(TASK, METRICS, spec or FlatnessSpec(), derive_records,
@@ -343,7 +343,7 @@ def step(spec: FlatnessSpec | None = None) -> DerivedStep:
 
 
 def _plots(table: pd.DataFrame, out_dir: Path, spec: FlatnessSpec) -> list[Path]:
-    from .plots import ppl_ratio_plot  # lazy: loads matplotlib, pandas
+    from lctx.harness.outputs.plots import ppl_ratio_plot  # lazy: loads matplotlib, pandas
 
     p = ppl_ratio_plot(table, out_dir, max_ratio=spec.max_ratio)
     return [p] if p else []
@@ -360,7 +360,7 @@ def expand(task_names: list[str], task_options: list[str], **run) -> tuple[list[
 def write_tables_with_flatness(out_dir: Path, spec: FlatnessSpec | None = None, metrics_of=None,
                                plots: bool = True) -> tuple[pd.DataFrame, pd.DataFrame, list[Path]]:
     """Rewrite a run's tables from its ``records.jsonl`` plus the derived flatness rows, note the criteria in
-    ``run.json`` and (``plots``) draw ``plots/ppl_ratio_vs_relative.png`` (:func:`lctx.harness.derived.write_run_tables`
+    ``run.json`` and (``plots``) draw ``plots/ppl_ratio_vs_relative.png`` (:func:`lctx.harness.steps.derived.write_run_tables`
     with this one step). Returns (table, summary, plot paths). A spec naming no retrieval metric thresholds the
     retrieval task's headline metric as ``run.json`` records it (``task_meta``; no task file needed).
 

@@ -40,11 +40,11 @@ from transformers.utils import logging as hf_logging
 from lctx.errors import LctxError
 from lctx.tasks import Cell, get_task
 
-from ..models import LctxConfig, LctxForCausalLM, get_variant
-from ..models.tokenizer import floor_tokenizer, save_tokenizer, train_tokenizer
-from .args import check_train_args
-from .devices import resolve_device
-from .lm import TokenizerSide
+from lctx.models import LctxConfig, LctxForCausalLM, get_variant
+from lctx.models.tokenizer import floor_tokenizer, save_tokenizer, train_tokenizer
+from lctx.harness.args import check_train_args
+from lctx.models.adapters.devices import resolve_device
+from lctx.models.adapters.hf import TokenizerSide
 
 BOS_ID, EOS_ID, PAD_ID = 1, 2, 0
 
@@ -139,8 +139,8 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
 
 
 class TokenizerLM(TokenizerSide):
-    """The part of :class:`lctx.harness.lm.LM` that a task's ``build`` uses (``encode``, ``decode``,
-    ``with_bos``, ``prompt``, ``prompt_budget``, ``continuation_ids``: :class:`lctx.harness.lm.TokenizerSide`),
+    """The part of :class:`lctx.models.adapters.hf.LM` that a task's ``build`` uses (``encode``, ``decode``,
+    ``with_bos``, ``prompt``, ``prompt_budget``, ``continuation_ids``: :class:`lctx.models.adapters.hf.TokenizerSide`),
     over a tokenizer alone: training documents are built by the evaluation tasks' own code, so their format
     is the evaluation's, token for token (chat template off, BOS first, no position limit)."""
 

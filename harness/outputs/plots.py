@@ -35,7 +35,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLo
 
 from lctx.metrics import label as metric_label
 
-from .tables import DEPTH_TOLERANCE
+from lctx.harness.run.tables import DEPTH_TOLERANCE
 
 __all__ = [
     "PASSKEY_METRICS",
@@ -233,7 +233,7 @@ def _passkey_cells(df: pd.DataFrame, model: object, metric: str, variant: object
 def depth_off_cells(df: pd.DataFrame, model: object, metric: str, variant: object = None,
                     task: str = "passkey") -> pd.DataFrame:
     """Boolean depth x length table (the shape of :func:`passkey_grid`): True where an ok sample of the cell
-    has its needle more than :data:`lctx.harness.tables.DEPTH_TOLERANCE` from the requested depth (the
+    has its needle more than :data:`lctx.harness.run.tables.DEPTH_TOLERANCE` from the requested depth (the
     table's ``depth_off`` column), i.e. the row's depth label is not what the sample measured."""
     means = _passkey_cells(df, model, metric, variant, task)[0]
     off = pd.DataFrame(False, index=means.index, columns=means.columns)
@@ -631,7 +631,7 @@ def ruler_figure(grid: pd.DataFrame, info: dict, name: str, path: str | Path) ->
     percent, the ``average`` row below a rule; grey "–": no successful sample); right, the average against
     length (log2 axis) with the effective-length threshold dashed and the effective length marked.
 
-    Input: one model's RULER table and its info (:func:`lctx.harness.ruler.ruler_table`: tasks x lengths in
+    Input: one model's RULER table and its info (:func:`lctx.harness.steps.ruler.ruler_table`: tasks x lengths in
     percent with an ``average`` row; threshold, effective length, tasks) and a display name. Output: ``path``.
     """
     lengths = [int(c) for c in grid.columns]
@@ -715,7 +715,7 @@ def make_plots(df: pd.DataFrame, out_dir: str | Path) -> list[Path]:
 
 
 # ----------------------------------------------------------------------------------------------
-# figure helpers shared with the report (lctx.harness.report), and the flatness ratio figure
+# figure helpers shared with the report (lctx.harness.outputs.report), and the flatness ratio figure
 # ----------------------------------------------------------------------------------------------
 
 _MARKERS = "os^Dv<>ph*P"  # 11 markers: coprime with the 10 colours

@@ -2,7 +2,7 @@
 in one process, interleaved (the order alternates per round), so a busy shared CPU slows both alike; the
 ratio is the result, not the seconds.
 
-    OMP_NUM_THREADS=1 python -m lctx.harness.batch_speed --model models/checkpoints/pydoc-tiny-rope \
+    OMP_NUM_THREADS=1 python tests/tools/batch_speed.py --model models/checkpoints/pydoc-tiny-rope \
         --task passkey --length 1k --samples 8 --batch 4 --rounds 3
 
 A sample is what the runner does for it: build the prompt (once, outside the timing), then
@@ -34,7 +34,7 @@ def main() -> None:
 
     import torch  # lazy: loads torch
 
-    from lctx.harness.lm import load_lm  # lazy: loads torch, transformers
+    from lctx.models.adapters.hf import load_lm  # lazy: loads torch, transformers
     from lctx.tasks import get_task  # lazy: loads torch
     from lctx.tasks.base import Cell  # lazy: loads torch
 

@@ -3,8 +3,8 @@ side by side in one process: every round runs the same command once per setting 
 alternates per round, so a busy shared CPU slows all alike); the result is each setting's per-round ratio to
 the first setting, median over the rounds. The seconds themselves are noise on a shared machine.
 
-    python -m lctx.harness.thread_speed --rounds 3
-    python -m lctx.harness.thread_speed --setting 1 --setting 2:SPIN --setting 2 -- --tasks ppl --lengths 1k
+    python tests/tools/thread_speed.py --rounds 3
+    python tests/tools/thread_speed.py --setting 1 --setting 2:SPIN --setting 2 -- --tasks ppl --lengths 1k
 
 A setting is ``N`` (``LCTX_NUM_THREADS=N``, and the wait policy lctx chooses: PASSIVE, README "Threads"),
 ``N:PASSIVE`` / ``N:ACTIVE`` (also ``OMP_WAIT_POLICY``: PASSIVE lets an OpenMP thread that waits at a barrier
@@ -21,7 +21,8 @@ import statistics
 import sys
 import tempfile
 
-from lctx.harness.startup_speed import _LCTX, run_once
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # run as a script: its sibling
+from startup_speed import _LCTX, run_once  # noqa: E402
 
 #: the ``lctx run`` arguments timed when none are given after ``--``: the default run's ppl half
 DEFAULT_ARGS = ["run", "--tasks", "ppl", "--no-progress"]

@@ -7,7 +7,7 @@ n per cell.
 
 Which records are tabulated (never a mean over different inputs):
 
-- A record's ``fingerprint`` (:func:`lctx.harness.runner.sample_fingerprint`) hashes *every* input that can
+- A record's ``fingerprint`` (:func:`lctx.harness.run.runner.sample_fingerprint`) hashes *every* input that can
   change its numbers: the checkpoint's content, the task's data content, the task's name, version and
   options, dtype, attention path, chunk size, device type, seed and the lctx/torch/transformers versions.
   The resume key (:data:`KEY`) is (model, task, fingerprint, task options, length, depth, sample).
@@ -31,7 +31,7 @@ import pandas as pd
 
 from lctx.errors import LctxError
 
-from .rundir import DIGEST, SALT, atomic_write, check_regular, read_json, read_records as _read, record_digest
+from lctx.harness.run.rundir import DIGEST, SALT, atomic_write, check_regular, read_json, read_records as _read, record_digest
 
 COLUMNS = ["run_id", "model", "variant", "task", "metric", "length", "n_tokens", "depth", "depth_actual",
            "depth_off", "sample", "value", "seed", "status", "error", "wall_s", "peak_mem_bytes", "device", "dtype",
@@ -55,7 +55,7 @@ DEPTH_TOLERANCE = 0.05
 
 
 def read_records(path: Path, report=None) -> list[dict]:
-    """The valid records of a ``records.jsonl`` (see :func:`lctx.harness.rundir.read_records`: damaged
+    """The valid records of a ``records.jsonl`` (see :func:`lctx.harness.run.rundir.read_records`: damaged
     lines are skipped, counted through ``report``; a non-regular file is refused with an LctxError)."""
 
     return _read(Path(path), report)
@@ -122,7 +122,7 @@ FOREIGN = {"invocation": "of an invocation run.json does not name",
 def _invocations(meta: dict) -> dict[str, dict] | None:
     """{invocation id: entry} of a ``run.json``, or None when it names none (written before invocations were
     recorded, or by hand: nothing to check records against). The first run into such a directory since adds
-    an entry named by its ``run_id`` (:func:`lctx.harness.runner._invocation`), which its old records carry."""
+    an entry named by its ``run_id`` (:func:`lctx.harness.run.runner._invocation`), which its old records carry."""
     invs = meta.get("invocations")
     out = {i["id"]: i for i in invs if isinstance(i, dict) and isinstance(i.get("id"), str)} \
         if isinstance(invs, list) else {}
@@ -143,7 +143,7 @@ def vet_records(records: list[dict], meta: dict | None, report=None, where: str 
     - ``invocation``: its ``invocation`` (a record written before invocations were recorded: its ``run_id``)
       is no entry of ``run.json``'s ``invocations``;
     - ``digest``: its invocation's entry has a salt and the record's ``digest`` is missing or is not
-      :func:`lctx.harness.rundir.record_digest` of it (an entry without a salt was written before records
+      :func:`lctx.harness.run.rundir.record_digest` of it (an entry without a salt was written before records
       carried digests: its records are taken as they are);
     - ``model``: its ``model`` is not among ``run.json``'s models (``inputs.models``);
     - ``duplicate``: a second ok record of a key (:func:`record_key`) that already has one, with other
@@ -154,7 +154,7 @@ def vet_records(records: list[dict], meta: dict | None, report=None, where: str 
     ``meta`` None (no ``run.json``), or one that names no invocation (written before they were recorded),
     checks only the models and duplicates. The
     checks detect lines appended or edited by hand; they are no defence against someone who edits
-    ``run.json`` too (:func:`lctx.harness.rundir.record_digest`).
+    ``run.json`` too (:func:`lctx.harness.run.rundir.record_digest`).
     """
     meta = meta if isinstance(meta, dict) else {}
     invs = _invocations(meta)
@@ -347,7 +347,7 @@ def current_map(out_dir: Path) -> dict:
     """``run.json``'s ``current`` map ({label: fingerprint}) of a run directory, or {}.
 
     Raises:
-        LctxError: ``run.json`` is damaged (:func:`lctx.harness.rundir.read_json`).
+        LctxError: ``run.json`` is damaged (:func:`lctx.harness.run.rundir.read_json`).
     """
 
     meta = read_json(Path(out_dir) / "run.json") or {}

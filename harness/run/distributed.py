@@ -5,7 +5,7 @@ Process management is torch.distributed's: the launcher sets ``RANK``, ``WORLD_S
 (backend ``nccl`` on CUDA, ``gloo`` on CPU) and each rank runs on ``cuda:LOCAL_RANK`` when GPUs exist.
 Without those variables (a plain ``lctx run``) everything here is a no-op for one process of rank 0.
 
-How a sharded sweep runs (:func:`lctx.harness.runner.run_sweep`):
+How a sharded sweep runs (:func:`lctx.harness.run.runner.run_sweep`):
 
 1. every rank reads all record files of the run directory (``records.jsonl`` and any
    ``records.rank{r}.jsonl`` left by an interrupted sharded run) to skip finished samples, then waits at
@@ -39,8 +39,8 @@ import torch.distributed as dist
 
 from lctx.errors import LctxError
 
-from .rundir import atomic_write
-from .tables import read_records, record_key
+from lctx.harness.run.rundir import atomic_write
+from lctx.harness.run.tables import read_records, record_key
 
 T = TypeVar("T")
 
@@ -68,7 +68,7 @@ class DistInfo:
         return self.world_size > 1
 
     def broadcast(self, obj: Any) -> Any:
-        """Rank 0's ``obj`` on every rank (:func:`broadcast`): what :func:`lctx.harness.rundir.run_dir_lock`
+        """Rank 0's ``obj`` on every rank (:func:`broadcast`): what :func:`lctx.harness.run.rundir.run_dir_lock`
         calls, so the run directory's lock needs no import of this module."""
         return broadcast(obj)
 
@@ -240,7 +240,7 @@ def rank_files(out_dir: Path) -> list[Path]:
 
 def read_all_records(out_dir: Path, report=None) -> list[dict]:
     """Records of ``records.jsonl`` then of every rank file (an interrupted sharded run), in that order
-    (damaged lines skipped; ``report`` is told how many, see :func:`lctx.harness.rundir.read_records`)."""
+    (damaged lines skipped; ``report`` is told how many, see :func:`lctx.harness.run.rundir.read_records`)."""
     out = read_records(out_dir / RECORDS, report)
     for p in rank_files(out_dir):
         out.extend(read_records(p, report))
@@ -248,11 +248,11 @@ def read_all_records(out_dir: Path, report=None) -> list[dict]:
 
 
 def _dedupe(records: list[dict]) -> list[dict]:
-    """One record per key (:func:`lctx.harness.tables.record_key`) where the runner wrote them: an ok record
+    """One record per key (:func:`lctx.harness.run.tables.record_key`) where the runner wrote them: an ok record
     beats an error (a finished sample is never rerun, an errored one is), of errors alone the last one read
     wins, and an exact copy of an ok record (a rank file read again after its merge) is dropped. Another ok
     record of a key that has one is not the runner's (an appended line): both are kept, in their order, for
-    :func:`lctx.harness.tables.vet_records` to judge, so the merge never drops a record the run wrote in
+    :func:`lctx.harness.run.tables.vet_records` to judge, so the merge never drops a record the run wrote in
     favour of one it did not."""
     best: dict[tuple, list[dict]] = {}
     for r in records:

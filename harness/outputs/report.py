@@ -3,7 +3,7 @@
 Inputs are run directories written by ``lctx run`` (``results.parquet`` or ``results.csv``, ``run.json``).
 Their tables are concatenated (a model evaluated on other tasks in another run stays one model; the
 same model and task in two runs is told apart as ``model@run``). Runs without flatness rows get them
-derived with the default criteria of :class:`lctx.harness.flatness.FlatnessSpec` (ppl ratio <= 1.1,
+derived with the default criteria of :class:`lctx.harness.steps.flatness.FlatnessSpec` (ppl ratio <= 1.1,
 retrieval >= 0.8) when they have ppl or passkey rows.
 
 The report (``--out``) holds:
@@ -12,7 +12,7 @@ The report (``--out``) holds:
 * ``report.md``: the same content in Markdown, linking the PNGs under ``plots/``;
 * ``plots/*.png``: perplexity vs length and PPL(L)/PPL(T) vs relative length (log axes, training length
   marked), accuracy vs length per retrieval task, depth x length heatmaps per task and model
-  (:mod:`lctx.harness.plots`), MMLU/ARC accuracy bars;
+  (:mod:`lctx.harness.outputs.plots`), MMLU/ARC accuracy bars;
 * ``summary.csv``: one row per model (training length, flat-until, effective length, retrieval scores at
   the chosen lengths, MMLU/ARC accuracy), ``failures.csv``: the errored cells.
 """
@@ -39,13 +39,13 @@ from lctx.metrics import TEACHER_FORCED, is_teacher_forced, label as metric_labe
 from lctx.tasks import TASKS, task_meta
 from lctx.tasks import GROUPS  # flatness, ruler (imported above: registered)
 
-from .flatness import TASK as FLATNESS, TASK, derive_table
-from .plots import depth_heatmaps, passkey_heatmaps, ruler_figure
-from .plots import (_DPI, _draw_ratio, _labels, draw_ppl, _legend, _length_axis, _log_y, _model_key, _new_figure, _ok, _save,  # noqa: F401
+from lctx.harness.steps.flatness import TASK as FLATNESS, TASK, derive_table
+from lctx.harness.outputs.plots import depth_heatmaps, passkey_heatmaps, ruler_figure
+from lctx.harness.outputs.plots import (_DPI, _draw_ratio, _labels, draw_ppl, _legend, _length_axis, _log_y, _model_key, _new_figure, _ok, _save,  # noqa: F401
                     _shorten, format_length, mark_train_lengths, palette, ppl_ratio_plot, safe_filename)
-from .ruler import GROUP as RULER, ruler_table
-from .rundir import declared_tasks, read_json
-from .tables import label_names, name_foreign_records, pooled_task_names
+from lctx.harness.steps.ruler import GROUP as RULER, ruler_table
+from lctx.harness.run.rundir import declared_tasks, read_json
+from lctx.harness.run.tables import label_names, name_foreign_records, pooled_task_names
 
 #: The task whose rows the perplexity section draws (and the flatness sweep derives its ratio from).
 PERPLEXITY_TASKS = ("ppl",)
@@ -69,7 +69,7 @@ def load_run(run_dir: str | Path) -> tuple[pd.DataFrame, dict]:
 
     Raises:
         LctxError: the directory does not exist, has no results table, the table is unreadable/empty, or its
-            run.json is damaged (:func:`lctx.harness.rundir.read_json`: line and column named).
+            run.json is damaged (:func:`lctx.harness.run.rundir.read_json`: line and column named).
     """
     d = Path(run_dir)
     if d.exists() and not d.is_dir():
@@ -147,7 +147,7 @@ def load_runs(run_dirs: list[str | Path], train_lengths: dict | None = None) -> 
     """Concatenate the tables of several runs with a ``run`` column (a short label of the directory) and
     derived flatness rows for runs that have none; returns (table, metas), each meta with ``run`` and
     ``dir`` added, and the tasks' declared metadata the runs recorded in ``table.attrs["task_meta"]``
-    (:func:`lctx.harness.rundir.declared_tasks`; :func:`meta_of` reads it). A (model, variant, task) present
+    (:func:`lctx.harness.run.rundir.declared_tasks`; :func:`meta_of` reads it). A (model, variant, task) present
     in two runs gets the model renamed ``model@run`` in the later one, so their samples never mix. ``train_lengths`` (:func:`parse_train_lengths`) gives models
     whose runs record no training length one (before the flatness rows are derived).
 
@@ -277,7 +277,7 @@ def meta_of(task: str, table: pd.DataFrame | None = None):
 
 def _length_tasks(table: pd.DataFrame) -> list[str]:
     """The tasks of the table with a length axis, in table order, without the derived groups
-    (:data:`lctx.tasks.GROUPS`, :mod:`lctx.harness.derived`) and the knowledge benchmarks."""
+    (:data:`lctx.tasks.GROUPS`, :mod:`lctx.harness.steps.derived`) and the knowledge benchmarks."""
 
     t = table[table["length"].notna() & ~table["task"].isin(list(GROUPS))]
     return [k for k in dict.fromkeys(t["task"].astype(str)) if not is_bench_task(k)]
@@ -399,9 +399,9 @@ def bench_figure(table: pd.DataFrame, out_dir: Path, pal) -> Path | None:
 
 
 def ruler_blocks(table: pd.DataFrame, out_dir: Path) -> tuple[list, list[Path]]:
-    """The report's RULER section (:mod:`lctx.harness.ruler`): per model label with ``ruler`` rows, its table
+    """The report's RULER section (:mod:`lctx.harness.steps.ruler`): per model label with ``ruler`` rows, its table
     (RULER's score of each task per length in percent, the average, the effective length at the threshold)
-    and ``plots/ruler_<label>.png`` (the grid beside the average, :func:`lctx.harness.plots.ruler_figure`).
+    and ``plots/ruler_<label>.png`` (the grid beside the average, :func:`lctx.harness.outputs.plots.ruler_figure`).
     Returns (blocks, plot paths); no blocks without ``ruler`` rows."""
 
     labels = list(dict.fromkeys(table.loc[table["task"] == RULER, "label"]))
@@ -448,7 +448,7 @@ def teacher_forced_note(table: pd.DataFrame, task: str) -> str | None:
 
 
 def heatmaps(table: pd.DataFrame, out_dir: Path) -> dict[str, list[Path]]:
-    """Depth x length heatmaps per retrieval task and model, drawn by :mod:`lctx.harness.plots`
+    """Depth x length heatmaps per retrieval task and model, drawn by :mod:`lctx.harness.outputs.plots`
     (``passkey_heatmaps``, ``depth_heatmaps``): {task: [paths]}."""
 
     t = table[~table["task"].isin(list(GROUPS))].copy()
@@ -557,7 +557,7 @@ def summary_table(table: pd.DataFrame, at: list[tuple[str, float]] | None = None
         d["effective length"] = _fmt_len(
             ev, T, rl.max() if len(rl) else None, zero=f"< {format_length(rl.min())}" if len(rl) else "0")
         n["effective_length"] = ev
-        rr = rows[rows["task"] == RULER]  # RULER's group (harness/ruler.py): average per length, effective length
+        rr = rows[rows["task"] == RULER]  # RULER's group (harness/steps/ruler.py): average per length, effective length
         if len(rr):
             re_ = rr[rr["metric"] == "effective_length"]
             rv = float(re_["value"].iloc[0]) if len(re_) else float("nan")

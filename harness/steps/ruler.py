@@ -34,14 +34,14 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # pandas on first use: `lctx list tasks` imports this module for its
     import pandas as pd  # registered name only (issue 15.4, tests/test_startup.py)
 
-from .derived import DerivedStep, base_record, json_cell, ok_rows, replace_name, take_options, write_run_tables
+from lctx.harness.steps.derived import DerivedStep, base_record, json_cell, ok_rows, replace_name, take_options, write_run_tables
 from lctx.errors import LctxError
 from lctx.tasks import TaskInfo, get_task, niah, register_group
 from lctx.tasks.ruler import RULER_TASKS, VERB_FILE
 from lctx.tasks.ruler_qa import RulerQA, find_qa_file
 
-from . import flatness
-from .flatness import effective_length
+from lctx.harness.steps import flatness
+from lctx.harness.steps.flatness import effective_length
 
 GROUP = "ruler"
 METRICS = ("average", "effective_length")
@@ -192,7 +192,7 @@ def split_ruler(task_names: list[str], task_options: list[str], data_dir=None, s
 def latest_options(rows: pd.DataFrame) -> pd.DataFrame:
     """One model's task rows with, per task, only the rows of one option set: the set of its newest record
     (largest ``timestamp``). A run directory keeps every option set it ran as a series of its own (run.json's
-    ``current`` map, :func:`lctx.harness.tables.select_current`), so a resumed run whose NIAH budget changed
+    ``current`` map, :func:`lctx.harness.run.tables.select_current`), so a resumed run whose NIAH budget changed
     (before and after the group gave ``niah_*`` RULER's 128 tokens) holds both; RULER scores a task under one
     setting, so its score (and the average) must not pool them. A length that only the older set reached
     then has no score for the task (the average there is an error row, not a mix)."""
@@ -246,10 +246,10 @@ def average_by_length(grid: pd.DataFrame, tasks: list[str] | tuple[str, ...]) ->
 
 
 def derive_records(table: pd.DataFrame, spec: RulerSpec | None = None) -> list[dict]:
-    """The derived ``ruler`` records of a results table (rows of the tasks, as :func:`lctx.harness.tables.to_table`
+    """The derived ``ruler`` records of a results table (rows of the tasks, as :func:`lctx.harness.run.tables.to_table`
     makes them; existing ``ruler`` rows are ignored): per (model, variant) that ran any of ``spec.tasks``, one
     ``average`` record per length and one ``effective_length`` record (see the module docstring), each a dict
-    with the runner's record fields, ready for :func:`lctx.harness.tables.to_table`."""
+    with the runner's record fields, ready for :func:`lctx.harness.run.tables.to_table`."""
     import pandas as pd  # lazy: loads pandas (`lctx list tasks` imports this module)
 
     spec = spec or RulerSpec()
@@ -283,7 +283,7 @@ def derive_records(table: pd.DataFrame, spec: RulerSpec | None = None) -> list[d
 
 
 def step(spec: RulerSpec) -> DerivedStep:
-    """The ruler group as a derived post-processing step (:class:`lctx.harness.derived.DerivedStep`): rows from
+    """The ruler group as a derived post-processing step (:class:`lctx.harness.steps.derived.DerivedStep`): rows from
     :func:`derive_records`, the group in ``run.json`` (key ``ruler``: threshold, tasks, left-out tasks and why),
     ``plots/ruler_<model>.png``, :func:`format_ruler` as its text."""
     return DerivedStep(GROUP, METRICS, spec, derive_records,
@@ -308,7 +308,7 @@ def write_tables_with_ruler(out_dir: Path, spec: RulerSpec, flat_spec=None,
                             plots: bool = True) -> tuple[pd.DataFrame, pd.DataFrame, list[Path]]:
     """Rewrite a run's tables from its ``records.jsonl`` plus the derived ``ruler`` rows (and the flatness rows
     when ``flat_spec`` is given), note them in ``run.json`` and (``plots``) draw their figures
-    (:func:`lctx.harness.derived.write_run_tables` with these steps). Returns (table, summary, plot paths).
+    (:func:`lctx.harness.steps.derived.write_run_tables` with these steps). Returns (table, summary, plot paths).
 
     Raises:
         LctxError: ``out_dir`` has no records.
@@ -353,7 +353,7 @@ def ruler_table(rows: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
 def format_ruler(table: pd.DataFrame) -> str:
     """The RULER rows of a table as text, per model: tasks x lengths (percent), the average and the effective
     length at the threshold."""
-    from .plots import format_length  # matplotlib: only when the group is presented
+    from lctx.harness.outputs.plots import format_length  # matplotlib: only when the group is presented
 
     lines = []
     models = table[table["task"] == GROUP]
@@ -379,11 +379,11 @@ def format_ruler(table: pd.DataFrame) -> str:
 
 
 def ruler_grids(df: pd.DataFrame, out_dir: str | Path) -> list[Path]:
-    """``plots/ruler_<model>.png`` (:func:`lctx.harness.plots.ruler_figure`) per (model, variant) with derived ``ruler`` rows
-    (:mod:`lctx.harness.ruler`); none without them."""
+    """``plots/ruler_<model>.png`` (:func:`lctx.harness.outputs.plots.ruler_figure`) per (model, variant) with derived ``ruler`` rows
+    (:mod:`lctx.harness.steps.ruler`); none without them."""
     if df is None or df.empty or not (df["task"].astype("string") == "ruler").any():
         return []
-    from .plots import _model_key, _series_groups, ruler_figure, safe_filename  # matplotlib: only to draw
+    from lctx.harness.outputs.plots import _model_key, _series_groups, ruler_figure, safe_filename  # matplotlib: only to draw
 
     written: list[Path] = []
     r = df[df["task"].astype("string") == "ruler"]

@@ -1,0 +1,2 @@
+"""Derived steps over a run's table (:mod:`.derived`): the flatness sweep (:mod:`.flatness`), the RULER group's
+average and effective length (:mod:`.ruler`), and lm-eval's tasks run on their own (:mod:`.lmeval_run`)."""

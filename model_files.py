@@ -1,0 +1,221 @@
+"""What a ``--model`` path holds, read from its files without torch: a Hugging Face hub id found in the local
+cache, a GGUF file found and its header checked, a checkpoint folder's tokenizer files, the longest input it
+declares. Below every layer (like :mod:`lctx.paths`): the CLI's checks run it before torch loads
+(:mod:`lctx.harness.args`), and the model adapters (:mod:`lctx.models.adapters`) load what it found."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+from typing import Optional
+
+from lctx.errors import LctxError
+
+
+GGUF_MAGIC = b"GGUF"
+
+
+def user_cache_root() -> Path:
+    """The default cache root: ``$XDG_CACHE_HOME/lctx`` or ``~/.cache/lctx`` (no network, no registry)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "lctx"
+
+
+def find_gguf(path: str | os.PathLike) -> Path | None:
+    """The GGUF file ``path`` names: the file itself when it ends in ``.gguf``, or the one ``.gguf`` of a
+    directory without a ``config.json`` (a Hugging Face directory stays one). ``None`` otherwise.
+
+    Raises:
+        LctxError: a directory (without config.json) holding several ``.gguf`` files.
+    """
+    p = Path(path)
+    if p.is_file():
+        return p if p.suffix.lower() == ".gguf" else None
+    if p.is_dir() and not (p / "config.json").is_file():
+        files = sorted(f for f in p.iterdir() if f.suffix.lower() == ".gguf" and f.is_file())
+        if len(files) > 1:
+            names = ", ".join(f.name for f in files[:4]) + (", ..." if len(files) > 4 else "")
+            raise LctxError(f"directory {str(p)!r} holds {len(files)} .gguf files ({names}); pass the one to "
+                            f"evaluate, e.g. --model {str(p / files[0].name)!r}")
+        return files[0] if files else None
+    return None
+
+
+def sha256_file(path: str | os.PathLike, block: int = 1 << 22) -> str:
+    """Hex SHA-256 of a file's bytes (read in 4 MiB blocks; about 0.1 s per 100 MB)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(block):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def check_header(path: Path) -> None:
+    """Refuse a file that does not start like a GGUF file (magic ``GGUF``, then a uint32 version).
+
+    Raises:
+        LctxError: unreadable, shorter than the header, or another format.
+    """
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+    except OSError as e:
+        raise LctxError(f"cannot read GGUF file {str(path)!r} ({e.strerror or e})") from None
+    if len(head) < 8:
+        raise LctxError(f"GGUF file {str(path)!r} is truncated ({len(head)} bytes, not even a header); "
+                        "download or copy it again")
+    if head[:4] != GGUF_MAGIC:
+        raise LctxError(f"{str(path)!r} is not a GGUF file (it starts with {head[:4]!r}, not b'GGUF'); pass a "
+                        ".gguf file or a Hugging Face checkpoint directory")
+
+
+#: a Hugging Face hub model id as ``from_pretrained`` takes it: ``OWNER/NAME`` (``HuggingFaceTB/SmolLM2-135M-Instruct``)
+HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def resolve_model_path(path) -> tuple[str, Optional[str]]:
+    """Where a ``--model`` lives on this machine: (the path, None) for anything that exists or does not look like
+    a hub id (an ``OWNER/NAME`` whose ``OWNER/`` is a folder here, e.g. ``ckpt/my-model``, is a local path that
+    is missing); for a Hugging Face hub id (``OWNER/NAME``, :data:`HUB_ID`) that is not a local path, (its snapshot
+    in the local Hugging Face cache, ``NAME``), found offline as ``from_pretrained`` with ``HF_HUB_OFFLINE=1``
+    does (``huggingface_hub.snapshot_download(local_files_only=True)``: ``HF_HUB_CACHE``, else ``HF_HOME/hub``,
+    else ``~/.cache/huggingface/hub``). Imports no torch.
+
+    Raises:
+        LctxError: an empty value (``--model ""``: it would name the current directory); a hub id that is not in
+            the local cache: lctx does not download at run time (the message says how to fetch it).
+    """
+    text = str(path)
+    if not text.strip():
+        raise LctxError(f"--model {text!r} is empty; pass a checkpoint folder, a .gguf file or a Hugging Face id "
+                        "(or omit --model for the bundled default)")
+    if Path(text).exists() or not HUB_ID.fullmatch(text) or Path(text.split("/", 1)[0]).is_dir():
+        return text, None  # a folder OWNER/ here: a missing local checkpoint (ckpt/my-model), not a hub id
+    from huggingface_hub import constants, snapshot_download  # lazy: ~0.3 s, no torch; only for a hub id
+
+    try:
+        return snapshot_download(text, local_files_only=True), text.split("/", 1)[1]
+    except Exception:  # noqa: BLE001 - not cached (LocalEntryNotFoundError), or an unreadable cache entry
+        raise LctxError(f"checkpoint {text!r} is not a local path, and as a Hugging Face model id it is not in the "
+                        f"local cache ({constants.HF_HUB_CACHE}); lctx does not download at run time: fetch it with "
+                        f"`hf download {text}` (or `huggingface-cli download {text}`), then pass --model {text} "
+                        "again, or pass the path of a local checkpoint") from None
+
+
+def check_model_path(path) -> str:
+    """Refuse a ``--model`` that cannot be a checkpoint, by looking at the path only (no torch): missing, a
+    file that is not a ``.gguf``, or a folder with neither ``config.json`` nor a ``.gguf`` (a llama2.c
+    checkpoint folder gets the ``lctx convert llama2c`` command). A Hugging Face hub id is looked up in the
+    local cache first (:func:`resolve_model_path`). Returns the path checked (the snapshot of a hub id).
+
+    Raises:
+        LctxError: one of those, or a hub id that is not cached (one line naming the fix).
+    """
+    path, _ = resolve_model_path(path)
+    p = Path(path)
+    if not p.exists():
+        raise LctxError(f"checkpoint {str(path)!r} does not exist (not a directory nor a .gguf file); pass a "
+                        "folder written by `lctx train` or save_pretrained, a .gguf file (or omit --model for "
+                        "the bundled default)")
+    if p.is_file() and p.suffix.lower() != ".gguf":
+        raise LctxError(f"checkpoint {str(path)!r} is not a directory nor a .gguf file; pass a folder written by "
+                        "`lctx train` or save_pretrained, a .gguf file (or omit --model for the bundled default)")
+    if p.is_dir() and not (p / "config.json").is_file() and not any(f.suffix.lower() == ".gguf" for f in p.iterdir()):
+        bins = sorted(f.name for f in p.glob("*.bin"))
+        toks = [b for b in bins if b.startswith("tok")]
+        models = [b for b in bins if not b.startswith("tok")]
+        if toks and models:  # llama2.c's layout: the model .bin beside its tokN.bin
+            raise LctxError(f"checkpoint {str(path)!r} looks like a llama2.c checkpoint ({models[0]}, {toks[0]}), "
+                            f"which lctx cannot load directly; convert it first: `lctx convert llama2c "
+                            f"{p / models[0]} --tokenizer {p / toks[0]} --out DIR`, then pass --model DIR")
+        raise LctxError(f"checkpoint {str(path)!r} has no config.json; pass a folder written by `lctx train` "
+                        "or save_pretrained")
+    return path
+
+
+#: files any of which holds a tokenizer's vocabulary for ``AutoTokenizer.from_pretrained``: the ``tokenizers``
+#: serialisation, SentencePiece / tiktoken models (``tokenizer.model``, ``spiece.model``, ...), BPE and WordPiece
+#: vocabularies (``vocab.json`` with ``merges.txt``, ``vocab.txt``)
+TOKENIZER_VOCAB = ("tokenizer.json", "*.model", "vocab.json", "vocab.txt", "*.tiktoken")
+
+
+def check_tokenizer_files(path) -> None:
+    """Refuse, before torch or any weights load, a checkpoint folder with no tokenizer (``lctx run`` needs one
+    for every task): none of :data:`TOKENIZER_VOCAB` beside ``config.json``. transformers' own error comes after
+    the imports and reads ``Couldn't instantiate the backend tokenizer from one of: ...``. A GGUF file carries its
+    tokenizer, and remote code (``auto_map`` in ``config.json`` or ``tokenizer_config.json``) may keep its own
+    files and is refused without ``--trust-remote-code`` by its own check: neither is checked here.
+
+    Raises:
+        LctxError: no vocabulary file (names the missing files and where to get them).
+    """
+    p = Path(path)
+    if not (p.is_dir() and (p / "config.json").is_file()):
+        return
+    cfg = p / "tokenizer_config.json"
+    for f in (p / "config.json", cfg):  # remote code: refused later unless --trust-remote-code, which says so
+        try:
+            if f.is_file() and "auto_map" in json.loads(f.read_text()):
+                return
+        except (OSError, ValueError):
+            pass  # an unreadable file is the config / tokenizer loader's to report
+    if any(any(p.glob(g)) for g in TOKENIZER_VOCAB):
+        return
+    missing = "tokenizer.json" + ("" if cfg.is_file() else " and tokenizer_config.json")
+    raise LctxError(f"checkpoint {str(path)!r} has no tokenizer (no {missing}; nor tokenizer.model, vocab.json + "
+                    "merges.txt or vocab.txt); copy the tokenizer files from the model it was trained or converted "
+                    "from (its folder, or `hf download OWNER/NAME tokenizer.json tokenizer_config.json --local-dir "
+                    f"{str(path)}`), or write them there with tokenizer.save_pretrained")
+
+
+def check_declared_max(name: str, max_length, lengths: list[int], allow_beyond_max: bool = False) -> None:
+    """Refuse lengths above the ``max_length`` tokens (``max_position_embeddings``; None: not declared) that
+    model ``name`` declares it can address, unless ``allow_beyond_max``
+    (:func:`lctx.harness.run.runner.check_lengths`; :func:`declared_max` reads it before any weights load).
+
+    Raises:
+        LctxError: a length exceeds it, or it is not a positive number of tokens (names the limit and the fix).
+    """
+    if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int)
+                                   or max_length <= 0):
+        raise LctxError(f"model {name!r} declares max_position_embeddings = {max_length!r} in its "
+                        "config.json, which is not a positive number of tokens; fix or remove that key")
+    if max_length and not allow_beyond_max:
+        over = [L for L in lengths if L > max_length]
+        if over:
+            raise LctxError(f"length {max(over)} exceeds the {max_length} tokens model {name!r} declares "
+                            f"it can address (max_position_embeddings); use lengths <= {max_length}, or "
+                            "--allow-beyond-max for an extrapolation study")
+
+
+def declared_max(path) -> tuple[str, object]:
+    """(the name ``lctx run`` gives the model, the longest input it declares) for a ``--model``, read without
+    torch or the weights: ``config.json``'s ``max_position_embeddings`` for a folder, the GGUF metadata's
+    ``<arch>.context_length`` for a ``.gguf`` (what transformers turns into ``max_position_embeddings``);
+    None where it declares none or the file cannot be read here (the check after loading still runs)."""
+    from lctx.model_files import find_gguf  # light: stdlib only
+
+    resolved, hub_name = resolve_model_path(path)
+    try:
+        gguf_file = find_gguf(resolved)
+    except LctxError:
+        return Path(resolved).name, None  # several .gguf files: load_lm's error
+    if gguf_file is not None:
+        name = hub_name or gguf_file.stem
+        try:
+            from gguf import GGUFReader  # lazy: numpy only
+
+            fields = GGUFReader(str(gguf_file)).fields
+            arch = fields["general.architecture"].contents()
+            return name, int(fields[f"{arch}.context_length"].contents())
+        except Exception:  # noqa: BLE001 - no key, or a file the GGUF loader will refuse with its own line
+            return name, None
+    name = hub_name or Path(resolved).resolve().name
+    try:
+        cfg = json.loads((Path(resolved) / "config.json").read_text())
+    except (OSError, ValueError):
+        return name, None  # load_lm's error names it
+    return name, cfg.get("max_position_embeddings") if isinstance(cfg, dict) else None
