@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from transformers import PretrainedConfig
 
-from lctx import ATTN_IMPLS
+from lctx.attn_impl import ATTN_IMPL_REGISTRY
 
 from .options import OPTIONS_VERSION, VARIANT_OPTIONS, Opt, check_variant_options, option_schema  # noqa: F401
 from .variants import get_variant
@@ -77,8 +77,8 @@ class LctxConfig(PretrainedConfig):
         options_version: int = OPTIONS_VERSION,
         **kwargs,
     ):
-        if attn_impl not in ATTN_IMPLS:
-            raise ValueError(f"attn_impl must be one of {', '.join(ATTN_IMPLS)}, got {attn_impl!r}")
+        if ATTN_IMPL_REGISTRY.get_interface(attn_impl) is None:
+            raise ValueError(f"attn_impl must be one of {', '.join(ATTN_IMPL_REGISTRY)}, got {attn_impl!r}")
 
         try:
             get_variant(variant)

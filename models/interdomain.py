@@ -70,7 +70,7 @@ L tokens the contributions are summed with closed-form decay powers Abar^{c_t - 
 carried across chunks; O(T L N D) work, O(L^2 N) memory per head and chunk) and an O(N D)-per-token
 recurrent form (decode). Tests check they agree.
 
-Fast path (``config.attn_impl == "fast"``, :meth:`_FixedState.fast_impl`): unpadded prefill chunks run the
+Fast path (``config.attn_impl`` ``"fast"``, :meth:`_FixedState.fast_impl`): unpadded prefill chunks run the
 Triton chunked scans of :mod:`lctx.kernels.interdomain_scan` (CUDA, or the Triton interpreter; forward
 only, so training keeps the chunked form below) and unpadded decode steps its O(N D) PyTorch step; both
 read and write the same state on the cache as the forms below.
@@ -462,7 +462,7 @@ class _FixedState(AttentionVariant):
             cache_states(ctx.cache)[self.layer_idx] = state
 
     def fast_impl(self, ctx: AttnContext, T: int, device, *inputs: torch.Tensor) -> str | None:
-        """Which core runs under ``config.attn_impl == "fast"`` (``None`` for "reference"/"sdpa", which keep
+        """Which core runs under ``config.attn_impl`` ``"fast"`` (``None`` for "reference"/"sdpa", which keep
         the chunked form for T > 1 and the recurrent form for T = 1):
 
         ``"decode"`` for T = 1 on unpadded rows (:mod:`lctx.kernels.interdomain_scan`'s O(N D) step);
@@ -474,9 +474,9 @@ class _FixedState(AttentionVariant):
         T > 1 paths are noted with :func:`lctx.kernels.record_impl` (decode steps are not, so a prefill's
         record stands), ``"chunked"`` under "sdpa" too; the "reference" setting records nothing.
         """
-        if self.config.attn_impl != "fast":
-            if self.config.attn_impl == "sdpa" and T > 1:  # the chunked form runs; the reference records nothing
-
+        attn = self.attention_impl()
+        if not attn.kernels:
+            if attn.records_module_form and T > 1:  # the chunked form runs; the reference records nothing
                 record_impl(self.variant_name, "chunked")
             return None
         if T == 1:
@@ -638,7 +638,7 @@ class Interdomain(_FixedState):
     def _forward(self, q, k, v, ctx: AttnContext, x=None):
         """Mix. q, k, v: [B, H, Tq, D] (new tokens); continues from and stores the state on ``ctx.cache``
         (no cache: starts from zeros, stores nothing). Tq = 1 runs the recurrent form, else the chunked one;
-        with ``config.attn_impl == "fast"`` see :meth:`fast_impl` (Triton scan / decode step).
+        with ``config.attn_impl`` ``"fast"`` see :meth:`fast_impl` (Triton scan / decode step).
         Returns [B, H, Tq, D] in q's dtype; rows of padding tokens are finite and meaningless.
 
         Raises:

@@ -163,12 +163,12 @@ class ALiBiLSH(AttentionVariant):
         if ctx.cache is not None:
             k, v = ctx.cache.update(k, v, self.layer_idx)
         widths, offsets = self.bins()
-        if self.config.attn_impl == "fast" and not ctx.padded and ctx.probe is None:
+        impl = self.attention_impl()
+        if impl.kernels and not ctx.padded and ctx.probe is None:
             out = self._fast(q, k, v, widths, offsets, ctx)
             if out is not None:
                 return out
-        if self.config.attn_impl == "sdpa":  # no SDPA form: this module's blockwise form ran (reference: unrecorded)
-
+        if impl.records_module_form:  # no SDPA form: this module's blockwise form ran (reference: unrecorded)
             record_impl(self.variant_name, "reference")
         return lsh_attention(q, k, v, ctx.q_pos, ctx.k_pos, ctx.mask(), widths.to(q.device),
                              offsets.to(q.device), block=self.block)

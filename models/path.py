@@ -247,7 +247,7 @@ class PaTH(AttentionVariant):
         return w, beta, log_f, new_window
 
     def _use_fla(self, q: torch.Tensor, past: int, valid: torch.Tensor) -> bool:
-        return (self.config.attn_impl != "reference" and q.is_cuda and past == 0
+        return (not self.attention_impl().explicit and q.is_cuda and past == 0
                 and q.shape[-1] in _FLA_HEAD_DIMS and bool(valid.all()) and _fla_path_attn() is not None)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: AttnContext,
@@ -281,7 +281,7 @@ class PaTH(AttentionVariant):
             record_impl(self.variant_name, "fla")  # fla-core's chunk kernel (module docstring)
             out, keys, gate = self._fla_forward(q, k, v, w, beta, log_f, want_cache=ctx.cache is not None)
         else:
-            if self.config.attn_impl != "reference":  # the reference setting records nothing, as elsewhere
+            if not self.attention_impl().explicit:  # the reference setting records nothing, as elsewhere
                 record_impl(self.variant_name, "reference")  # the PyTorch blockwise form: this module's reference
             out, keys, gate = path_attention(q, k, v, w, beta, ctx.mask(), past_keys, log_f,
                                              state.get("gate") if state else None, block=self.block)

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lctx.attn_impl import AttnImpl, get_attn_impl
 from lctx.kernels import record_impl
 from lctx.registry import Registry
 
@@ -163,9 +164,10 @@ class AttentionVariant(nn.Module):
     :meth:`score_bias` (an additive logit bias from query and key positions, e.g. ALiBi). The
     computation is ``softmax(q k^T / sqrt(D) + bias, causal & key-padding mask) v``.
 
-    ``config.attn_impl`` picks ``"reference"`` (explicit fp32 softmax: the source of truth) or
-    ``"sdpa"`` (``scaled_dot_product_attention`` with the bias folded into a float mask; tests check it
-    equals the reference).
+    ``config.attn_impl`` names the path (its :class:`lctx.attn_impl.AttnImpl`, :meth:`attention_impl`):
+    ``"reference"`` (explicit fp32 softmax: the source of truth), ``"sdpa"`` (``scaled_dot_product_attention``
+    with the bias folded into a float mask; tests check it equals the reference) or ``"fast"`` (the fused
+    kernel of :mod:`lctx.kernels.flash_prior` where the variant has a :meth:`prior_spec`, else ``"sdpa"``).
     """
 
     variant_name = "base"
@@ -196,6 +198,15 @@ class AttentionVariant(nn.Module):
         """A module owned by the model and handed to every layer as ``ctx.shared`` (one set of
         parameters for all layers), or ``None``."""
         return None
+
+    def attention_impl(self) -> AttnImpl:
+        """The attention implementation ``config.attn_impl`` names (:func:`lctx.attn_impl.get_attn_impl`),
+        looked up where a forward starts (``lctx run --attn-impl`` sets ``config.attn_impl`` on a built model).
+
+        Raises:
+            LctxError: ``config.attn_impl`` is not a registered implementation.
+        """
+        return get_attn_impl(self.config.attn_impl)
 
     def rotate(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """Position-dependent transform of q or k. x: [B, H, T, D]; pos: [B, T]. Identity here."""
@@ -244,8 +255,10 @@ class AttentionVariant(nn.Module):
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: AttnContext) -> torch.Tensor:
         """Softmax attention of positioned q [B, H, Tq, D] over all keys k, v [B, H, Tk, D] (cached + new),
-        applying :meth:`score_bias` and :meth:`logit_scale`, by ``config.attn_impl``. Returns [B, H, Tq, D]."""
-        if self.config.attn_impl == "fast" and ctx.probe is None and not ctx.padded:
+        applying :meth:`score_bias` and :meth:`logit_scale`, by ``config.attn_impl`` (:meth:`attention_impl`).
+        Returns [B, H, Tq, D]."""
+        impl = self.attention_impl()
+        if impl.kernels and ctx.probe is None and not ctx.padded:
             from lctx.kernels.flash_prior import attend_fast  # lazy: loads triton
 
             out = attend_fast(self, q, k, v, ctx)  # positions, prior and scale are applied in-kernel
@@ -261,7 +274,7 @@ class AttentionVariant(nn.Module):
             probs = attention_probs(q, k, ctx.mask(), bias)
             ctx.probe(self.layer_idx, probs, ctx)
             return torch.matmul(probs, v.float()).to(q.dtype)
-        if self.config.attn_impl == "reference":
+        if impl.explicit:
             return reference_attention(q, k, v, ctx.mask(), bias)
         key = ("mask", q.dtype)
         if key not in ctx.memo:  # one float mask per forward, shared by every layer
