@@ -1,6 +1,6 @@
-"""Configuration of the native lctx decoder (a ``transformers`` ``PretrainedConfig``) and the typed option
-schema of every attention variant (:data:`VARIANT_OPTIONS`): ``variant_options`` with a key a variant does
-not know, or a value of the wrong type, is refused with the list of valid keys instead of being ignored."""
+"""Configuration of the native lctx decoder (a ``transformers`` ``PretrainedConfig``); ``variant_options`` are
+checked against the variant's typed option schema (:mod:`lctx.models.options`): a key the variant does not
+know, or a value of the wrong type, is refused with the list of valid keys instead of being ignored."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from transformers import PretrainedConfig
 
 from lctx.attn_impl import ATTN_IMPL_REGISTRY
 
-from .options import OPTIONS_VERSION, VARIANT_OPTIONS, Opt, check_variant_options, option_schema  # noqa: F401
+from .options import OPTIONS_VERSION, Opt, check_variant_options, option_schema  # noqa: F401
 from .variants import get_variant
 
 

@@ -89,6 +89,7 @@ from lctx import kernels
 from lctx.kernels import record_impl
 
 from .cache import cache_states
+from .options import Opt
 from .variants import AttentionVariant, AttnContext, register_variant
 
 CDTYPE = torch.complex64
@@ -405,7 +406,9 @@ def s4d_chunked(u: torch.Tensor, m: torch.Tensor, dt_a: torch.Tensor, bbar: torc
 class _FixedState(AttentionVariant):
     """Shared plumbing of the fixed-state mixers: the real-token mask of the new tokens and the recurrent
     state on the cache (``cache_states(ctx.cache)[layer_idx]``), and the S4D state options every such variant
-    reads under its ``option_prefix`` (:func:`_state_options`: ``n_modes``, ``chunk``, ``dt_range``).
+    reads under its ``option_prefix`` (:func:`_state_options`: ``n_modes``, ``chunk``, ``dt_range``; declared
+    in its ``option_schema``). ``self.opts``: every option value
+    (:meth:`option_values`).
 
     Raises:
         ValueError: a bad state option.
@@ -416,7 +419,7 @@ class _FixedState(AttentionVariant):
 
     def __init__(self, config, layer_idx: int):
         super().__init__(config, layer_idx)
-        self.opts = config.variant_options or {}
+        self.opts = self.option_values(config)
         self.n_modes, self.chunk, *self.dt_range = _state_options(self.opts, self.option_prefix)
 
     @staticmethod
@@ -501,23 +504,28 @@ def _scan_threads(device, T: int):
     return kernels.intra_op_threads(kernels.scan_threads() if T > 1 else 0, device)
 
 
-def _opt(opts: dict, key: str, default, cast):
+def _opt(opts: dict, key: str, cast):
+    """``cast(opts[key])`` (``opts``: every option value, :meth:`AttentionVariant.option_values`).
+
+    Raises:
+        ValueError: the value does not convert (``variant option id_conv='x' is not a valid int``).
+    """
     try:
-        return cast(opts.get(key, default))
+        return cast(opts[key])
     except (TypeError, ValueError):
-        raise ValueError(f"variant option {key}={opts.get(key)!r} is not a valid {cast.__name__}") from None
+        raise ValueError(f"variant option {key}={opts[key]!r} is not a valid {cast.__name__}") from None
 
 
 def _state_options(opts: dict, prefix: str) -> tuple[int, int, float, float]:
-    """The S4D state options both fixed-state variants take, ``{prefix}_modes`` N (default 16), ``{prefix}_chunk``
-    (tokens, default 64), ``{prefix}_dt_min`` / ``{prefix}_dt_max`` (default 1e-3, 1e-1: S4D's): (N, chunk,
-    dt_min, dt_max).
+    """The S4D state options both fixed-state variants declare in their ``option_schema``, ``{prefix}_modes``
+    N, ``{prefix}_chunk`` (tokens), ``{prefix}_dt_min`` / ``{prefix}_dt_max``, from ``opts`` (every option
+    value): (N, chunk, dt_min, dt_max).
 
     Raises:
         ValueError: a value that is not a number, or N or chunk below 1.
     """
-    n_modes, chunk = _opt(opts, f"{prefix}_modes", 16, int), _opt(opts, f"{prefix}_chunk", 64, int)
-    dt_min, dt_max = _opt(opts, f"{prefix}_dt_min", 1e-3, float), _opt(opts, f"{prefix}_dt_max", 1e-1, float)
+    n_modes, chunk = _opt(opts, f"{prefix}_modes", int), _opt(opts, f"{prefix}_chunk", int)
+    dt_min, dt_max = _opt(opts, f"{prefix}_dt_min", float), _opt(opts, f"{prefix}_dt_max", float)
     if n_modes < 1 or chunk < 1:
         raise ValueError(f"{prefix}_modes and {prefix}_chunk must be >= 1, got {n_modes}, {chunk}")
     return n_modes, chunk, dt_min, dt_max
@@ -583,16 +591,25 @@ class Interdomain(_FixedState):
     summary = "fixed-state mixer: xi(q)^T U^H Gamma over a complex S4D state of [xi(k); v] (interdomain)"
 
     option_prefix = "id"
+    option_schema = {"id_modes": Opt(int, 16, "complex modes N per head"), "id_chunk": Opt(int, 64, "scan chunk"),
+                     "id_conv": Opt(int, 4, "short conv width K"),
+                     "id_feature_norm": Opt(str, "l2", "feature map norm", ("l2", "sq")),
+                     "id_input_norm": Opt(str, "joint", "RMSNorm of [xi(k); v]", ("joint", "split")),
+                     "id_readout": Opt(str, "linear", "readout", ("linear", "normalized")),
+                     "id_eta_eps": Opt(float, 1e-2, "eps of the normalized readout"),
+                     "id_conj": Opt(bool, True, "conjugate-transpose readout"),
+                     "id_dt_min": Opt(float, 1e-3, "smallest initial Delta"),
+                     "id_dt_max": Opt(float, 1e-1, "largest initial Delta")}
 
     def __init__(self, config, layer_idx: int):
         super().__init__(config, layer_idx)
         opts, H, D = self.opts, self.n_heads, self.head_dim
-        self.kernel = _opt(opts, "id_conv", 4, int)
-        self.fnorm = str(opts.get("id_feature_norm", "l2"))
-        self.input_norm = str(opts.get("id_input_norm", "joint"))
-        self.readout = str(opts.get("id_readout", "linear"))
-        self.eta_eps = _opt(opts, "id_eta_eps", 1e-2, float)
-        self.conj = bool(opts.get("id_conj", True))
+        self.kernel = _opt(opts, "id_conv", int)
+        self.fnorm = str(opts["id_feature_norm"])
+        self.input_norm = str(opts["id_input_norm"])
+        self.readout = str(opts["id_readout"])
+        self.eta_eps = _opt(opts, "id_eta_eps", float)
+        self.conj = bool(opts["id_conj"])
         if self.kernel < 1:
             raise ValueError(f"id_conv must be >= 1, got {self.kernel}")
         if self.fnorm not in ("l2", "sq"):
@@ -710,6 +727,9 @@ class S4D(_FixedState):
     summary = "plain S4D mixer over v: y = 2 Re(C x_t) + D v_t per channel (no query; baseline of seed 002)"
 
     option_prefix = "s4d"
+    option_schema = {"s4d_modes": Opt(int, 16, "modes N per channel"), "s4d_chunk": Opt(int, 64, "scan chunk"),
+                     "s4d_dt_min": Opt(float, 1e-3, "smallest initial Delta"),
+                     "s4d_dt_max": Opt(float, 1e-1, "largest initial Delta")}
 
     def __init__(self, config, layer_idx: int):
         super().__init__(config, layer_idx)

@@ -68,6 +68,7 @@ from torch import nn
 from lctx.kernels import record_impl
 
 from .cache import cache_states
+from .options import Opt
 from .variants import AttentionVariant, AttnContext, register_variant
 
 _FLA_HEAD_DIMS = (16, 32, 64, 128)
@@ -204,15 +205,19 @@ class PaTH(AttentionVariant):
 
     summary = "PaTH: data-dependent Householder transforms I - beta w w^T accumulated from key to query"
     composable = False
+    option_schema = {"path_w_rank": Opt(int, 32, "rank of the w projection (0 = full)"),
+                     "path_conv_size": Opt(int, 3, "short conv width (0 = none)"),
+                     "path_forget_gate": Opt(bool, False, "PaTH-FoX forget gate"),
+                     "path_block": Opt(int, 64, "block size of the reference")}
 
     def __init__(self, config, layer_idx: int):
         super().__init__(config, layer_idx)
-        opts = config.variant_options or {}
+        o = self.option_values(config)
         d, hd = config.hidden_size, self.n_heads * self.head_dim
-        rank = int(opts.get("path_w_rank", 32))
-        self.conv_size = int(opts.get("path_conv_size", 3))
-        self.block = int(opts.get("path_block", 64))
-        self.forget_gate = bool(opts.get("path_forget_gate", False))
+        rank = int(o["path_w_rank"])
+        self.conv_size = int(o["path_conv_size"])
+        self.block = int(o["path_block"])
+        self.forget_gate = bool(o["path_forget_gate"])
         if rank < 0 or self.conv_size < 0 or self.block < 1:
             raise ValueError(f"path options need path_w_rank >= 0, path_conv_size >= 0, path_block >= 1; got "
                              f"{rank}, {self.conv_size}, {self.block}")
