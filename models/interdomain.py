@@ -407,8 +407,7 @@ class _FixedState(AttentionVariant):
     """Shared plumbing of the fixed-state mixers: the real-token mask of the new tokens and the recurrent
     state on the cache (``cache_states(ctx.cache)[layer_idx]``), and the S4D state options every such variant
     reads under its ``option_prefix`` (:func:`_state_options`: ``n_modes``, ``chunk``, ``dt_range``; declared
-    in its ``option_schema``). ``self.opts``: every option value
-    (:meth:`option_values`).
+    in its ``option_schema``). ``self.opts``: every option value (:meth:`option_values`).
 
     Raises:
         ValueError: a bad state option.
