@@ -11,12 +11,14 @@ tables (:class:`lctx.Result`).
 
 __version__ = "0.1.0"
 
-#: The attention paths of lctx models (``--attn-impl``, ``LctxConfig.attn_impl``): ``reference`` (explicit
-#: softmax, the source of truth), ``sdpa`` (PyTorch SDPA with the bias as a mask), ``fast`` (the kernels of
-#: :mod:`lctx.kernels`). The one list every layer checks against.
-ATTN_IMPLS = ("reference", "sdpa", "fast")
-
 from lctx.errors import LctxError  # noqa: E402  (light: the one user-error type, for every layer)
+from lctx.attn_impl import ATTN_IMPL_REGISTRY  # noqa: E402  (light: no torch)
+
+#: The names of the attention paths of lctx models (``--attn-impl``, ``LctxConfig.attn_impl``), in order:
+#: ``reference`` (explicit softmax, the source of truth), ``sdpa`` (PyTorch SDPA with the bias as a mask),
+#: ``fast`` (the kernels of :mod:`lctx.kernels`). What each does is its entry in
+#: :data:`lctx.attn_impl.ATTN_IMPL_REGISTRY` (code looks the entry up; this tuple is for help text and checks).
+ATTN_IMPLS = ATTN_IMPL_REGISTRY.names()
 
 __all__ = ["ATTN_IMPLS", "evaluate", "Result", "LctxError", "__version__"]
 

@@ -21,6 +21,7 @@ import typer
 
 import lctx
 from lctx import ATTN_IMPLS
+from lctx.attn_impl import ATTN_IMPL_REGISTRY
 from lctx.harness.run.console import count, print_frame, print_table, table_format
 from lctx.harness.args import (check_checkpoint_out, check_results_out, check_train_args, check_writable_dir, data_path, parse_batch_size, parse_depths, parse_lengths, parse_options)
 from lctx.errors import EXIT_ALL_FAILED, EXIT_USAGE, LctxError, split_list
@@ -521,9 +522,9 @@ def bench(
     """Time one attention layer forward per variant x impl x length, alternately with SDPA causal: ratios (median, min), peak memory, exponents. With --model: a whole-model prefill against the memory plan."""
     length_list = parse_lengths(lengths)
     impls = [i.strip() for i in impl.split(",") if i.strip()]
-    bad = [i for i in impls if i not in ("fast", "sdpa", "reference")]
+    bad = [i for i in impls if ATTN_IMPL_REGISTRY.get_interface(i) is None]
     if bad:
-        raise LctxError(f"unknown attention implementation {bad[0]!r}; use fast, sdpa, reference")
+        raise LctxError(f"unknown attention implementation {bad[0]!r}; use {', '.join(ATTN_IMPLS[::-1])}")
     thread_list = None
     if threads is not None:
         try:

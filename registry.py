@@ -1,6 +1,7 @@
 """One registry type for lctx's named plug-ins: metrics (:data:`lctx.metrics.METRICS`), tasks
 (:data:`lctx.tasks.base.TASKS`, derived names in ``GROUPS``), attention variants and modifiers
-(:data:`lctx.models.variants.VARIANTS`, ``MODIFIERS``) and ``--attn-override`` names
+(:data:`lctx.models.variants.VARIANTS`, ``MODIFIERS``), ``--attn-override`` names and attention
+implementations (:data:`lctx.attn_impl.ATTN_IMPL_REGISTRY`)
 (:data:`lctx.models.adapters.overrides.OVERRIDES`). A leaf of the package root: it imports nothing of lctx, so every
 layer may use it."""
 

@@ -373,7 +373,7 @@ def check_run_options(dtype: Optional[str] = None, device: Optional[str] = None,
         LctxError: an unknown dtype, device type, attention path or override (or a bad override option),
             a training length that is not a positive number of tokens up to :data:`MAX_LENGTH`.
     """
-    from lctx import ATTN_IMPLS  # light
+    from lctx.attn_impl import ATTN_IMPL_REGISTRY  # light: no torch
 
     if dtype is not None and dtype not in DTYPE_NAMES:
         raise LctxError(f"unknown dtype {dtype!r}; use one of float32, bfloat16, float16")
@@ -381,8 +381,8 @@ def check_run_options(dtype: Optional[str] = None, device: Optional[str] = None,
         m = re.fullmatch(r"([a-z_]+)(:\d+)?", str(device))
         if not m or m.group(1) not in DEVICE_TYPES:
             raise LctxError(f"unknown device {device!r}; use cpu, cuda, cuda:N or auto")
-    if attn_impl is not None and attn_impl not in ATTN_IMPLS:
-        raise LctxError(f"unknown --attn-impl {attn_impl!r}; use {', '.join(ATTN_IMPLS)}")
+    if attn_impl is not None and ATTN_IMPL_REGISTRY.get_interface(attn_impl) is None:
+        raise LctxError(f"unknown --attn-impl {attn_impl!r}; use {', '.join(ATTN_IMPL_REGISTRY)}")
     if attn_override:
         from lctx.override_spec import parse_override  # light: no torch
 

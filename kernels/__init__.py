@@ -9,7 +9,10 @@ test comparing it to its reference. One module per op (flat files, so packaging 
 - ``interdomain_scan``: chunked scan of the complex-diagonal S4D state (interdomain / s4d): Triton, the
   CPU form vectorised over chunks, and the decode step.
 
-Which path runs is ``config.attn_impl`` (``lctx run --attn-impl``):
+Which path runs is ``config.attn_impl`` (``lctx run --attn-impl``), an entry of the one registry
+:data:`lctx.attn_impl.ATTN_IMPL_REGISTRY` that layers look up where their forward starts (its attributes, not
+the name, decide: ``kernels`` tries this package's kernels, ``explicit`` is the reference, ``fallback`` runs
+where a call has no kernel):
 
 - ``"reference"``: the dense PyTorch reference.
 - ``"sdpa"``: the reference maths through ``scaled_dot_product_attention`` (bias as a float mask).

@@ -42,6 +42,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .options import Opt
 from .variants import AttentionVariant, AttnContext, alibi_slopes, register_modifier, register_variant
 
 GGD_FORMS = ("reference", "paper", "legacy")
@@ -137,35 +138,30 @@ class GGDBAM(AttentionVariant):
     """
 
     summary = "learnable generalized-Gaussian prior -e^theta (|j-i-mu|+eps)^beta per head and layer (BAM)"
-
-    @classmethod
-    def option_defaults(cls, version: int) -> dict:
-        """Options whose default changed: version 1 (configs saved before ``options_version``) computed the
-        ``legacy`` form with one prior shared by all layers and content-only SSMax."""
-        if version < 2:
-            return {"ggd_form": "legacy", "ggd_shared": True}
-        return {"ggd_form": "reference", "ggd_shared": False}
-
-    @staticmethod
-    def _opt(config, key):
-        opts = config.variant_options or {}
-        if key in opts:
-            return opts[key]
-        return GGDBAM.option_defaults(getattr(config, "options_version", 2))[key]
+    # version 1 (configs saved before ``options_version``) computed the legacy form with one prior shared by
+    # all layers (and content-only SSMax: SSMax.option_schema)
+    option_schema = {
+        "ggd_form": Opt(str, "reference", "prior form: reference -e^theta(|j-i-mu|+eps)^beta, paper "
+                        "-(|(j-i-mu)/alpha|+eps)^beta, legacy (options_version 1)", GGD_FORMS,
+                        legacy={1: "legacy"}),
+        "ggd_shared": Opt(bool, False, "one prior for all layers (BAM's global_positional_encoding)",
+                          legacy={1: True}),
+        "ggd_learn_mu": Opt(bool, False, "learn the prior's centre mu"),
+        "ggd_eps": Opt(float, 1e-5, "epsilon inside |z| + eps")}
 
     @classmethod
     def _make_prior(cls, config) -> GGDPrior:
-        opts = config.variant_options or {}
-        return GGDPrior(config.num_attention_heads, learn_mu=bool(opts.get("ggd_learn_mu", False)),
-                        eps=float(opts.get("ggd_eps", 1e-5)), form=str(cls._opt(config, "ggd_form")))
+        o = cls.option_values(config)
+        return GGDPrior(config.num_attention_heads, learn_mu=bool(o["ggd_learn_mu"]), eps=float(o["ggd_eps"]),
+                        form=str(o["ggd_form"]))
 
     @classmethod
     def shared_module(cls, config) -> nn.Module | None:
-        return cls._make_prior(config) if bool(cls._opt(config, "ggd_shared")) else None
+        return cls._make_prior(config) if bool(cls.option_values(config)["ggd_shared"]) else None
 
     def __init__(self, config, layer_idx: int):
         super().__init__(config, layer_idx)
-        self.prior = None if bool(self._opt(config, "ggd_shared")) else self._make_prior(config)
+        self.prior = None if bool(self.option_values(config)["ggd_shared"]) else self._make_prior(config)
 
     def score_bias(self, q_pos, k_pos, ctx: AttnContext):
         prior = self.prior if self.prior is not None else ctx.shared
@@ -188,23 +184,18 @@ class SSMax(AttentionVariant):
     True on ``ggd_bam``, as BAM-SSMax ``ssmax_prior=True``; False elsewhere, as ``alibi_ssmax``; False on
     every base for legacy configs)."""
 
-    @classmethod
-    def option_defaults(cls, version: int) -> dict:
-        """``ssmax_scale_bias``: True for a ``ggd_bam`` base from config version 2 on, else False."""
-        out = super().option_defaults(version)
-        out["ssmax_scale_bias"] = version >= 2 and issubclass(cls, GGDBAM)
-        return out
-
     summary = "Scalable-Softmax: content logits x s_h log(n_i), n_i = keys query i sees (Nakanishi 2025)"
+    # True on a ggd_bam base from config version 2 on, else False (version 1: content-only on every base)
+    option_schema = {
+        "ssmax_scale_bias": Opt(bool, False, "scale the prior too (BAM's seq_scale on the bias; default true "
+                                "with ggd_bam)", legacy={1: False}, per_base={"ggd_bam": True})}
 
     def __init__(self, config, layer_idx: int):
         super().__init__(config, layer_idx)
         self.ssmax_scale = nn.Parameter(torch.ones(config.num_attention_heads))
-        opts = config.variant_options or {}
-        if "ssmax_scale_bias" in opts:
-            self.scale_bias = bool(opts["ssmax_scale_bias"])
-        else:  # a config built for the base variant (e.g. lctx run --attn-override ssmax)
-            self.scale_bias = bool(type(self).option_defaults(getattr(config, "options_version", 2))["ssmax_scale_bias"])
+        # a config built for the base variant (e.g. lctx run --attn-override ssmax) lacks the key: the
+        # default of this composition at the config's version
+        self.scale_bias = bool(type(self).option_values(config)["ssmax_scale_bias"])
 
     def visible_keys(self, q_pos: torch.Tensor) -> torch.Tensor:
         """n_i, [B, Tq] float32: keys query i sees under the causal mask, counted from its document start."""

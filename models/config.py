@@ -1,6 +1,6 @@
-"""Configuration of the native lctx decoder (a ``transformers`` ``PretrainedConfig``) and the typed option
-schema of every attention variant (:data:`VARIANT_OPTIONS`): ``variant_options`` with a key a variant does
-not know, or a value of the wrong type, is refused with the list of valid keys instead of being ignored."""
+"""Configuration of the native lctx decoder (a ``transformers`` ``PretrainedConfig``); ``variant_options`` are
+checked against the variant's typed option schema (:mod:`lctx.models.options`): a key the variant does not
+know, or a value of the wrong type, is refused with the list of valid keys instead of being ignored."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 from transformers import PretrainedConfig
 
-from lctx import ATTN_IMPLS
+from lctx.attn_impl import ATTN_IMPL_REGISTRY
 
-from .options import OPTIONS_VERSION, VARIANT_OPTIONS, Opt, check_variant_options, option_schema  # noqa: F401
+from .options import OPTIONS_VERSION, Opt, check_variant_options, option_schema  # noqa: F401
 from .variants import get_variant
 
 
@@ -77,8 +77,8 @@ class LctxConfig(PretrainedConfig):
         options_version: int = OPTIONS_VERSION,
         **kwargs,
     ):
-        if attn_impl not in ATTN_IMPLS:
-            raise ValueError(f"attn_impl must be one of {', '.join(ATTN_IMPLS)}, got {attn_impl!r}")
+        if ATTN_IMPL_REGISTRY.get_interface(attn_impl) is None:
+            raise ValueError(f"attn_impl must be one of {', '.join(ATTN_IMPL_REGISTRY)}, got {attn_impl!r}")
 
         try:
             get_variant(variant)

@@ -70,7 +70,7 @@ L tokens the contributions are summed with closed-form decay powers Abar^{c_t - 
 carried across chunks; O(T L N D) work, O(L^2 N) memory per head and chunk) and an O(N D)-per-token
 recurrent form (decode). Tests check they agree.
 
-Fast path (``config.attn_impl == "fast"``, :meth:`_FixedState.fast_impl`): unpadded prefill chunks run the
+Fast path (``config.attn_impl`` ``"fast"``, :meth:`_FixedState.fast_impl`): unpadded prefill chunks run the
 Triton chunked scans of :mod:`lctx.kernels.interdomain_scan` (CUDA, or the Triton interpreter; forward
 only, so training keeps the chunked form below) and unpadded decode steps its O(N D) PyTorch step; both
 read and write the same state on the cache as the forms below.
@@ -89,6 +89,7 @@ from lctx import kernels
 from lctx.kernels import record_impl
 
 from .cache import cache_states
+from .options import Opt
 from .variants import AttentionVariant, AttnContext, register_variant
 
 CDTYPE = torch.complex64
@@ -405,7 +406,8 @@ def s4d_chunked(u: torch.Tensor, m: torch.Tensor, dt_a: torch.Tensor, bbar: torc
 class _FixedState(AttentionVariant):
     """Shared plumbing of the fixed-state mixers: the real-token mask of the new tokens and the recurrent
     state on the cache (``cache_states(ctx.cache)[layer_idx]``), and the S4D state options every such variant
-    reads under its ``option_prefix`` (:func:`_state_options`: ``n_modes``, ``chunk``, ``dt_range``).
+    reads under its ``option_prefix`` (:func:`_state_options`: ``n_modes``, ``chunk``, ``dt_range``; declared
+    in its ``option_schema``). ``self.opts``: every option value (:meth:`option_values`).
 
     Raises:
         ValueError: a bad state option.
@@ -416,7 +418,7 @@ class _FixedState(AttentionVariant):
 
     def __init__(self, config, layer_idx: int):
         super().__init__(config, layer_idx)
-        self.opts = config.variant_options or {}
+        self.opts = self.option_values(config)
         self.n_modes, self.chunk, *self.dt_range = _state_options(self.opts, self.option_prefix)
 
     @staticmethod
@@ -462,7 +464,7 @@ class _FixedState(AttentionVariant):
             cache_states(ctx.cache)[self.layer_idx] = state
 
     def fast_impl(self, ctx: AttnContext, T: int, device, *inputs: torch.Tensor) -> str | None:
-        """Which core runs under ``config.attn_impl == "fast"`` (``None`` for "reference"/"sdpa", which keep
+        """Which core runs under ``config.attn_impl`` ``"fast"`` (``None`` for "reference"/"sdpa", which keep
         the chunked form for T > 1 and the recurrent form for T = 1):
 
         ``"decode"`` for T = 1 on unpadded rows (:mod:`lctx.kernels.interdomain_scan`'s O(N D) step);
@@ -474,9 +476,9 @@ class _FixedState(AttentionVariant):
         T > 1 paths are noted with :func:`lctx.kernels.record_impl` (decode steps are not, so a prefill's
         record stands), ``"chunked"`` under "sdpa" too; the "reference" setting records nothing.
         """
-        if self.config.attn_impl != "fast":
-            if self.config.attn_impl == "sdpa" and T > 1:  # the chunked form runs; the reference records nothing
-
+        attn = self.attention_impl()
+        if not attn.kernels:
+            if attn.records_module_form and T > 1:  # the chunked form runs; the reference records nothing
                 record_impl(self.variant_name, "chunked")
             return None
         if T == 1:
@@ -501,23 +503,28 @@ def _scan_threads(device, T: int):
     return kernels.intra_op_threads(kernels.scan_threads() if T > 1 else 0, device)
 
 
-def _opt(opts: dict, key: str, default, cast):
+def _opt(opts: dict, key: str, cast):
+    """``cast(opts[key])`` (``opts``: every option value, :meth:`AttentionVariant.option_values`).
+
+    Raises:
+        ValueError: the value does not convert (``variant option id_conv='x' is not a valid int``).
+    """
     try:
-        return cast(opts.get(key, default))
+        return cast(opts[key])
     except (TypeError, ValueError):
-        raise ValueError(f"variant option {key}={opts.get(key)!r} is not a valid {cast.__name__}") from None
+        raise ValueError(f"variant option {key}={opts[key]!r} is not a valid {cast.__name__}") from None
 
 
 def _state_options(opts: dict, prefix: str) -> tuple[int, int, float, float]:
-    """The S4D state options both fixed-state variants take, ``{prefix}_modes`` N (default 16), ``{prefix}_chunk``
-    (tokens, default 64), ``{prefix}_dt_min`` / ``{prefix}_dt_max`` (default 1e-3, 1e-1: S4D's): (N, chunk,
-    dt_min, dt_max).
+    """The S4D state options both fixed-state variants declare in their ``option_schema``, ``{prefix}_modes``
+    N, ``{prefix}_chunk`` (tokens), ``{prefix}_dt_min`` / ``{prefix}_dt_max``, from ``opts`` (every option
+    value): (N, chunk, dt_min, dt_max).
 
     Raises:
         ValueError: a value that is not a number, or N or chunk below 1.
     """
-    n_modes, chunk = _opt(opts, f"{prefix}_modes", 16, int), _opt(opts, f"{prefix}_chunk", 64, int)
-    dt_min, dt_max = _opt(opts, f"{prefix}_dt_min", 1e-3, float), _opt(opts, f"{prefix}_dt_max", 1e-1, float)
+    n_modes, chunk = _opt(opts, f"{prefix}_modes", int), _opt(opts, f"{prefix}_chunk", int)
+    dt_min, dt_max = _opt(opts, f"{prefix}_dt_min", float), _opt(opts, f"{prefix}_dt_max", float)
     if n_modes < 1 or chunk < 1:
         raise ValueError(f"{prefix}_modes and {prefix}_chunk must be >= 1, got {n_modes}, {chunk}")
     return n_modes, chunk, dt_min, dt_max
@@ -583,16 +590,25 @@ class Interdomain(_FixedState):
     summary = "fixed-state mixer: xi(q)^T U^H Gamma over a complex S4D state of [xi(k); v] (interdomain)"
 
     option_prefix = "id"
+    option_schema = {"id_modes": Opt(int, 16, "complex modes N per head"), "id_chunk": Opt(int, 64, "scan chunk"),
+                     "id_conv": Opt(int, 4, "short conv width K"),
+                     "id_feature_norm": Opt(str, "l2", "feature map norm", ("l2", "sq")),
+                     "id_input_norm": Opt(str, "joint", "RMSNorm of [xi(k); v]", ("joint", "split")),
+                     "id_readout": Opt(str, "linear", "readout", ("linear", "normalized")),
+                     "id_eta_eps": Opt(float, 1e-2, "eps of the normalized readout"),
+                     "id_conj": Opt(bool, True, "conjugate-transpose readout"),
+                     "id_dt_min": Opt(float, 1e-3, "smallest initial Delta"),
+                     "id_dt_max": Opt(float, 1e-1, "largest initial Delta")}
 
     def __init__(self, config, layer_idx: int):
         super().__init__(config, layer_idx)
         opts, H, D = self.opts, self.n_heads, self.head_dim
-        self.kernel = _opt(opts, "id_conv", 4, int)
-        self.fnorm = str(opts.get("id_feature_norm", "l2"))
-        self.input_norm = str(opts.get("id_input_norm", "joint"))
-        self.readout = str(opts.get("id_readout", "linear"))
-        self.eta_eps = _opt(opts, "id_eta_eps", 1e-2, float)
-        self.conj = bool(opts.get("id_conj", True))
+        self.kernel = _opt(opts, "id_conv", int)
+        self.fnorm = str(opts["id_feature_norm"])
+        self.input_norm = str(opts["id_input_norm"])
+        self.readout = str(opts["id_readout"])
+        self.eta_eps = _opt(opts, "id_eta_eps", float)
+        self.conj = bool(opts["id_conj"])
         if self.kernel < 1:
             raise ValueError(f"id_conv must be >= 1, got {self.kernel}")
         if self.fnorm not in ("l2", "sq"):
@@ -638,7 +654,7 @@ class Interdomain(_FixedState):
     def _forward(self, q, k, v, ctx: AttnContext, x=None):
         """Mix. q, k, v: [B, H, Tq, D] (new tokens); continues from and stores the state on ``ctx.cache``
         (no cache: starts from zeros, stores nothing). Tq = 1 runs the recurrent form, else the chunked one;
-        with ``config.attn_impl == "fast"`` see :meth:`fast_impl` (Triton scan / decode step).
+        with ``config.attn_impl`` ``"fast"`` see :meth:`fast_impl` (Triton scan / decode step).
         Returns [B, H, Tq, D] in q's dtype; rows of padding tokens are finite and meaningless.
 
         Raises:
@@ -710,6 +726,9 @@ class S4D(_FixedState):
     summary = "plain S4D mixer over v: y = 2 Re(C x_t) + D v_t per channel (no query; baseline of seed 002)"
 
     option_prefix = "s4d"
+    option_schema = {"s4d_modes": Opt(int, 16, "modes N per channel"), "s4d_chunk": Opt(int, 64, "scan chunk"),
+                     "s4d_dt_min": Opt(float, 1e-3, "smallest initial Delta"),
+                     "s4d_dt_max": Opt(float, 1e-1, "largest initial Delta")}
 
     def __init__(self, config, layer_idx: int):
         super().__init__(config, layer_idx)

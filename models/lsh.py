@@ -25,6 +25,7 @@ import torch
 from lctx.kernels import choose_kernel, record_impl
 from lctx.models.variants import alibi_bias
 
+from .options import Opt
 from .variants import AttentionVariant, AttnContext, alibi_slopes, register_variant
 
 
@@ -106,15 +107,24 @@ class ALiBiLSH(AttentionVariant):
 
     summary = "ALiBi approximated by s random contiguous bin masks (positional LSH)"
     composable = False
+    option_schema = {
+        "lsh_samples": Opt(int, 16, "random binnings s"), "lsh_seed": Opt(int, 0, "seed of layer 0"),
+        "lsh_block": Opt(int, 128, "query block of the reference"),
+        "lsh_resample_eval": Opt(bool, False, "resample the bins at evaluation"),
+        "lsh_exact_dispatch": Opt(bool, True, "fast path on CPU: run exact ALiBi where it is estimated cheaper "
+                                  "than the LSH kernel (kernels.lsh_blocks.prefer_exact)",
+                                  default_means="with --attn-impl fast on CPU, exact ALiBi runs where it is "
+                                  "estimated cheaper than LSH (short inputs), attn_kernel lsh-exact-alibi; "
+                                  "false: always LSH (lsh-blocks)")}
 
     def __init__(self, config, layer_idx: int):
         super().__init__(config, layer_idx)
-        opts = config.variant_options or {}
-        self.n_samples = int(opts.get("lsh_samples", 16))
-        self.seed = int(opts.get("lsh_seed", 0)) + layer_idx
-        self.block = int(opts.get("lsh_block", 128))
-        self.resample_eval = bool(opts.get("lsh_resample_eval", False))
-        self.exact_dispatch = bool(opts.get("lsh_exact_dispatch", True))
+        o = self.option_values(config)
+        self.n_samples = int(o["lsh_samples"])
+        self.seed = int(o["lsh_seed"]) + layer_idx
+        self.block = int(o["lsh_block"])
+        self.resample_eval = bool(o["lsh_resample_eval"])
+        self.exact_dispatch = bool(o["lsh_exact_dispatch"])
         if self.n_samples < 1:
             raise ValueError(f"lsh_samples must be >= 1, got {self.n_samples}")
         self._fixed = None
@@ -163,12 +173,12 @@ class ALiBiLSH(AttentionVariant):
         if ctx.cache is not None:
             k, v = ctx.cache.update(k, v, self.layer_idx)
         widths, offsets = self.bins()
-        if self.config.attn_impl == "fast" and not ctx.padded and ctx.probe is None:
+        impl = self.attention_impl()
+        if impl.kernels and not ctx.padded and ctx.probe is None:
             out = self._fast(q, k, v, widths, offsets, ctx)
             if out is not None:
                 return out
-        if self.config.attn_impl == "sdpa":  # no SDPA form: this module's blockwise form ran (reference: unrecorded)
-
+        if impl.records_module_form:  # no SDPA form: this module's blockwise form ran (reference: unrecorded)
             record_impl(self.variant_name, "reference")
         return lsh_attention(q, k, v, ctx.q_pos, ctx.k_pos, ctx.mask(), widths.to(q.device),
                              offsets.to(q.device), block=self.block)

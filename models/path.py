@@ -68,6 +68,7 @@ from torch import nn
 from lctx.kernels import record_impl
 
 from .cache import cache_states
+from .options import Opt
 from .variants import AttentionVariant, AttnContext, register_variant
 
 _FLA_HEAD_DIMS = (16, 32, 64, 128)
@@ -204,15 +205,19 @@ class PaTH(AttentionVariant):
 
     summary = "PaTH: data-dependent Householder transforms I - beta w w^T accumulated from key to query"
     composable = False
+    option_schema = {"path_w_rank": Opt(int, 32, "rank of the w projection (0 = full)"),
+                     "path_conv_size": Opt(int, 3, "short conv width (0 = none)"),
+                     "path_forget_gate": Opt(bool, False, "PaTH-FoX forget gate"),
+                     "path_block": Opt(int, 64, "block size of the reference")}
 
     def __init__(self, config, layer_idx: int):
         super().__init__(config, layer_idx)
-        opts = config.variant_options or {}
+        o = self.option_values(config)
         d, hd = config.hidden_size, self.n_heads * self.head_dim
-        rank = int(opts.get("path_w_rank", 32))
-        self.conv_size = int(opts.get("path_conv_size", 3))
-        self.block = int(opts.get("path_block", 64))
-        self.forget_gate = bool(opts.get("path_forget_gate", False))
+        rank = int(o["path_w_rank"])
+        self.conv_size = int(o["path_conv_size"])
+        self.block = int(o["path_block"])
+        self.forget_gate = bool(o["path_forget_gate"])
         if rank < 0 or self.conv_size < 0 or self.block < 1:
             raise ValueError(f"path options need path_w_rank >= 0, path_conv_size >= 0, path_block >= 1; got "
                              f"{rank}, {self.conv_size}, {self.block}")
@@ -247,7 +252,7 @@ class PaTH(AttentionVariant):
         return w, beta, log_f, new_window
 
     def _use_fla(self, q: torch.Tensor, past: int, valid: torch.Tensor) -> bool:
-        return (self.config.attn_impl != "reference" and q.is_cuda and past == 0
+        return (not self.attention_impl().explicit and q.is_cuda and past == 0
                 and q.shape[-1] in _FLA_HEAD_DIMS and bool(valid.all()) and _fla_path_attn() is not None)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: AttnContext,
@@ -281,7 +286,7 @@ class PaTH(AttentionVariant):
             record_impl(self.variant_name, "fla")  # fla-core's chunk kernel (module docstring)
             out, keys, gate = self._fla_forward(q, k, v, w, beta, log_f, want_cache=ctx.cache is not None)
         else:
-            if self.config.attn_impl != "reference":  # the reference setting records nothing, as elsewhere
+            if not self.attention_impl().explicit:  # the reference setting records nothing, as elsewhere
                 record_impl(self.variant_name, "reference")  # the PyTorch blockwise form: this module's reference
             out, keys, gate = path_attention(q, k, v, w, beta, ctx.mask(), past_keys, log_f,
                                              state.get("gate") if state else None, block=self.block)

@@ -36,6 +36,7 @@ import torch
 from torch import nn
 
 from .cache import cache_states
+from .options import Opt
 from .variants import AttentionVariant, AttnContext, register_variant
 
 TWO_PI = 2 * math.pi
@@ -98,22 +99,25 @@ class AccumulatedRotation(AttentionVariant):
 
     summary = "accumulated per-token SO(2) rotations (random or learned), optional value transport"
 
-    @classmethod
-    def option_defaults(cls, version: int) -> dict:
-        """``acc_rot_spread``: 1.0 rad for version 1 configs, 0.25 rad (a 32-token window) from version 2."""
-        return {**super().option_defaults(version), "acc_rot_spread": 1.0 if version < 2 else 0.25}
+    option_schema = {
+        "acc_rot_mode": Opt(str, "random", "random or learned increments", ("random", "learned")),
+        # 1.0 rad for version 1 configs, 0.25 rad (a 32-token window) from version 2
+        "acc_rot_spread": Opt(float, 0.25, "std of the random increments / scale of the learned map (rad)",
+                              legacy={1: 1.0}),
+        "acc_rot_base": Opt(str, "rope", "base frequencies", ("rope", "zero")),
+        "acc_rot_seed": Opt(int, 0, "seed of the random increments"),
+        "rotate_values": Opt(bool, False, "transport values too")}
 
     def __init__(self, config, layer_idx: int):
         super().__init__(config, layer_idx)
-        opts = config.variant_options or {}
-        self.mode = opts.get("acc_rot_mode", "random")
+        o = self.option_values(config)
+        self.mode = o["acc_rot_mode"]
         if self.mode not in ("random", "learned"):
             raise ValueError(f"acc_rot_mode must be 'random' or 'learned', got {self.mode!r}")
-        self.spread = float(opts.get("acc_rot_spread",
-                                     self.option_defaults(getattr(config, "options_version", 2))["acc_rot_spread"]))
-        self.rotate_values = bool(opts.get("rotate_values", False))
+        self.spread = float(o["acc_rot_spread"])
+        self.rotate_values = bool(o["rotate_values"])
         P = self.head_dim // 2
-        if opts.get("acc_rot_base", "rope") == "rope":
+        if o["acc_rot_base"] == "rope":
             # explicit device: from_pretrained builds modules under a meta-device context
             base = config.rope_theta ** (-torch.arange(0, self.head_dim, 2, dtype=torch.float64, device="cpu")
                                          / self.head_dim)
@@ -125,7 +129,7 @@ class AccumulatedRotation(AttentionVariant):
             self.angle_proj._lctx_zero_init = True  # starts as fixed-step rotations (see _init_weights)
         else:
             self.random = RandomAngles(self.n_heads, P, self._base, self.spread,
-                                       int(opts.get("acc_rot_seed", 0)), layer_idx)
+                                       int(o["acc_rot_seed"]), layer_idx)
 
     def angles(self, ctx: AttnContext, x: torch.Tensor | None, T: int) -> torch.Tensor:
         """theta of the T new tokens, [B, H, T, P] float64."""

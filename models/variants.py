@@ -4,7 +4,9 @@ A variant is an ``nn.Module`` subclass of :class:`AttentionVariant` registered u
 :func:`register_variant`. The decoder's attention layer projects q, k, v and hands them to its variant,
 which owns everything positional: rotating q/k, adding a logit bias, or (for fixed-state mixers in later
 variants) replacing softmax attention altogether. A variant may also add a signal to the input
-embeddings (:meth:`AttentionVariant.input_embedding`, used by ``sinusoidal``).
+embeddings (:meth:`AttentionVariant.input_embedding`, used by ``sinusoidal``). The options a variant takes
+(``config.variant_options``) are its class attribute ``option_schema`` ({name: :class:`lctx.models.options.Opt`},
+the one place their defaults are written), read through :meth:`AttentionVariant.option_values`.
 
 Shapes used throughout: B batch, H heads, Tq new query tokens, Tk keys visible through the KV cache
 (past + new), D head dim. Positions are integer token indices (``LongTensor``), measured from the first
@@ -21,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lctx.attn_impl import AttnImpl, get_attn_impl
 from lctx.kernels import record_impl
 from lctx.registry import Registry
 
@@ -54,7 +57,8 @@ def register_modifier(name: str) -> Callable[[type], type]:
 
 def get_variant(name: str) -> type["AttentionVariant"]:
     """Look up a variant class by name; ``"base+mod1+mod2"`` composes modifiers onto a base variant
-    (the modifiers' methods run first, in the order written).
+    (the modifiers' methods run first, in the order written; its ``option_schema`` is the union of the
+    parts', base first, or ``None`` when a part declares none).
 
     Raises:
         KeyError: unknown base or modifier name (the message lists the known ones).
@@ -75,8 +79,12 @@ def get_variant(name: str) -> type["AttentionVariant"]:
     base_cls = VARIANTS[base]
     if not getattr(base_cls, "composable", True):
         raise KeyError(f"variant {base!r} is not softmax attention and cannot take {'+'.join(mods)}")
-    cls = type(name.replace("+", "_"), tuple(MODIFIERS[m] for m in mods) + (base_cls,),
-               {"variant_name": name, "summary": f"{base_cls.summary} + " + " + ".join(mods)})
+    parts = [base_cls] + [MODIFIERS[m] for m in mods]
+    schemas = [getattr(p, "option_schema", None) for p in parts]
+    schema = None if any(s is None for s in schemas) else {k: o for s in schemas for k, o in s.items()}
+    cls = type(name.replace("+", "_"), tuple(parts[1:]) + (base_cls,),
+               {"variant_name": name, "summary": f"{base_cls.summary} + " + " + ".join(mods),
+                "option_schema": schema})
     _COMPOSED[name] = cls
     return cls
 
@@ -163,13 +171,18 @@ class AttentionVariant(nn.Module):
     :meth:`score_bias` (an additive logit bias from query and key positions, e.g. ALiBi). The
     computation is ``softmax(q k^T / sqrt(D) + bias, causal & key-padding mask) v``.
 
-    ``config.attn_impl`` picks ``"reference"`` (explicit fp32 softmax: the source of truth) or
-    ``"sdpa"`` (``scaled_dot_product_attention`` with the bias folded into a float mask; tests check it
-    equals the reference).
+    ``config.attn_impl`` names the path (its :class:`lctx.attn_impl.AttnImpl`, :meth:`attention_impl`):
+    ``"reference"`` (explicit fp32 softmax: the source of truth), ``"sdpa"`` (``scaled_dot_product_attention``
+    with the bias folded into a float mask; tests check it equals the reference) or ``"fast"`` (the fused
+    kernel of :mod:`lctx.kernels.flash_prior` where the variant has a :meth:`prior_spec`, else ``"sdpa"``).
     """
 
     variant_name = "base"
     summary = "causal softmax attention"  # one line for `lctx list variants`
+    #: {option: :class:`lctx.models.options.Opt`} this class reads from ``config.variant_options``: the one
+    #: place its defaults are written (read them through :meth:`option_values`). ``None``: not declared (a
+    #: variant registered outside lctx without a schema; its options are not checked); ``{}``: no options.
+    option_schema: dict | None = None
 
     def __init__(self, config, layer_idx: int):
         super().__init__()
@@ -185,17 +198,41 @@ class AttentionVariant(nn.Module):
 
     @classmethod
     def option_defaults(cls, version: int) -> dict:
-        """Defaults of the ``variant_options`` whose default changed between config versions
-        (:data:`lctx.models.config.OPTIONS_VERSION`), for a config of ``version``; :class:`LctxConfig`
-        writes them into ``variant_options`` so ``config.json`` records every value the model computes
-        with, and configs saved before a change keep computing what they computed. Here: none."""
-        return {}
+        """Defaults of the *recorded* options of :attr:`option_schema` (``Opt.recorded``: a default that
+        changed between config versions, :data:`lctx.models.options.OPTIONS_VERSION`, or differs by base
+        variant), for a config of ``version``; :class:`LctxConfig` writes them into ``variant_options`` so
+        ``config.json`` records every value the model computes with, and configs saved before a change keep
+        computing what they computed."""
+        return {k: o.default_for(cls, version) for k, o in (cls.option_schema or {}).items() if o.recorded}
+
+    @classmethod
+    def option_values(cls, config) -> dict:
+        """{option: value} this class computes with for ``config``: every key of :attr:`option_schema`, the
+        value in ``config.variant_options`` or else the schema's default at ``config.options_version`` (the
+        current defaults without one; a modifier's per-base default on this class's base), plus any other
+        key ``variant_options`` holds. The one way a variant reads its options: no read site repeats a
+        default (tests/test_options_schema.py)."""
+        given = dict(getattr(config, "variant_options", None) or {})
+        version = getattr(config, "options_version", None)
+        for k, o in (cls.option_schema or {}).items():
+            if k not in given:
+                given[k] = o.default_for(cls, version)
+        return given
 
     @classmethod
     def shared_module(cls, config) -> nn.Module | None:
         """A module owned by the model and handed to every layer as ``ctx.shared`` (one set of
         parameters for all layers), or ``None``."""
         return None
+
+    def attention_impl(self) -> AttnImpl:
+        """The attention implementation ``config.attn_impl`` names (:func:`lctx.attn_impl.get_attn_impl`),
+        looked up where a forward starts (``lctx run --attn-impl`` sets ``config.attn_impl`` on a built model).
+
+        Raises:
+            LctxError: ``config.attn_impl`` is not a registered implementation.
+        """
+        return get_attn_impl(self.config.attn_impl)
 
     def rotate(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """Position-dependent transform of q or k. x: [B, H, T, D]; pos: [B, T]. Identity here."""
@@ -244,8 +281,10 @@ class AttentionVariant(nn.Module):
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: AttnContext) -> torch.Tensor:
         """Softmax attention of positioned q [B, H, Tq, D] over all keys k, v [B, H, Tk, D] (cached + new),
-        applying :meth:`score_bias` and :meth:`logit_scale`, by ``config.attn_impl``. Returns [B, H, Tq, D]."""
-        if self.config.attn_impl == "fast" and ctx.probe is None and not ctx.padded:
+        applying :meth:`score_bias` and :meth:`logit_scale`, by ``config.attn_impl`` (:meth:`attention_impl`).
+        Returns [B, H, Tq, D]."""
+        impl = self.attention_impl()
+        if impl.kernels and ctx.probe is None and not ctx.padded:
             from lctx.kernels.flash_prior import attend_fast  # lazy: loads triton
 
             out = attend_fast(self, q, k, v, ctx)  # positions, prior and scale are applied in-kernel
@@ -261,7 +300,7 @@ class AttentionVariant(nn.Module):
             probs = attention_probs(q, k, ctx.mask(), bias)
             ctx.probe(self.layer_idx, probs, ctx)
             return torch.matmul(probs, v.float()).to(q.dtype)
-        if self.config.attn_impl == "reference":
+        if impl.explicit:
             return reference_attention(q, k, v, ctx.mask(), bias)
         key = ("mask", q.dtype)
         if key not in ctx.memo:  # one float mask per forward, shared by every layer
@@ -296,6 +335,7 @@ class NoPE(AttentionVariant):
     """No positional signal: the causal mask alone orders tokens (a uniform prior over visible keys,
     BAM seed 000; Kazemnejad et al. 2023)."""
     summary = "no positional signal; causal mask only (uniform prior)"
+    option_schema = {}
 
 
 @register_variant("rope")
@@ -305,6 +345,7 @@ class RoPE(AttentionVariant):
     positions (512K tokens) keep their precision, then cast to q's dtype.
     """
     summary = "rotary embedding of q, k by position index"
+    option_schema = {}
 
     def tables(self, pos: torch.Tensor, d: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """(cos, sin) [B, 1, T, d] in ``dtype`` for positions [B, T]: angles pos * theta^(-2i/d) in float64,
@@ -336,6 +377,7 @@ class ALiBi(AttentionVariant):
     section 3), slopes from :func:`alibi_slopes`. No positional signal in q, k or the input.
     """
     summary = "logit bias -m_h (i - j), standard geometric slopes"
+    option_schema = {}
 
     def score_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor, ctx=None) -> torch.Tensor:
         # slopes are recomputed (H floats), not a buffer: from_pretrained builds modules on the meta
@@ -378,6 +420,7 @@ class Sinusoidal(AttentionVariant):
     """Absolute sinusoidal embedding added to the (sqrt(d)-scaled, Vaswani et al. 2017 section 3.4) token
     embeddings; attention itself is NoPE."""
     summary = "absolute sinusoidal embedding added to the input"
+    option_schema = {}
 
     @classmethod
     def input_embedding(cls, config) -> nn.Module:

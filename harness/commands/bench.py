@@ -59,6 +59,7 @@ import torch.nn.functional as F
 
 import lctx.models  # noqa: F401  (registers every variant)
 from lctx import ATTN_IMPLS, kernels
+from lctx.attn_impl import get_attn_impl
 from lctx.errors import LctxError
 from lctx.kernels import default_threads
 from lctx.models import LctxConfig
@@ -277,7 +278,7 @@ def estimate_bytes(case: BenchCase, probe: dict | None = None) -> int:
         n += 2 * B * T * T
         if probe.get("float_mask"):
             n += 2 * B * T * T * b + (B * H * T * T * (4 + b) if probe.get("has_bias") else 0)
-        elif case.impl == "reference":
+        elif get_attn_impl(case.impl).explicit:
             n += 3 * B * H * T * T * 4 + (B * H * T * T * 4 if probe.get("has_bias") else 0)
     return n
 

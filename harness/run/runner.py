@@ -29,6 +29,7 @@ import torch
 import transformers
 
 import lctx
+from lctx.attn_impl import get_attn_impl
 from lctx.kernels import impls_used, thread_settings
 from lctx.tasks import TASKS, Task
 
@@ -208,7 +209,7 @@ def auto_batch_size(lm: LM, length: int) -> int:
     cfg = lm.model.config
     impl = None
     if getattr(cfg, "model_type", "") == "lctx":
-        impl = "sdpa" if cfg.attn_impl == "fast" else cfg.attn_impl
+        impl = get_attn_impl(cfg.attn_impl).fallback  # padded rows: fast -> sdpa
     room = P.device_memory(lm.device)[0] * AUTO_BATCH_MEMORY_SHARE
     best = 1
     for b in range(2, cap + 1):

@@ -21,7 +21,7 @@ from transformers.cache_utils import DynamicCache
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from transformers.utils import logging as hf_logging
 
-from lctx import ATTN_IMPLS
+from lctx.attn_impl import ATTN_IMPL_REGISTRY, get_attn_impl
 from lctx.errors import CapturedLog, LctxError, check_finite_logits
 from lctx.models.adapters.devices import DTYPES, resolve_device, resolve_dtype  # noqa: F401  (lctx.models.adapters.hf.resolve_* kept)
 
@@ -676,7 +676,7 @@ def load_lm(path: str, device: str = "auto", dtype: str = "float32", name: str |
         if config.model_type == "lctx":
             model.config.attn_impl = attn_impl
         else:  # transformers' own attention: reference = eager, sdpa = sdpa (fast was refused above)
-            model.set_attn_implementation(HF_ATTN[attn_impl])
+            model.set_attn_implementation(get_attn_impl(attn_impl).hf)
     impl = (model.config.attn_impl if config.model_type == "lctx"
             else "hf:" + str(getattr(model.config, "_attn_implementation", None) or "eager"))
     variant = getattr(config, "variant", None) or config.model_type
@@ -692,7 +692,6 @@ def load_lm(path: str, device: str = "auto", dtype: str = "float32", name: str |
     return lm
 
 
-HF_ATTN = {"reference": "eager", "sdpa": "sdpa"}  # --attn-impl -> transformers attn_implementation
 
 
 def check_attn_impl(attn_impl: str, config, name: str) -> None:
@@ -702,9 +701,10 @@ def check_attn_impl(attn_impl: str, config, name: str) -> None:
         LctxError: an unknown value, or ``fast`` for a Hugging Face checkpoint (issue 11 e: it used to be
             ignored without a word).
     """
-    if attn_impl not in ATTN_IMPLS:
-        raise LctxError(f"unknown --attn-impl {attn_impl!r}; use {', '.join(ATTN_IMPLS)}")
-    if attn_impl == "fast" and getattr(config, "model_type", None) != "lctx":
+    impl = ATTN_IMPL_REGISTRY.get_interface(attn_impl)
+    if impl is None:
+        raise LctxError(f"unknown --attn-impl {attn_impl!r}; use {', '.join(ATTN_IMPL_REGISTRY)}")
+    if impl.hf is None and getattr(config, "model_type", None) != "lctx":
         raise LctxError(f"--attn-impl fast applies to lctx checkpoints (the kernels in lctx.kernels); model {name!r} "
                         f"is a Hugging Face {getattr(config, 'model_type', '?')} checkpoint, which runs transformers' "
                         "attention: use --attn-impl sdpa (transformers' sdpa) or reference (eager), or omit it")

@@ -57,7 +57,7 @@ from pathlib import Path
 
 import torch
 
-from lctx import ATTN_IMPLS
+from lctx.attn_impl import get_attn_impl
 from lctx.errors import LctxError
 
 from lctx.models.adapters.devices import resolve_dtype
@@ -317,7 +317,7 @@ def probe_layer(config, dtype: torch.dtype, t1: int = 16, t2: int = 48) -> Layer
     from lctx.models.variants import AttentionVariant, AttnContext, get_variant  # lazy: loads lctx.models (its kernels load triton)
 
     cls = get_variant(config.variant)
-    impl = "reference" if getattr(config, "attn_impl", "sdpa") == "reference" else "sdpa"
+    impl = get_attn_impl(getattr(config, "attn_impl", "sdpa")).fallback  # fast -> sdpa: no kernel compiled
     cfg = config.__class__.from_dict({**config.to_dict(), "num_hidden_layers": 1, "attn_impl": impl})
     mod = cls(cfg, 0).eval()
     shared = cls.shared_module(cfg)
@@ -396,8 +396,7 @@ def plan_memory(config, length: int, chunk_size: int = 2048, dtype="float32", im
     b = torch.tensor([], dtype=dt).element_size()
     s = model_shape(config)
     impl = impl or s.attn_impl
-    if impl not in ATTN_IMPLS:
-        raise LctxError(f"unknown attention implementation {impl!r}; use {', '.join(ATTN_IMPLS)}")
+    path = get_attn_impl(impl)  # LctxError for an unknown name
     B, T, c = batch, length, min(chunk_size, length)
     L, H, D, d, I, V = s.layers, s.heads, s.head_dim, s.hidden, s.intermediate, s.vocab
     plan = MemoryPlan(model=name or s.variant, length=T, chunk_size=chunk_size, dtype=str(dt).replace("torch.", ""),
@@ -411,7 +410,7 @@ def plan_memory(config, length: int, chunk_size: int = 2048, dtype="float32", im
             pr = probe_layer(cfg, dt)
         except Exception as e:  # noqa: BLE001 - a variant that cannot run on CPU: fall back to the formula
             plan.notes.append(f"probe forward failed ({type(e).__name__}: {str(e)[:120]}); softmax formula used")
-            pr = LayerProbe(kv_formula, 0, kv_formula, True, impl != "reference", True, False, False)
+            pr = LayerProbe(kv_formula, 0, kv_formula, True, not path.explicit, True, False, False)
     else:
         pr = LayerProbe(kv_formula, 0, kv_formula, True, True, True, False, False)
     if kv_cache == "auto":
@@ -439,16 +438,15 @@ def plan_memory(config, length: int, chunk_size: int = 2048, dtype="float32", im
     add("activations", B * c * (8 * d + 4 * I) * b + B * c * d * 8,
         f"chunk {c} x (8 x {d} + 4 x {I}) x {b} B + chunk x d x 8 (RMSNorm fp32)")
     cuda = torch.device(device).type == "cuda"
-    opts = dict(getattr(config, "variant_options", None) or {})
-    if impl == "fast" and pr.fused_ok:
+    if path.kernels and pr.fused_ok:
         plan.attn_path = "fused"
         for item in fused_working_set(B, H, c, D, T, cuda, pr):
             add(*item)
     elif not pr.mask_asked:
         plan.attn_path = "fixed-state"
-        for item in fixed_state_working_set(s.variant, opts, B, H, c, D, impl == "fast", cuda):
+        for item in fixed_state_working_set(s.variant, _option_values(config), B, H, c, D, path.kernels, cuda):
             add(*item)
-    elif pr.used_attend and (impl == "reference" and not pr.float_mask):
+    elif pr.used_attend and (path.explicit and not pr.float_mask):
         plan.attn_path = "reference"
         add("attention pattern (bool)", 2 * B * c * T, f"2 x B x chunk x T = 2 x {c} x {T:,} x 1 B (pattern, negation)")
         add("attention scores (fp32)", 3 * B * H * c * T * 4 + (B * H * c * T * 4 if pr.has_bias else 0),
@@ -459,14 +457,14 @@ def plan_memory(config, length: int, chunk_size: int = 2048, dtype="float32", im
         add("sdpa float mask", 2 * B * c * T * b + (B * H * c * T * (4 + b) if pr.has_bias else 0),
             f"2 x B x chunk x T x {b} B (zeros + masked_fill copy)"
             + (f" + bias B x H x chunk x T x (4 + {b}) B" if pr.has_bias else ""))
-        if impl == "fast":
+        if path.kernels:
             plan.notes.append(f"attn_impl fast: {s.variant!r} has no prior_spec for the fused kernel, so the "
                               "sdpa fallback (chunk x T float mask) is counted")
-    elif s.variant == "alibi_lsh" and impl == "fast" and not cuda:
+    elif s.variant == "alibi_lsh" and path.kernels and not cuda:
         plan.attn_path = "lsh-blocked"
-        for item in lsh_working_set(opts, B, H, c, D, T):
+        for item in lsh_working_set(_option_values(config), B, H, c, D, T):
             add(*item)
-    elif s.variant == "path" and impl != "reference" and cuda and T <= c and _fla_importable():
+    elif s.variant == "path" and not path.explicit and cuda and T <= c and _fla_importable():
         plan.attn_path = "fla-path"
         add("attention working set", B * H * c * (8 * D * 4 + 64 * 4),
             "fla PaTH kernel (one chunk, empty cache): B x H x chunk x (8 D x 4 + 64 x 4) B: q/k/v/w in its "
@@ -512,10 +510,19 @@ def fused_working_set(B: int, H: int, c: int, D: int, T: int, cuda: bool, pr: La
     return items
 
 
+def _option_values(config) -> dict:
+    """Every option value an lctx config's variant computes with: its ``variant_options`` over the defaults of
+    the variant's option schema (:meth:`lctx.models.variants.AttentionVariant.option_values`)."""
+    from lctx.models.variants import get_variant  # lazy: loads lctx.models (its kernels load triton)
+
+    return get_variant(config.variant).option_values(config)
+
+
 def fixed_state_working_set(variant: str, opts: dict, B: int, H: int, c: int, D: int, fast: bool,
                             cuda: bool) -> list[tuple]:
     """(name, bytes, formula) items of a fixed-state mixer's chunk of c tokens (``interdomain`` / ``s4d``,
-    :mod:`lctx.models.interdomain`; N modes, inner chunk L, conv width K from the variant options).
+    :mod:`lctx.models.interdomain`; N modes, inner chunk L, conv width K from ``opts``, every option value of
+    the variant: :func:`_option_values`).
 
     Triton (CUDA, fast): B x H x c x D x 32 B. CPU, the vectorised form
     (:func:`lctx.kernels.interdomain_scan.interdomain_scan_cpu`, ``attn_impl="fast"``) holds whole-chunk
@@ -529,14 +536,14 @@ def fixed_state_working_set(variant: str, opts: dict, B: int, H: int, c: int, D:
     if cuda and fast:
         return [("attention working set", B * H * c * D * 32, "fixed-state Triton scan: B x H x chunk x D x 32")]
     if variant == "s4d":
-        N, L = int(opts.get("s4d_modes", 16)), int(opts.get("s4d_chunk", 64))
+        N, L = int(opts["s4d_modes"]), int(opts["s4d_chunk"])
         tables = 2 * H * D * L * L * 4 + 2 * H * D * N * L * 8
         per = 9 * D * 4 if fast else 2 * D * 4 + 4 * D * 4
         form = "vectorised over inner chunks" if fast else "per inner chunk"
         return [("attention working set", B * H * c * per + tables,
                  f"s4d scan ({form}, N {N}, L {L}): B x H x chunk x {per} B + tables 2 x H x D x L^2 x 4 + "
                  "2 x H x D x N x L x 8")]
-    N, L, K = int(opts.get("id_modes", 16)), int(opts.get("id_chunk", 64)), int(opts.get("id_conv", 4))
+    N, L, K = int(opts["id_modes"]), int(opts["id_chunk"]), int(opts["id_conv"])
     feat = (K + 8) * D * 4
     core = (12 * (2 * D + 1) + 16 * L + 48 * N) if fast else 2 * D * 4
     tables = 3 * H * 2 * N * L * L * 4
@@ -548,7 +555,8 @@ def fixed_state_working_set(variant: str, opts: dict, B: int, H: int, c: int, D:
 
 def lsh_working_set(opts: dict, B: int, H: int, c: int, D: int, T: int) -> list[tuple]:
     """(name, bytes, formula) items of ``alibi_lsh``'s CPU kernel (:func:`lctx.kernels.lsh_blocks.
-    lsh_attention_blocked`) for a chunk of c queries: the bin starts and their sorted per-row increments
+    lsh_attention_blocked`) for a chunk of c queries (``opts``: every option value of the variant,
+    :func:`_option_values`): the bin starts and their sorted per-row increments
     (s + 2 int64 per query and head, plus the float64 temporaries of :func:`bin_starts`, 5 x s per query
     and head), one block's histogram and its running sum 2 x H x rows x (rows + age) x 4 with age about
     4 sigma_max (sigma = 1 / the smallest ALiBi slope: the bins' Gamma(2, sigma) widths rarely exceed it),
@@ -556,7 +564,7 @@ def lsh_working_set(opts: dict, B: int, H: int, c: int, D: int, T: int) -> list[
     cheaper, needs less (a table)."""
     from lctx.models.variants import alibi_slopes  # lazy: loads lctx.models (its kernels load triton)
 
-    s = int(opts.get("lsh_samples", 16))
+    s = int(opts["lsh_samples"])
     rows = 256
     age = int(4 / float(alibi_slopes(H).min()))
     w = min(T, rows + age)
