@@ -402,21 +402,23 @@ def _check_before_torch(models, task_names: list[str], task_options, lengths: Op
 
 
 def _model_list(models) -> list:
-    """``models`` as a list: ``[]`` for None, ``[m]`` for one path or one adapter object, else the items."""
+    """``models`` as a list: ``[]`` for None, ``[m]`` for one path or one adapter object (anything with
+    ``encode``), else the items of the list, tuple or other iterable."""
     if models is None:
         return []
-    if isinstance(models, (str, Path)) or not isinstance(models, (list, tuple)):
+    if isinstance(models, (str, Path)) or hasattr(models, "encode") or not hasattr(models, "__iter__"):
         return [models]
     return list(models)
 
 
 def _split_tasks(tasks) -> tuple:
     """(the task names: a comma-separated string or a list of names; the task objects given), from ``tasks``: a
-    string, a :class:`lctx.tasks.Task` object, or a list mixing names and objects. Light (no import)."""
+    string, a :class:`lctx.tasks.Task` object, or a list (any iterable) mixing names and objects; an item that is
+    neither stays with the names, where :func:`_check_names` refuses it. Light (no import)."""
     if isinstance(tasks, str):
         return tasks, []
-    items = list(tasks) if isinstance(tasks, (list, tuple)) else [tasks]
-    objs = [t for t in items if not isinstance(t, str) and hasattr(t, "cells") and hasattr(t, "name")]
+    items = [tasks] if (hasattr(tasks, "cells") or not hasattr(tasks, "__iter__")) else list(tasks)
+    objs = [t for t in items if not isinstance(t, (str, type)) and hasattr(t, "cells") and hasattr(t, "name")]
     return [t for t in items if not any(t is o for o in objs)], objs
 
 

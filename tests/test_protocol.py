@@ -201,6 +201,7 @@ def test_objects_that_cannot_run_are_one_line_errors(tmp_path):
     refused("chat template off", toy.ToyAdapter(), ["passkey"], chat_template=True)
     refused("two tasks named 'passkey'", toy.ToyAdapter(), ["passkey", Passkey(key_digits=3)])
     refused("neither a task name nor a lctx.tasks.Task object", toy.ToyAdapter(), [42])
+    refused("objects such as Passkey", toy.ToyAdapter(), [Passkey])  # the class, not an object
 
 
 def test_hf_identity_is_the_old_lms(tmp_path):
