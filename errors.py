@@ -25,7 +25,7 @@ class NonFiniteLogitsError(ValueError):
     """The model produced NaN or +inf logits (or a row of only -inf) for a sample.
 
     Raised by the shared scoring path (:func:`check_finite_logits`, called on every logits tensor
-    :class:`lctx.models.adapters.hf.LM` computes and on lm-eval's model calls), so every task's sample with
+    :class:`lctx.models.adapters.hf.HFAdapter` computes and on lm-eval's model calls), so every task's sample with
     non-finite logits is recorded with status ``error`` instead of a score computed from garbage.
     """
 

@@ -171,6 +171,18 @@ def check_tokenizer_files(path) -> None:
                     f"{str(path)}`), or write them there with tokenizer.save_pretrained")
 
 
+def raise_if_remote_code(path: str, e: BaseException) -> None:
+    """Turn transformers' "needs trust_remote_code" refusal ``e`` into a one-line LctxError naming the flag (used
+    where a checkpoint's config, tokenizer or weights load); any other ``e`` returns.
+
+    Raises:
+        LctxError: ``e`` says the checkpoint ships code that needs ``trust_remote_code``.
+    """
+    if "trust_remote_code" in str(e):
+        raise LctxError(f"checkpoint {path!r} ships its own Python code (auto_map in config.json), which lctx "
+                        "does not run by default; pass --trust-remote-code if you trust its source") from None
+
+
 def check_declared_max(name: str, max_length, lengths: list[int], allow_beyond_max: bool = False) -> None:
     """Refuse lengths above the ``max_length`` tokens (``max_position_embeddings``; None: not declared) that
     model ``name`` declares it can address, unless ``allow_beyond_max``

@@ -119,7 +119,7 @@ def _unique(values: list, what: str, warn) -> list:
 LMEVAL_BATCH = 32
 
 
-def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, Sequence[str]] = DEFAULT_TASKS,
+def evaluate(models=None, tasks=DEFAULT_TASKS,
              lengths: Union[str, Sequence[int], None] = None, depths: Union[str, Sequence[float]] = DEFAULT_DEPTHS,
              samples: int = 2, out: Union[str, Path, None] = None, *, relative: Union[str, Sequence[float], None] = None,
              train_length: Optional[int] = None, task_options=None, task_files: Iterable[str] = (),
@@ -132,10 +132,18 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
              ppl_bos: str = "prepend", ppl_short_docs: str = "drop", ppl_max_tokens: int = 32768,
              key_digits: int = 5, limit: Optional[int] = None, num_fewshot: Optional[int] = None,
              log: Callable[[str], None] = print, warn: Optional[Callable[[str], None]] = None) -> Result:
-    """Evaluate checkpoints on tasks x lengths x depths x samples and write the run directory ``out``.
+    """Evaluate models on tasks x lengths x depths x samples and write the run directory ``out``.
 
-    models: checkpoint directories (lctx, Hugging Face, GGUF; default the bundled tiny model); tasks: names
-    (``lctx list tasks``; ``flatness`` and ``ruler`` expand into the tasks they derive from); lengths: context
+    models: a model or a list of them, each a checkpoint path (lctx, Hugging Face, GGUF; loaded with
+    :func:`lctx.models.adapters.hf.load_lm` and this call's ``device``, ``dtype``, ``chunk_size``, ``attn_impl``,
+    ``attn_override``, ``trust_remote_code``, ``chat_template`` / ``system_prompt``) or a model adapter object
+    (:class:`lctx.models.adapters.protocol.ModelAdapter`: ``load_lm(...)``'s, or your own), run as it is (those
+    load settings must then stay at their defaults, and ``chat_template`` / ``system_prompt`` must say what the
+    adapter does); default the bundled tiny model. tasks: a task or a list of them, each a name (``lctx list
+    tasks``; ``flatness`` and ``ruler`` expand into the tasks they derive from) or a :class:`lctx.tasks.Task`
+    object (run with its own options; the run-wide task settings such as ``key_digits`` or ``stride`` are for
+    tasks given by name), or one comma-separated string of names; mmlu/arc need adapters with ``lmeval_model()``
+    (:class:`~lctx.models.adapters.protocol.LmEvalCapable`). lengths: context
     lengths in tokens (or "256,1k"; default 256..2048, or ``relative`` x the training length); depths: needle
     depths, fractions in [0, 1]; samples: per (length, depth) cell; out: the run directory (default: a fresh
     temporary directory; rerun with the same ``out`` to resume). The other options are those of ``lctx run``
@@ -150,9 +158,12 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
 
     Raises:
         LctxError: any bad input (one line naming the fix), found before any model runs; another process holds
-            ``out``.
+            ``out``; a model object that is not an adapter, or load settings given with one; two tasks of one
+            name; mmlu/arc with an adapter that has no ``lmeval_model()``.
     """
     warn = warn or log
+    models = _model_list(models)
+    tasks, given_tasks = _split_tasks(tasks)
     for name, value in (("samples", samples), ("chunk_size", chunk_size)):  # the CLI's typer bounds (min=1)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise LctxError(f"{name}={value!r} is not a whole number >= 1; pass {name}=1 or more "
@@ -174,6 +185,9 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
     if isinstance(relative, (list, tuple)):
         relative = ",".join(f"{r:g}" for r in relative)
     task_names = _unique(_check_names(models, tasks, task_files), "tasks", warn)  # one-line errors before torch loads (issue 15.4)
+    _check_adapter_objects(models, task_names, given_tasks, device=device, dtype=dtype, chunk_size=chunk_size,
+                           attn_impl=attn_impl, attn_override=attn_override, trust_remote_code=trust_remote_code,
+                           chat_template=chat_template, system_prompt=system_prompt)
     if out is not None:
         check_writable_dir(Path(out))  # before torch, the tasks' data and the models load
         check_results_out(Path(out), "run")  # not into a checkpoint: its fingerprint would change
@@ -204,7 +218,7 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
     _check_before_torch(models, task_names, task_options, None if relative else length_list, window,
                         allow_beyond_max, device, explicit_lengths, build=build,
                         lmeval_settings=dict(limit=limit, num_fewshot=num_fewshot), data_dir=data_dir,
-                        samples=samples, depths=depth_list)
+                        samples=samples, depths=depth_list, given_tasks=given_tasks)
     passive_omp_wait()  # before torch loads OpenMP (README "Threads")
     from lctx.kernels import busy_note, configure_threads  # lazy: loads torch
 
@@ -244,8 +258,11 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
                                       batch_size=lmeval_batch, chat_template=chat_template, system_prompt=system_prompt,
                                       log=log if progress else None)
                    if lmeval_names else [])  # checks the data; they run in the first sweep, after the others
+    lmeval_objs += [t for t in given_tasks if isinstance(t, lmeval.LmEvalTask)]
     task_objs = build(task_names, parse_task_options(task_option, task_names))
-    ppl_lengths = _as_list(window, parse_window, "window") if window and "ppl" in task_names else None
+    task_objs += [t for t in given_tasks if not isinstance(t, lmeval.LmEvalTask)]
+    ppl_lengths = (_as_list(window, parse_window, "window") if window and any(t.name == "ppl" for t in task_objs)
+                   else None)
     if cache_dir is not None and not cache_dir_from_env and dinfo.is_main:  # only a --cache-dir the user gave
         unused = _unused_cache_dir(models, task_objs, task_names + lmeval_names)
         if unused:
@@ -269,14 +286,15 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
     if lmeval_objs and memory_check:  # lm-eval's batch: the one that fits (default) or the one asked for, checked
         from lctx.models.adapters.memory import check_lmeval_fits  # lazy: loads torch
 
-        suite = lmeval_objs[0].suite
-        fits, note = check_lmeval_fits(lms, suite.request_lengths, lmeval_batch,
-                                       explicit=batch_size is not None and isinstance(batch, int))
-        suite.set_batch_size(fits)
-        warn(note)
+        for suite in {id(t.suite): t.suite for t in lmeval_objs}.values():
+            fits, note = check_lmeval_fits(lms, suite.request_lengths, lmeval_batch,
+                                           explicit=batch_size is not None and isinstance(batch, int))
+            suite.set_batch_size(fits)
+            warn(note)
     for line in skips["notes"]:
         warn(line)
-    note = busy_note() if dinfo.is_main and any(str(lm.device).startswith("cpu") for lm in lms) else None
+    note = (busy_note() if dinfo.is_main and any(str(lm.settings().get("device") or "").startswith("cpu") for lm in lms)
+            else None)
     if note:
         warn(note)
 
@@ -331,7 +349,7 @@ def _check_hub(task_names: list[str], data_dir) -> None:
 
 def _check_before_torch(models, task_names: list[str], task_options, lengths: Optional[list[int]], window,
                         allow_beyond_max: bool, device: str, explicit_lengths: bool, build: Callable,
-                        lmeval_settings: Optional[dict] = None, **run) -> None:
+                        lmeval_settings: Optional[dict] = None, given_tasks: Sequence = (), **run) -> None:
     """The checks of a run that need no model, before torch and the weights load (issue 24.6; they came after
     15-31 s; issue 25 item 4, 40-150 s on a busy machine): a CUDA ``device`` on a machine without one
     (:func:`lctx.harness.args.check_device_present`); every task option, run-wide (``--stride``, ``--key-digits``,
@@ -345,7 +363,8 @@ def _check_before_torch(models, task_names: list[str], task_options, lengths: Op
     model's declared maximum, read from its ``config.json`` or GGUF metadata
     (:func:`lctx.harness.args.declared_max`). The same checks run again on the loaded models and built tasks
     (:func:`_check_before_run`). A task's shortest prompt needs the model's tokenizer: that check stays after
-    loading.
+    loading. ``given_tasks`` (task objects) check the windows too; a model adapter object declares its maximum
+    itself (``max_length``).
 
     Raises:
         LctxError: the first problem found (one line naming the fix).
@@ -360,12 +379,105 @@ def _check_before_torch(models, task_names: list[str], task_options, lengths: Op
     ppl = _as_list(window, parse_window, "window") if window and "ppl" in plain else []
     relative = lengths is None or (any(st.name == "flatness" for st in steps) and not explicit_lengths)
     build(plain, parse_task_options(items, plain), ppl or (None if relative else list(lengths)))
+    own = [t for t in given_tasks if not isinstance(t, lmeval.LmEvalTask)]
+    if window and any(t.name == "ppl" for t in own):
+        ppl = ppl or _as_list(window, parse_window, "window")
+    windows = ppl or (None if relative else list(lengths))
+    for t in own if windows else []:  # as _build_tasks checks the tasks given by name
+        if callable(getattr(t, "check_windows", None)):
+            try:
+                t.check_windows(windows)
+            except ValueError as e:
+                raise LctxError(f"task object {t.name!r} cannot run at these windows ({e}); change its options "
+                                "or the lengths") from None
     if lmeval_settings and len(plain) < len(names):
         lmeval.check_settings(**lmeval_settings)
-    if relative or not plain:
+    if relative or not (plain or own):
         return  # lengths relative to the training length (flatness without --lengths: its default multiples)
-    for m in ([models] if isinstance(models, (str, Path)) else list(models or [])) or [DEFAULT_MODEL]:
-        check_declared_max(*declared_max(m), list(lengths) + ppl, allow_beyond_max)
+    for m in _model_list(models) or [DEFAULT_MODEL]:
+        if isinstance(m, (str, Path)):
+            check_declared_max(*declared_max(m), list(lengths) + ppl, allow_beyond_max)
+        else:
+            check_declared_max(m.name, m.max_length, list(lengths) + ppl, allow_beyond_max)
+
+
+def _model_list(models) -> list:
+    """``models`` as a list: ``[]`` for None, ``[m]`` for one path or one adapter object (anything with
+    ``encode``), else the items of the list, tuple or other iterable."""
+    if models is None:
+        return []
+    if isinstance(models, (str, Path)) or hasattr(models, "encode") or not hasattr(models, "__iter__"):
+        return [models]
+    return list(models)
+
+
+def _split_tasks(tasks) -> tuple:
+    """(the task names: a comma-separated string or a list of names; the task objects given), from ``tasks``: a
+    string, a :class:`lctx.tasks.Task` object, or a list (any iterable) mixing names and objects; an item that is
+    neither stays with the names, where :func:`_check_names` refuses it. Light (no import)."""
+    if isinstance(tasks, str):
+        return tasks, []
+    items = [tasks] if (hasattr(tasks, "cells") or not hasattr(tasks, "__iter__")) else list(tasks)
+    objs = [t for t in items if not isinstance(t, (str, type)) and hasattr(t, "cells") and hasattr(t, "name")]
+    return [t for t in items if not any(t is o for o in objs)], objs
+
+
+#: ``lctx.evaluate``'s settings of how a checkpoint path loads, with their defaults: they cannot reach a model
+#: adapter object (it is loaded already), so one set otherwise beside such an object is refused
+_LOAD_SETTINGS = {"device": "auto", "dtype": "float32", "chunk_size": 2048, "attn_impl": None, "attn_override": None,
+                  "trust_remote_code": False}
+
+
+def _check_adapter_objects(models: list, task_names: list[str], given_tasks: list, **settings) -> None:
+    """The checks of model adapter objects and task objects, before any model or data loads (``settings``: the
+    load settings of :data:`_LOAD_SETTINGS` and ``chat_template`` / ``system_prompt``): two tasks of one name
+    (their records would share a key); mmlu/arc for an adapter without ``lmeval_model()`` (lm-eval's ``hf``
+    backend calls a Hugging Face model directly; refused before torch loads); an object that lacks members of
+    :class:`~lctx.models.adapters.protocol.ModelAdapter` (named; this check loads torch, with lctx's models); a
+    load setting that would not reach an adapter object; a chat setting that does not say what the adapter does
+    (its :meth:`~lctx.models.adapters.protocol.ModelAdapter.prompt_signature`: the records name the chat template
+    through the task options).
+
+    Raises:
+        LctxError: the first problem found (one line naming the fix).
+    """
+    objs = [m for m in models if not isinstance(m, (str, Path))]
+    keys = list(task_names) + [getattr(t, "key", t.name) for t in given_tasks]
+    twice = next((k for k in keys if keys.count(k) > 1), None)
+    if twice is not None:
+        raise LctxError(f"two tasks named {twice!r} in one run: their records would share a resume key; give one, "
+                        "or run the other into another out directory")
+    if not objs:
+        return
+    from lctx.tasks import lmeval  # lazy: loads lctx.tasks and numpy
+
+    needs = [n for n in task_names if lmeval.is_lmeval_task(n)] + [t.name for t in given_tasks
+                                                                     if isinstance(t, lmeval.LmEvalTask)]
+    lacking = next((m for m in objs if not callable(getattr(m, "lmeval_model", None))), None)
+    if needs and lacking is not None:  # before torch: the refusal costs nothing
+        raise LctxError(f"{needs[0]} runs lm-eval's hf backend, which needs a Hugging Face model, and model "
+                        f"{getattr(lacking, 'name', lacking)!r} has none (no lmeval_model()): drop {needs[0]} for it, "
+                        "or pass a checkpoint path (or load_lm's adapter)")
+    from lctx.models.adapters.protocol import missing_members  # lazy: loads lctx.models (torch); objects only
+
+    for m in objs:
+        if missing_members(m):
+            raise LctxError(f"model {m!r} is neither a checkpoint path nor a model adapter: it lacks "
+                            f"{', '.join(missing_members(m))} (lctx.models.adapters.protocol.ModelAdapter); pass a "
+                            "path, load_lm(path), or an object with every member of the protocol")
+    for key, default in _LOAD_SETTINGS.items():
+        if settings[key] != default:
+            raise LctxError(f"{key}={settings[key]!r} sets how lctx loads a checkpoint path, and model {objs[0].name!r} "
+                            f"is an adapter object, loaded already: make it with that setting (e.g. "
+                            f"load_lm(path, {key}={settings[key]!r})) or pass its path")
+    for m in objs:
+        chat = (m.prompt_signature() or {}).get("chat") if hasattr(m, "prompt_signature") else None
+        system = chat.get("system_prompt") if isinstance(chat, dict) else None
+        if bool(chat) != bool(settings["chat_template"]) or (chat and system != settings["system_prompt"]):
+            raise LctxError(f"model {m.name!r} builds prompts with the chat template "
+                            f"{'on' if chat else 'off'}{f' (system prompt {system!r})' if system else ''} but "
+                            f"chat_template={settings['chat_template']!r}, system_prompt={settings['system_prompt']!r}: "
+                            "pass the adapter's own setting, so the records name it")
 
 
 #: run-wide options of one kind of task: (the tasks that use it, its default); set to anything else in a run
@@ -424,32 +536,41 @@ def _check_names(models, tasks, task_files) -> list[str]:
         load_task_file(str(tf))
     names = (split_list(tasks, "--tasks", "--tasks passkey,ppl (see `lctx list tasks`)")
              if isinstance(tasks, str) else list(tasks))
+    bad = next((t for t in names if not isinstance(t, str)), None)
+    if bad is not None:
+        raise LctxError(f"task {bad!r} is neither a task name nor a lctx.tasks.Task object; pass names such as "
+                        "'passkey' or objects such as Passkey()")
     for name in names:
         if name not in TASKS and name not in GROUPS and not lmeval.is_lmeval_task(name):
             get_task(name)  # raises the one-line error naming the known tasks
-    for m in [models] if isinstance(models, (str, Path)) else models or []:
+    for m in _model_list(models):
+        if not isinstance(m, (str, Path)):
+            continue  # a model adapter object: checked by _check_adapter_objects
         path = check_model_path(m)  # missing (nor a cached hub id), not a .gguf file, a folder with no config.json
         check_tokenizer_files(path)  # a folder without tokenizer files (a GGUF file carries its own)
     return names
 
 
 def _load_models(models, attn_override, warn, **load) -> list:
-    """Load every checkpoint of ``models`` (default: the bundled model) with :func:`lctx.models.adapters.hf.load_lm`
-    and ``load``'s settings; names made unique (``name#i``) when two share one.
+    """The model adapters of ``models`` (default: the bundled model), in order: each checkpoint path loaded with
+    :func:`lctx.models.adapters.hf.load_lm` and ``load``'s settings, each adapter object as it is (checked against
+    the :class:`~lctx.models.adapters.protocol.ModelAdapter` protocol by :func:`_check_adapter_objects`); names made
+    unique (``name#i``) when two share one.
 
     Raises:
         LctxError: a bad ``attn_override`` (before any model loads) or a checkpoint ``load_lm`` refuses.
     """
-    from lctx.models.adapters.hf import load_lm  # lazy: loads torch, transformers
-
-    if isinstance(models, (str, Path)):
-        models = [models]
-    paths = [str(m) for m in models] if models else [str(DEFAULT_MODEL)]
-    if attn_override:
+    models = _model_list(models) or [DEFAULT_MODEL]
+    paths = [m for m in models if isinstance(m, (str, Path))]
+    if attn_override and paths:
         from lctx.models.adapters.overrides import parse_override  # lazy: loads torch, transformers, triton
 
         parse_override(attn_override)  # a bad spec fails before any model loads
-    lms = [load_lm(p, attn_override=attn_override, log=warn, **load) for p in paths]
+    if paths:
+        from lctx.models.adapters.hf import load_lm  # lazy: loads torch, transformers (only for checkpoint paths)
+
+    lms = [load_lm(str(m), attn_override=attn_override, log=warn, **load) if isinstance(m, (str, Path)) else m
+           for m in models]
     names = [lm.name for lm in lms]
     if len(set(names)) != len(names):
         for i, lm in enumerate(lms):

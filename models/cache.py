@@ -5,7 +5,7 @@ chunked prefill of T tokens copies O(T^2 / chunk) elements and briefly holds two
 cache. :class:`PreallocatedKVCache` allocates each layer's buffers once, for ``capacity`` tokens, and
 writes each chunk in place; attention reads views of the filled part. It grows (by doubling, one copy)
 only when a decode runs past the capacity. It implements the part of the ``Cache`` interface lctx
-models and :class:`lctx.models.adapters.hf.LM` use: ``update``, ``get_seq_length`` and ``crop``.
+models and :class:`lctx.models.adapters.hf.HFAdapter` use: ``update``, ``get_seq_length`` and ``crop``.
 """
 
 from __future__ import annotations

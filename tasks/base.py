@@ -98,8 +98,8 @@ class Task:
             records' fingerprint: checkpoint content, options, data, versions), where the task may keep
             partial work (lm-eval's request cache) so that a run stopped inside the call resumes without
             redoing it; ``None`` (the default, and outside a run): keep nothing.
-        chunked: ``False`` for a task that does not run through ``LM.prefill`` (lm-eval's): the prefill chunk
-            size then does not reach its numbers and is left out of its records' fingerprint.
+        chunked: ``False`` for a task that does not run through the adapter's chunked prefill (lm-eval's): the
+            prefill chunk size then does not reach its numbers and is left out of its records' fingerprint.
         subtask: a part of a task run as its own task object whose records keep the task's ``name`` (an MMLU
             subject, also in its options); the runner tells the objects apart by ``name/subtask``.
 
@@ -108,7 +108,10 @@ class Task:
     A task that reads files names them in :meth:`data_files` (or overrides :meth:`data_fingerprint`), so
     that new contents under the same path are a different input.
 
-    Every logit a task obtains through :class:`lctx.models.adapters.hf.LM` passes the shared check
+    The ``lm`` every method receives is a model adapter (:class:`lctx.models.adapters.protocol.ModelAdapter`):
+    a task uses its methods only (``encode``, ``prompt``, ``prefix`` / ``greedy`` / ``score_continuation``,
+    ``token_nll``, ...), never a tokenizer, a torch model or a cache, so it runs on every adapter. Every logit
+    the in-process adapter (:class:`lctx.models.adapters.hf.HFAdapter`) computes passes the shared check
     :func:`lctx.errors.check_finite_logits`: NaN or infinite logits make the sample an error
     (status ``error``) whatever the task computes from them.
     """
@@ -223,18 +226,18 @@ class Task:
         return [Cell(int(L), d, s) for L, d, s in itertools.product(lengths, ds, ss)]
 
     def build(self, lm, cell: Cell, seed: int) -> Sample:
-        """Build the sample of ``cell`` for the model ``lm`` (an :class:`lctx.models.adapters.hf.LM`),
+        """Build the sample of ``cell`` for the model ``lm`` (a :class:`lctx.models.adapters.protocol.ModelAdapter`),
         deterministically from ``seed``. Must not exceed ``cell.length`` tokens."""
         raise NotImplementedError
 
     def score(self, lm, sample: Sample) -> dict[str, float]:
         """Run the model on ``sample`` and return {metric: value} for every name in ``metrics``.
 
-        Default (for :attr:`batched` tasks): prefill the prompt, decode greedily
+        Default (for :attr:`batched` tasks): the prompt's handle (``lm.prefix``), its greedy continuation
         (:meth:`max_new_tokens_for` tokens at most, :meth:`stop_ids`), then :meth:`score_generated`."""
         if not self.batched:
             raise NotImplementedError(f"task {self.name!r} implements neither score() nor batched scoring")
-        prefix, _ = lm.prefill(sample.input_ids)
+        prefix = lm.prefix(sample.input_ids)
         stops = self.stop_ids(lm)
         n = self.max_new_tokens_for(sample)
         cont = lm.greedy(prefix, n) if stops is None else lm.greedy(prefix, n, stops)
@@ -250,16 +253,16 @@ class Task:
         return None
 
     def score_generated(self, lm, sample: Sample, prefix, continuation: list[int]) -> dict[str, float]:
-        """{metric: value} of ``sample`` from its greedy ``continuation`` (token ids) and ``prefix`` (an
-        :class:`lctx.models.adapters.hf.Prefix` holding the prompt, for teacher-forced scores through its KV cache:
-        ``lm.score_continuation(prefix, ...)``). Called after one prefill alone or as a row of a batch; it must
-        not depend on which."""
+        """{metric: value} of ``sample`` from its greedy ``continuation`` (token ids) and ``prefix`` (the
+        adapter's opaque handle of the prompt, for teacher-forced scores: ``lm.score_continuation(prefix, ...)``;
+        the in-process adapter scores through the prompt's KV cache). Called after one prompt alone or as a row
+        of a batch; it must not depend on which."""
         raise NotImplementedError
 
     def score_batch(self, lm, samples: list[Sample]) -> list[dict[str, float] | BaseException]:
-        """Score several samples of one length together: one left-padded prefill and one batched greedy
-        decode (:meth:`lctx.models.adapters.hf.LM.prefill_batch`, :meth:`~lctx.models.adapters.hf.LM.greedy_batch`), then
-        :meth:`score_generated` per row. Returns, per sample, its metrics or the exception its scoring
+        """Score several samples of one length together: one batch handle and one batched greedy decode
+        (the adapter's ``prefix_batch``, ``greedy_batch``; the in-process adapter: one left-padded prefill), then
+        :meth:`score_generated` per row (``batch_row``). Returns, per sample, its metrics or the exception its scoring
         raised. Errors of the batched prefill or decode (e.g. out of memory) propagate: the runner then
         scores the samples one at a time.
 
@@ -268,12 +271,12 @@ class Task:
         """
         if not self.batched:
             raise NotImplementedError(f"task {self.name!r} does not batch")
-        bp = lm.prefill_batch([s.input_ids for s in samples])
+        bp = lm.prefix_batch([s.input_ids for s in samples])
         conts = lm.greedy_batch(bp, [self.max_new_tokens_for(s) for s in samples], self.stop_ids(lm))
         out: list = []
         for i, (s, cont) in enumerate(zip(samples, conts)):
             try:
-                out.append(self.score_generated(lm, s, bp.row(i), cont))
+                out.append(self.score_generated(lm, s, lm.batch_row(bp, i), cont))
             except Exception as e:  # noqa: BLE001 - one row's failure is that sample's error record
                 out.append(e)
         return out

@@ -20,7 +20,7 @@ Data:
   the Dev split (lm-eval's hub config draws it from train).
 - without one, lm-eval's built-in tasks load ``cais/mmlu`` and ``allenai/ai2_arc`` from the hub.
 
-Models: an :class:`lctx.models.adapters.hf.LM` (native lctx or Hugging Face checkpoint, already loaded by
+Models: an :class:`lctx.models.adapters.hf.HFAdapter` (native lctx or Hugging Face checkpoint, already loaded by
 ``load_lm``) is wrapped in :class:`LctxHFLM`, lm-eval's ``hf`` backend (``HFLM``) with one change:
 native lctx models get the BOS token their training always put first (their tokenizer does not add
 it); Hugging Face models keep lm-eval's default (whatever ``tokenizer.encode`` adds). ``LctxHFLM`` is
@@ -499,7 +499,7 @@ def _options(sp: LmEvalSpec, num_fewshot: int | None, source: str, chat_template
 
 class LmEvalSuite:
     """What the lm-eval tasks of one run share: lm-eval's loaded tasks (configs written once into a temporary
-    folder that lives as long as the suite, data read on first use), one lm-eval model wrapper per LM, and the
+    folder that lives as long as the suite, data read on first use), one lm-eval model wrapper per model adapter, and the
     run's settings (:func:`build_tasks`'s arguments)."""
 
     def __init__(self, specs: list[LmEvalSpec], source: str, data_dir=None, limit: int | None = None,
@@ -528,15 +528,18 @@ class LmEvalSuite:
         return self._loaded
 
     def hflm(self, lm):
-        """lm-eval's model wrapper of ``lm`` (:func:`lctx_hflm_class`), made once per LM.
+        """lm-eval's model wrapper of ``lm`` (:func:`lctx_hflm_class`) over the Hugging Face model and tokenizer of
+        its ``lmeval_model()`` (:class:`lctx.models.adapters.protocol.LmEvalCapable`), made once per adapter.
 
         Raises:
-            LctxError: ``--chat-template on`` and ``lm``'s tokenizer has no chat template."""
+            LctxError: ``lm`` has no ``lmeval_model()`` (lm-eval's ``hf`` backend needs a Hugging Face model);
+                ``--chat-template on`` and ``lm``'s tokenizer has no chat template."""
         if id(lm) not in self._hflm:
-            if self.chat_template and not getattr(lm.tokenizer, "chat_template", None):
+            model, tok = lmeval_model(lm)
+            if self.chat_template and not getattr(tok, "chat_template", None):
                 raise LctxError(f"--chat-template on: the tokenizer of model {lm.name!r} has no chat template; "
                                 "use --chat-template off (the default) for this model")
-            self._hflm[id(lm)] = (lm, lctx_hflm_class()(pretrained=lm.model, tokenizer=lm.tokenizer,
+            self._hflm[id(lm)] = (lm, lctx_hflm_class()(pretrained=model, tokenizer=tok,
                                                         batch_size=self.batch_size, chat_source=lm.chat_source()))
         return self._hflm[id(lm)][1]
 
@@ -617,6 +620,22 @@ def context_tokens(contexts: list[str], encode) -> dict[str, int]:
     return {**out, **{c: n_prefix + len(encode(c[cut:], add_special_tokens=False)) + 1 for c in rest}}
 
 
+def lmeval_model(lm) -> tuple:
+    """``lm.lmeval_model()``: (Hugging Face model, tokenizer) for lm-eval's ``hf`` backend
+    (:class:`lctx.models.adapters.protocol.LmEvalCapable`).
+
+    Raises:
+        LctxError: an adapter without that capability (``lctx.evaluate`` refuses it before the run; this is the
+            guard for other callers).
+    """
+    get = getattr(lm, "lmeval_model", None)
+    if not callable(get):
+        raise LctxError(f"mmlu/arc run lm-eval's hf backend, which needs a Hugging Face model, and model "
+                        f"{getattr(lm, 'name', lm)!r} has none (no lmeval_model()); drop mmlu/arc for it, or pass a "
+                        "checkpoint path")
+    return get()
+
+
 #: what one lm-eval question costs, in prefill tokens, for the progress bar's weights: lm-eval scores every
 #: choice as a continuation of the prompt (MMLU 5-shot: ~500-token prompts x 4 choices)
 QUESTION_COST_TOKENS = 2048
@@ -631,7 +650,8 @@ class LmEvalTask(Task):
 
     ``name`` is ``mmlu`` / ``arc_easy`` / ``arc_challenge`` (MMLU's subject is :attr:`~Task.subtask` and in the
     options); version = lm-eval's version; the chunk size is not part of the fingerprint (lm-eval calls the
-    model directly, not ``LM.prefill``). Made by :func:`build_tasks`, not registered in ``TASKS``.
+    model directly, not the adapter's chunked prefill). Made by :func:`build_tasks`, not registered in ``TASKS``.
+    Needs an adapter with ``lmeval_model()`` (:class:`lctx.models.adapters.protocol.LmEvalCapable`).
     """
 
     whole = True
@@ -704,8 +724,7 @@ class LmEvalTask(Task):
         k = DEFAULT_FEWSHOT[sp.task] if su.num_fewshot is None else su.num_fewshot
         tm, tasks = su.loaded()
         hflm = su.hflm(lm)
-        if hasattr(lm, "release_rope"):
-            lm.release_rope()  # lm-eval calls the model directly: transformers' own RoPE behaviour
+        lmeval_model(lm)  # lm-eval calls the model directly: the adapter readies it (its own RoPE behaviour)
         todo = [c.sample for c in cells]
         if su.log:
             su.log(f"{lm.name}: {sp.task}{'/' + sp.subject if sp.subject else ''} {len(todo)} questions, {k}-shot")

@@ -14,7 +14,7 @@ What is RULER's (copied verbatim, checked against the reference in ``tests/test_
 * the template and answer prefix (base-model template ``{task_template}`` + answer prefix, as
   ``prepare.py`` joins them; with ``--chat-template on`` the task template is the user's turn of the
   model's own chat template and the answer prefix starts the assistant's turn, as RULER's chat templates
-  do, through ``LM.prompt``), made singular exactly as RULER does when one value is asked for
+  do, through ``HFAdapter.prompt``), made singular exactly as RULER does when one value is asked for
   ('Some' -> 'A', 'are all' -> 'is', 'are' -> 'is', 'answers' -> 'answer', type without its "s");
   several queried keys are joined "a, b, and c";
 * the task configurations of ``synthetic.yaml`` (:data:`RULER_CONFIGS`);
@@ -284,28 +284,6 @@ def load_essay(path: str) -> Essay:
 @functools.lru_cache(maxsize=2)
 def _load_essay(path: str, content: tuple[str, ...]) -> Essay:
     return Essay(path)
-
-
-# --- tokenizer identity -----------------------------------------------------------------------------
-_TOK_FP: dict[int, tuple[object, str]] = {}
-
-
-def tokenizer_fingerprint(tok) -> str:
-    """A short hash of a tokenizer's full definition (a fast tokenizer's JSON, else its vocabulary and
-    special tokens): two tokenizers with the same hash tokenize identically."""
-    hit = _TOK_FP.get(id(tok))
-    if hit is not None and hit[0] is tok:
-        return hit[1]
-    backend = getattr(tok, "backend_tokenizer", None)
-    if backend is not None:
-        body = backend.to_str()
-    else:
-        vocab = tok.get_vocab() if hasattr(tok, "get_vocab") else {}
-        body = json.dumps(sorted(vocab.items())) + repr(getattr(tok, "all_special_tokens", None))
-    body += f"|bos={getattr(tok, 'bos_token_id', None)}|{type(tok).__name__}"
-    fp = hashlib.sha1(body.encode()).hexdigest()[:16]
-    _TOK_FP[id(tok)] = (tok, fp)
-    return fp
 
 
 def default_cache_dir() -> Path:
@@ -653,23 +631,17 @@ class RulerNIAH(Task):
     def cache_key(self, lm, cell: Cell, seed: int) -> dict:
         """Everything a built sample depends on (JSON-able)."""
         return {"version": GENERATOR_VERSION, "task": self.name, "config": asdict(self.config),
-                "max_new_tokens": self.max_new_tokens, "tokenizer": tokenizer_fingerprint(lm.tokenizer),
+                "max_new_tokens": self.max_new_tokens, "tokenizer": lm.tokenizer_fingerprint(),
                 "data": {rel: _file_digest(str(self.data_dir / rel)) for rel in self._needed},
                 "length": int(cell.length), "depth": None if cell.depth is None else float(cell.depth),
                 "sample": int(cell.sample), "seed": int(seed)} | self._prompt_key(lm)
 
     @staticmethod
     def _prompt_key(lm) -> dict:
-        """What else shapes the prompt's tokens: the chat template and system prompt (only when on, so
-        that cache entries written before the chat option still match), BOS use when it differs from the
-        tokenizer's."""
-        out: dict = {}
-        chat = lm.chat_signature() if hasattr(lm, "chat_signature") else None
-        if chat is not None:
-            out["chat"] = chat
-        if getattr(lm, "bos_id", None) != getattr(lm.tokenizer, "bos_token_id", None):
-            out["bos"] = getattr(lm, "bos_id", None)
-        return out
+        """What else shapes the prompt's tokens (:meth:`~lctx.models.adapters.protocol.ModelAdapter.prompt_signature`):
+        the chat template and system prompt (only when on, so that cache entries written before the chat option
+        still match), BOS use when it differs from the tokenizer's."""
+        return dict(lm.prompt_signature())
 
     def cache_path(self, key: dict) -> Path:
         """The cache file of a :meth:`cache_key` (:func:`sample_cache_path`)."""
@@ -694,21 +666,15 @@ class RulerNIAH(Task):
     def teacher_forced(self, lm, prefix, value: str, context: str) -> tuple[list[float], list[int]]:
         """Log-probability (nats) and rank (1 = the model's first choice) of each value-bearing token of
         " value" right after the prompt, with the tokens " value" has *in context* (``lm.continuation_ids``,
-        as lm-eval's ``_encode_pair``). ``prefix``: the prefilled prompt (a :class:`lctx.models.adapters.hf.Prefix`,
-        scored through its KV cache and rewound) or the prompt's token ids (prefilled here); ``context``:
-        the prompt's text (``Sample.meta["prompt_text"]``)."""
-        if not hasattr(prefix, "cache"):
-            prefix, _ = lm.prefill(list(prefix))
+        as lm-eval's ``_encode_pair``), from ``lm.score_continuation``. ``prefix``: the adapter's handle of the
+        prompt (``lm.prefix``) or the prompt's token ids (a list or tuple: made into a handle here);
+        ``context``: the prompt's text (``Sample.meta["prompt_text"]``)."""
+        if isinstance(prefix, (list, tuple)):
+            prefix = lm.prefix(list(prefix))
         v_ids = lm.continuation_ids(context, " " + value)
         pos = [j for j, t in enumerate(v_ids) if lm.decode([t]).strip()]
-        lg = lm.continuation_logits(prefix, v_ids).double()
-        logps, ranks = [], []
-        for j in pos:
-            lp = lg[j].log_softmax(-1)
-            tgt = v_ids[j]
-            logps.append(float(lp[tgt]))
-            ranks.append(int((lg[j] > lg[j, tgt]).sum()) + 1)
-        return logps, ranks
+        got = lm.score_continuation(prefix, v_ids)
+        return [float(got.logprobs[j]) for j in pos], [int(got.ranks[j]) for j in pos]
 
     def score_generated(self, lm, sample: Sample, prefix, cont: list[int]) -> dict[str, float]:
         """From the greedy continuation ``cont`` (string_match_*), then the teacher-forced scores of every

@@ -143,9 +143,9 @@ class Passkey(Task):
         answer = parse_answer(lm.decode(cont))
         text = sample.meta.get("prompt_text")
         answer_ids = lm.continuation_ids(text, " " + key) if text is not None else lm.encode(" " + key)
-        _, top1 = lm.score_continuation(prefix, answer_ids)
+        top1 = lm.score_continuation(prefix, answer_ids).top1
         digit_pos = [i for i, t in enumerate(answer_ids) if any(c.isdigit() for c in lm.decode([t]))]
-        hits = top1[digit_pos].tolist() if digit_pos else []
+        hits = [bool(top1[i]) for i in digit_pos]
         sample.meta["continuation"] = lm.decode(cont)
         sample.meta.pop("prompt_text", None)  # not a record column (the prompt is rebuilt from the seed)
         return {"exact": metrics.exact(answer, key), "digit_acc": metrics.digit_acc(hits)}

@@ -157,7 +157,9 @@ class Perplexity(Task):
         return digest_texts(self.documents())
 
     def _doc_tokens(self, lm) -> list[list[int]]:
-        key = id(lm.tokenizer)
+        """The documents' tokens with ``lm``'s tokenizer (cut at ``max_tokens``), once per tokenizer
+        (:meth:`~lctx.models.adapters.protocol.ModelAdapter.tokenizer_fingerprint`)."""
+        key = lm.tokenizer_fingerprint()
         if key not in self._tokens:
             toks = [lm.encode(text) for _, text in self.documents()]
             self._tokens[key] = [t[: self.max_tokens] if self.max_tokens else t for t in toks]

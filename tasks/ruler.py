@@ -16,7 +16,7 @@ What is RULER's (copied verbatim; ``tests/test_ruler.py`` checks it against the 
 * the templates and answer prefixes, joined as ``prepare.py`` joins them for a base model
   (``{task_template}`` + answer prefix; with ``--chat-template on`` the task text is the user's turn of the
   model's chat template and the answer prefix opens the assistant's turn, as RULER's model templates do,
-  through :meth:`lctx.models.adapters.hf.LM.prompt`), and RULER's generation budgets (30, 120, 50 tokens) as the
+  through :meth:`lctx.models.adapters.hf.HFAdapter.prompt`), and RULER's generation budgets (30, 120, 50 tokens) as the
   default ``max_new_tokens``;
 * ``vt``: chains ``VAR XXXXX = 12345`` then ``VAR YYYYY = VAR XXXXX `` (trailing space, as RULER), five
   upper-case letters per variable, values in [10000, 99998] (numpy's ``randint(10000, 99999)``), the chain's
@@ -87,7 +87,7 @@ from lctx.errors import LctxError
 from .base import DECODE_STEP_TOKENS, Cell, Sample, Task, register_task
 from .niah import (ADJ_FILE, ESSAY_FILE, MATCH_MODES, NOUN_FILE, RULER_NOISE, RulerNIAH, _file_digest, content_key,
                    cached_sample_record, default_cache_dir, postprocess_pred, resolve_data_dir, sample_cache_path,
-                   string_match_all, string_match_part, tokenizer_fingerprint)
+                   string_match_all, string_match_part)
 
 VERB_FILE = "ruler/wonderwords/verblist.txt"
 
@@ -269,7 +269,7 @@ class RulerTask(Task):
     @staticmethod
     def make_prompt(lm, user: str, answer_prefix: str, marks: tuple[int, ...] | list[int] = ()
                     ) -> tuple[list[int], str, list[int]]:
-        """The prompt as the model reads it, through ``lm.prompt`` (:meth:`lctx.models.adapters.hf.LM.prompt`: BOS as
+        """The prompt as the model reads it, through ``lm.prompt`` (:meth:`lctx.models.adapters.hf.HFAdapter.prompt`: BOS as
         the model takes it; with ``--chat-template on`` the task text is the user's turn and the answer prefix
         starts the assistant's, as RULER's model templates): (token ids, text, tokens before each character
         offset ``marks`` of ``user``)."""
@@ -295,7 +295,7 @@ class RulerTask(Task):
     def cache_key(self, lm, cell: Cell, seed: int) -> dict:
         """Everything a built sample depends on (JSON-able)."""
         return {"version": GENERATOR_VERSION, "task": self.name, "config": self.generation_config(),
-                "max_new_tokens": self.budget, "tokenizer": tokenizer_fingerprint(lm.tokenizer),
+                "max_new_tokens": self.budget, "tokenizer": lm.tokenizer_fingerprint(),
                 "data": {k: _file_digest(str(p)) for k, p in sorted(self._files.items())},
                 "length": int(cell.length), "depth": None if cell.depth is None else float(cell.depth),
                 "sample": int(cell.sample), "seed": int(seed)} | self.prompt_key(lm)
@@ -477,7 +477,7 @@ def vt_icl_example(lm, seed: int, num_chains: int, num_hops: int) -> str:
     distinct lines) with the most noise lines (at least max(5, hops + 1)) that keeps it within 500 tokens (no
     BOS, as RULER's ``text_to_tokens``), then ``" " + " ".join(answer) + "\\n"``. One per (seed, tokenizer,
     chains, hops), as RULER builds one per dataset."""
-    key = (tokenizer_fingerprint(lm.tokenizer), seed, num_chains, num_hops)
+    key = (lm.tokenizer_fingerprint(), seed, num_chains, num_hops)
     if key in _ICL_CACHE:
         return _ICL_CACHE[key]
     tag = f"lctx-ruler|vt-icl|{seed}|{num_chains}|{num_hops}"

@@ -25,7 +25,7 @@ def digit_copy_task_source() -> str:
     """The source of a custom retrieval task (a ``--task-file``) that declares its metadata: ``digit_copy``, metrics
     ``copy_top1`` (the headline, though ``copy_nll`` sorts first) and ``copy_nll``, a direction for each,
     ``retrieval = True``, a depth axis; it scores the last token of a run of digits (top-1 hit and NLL,
-    :meth:`lctx.models.adapters.hf.LM.token_nll`)."""
+    :meth:`lctx.models.adapters.hf.HFAdapter.token_nll`)."""
     return '''
 from lctx.tasks import Task, Sample, register_task
 

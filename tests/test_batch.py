@@ -137,12 +137,12 @@ def test_auto_batch_size_is_capped_and_fits_memory(monkeypatch):
 
 def test_failed_batch_runs_its_samples_alone(tmp_path, capsys, monkeypatch):
     # a batch whose prefill fails (here: out of memory) must not turn samples that run alone into errors
-    from lctx.models.adapters.hf import LM
+    from lctx.models.adapters.hf import HFAdapter
 
     def boom(self, ids):
         raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
 
-    monkeypatch.setattr(LM, "prefill_batch", boom)
+    monkeypatch.setattr(HFAdapter, "prefill_batch", boom)
     code, _, err = run_cli(["run", "--tasks", "passkey", "--lengths", "200", "--depths", "0,1", "--samples", "1",
                             "--out", tmp_path / "o", "--batch-size", "2", "--no-progress"], capsys)
     assert code == 0, err
@@ -161,8 +161,11 @@ def test_auto_batch_size_is_told_once_per_model_and_length(monkeypatch):
     from lctx.tasks import get_task
     from lctx.tasks.base import Cell
 
-    class FakeLM:
-        can_batch, name, device = True, "tiny", torch.device("cpu")
+    class FakeLM:  # the protocol members batches() reads
+        can_batch, name = True, "tiny"
+
+        def settings(self):
+            return {"device_type": "cpu", "device": "cpu"}
 
     chosen = {100: 3, 200: 2}
     monkeypatch.setattr(runner, "auto_batch_size", lambda lm, length: chosen[length])

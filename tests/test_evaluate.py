@@ -67,7 +67,7 @@ def test_evaluate_rejects_bad_samples_before_making_a_folder(samples, tmp_path, 
 
 @pytest.mark.parametrize("chunk_size", [0, -4, 2.5])
 def test_evaluate_rejects_a_bad_chunk_size_before_anything_runs(chunk_size, tmp_path):
-    # issue 25 item 4: chunk_size=0 reached LM.prefill (range step 0): every sample failed, exit 3 from the CLI
+    # issue 25 item 4: chunk_size=0 reached HFAdapter.prefill (range step 0): every sample failed, exit 3 from the CLI
     import lctx
 
     with pytest.raises(lctx.LctxError, match=r"chunk_size=.* is not a whole number >= 1; .*\(--chunk-size\)"):

@@ -192,14 +192,14 @@ def test_passkey_at_the_maximum_of_an_absolute_position_model(tmp_path, capsys):
 
 
 def test_prompt_budget():
-    from lctx.models.adapters.hf import LM
+    from lctx.models.adapters.hf import HFAdapter
 
     class _L:
         max_length = 1024
 
-    assert LM.prompt_budget(_L(), 1024, 9) == 1015
-    assert LM.prompt_budget(_L(), 512, 9) == 512
-    assert LM.prompt_budget(_L(), 4096, 9) == 4096  # past the maximum (--allow-beyond-max): as given
+    assert HFAdapter.prompt_budget(_L(), 1024, 9) == 1015
+    assert HFAdapter.prompt_budget(_L(), 512, 9) == 512
+    assert HFAdapter.prompt_budget(_L(), 4096, 9) == 4096  # past the maximum (--allow-beyond-max): as given
 
 
 # -- e. --attn-impl fast on a Hugging Face checkpoint: refused in run and plan ----------------------------

@@ -229,10 +229,10 @@ def test_save_load_round_trip(tmp_path, variant, opts):
 
 @pytest.mark.parametrize("variant", ["interdomain", "s4d"])
 def test_lm_adapter_greedy_rewind(variant):
-    from lctx.models.adapters.hf import LM
+    from lctx.models.adapters.hf import HFAdapter
 
     model = _model(variant, {})
-    lm = LM(model=model, tokenizer=None, name="t", path="", variant=variant, train_length=64, max_length=None,
+    lm = HFAdapter(model=model, tokenizer=None, name="t", path="", variant=variant, train_length=64, max_length=None,
             device=torch.device("cpu"), dtype=torch.float32, chunk_size=16)
     prompt = torch.randint(3, 400, (37,)).tolist()
     prefix, _ = lm.prefill(prompt)

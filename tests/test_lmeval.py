@@ -188,7 +188,7 @@ def test_generated_configs_load_offline_and_oracle_scores(tiny_data, tmp_path):
 @pytest.mark.slow
 def test_run_lmeval_matches_independent_scoring_and_resumes(tiny_data, tmp_path, make_checkpoint, capfd):
     """acc of a random tiny lctx model equals an independent computation: the summed log-probability of
-    each choice's tokens after the BOS-prefixed prompt (lctx's own LM.token_nll), argmax vs gold."""
+    each choice's tokens after the BOS-prefixed prompt (lctx's own HFAdapter.token_nll), argmax vs gold."""
     import pandas as pd
     from lm_eval.api.registry import get_model
 
@@ -462,7 +462,7 @@ def test_lmeval_tasks_run_through_the_one_runner(tiny_data, tmp_path, make_check
     arc = by_task["arc_easy"][0]
     assert arc["length"] is None and arc["batch_size"] is None and arc["run_id"] == by_task["passkey"][0]["run_id"]
     assert {"pred", "gold", "ll", "lmeval_task"} <= set(arc["extra"]) and len(arc["extra"]["ll"]) == 4
-    # the fingerprint is sample_base's with the chunk size left out (lm-eval does not prefill through LM)
+    # the fingerprint is sample_base's with the chunk size left out (lm-eval does not prefill through the adapter)
     lm = load_lm(str(ck), device="cpu")
     import lm_eval
 

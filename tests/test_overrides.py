@@ -12,7 +12,7 @@ import torch
 
 from lctx.models.adapters import overrides
 from lctx.errors import LctxError
-from lctx.models.adapters.hf import LM, load_lm
+from lctx.models.adapters.hf import HFAdapter, load_lm
 from lctx.models.adapters.overrides import apply_override, parse_override
 
 
@@ -31,8 +31,8 @@ def tiny_llama(layers: int = 2, seed: int = 0):
     return model
 
 
-def as_lm(model, chunk_size: int = 2048) -> LM:
-    return LM(model=model, tokenizer=None, name="tiny", path="", variant=model.config.model_type, train_length=None,
+def as_lm(model, chunk_size: int = 2048) -> HFAdapter:
+    return HFAdapter(model=model, tokenizer=None, name="tiny", path="", variant=model.config.model_type, train_length=None,
               max_length=getattr(model.config, "max_position_embeddings", None), device=torch.device("cpu"), dtype=torch.float32,
               chunk_size=chunk_size)
 
@@ -123,7 +123,7 @@ def test_ssmax_chunked_prefill_and_decode_count_cached_keys():
     prefix, got = lm.prefill(IDS[:-1], want=list(range(len(IDS) - 1)))
     for p in range(len(IDS) - 1):
         torch.testing.assert_close(got[p].double(), full[p], atol=1e-4, rtol=1e-4)
-    lp, _ = lm.score_continuation(prefix, [IDS[-1]])
+    lp = lm.score_continuation(prefix, [IDS[-1]]).logprobs
     assert abs(float(lp[0]) - float(torch.log_softmax(full[-2], -1)[IDS[-1]])) < 1e-4
     step, _ = lm._forward(torch.tensor([IDS[-1]]), prefix.cache, 1)  # one decode step through the cache
     torch.testing.assert_close(step[-1].double(), full[-1], atol=1e-4, rtol=1e-4)

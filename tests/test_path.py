@@ -187,18 +187,18 @@ def test_left_padding_is_identity_in_prefill_and_decode(opts):
 
 
 def test_harness_rewind_restores_the_post_prompt_state():
-    # LM.prefill (chunked) -> greedy (extends the cache) -> score_continuation (rewinds: the KV part is
+    # HFAdapter.prefill (chunked) -> greedy (extends the cache) -> score_continuation (rewinds: the KV part is
     # cropped and the transported keys come back from the post-prompt snapshot) equals a fresh forward.
-    from lctx.models.adapters.hf import LM
+    from lctx.models.adapters.hf import HFAdapter
 
     model = make_model({"path_forget_gate": True})
-    lm = LM(model=model, tokenizer=None, name="path", path="", variant="path", train_length=64, max_length=None,
+    lm = HFAdapter(model=model, tokenizer=None, name="path", path="", variant="path", train_length=64, max_length=None,
             device=torch.device("cpu"), dtype=torch.float32, chunk_size=8)
     prompt, cont = torch.randint(3, 400, (21,)).tolist(), torch.randint(3, 400, (4,)).tolist()
     prefix, _ = lm.prefill(prompt)
     assert prefix.states is not None and set(prefix.states[0]) == {"keys", "conv", "gate"}
     lm.greedy(prefix, 5, stop_ids=set())
-    logprob, _ = lm.score_continuation(prefix, cont)
+    logprob = torch.tensor(lm.score_continuation(prefix, cont).logprobs, dtype=torch.float64)
     with torch.no_grad():
         logits = model(torch.tensor([prompt + cont])).logits[0, len(prompt) - 1 : -1].double()
     want = torch.log_softmax(logits, -1).gather(-1, torch.tensor(cont)[:, None])[:, 0]

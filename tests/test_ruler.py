@@ -427,8 +427,8 @@ class Scripted:
     def __init__(self, lm, text):
         self.lm, self.text, self.budget = lm, text, None
 
-    def prefill(self, ids, want=None):
-        return object(), {}
+    def prefix(self, ids):  # the protocol's opaque prompt handle
+        return object()
 
     def greedy(self, prefix, n):
         self.budget = n

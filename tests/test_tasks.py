@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from lctx.models.adapters.hf import LM
+from lctx.models.adapters.hf import HFAdapter
 from lctx.tasks import Cell
 from lctx.tasks.passkey import FILLER_SENTENCES, NEEDLE, Passkey, parse_answer
 from lctx.tasks.ppl import Perplexity, sliding_nll, window_plan
@@ -39,9 +39,9 @@ class NullCache:
         return 0
 
 
-def mock_lm() -> LM:
+def mock_lm() -> HFAdapter:
     tok = type("Tok", (), {"bos_token_id": None, "eos_token_id": None})()
-    return LM(model=PositionNLLModel(), tokenizer=tok, name="mock", path="-", variant="mock", train_length=None,
+    return HFAdapter(model=PositionNLLModel(), tokenizer=tok, name="mock", path="-", variant="mock", train_length=None,
               max_length=None, device=torch.device("cpu"), dtype=torch.float32, chunk_size=4)
 
 
@@ -189,7 +189,7 @@ def test_passkey_score_oracle_model(lm):
     orig = lm_mod.DynamicCache
     lm_mod.DynamicCache = Cache
     try:
-        oracle_lm = LM(model=Oracle(s.n_tokens), tokenizer=lm.tokenizer, name="oracle", path="-", variant="x",
+        oracle_lm = HFAdapter(model=Oracle(s.n_tokens), tokenizer=lm.tokenizer, name="oracle", path="-", variant="x",
                        train_length=None, max_length=None, device=torch.device("cpu"), dtype=torch.float32,
                        chunk_size=64)
         assert task.score(oracle_lm, s) == {"exact": 1.0, "digit_acc": 1.0}

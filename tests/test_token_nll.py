@@ -1,4 +1,4 @@
-"""LM.token_nll reduces each prefill chunk's logits as they come (prefill's ``on_logits``), so a 16K-token ppl
+"""HFAdapter.token_nll reduces each prefill chunk's logits as they come (prefill's ``on_logits``), so a 16K-token ppl
 window never holds 16K x vocab logits (3.2 GB float32 for SmolLM2, 13 GB with the float64 copies of the
 earlier stack-then-log-softmax), and its numbers are those of one plain forward."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from lctx.models.adapters.hf import LM
+from lctx.models.adapters.hf import HFAdapter
 
 
 def tiny_llama(max_pos: int = 2048):
@@ -19,8 +19,8 @@ def tiny_llama(max_pos: int = 2048):
     return LlamaForCausalLM(cfg).eval()
 
 
-def as_lm(model, chunk_size: int) -> LM:
-    return LM(model=model, tokenizer=None, name="tiny", path="", variant="llama", train_length=None,
+def as_lm(model, chunk_size: int) -> HFAdapter:
+    return HFAdapter(model=model, tokenizer=None, name="tiny", path="", variant="llama", train_length=None,
               max_length=model.config.max_position_embeddings, device=torch.device("cpu"), dtype=torch.float32,
               chunk_size=chunk_size)
 

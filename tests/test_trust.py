@@ -1053,7 +1053,7 @@ def test_12_compare_ruler_runs_with_a_lengthless_effective_length(tmp_path, caps
 
 @pytest.mark.slow
 def test_7_nan_model_is_an_error_in_the_ruler_tasks(make_checkpoint, tmp_path):
-    # vt/cwe/fwe/qa score by greedy generation (LM.prefill + LM.greedy): the same shared check applies
+    # vt/cwe/fwe/qa score by greedy generation (HFAdapter.prefill + HFAdapter.greedy): the same shared check applies
     from lctx.tasks import get_task
 
     ck = nan_checkpoint(make_checkpoint, "layer0")

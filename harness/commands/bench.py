@@ -704,7 +704,7 @@ TABLE_COLUMNS = ["variant", "impl", "length", "impl_ran", "time_s", "time_min_s"
 @dataclass
 class PrefillCase:
     """One whole-model measurement: a chunked prefill of ``length`` tokens (BOS + seeded uniform ids) of the
-    checkpoint ``model`` through ``LM.prefill`` in chunks of ``chunk`` tokens with ``attn_impl`` = ``impl``
+    checkpoint ``model`` through ``HFAdapter.prefill`` in chunks of ``chunk`` tokens with ``attn_impl`` = ``impl``
     (``None``: the checkpoint's), then ``decode`` greedy steps; ``warmup_tokens``: a prefill of that many
     tokens first (compiles kernels, not measured); ``threads`` as :class:`BenchGroup`."""
 

@@ -18,10 +18,10 @@ from transformers.cache_utils import DynamicCache
 from lctx.errors import LctxError
 from lctx.models.bam import GGDPrior
 
-from lctx.models.adapters.hf import LM
+from lctx.models.adapters.hf import HFAdapter
 
 
-def _priors(lm: LM):
+def _priors(lm: HFAdapter):
     """[(layer or "shared", GGDPrior)] of a ggd_bam checkpoint.
 
     Raises:
@@ -42,7 +42,7 @@ def _priors(lm: LM):
     return found
 
 
-def prior_table(lm: LM) -> pd.DataFrame:
+def prior_table(lm: HFAdapter) -> pd.DataFrame:
     """One row per (layer, head): alpha (tokens; 1/alpha = e^theta_alpha), beta, mu (tokens) of the learned
     GGD prior and its ``form`` (``reference``: b = -(1/alpha) (|j-i-mu| + eps)^beta; ``paper``/``legacy``:
     b = -(|(j-i-mu)/alpha| + eps)^beta, see :mod:`lctx.models.bam`).
@@ -58,7 +58,7 @@ def prior_table(lm: LM) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def plot_priors(lm: LM, out_dir: Path, max_distance: int | None = None) -> Path:
+def plot_priors(lm: HFAdapter, out_dir: Path, max_distance: int | None = None) -> Path:
     """Write ``plots/prior_shapes_<model>.png``: exp(b(d)) for d = 0..max_distance (default 8x the
     training length) per head, log-log, one panel per prior (shared, or each layer), lines coloured by
     beta (blue: beta <= 0 inverted prior, red: beta >= 1 ALiBi-like). Returns the path.
@@ -109,7 +109,7 @@ def plot_priors(lm: LM, out_dir: Path, max_distance: int | None = None) -> Path:
 
 
 @torch.inference_mode()
-def far_mass(lm: LM, ids: list[int], lengths: list[int], distance: int, n_queries: int = 32) -> pd.DataFrame:
+def far_mass(lm: HFAdapter, ids: list[int], lengths: list[int], distance: int, n_queries: int = 32) -> pd.DataFrame:
     """Attention mass beyond ``distance`` tokens, per (layer, head, length).
 
     For each length L, the first L tokens of ``ids`` are prefilled (in ``lm.chunk_size`` chunks) and

@@ -139,7 +139,7 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
 
 
 class TokenizerLM(TokenizerSide):
-    """The part of :class:`lctx.models.adapters.hf.LM` that a task's ``build`` uses (``encode``, ``decode``,
+    """The part of :class:`lctx.models.adapters.hf.HFAdapter` that a task's ``build`` uses (``encode``, ``decode``,
     ``with_bos``, ``prompt``, ``prompt_budget``, ``continuation_ids``: :class:`lctx.models.adapters.hf.TokenizerSide`),
     over a tokenizer alone: training documents are built by the evaluation tasks' own code, so their format
     is the evaluation's, token for token (chat template off, BOS first, no position limit)."""

@@ -4,7 +4,9 @@ Each finished sample is appended to ``OUT/records.jsonl`` as one JSON line and f
 starts, so a killed run loses at most the sample in flight; rerunning the same command on the same
 ``--out`` skips every sample already recorded with status ok for the same inputs (errored ones are
 retried): the resume key holds a fingerprint of the checkpoint's and the data's content, the options and
-the versions (:func:`sample_base`). A sample that fails (an exception, out of memory, non-finite logits or
+the versions (:func:`sample_base`). The runner sees models only through the
+:class:`~lctx.models.adapters.protocol.ModelAdapter` protocol (identity, scoring, memory hooks), so it runs an
+in-process checkpoint and any other adapter alike. A sample that fails (an exception, out of memory, non-finite logits or
 scores, a task calling ``sys.exit``) is recorded with status ``error`` and the message, and the sweep goes
 on. The run directory is locked while a sweep writes it (:mod:`lctx.harness.run.rundir`).
 """
@@ -16,7 +18,6 @@ import json
 import math
 import os
 import platform
-import resource
 import subprocess
 import sys
 import time
@@ -26,19 +27,17 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
-import transformers
 
 import lctx
-from lctx.attn_impl import get_attn_impl
 from lctx.kernels import impls_used, thread_settings
 from lctx.tasks import TASKS, Task
 
 from lctx.harness.run import distributed as D
 from lctx.models.adapters import memory as P  # P.device_memory looked up when called (tests patch lctx.models.adapters.memory.device_memory)
+from lctx.models.adapters.protocol import ModelAdapter
 from lctx.harness.run.console import SweepProgress, count
 from lctx.errors import LctxError, NonFiniteLogitsError
 from lctx.model_files import check_declared_max
-from lctx.models.adapters.hf import LM
 from lctx.harness.run.rundir import (SALT, TASK_META, RecordWriter, atomic_write_json, declared_tasks, new_salt, read_json,
                      run_dir_lock, sign_record)
 from lctx.harness.run.tables import label_names, label_of, read_records, record_key, summarize, to_table, vet_records, write_tables
@@ -57,68 +56,60 @@ def git_revision() -> str:
         return "unknown"
 
 
-def fingerprint(path: str) -> str:
-    """The content fingerprint of a checkpoint (:func:`lctx.models.fingerprint.checkpoint_fingerprint`):
-    16 hex digits over the SHA-256 of its weights, config.json, tokenizer and other model files, so a rerun
-    into the same ``--out`` after retraining (same size, restored mtime) never reuses stale records."""
-    from lctx.models.fingerprint import checkpoint_fingerprint  # lazy: loads lctx.models (its kernels load triton)
-
-    return checkpoint_fingerprint(path)
-
-
-def model_inputs(lm: LM) -> dict:
-    """{"fingerprint", "files": {name: sha256}, "path"} of ``lm``'s checkpoint, hashed once per LM object
-    (and per process: the digest cache of :mod:`lctx.models.fingerprint` skips unchanged files)."""
-    got = getattr(lm, "_lctx_inputs", None)
-    if got is None:
-        from lctx.models.fingerprint import checkpoint_digests, digest_json  # lazy: loads lctx.models (its kernels load triton)
-
-        files = checkpoint_digests(lm.path)
-        got = {"path": str(Path(lm.path).resolve()), "fingerprint": digest_json(files), "files": files}
-        lm._lctx_inputs = got
-    return got
+def model_inputs(lm: ModelAdapter) -> dict:
+    """{"path", "fingerprint", "files": {name: sha256}} of ``lm``'s model by content: the adapter's own
+    :meth:`~lctx.models.adapters.protocol.ModelAdapter.model_inputs` (hashed once per adapter), as run.json records
+    it under ``inputs.models[name]``."""
+    got = lm.model_inputs()
+    return {"path": got["path"], "fingerprint": got["fingerprint"], "files": dict(got.get("files") or {})}
 
 
-def versions() -> dict:
-    """Versions of the code that computes a number: lctx, torch, transformers."""
-    return {"lctx": lctx.__version__, "torch": torch.__version__, "transformers": transformers.__version__}
+def versions(lms: list | None = None) -> dict:
+    """Versions of the code that computes a number: lctx's, then those each adapter of ``lms`` names in its
+    :meth:`~lctx.models.adapters.protocol.ModelAdapter.settings` (the in-process adapter: torch, transformers)."""
+    out = {"lctx": lctx.__version__}
+    for lm in lms or []:
+        out.update(lm.settings().get("versions") or {})
+    return out
 
 
-def sample_base(lm: LM, task_name: str, task_version, task_options: dict, data_fp: str | None,
-                seed: int, code_fp: str | None = None, chunked: bool = True) -> dict:
+def sample_base(lm: ModelAdapter, task_name: str, task_version, task_options: dict, data_fp: str | None,
+                seed: int, code_fp: str | None = None, chunked: bool = True, inputs: dict | None = None) -> dict:
     """The identity fields of a sample's record: everything that can change its numbers, and their hash.
 
-    ``fingerprint`` = 16 hex digits of SHA-256 over: the checkpoint's content fingerprint, the variant
-    (an ``--attn-override`` included), the task's name, version, options, data fingerprint and, for a task
-    from a ``--task-file``, its source file's hash; dtype, attention path (requested), prefill chunk size,
-    device type; the seed; the lctx, torch and transformers versions. With model, task and the grid point
-    it is the resume key (:data:`lctx.harness.run.tables.KEY`). The hashed fields are all in the returned dict
-    (``code`` = the task file's 16-hex fingerprint, see :func:`task_inputs`), so
-    ``digest_json({k: rec[k] for k in base if k not in ("model", "fingerprint")})`` recomputes it. ``chunked=False`` for tasks that do not run
-    through ``LM.prefill`` (lm-eval's): the chunk size does not reach them and is left out.
+    ``fingerprint`` = 16 hex digits of SHA-256 over: the model's content fingerprint
+    (:meth:`~lctx.models.adapters.protocol.ModelAdapter.model_inputs`), the variant (an ``--attn-override``
+    included), the task's name, version, options, data fingerprint and, for a task from a ``--task-file``, its
+    source file's hash; the adapter's :meth:`~lctx.models.adapters.protocol.ModelAdapter.settings`: dtype,
+    attention path (requested), prefill chunk size, device type; the seed; the versions (lctx's and the
+    adapter's: torch and transformers for the in-process one). With model, task and the grid point it is the
+    resume key (:data:`lctx.harness.run.tables.KEY`). The hashed fields are all in the returned dict (``code`` =
+    the task file's 16-hex fingerprint, see :func:`task_inputs`), so
+    ``digest_json({k: rec[k] for k in base if k not in ("model", "fingerprint")})`` recomputes it. ``chunked=False``
+    for tasks that do not run through the adapter's chunked prefill (lm-eval's): the chunk size does not reach
+    them and is left out. ``inputs``: the model's :func:`model_inputs` when the caller has them (a distributed
+    run's rank 0 hashes, every rank gets its digests); default: asked of ``lm``.
     """
     from lctx.models.fingerprint import digest_json  # lazy: loads lctx.models (its kernels load triton)
 
-    mi = model_inputs(lm)
-    vs = versions()
+    mi = inputs if inputs is not None else model_inputs(lm)
+    st = lm.settings()
+    vs = versions([lm])
+    chunk = st.get("chunk_size")
     base = {"model": lm.name, "variant": lm.variant, "model_fingerprint": mi["fingerprint"],
-            "data_fingerprint": data_fp, "dtype": str(lm.dtype).replace("torch.", ""), "attn_impl": lm.attn_impl,
-            "chunk_size": int(lm.chunk_size) if chunked else None, "task": task_name, "seed": seed,
+            "data_fingerprint": data_fp, "dtype": st.get("dtype"), "attn_impl": st.get("attn_impl"),
+            "chunk_size": int(chunk) if chunked and chunk is not None else None, "task": task_name, "seed": seed,
             "task_options": _jsonable(task_options), "versions": vs,
-            "device_type": lm.device.type, "task_version": task_version, "code": code_fp}
+            "device_type": st.get("device_type"), "task_version": task_version, "code": code_fp}
     ident = dict(base)  # every field above but the model's name: a record holds them all, so its fingerprint
     ident.pop("model")  # can be recomputed from the record alone (README "Run directory")
     base["fingerprint"] = digest_json(ident)
     return base
 
 
-def peak_memory_bytes(device: torch.device) -> int:
-    """Peak memory in bytes: CUDA max allocated since the last reset on a GPU; on CPU the process's
-    peak resident set size (``ru_maxrss``, a process-wide high-water mark)."""
-    if device.type == "cuda":
-        return int(torch.cuda.max_memory_allocated(device))
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(rss if platform.system() == "Darwin" else rss * 1024)
+def _device_type(lm: ModelAdapter) -> str:
+    """The adapter's ``device_type`` setting ("cpu", "cuda", ...; "" when it names none)."""
+    return str(lm.settings().get("device_type") or "")
 
 
 @dataclass
@@ -134,7 +125,7 @@ class RunSpec:
     skip_below: dict = field(default_factory=dict)
 
 
-def check_lengths(lm: LM, lengths: list[int], allow_beyond_max: bool = False) -> None:
+def check_lengths(lm: ModelAdapter, lengths: list[int], allow_beyond_max: bool = False) -> None:
     """Refuse lengths above what a checkpoint declares it can address
     (:func:`lctx.harness.args.check_declared_max` with ``lm.max_length``).
 
@@ -144,7 +135,7 @@ def check_lengths(lm: LM, lengths: list[int], allow_beyond_max: bool = False) ->
     check_declared_max(lm.name, lm.max_length, lengths, allow_beyond_max)
 
 
-def sample_cost(task: Task, lm: LM, cell) -> float:
+def sample_cost(task: Task, lm: ModelAdapter, cell) -> float:
     """What one cell costs in prefill tokens (:meth:`lctx.tasks.Task.cost`, at least 1): the progress bar's
     weight. A cost hook that fails falls back to the cell's length; it never stops a run."""
     try:
@@ -154,7 +145,7 @@ def sample_cost(task: Task, lm: LM, cell) -> float:
     return c if math.isfinite(c) and c >= 1 else 1.0
 
 
-def check_min_lengths(lms: list[LM], tasks: list[Task], lengths: list[int],
+def check_min_lengths(lms: list[ModelAdapter], tasks: list[Task], lengths: list[int],
                       drop: bool = False) -> tuple[dict, list[str]]:
     """Before the sweep: find every (model, task, length) whose length is shorter than the task's fixed
     template with that model's tokenizer (:meth:`lctx.tasks.Task.min_length`), so it fails now, once, instead
@@ -196,28 +187,27 @@ AUTO_BATCH_CAP = {"cpu": 4, "cuda": 32}
 AUTO_BATCH_MEMORY_SHARE = 0.5
 
 
-def auto_batch_size(lm: LM, length: int) -> int:
+def auto_batch_size(lm: ModelAdapter, length: int) -> int:
     """The batch ``--batch-size auto`` uses for prompts of ``length`` tokens on ``lm``: the largest B up to
-    :data:`AUTO_BATCH_CAP` of the device type whose planned prefill (:func:`lctx.models.adapters.memory.plan_memory` with
-    ``batch=B``, the padded rows planned on the masked SDPA path that lctx models take for them; weights
-    counted once) fits in :data:`AUTO_BATCH_MEMORY_SHARE` of the device's memory; at least 1. A model whose
-    RoPE depends on the length (:attr:`LM.can_batch` False) gets 1."""
-    cap = AUTO_BATCH_CAP.get(lm.device.type, 1)
+    :data:`AUTO_BATCH_CAP` of the device type whose planned prefill (the adapter's
+    :meth:`~lctx.models.adapters.protocol.ModelAdapter.memory_plan` with ``batch=B``; the in-process adapter plans
+    padded rows on the masked SDPA path that lctx models take for them; weights counted once) fits in
+    :data:`AUTO_BATCH_MEMORY_SHARE` of its device's memory; at least 1. An adapter that cannot batch
+    (``can_batch`` False, e.g. a model whose RoPE depends on the length) gets 1; one that plans no memory
+    (``None``, a server) gets the cap."""
+    cap = AUTO_BATCH_CAP.get(_device_type(lm), 1)
     if cap <= 1 or not lm.can_batch:
         return 1
-
-    cfg = lm.model.config
-    impl = None
-    if getattr(cfg, "model_type", "") == "lctx":
-        impl = get_attn_impl(cfg.attn_impl).fallback  # padded rows: fast -> sdpa
-    room = P.device_memory(lm.device)[0] * AUTO_BATCH_MEMORY_SHARE
-    best = 1
+    best, room = 1, None
     for b in range(2, cap + 1):
         try:
-            plan = P.plan_memory(cfg, length, chunk_size=lm.chunk_size, dtype=lm.dtype, impl=impl, batch=b,
-                               decode_budget=int(lm.decode_budget), device=lm.device)
+            plan = lm.memory_plan(length, batch=b)
         except LctxError:
             break
+        if plan is None:
+            return cap
+        if room is None:
+            room = P.device_memory(plan.device)[0] * AUTO_BATCH_MEMORY_SHARE
         if plan.total - plan.get("weights") > room:
             break
         best = b
@@ -256,8 +246,8 @@ def batches(work: list, batch_size: int | str, log=None) -> list[list]:
                 sizes[key] = auto_batch_size(lm, cell.length)
                 if log is not None:
                     log(f"batch size (auto): {sizes[key]} for {lm.name} at {cell.length} tokens (the most whose "
-                        f"planned prefill fits half the {lm.device.type} memory, at most "
-                        f"{AUTO_BATCH_CAP.get(lm.device.type, 1)})")
+                        f"planned prefill fits half the {_device_type(lm)} memory, at most "
+                        f"{AUTO_BATCH_CAP.get(_device_type(lm), 1)})")
             n = sizes[key]
         else:
             n = int(batch_size)
@@ -269,7 +259,7 @@ def batches(work: list, batch_size: int | str, log=None) -> list[list]:
     return out
 
 
-def run_sweep(lms: list[LM], tasks: list[Task], spec: RunSpec, out_dir: Path, progress: bool = True,
+def run_sweep(lms: list[ModelAdapter], tasks: list[Task], spec: RunSpec, out_dir: Path, progress: bool = True,
               log=print, batch_size: int | str = 1, tables: bool = True, invocation: str | None = None) -> dict:
     """Run every (model, task, cell) not yet recorded in ``out_dir`` and write the tables and plots.
 
@@ -391,16 +381,23 @@ def _check_model_names(lms, models: dict, old_meta: dict, out_dir: Path) -> None
     for lm in lms:
         mine = models[lm.name]
         other = seen.get(lm.name)
-        if other is not None and other.get("path") != str(Path(lm.path).resolve()):
+        if other is not None and other.get("path") != _where(lm):
             raise LctxError(f"--model {lm.path!r} and --model {other['given']!r} are both named {lm.name!r}; the tables "
                             "keep one model per name: give the folders different names (e.g. a symlink) or run them "
                             "into different --out directories")
-        seen[lm.name] = {"path": str(Path(lm.path).resolve()), "given": lm.path}
+        seen[lm.name] = {"path": _where(lm), "given": lm.path}
         old = known.get(lm.name) if isinstance(known.get(lm.name), dict) else None
         if old and old.get("path") not in (None, mine.get("path")) and old.get("fingerprint") != mine.get("fingerprint"):
             raise LctxError(f"run directory {str(out_dir)!r} already holds a model named {lm.name!r} from "
                             f"{old['path']!r}, other weights than --model {lm.path!r}; the tables keep one model per "
                             "name: pass another --out, or give the folder another name (e.g. a symlink)")
+
+
+def _where(lm: ModelAdapter) -> str:
+    """Where ``lm`` comes from, to tell two models apart: its ``path`` resolved when it is a local file or folder
+    (a checkpoint), else as given (a URL)."""
+    p = Path(str(lm.path))
+    return str(p.resolve()) if p.exists() else str(lm.path)
 
 
 def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo, batch_size=1, tables: bool = True,
@@ -422,15 +419,13 @@ def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo, batch_size=1, 
                   "tasks": {t.key: task_inputs(t) for t in tasks}}
     inputs = D.broadcast(inputs)
     _check_model_names(lms, inputs["models"], old_meta, out_dir)
-    for lm in lms:
-        lm._lctx_inputs = inputs["models"][lm.name]
     bases = {}
     for lm in lms:
         for task in tasks:
             code = (inputs["tasks"][task.key]["code"] or {}).get("fingerprint")
             bases[(lm.name, task.key)] = sample_base(lm, task.name, getattr(task, "version", 1), task.options,
                                                      inputs["data"][task.key], spec.seed, code,
-                                                     chunked=task.chunked)
+                                                     chunked=task.chunked, inputs=inputs["models"][lm.name])
 
     meta = dict(old_meta)
     invocation = _invocation(meta, lms, tasks, spec, batch_size, dinfo, invocation or new_invocation())
@@ -439,7 +434,7 @@ def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo, batch_size=1, 
                  "torch": torch.__version__, "python": platform.python_version(), "host": platform.node(),
                  "models": [lm.path for lm in lms], "tasks": list(dict.fromkeys(t.name for t in tasks)),
                  "lengths": spec.lengths, "depths": spec.depths, "samples": spec.samples, "seed": spec.seed,
-                 "versions": versions(), **thread_settings(), "batch_size": batch_size})
+                 "versions": versions(lms), **thread_settings(), "batch_size": batch_size})
     for t in tasks:
         meta.update(t.run_json())  # e.g. lm-eval's version and data source
     current = dict(old_meta.get("current") or {}) if isinstance(old_meta.get("current"), dict) else {}
@@ -587,8 +582,12 @@ def task_inputs(task: Task) -> dict:
     return {"name": task.name, "version": getattr(task, "version", 1), "code": code}
 
 
-def _new_record(lm: LM, base: dict) -> dict:
-    return dict(base, variant=lm.variant, device=str(lm.device), dtype=str(lm.dtype).replace("torch.", ""),
+def _new_record(lm: ModelAdapter, base: dict) -> dict:
+    """A sample's record before it runs: ``base`` (:func:`sample_base`) with the adapter's variant, ``device`` and
+    ``dtype`` (:meth:`~lctx.models.adapters.protocol.ModelAdapter.settings`), training length, and this
+    process's torch threads."""
+    st = lm.settings()
+    return dict(base, variant=lm.variant, device=st.get("device"), dtype=st.get("dtype"),
                 train_length=lm.train_length, n_tokens=None, depth_actual=None, metrics={}, status="ok",
                 error="", batch_size=1, threads=torch.get_num_threads())
 
@@ -607,7 +606,7 @@ def _record_error(rec: dict, e: BaseException) -> None:
         rec["status"], rec["error"] = "error", f"{type(e).__name__}: {str(e)[:300]}{where}"
 
 
-def _build(task: Task, lm: LM, cell, seed: int, rec: dict):
+def _build(task: Task, lm: ModelAdapter, cell, seed: int, rec: dict):
     """Build the sample of ``cell`` and note its size on ``rec``. Raises what the task raises, or
     ValueError for a sample longer than the cell."""
     sample = task.build(lm, cell, seed)
@@ -631,19 +630,21 @@ def _take_metrics(rec: dict, task: Task, sample, got: dict) -> None:
         rec["status"], rec["error"] = "error", f"non-finite {', '.join(bad)} (NaN/inf logits?)"
 
 
-def _start(lm: LM) -> float:
-    if lm.device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(lm.device)
-
+def _start(lm: ModelAdapter) -> float:
+    """Before a sample (or a batch, a whole task): reset the adapter's peak-memory counter and the kernel log;
+    returns the start time (``time.perf_counter``)."""
+    lm.reset_peak_memory()
     impls_used(reset=True)
     return time.perf_counter()
 
 
-def _finish(recs: list[dict], lm: LM, t0: float) -> None:
-    """Kernels that ran, time (the group's, shared equally by its rows), peak memory and timestamp."""
+def _finish(recs: list[dict], lm: ModelAdapter, t0: float) -> None:
+    """Kernels that ran, time (the group's, shared equally by its rows), peak memory (the adapter's
+    :meth:`~lctx.models.adapters.protocol.ModelAdapter.peak_memory_bytes`; None where it cannot tell) and
+    timestamp."""
     used = sorted(set(impls_used().values()))
     wall = (time.perf_counter() - t0) / max(len(recs), 1)
-    peak = peak_memory_bytes(lm.device)
+    peak = lm.peak_memory_bytes()
     stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
     for rec in recs:
         if used:  # the fast path says which kernel ran (triton / flex / chunked ...)
@@ -651,7 +652,7 @@ def _finish(recs: list[dict], lm: LM, t0: float) -> None:
         rec["wall_s"], rec["peak_mem_bytes"], rec["timestamp"] = wall, peak, stamp
 
 
-def _run_one(lm: LM, task: Task, cell, base: dict, seed: int) -> dict:
+def _run_one(lm: ModelAdapter, task: Task, cell, base: dict, seed: int) -> dict:
     """Build and score one sample; never raises (failures become status='error' records)."""
     rec = _new_record(lm, base)
     t0 = _start(lm)
@@ -664,7 +665,7 @@ def _run_one(lm: LM, task: Task, cell, base: dict, seed: int) -> dict:
     return rec
 
 
-def _run_batch(lm: LM, task: Task, items: list[tuple], seed: int) -> list[dict]:
+def _run_batch(lm: ModelAdapter, task: Task, items: list[tuple], seed: int) -> list[dict]:
     """Build the samples of ``items`` ([(cell, base)], one length, a batched task) and score them together
     (:meth:`lctx.tasks.Task.score_batch`: one padded prefill, one batched greedy decode). A sample that fails
     to build or score is that sample's error record; when the batched prefill or decode itself fails (out of
@@ -682,8 +683,7 @@ def _run_batch(lm: LM, task: Task, items: list[tuple], seed: int) -> list[dict]:
         try:
             results = task.score_batch(lm, [smp for _, smp in built])
         except (Exception, SystemExit):  # noqa: BLE001 - the batch failed as a whole: run its samples alone
-            if lm.device.type == "cuda":
-                torch.cuda.empty_cache()
+            lm.free_memory()
             return [_run_one(lm, task, cell, base, seed) for cell, base in items]
     else:
         results = [None] * len(built)
@@ -706,7 +706,7 @@ def _run_batch(lm: LM, task: Task, items: list[tuple], seed: int) -> list[dict]:
 PARTIAL_DIR = "partial"
 
 
-def _run_whole(lm: LM, task: Task, items: list[tuple], log=print, state_root: Path | None = None,
+def _run_whole(lm: ModelAdapter, task: Task, items: list[tuple], log=print, state_root: Path | None = None,
                rank: int | None = None) -> list[dict]:
     """Score the cells of ``items`` ([(cell, base)], one model, a :attr:`~lctx.tasks.Task.whole` task) in one
     :meth:`~lctx.tasks.Task.score_all` call and build their records as :func:`_run_one` does (time shared

@@ -21,7 +21,7 @@ def run_lmeval(lms: list, specs: list[LmEvalSpec], source: str, out_dir: str | P
     rewrite ``results.parquet``/``results.csv``/``summary.csv`` (all records, other tasks included),
     ``mmlu_subjects.csv`` and the plots.
 
-    lms: :class:`lctx.models.adapters.hf.LM` s; specs/source from :func:`lctx.tasks.lmeval.resolve_tasks`; limit: the first N
+    lms: :class:`lctx.models.adapters.hf.HFAdapter` s; specs/source from :func:`lctx.tasks.lmeval.resolve_tasks`; limit: the first N
     test questions of each task (each MMLU subject), ``None`` for all; num_fewshot: ``None`` for the
     task defaults (:data:`lctx.tasks.lmeval.DEFAULT_FEWSHOT`); seed: lm-eval's few-shot sampler seed (MMLU takes
     the first k dev questions regardless); batch_size: lm-eval requests per forward; chat_template /

@@ -1,10 +1,15 @@
-"""Model adapter: one causal LM + tokenizer behind the few operations tasks need.
+"""The in-process model adapter: one torch causal LM + tokenizer as :class:`HFAdapter`, lctx's
+:class:`~lctx.models.adapters.protocol.ModelAdapter` for lctx checkpoints, Hugging Face causal-LM folders, GGUF
+files (dequantised by transformers, :mod:`.gguf`) and llama2.c exports once converted (``lctx convert``).
 
-Every task talks to :class:`LM`, never to a model directly. The adapter runs long inputs as a chunked
-prefill into a KV cache (chunk size ``chunk_size`` tokens) and asks the model for logits only at the
-positions a task scores (``logits_to_keep``), so a long prompt never materialises T x vocab logits.
+Tasks talk to it through the protocol only. It runs long inputs as a chunked prefill into a KV cache (chunk size
+``chunk_size`` tokens) and asks the model for logits only at the positions a task scores (``logits_to_keep``), so
+a long prompt never materialises T x vocab logits; the protocol's opaque prompt handle is a :class:`Prefix`
+holding that cache, so a prompt is prefilled once for its greedy continuation and every teacher-forced score.
 It works for lctx checkpoints and for any Hugging Face causal LM whose forward takes a KV cache and
-``logits_to_keep`` (transformers >= 4.45 models do).
+``logits_to_keep`` (transformers >= 4.45 models do). Torch-level methods beside the protocol
+(:meth:`HFAdapter.prefill` with logits, :meth:`HFAdapter.continuation_logits`, ``model`` and ``tokenizer``) serve
+lctx's own commands and tests; lm-eval's mmlu/arc reach the model through :meth:`HFAdapter.lmeval_model`.
 """
 
 from __future__ import annotations
@@ -13,10 +18,13 @@ import copy
 import hashlib
 import inspect
 import json
+import platform
+import resource
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+import transformers
 from transformers.cache_utils import DynamicCache
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from transformers.utils import logging as hf_logging
@@ -27,11 +35,15 @@ from lctx.models.adapters.devices import DTYPES, resolve_device, resolve_dtype  
 
 from lctx.chat import render_chat
 from lctx.models.adapters.gguf import cached_gguf_dir
-from lctx.model_files import find_gguf
+from lctx.models.adapters.memory import DECODE_BUDGET, plan_memory
+from lctx.models.adapters.protocol import ContinuationScores
+from lctx.model_files import find_gguf, raise_if_remote_code as _raise_if_remote_code
 
 @dataclass
 class Prefix:
-    """A prompt already run through the model: its KV cache and the logits after its last token.
+    """A prompt already run through the model: its KV cache and the logits after its last token. The
+    :class:`HFAdapter`'s opaque prompt handle (:meth:`HFAdapter.prefix`): tasks pass it back to ``greedy`` and
+    ``score_continuation`` and never read its fields.
 
     cache: the model's KV cache holding ``n_tokens`` tokens; last_logits: [vocab] float32, the
     next-token logits after the prompt.
@@ -48,7 +60,8 @@ class Prefix:
 
 @dataclass
 class BatchPrefix:
-    """Several prompts run through the model together, left-padded to the longest (:meth:`LM.prefill_batch`).
+    """Several prompts run through the model together, left-padded to the longest (:meth:`HFAdapter.prefill_batch`;
+    the opaque batch handle of :meth:`HFAdapter.prefix_batch`).
 
     cache: the model's KV cache with B rows of ``width`` entries each (padding included); mask: [B, width]
     long, 1 for a real token and 0 for padding (each row's padding comes first); last_logits: [B, vocab]
@@ -71,7 +84,7 @@ class BatchPrefix:
         """Row ``i`` as a :class:`Prefix` of its own (a copy of its KV entries and post-prompt states, its
         left padding kept and masked), so a task's per-sample code (``score_continuation``,
         ``continuation_logits``, ``greedy``) runs on it as on a prompt prefilled alone. Decoded tokens of
-        :meth:`LM.greedy_batch` are not part of it (it holds the prompt only)."""
+        :meth:`HFAdapter.greedy_batch` are not part of it (it holds the prompt only)."""
         W = self.width
         cache = _select_row(self.cache, i, W)
         states = ({k: {n: t[i:i + 1].clone() for n, t in st.items()} for k, st in self.states.items()}
@@ -105,6 +118,29 @@ def _select_row(cache, i: int, width: int):
     return new
 
 
+_TOK_FP: dict[int, tuple[object, str]] = {}
+
+
+def tokenizer_fingerprint(tok) -> str:
+    """A short hash (16 hex digits) of a tokenizer's full definition (a fast tokenizer's JSON, else its vocabulary
+    and special tokens, then its BOS id and class name): two tokenizers with the same hash tokenize identically.
+    Memoised per tokenizer object. (Formerly ``lctx.tasks.niah.tokenizer_fingerprint``: the same value, so the
+    tasks' sample caches written before keep matching.)"""
+    hit = _TOK_FP.get(id(tok))
+    if hit is not None and hit[0] is tok:
+        return hit[1]
+    backend = getattr(tok, "backend_tokenizer", None)
+    if backend is not None:
+        body = backend.to_str()
+    else:
+        vocab = tok.get_vocab() if hasattr(tok, "get_vocab") else {}
+        body = json.dumps(sorted(vocab.items())) + repr(getattr(tok, "all_special_tokens", None))
+    body += f"|bos={getattr(tok, 'bos_token_id', None)}|{type(tok).__name__}"
+    fp = hashlib.sha1(body.encode()).hexdigest()[:16]
+    _TOK_FP[id(tok)] = (tok, fp)
+    return fp
+
+
 @dataclass
 class Prompt:
     """A built prompt: ``ids`` (tokens, BOS / chat template included), ``text`` (the prompt as text, chat
@@ -117,10 +153,12 @@ class Prompt:
 
 
 class TokenizerSide:
-    """The tokenizer half of :class:`LM`: text <-> ids and task prompts (the one place a chat template is
-    applied). A subclass provides ``tokenizer``, ``name``, ``add_bos``, ``chat_template``, ``system_prompt``
-    and ``max_length``; :class:`LM` is one, and ``lctx.harness.commands.train.TokenizerLM`` (training documents built by
-    the evaluation tasks' own code, without a model) is another."""
+    """The tokenizer half of :class:`HFAdapter` over a ``transformers`` tokenizer: the text part of the
+    :class:`~lctx.models.adapters.protocol.ModelAdapter` protocol (text <-> ids, task prompts: the one place a
+    chat template is applied, the sample-cache keys). A subclass provides ``tokenizer``, ``name``, ``add_bos``,
+    ``chat_template``, ``system_prompt`` and ``max_length``; :class:`HFAdapter` is one, and
+    ``lctx.harness.commands.train.TokenizerLM`` (training documents built by the evaluation tasks' own code,
+    without a model) is another."""
 
     # -- text <-> ids ------------------------------------------------------------------------------
     @property
@@ -161,6 +199,23 @@ class TokenizerSide:
 
         tmpl = self.tokenizer.chat_template
         return {"template": hashlib.sha1(str(tmpl).encode()).hexdigest()[:12], "system_prompt": self.system_prompt}
+
+    def tokenizer_fingerprint(self) -> str:
+        """:func:`tokenizer_fingerprint` of the tokenizer (the protocol's sample-cache key)."""
+        return tokenizer_fingerprint(self.tokenizer)
+
+    def prompt_signature(self) -> dict:
+        """What shapes a prompt's tokens besides the tokenizer, for the tasks' sample-cache keys: ``"chat"``
+        (:meth:`chat_signature`) only when the chat template is on, and ``"bos"`` (:attr:`bos_id`) only when it
+        differs from the tokenizer's own BOS (SmolLM2: none put first), so that cache entries written before
+        either option keep matching; ``{}`` otherwise."""
+        out: dict = {}
+        chat = self.chat_signature()
+        if chat is not None:
+            out["chat"] = chat
+        if self.bos_id != getattr(self.tokenizer, "bos_token_id", None):
+            out["bos"] = self.bos_id
+        return out
 
     def prompt_text(self, user: str, answer_prefix: str = "") -> tuple[str, int]:
         """The prompt as text and the character offset where ``user`` starts in it.
@@ -245,8 +300,12 @@ class TokenizerSide:
 
 
 @dataclass
-class LM(TokenizerSide):
-    """A causal LM and its tokenizer, as the tasks see them.
+class HFAdapter(TokenizerSide):
+    """A torch causal LM and its ``transformers`` tokenizer in this process: lctx's
+    :class:`~lctx.models.adapters.protocol.ModelAdapter` for lctx checkpoints, Hugging Face folders, GGUF files and
+    converted llama2.c exports (:func:`load_lm` makes one), with the optional lm-eval capability
+    (:meth:`lmeval_model`). The prompt handle of :meth:`prefix` is a :class:`Prefix` (its KV cache), the batch
+    handle a :class:`BatchPrefix`.
 
     Attributes:
         model: a ``PreTrainedModel`` in eval mode on ``device``.
@@ -274,13 +333,14 @@ class LM(TokenizerSide):
     device: torch.device
     dtype: torch.dtype
     chunk_size: int = 2048
-    decode_budget: int = 256  # tokens reserved past the prompt in a preallocated KV cache
+    decode_budget: int = DECODE_BUDGET  # tokens reserved past the prompt in a preallocated KV cache
     attn_impl: str = ""  # lctx models: reference | sdpa | fast (config.attn_impl); HF models: "hf:<impl>"
     add_bos: bool | None = None
     chat_template: bool = False
     system_prompt: str | None = None
     _cache_kw: str = field(default="cache", repr=False)
     _length_ropes: list = field(default_factory=list, repr=False)
+    _inputs: dict | None = field(default=None, repr=False)  # model_inputs(), hashed once
 
     def __post_init__(self):
         params = inspect.signature(self.model.forward).parameters
@@ -291,6 +351,83 @@ class LM(TokenizerSide):
         self._length_ropes = _length_dependent_ropes(self.model)
         if self.chat_template:
             self.check_chat_template()
+
+    # -- identity and records (protocol) -------------------------------------------------------------
+    def model_inputs(self) -> dict:
+        """{"path": the checkpoint's resolved path, "fingerprint": 16 hex digits, "files": {name: sha256}} of the
+        checkpoint's weights, config, tokenizer and other model files
+        (:func:`lctx.models.fingerprint.checkpoint_digests`, :func:`~lctx.models.fingerprint.digest_json`), hashed
+        once per adapter (and per process: the digest cache of :mod:`lctx.models.fingerprint` skips unchanged
+        files). A GGUF model's path is the ``.gguf`` file itself.
+
+        Raises:
+            LctxError: a model file that cannot be read.
+        """
+        if self._inputs is None:
+            from lctx.models.fingerprint import checkpoint_digests, digest_json  # lazy: loads lctx.models (its kernels load triton)
+
+            files = checkpoint_digests(self.path)
+            self._inputs = {"path": str(Path(self.path).resolve()), "fingerprint": digest_json(files), "files": files}
+        return self._inputs
+
+    def settings(self) -> dict:
+        """``dtype`` ("float32"), ``attn_impl`` (lctx models: reference | sdpa | fast; Hugging Face models:
+        ``hf:<transformers attention>``), ``chunk_size`` (prefill chunk, tokens), ``device_type`` ("cpu", "cuda"),
+        ``versions`` (torch, transformers) and ``device`` ("cuda:0"): the protocol's settings, read now (a test
+        may change ``chunk_size`` between runs)."""
+        return {"dtype": str(self.dtype).replace("torch.", ""), "attn_impl": self.attn_impl,
+                "chunk_size": int(self.chunk_size), "device_type": torch.device(self.device).type,
+                "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+                "device": str(self.device)}
+
+    # -- memory (protocol) -------------------------------------------------------------------------
+    def reset_peak_memory(self) -> None:
+        """On a GPU, reset CUDA's peak-allocation counter (``torch.cuda.reset_peak_memory_stats``); on CPU nothing
+        (the peak resident set size is a process-wide high-water mark)."""
+        if torch.device(self.device).type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+
+    def peak_memory_bytes(self) -> int:
+        """Peak memory in bytes: CUDA max allocated since :meth:`reset_peak_memory` on a GPU; on CPU the process's
+        peak resident set size (``ru_maxrss``, a process-wide high-water mark; KiB on Linux, bytes on macOS)."""
+        if torch.device(self.device).type == "cuda":
+            return int(torch.cuda.max_memory_allocated(self.device))
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return int(rss if platform.system() == "Darwin" else rss * 1024)
+
+    def free_memory(self) -> None:
+        """On a GPU, give cached blocks back to the device (``torch.cuda.empty_cache``), e.g. after a batch ran
+        out of memory and before its samples run alone; on CPU nothing."""
+        if torch.device(self.device).type == "cuda":
+            torch.cuda.empty_cache()
+
+    def memory_plan(self, length: int, batch: int = 1, kept_logits: int = 1):
+        """The memory model of ``lctx plan`` (:func:`lctx.models.adapters.memory.plan_memory`) for one prefill of
+        ``length`` tokens in ``batch`` rows on this adapter's config, dtype, chunk size, KV cache (the one
+        :meth:`new_cache` really makes) and device, keeping ``kept_logits`` positions' logits. Batches of lctx
+        models plan the path padded rows take (``fast`` runs them on the masked SDPA path,
+        :meth:`prefill_batch`). Returns a :class:`~lctx.models.adapters.memory.MemoryPlan` (bytes; its
+        ``device`` is this adapter's).
+
+        Raises:
+            LctxError: non-positive sizes, or a config the memory model cannot read.
+        """
+        cfg = self.model.config
+        impl = getattr(cfg, "attn_impl", None) if self.is_lctx else None
+        if batch > 1 and impl is not None:
+            impl = get_attn_impl(impl).fallback  # padded rows: fast runs the masked SDPA path (unpadded kernels)
+        kind = "preallocated" if type(self.new_cache(1)).__name__ == "PreallocatedKVCache" else "dynamic"
+        return plan_memory(cfg, length, chunk_size=self.chunk_size, dtype=self.dtype, impl=impl, batch=batch,
+                           kept_logits=kept_logits, name=self.name, kv_cache=kind,
+                           decode_budget=int(self.decode_budget or 0), device=self.device)
+
+    # -- lm-eval (optional capability) ---------------------------------------------------------------
+    def lmeval_model(self) -> tuple[object, object]:
+        """(the ``PreTrainedModel``, its tokenizer) for lm-eval's ``hf`` backend, which calls the model directly:
+        length-dependent RoPE modules get their own per-forward behaviour back first (:meth:`release_rope`).
+        The :class:`~lctx.models.adapters.protocol.LmEvalCapable` capability mmlu/arc need."""
+        self.release_rope()
+        return self.model, self.tokenizer
 
     # -- model calls -------------------------------------------------------------------------------
     def new_cache(self, capacity: int):
@@ -381,6 +518,27 @@ class LM(TokenizerSide):
         states = getattr(cache, "lctx_states", None)
         snapshot = {k: {n: t.clone() for n, t in st.items()} for k, st in states.items()} if states else None
         return Prefix(cache, got[T - 1], T, snapshot), got
+
+    def prefix(self, ids: list[int]) -> Prefix:
+        """The protocol's prompt handle: :meth:`prefill` of ``ids`` (its KV cache and last logits, a
+        :class:`Prefix`).
+
+        Raises:
+            ValueError: empty ``ids``.
+        """
+        return self.prefill(ids)[0]
+
+    def prefix_batch(self, rows: list[list[int]]) -> BatchPrefix:
+        """The protocol's batch handle: :meth:`prefill_batch` of ``rows``.
+
+        Raises:
+            ValueError: as :meth:`prefill_batch`.
+        """
+        return self.prefill_batch(rows)
+
+    def batch_row(self, batch: BatchPrefix, i: int) -> Prefix:
+        """Row ``i`` of a batch handle as a prompt handle of its own (:meth:`BatchPrefix.row`)."""
+        return batch.row(i)
 
     def fix_rope_length(self, n_tokens: int) -> None:
         """Set every length-dependent RoPE (dynamic NTK, LongRoPE) to the frequencies transformers computes
@@ -534,17 +692,22 @@ class LM(TokenizerSide):
         return torch.stack(logits)
 
     @torch.inference_mode()
-    def score_continuation(self, prefix: Prefix, cont: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    def score_continuation(self, prefix: Prefix, cont: list[int]) -> ContinuationScores:
         """Teacher-forced scores of ``cont`` after a prefilled prompt (take ``cont`` from
-        :meth:`continuation_ids`, the tokens it has in context).
+        :meth:`continuation_ids`, the tokens it has in context), from :meth:`continuation_logits` (float32).
 
-        Returns (logprob [n] float64 of each continuation token, top1 [n] bool: the token is the
-        model's argmax at its position). The cache is rewound to the prompt afterwards.
+        Returns a :class:`~lctx.models.adapters.protocol.ContinuationScores` of Python lists: ``logprobs`` (the
+        float64 log-softmax of each position's logits at its token), ``top1`` (the token is the float32 logits'
+        argmax, ties to the lowest id), ``ranks`` (1 + the vocabulary entries with a strictly higher logit). The
+        cache is rewound to the prompt afterwards.
         """
         lg = self.continuation_logits(prefix, cont)
         target = torch.tensor(cont, device=lg.device)
-        logprob = torch.log_softmax(lg.double(), -1).gather(-1, target[:, None])[:, 0]
-        return logprob.cpu(), (lg.argmax(-1) == target).cpu()
+        lgd = lg.double()
+        logprob = torch.log_softmax(lgd, -1).gather(-1, target[:, None])[:, 0]
+        ranks = (lgd > lgd.gather(-1, target[:, None])).sum(-1) + 1
+        return ContinuationScores(logprob.cpu().tolist(), (lg.argmax(-1) == target).cpu().tolist(),
+                                  ranks.cpu().tolist())
 
     @torch.inference_mode()
     def token_nll(self, ids: list[int], targets: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -578,13 +741,13 @@ class LM(TokenizerSide):
 def load_lm(path: str, device: str = "auto", dtype: str = "float32", name: str | None = None,
             chunk_size: int = 2048, trust_remote_code: bool = False, attn_override: str | None = None,
             attn_impl: str | None = None, cache_dir: str | None = None, log=None, chat_template: bool = False,
-            system_prompt: str | None = None, progress: bool = True) -> LM:
-    """Load a checkpoint (lctx or Hugging Face causal-LM directory, or a GGUF file) as an :class:`LM`.
+            system_prompt: str | None = None, progress: bool = True) -> HFAdapter:
+    """Load a checkpoint (lctx or Hugging Face causal-LM directory, or a GGUF file) as an :class:`HFAdapter`.
 
     A ``.gguf`` file, or a directory holding exactly one (and no ``config.json``), is dequantised to
     ``dtype`` by transformers' GGUF support into a Hugging Face directory cached under ``cache_dir`` (default
     the user cache directory) and keyed by the file's SHA-256 (:mod:`lctx.models.adapters.gguf`); the model's name is
-    the file's stem and ``LM.path`` the file itself.
+    the file's stem and ``HFAdapter.path`` the file itself.
 
     Weights: ``*.safetensors`` when the directory has any (``use_safetensors=True``); otherwise a
     ``.bin`` through ``torch.load(weights_only=True)`` (transformers' loader, which refuses pickled code).
@@ -594,7 +757,7 @@ def load_lm(path: str, device: str = "auto", dtype: str = "float32", name: str |
     :mod:`lctx.kernels`) replaces the checkpoint's ``config.attn_impl``; ``None`` keeps it. Hugging Face
     checkpoints: ``"reference"`` runs transformers' ``eager`` attention, ``"sdpa"`` its ``sdpa``;
     ``"fast"`` is refused (lctx's kernels implement lctx's variants, not transformers' attention classes).
-    ``chat_template`` / ``system_prompt``: see :meth:`LM.prompt` (``--chat-template on``, ``--system-prompt``).
+    ``chat_template`` / ``system_prompt``: see :meth:`HFAdapter.prompt` (``--chat-template on``, ``--system-prompt``).
     ``progress`` False (``--no-progress``): no de-quantising bar when a GGUF file is converted.
 
     ``path``: a folder, a ``.gguf`` file, or a Hugging Face hub id found in the local cache (named ``NAME`` of
@@ -682,7 +845,7 @@ def load_lm(path: str, device: str = "auto", dtype: str = "float32", name: str |
     variant = getattr(config, "variant", None) or config.model_type
     train_length = getattr(config, "train_length", None)
     max_length = getattr(config, "max_position_embeddings", None)
-    lm = LM(model=model, tokenizer=tok, name=name or p.resolve().name, path=str(source), variant=variant,
+    lm = HFAdapter(model=model, tokenizer=tok, name=name or p.resolve().name, path=str(source), variant=variant,
             train_length=train_length, max_length=max_length, device=dev, dtype=dt, chunk_size=chunk_size,
             attn_impl=impl, chat_template=chat_template, system_prompt=system_prompt)
     if attn_override:
@@ -730,7 +893,7 @@ def _length_dependent_ropes(model) -> list:
     """Transformers rotary-embedding modules whose frequencies depend on the sequence length the module
     sees (``rope_type`` "dynamic" (dynamic NTK) or "longrope"): [(module, rope_type)]. Their
     ``dynamic_rope_update`` keeps the frequencies of the longest forward seen and switches on the length of
-    each chunk (transformers ``modeling_rope_utils.py``), so :meth:`LM.prefill` fixes them per sample.
+    each chunk (transformers ``modeling_rope_utils.py``), so :meth:`HFAdapter.prefill` fixes them per sample.
     Returns [(module, rope_type, attention_scaling at load)]."""
     out = []
     for mod in getattr(model, "modules", lambda: [])():
@@ -741,13 +904,6 @@ def _length_dependent_ropes(model) -> list:
             raise LctxError("this checkpoint uses per-layer-type length-dependent RoPE (dynamic/longrope), which "
                             "lctx cannot yet fix per sample; its scores would depend on --chunk-size")
     return out
-
-
-def _raise_if_remote_code(path: str, e: BaseException) -> None:
-    """Turn transformers' "needs trust_remote_code" refusal into a one-line LctxError naming the flag."""
-    if "trust_remote_code" in str(e):
-        raise LctxError(f"checkpoint {path!r} ships its own Python code (auto_map in config.json), which lctx "
-                        "does not run by default; pass --trust-remote-code if you trust its source") from None
 
 
 def _first_line(e: BaseException) -> str:

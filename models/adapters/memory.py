@@ -1,6 +1,6 @@
 """Memory model of a long-context evaluation: expected peak memory before a run starts (``lctx plan``).
 
-A chunked prefill of T tokens in chunks of c = min(chunk_size, T) tokens (``LM.prefill``) holds, at its
+A chunked prefill of T tokens in chunks of c = min(chunk_size, T) tokens (``HFAdapter.prefill``) holds, at its
 peak (the last chunk, when the KV cache is nearly full):
 
 ======================  ==========================================================================
@@ -11,7 +11,7 @@ KV cache                T x per-token bytes; softmax variants: 2 x layers x kv_h
                         from their own cache after a probe forward of one layer (:func:`cache_bytes`).
 KV cache growth         with a ``DynamicCache``, one layer's cache once more: ``update`` concatenates the
                         new chunk to the old keys (``torch.cat``), so old and new tensors coexist for one
-                        layer. A :class:`lctx.models.cache.PreallocatedKVCache` (what ``LM`` gives lctx
+                        layer. A :class:`lctx.models.cache.PreallocatedKVCache` (what ``HFAdapter`` gives lctx
                         models when it has ``new_cache``) holds T + decode budget tokens from the start
                         and writes in place: no growth copy (a per-token state beside it still grows).
 positions               B x T x 17 bytes: k_pos (int64), its cumsum temporary (int64), key_valid (bool).
@@ -32,8 +32,8 @@ attention working set   depends on the path that runs (found by a probe forward,
                           queries' scores against all keys, B x H x 128 x T x 16;
                         * fixed-state mixers (no pattern asked for): B x H x c x D x 32 (chunk tables and
                           state updates of the chunked scan, an upper estimate).
-logits                  kept positions x vocab x 4 (float32, ``LM.prefill`` keeps them) and, when more than
-                        one position is scored (``LM.token_nll``: ppl scores every position of its first
+logits                  kept positions x vocab x 4 (float32, ``HFAdapter.prefill`` keeps them) and, when more than
+                        one position is scored (``HFAdapter.token_nll``: ppl scores every position of its first
                         window), x 16 more for the float64 copy and its log-softmax.
 lm-eval (MMLU/ARC)      one unchunked forward of min(batch, requests) rows x the longest request, then
                         the logits (rows x tokens x vocab x 4 for lctx models, the dtype's size for HF)
@@ -62,7 +62,7 @@ from lctx.errors import LctxError
 
 from lctx.models.adapters.devices import resolve_dtype
 from lctx.models.adapters.gguf import _load_error
-from lctx.model_files import check_header, find_gguf
+from lctx.model_files import check_header, find_gguf, raise_if_remote_code
 
 GIB = 1024**3
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "kib": 1024, "m": 1024**2, "mb": 1024**2, "mib": 1024**2,
@@ -102,7 +102,8 @@ class MemoryPlan:
     """The expected peak memory (bytes) of a chunked prefill of ``length`` tokens, as a list of items.
 
     ``attn_path``: which attention working set was counted (``fused``, ``sdpa``, ``reference``,
-    ``blockwise``, ``fixed-state``); ``notes``: caveats found while planning.
+    ``blockwise``, ``fixed-state``); ``notes``: caveats found while planning; ``device``: where it runs
+    (``"cpu"``, ``"cuda:0"``), whose memory :func:`check_run_fits` compares it with.
     """
 
     model: str
@@ -114,6 +115,7 @@ class MemoryPlan:
     kv_cache: str = "dynamic"
     items: list[MemoryItem] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    device: str = "cpu"  # where the prefill runs (str of a torch device): the room the checks compare with
 
     @property
     def total(self) -> int:
@@ -188,9 +190,7 @@ def load_config(path: str, trust_remote_code: bool = False):
     try:
         return AutoConfig.from_pretrained(p, trust_remote_code=trust_remote_code)
     except Exception as e:  # noqa: BLE001 - any parse failure is a bad checkpoint
-        from lctx.models.adapters.hf import _raise_if_remote_code  # lazy: loads transformers
-
-        _raise_if_remote_code(path, e)
+        raise_if_remote_code(path, e)
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
         raise LctxError(f"checkpoint {path!r} has an unreadable config.json ({first}); re-save it with "
                         "save_pretrained") from None
@@ -266,15 +266,17 @@ def cache_bytes(cache, layer_idx: int = 0, state: bool = True) -> int:
     return n
 
 
-def default_kv_cache() -> tuple[str, int]:
-    """(kind, decode budget in tokens) of the KV cache :class:`lctx.models.adapters.hf.LM` gives lctx models:
-    ``("preallocated", LM.decode_budget)`` when it has ``new_cache`` (a :class:`PreallocatedKVCache` of
-    prompt + budget tokens), else ``("dynamic", 0)`` (``DynamicCache``, which concatenates per chunk)."""
-    from lctx.models.adapters.hf import LM  # lazy: loads transformers
+#: tokens the in-process adapter reserves past the prompt in a preallocated KV cache (greedy decoding and
+#: teacher-forced continuations write there): :attr:`lctx.models.adapters.hf.HFAdapter.decode_budget`'s default
+DECODE_BUDGET = 256
 
-    if hasattr(LM, "new_cache"):
-        return "preallocated", int(getattr(LM, "decode_budget", 0) or 0)
-    return "dynamic", 0
+
+def default_kv_cache() -> tuple[str, int]:
+    """(kind, decode budget in tokens) of the KV cache :class:`lctx.models.adapters.hf.HFAdapter` gives lctx models:
+    ``("preallocated", DECODE_BUDGET)`` (a :class:`PreallocatedKVCache` of prompt + budget tokens,
+    :meth:`~lctx.models.adapters.hf.HFAdapter.new_cache`; other models get a ``DynamicCache``, which concatenates
+    per chunk)."""
+    return "preallocated", DECODE_BUDGET
 
 
 @dataclass
@@ -381,7 +383,7 @@ def plan_memory(config, length: int, chunk_size: int = 2048, dtype="float32", im
     (default: the config's); batch: rows (B); kept_logits: positions whose logits are kept (1 for
     generation; the window for ppl); kv_cache: ``"dynamic"`` (``DynamicCache``: the cache grows by
     concatenation, one layer is copied at a time), ``"preallocated"`` (buffers of length + ``decode_budget``
-    tokens written in place) or ``"auto"`` (what ``LM`` uses for this config, :func:`default_kv_cache`);
+    tokens written in place) or ``"auto"`` (what ``HFAdapter`` uses for this config, :func:`default_kv_cache`);
     device: where it runs (the fast paths differ: Triton on CUDA, the blocked / vectorised PyTorch forms
     on CPU). Returns a :class:`MemoryPlan` (bytes).
 
@@ -400,7 +402,7 @@ def plan_memory(config, length: int, chunk_size: int = 2048, dtype="float32", im
     B, T, c = batch, length, min(chunk_size, length)
     L, H, D, d, I, V = s.layers, s.heads, s.head_dim, s.hidden, s.intermediate, s.vocab
     plan = MemoryPlan(model=name or s.variant, length=T, chunk_size=chunk_size, dtype=str(dt).replace("torch.", ""),
-                      impl=impl, attn_path="sdpa")
+                      impl=impl, attn_path="sdpa", device=str(device))
     add = lambda n, v, f: plan.items.append(MemoryItem(n, int(v), f))  # noqa: E731
     add("weights", s.n_params * b, f"{s.n_params:,} parameters x {b} B")
     kv_formula = 2 * s.kv_heads * D * b  # per token per layer
@@ -618,27 +620,22 @@ def check_fits(plan: MemoryPlan, available: int, source: str, resident: int = 0,
 
 
 def check_run_fits(lms: list, length: int, kept_logits: int = 1, available: int | None = None) -> list[MemoryPlan]:
-    """Before a sweep: plan the longest prefill of every loaded :class:`lctx.models.adapters.hf.LM` and refuse the
-    run when one model's prefill plus the weights of all loaded models exceed their device's memory.
-    On CPU the loaded weights are already out of ``MemAvailable``, so they are added back to the room.
+    """Before a sweep: plan the longest prefill of every model adapter
+    (:meth:`~lctx.models.adapters.protocol.ModelAdapter.memory_plan`) and refuse the run when one model's prefill
+    plus the weights of all loaded models exceed their device's memory (the plan's ``device``). On CPU the
+    loaded weights are already out of ``MemAvailable``, so they are added back to the room. An adapter whose plan
+    is ``None`` (a server) is not checked. Returns the plans made.
 
     Raises:
         LctxError: a run that cannot fit (see :func:`check_fits`).
     """
-    plans = []
+    plans, by_dev = [], {}
     for lm in lms:
-        cfg = lm.model.config
-        kind = "dynamic"
-        if hasattr(lm, "new_cache"):  # the cache this LM really prefills into
-            kind = "preallocated" if type(lm.new_cache(1)).__name__ == "PreallocatedKVCache" else "dynamic"
-        plan = plan_memory(cfg, length, chunk_size=lm.chunk_size, dtype=lm.dtype,
-                           impl=getattr(cfg, "attn_impl", None) if getattr(cfg, "model_type", "") == "lctx" else None,
-                           kept_logits=kept_logits, name=lm.name, kv_cache=kind,
-                           decode_budget=int(getattr(lm, "decode_budget", 0) or 0), device=lm.device)
+        plan = lm.memory_plan(length, kept_logits=kept_logits)
+        if plan is None:
+            continue
         plans.append(plan)
-    by_dev: dict[str, list] = {}
-    for lm, plan in zip(lms, plans):
-        by_dev.setdefault(str(lm.device), []).append((lm, plan))
+        by_dev.setdefault(str(plan.device), []).append((lm, plan))
     for dev, pairs in by_dev.items():
         weights = sum(p.get("weights") for _, p in pairs)
         room, source = device_memory(dev, available)
@@ -714,16 +711,18 @@ def check_lmeval_fits(lms: list, request_lengths, batch: int, explicit: bool,
             does not fit (names what to change).
     """
     by_dev: dict[str, list] = {}
+    models = {id(lm): lm.lmeval_model()[0] for lm in lms}  # the capability mmlu/arc need (LmEvalCapable)
     for lm in lms:
-        by_dev.setdefault(str(lm.device), []).append(lm)
+        by_dev.setdefault(lm.settings()["device"], []).append(lm)
     best, why = int(batch), None
     for dev, group in by_dev.items():
         room, source = device_memory(dev, available)
-        weights = {id(lm): _loaded_bytes(lm.model) for lm in group}
+        weights = {id(lm): _loaded_bytes(models[id(lm)]) for lm in group}
         if torch.device(dev).type == "cpu" and available is None:
             room += sum(weights.values())
         for lm in group:
-            cfg = lm.model.config
+            cfg = models[id(lm)].config
+            dtype = lm.settings()["dtype"]
             others = sum(weights.values()) - weights[id(lm)]
             front, most = [], 0  # a task with a shorter longest request and no more requests never needs more
             for label, (n_tok, n_req) in sorted(request_lengths(lm).items(), key=lambda kv: (-kv[1][0], -kv[1][1])):
@@ -733,13 +732,13 @@ def check_lmeval_fits(lms: list, request_lengths, batch: int, explicit: bool,
             if not front:
                 continue
 
-            def need(b, cfg=cfg, lm=lm, front=front, others=others):
-                plans = [(plan_lmeval(cfg, n_tok, b, n_req, dtype=lm.dtype, name=lm.name, device=lm.device), label)
+            def need(b, cfg=cfg, lm=lm, front=front, others=others, dtype=dtype):
+                plans = [(plan_lmeval(cfg, n_tok, b, n_req, dtype=dtype, name=lm.name, device=dev), label)
                          for label, n_tok, n_req in front]
                 plan, label = max(plans, key=lambda p: p[0].total)
                 return plan.total + others, plan, label, min(b, next(n for lb, _, n in front if lb == label))
 
-            V, eb = model_shape(cfg).vocab, lmeval_logit_bytes(cfg, lm.dtype)
+            V, eb = model_shape(cfg).vocab, lmeval_logit_bytes(cfg, dtype)
             top, n_top, _ = front[0]
             arith = (f"longest request {n_top:,} tokens ({top}) x vocab {V:,} x {eb} B x {LMEVAL_LOGIT_COPIES} "
                      f"copies = {gib(n_top * V * eb * LMEVAL_LOGIT_COPIES)} per request")

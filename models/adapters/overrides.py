@@ -102,7 +102,7 @@ def register_ssmax(base: str = "sdpa") -> str:
 # -- applying an override to a loaded LM --------------------------------------------------------------
 
 def apply_override(lm, override: AttnOverride | str) -> None:
-    """Apply ``override`` to ``lm`` (an :class:`lctx.models.adapters.hf.LM`) in place; append its label to ``lm.variant``
+    """Apply ``override`` to ``lm`` (an :class:`lctx.models.adapters.hf.HFAdapter`) in place; append its label to ``lm.variant``
     (``llama+ssmax:s=0.43``) and to ``lm.name`` (``name+ssmax_s0.43``).
 
     Raises:

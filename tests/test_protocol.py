@@ -1,0 +1,271 @@
+"""The model-adapter seam (issue 26): tasks and the runner need only :class:`ModelAdapter`.
+
+A toy adapter with no torch in it (:mod:`toy_adapter`: characters as tokens, a rule with an explicit next-token
+distribution) runs passkey and ppl end to end through ``lctx.evaluate(adapter, [task], ...)``, with the values its
+rule dictates; the in-process adapter (:class:`HFAdapter`) keeps the resume key of the code before the seam
+(pinned against records the old ``LM`` wrote for the bundled model).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import typing
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import toy_adapter as toy
+from lctx.errors import LctxError
+from lctx.models.adapters.protocol import ADAPTER_MEMBERS, LmEvalCapable, ModelAdapter, missing_members
+
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+BUNDLED = REPO / "models" / "checkpoints" / "pydoc-tiny-rope"
+#: columns that differ between two runs of the same inputs (when, how long, which process, how much memory)
+RUN_SPECIFIC = ["run_id", "wall_s", "peak_mem_bytes", "timestamp", "git_rev"]
+
+
+def test_member_list_is_the_protocols():
+    # the names messages quote (missing_members) are exactly what the Protocol declares, no more, no less
+    assert set(ADAPTER_MEMBERS) == set(typing._get_protocol_attrs(ModelAdapter))  # noqa: SLF001 (3.11's way to list them)
+    assert len(ADAPTER_MEMBERS) == len(set(ADAPTER_MEMBERS))
+
+
+def test_toy_is_an_adapter_and_imports_no_torch():
+    assert isinstance(toy.ToyAdapter(), ModelAdapter) and missing_members(toy.ToyAdapter()) == []
+    assert not isinstance(toy.ToyAdapter(), LmEvalCapable)  # no Hugging Face model to give lm-eval
+    # control: an object without the members is no adapter, and the message can name them all
+    assert not isinstance(object(), ModelAdapter) and missing_members(object()) == list(ADAPTER_MEMBERS)
+    code = "import sys, toy_adapter; print(sorted(m for m in ('torch', 'lctx', 'numpy') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=TESTS)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_hf_adapter_conforms_and_can_serve_lmeval():
+    from lctx.models.adapters.hf import HFAdapter, load_lm
+
+    lm = load_lm(str(BUNDLED), device="cpu")
+    assert isinstance(lm, HFAdapter) and isinstance(lm, ModelAdapter) and isinstance(lm, LmEvalCapable)
+    model, tok = lm.lmeval_model()
+    assert model is lm.model and tok is lm.tokenizer
+
+
+def test_toy_rule_scores_by_hand():
+    # the toy's own numbers, before any task: the reader favours " KEY." then EOS, at P_FAVOURITE each
+    reader = toy.ToyAdapter("reader")
+    p = reader.prompt("filler The pass key is 4711. Remember it.", " The pass key is")
+    h = reader.prefix(p.ids)
+    assert reader.decode(reader.greedy(h, 20)) == " 4711."  # stopped at EOS (default stop id)
+    got = reader.score_continuation(h, reader.encode(" 4712"))
+    wrong = math.log((1 - toy.P_FAVOURITE) / (toy.VOCAB - 1))
+    # exact: every value is a log of one of two constants, computed the same way
+    assert got.logprobs == [math.log(toy.P_FAVOURITE)] * 4 + [wrong] and got.top1 == [True] * 4 + [False]
+    assert got.ranks == [1, 1, 1, 1, 2]
+
+
+@pytest.fixture(scope="module")
+def toy_run(tmp_path_factory):
+    """``lctx.evaluate`` of the reader and the control on passkey and ppl (task objects), one call: (result, out
+    dir, the adapters, the ppl task)."""
+    import lctx
+    from lctx.tasks.passkey import Passkey
+    from lctx.tasks.ppl import Perplexity
+
+    out = tmp_path_factory.mktemp("toy") / "run"
+    reader, control = toy.ToyAdapter("reader"), toy.ToyAdapter("control")
+    ppl = Perplexity(max_tokens=3000)
+    res = lctx.evaluate([reader, control], [Passkey(), ppl], lengths=[400, 600], depths=[0.0, 1.0], samples=1,
+                        out=out, log=lambda m: None)
+    return res, out, (reader, control), ppl
+
+
+def test_toy_runs_passkey_and_ppl_end_to_end(toy_run):
+    res, out, (reader, control), ppl = toy_run
+    assert res.errors == 0 and res.ran == 2 * (2 * 2 + 2)  # 2 models x (passkey 2 lengths x 2 depths + ppl 2)
+    for f in ("records.jsonl", "results.parquet", "results.csv", "summary.csv", "run.json"):
+        assert (out / f).is_file(), f
+    t = res.table
+    pk = t[t.task == "passkey"].pivot_table(index=["model", "length", "depth"], columns="metric", values="value")
+    assert (pk.loc["toy-reader", "exact"] == 1.0).all() and (pk.loc["toy-control", "exact"] == 0.0).all()
+    assert (pk.loc["toy-reader", "digit_acc"] == 1.0).all()
+    # the control favours "0": its digit accuracy is the share of zeros in each key (records keep the key)
+    recs = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    for r in recs:
+        if r["model"] == "toy-control" and r["task"] == "passkey":
+            key = r["extra"]["key"]
+            assert r["metrics"]["digit_acc"] == pytest.approx(key.count("0") / len(key), abs=1e-12)  # k/5 in float
+    # ppl: every token of the corpus (its first 3000, BOS before each window) scored once under the unigram
+    tokens = reader.encode(ppl.documents()[0][1])[:3000]
+    pp = t[t.task == "ppl"].pivot_table(index=["model", "length"], columns="metric", values="value")
+    assert (pp["n_tokens"] == len(tokens)).all() and (pp["n_docs"] == 1).all()
+    # a sum of ~3000 terms in another order: 1e-9 relative is ~1e6 float64 roundings
+    assert pp["nll"].to_numpy() == pytest.approx(toy.hand_nll(tokens), rel=1e-9)
+    assert pp["ppl"].to_numpy() == pytest.approx(math.exp(toy.hand_nll(tokens)), rel=1e-9)
+
+
+def test_toy_records_carry_the_adapters_identity_and_resume(toy_run):
+    import lctx
+    from lctx.models.fingerprint import digest_json
+    from lctx.tasks.passkey import Passkey
+    from lctx.tasks.ppl import Perplexity
+
+    res, out, (reader, control), ppl = toy_run
+    recs = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    for r in recs:
+        lm = reader if r["model"] == "toy-reader" else control
+        assert r["model_fingerprint"] == lm.model_inputs()["fingerprint"]
+        assert r["versions"] == {"lctx": lctx.__version__, "toy_adapter": "1"}  # lctx's and the adapter's, no torch
+        assert (r["dtype"], r["attn_impl"], r["chunk_size"], r["device_type"], r["device"]) == (
+            None, None, None, "toy", "toy")
+        assert r["peak_mem_bytes"] is None and r["variant"] == "toy-rule"
+        ident = {k: r[k] for k in ("variant", "model_fingerprint", "data_fingerprint", "dtype", "attn_impl",
+                                   "chunk_size", "task", "seed", "task_options", "versions", "device_type",
+                                   "task_version", "code")}
+        assert r["fingerprint"] == digest_json(ident)  # recomputed from the record alone
+    meta = json.loads((out / "run.json").read_text())
+    assert meta["inputs"]["models"]["toy-reader"] == reader.model_inputs()
+    # resume: the same call again runs nothing
+    again = lctx.evaluate([toy.ToyAdapter("reader"), toy.ToyAdapter("control")], [Passkey(), Perplexity(max_tokens=3000)],
+                          lengths=[400, 600], depths=[0.0, 1.0], samples=1, out=out, log=lambda m: None)
+    assert again.ran == 0 and again.skipped == res.ran
+    # control: a new adapter version is a new identity, so its samples run again (the resume key is the adapter's)
+    newer = toy.ToyAdapter("reader", version="2")
+    third = lctx.evaluate([newer], [Passkey()], lengths=[400, 600], depths=[0.0, 1.0], samples=1, out=out,
+                          log=lambda m: None)
+    assert third.ran == 4 and third.skipped == 0 and newer.calls["greedy"] == 4
+
+
+@pytest.mark.slow
+def test_toy_run_never_loads_the_hf_adapter():
+    # in a fresh interpreter: the run of a non-torch adapter never loads the in-process adapter on its behalf
+    code = """
+import sys, tempfile, lctx, toy_adapter
+from lctx.tasks.passkey import Passkey
+res = lctx.evaluate(toy_adapter.ToyAdapter(), [Passkey()], lengths=[400], depths=[0.5], samples=1,
+                    out=tempfile.mkdtemp(), log=lambda m: None)
+print(res.ran, res.errors, 'lctx.models.adapters.hf' in sys.modules, 'lm_eval' in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=TESTS)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["1", "0", "False", "False"]
+
+
+def test_lmeval_is_refused_for_an_adapter_without_it_before_torch(tmp_path):
+    # mmlu/arc run lm-eval's hf backend: a toy has no Hugging Face model, refused in one line before torch loads
+    code = f"""
+import sys, lctx, toy_adapter
+try:
+    lctx.evaluate(toy_adapter.ToyAdapter(), ["passkey", "arc_easy"], out={str(tmp_path / 'o')!r}, log=print)
+except lctx.LctxError as e:
+    print(e)
+print('torch' in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=TESTS)
+    assert out.returncode == 0, out.stderr[-2000:]
+    msg, loaded = out.stdout.strip().splitlines()
+    assert "arc_easy" in msg and "lmeval_model()" in msg and "toy-reader" in msg
+    assert loaded == "False" and not (tmp_path / "o").exists()
+
+
+def test_lmeval_check_passes_an_adapter_with_the_capability():
+    # control of the refusal: an adapter that has lmeval_model() is not refused by that check
+    from lctx.harness.evaluate import _check_adapter_objects
+
+    class WithHF(toy.ToyAdapter):
+        def lmeval_model(self):
+            return None, None
+
+    settings = dict(device="auto", dtype="float32", chunk_size=2048, attn_impl=None, attn_override=None,
+                    trust_remote_code=False, chat_template=False, system_prompt=None)
+    _check_adapter_objects([WithHF()], ["arc_easy"], [], **settings)
+    with pytest.raises(LctxError, match="lmeval_model"):
+        _check_adapter_objects([toy.ToyAdapter()], ["arc_easy"], [], **settings)
+
+
+def test_objects_that_cannot_run_are_one_line_errors(tmp_path):
+    import lctx
+    from lctx.tasks.passkey import Passkey
+
+    def refused(match, *args, **kw):
+        with pytest.raises(LctxError, match=match) as e:
+            lctx.evaluate(*args, out=tmp_path / "o", log=lambda m: None, **kw)
+        assert "\n" not in str(e.value) and not (tmp_path / "o").exists()
+
+    refused("lacks name, path, variant", object(), ["passkey"])  # not an adapter: the missing members named
+    refused(r"dtype='bfloat16' sets how lctx loads a checkpoint path", toy.ToyAdapter(), ["passkey"], dtype="bfloat16")
+    refused("chat template off", toy.ToyAdapter(), ["passkey"], chat_template=True)
+    refused("two tasks named 'passkey'", toy.ToyAdapter(), ["passkey", Passkey(key_digits=3)])
+    refused("neither a task name nor a lctx.tasks.Task object", toy.ToyAdapter(), [42])
+    refused("objects such as Passkey", toy.ToyAdapter(), [Passkey])  # the class, not an object
+
+
+def test_hf_identity_is_the_old_lms(tmp_path):
+    """The resume key of the in-process adapter is what the old ``LM`` gave (issue 26 moved it behind the
+    protocol): the bundled model's content fingerprint, files and every identity field of a passkey and a ppl
+    record, as ``lctx run`` wrote them before the seam (3f004f2, CPU, float32, defaults), so old run directories
+    resume."""
+    import lctx
+    import torch
+    import transformers
+
+    from lctx.harness.run.runner import _new_record, model_inputs, sample_base
+    from lctx.models.adapters.hf import load_lm
+    from lctx.models.fingerprint import digest_json
+
+    lm = load_lm(str(BUNDLED), device="cpu")
+    assert model_inputs(lm) == {"path": str(BUNDLED.resolve()), "fingerprint": "4501e8a83f380a80", "files": {
+        "config.json": "a35520a6fb26bf2e9f30336c67e0a5c91568b4073721a01b3be887bf7c7ed038",
+        "generation_config.json": "ea3076142c27ad2d40e185d59184de05240cdcaa031eb12bdfdba8b814ce0a70",
+        "model.safetensors": "7c181a935969bada5246effe59b94ac17cafa7b34c0c9356a2774d9a33c6a1ec",
+        "tokenizer.json": "07e05d5ebc1a47cb65bebd6d20b155477adfe643a493fd1932871c169af35548",
+        "tokenizer_config.json": "1151ff97bf74abe6646320f7d3ddfd7b561bc66d52ec1fe249f7298ba6d0dfd8"}}
+    vs = {"lctx": lctx.__version__, "torch": torch.__version__, "transformers": transformers.__version__}
+    recorded = ("0.1.0", "2.13.0+cpu", "5.24.0")  # the versions the pinned fingerprints below were written with
+    ppl_opts = {"data": None, "stride": 0.5, "bos": "prepend", "short_docs": "drop", "max_tokens": 32768, "concat": True}
+    for task, opts, data_fp, old_fp in (("passkey", {"key_digits": 5, "max_new_tokens": None}, None, "66c33c26faf74723"),
+                                        ("ppl", ppl_opts, "75731bf5efb77006", "6996fcfe69e98390")):
+        base = sample_base(lm, task, 1, opts, data_fp, 0)
+        old = {"model": "pydoc-tiny-rope", "variant": "rope", "model_fingerprint": "4501e8a83f380a80",
+               "data_fingerprint": data_fp, "dtype": "float32", "attn_impl": "sdpa", "chunk_size": 2048, "task": task,
+               "seed": 0, "task_options": opts, "versions": vs, "device_type": "cpu", "task_version": 1, "code": None}
+        # the fields, their order (records keep it) and the old formula: everything but the name, hashed
+        assert list(base) == list(old) + ["fingerprint"] and {k: base[k] for k in old} == old
+        assert base["fingerprint"] == digest_json({k: v for k, v in old.items() if k != "model"})
+        if tuple(vs.values()) == recorded:
+            assert base["fingerprint"] == old_fp  # byte for byte what the old code wrote
+        rec = _new_record(lm, base)
+        assert (rec["device"], rec["dtype"], rec["train_length"]) == ("cpu", "float32", 256)
+    # control: a setting that changes numbers changes the key
+    lm.chunk_size = 512
+    assert sample_base(lm, "passkey", 1, {"key_digits": 5, "max_new_tokens": None}, None, 0)["fingerprint"] != \
+        sample_base(load_lm(str(BUNDLED), device="cpu"), "passkey", 1, {"key_digits": 5, "max_new_tokens": None},
+                    None, 0)["fingerprint"]
+
+
+def test_evaluate_with_an_adapter_and_task_objects_equals_lctx_run(tmp_path, capsys):
+    # lctx.evaluate(adapter, [task objects]) is `lctx run` with the equivalent flags: the same tidy table
+    import lctx
+    from helpers import run_cli
+    from lctx.models.adapters.hf import load_lm
+    from lctx.tasks.passkey import Passkey
+    from lctx.tasks.ppl import Perplexity
+
+    res = lctx.evaluate(load_lm(str(BUNDLED)), [Passkey(key_digits=3), Perplexity(max_tokens=2048)],
+                        lengths=[200, 256], depths=[0.5], samples=1, out=tmp_path / "api", log=lambda m: None)
+    code, _, err = run_cli(["run", "--model", BUNDLED, "--tasks", "passkey,ppl", "--lengths", "200,256", "--depths",
+                            "0.5", "--samples", "1", "--key-digits", "3", "--ppl-max-tokens", "2048", "--no-progress",
+                            "--out", tmp_path / "cli"], capsys)
+    assert code == 0, err
+
+    def comparable(t):
+        t = t.drop(columns=[c for c in RUN_SPECIFIC if c in t.columns])
+        return t.sort_values(["task", "metric", "length", "depth", "sample"]).reset_index(drop=True)
+
+    cli = pd.read_parquet(tmp_path / "cli" / "results.parquet")
+    assert len(res.table) == len(cli) == 2 * 2 + 4 * 2 and res.errors == 0  # passkey 2 metrics, ppl 4, 2 lengths
+    pd.testing.assert_frame_equal(comparable(res.table), comparable(cli), check_dtype=False)
