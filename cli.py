@@ -22,7 +22,7 @@ import typer
 import lctx
 from lctx import ATTN_IMPLS
 from lctx.harness.run.console import count, print_frame, print_table, table_format
-from lctx.harness.args import (check_checkpoint_out, check_results_out, check_train_args, check_writable_dir, data_path, parse_batch_size, parse_depths, parse_lengths, parse_options)
+from lctx.harness.args import (check_checkpoint_out, check_results_out, check_train_args, check_writable_dir, data_path, parse_lengths, parse_options)
 from lctx.errors import EXIT_ALL_FAILED, EXIT_USAGE, LctxError, split_list
 from lctx.harness.evaluate import DEFAULT_MODEL, evaluate, passive_omp_wait
 
@@ -163,7 +163,8 @@ def run(
     """Evaluate checkpoints on tasks x lengths x depths; write records.jsonl, results.parquet/csv, summary.csv and plots."""
     if chat_template not in ("on", "off"):
         raise LctxError(f"--chat-template {chat_template!r} is not on or off; write --chat-template on")
-    parse_lengths(lengths), parse_depths(depths), batch_size is None or parse_batch_size(batch_size)  # one-line errors before the heavy imports
+    # --lengths, --depths, --window and --batch-size go to lctx.evaluate as typed: it parses them, once, before torch
+    # loads (their one-line errors come before the heavy imports all the same)
     explicit_lengths = getattr(ctx.get_parameter_source("lengths"), "name", "DEFAULT") != "DEFAULT"  # --lengths given
     env_cache_dir = getattr(ctx.get_parameter_source("cache_dir"), "name", "") == "ENVIRONMENT"  # LCTX_CACHE_DIR
     result = evaluate(

@@ -55,7 +55,7 @@ def _run(path, models, flat=False, lmeval=False, error=False, train_length=T, me
                                                "lengths": [256, 512, 1024], "depths": [0.0, 1.0], "samples": 1,
                                                "seed": 0, **(meta or {})}))
     if flat:
-        write_tables_with_flatness(path, FlatnessSpec(), plots=False)
+        write_tables_with_flatness(path, FlatnessSpec())
     else:
         write_tables(recs, path)
     return path
