@@ -180,9 +180,9 @@ def run(
         warn=lambda m: typer.echo(m, err=True))
     if not result.is_main or result.table is None:
         return
-    for name in ("lmeval", "flatness"):  # the ruler group's grid comes last, after the plots
-        if name in result.reports:
-            typer.echo(result.reports[name])
+    for name, text in result.reports.items():  # lm-eval's table, flatness; the ruler group's grid comes last
+        if name not in result.late_reports:
+            typer.echo(text)
     _print_summary(result.summary, _declared_directions(result.out))
     failed = result.failed
     if len(failed):
@@ -200,8 +200,8 @@ def run(
                f"{count(result.ran, 'sample')} run, {result.skipped} resumed, {count(result.errors, 'error')})")
     for p in result.plots:
         typer.echo(f"plot: {p}")
-    if "ruler" in result.reports:
-        typer.echo(result.reports["ruler"])
+    for name in result.late_reports:  # after the plots (DerivedStep.report_after_plots)
+        typer.echo(result.reports[name])
     if result.ok == 0 and result.errors > 0:
         typer.echo(f"error: every sample of this run failed ({count(result.errors, 'error')}; see above and "
                    f"{out}/results.csv); exit status {EXIT_ALL_FAILED}", err=True)

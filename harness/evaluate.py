@@ -39,7 +39,9 @@ class Result:
     summary: mean/std/n per (model, task, options, metric, length, depth) (``summary.csv``);
     plots: the figures written; out: the run directory; ran / skipped / errors / ok / superseded: samples run
     now, resumed from earlier runs, failed now, ok in total, and records of older inputs left out of the
-    tables; reports: derived steps' text (``{"flatness": ..., "ruler": ...}``). ``table`` is None on the
+    tables; reports: the text of the task families and derived steps (``{"lmeval": ..., "flatness": ..., "ruler": ...}``),
+    in order; late_reports: the names of those to show after the plots (a step that declares
+    ``report_after_plots``: the ruler group's grid). ``table`` is None on the
     non-main ranks of a distributed run (rank 0 writes and returns the tables) and when nothing ran.
     """
 
@@ -54,6 +56,7 @@ class Result:
     superseded: int = 0
     reports: dict = field(default_factory=dict)
     is_main: bool = True
+    late_reports: list = field(default_factory=list)
 
     @property
     def paths(self) -> dict[str, Path]:
@@ -323,6 +326,7 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
         for fam in families:
             res.reports[fam.name] = format_summary(res.summary, fam.owns_label)
         res.reports.update({st.name: st.report(res.table) for st in steps if st.report})
+        res.late_reports = [st.name for st in steps if st.report and st.report_after_plots]
     return res
 
 

@@ -92,7 +92,8 @@ class DerivedStep:
     the tidy table of the other tasks' rows; run_json(spec): what ``run.json`` records under ``name``;
     figures: the figures it wants drawn of the final table, by name (:data:`lctx.harness.outputs.plots.FIGURES`, each
     given the step's name and spec); report(table): its rows as text; relative: its lengths are multiples of each
-    model's training length, these ones unless ``--lengths`` or ``--relative`` is given (flatness; () for none).
+    model's training length, these ones unless ``--lengths`` or ``--relative`` is given (flatness; () for none);
+    report_after_plots: ``lctx run`` prints its text after the plot lines, not before the summary (the ruler grid).
     """
 
     name: str
@@ -103,6 +104,7 @@ class DerivedStep:
     figures: tuple[str, ...] = ()
     report: Optional[Callable[[pd.DataFrame], str]] = None
     relative: tuple[float, ...] = ()
+    report_after_plots: bool = False
 
 
 def base_record(model, variant, rows: pd.DataFrame, task: str, train_length) -> dict:

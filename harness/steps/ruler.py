@@ -288,11 +288,11 @@ def step(spec: RulerSpec) -> DerivedStep:
     """The ruler group as a derived post-processing step (:class:`lctx.harness.steps.derived.DerivedStep`): rows from
     :func:`derive_records`, the group in ``run.json`` (key ``ruler``: threshold, tasks, left-out tasks and why),
     the figure ``ruler_grid`` (``plots/ruler_<model>.png``, drawn by :mod:`lctx.harness.outputs.plots` from
-    :func:`ruler_table`), :func:`format_ruler` as its text."""
+    :func:`ruler_table`), :func:`format_ruler` as its text (printed after the plot lines)."""
     return DerivedStep(GROUP, METRICS, spec, derive_records,
                        lambda sp: {"threshold": sp.threshold, "tasks": list(sp.tasks),
                                    "left_out": {t: w for t, w in sp.left_out}},
-                       ("ruler_grid",), format_ruler)
+                       ("ruler_grid",), format_ruler, report_after_plots=True)
 
 
 def expand(task_names: list[str], task_options: list[str], data_dir=None, samples: int = 1,
