@@ -205,9 +205,9 @@ def evaluate(models: Union[str, Sequence[str], None] = None, tasks: Union[str, S
 
         parse_relative(relative)
     _check_families(task_names, data_dir)
-    values = dict(stride=stride, window=window, ppl_data=list(ppl_data) if ppl_data else None, ppl_bos=ppl_bos,
-                  ppl_short_docs=ppl_short_docs, ppl_max_tokens=ppl_max_tokens, key_digits=key_digits, limit=limit,
-                  num_fewshot=num_fewshot)  # the run-wide task flags, {lctx.evaluate keyword: value} (RunOption.param)
+    values = dict(limit=limit, num_fewshot=num_fewshot, stride=stride, window=window,  # in the order warnings name them
+                  ppl_data=list(ppl_data) if ppl_data else None, ppl_bos=ppl_bos, ppl_short_docs=ppl_short_docs,
+                  ppl_max_tokens=ppl_max_tokens, key_digits=key_digits)  # the run-wide task flags (RunOption.param)
 
     def build(names: list[str], opts: dict, lengths: Optional[dict] = None) -> list:
         """The run's task objects (:func:`_build_tasks`); the same call checks them before torch loads."""
@@ -422,13 +422,15 @@ def _unused_cache_dir(models, task_objs: list, task_names: list[str]) -> str | N
 def _ignored_options(task_names: list[str], family_names: list[str], **values) -> str | None:
     """One ``warning:`` line naming the run-wide task flags set (not at their defaults) that no task of the run
     declares (:attr:`lctx.tasks.Task.run_options`, a group's or family's; ``--limit 2`` with passkey only: lm-eval's
-    tasks take it), each with who takes it, or None when every one applies. ``values``: {lctx.evaluate keyword:
-    value}; ``family_names``: the run's names a task family builds (lm-eval's)."""
+    tasks take it), each with who takes it, in the order of ``values`` ({lctx.evaluate keyword: value}), or None when
+    every one applies. ``family_names``: the run's names a task family builds (lm-eval's)."""
     from lctx.tasks import all_run_options, declared  # lazy: loads lctx.tasks and numpy
 
     used = {ro.param for name in task_names + family_names for ro in getattr(declared(name), "run_options", ())}
     unused = [(ro, users) for ro, users in all_run_options()
               if values.get(ro.param) not in (ro.default, None, [], ()) and ro.param not in used]
+    order = list(values)
+    unused.sort(key=lambda item: order.index(item[0].param))
     if not unused:
         return None
     one = len(unused) == 1
