@@ -23,7 +23,7 @@ import lctx
 from lctx import ATTN_IMPLS
 from lctx.attn_impl import ATTN_IMPL_REGISTRY
 from lctx.harness.run.console import count, print_frame, print_table, table_format
-from lctx.harness.args import (check_checkpoint_out, check_results_out, check_train_args, check_writable_dir, data_path, parse_batch_size, parse_depths, parse_lengths, parse_options)
+from lctx.harness.args import (check_checkpoint_out, check_results_out, check_train_args, check_writable_dir, data_path, parse_lengths, parse_options)
 from lctx.errors import EXIT_ALL_FAILED, EXIT_USAGE, LctxError, split_list
 from lctx.harness.evaluate import DEFAULT_MODEL, evaluate, passive_omp_wait
 
@@ -164,7 +164,8 @@ def run(
     """Evaluate checkpoints on tasks x lengths x depths; write records.jsonl, results.parquet/csv, summary.csv and plots."""
     if chat_template not in ("on", "off"):
         raise LctxError(f"--chat-template {chat_template!r} is not on or off; write --chat-template on")
-    parse_lengths(lengths), parse_depths(depths), batch_size is None or parse_batch_size(batch_size)  # one-line errors before the heavy imports
+    # --lengths, --depths, --window and --batch-size go to lctx.evaluate as typed: it parses them, once, before torch
+    # loads (their one-line errors come before the heavy imports all the same)
     explicit_lengths = getattr(ctx.get_parameter_source("lengths"), "name", "DEFAULT") != "DEFAULT"  # --lengths given
     env_cache_dir = getattr(ctx.get_parameter_source("cache_dir"), "name", "") == "ENVIRONMENT"  # LCTX_CACHE_DIR
     result = evaluate(
@@ -180,9 +181,9 @@ def run(
         warn=lambda m: typer.echo(m, err=True))
     if not result.is_main or result.table is None:
         return
-    for name in ("lmeval", "flatness"):  # the ruler group's grid comes last, after the plots
-        if name in result.reports:
-            typer.echo(result.reports[name])
+    for name, text in result.reports.items():  # lm-eval's table, flatness; the ruler group's grid comes last
+        if name not in result.late_reports:
+            typer.echo(text)
     _print_summary(result.summary, _declared_directions(result.out))
     failed = result.failed
     if len(failed):
@@ -200,8 +201,8 @@ def run(
                f"{count(result.ran, 'sample')} run, {result.skipped} resumed, {count(result.errors, 'error')})")
     for p in result.plots:
         typer.echo(f"plot: {p}")
-    if "ruler" in result.reports:
-        typer.echo(result.reports["ruler"])
+    for name in result.late_reports:  # after the plots (DerivedStep.report_after_plots)
+        typer.echo(result.reports[name])
     if result.ok == 0 and result.errors > 0:
         typer.echo(f"error: every sample of this run failed ({count(result.errors, 'error')}; see above and "
                    f"{out}/results.csv); exit status {EXIT_ALL_FAILED}", err=True)

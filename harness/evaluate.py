@@ -1,7 +1,14 @@
 """``lctx.evaluate``: the whole evaluation of ``lctx run`` as one Python call (lm-eval's ``simple_evaluate``
 is the model): build the tasks, load the models, check every length before anything runs, lock the run
-directory, run the sweeps (ppl's own windows as a second pass; lm-eval's tasks in the first, after the others), apply the derived
-post-processing steps (flatness, the ruler group: :mod:`lctx.harness.steps.derived`) and return the tables.
+directory, run the sweeps (a task with lengths of its own, ppl's ``--window``, in a pass of its own; the tasks an outside
+evaluator builds, lm-eval's, in the first, after the others), apply the derived post-processing steps (flatness, the
+ruler group: :mod:`lctx.harness.steps.derived`), write the tables and draw the figures
+(:func:`lctx.harness.outputs.plots.write_run_outputs`) and return them.
+
+It knows no task by name: what it needs of a task (its run-wide flags and their defaults, lengths of its own, its data
+check, what it keeps for the memory check) the task declares (:class:`lctx.tasks.Task`, :class:`lctx.tasks.RunOption`);
+names that are not one class declare through their group (:class:`lctx.tasks.TaskGroup`: lm-eval's family builds its
+tasks; a derived step registers its expander, :data:`lctx.harness.steps.derived.EXPANDERS`).
 
 ``lctx run`` parses its arguments, calls :func:`evaluate` and prints the :class:`Result`.
 """
@@ -19,7 +26,6 @@ from lctx.model_files import check_model_path, check_tokenizer_files
 from lctx.harness.args import (check_results_out, check_run_options, check_task_options, check_writable_dir, chat_options, parse_batch_size, parse_depths, parse_lengths, parse_task_options, task_option_names)
 from lctx.errors import LctxError, split_list
 
-DEFAULT_TASKS = ("passkey", "ppl")
 DEFAULT_LENGTHS = (256, 512, 1024, 2048)
 DEFAULT_DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
 DEFAULT_MODEL = Path(__file__).resolve().parent.parent / "models" / "checkpoints" / "pydoc-tiny-rope"
@@ -33,7 +39,9 @@ class Result:
     summary: mean/std/n per (model, task, options, metric, length, depth) (``summary.csv``);
     plots: the figures written; out: the run directory; ran / skipped / errors / ok / superseded: samples run
     now, resumed from earlier runs, failed now, ok in total, and records of older inputs left out of the
-    tables; reports: derived steps' text (``{"flatness": ..., "ruler": ...}``). ``table`` is None on the
+    tables; reports: the text of the task families and derived steps (``{"lmeval": ..., "flatness": ..., "ruler": ...}``),
+    in order; late_reports: the names of those to show after the plots (a step that declares
+    ``report_after_plots``: the ruler group's grid). ``table`` is None on the
     non-main ranks of a distributed run (rank 0 writes and returns the tables) and when nothing ran.
     """
 
@@ -48,6 +56,7 @@ class Result:
     superseded: int = 0
     reports: dict = field(default_factory=dict)
     is_main: bool = True
+    late_reports: list = field(default_factory=list)
 
     @property
     def paths(self) -> dict[str, Path]:
@@ -73,17 +82,19 @@ def passive_omp_wait() -> None:
         os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
 
 
-def parse_window(text: str) -> list[int]:
-    """``--window`` sizes in tokens ("256,1k"), as :func:`lctx.harness.args.parse_lengths`.
+def parse_flag_lengths(text: str, flag: str = "--lengths", hint: str = "lengths like 256,512,1k,4k") -> list[int]:
+    """Lengths in tokens ("256,1k") given with ``flag``, a task's own lengths (:class:`lctx.tasks.RunOption` with
+    ``lengths=True``: ppl's ``--window``), as :func:`lctx.harness.args.parse_lengths`.
 
     Raises:
-        LctxError: an entry is not a positive number of tokens (the error names --window and an example).
+        LctxError: an entry is not a positive number of tokens (the error names ``flag`` and ``hint``, e.g. "write ppl
+            window sizes in tokens like --window 256,1k").
     """
     try:
         return parse_lengths(text)
     except LctxError as e:
-        raise LctxError(str(e).replace("length ", "--window ", 1).replace(
-            "write lengths like 256,512,1k,4k", "write ppl window sizes in tokens like --window 256,1k")) from None
+        raise LctxError(str(e).replace("length ", f"{flag} ", 1).replace(
+            "write lengths like 256,512,1k,4k", f"write {hint}")) from None
 
 
 def _as_list(x, parse, what: str) -> list:
@@ -119,7 +130,7 @@ def _unique(values: list, what: str, warn) -> list:
 LMEVAL_BATCH = 32
 
 
-def evaluate(models=None, tasks=DEFAULT_TASKS,
+def evaluate(models=None, tasks=None,
              lengths: Union[str, Sequence[int], None] = None, depths: Union[str, Sequence[float]] = DEFAULT_DEPTHS,
              samples: int = 2, out: Union[str, Path, None] = None, *, relative: Union[str, Sequence[float], None] = None,
              train_length: Optional[int] = None, task_options=None, task_files: Iterable[str] = (),
@@ -141,9 +152,11 @@ def evaluate(models=None, tasks=DEFAULT_TASKS,
     load settings must then stay at their defaults, and ``chat_template`` / ``system_prompt`` must say what the
     adapter does); default the bundled tiny model. tasks: a task or a list of them, each a name (``lctx list
     tasks``; ``flatness`` and ``ruler`` expand into the tasks they derive from) or a :class:`lctx.tasks.Task`
-    object (run with its own options; the run-wide task settings such as ``key_digits`` or ``stride`` are for
-    tasks given by name), or one comma-separated string of names; mmlu/arc need adapters with ``lmeval_model()``
-    (:class:`~lctx.models.adapters.protocol.LmEvalCapable`). lengths: context
+    object (run with its own options; the run-wide task flags such as ``key_digits`` or ``stride`` are for tasks
+    given by name), or one comma-separated string of names; default the tasks that declare
+    :attr:`lctx.tasks.Task.default_run` (passkey and ppl, :func:`lctx.tasks.default_tasks`). A task that declares
+    :attr:`lctx.tasks.Task.adapter_needs` (mmlu/arc: ``lmeval_model()``) runs only on adapters that have those
+    methods. lengths: context
     lengths in tokens (or "256,1k"; default 256..2048, or ``relative`` x the training length); depths: needle
     depths, fractions in [0, 1]; samples: per (length, depth) cell; out: the run directory (default: a fresh
     temporary directory; rerun with the same ``out`` to resume). The other options are those of ``lctx run``
@@ -152,14 +165,18 @@ def evaluate(models=None, tasks=DEFAULT_TASKS,
     length sweeps and for lm-eval the largest batch up to :data:`LMEVAL_BATCH` that the memory check fits; an int N:
     N for both, refused when lm-eval's batch does not fit, unless ``memory_check=False``),
     ``cache_dir_from_env`` True when ``cache_dir`` is ``$LCTX_CACHE_DIR``, not the user's ``--cache-dir`` (no warning
-    then that it reaches nothing). ``log`` / ``warn`` receive progress notes and warnings (one line each).
+    then that it reaches nothing). The run-wide task flags (``stride``, ``window``, ``ppl_*``, ``key_digits``, ``limit``,
+    ``num_fewshot``) go to the tasks that declare them (:attr:`lctx.tasks.Task.run_options`); set for a run without
+    such a task they are named in a warning. ``lengths``, ``depths`` and ``window`` may be the CLI's strings ("256,1k"):
+    they are parsed here, once, before torch loads. ``log`` / ``warn`` receive progress notes and warnings (one line
+    each).
 
     Returns: a :class:`Result` (tables as DataFrames, plot paths, counts).
 
     Raises:
         LctxError: any bad input (one line naming the fix), found before any model runs; another process holds
             ``out``; a model object that is not an adapter, or load settings given with one; two tasks of one
-            name; mmlu/arc with an adapter that has no ``lmeval_model()``.
+            name; a task on an adapter that lacks a method the task needs (mmlu/arc without ``lmeval_model()``).
     """
     warn = warn or log
     models = _model_list(models)
@@ -168,18 +185,18 @@ def evaluate(models=None, tasks=DEFAULT_TASKS,
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise LctxError(f"{name}={value!r} is not a whole number >= 1; pass {name}=1 or more "
                             f"(--{name.replace('_', '-')})")
+    explicit_lengths = lengths is not None  # the one place --lengths, --depths and --batch-size are parsed
+    length_list = _as_list(lengths if explicit_lengths else DEFAULT_LENGTHS, parse_lengths, "lengths")
+    depth_list = _as_list(depths, parse_depths, "depths")
+    batch = parse_batch_size(batch_size) if batch_size is not None else 1
     if data_dir is not None:
         data_dir = Path(data_dir)
         if not data_dir.is_dir():
             raise LctxError(f"--data-dir {str(data_dir)!r} is not a directory; point it at the evaluation data "
                             "(e.g. ../shared/data) or unset LCTX_DATA_DIR")
-    explicit_lengths = lengths is not None
     if relative and explicit_lengths:
         raise LctxError("give either --lengths (tokens) or --relative (multiples of the training length), not both")
-    length_list = _as_list(lengths if explicit_lengths else DEFAULT_LENGTHS, parse_lengths, "lengths")
-    depth_list = _as_list(depths, parse_depths, "depths")
     length_list, depth_list = _unique(length_list, "lengths", warn), _unique(depth_list, "depths", warn)
-    batch = parse_batch_size(batch_size) if batch_size is not None else 1
     lmeval_batch = batch if batch_size is not None and isinstance(batch, int) else LMEVAL_BATCH
     cache_dir = Path(cache_dir) if cache_dir is not None else None
     if isinstance(relative, (list, tuple)):
@@ -202,23 +219,21 @@ def evaluate(models=None, tasks=DEFAULT_TASKS,
         from lctx.harness.steps.flatness import parse_relative  # light: lctx.tasks and numpy, no torch
 
         parse_relative(relative)
-    _check_hub(task_names, data_dir)
-    defaults = dict(ppl=dict(stride=stride, bos=ppl_bos, short_docs=ppl_short_docs, max_tokens=ppl_max_tokens,
-                             data=list(ppl_data) if ppl_data else None, data_dir=data_dir),
-                    passkey=dict(key_digits=key_digits))  # the run-wide task settings (_build_tasks)
+    _check_families(task_names, data_dir)
+    values = dict(limit=limit, num_fewshot=num_fewshot, stride=stride, window=window,  # in the order warnings name them
+                  ppl_data=list(ppl_data) if ppl_data else None, ppl_bos=ppl_bos, ppl_short_docs=ppl_short_docs,
+                  ppl_max_tokens=ppl_max_tokens, key_digits=key_digits)  # the run-wide task flags (RunOption.param)
 
-    def build(names: list[str], opts: dict, windows: Optional[list[int]] = None) -> list:
+    def build(names: list[str], opts: dict, lengths: Optional[dict] = None) -> list:
         """The run's task objects (:func:`_build_tasks`); the same call checks them before torch loads."""
         from lctx.tasks import get_task  # lazy: loads lctx.tasks and numpy (lctx.cli imports this module)
 
         run_dir = Path(out) if out is not None else Path(".")  # out: a fresh folder once the checks passed
-        return _build_tasks(names, opts, get_task, run_dir, data_dir, cache_dir, defaults["ppl"], defaults["passkey"],
-                            windows=windows)
+        return _build_tasks(names, opts, get_task, run_dir, data_dir, cache_dir, values, lengths=lengths)
 
-    _check_before_torch(models, task_names, task_options, None if relative else length_list, window,
-                        allow_beyond_max, device, explicit_lengths, build=build,
-                        lmeval_settings=dict(limit=limit, num_fewshot=num_fewshot), data_dir=data_dir,
-                        samples=samples, depths=depth_list, given_tasks=given_tasks)
+    own_lengths = _check_before_torch(models, task_names, task_options, None if relative else length_list, values,
+                                      allow_beyond_max, device, explicit_lengths, build=build, data_dir=data_dir,
+                                      samples=samples, depths=depth_list, given_tasks=given_tasks)
     passive_omp_wait()  # before torch loads OpenMP (README "Threads")
     from lctx.kernels import busy_note, configure_threads  # lazy: loads torch
 
@@ -238,55 +253,54 @@ def evaluate(models=None, tasks=DEFAULT_TASKS,
     task_option = _task_option_items(task_options)
     task_names, task_option, steps = expand_derived(task_names, task_option, log if dinfo.is_main else None,
                                                     data_dir=data_dir, samples=samples, depths=depth_list)
-    flat_spec = next((st.spec for st in steps if st.name == "flatness"), None)
+    rel_step = next((st for st in steps if st.relative), None)  # flatness: lengths relative to the training length
     from lctx.harness.steps import flatness  # relative lengths and training lengths (--relative, --train-length); lazy: loads lctx.tasks and numpy
 
-    from lctx.tasks import lmeval  # mmlu, arc_easy, arc_challenge: lm-eval's evaluator, no length axis; lazy: loads lctx.tasks and numpy
-    from lctx.harness.steps.lmeval_run import format_summary as format_lmeval_summary  # lazy: loads lctx.tasks and numpy
+    from lctx.harness.steps.lmeval_run import format_summary  # a family's summary text; lazy: loads lctx.tasks and numpy
 
-    lmeval_names = [n for n in task_names if lmeval.is_lmeval_task(n)]
-    task_names = [n for n in task_names if n not in lmeval_names]
-    ignored = _ignored_options(task_names, lmeval_names, limit=limit, num_fewshot=num_fewshot, stride=stride,
-                               window=window, ppl_data=ppl_data, ppl_bos=ppl_bos, ppl_short_docs=ppl_short_docs,
-                               ppl_max_tokens=ppl_max_tokens, key_digits=key_digits)
+    families = _families(task_names)  # lm-eval's: its evaluator builds their task objects, no length axis
+    family_names = [n for names in families.values() for n in names]
+    task_names = [n for n in task_names if n not in family_names]
+    ignored = _ignored_options(task_names, family_names, **values)
     if ignored and dinfo.is_main:
         warn(ignored)
-    if lmeval_names and dinfo.distributed:  # [distributed]
-        raise LctxError(f"{', '.join(lmeval_names)} cannot be sharded across processes yet; run them without "
-                        "torchrun / accelerate launch (the length sweeps can be)")
-    lmeval_objs = (lmeval.build_tasks(lmeval_names, data_dir, limit=limit, num_fewshot=num_fewshot, seed=seed,
-                                      batch_size=lmeval_batch, chat_template=chat_template, system_prompt=system_prompt,
-                                      log=log if progress else None)
-                   if lmeval_names else [])  # checks the data; they run in the first sweep, after the others
-    lmeval_objs += [t for t in given_tasks if isinstance(t, lmeval.LmEvalTask)]
+    for fam, names in families.items():
+        if not fam.shardable and dinfo.distributed:  # [distributed]
+            raise LctxError(f"{', '.join(names)} cannot be sharded across processes yet; run them without "
+                            "torchrun / accelerate launch (the length sweeps can be)")
+    family_objs = [obj for fam, names in families.items()  # checks the data; they run in the first sweep, after the others
+                   for obj in fam.build(names, values, data_dir=data_dir, seed=seed, batch_size=lmeval_batch,
+                                        chat_template=chat_template, system_prompt=system_prompt,
+                                        log=log if progress else None)]
+    given_family = [t for t in given_tasks if _families([t.name])]  # task objects an outside evaluator runs
+    family_objs += given_family
     task_objs = build(task_names, parse_task_options(task_option, task_names))
-    task_objs += [t for t in given_tasks if not isinstance(t, lmeval.LmEvalTask)]
-    ppl_lengths = (_as_list(window, parse_window, "window") if window and any(t.name == "ppl" for t in task_objs)
-                   else None)
+    task_objs += [t for t in given_tasks if not any(t is g for g in given_family)]
+    own = {t.key: own_lengths[ro.param] for t in task_objs for ro in type(t).run_options
+           if ro.lengths and ro.param in own_lengths}  # {task: its own lengths} (ppl's --window)
     if cache_dir is not None and not cache_dir_from_env and dinfo.is_main:  # only a --cache-dir the user gave
-        unused = _unused_cache_dir(models, task_objs, task_names + lmeval_names)
+        unused = _unused_cache_dir(models, task_objs, task_names + family_names)
         if unused:
             warn(unused)
     for t in task_objs:
-        if t.name == "ppl":
-            t.documents()  # fail fast on unreadable data, before any model runs
+        t.check_data()  # fail fast on unreadable data (ppl's documents), before any model runs
     lms = _load_models(models, attn_override, warn, device=device, dtype=dtype, chunk_size=chunk_size,
                        trust_remote_code=trust_remote_code, attn_impl=attn_impl, cache_dir=cache_dir,
                        chat_template=chat_template, system_prompt=system_prompt, progress=progress)
     if chat_template:  # the setting reaches every record (and so the resume key) through the task options
         for t in task_objs:
             t.options.update(chat_options(system_prompt))
-    if flat_spec and not relative and not explicit_lengths:
-        relative = ",".join(f"{r:g}" for r in flatness.DEFAULT_RELATIVE)
-    if relative or flat_spec or train_length is not None:
+    if rel_step and not relative and not explicit_lengths:
+        relative = ",".join(f"{r:g}" for r in rel_step.relative)
+    if relative or rel_step or train_length is not None:
         flatness.resolve_train_lengths(lms, train_length)
     groups = (flatness.groups_by_train_length(lms, flatness.parse_relative(relative)) if relative
               else [(lms, length_list)])
-    skips = _check_before_run(groups, task_objs, ppl_lengths, allow_beyond_max, memory_check, relative=bool(relative))
-    if lmeval_objs and memory_check:  # lm-eval's batch: the one that fits (default) or the one asked for, checked
+    skips = _check_before_run(groups, task_objs, own, allow_beyond_max, memory_check, relative=bool(relative))
+    if family_objs and memory_check:  # lm-eval's batch: the one that fits (default) or the one asked for, checked
         from lctx.models.adapters.memory import check_lmeval_fits  # lazy: loads torch
 
-        for suite in {id(t.suite): t.suite for t in lmeval_objs}.values():
+        for suite in {id(t.suite): t.suite for t in family_objs if getattr(t, "suite", None) is not None}.values():
             fits, note = check_lmeval_fits(lms, suite.request_lengths, lmeval_batch,
                                            explicit=batch_size is not None and isinstance(batch, int))
             suite.set_batch_size(fits)
@@ -306,9 +320,12 @@ def evaluate(models=None, tasks=DEFAULT_TASKS,
         for lms_g, length_list in groups:  # one sweep per training length with --relative
             spec = RunSpec(lengths=length_list if task_objs else [], depths=depth_list, samples=samples, seed=seed,
                            skip_below=skips["skip_below"])
-            passes = ([([t for t in task_objs if t.name != "ppl"] + lmeval_objs, spec),  # ppl: its own windows
-                       ([t for t in task_objs if t.name == "ppl"], RunSpec(ppl_lengths, depth_list, samples, seed))]
-                      if ppl_lengths else [(task_objs + lmeval_objs, spec)])
+            own_passes: dict[tuple, list] = {}  # a task with lengths of its own (ppl's --window): a sweep of its own
+            for t in task_objs:
+                if t.key in own:
+                    own_passes.setdefault(tuple(own[t.key]), []).append(t)
+            passes = [([t for t in task_objs if t.key not in own] + family_objs, spec)]
+            passes += [(objs, RunSpec(list(lens), depth_list, samples, seed)) for lens, objs in own_passes.items()]
             for objs, sp in passes:
                 if objs:
                     results.append(run_sweep(lms_g, objs, sp, out, progress=progress, log=log, batch_size=batch,
@@ -321,173 +338,106 @@ def evaluate(models=None, tasks=DEFAULT_TASKS,
         if relative:
             flatness.note_run(out, models=[lm.path for lm in lms], relative=flatness.parse_relative(relative),
                               train_lengths={lm.name: lm.train_length for lm in lms})
-        from lctx.harness.steps.derived import write_run_tables  # lazy: +2 ms to lctx.cli's import (-X importtime)
+        from lctx.harness.outputs.plots import write_run_outputs  # lazy: loads pandas, matplotlib
 
-        res.table, res.summary, res.plots = write_run_tables(out, steps)  # once, after every sweep
+        res.table, res.summary, res.plots = write_run_outputs(out, steps)  # once, after every sweep
         res.superseded = int(res.table.attrs.get("superseded", 0))
-        if lmeval_objs:
-            res.reports["lmeval"] = format_lmeval_summary(res.summary)
+        for fam in families:
+            res.reports[fam.name] = format_summary(res.summary, fam.owns_label)
         res.reports.update({st.name: st.report(res.table) for st in steps if st.report})
+        res.late_reports = [st.name for st in steps if st.report and st.report_after_plots]
     return res
 
 
-def _check_hub(task_names: list[str], data_dir) -> None:
-    """lm-eval tasks without ``--data-dir`` read the Hugging Face hub: offline and not cached, refuse them now,
-    before torch loads (:func:`lctx.tasks.lmeval.check_hub`), not after lm-eval's retries.
+def _families(task_names: list[str]) -> dict:
+    """{:class:`lctx.tasks.TaskFamily`: the names of ``task_names`` its groups claim} (lm-eval's ``mmlu``,
+    ``mmlu_<subject>``, ``arc_*``): the names an outside evaluator builds, in order; registered tasks and derived
+    steps are in none."""
+    from lctx.tasks import TASKS, group_of  # lazy: loads lctx.tasks and numpy
+
+    out: dict = {}
+    for name in task_names:
+        group = None if name in TASKS else group_of(name)
+        if group is not None and group.family is not None:
+            out.setdefault(group.family, []).append(name)
+    return out
+
+
+def _check_families(task_names: list[str], data_dir) -> None:
+    """Each task family's data check of its names (:meth:`lctx.tasks.TaskFamily.check_data`: lm-eval's tasks without
+    ``--data-dir`` read the Hugging Face hub; offline and not cached, they are refused now, before torch loads, not
+    after lm-eval's retries).
 
     Raises:
-        LctxError: the hub is unreachable and a task's dataset is not in the local cache.
+        LctxError: a family's data cannot be reached.
     """
-    if data_dir is not None:
-        return
-    from lctx.tasks import lmeval  # lazy: loads lctx.tasks and numpy
-
-    names = [n for n in task_names if lmeval.is_lmeval_task(n)]
-    if names:
-        lmeval.check_hub(lmeval.resolve_tasks(names, None)[0])
+    for fam, names in _families(task_names).items():
+        fam.check_data(names, data_dir)
 
 
-def _check_before_torch(models, task_names: list[str], task_options, lengths: Optional[list[int]], window,
+def _check_before_torch(models, task_names: list[str], task_options, lengths: Optional[list[int]], values: dict,
                         allow_beyond_max: bool, device: str, explicit_lengths: bool, build: Callable,
-                        lmeval_settings: Optional[dict] = None, given_tasks: Sequence = (), **run) -> None:
+                        given_tasks: Sequence = (), **run) -> dict[str, list[int]]:
     """The checks of a run that need no model, before torch and the weights load (issue 24.6; they came after
     15-31 s; issue 25 item 4, 40-150 s on a busy machine): a CUDA ``device`` on a machine without one
     (:func:`lctx.harness.args.check_device_present`); every task option, run-wide (``--stride``, ``--key-digits``,
-    ``--ppl-max-tokens``, ...) or ``--task-option`` (a task or key that is not there, a value out of range, a
-    task's missing data) and a whole-number ``--stride`` longer than a window given (the lengths or ``--window``;
-    :meth:`lctx.tasks.ppl.Perplexity.check_windows`), by building the task objects with ``build(names, {task:
-    options}, windows)`` (:func:`_build_tasks`, the same call that builds the run's tasks later; they are light,
-    and dropped here); lm-eval's ``--limit`` / ``--num-fewshot`` (``lmeval_settings``,
-    :func:`lctx.tasks.lmeval.check_settings`); a ``--window`` that is no list of lengths; and a length
-    (``lengths``; None: relative to the training length, known once the models load) or ``--window`` above a
+    ``--ppl-max-tokens``, ...: ``values``, the tasks' :attr:`lctx.tasks.Task.run_options`) or ``--task-option`` (a
+    task or key that is not there, a value out of range, a task's missing data) and the lengths each task is to run
+    at (its own ones when it declares them and they are given, ppl's ``--window``; else the lengths; its
+    :meth:`lctx.tasks.Task.check_lengths`, e.g. a whole-number ``--stride`` longer than a window), by building the task
+    objects with ``build(names, {task: options}, {task: lengths})`` (:func:`_build_tasks`, the same call that builds
+    the run's tasks later; they are light, and dropped here); a task family's settings (lm-eval's ``--limit`` /
+    ``--num-fewshot``, :meth:`lctx.tasks.TaskFamily.check_settings`); own lengths that are no list of lengths; and a
+    length (``lengths``; None: relative to the training length, known once the models load) or own length above a
     model's declared maximum, read from its ``config.json`` or GGUF metadata
     (:func:`lctx.harness.args.declared_max`). The same checks run again on the loaded models and built tasks
     (:func:`_check_before_run`). A task's shortest prompt needs the model's tokenizer: that check stays after
-    loading. ``given_tasks`` (task objects) check the windows too; a model adapter object declares its maximum
-    itself (``max_length``).
+    loading. ``given_tasks`` (task objects) check their lengths too; a model adapter object declares its maximum
+    itself (``max_length``). Returns the own lengths given, parsed once: {:attr:`lctx.tasks.RunOption.param`:
+    lengths}.
 
     Raises:
         LctxError: the first problem found (one line naming the fix).
     """
     from lctx.model_files import check_declared_max, declared_max  # light
     from lctx.harness.args import check_device_present  # light
-    from lctx.tasks import lmeval  # lazy: loads lctx.tasks and numpy
+    from lctx.tasks import get_task  # lazy: loads lctx.tasks and numpy
 
     check_device_present(device)
     names, items, steps = expand_derived(task_names, _task_option_items(task_options), None, **run)
-    plain = [n for n in names if not lmeval.is_lmeval_task(n)]
-    ppl = _as_list(window, parse_window, "window") if window and "ppl" in plain else []
-    relative = lengths is None or (any(st.name == "flatness" for st in steps) and not explicit_lengths)
-    build(plain, parse_task_options(items, plain), ppl or (None if relative else list(lengths)))
-    own = [t for t in given_tasks if not isinstance(t, lmeval.LmEvalTask)]
-    if window and any(t.name == "ppl" for t in own):
-        ppl = ppl or _as_list(window, parse_window, "window")
-    windows = ppl or (None if relative else list(lengths))
-    for t in own if windows else []:  # as _build_tasks checks the tasks given by name
-        if callable(getattr(t, "check_windows", None)):
+    families = _families(names)
+    plain = [n for n in names if not any(n in group for group in families.values())]
+    parsed: dict[str, list[int]] = {}  # {param: lengths}: a task's own lengths (ppl's --window), each flag parsed once
+    own: dict[str, list[int]] = {}  # {task: its own lengths}
+    own_objs = [t for t in given_tasks if not _families([t.name])]
+    for name, cls in [(n, get_task(n)) for n in plain] + [(t.key, type(t)) for t in own_objs]:
+        for ro in cls.run_options:
+            if ro.lengths and values.get(ro.param):
+                if ro.param not in parsed:
+                    parsed[ro.param] = _as_list(values[ro.param], lambda t, ro=ro: parse_flag_lengths(t, ro.flag, ro.hint),
+                                                ro.flag)
+                own[name] = parsed[ro.param]
+    relative = lengths is None or (any(st.relative for st in steps) and not explicit_lengths)
+    build(plain, parse_task_options(items, plain), {n: own.get(n) or (None if relative else list(lengths)) for n in plain})
+    for t in own_objs:  # as _build_tasks checks the tasks given by name
+        lens = own.get(t.key) or (None if relative else list(lengths))
+        if lens:
             try:
-                t.check_windows(windows)
+                t.check_lengths(lens)
             except ValueError as e:
-                raise LctxError(f"task object {t.name!r} cannot run at these windows ({e}); change its options "
+                raise LctxError(f"task object {t.name!r} cannot run at these lengths ({e}); change its options "
                                 "or the lengths") from None
-    if lmeval_settings and len(plain) < len(names):
-        lmeval.check_settings(**lmeval_settings)
-    if relative or not (plain or own):
-        return  # lengths relative to the training length (flatness without --lengths: its default multiples)
+    for fam in families:
+        fam.check_settings(values)
+    if relative or not (plain or own_objs):
+        return parsed  # lengths relative to the training length (flatness without --lengths: its default multiples)
+    extra = [L for lens in parsed.values() for L in lens]
     for m in _model_list(models) or [DEFAULT_MODEL]:
         if isinstance(m, (str, Path)):
-            check_declared_max(*declared_max(m), list(lengths) + ppl, allow_beyond_max)
-        else:
-            check_declared_max(m.name, m.max_length, list(lengths) + ppl, allow_beyond_max)
-
-
-def _model_list(models) -> list:
-    """``models`` as a list: ``[]`` for None, ``[m]`` for one path or one adapter object (anything with
-    ``encode``), else the items of the list, tuple or other iterable."""
-    if models is None:
-        return []
-    if isinstance(models, (str, Path)) or hasattr(models, "encode") or not hasattr(models, "__iter__"):
-        return [models]
-    return list(models)
-
-
-def _split_tasks(tasks) -> tuple:
-    """(the task names: a comma-separated string or a list of names; the task objects given), from ``tasks``: a
-    string, a :class:`lctx.tasks.Task` object, or a list (any iterable) mixing names and objects; an item that is
-    neither stays with the names, where :func:`_check_names` refuses it. Light (no import)."""
-    if isinstance(tasks, str):
-        return tasks, []
-    items = [tasks] if (hasattr(tasks, "cells") or not hasattr(tasks, "__iter__")) else list(tasks)
-    objs = [t for t in items if not isinstance(t, (str, type)) and hasattr(t, "cells") and hasattr(t, "name")]
-    return [t for t in items if not any(t is o for o in objs)], objs
-
-
-#: ``lctx.evaluate``'s settings of how a checkpoint path loads, with their defaults: they cannot reach a model
-#: adapter object (it is loaded already), so one set otherwise beside such an object is refused
-_LOAD_SETTINGS = {"device": "auto", "dtype": "float32", "chunk_size": 2048, "attn_impl": None, "attn_override": None,
-                  "trust_remote_code": False}
-
-
-def _check_adapter_objects(models: list, task_names: list[str], given_tasks: list, **settings) -> None:
-    """The checks of model adapter objects and task objects, before any model or data loads (``settings``: the
-    load settings of :data:`_LOAD_SETTINGS` and ``chat_template`` / ``system_prompt``): two tasks of one name
-    (their records would share a key); mmlu/arc for an adapter without ``lmeval_model()`` (lm-eval's ``hf``
-    backend calls a Hugging Face model directly; refused before torch loads); an object that lacks members of
-    :class:`~lctx.models.adapters.protocol.ModelAdapter` (named; this check loads torch, with lctx's models); a
-    load setting that would not reach an adapter object; a chat setting that does not say what the adapter does
-    (its :meth:`~lctx.models.adapters.protocol.ModelAdapter.prompt_signature`: the records name the chat template
-    through the task options).
-
-    Raises:
-        LctxError: the first problem found (one line naming the fix).
-    """
-    objs = [m for m in models if not isinstance(m, (str, Path))]
-    keys = list(task_names) + [getattr(t, "key", t.name) for t in given_tasks]
-    twice = next((k for k in keys if keys.count(k) > 1), None)
-    if twice is not None:
-        raise LctxError(f"two tasks named {twice!r} in one run: their records would share a resume key; give one, "
-                        "or run the other into another out directory")
-    if not objs:
-        return
-    from lctx.tasks import lmeval  # lazy: loads lctx.tasks and numpy
-
-    needs = [n for n in task_names if lmeval.is_lmeval_task(n)] + [t.name for t in given_tasks
-                                                                     if isinstance(t, lmeval.LmEvalTask)]
-    lacking = next((m for m in objs if not callable(getattr(m, "lmeval_model", None))), None)
-    if needs and lacking is not None:  # before torch: the refusal costs nothing
-        raise LctxError(f"{needs[0]} runs lm-eval's hf backend, which needs a Hugging Face model, and model "
-                        f"{getattr(lacking, 'name', lacking)!r} has none (no lmeval_model()): drop {needs[0]} for it, "
-                        "or pass a checkpoint path (or load_lm's adapter)")
-    from lctx.models.adapters.protocol import missing_members  # lazy: loads lctx.models (torch); objects only
-
-    for m in objs:
-        if missing_members(m):
-            raise LctxError(f"model {m!r} is neither a checkpoint path nor a model adapter: it lacks "
-                            f"{', '.join(missing_members(m))} (lctx.models.adapters.protocol.ModelAdapter); pass a "
-                            "path, load_lm(path), or an object with every member of the protocol")
-    for key, default in _LOAD_SETTINGS.items():
-        if settings[key] != default:
-            raise LctxError(f"{key}={settings[key]!r} sets how lctx loads a checkpoint path, and model {objs[0].name!r} "
-                            f"is an adapter object, loaded already: make it with that setting (e.g. "
-                            f"load_lm(path, {key}={settings[key]!r})) or pass its path")
-    for m in objs:
-        chat = (m.prompt_signature() or {}).get("chat") if hasattr(m, "prompt_signature") else None
-        system = chat.get("system_prompt") if isinstance(chat, dict) else None
-        if bool(chat) != bool(settings["chat_template"]) or (chat and system != settings["system_prompt"]):
-            raise LctxError(f"model {m.name!r} builds prompts with the chat template "
-                            f"{'on' if chat else 'off'}{f' (system prompt {system!r})' if system else ''} but "
-                            f"chat_template={settings['chat_template']!r}, system_prompt={settings['system_prompt']!r}: "
-                            "pass the adapter's own setting, so the records name it")
-
-
-#: run-wide options of one kind of task: (the tasks that use it, its default); set to anything else in a run
-#: without such a task it changes nothing (:func:`_ignored_options`)
-_TASK_SETTINGS = {
-    "limit": ("--limit", "lmeval", None), "num_fewshot": ("--num-fewshot", "lmeval", None),
-    "stride": ("--stride", "ppl", 0.5), "window": ("--window", "ppl", None), "ppl_data": ("--ppl-data", "ppl", None),
-    "ppl_bos": ("--ppl-bos", "ppl", "prepend"), "ppl_short_docs": ("--ppl-short-docs", "ppl", "drop"),
-    "ppl_max_tokens": ("--ppl-max-tokens", "ppl", 32768), "key_digits": ("--key-digits", "passkey", 5),
-}
+            check_declared_max(*declared_max(m), list(lengths) + extra, allow_beyond_max)
+        else:  # a model adapter object: its own declared maximum
+            check_declared_max(m.name, m.max_length, list(lengths) + extra, allow_beyond_max)
+    return parsed
 
 
 def _unused_cache_dir(models, task_objs: list, task_names: list[str]) -> str | None:
@@ -502,26 +452,31 @@ def _unused_cache_dir(models, task_objs: list, task_names: list[str]) -> str | N
             f"samples, and this run has neither (tasks: {', '.join(task_names)})")
 
 
-def _ignored_options(task_names: list[str], lmeval_names: list[str], **values) -> str | None:
-    """One ``warning:`` line naming the task options set (not at their defaults) that no task of the run uses
-    (``--limit 2`` with passkey only: lm-eval's tasks take it), or None when every one applies."""
-    have = set(task_names) | ({"lmeval"} if lmeval_names else set())
-    unused = [flag for key, (flag, task, default) in _TASK_SETTINGS.items()
-              if values.get(key) not in (default, None, [], ()) and task not in have]
+def _ignored_options(task_names: list[str], family_names: list[str], **values) -> str | None:
+    """One ``warning:`` line naming the run-wide task flags set (not at their defaults) that no task of the run
+    declares (:attr:`lctx.tasks.Task.run_options`, a group's or family's; ``--limit 2`` with passkey only: lm-eval's
+    tasks take it), each with who takes it, in the order of ``values`` ({lctx.evaluate keyword: value}), or None when
+    every one applies. ``family_names``: the run's names a task family builds (lm-eval's)."""
+    from lctx.tasks import all_run_options, declared  # lazy: loads lctx.tasks and numpy
+
+    used = {ro.param for name in task_names + family_names for ro in getattr(declared(name), "run_options", ())}
+    unused = [(ro, users) for ro, users in all_run_options()
+              if values.get(ro.param) not in (ro.default, None, [], ()) and ro.param not in used]
+    order = list(values)
+    unused.sort(key=lambda item: order.index(item[0].param))
     if not unused:
         return None
-    users = {"lmeval": "mmlu/arc_*", "ppl": "ppl", "passkey": "passkey"}
-    whose = ", ".join(f"{flag} ({users[_TASK_SETTINGS[k][1]]})" for k in _TASK_SETTINGS
-                      for flag in [_TASK_SETTINGS[k][0]] if flag in unused)
-    return (f"warning: {whose} {'is' if len(unused) == 1 else 'are'} ignored: no task of this run uses "
-            f"{'it' if len(unused) == 1 else 'them'} (tasks: {', '.join(task_names + lmeval_names)})")
+    one = len(unused) == 1
+    whose = ", ".join(f"{ro.flag} ({users})" for ro, users in unused)
+    return (f"warning: {whose} {'is' if one else 'are'} ignored: no task of this run uses "
+            f"{'it' if one else 'them'} (tasks: {', '.join(task_names + family_names)})")
 
 
 def _check_names(models, tasks, task_files) -> list[str]:
-    """The task names of ``tasks`` (a comma-separated string or a list), after registering the plug-ins'
-    tasks and ``task_files``; checked with what costs no torch or transformers import (``lctx run`` answers
-    these mistakes in well under a second, issue 15.4): every name is a task, a derived name or an lm-eval
-    task, and every path of ``models`` exists.
+    """The task names of ``tasks`` (a comma-separated string or a list; None: :func:`lctx.tasks.default_tasks`),
+    after registering the plug-ins' tasks and ``task_files``; checked with what costs no torch or transformers import
+    (``lctx run`` answers these mistakes in well under a second, issue 15.4): every name is a task or one a group
+    runs (:func:`lctx.tasks.group_of`: a derived step, an lm-eval task), and every path of ``models`` exists.
 
     Raises:
         LctxError: an unknown task name (the message lists the known ones), a model path that does not exist
@@ -529,19 +484,20 @@ def _check_names(models, tasks, task_files) -> list[str]:
             task file that does not load (:func:`lctx.tasks.load_task_file`).
     """
     from lctx.harness.steps import flatness, ruler  # noqa: F401  (register the derived names: light, no pandas); lazy: loads lctx.tasks and numpy
-    from lctx.tasks import GROUPS, TASKS, get_task, lmeval, load_entry_point_tasks, load_task_file  # lazy: loads lctx.tasks and numpy
+    from lctx.tasks import TASKS, default_tasks, get_task, group_of, load_entry_point_tasks, load_task_file  # lazy: loads lctx.tasks and numpy
 
     load_entry_point_tasks()
     for tf in task_files or []:
         load_task_file(str(tf))
-    names = (split_list(tasks, "--tasks", "--tasks passkey,ppl (see `lctx list tasks`)")
-             if isinstance(tasks, str) else list(tasks))
+    names = (default_tasks() if tasks is None else
+             split_list(tasks, "--tasks", "--tasks passkey,ppl (see `lctx list tasks`)") if isinstance(tasks, str)
+             else list(tasks))
     bad = next((t for t in names if not isinstance(t, str)), None)
     if bad is not None:
         raise LctxError(f"task {bad!r} is neither a task name nor a lctx.tasks.Task object; pass names such as "
                         "'passkey' or objects such as Passkey()")
     for name in names:
-        if name not in TASKS and name not in GROUPS and not lmeval.is_lmeval_task(name):
+        if name not in TASKS and group_of(name) is None:
             get_task(name)  # raises the one-line error naming the known tasks
     for m in _model_list(models):
         if not isinstance(m, (str, Path)):
@@ -578,11 +534,96 @@ def _load_models(models, attn_override, warn, **load) -> list:
     return lms
 
 
-def _check_before_run(groups, task_objs: list, ppl_lengths, allow_beyond_max: bool, memory_check: bool,
-                      relative: bool = False) -> dict:
+def _model_list(models) -> list:
+    """``models`` as a list: ``[]`` for None, ``[m]`` for one path or one adapter object (anything with
+    ``encode``), else the items of the list, tuple or other iterable."""
+    if models is None:
+        return []
+    if isinstance(models, (str, Path)) or hasattr(models, "encode") or not hasattr(models, "__iter__"):
+        return [models]
+    return list(models)
+
+
+def _split_tasks(tasks) -> tuple:
+    """(the task names: None, a comma-separated string or a list of names; the task objects given), from
+    ``tasks``: None (the default tasks), a string, a :class:`lctx.tasks.Task` object, or a list (any iterable)
+    mixing names and objects; an item that is neither stays with the names, where :func:`_check_names` refuses
+    it. Light (no import)."""
+    if tasks is None or isinstance(tasks, str):
+        return tasks, []
+    items = [tasks] if (hasattr(tasks, "cells") or not hasattr(tasks, "__iter__")) else list(tasks)
+    objs = [t for t in items if not isinstance(t, (str, type)) and hasattr(t, "cells") and hasattr(t, "name")]
+    return [t for t in items if not any(t is o for o in objs)], objs
+
+
+#: ``lctx.evaluate``'s settings of how a checkpoint path loads, with their defaults: they cannot reach a model
+#: adapter object (it is loaded already), so one set otherwise beside such an object is refused
+_LOAD_SETTINGS = {"device": "auto", "dtype": "float32", "chunk_size": 2048, "attn_impl": None, "attn_override": None,
+                  "trust_remote_code": False}
+
+
+def _check_adapter_objects(models: list, task_names: list[str], given_tasks: list, **settings) -> None:
+    """The checks of model adapter objects and task objects, before any model or data loads (``settings``: the
+    load settings of :data:`_LOAD_SETTINGS` and ``chat_template`` / ``system_prompt``): two tasks of one name
+    (their records would share a key); a task whose declared :attr:`lctx.tasks.Task.adapter_needs` (or its
+    family's: lm-eval's ``lmeval_model()``) an adapter object lacks (refused before torch loads); an object that
+    lacks members of :class:`~lctx.models.adapters.protocol.ModelAdapter` (named; this check loads torch, with
+    lctx's models); a load setting that would not reach an adapter object; a chat setting that does not say what
+    the adapter does (its :meth:`~lctx.models.adapters.protocol.ModelAdapter.prompt_signature`: the records name
+    the chat template through the task options).
+
+    Raises:
+        LctxError: the first problem found (one line naming the fix).
+    """
+    objs = [m for m in models if not isinstance(m, (str, Path))]
+    keys = list(task_names) + [getattr(t, "key", t.name) for t in given_tasks]
+    twice = next((k for k in keys if keys.count(k) > 1), None)
+    if twice is not None:
+        raise LctxError(f"two tasks named {twice!r} in one run: their records would share a resume key; give one, "
+                        "or run the other into another out directory")
+    if not objs:
+        return
+    from lctx.tasks import TASKS  # lazy: loads lctx.tasks and numpy
+
+    needs = [(n, fam.adapter_needs) for fam, names in _families(task_names).items() for n in names]
+    needs += [(n, TASKS[n].adapter_needs) for n in task_names if n in TASKS]
+    needs += [(t.name, type(t).adapter_needs) for t in given_tasks]
+    for name, wanted in needs:  # before torch: the refusal costs nothing
+        for method, why in dict(wanted).items():
+            lacking = next((m for m in objs if not callable(getattr(m, method, None))), None)
+            if lacking is not None:
+                raise LctxError(f"{name} {why}, and model {getattr(lacking, 'name', lacking)!r} has none (no "
+                                f"{method}()): drop {name} for it, or pass a checkpoint path (or load_lm's adapter)")
+    from lctx.models.adapters.protocol import missing_members  # lazy: loads lctx.models (torch); objects only
+
+    for m in objs:
+        if missing_members(m):
+            raise LctxError(f"model {m!r} is neither a checkpoint path nor a model adapter: it lacks "
+                            f"{', '.join(missing_members(m))} (lctx.models.adapters.protocol.ModelAdapter); pass a "
+                            "path, load_lm(path), or an object with every member of the protocol")
+    for key, default in _LOAD_SETTINGS.items():
+        if settings[key] != default:
+            raise LctxError(f"{key}={settings[key]!r} sets how lctx loads a checkpoint path, and model {objs[0].name!r} "
+                            f"is an adapter object, loaded already: make it with that setting (e.g. "
+                            f"load_lm(path, {key}={settings[key]!r})) or pass its path")
+    for m in objs:
+        chat = (m.prompt_signature() or {}).get("chat") if hasattr(m, "prompt_signature") else None
+        system = chat.get("system_prompt") if isinstance(chat, dict) else None
+        if bool(chat) != bool(settings["chat_template"]) or (chat and system != settings["system_prompt"]):
+            raise LctxError(f"model {m.name!r} builds prompts with the chat template "
+                            f"{'on' if chat else 'off'}{f' (system prompt {system!r})' if system else ''} but "
+                            f"chat_template={settings['chat_template']!r}, system_prompt={settings['system_prompt']!r}: "
+                            "pass the adapter's own setting, so the records name it")
+
+
+def _check_before_run(groups, task_objs: list, own_lengths: Optional[dict] = None, allow_beyond_max: bool = False,
+                      memory_check: bool = True, relative: bool = False) -> dict:
     """Every problem found before the first sweep starts: lengths above :data:`lctx.harness.args.MAX_LENGTH`
     (``--relative`` x a training length), lengths a model cannot address, lengths shorter than
-    a task's template, a longest prefill that does not fit the device (the memory model of ``lctx plan``).
+    a task's template, lengths a task refuses (:meth:`lctx.tasks.Task.check_lengths`, with ``--relative``'s lengths:
+    given ones were checked before torch), a longest prefill that does not fit the device (the memory model of
+    ``lctx plan``; a task that :attr:`lctx.tasks.Task.keeps_logits` counts a logits tensor of its longest length).
+    ``own_lengths``: {task key: its own lengths} (ppl's ``--window``), which it runs at instead of the group's.
     ``relative`` (``--relative``): a task is left out at the lengths shorter than its template instead
     (:func:`lctx.harness.run.runner.check_min_lengths` with ``drop=True``). Returns {"skip_below": for
     :class:`RunSpec`, "notes": one line per task left out somewhere}.
@@ -593,40 +634,49 @@ def _check_before_run(groups, task_objs: list, ppl_lengths, allow_beyond_max: bo
     from lctx.harness.args import check_max_length  # light
     from lctx.harness.run.runner import check_lengths, check_min_lengths  # lazy: loads torch, transformers, pandas
 
+    own = own_lengths or {}
+    own_all = [L for lens in own.values() for L in lens]
+    by_own: dict[tuple, list] = {}
+    for t in task_objs:
+        if t.key in own:
+            by_own.setdefault(tuple(own[t.key]), []).append(t)
     skip_below, notes = {}, []
     for lms_g, length_list in groups:  # every problem found before the first sweep starts
         check_max_length(length_list)  # --relative's lengths (typed ones were checked when parsed)
         for lm in lms_g if task_objs else []:
-            check_lengths(lm, length_list + (ppl_lengths or []), allow_beyond_max)
-        skip, lines = check_min_lengths(lms_g, [t for t in task_objs if not (ppl_lengths and t.name == "ppl")],
-                                        length_list, drop=relative)
+            check_lengths(lm, length_list + own_all, allow_beyond_max)
+        skip, lines = check_min_lengths(lms_g, [t for t in task_objs if t.key not in own], length_list, drop=relative)
         skip_below.update(skip)
         notes += lines
-        if ppl_lengths:
-            check_min_lengths(lms_g, [t for t in task_objs if t.name == "ppl"], ppl_lengths)
-        for t in task_objs if relative and not ppl_lengths else []:  # lengths or --window given: before torch
-            if t.name == "ppl":
-                try:
-                    t.check_windows(length_list)
-                except ValueError as e:
-                    raise _bad_option(t.name, e, {}, {"stride": t.stride}) from None
+        for lens, objs in by_own.items():
+            check_min_lengths(lms_g, objs, list(lens))
+        for t in task_objs if relative else []:  # lengths or own lengths given: checked before torch
+            if t.key in own:
+                continue
+            try:
+                t.check_lengths(length_list)
+            except ValueError as e:
+                declared = {ro.option: t.options.get(ro.option) for ro in type(t).run_options if ro.option}
+                raise _bad_option(type(t), t.name, e, {}, declared) from None
         if memory_check and task_objs:  # the memory model of `lctx plan`, for the longest prefill
             from lctx.models.adapters.memory import check_run_fits  # lazy: loads torch
 
-            longest = max(length_list + (ppl_lengths or []))
-            has_ppl = any(t.name == "ppl" for t in task_objs)  # ppl keeps logits at every scored position
-            check_run_fits(lms_g, longest, kept_logits=max(ppl_lengths or length_list) if has_ppl else 1)
+            longest = max(length_list + own_all)
+            kept = [max(own.get(t.key) or length_list) for t in task_objs if t.keeps_logits]
+            check_run_fits(lms_g, longest, kept_logits=max(kept) if kept else 1)
     return {"skip_below": skip_below, "notes": notes}
 
 
 def _derived_expanders() -> dict:
-    """The registry of derived post-processing steps: {name in ``--tasks``: expander}. An expander takes
+    """The registry of derived post-processing steps: {name in ``--tasks``: expander}
+    (:data:`lctx.harness.steps.derived.EXPANDERS`, where each step registers its own on import). An expander takes
     (task names, ``--task-option`` items, data_dir=, samples=, depths=) and returns (task names with its own
     replaced by the tasks it derives from, the option items not addressed to it, its
     :class:`lctx.harness.steps.derived.DerivedStep` or None when not asked for, lines to print)."""
-    from lctx.harness.steps import flatness, ruler  # lazy: loads lctx.tasks and numpy
+    from lctx.harness.steps import flatness, ruler  # noqa: F401  (they register their expanders); lazy: loads lctx.tasks and numpy
+    from lctx.harness.steps.derived import EXPANDERS  # lazy: +2 ms to lctx.cli's import (-X importtime)
 
-    return {flatness.TASK: flatness.expand, ruler.GROUP: ruler.expand}
+    return dict(EXPANDERS)
 
 
 def expand_derived(task_names: list[str], task_option: list[str], log=None, **run) -> tuple[list[str], list[str], list]:
@@ -645,16 +695,35 @@ def expand_derived(task_names: list[str], task_option: list[str], log=None, **ru
     return task_names, task_option, steps
 
 
-def _build_tasks(task_names: list[str], task_opts: dict, get_task, out: Path, data_dir, cache_dir, ppl_defaults: dict,
-                 passkey_defaults: dict, windows: Optional[list[int]] = None) -> list:
-    """The task objects of ``task_names``: run-wide defaults (ppl's corpus settings, passkey's digits, the data
-    and sample-cache directories of tasks that take them) under each task's own ``task_opts``; with ``windows``
-    (the lengths, or ppl's ``--window`` sizes, in tokens), each task that has ``check_windows`` checks them
-    (:meth:`lctx.tasks.ppl.Perplexity.check_windows`). Light: no torch (``lctx run`` builds them once before torch
-    loads to check the values, :func:`_check_before_torch`).
+def _run_defaults(cls, values: dict) -> dict:
+    """{constructor option: value} of the run-wide flags task class ``cls`` declares (:attr:`lctx.tasks.Task.run_options`
+    with an ``option``), from ``values`` ({lctx.evaluate keyword: value}).
 
     Raises:
-        LctxError: an option the task does not name, a value its constructor or window check refuses (naming
+        LctxError: a declared flag that is no keyword of :func:`evaluate` (a task file's mistake).
+    """
+    out = {}
+    for ro in cls.run_options:
+        if ro.option is None:
+            continue
+        if ro.param not in values:
+            raise LctxError(f"task {cls.name!r} declares the run option {ro.flag} (lctx.evaluate keyword {ro.param!r}), "
+                            f"which lctx run does not have; declare one of {', '.join(values)}, or take the value "
+                            f"with --task-option {cls.name}.{ro.option}=VALUE")
+        out[ro.option] = values[ro.param]
+    return out
+
+
+def _build_tasks(task_names: list[str], task_opts: dict, get_task, out: Path, data_dir, cache_dir, values: dict,
+                 lengths: Optional[dict] = None) -> list:
+    """The task objects of ``task_names``: the run-wide flags each declares (``values``, :func:`_run_defaults`), the
+    data and sample-cache directories of tasks that take them, under each task's own ``task_opts``; with
+    ``lengths`` ({task: the lengths it is to run at, in tokens, or None}) each task checks them
+    (:meth:`lctx.tasks.Task.check_lengths`; ppl: a whole-number stride longer than a window). Light: no torch
+    (``lctx run`` builds them once before torch loads to check the values, :func:`_check_before_torch`).
+
+    Raises:
+        LctxError: an option the task does not name, a value its constructor or length check refuses (naming
             the flag that set it), or a task's missing data.
     """
     objs = []
@@ -662,37 +731,25 @@ def _build_tasks(task_names: list[str], task_opts: dict, get_task, out: Path, da
         cls = get_task(name)
         opts = task_opts.get(name, {})
         check_task_options(name, cls, opts)
-        if name == "ppl":
-            defaults = ppl_defaults
-        elif name == "passkey":
-            defaults = passkey_defaults
-        else:
-            valid = task_option_names(cls)  # settings a task may take from the run: data and sample cache
-            defaults = {k: v for k, v in (("data_dir", data_dir), ("cache_dir", cache_dir or out / "sample_cache"))
-                        if k in valid and v is not None}
+        defaults = _run_defaults(cls, values)
+        valid = task_option_names(cls)  # settings a task may take from the run: data and sample cache
+        defaults.update({k: v for k, v in (("data_dir", data_dir), ("cache_dir", cache_dir or out / "sample_cache"))
+                         if k in valid and v is not None and k not in defaults})
+        run_lengths = (lengths or {}).get(name)
         try:
             objs.append(cls(**{**defaults, **opts}))
-            if windows and callable(getattr(objs[-1], "check_windows", None)):
-                objs[-1].check_windows(windows)
+            if run_lengths:
+                objs[-1].check_lengths(run_lengths)
         except (ValueError, TypeError) as e:
-            raise _bad_option(name, e, opts, defaults) from None
+            raise _bad_option(cls, name, e, opts, defaults) from None
     return objs
 
 
-#: the ``lctx run`` flag that sets a task's run-wide default (the rest come from --task-option TASK.KEY=VALUE)
-_FLAGS = {("ppl", "stride"): ("--stride", "a fraction of the window in (0, 1] or a whole number of tokens, "
-                                          "e.g. --stride 0.5"),
-          ("ppl", "max_tokens"): ("--ppl-max-tokens", "0 (all) or a positive number of tokens"),
-          ("ppl", "bos"): ("--ppl-bos", "prepend or none"),
-          ("ppl", "short_docs"): ("--ppl-short-docs", "drop or count"),
-          ("ppl", "data"): ("--ppl-data", "text files or folders of .txt files"),
-          ("passkey", "key_digits"): ("--key-digits", "a whole number from 1 to 30"),
-          ("passkey", "max_new_tokens"): ("--task-option passkey.max_new_tokens", "a whole number of tokens >= 1")}
-
-
-def _bad_option(name: str, e: Exception, opts: dict, defaults: dict) -> LctxError:
-    """The one-line error for a task constructor's ValueError/TypeError ``e``: it names the flag that set the
-    bad value (``--stride``, ``--task-option passkey.key_digits``, ...) and a fix, not only Python's text."""
+def _bad_option(cls, name: str, e: Exception, opts: dict, defaults: dict) -> LctxError:
+    """The one-line error for a task constructor's (or length check's) ValueError/TypeError ``e``: it names the flag
+    that set the bad value (a run option's flag, ``--stride``, as task class ``cls`` declares it; else
+    ``--task-option passkey.key_digits``, ...) and a fix (:meth:`lctx.tasks.Task.option_hint`), not only Python's
+    text."""
     msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
 
     def culprit(kv: dict):
@@ -703,11 +760,12 @@ def _bad_option(name: str, e: Exception, opts: dict, defaults: dict) -> LctxErro
         flag, value = f"--task-option {name}.{key}", opts[key]
     else:
         key = culprit(defaults)
-        flag, value = _FLAGS.get((name, key), (f"--task-option {name}.{key}", None))[0], defaults.get(key)
+        ro = cls.run_option(key) if key is not None else None
+        flag, value = (ro.flag if ro else f"--task-option {name}.{key}"), defaults.get(key)
     if key is None:
         return LctxError(f"bad option for task {name!r}: {msg}; fix the option (`lctx list tasks` shows the "
                          "tasks; --task-option TASK.KEY=VALUE sets one)")
     if "invalid literal" in msg or "could not convert" in msg:
         msg = f"{value!r} is not a number"
-    hint = _FLAGS.get((name, key), (None, None))[1]
+    hint = cls.option_hint(key)
     return LctxError(f"bad {flag} for task {name!r}: {msg}; pass {hint or 'a valid value'}")

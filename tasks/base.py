@@ -57,6 +57,52 @@ class Sample:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class RunOption:
+    """A run-wide ``lctx run`` flag (a keyword of :func:`lctx.evaluate`) that a task declares it takes
+    (:attr:`Task.run_options`): the runner gives each task of the run the values of the flags it declares, warns
+    about a flag set (not at its default) that no task of the run declares, and names the flag in the one-line
+    error for a value the task's constructor refuses.
+
+    flag: the flag as the user types it (``"--stride"``); param: the :func:`lctx.evaluate` keyword that carries it
+    (``"stride"``; one of its keyword arguments); option: the constructor keyword the value is given to (``"stride"``),
+    or None for a value the runner reads itself (``lengths``); default: its value when not given (the flag's
+    default); hint: what a valid value looks like, for the error ("pass {hint}"); users: how the warning names
+    the tasks that take it (default: the declaring task's name); lengths: the value is a list of lengths in tokens
+    (``"256,1k"``) this task runs at instead of ``--lengths``, in a sweep of its own (``ppl``'s ``--window``).
+    """
+
+    flag: str
+    param: str
+    option: str | None = None
+    default: Any = None
+    hint: str = ""
+    users: str = ""
+    lengths: bool = False
+
+
+@dataclass(frozen=True)
+class Heatmap:
+    """How a task's depth x length heatmap is drawn (:attr:`Task.heatmap`; ``plots/<task>_heatmap_<model>.png``).
+
+    title: the figure's title before the model's name (default the task's name); depth_label: the y axis label
+    (default "Needle depth (0% = start)"); panels: fixed panels {metric: panel title}, drawn whatever their values
+    (default: the task's :attr:`Task.heatmap_metrics`, or every metric, those whose ok values lie in [0, 1]);
+    narrow: ``lctx report`` sets two such figures side by side instead of one per row.
+    """
+
+    title: str = ""
+    depth_label: str = ""
+    panels: dict[str, str] | None = None
+    narrow: bool = False
+
+
+#: The figure kinds a task may declare in :attr:`Task.plots` (drawn by :mod:`lctx.harness.outputs.plots`):
+#: ``depth_heatmap``: a depth x length heatmap per model (:class:`Heatmap`); ``perplexity_vs_length``: the headline
+#: metric against length on log axes, one line per model (``plots/<task>_vs_length.png``).
+PLOT_KINDS = ("depth_heatmap", "perplexity_vs_length")
+
+
 class Task:
     """Base class of lctx tasks.
 
@@ -98,10 +144,39 @@ class Task:
             records' fingerprint: checkpoint content, options, data, versions), where the task may keep
             partial work (lm-eval's request cache) so that a run stopped inside the call resumes without
             redoing it; ``None`` (the default, and outside a run): keep nothing.
+        adapter_needs: {method: why} that the model adapter must have beyond
+            :class:`lctx.models.adapters.protocol.ModelAdapter` (lm-eval's tasks: ``{"lmeval_model": "runs lm-eval's hf
+            backend, which needs a Hugging Face model"}``); ``lctx.evaluate`` refuses the task, in one line before torch
+            loads, for an adapter object without them. Default none.
         chunked: ``False`` for a task that does not run through the adapter's chunked prefill (lm-eval's): the
             prefill chunk size then does not reach its numbers and is left out of its records' fingerprint.
         subtask: a part of a task run as its own task object whose records keep the task's ``name`` (an MMLU
             subject, also in its options); the runner tells the objects apart by ``name/subtask``.
+
+    What the runner and the outputs need of a task, declared (never looked up by the task's name; class
+    attributes, read from the registered class):
+        run_options: the run-wide ``lctx run`` flags it takes (:class:`RunOption`: ``ppl``'s ``--stride``,
+            ``--window``, ``--ppl-data``, ...; ``passkey``'s ``--key-digits``): each flag's value (its default when
+            not given) becomes the constructor option it names, under the task's own ``--task-option`` values; a
+            flag no task of the run takes is named in a warning; a bad value's error names the flag. A
+            :class:`RunOption` with ``lengths=True`` gives the task lengths of its own (``ppl``'s ``--window``):
+            it then runs in a sweep of its own at those lengths.
+        option_hints: {option: what a valid value looks like} for the one-line error of a bad
+            ``--task-option TASK.KEY=VALUE`` (``passkey.max_new_tokens``: "a whole number of tokens >= 1"); a
+            run option's hint serves its option too.
+        default_run: the task runs when ``--tasks`` is not given (``passkey``, ``ppl``: :func:`default_tasks`).
+        keeps_logits: scoring keeps the logits of every scored position of a prefill (``ppl``): the memory check
+            counts a vocabulary-wide logits tensor of the longest length, not one row.
+        plots: the figure kinds ``lctx run`` draws of its rows (:data:`PLOT_KINDS`); None (the default): a depth x
+            length heatmap when its rows have depths.
+        heatmap: how that heatmap is drawn (:class:`Heatmap`: title, depth label, fixed panels); heatmap_metrics:
+            the metrics its panels show (recorded in ``run.json``; default every metric with values in [0, 1]).
+        check_lengths(lengths): refuse lengths it cannot run at (``ppl``: a whole-number stride longer than a
+            window), before any model loads; check_data(): a pre-flight check of its data (``ppl`` reads its
+            documents), before any model loads.
+        extra_tables(table), pooled_label(subtasks): tables it writes beside ``summary.csv`` and the name a
+            summary cell pooled over its sub-tasks is shown under (both also on :class:`TaskGroup`, where
+            MMLU's ``mmlu_subjects.csv`` and ``mmlu_astronomy`` come from).
 
     Constructor keyword arguments are the task's options (e.g. ``window``/``stride`` for ``ppl``); they
     are recorded with every result, and a rerun with different options does not reuse old records.
@@ -130,8 +205,16 @@ class Task:
     secondary_metric: ClassVar[str | None] = None
     whole: ClassVar[bool] = False
     chunked: ClassVar[bool] = True
+    adapter_needs: ClassVar[dict] = {}
     subtask: str | None = None
     state_dir: Path | None = None
+    run_options: ClassVar[tuple[RunOption, ...]] = ()
+    option_hints: ClassVar[dict[str, str]] = {}
+    default_run: ClassVar[bool] = False
+    keeps_logits: ClassVar[bool] = False
+    plots: ClassVar[tuple[str, ...] | None] = None
+    heatmap: ClassVar[Heatmap | None] = None
+    heatmap_metrics: ClassVar[tuple[str, ...] | None] = None
 
     def __init__(self, **options: Any):
         self.options = options
@@ -158,6 +241,47 @@ class Task:
                 "headline_metric": headline, "higher_is_better": hib, "retrieval": bool(self.retrieval),
                 "secondary_metric": self.secondary_metric, "axes": [str(a) for a in self.axes],
                 "uses_seed": bool(self.uses_seed), "heatmap_metrics": [str(m) for m in heat] if heat else None}
+
+    @classmethod
+    def run_option(cls, option: str) -> RunOption | None:
+        """The :class:`RunOption` that sets constructor option ``option``, or None."""
+        return next((ro for ro in cls.run_options if ro.option == option), None)
+
+    @classmethod
+    def option_hint(cls, option: str) -> str | None:
+        """What a valid value of constructor option ``option`` looks like (:attr:`option_hints`, else its run
+        option's hint), or None."""
+        ro = cls.run_option(option)
+        return cls.option_hints.get(option) or (ro.hint if ro else None) or None
+
+    @classmethod
+    def extra_tables(cls, table) -> dict:
+        """Tables this task's rows add beside ``summary.csv``, {file name: DataFrame}, from the run's results
+        table (all its tasks' rows); written by :func:`lctx.harness.steps.derived.write_run_tables`. Default none."""
+        return {}
+
+    @classmethod
+    def pooled_label(cls, subtasks) -> str:
+        """The name a summary cell of this task pooled over ``subtasks`` (the :data:`lctx.harness.run.tables.POOLED_OPTIONS`
+        values its rows hold) is shown under. Default: the task's name."""
+        return cls.name
+
+    def check_lengths(self, lengths: list[int]) -> None:
+        """Refuse ``lengths`` (tokens) this task cannot run at with its options: ``lctx run`` calls it before any
+        model loads with the lengths given (its own ones, :attr:`run_options` ``lengths=True``, when set), and
+        again with ``--relative``'s once the training lengths are known. Default: every length is fine.
+
+        Raises:
+            ValueError: a length it cannot run at (the message names the option at fault; the runner names its flag).
+        """
+
+    def check_data(self) -> None:
+        """A pre-flight check of the task's data, run once the run's task objects are built and before any model
+        loads (so unreadable data fails fast, not after the weights load). Default: nothing to check.
+
+        Raises:
+            LctxError: data missing or unreadable.
+        """
 
     @property
     def key(self) -> str:
@@ -387,16 +511,111 @@ class TaskInfo(NamedTuple):
     requires: str
 
 
-#: Names ``lctx run --tasks`` accepts that are not :class:`Task` classes in :data:`TASKS`, {name: TaskInfo}:
+class TaskFamily:
+    """Tasks that an outside evaluator makes per run (lm-eval's ``mmlu``/``arc_*``: :data:`lctx.tasks.lmeval.LMEVAL`):
+    the names of a run that its groups (:class:`TaskGroup` with this ``family``) claim are built together by
+    :meth:`build` (one evaluator shared by all of them), not from one registered :class:`Task` class each.
+    Subclass it and override what applies.
+
+    name: the key of its summary text in :class:`lctx.harness.evaluate.Result`'s ``reports``; run_options: the
+    run-wide flags its tasks take (:class:`RunOption`, ``option`` None: :meth:`build` reads them from ``values``);
+    shardable: False refuses the family under ``torchrun`` / ``accelerate launch``.
+    """
+
+    name: str = ""
+    run_options: tuple[RunOption, ...] = ()
+    shardable: bool = True
+    adapter_needs: dict = {}  # {method: why} its tasks need of a model adapter (Task.adapter_needs)
+
+    def check_settings(self, values: dict) -> None:
+        """Refuse bad run-wide values of :attr:`run_options` (``values``: {param: value}), before torch loads.
+
+        Raises:
+            LctxError: a bad value (names the flag and the fix).
+        """
+
+    def check_data(self, names: list[str], data_dir) -> None:
+        """Refuse ``names`` whose data cannot be reached (``data_dir`` None: no ``--data-dir``), before torch loads.
+
+        Raises:
+            LctxError: data missing or unreachable.
+        """
+
+    def build(self, names: list[str], values: dict, *, data_dir=None, seed: int = 0, batch_size: int = 1,
+              chat_template: bool = False, system_prompt: str | None = None, log=None) -> list[Task]:
+        """The task objects of ``names`` (names its groups claim) with the run's settings: ``values`` the run-wide
+        flags ({param: value}), ``batch_size`` its requests per forward, ``log`` (or None) progress lines.
+
+        Raises:
+            LctxError: a bad setting or missing data.
+        """
+        raise NotImplementedError(f"task family {self.name!r} builds no tasks")
+
+    def owns_label(self, label: str) -> bool:
+        """True for a summary row's task that is one of this family's (its pooled labels included): the rows of
+        its summary text."""
+        return any(g.family is self and g.owns_label(label) for g in GROUPS.values())
+
+
+class TaskGroup:
+    """A name ``lctx run --tasks`` accepts that is not one :class:`Task` class of :data:`TASKS`: lm-eval's ``mmlu`` /
+    ``arc_*`` (whose task objects its :class:`TaskFamily` makes per run, per MMLU subject) and the harness's derived
+    steps (``flatness``, ``ruler``: :mod:`lctx.harness.steps.derived`, which expand into the tasks they derive from).
+    Registered with :func:`register_group`; :func:`task_catalog` lists it as a :class:`TaskInfo`.
+
+    name, description, metrics, requires: as :class:`TaskInfo`; run_options: the run-wide flags it takes (default its
+    family's); family: the :class:`TaskFamily` that builds its tasks (None for a derived step); benchmark: a
+    multiple-choice knowledge benchmark ``lctx report`` draws as accuracy bars, the int its place among them (MMLU 0,
+    ARC 1; ties by name); None: not one. Override :meth:`claims`, :meth:`owns_label`, :meth:`pooled_label`,
+    :meth:`extra_tables` where the group has sub-tasks (MMLU's subjects).
+    """
+
+    def __init__(self, name: str, description: str, metrics: tuple[str, ...], requires: str = "", *,
+                 run_options: tuple[RunOption, ...] | None = None, family: TaskFamily | None = None,
+                 benchmark: int | None = None):
+        self.name, self.description, self.metrics, self.requires = name, description, tuple(metrics), requires
+        self.family, self.benchmark = family, benchmark
+        self.run_options = tuple(run_options if run_options is not None else (family.run_options if family else ()))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
+
+    def info(self) -> TaskInfo:
+        """This group as a line of ``lctx list tasks``."""
+        return TaskInfo(self.name, self.description, self.metrics, self.requires)
+
+    def claims(self, name: str) -> bool:
+        """True for a ``--tasks`` name this group runs (its own; MMLU: ``mmlu_<subject>`` too)."""
+        return name == self.name
+
+    def owns_label(self, label: str) -> bool:
+        """True for a results table's task that comes from this group (its pooled labels included)."""
+        return label == self.name
+
+    def pooled_label(self, subtasks) -> str:
+        """The name a summary cell of this group pooled over ``subtasks`` is shown under (MMLU: ``mmlu_astronomy``
+        for one subject). Default: the group's name."""
+        return self.name
+
+    def extra_tables(self, table) -> dict:
+        """Tables this group's rows add beside ``summary.csv``, {file name: DataFrame} (MMLU: ``mmlu_subjects.csv``).
+        Default none."""
+        return {}
+
+
+#: Names ``lctx run --tasks`` accepts that are not :class:`Task` classes in :data:`TASKS`, {name: TaskGroup}:
 #: lm-eval's ``mmlu``/``arc_*`` (:mod:`lctx.tasks.lmeval`, whose task objects are made per subject) and the
 #: harness's derived steps (``flatness``, ``ruler``: :mod:`lctx.harness.steps.derived`); each registers itself on
 #: import with :func:`register_group`, so this module lists them without importing them.
-GROUPS: Registry[TaskInfo] = Registry("derived task name", replace=True)
+GROUPS: Registry[TaskGroup] = Registry("derived task name", replace=True)
 
 
-def register_group(info: TaskInfo) -> TaskInfo:
-    """Add a derived name to :func:`task_catalog` (:data:`GROUPS`); returns ``info``."""
-    return GROUPS.add(info.name, info)
+def register_group(group: TaskGroup | TaskInfo) -> TaskGroup:
+    """Add a name to :func:`task_catalog` (:data:`GROUPS`): a :class:`TaskGroup`, or a :class:`TaskInfo` (a group
+    that declares nothing else); returns the registered group."""
+    if isinstance(group, TaskInfo):
+        group = TaskGroup(group.name, group.description, group.metrics, group.requires)
+    return GROUPS.add(group.name, group)
 
 
 def task_catalog() -> list[TaskInfo]:
@@ -405,8 +624,69 @@ def task_catalog() -> list[TaskInfo]:
     ``mmlu_<subject>`` and ``mmlu_<category>`` are accepted too; the harness's ``flatness`` sweep and ``ruler``
     group, once :mod:`lctx.harness.steps.flatness` / :mod:`lctx.harness.steps.ruler` are imported)."""
     out = [TaskInfo(n, c.description, tuple(c.metrics), c.requires) for n, c in TASKS.items()]
-    out += GROUPS.values()
+    out += [g.info() for g in GROUPS.values()]
     return sorted(out, key=lambda t: t.name)
+
+
+def group_of(name: str) -> TaskGroup | None:
+    """The registered group that runs the ``--tasks`` name ``name`` (:data:`GROUPS`: its own name, or one it
+    claims, MMLU's ``mmlu_<subject>``), or None."""
+    name = str(name)
+    return GROUPS.get(name) or next((g for g in GROUPS.values() if g.claims(name)), None)
+
+
+def group_of_label(label: str) -> TaskGroup | None:
+    """The registered group a results table's task comes from (its pooled labels included: ``mmlu (3 subjects)``),
+    or None."""
+    label = str(label)
+    return GROUPS.get(label) or next((g for g in GROUPS.values() if g.owns_label(label)), None)
+
+
+def declared(name: str):
+    """What declares the task ``name``: its registered :class:`Task` class, else its :class:`TaskGroup`
+    (:func:`group_of`), else None (a name neither registers, e.g. a ``--task-file`` task not loaded)."""
+    return TASKS.get(str(name)) or group_of(name)
+
+
+def default_tasks() -> list[str]:
+    """The tasks ``lctx run`` runs when ``--tasks`` is not given: the registered tasks that declare
+    :attr:`Task.default_run`, in registration order (``passkey``, ``ppl``)."""
+    return [n for n, c in TASKS.items() if c.default_run]
+
+
+def all_run_options() -> list[tuple[RunOption, str]]:
+    """(run option, users) of every run-wide flag a registered task or group declares, each flag once, in
+    registration order (groups first); users: how a warning names who takes it (:attr:`RunOption.users`, else the
+    names of the tasks and groups declaring it, joined by "/")."""
+    seen: dict[str, tuple[RunOption, list[str]]] = {}
+    decls = [(g.name, g.run_options) for g in GROUPS.values()] + [(n, c.run_options) for n, c in TASKS.items()]
+    for owner, options in decls:
+        for ro in options:
+            first, users = seen.setdefault(ro.param, (ro, []))
+            who = ro.users or owner
+            if who not in users:
+                users.append(who)
+    return [(ro, "/".join(users)) for ro, users in seen.values()]
+
+
+def pooled_label(task: str, subtasks) -> str:
+    """The name a summary cell of ``task`` pooled over ``subtasks`` is shown under, as its declaration says
+    (:meth:`Task.pooled_label`, :meth:`TaskGroup.pooled_label`: one MMLU subject is ``mmlu_astronomy``); ``task``
+    for a task that declares nothing, or without sub-tasks."""
+    decl = declared(task)
+    subs = [s for s in subtasks or () if s is not None and s == s]
+    return decl.pooled_label(subs) if decl is not None and subs else str(task)
+
+
+def extra_tables(table) -> dict:
+    """The tables the tasks of a results table declare beside ``summary.csv`` (:meth:`Task.extra_tables`,
+    :meth:`TaskGroup.extra_tables`), {file name: DataFrame}."""
+    out: dict = {}
+    for name in dict.fromkeys(str(t) for t in table["task"]):
+        decl = declared(name)
+        if decl is not None:
+            out.update(decl.extra_tables(table))
+    return out
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,7 @@ from pathlib import Path
 from lctx.chat import render_chat
 from lctx.errors import LctxError, check_finite_logits
 
-from .base import Cell, Sample, Task, TaskInfo, register_group
+from .base import Cell, RunOption, Sample, Task, TaskFamily, TaskGroup, register_group
 
 #: lctx name -> metrics it reports
 METRICS = {"mmlu": ("acc",), "arc_easy": ("acc", "acc_norm"), "arc_challenge": ("acc", "acc_norm")}
@@ -72,8 +72,87 @@ REQUIRES = {"mmlu": "mmlu/{dev,test}/ (else the hub: cais/mmlu)",
             "arc_challenge": "arc/ARC-Challenge-*.jsonl (else the hub: allenai/ai2_arc)"}
 
 
+class LmEvalFamily(TaskFamily):
+    """lm-eval's tasks as the runner builds them (:class:`lctx.tasks.TaskFamily`): the run's ``mmlu`` /
+    ``mmlu_<subject>`` / ``arc_*`` names become :class:`LmEvalTask` s sharing one :class:`LmEvalSuite`
+    (:func:`build_tasks`), with ``--limit`` and ``--num-fewshot``; not sharded across processes; its summary text
+    is ``reports["lmeval"]`` (:func:`lctx.harness.steps.lmeval_run.format_summary`)."""
+
+    name = "lmeval"
+    shardable = False
+    adapter_needs = {"lmeval_model": "runs lm-eval's hf backend, which needs a Hugging Face model"}
+    run_options = (RunOption("--limit", "limit", None, None, "a positive number of questions, e.g. --limit 20",
+                             users="mmlu/arc_*"),
+                   RunOption("--num-fewshot", "num_fewshot", None, None, "0 or more", users="mmlu/arc_*"))
+
+    def check_settings(self, values: dict) -> None:
+        """:func:`check_settings` of ``values["limit"]`` and ``values["num_fewshot"]``.
+
+        Raises:
+            LctxError: a bad limit or few-shot count.
+        """
+        check_settings(values.get("limit"), values.get("num_fewshot"))
+
+    def check_data(self, names: list[str], data_dir) -> None:
+        """Without ``--data-dir`` the tasks read the Hugging Face hub: offline and not cached, refuse them now
+        (:func:`check_hub`), not after lm-eval's retries.
+
+        Raises:
+            LctxError: the hub is unreachable and a task's dataset is not in the local cache.
+        """
+        if data_dir is None:
+            check_hub(resolve_tasks(names, None)[0])
+
+    def build(self, names: list[str], values: dict, *, data_dir=None, seed: int = 0, batch_size: int = 32,
+              chat_template: bool = False, system_prompt: str | None = None, log=None) -> list[Task]:
+        """:func:`build_tasks` with the run's ``--limit`` / ``--num-fewshot`` (``values``).
+
+        Raises:
+            LctxError: a bad setting, an unknown name or missing local data.
+        """
+        return build_tasks(names, data_dir, limit=values.get("limit"), num_fewshot=values.get("num_fewshot"),
+                           seed=seed, batch_size=batch_size, chat_template=chat_template,
+                           system_prompt=system_prompt, log=log)
+
+    def owns_label(self, label: str) -> bool:
+        """:func:`is_lmeval_label`."""
+        return is_lmeval_label(label)
+
+
+#: the lm-eval family: builds the task objects of every lm-eval name of a run
+LMEVAL = LmEvalFamily()
+
+
+class LmEvalGroup(TaskGroup):
+    """An lm-eval task name (``arc_easy``, ``arc_challenge``; :class:`MmluGroup` for ``mmlu``) as the runner knows it
+    (:class:`lctx.tasks.TaskGroup`): built by :data:`LMEVAL`, a benchmark of the report's accuracy bars."""
+
+
+class MmluGroup(LmEvalGroup):
+    """``mmlu``: also runs ``mmlu_<subject>`` and ``mmlu_<category>``; its subjects are pooled into one cell named by
+    what they are (:func:`pooled_label`), and broken down in ``mmlu_subjects.csv`` (:func:`mmlu_subject_table`)."""
+
+    def claims(self, name: str) -> bool:
+        """``mmlu``, ``mmlu_<subject>``, ``mmlu_<category>`` (:func:`is_lmeval_task`)."""
+        return name == self.name or (name.startswith(self.name + "_") and is_lmeval_task(name))
+
+    def owns_label(self, label: str) -> bool:
+        """``mmlu`` and the labels of :func:`pooled_label` (``mmlu_astronomy``, ``mmlu (3 subjects)``)."""
+        return label == self.name or label.startswith((self.name + "_", self.name + " ("))
+
+    def pooled_label(self, subtasks) -> str:
+        """:func:`pooled_label` of the subjects."""
+        return pooled_label(self.name, subtasks)
+
+    def extra_tables(self, table) -> dict:
+        """``mmlu_subjects.csv`` (:func:`mmlu_subject_table`) when the table has MMLU rows."""
+        subj = mmlu_subject_table(table)
+        return {"mmlu_subjects.csv": subj} if len(subj) else {}
+
+
 for _name in DESCRIPTION:  # listed by `lctx list tasks` (their task objects are made per run: LmEvalTask)
-    register_group(TaskInfo(_name, DESCRIPTION[_name], METRICS[_name], REQUIRES[_name]))
+    register_group((MmluGroup if _name == "mmlu" else LmEvalGroup)(
+        _name, DESCRIPTION[_name], METRICS[_name], REQUIRES[_name], family=LMEVAL, benchmark=0 if _name == "mmlu" else 1))
 
 
 def _lm_eval_dir() -> Path:
@@ -657,6 +736,7 @@ class LmEvalTask(Task):
     whole = True
     chunked = False
     higher_is_better = True
+    adapter_needs = LMEVAL.adapter_needs
 
     def __init__(self, spec: LmEvalSpec, suite: LmEvalSuite):
         self.spec, self.suite = spec, suite

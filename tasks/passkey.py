@@ -14,7 +14,7 @@ import re
 
 from lctx import metrics
 
-from .base import DECODE_STEP_TOKENS, Cell, Sample, Task, register_task
+from .base import DECODE_STEP_TOKENS, Cell, Heatmap, RunOption, Sample, Task, register_task
 
 INSTRUCTION = ("There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. "
                "I will quiz you about the important information there.")
@@ -71,6 +71,12 @@ class Passkey(Task):
     secondary_metric = "digit_acc"  # teacher-forced
     description = "passkey retrieval (exact + teacher-forced digit accuracy) over length x depth"
     requires = "none (generated)"
+    default_run = True  # `lctx run` without --tasks runs passkey and ppl
+    run_options = (RunOption("--key-digits", "key_digits", "key_digits", 5, "a whole number from 1 to 30"),)
+    option_hints = {"max_new_tokens": "a whole number of tokens >= 1"}
+    plots = ("depth_heatmap",)
+    heatmap = Heatmap(title="Passkey retrieval", depth_label="Passkey depth (0% = start)",
+                      panels={"exact": "Exact match", "digit_acc": "Digit accuracy"}, narrow=True)
 
     def __init__(self, key_digits: int = 5, max_new_tokens: int | None = None, **options):
         if isinstance(key_digits, bool) or not float(key_digits).is_integer() or not 1 <= int(key_digits) <= 30:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from lctx.metrics import ppl
 
-from .base import Cell, Sample, Task, register_task
+from .base import Cell, RunOption, Sample, Task, register_task
 
 
 def window_plan(n: int, window: int, stride: int, bos: bool) -> list[tuple[int, int, int]]:
@@ -99,6 +99,18 @@ class Perplexity(Task):
     uses_seed = False  # windows and documents are fixed: build ignores its seed (lctx compare matches any seed)
     description = "sliding-window perplexity (window = length, every token scored once)"
     requires = "--ppl-data files (default: Python's pydoc_data topics)"
+    default_run = True  # `lctx run` without --tasks runs passkey and ppl
+    keeps_logits = True  # LM.token_nll keeps a window's logits at every scored position (the memory check)
+    plots = ("perplexity_vs_length",)
+    run_options = (
+        RunOption("--stride", "stride", "stride", 0.5,
+                  "a fraction of the window in (0, 1] or a whole number of tokens, e.g. --stride 0.5"),
+        RunOption("--window", "window", None, None, "ppl window sizes in tokens like --window 256,1k", lengths=True),
+        RunOption("--ppl-data", "ppl_data", "data", None, "text files or folders of .txt files"),
+        RunOption("--ppl-bos", "ppl_bos", "bos", "prepend", "prepend or none"),
+        RunOption("--ppl-short-docs", "ppl_short_docs", "short_docs", "drop", "drop or count"),
+        RunOption("--ppl-max-tokens", "ppl_max_tokens", "max_tokens", 32768, "0 (all) or a positive number of tokens"),
+    )
 
     def __init__(self, data: list[str] | None = None, stride: float = 0.5, bos: str = "prepend",
                  short_docs: str = "drop", max_tokens: int = 32768, concat: bool | None = None,
@@ -180,6 +192,23 @@ class Perplexity(Task):
         if short:
             raise ValueError(f"stride {s:g} is longer than the shortest window ({min(short)} tokens: a length, "
                              "or --window)")
+
+    def check_lengths(self, lengths: list[int]) -> None:
+        """:meth:`check_windows`: the lengths of ``ppl`` are its windows (:meth:`Task.check_lengths`).
+
+        Raises:
+            ValueError: a window shorter than a whole-number stride.
+        """
+        self.check_windows(lengths)
+
+    def check_data(self) -> None:
+        """Read the documents now (:meth:`documents`): unreadable data fails before any model loads
+        (:meth:`Task.check_data`).
+
+        Raises:
+            LctxError: a data path is missing or unreadable.
+        """
+        self.documents()
 
     def window_stride(self, length: int) -> tuple[int, int]:
         """(window, stride) in tokens for a target length."""

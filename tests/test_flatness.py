@@ -22,6 +22,8 @@ from lctx.harness.steps.flatness import (
     split_flatness,
     write_tables_with_flatness,
 )
+from lctx.harness.steps.flatness import step as flatness_step
+from lctx.harness.outputs.plots import step_figures
 from lctx.harness.run.tables import to_table
 
 T = 256
@@ -143,7 +145,8 @@ def test_write_tables_with_flatness_is_recomputed(tmp_path):
     (tmp_path / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     before = (tmp_path / "records.jsonl").read_text()
     for _ in range(2):  # a rerun rewrites the same derived rows, never duplicates them
-        _, _, plots = write_tables_with_flatness(tmp_path, FlatnessSpec())
+        table, _ = write_tables_with_flatness(tmp_path, FlatnessSpec())
+        plots = step_figures(table, tmp_path, [flatness_step(FlatnessSpec())])  # the figure is the outputs'
     assert (tmp_path / "records.jsonl").read_text() == before  # derived rows are never records
     csv = pd.read_csv(tmp_path / "results.csv")
     assert (csv["task"] == "flatness").sum() == len(PPL) + 2
@@ -166,7 +169,7 @@ def test_retrieval_metric_of_a_task_recorded_in_run_json(tmp_path):
                          metrics={"copy_nll": 5.0, "copy_top1": top1}))
     (tmp_path / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     (tmp_path / "run.json").write_text(json.dumps({"task_meta": {"digit_copy": DIGIT_COPY_META}}))
-    table, _, _ = write_tables_with_flatness(tmp_path, FlatnessSpec(retrieval="digit_copy"), plots=False)
+    table, _ = write_tables_with_flatness(tmp_path, FlatnessSpec(retrieval="digit_copy"))
     row = _metric(table, "effective_length")
     assert row["value"] == 512 and "digit_copy.copy_top1 >= 0.8" in row["task_options"]
     assert json.loads((tmp_path / "run.json").read_text())["flatness"]["retrieval_metric"] == "copy_top1"

@@ -19,11 +19,7 @@ from pathlib import Path
 #: The layers, lowest first: a module may import its own layer and the layers below it.
 LAYERS = ("", "kernels", "models", "tasks", "harness", "cli")
 #: Upward edges that are the design, with the reason: the package root's lazy public API.
-ALLOWED = {("lctx", "lctx.harness.evaluate"): "lctx.evaluate / lctx.Result: the public API, loaded on first use",
-           # issue 26, in progress: the figures still drawn by the run and the steps move to outputs
-           **{(a, "lctx.harness.outputs.plots"): "issue 26: figures move to harness/outputs"
-              for a in ("lctx.harness.run.runner", "lctx.harness.steps.derived", "lctx.harness.steps.flatness",
-                        "lctx.harness.steps.ruler")}}
+ALLOWED = {("lctx", "lctx.harness.evaluate"): "lctx.evaluate / lctx.Result: the public API, loaded on first use"}
 #: The rooms of a layer, lowest first: {layer: (room, ...)}. A module's room is its subpackage
 #: (``lctx.harness.run.runner``: ``run``) or, for a module directly in the layer's folder, its own name
 #: (``lctx.harness.args``: ``args``); a name not listed is the lowest room (the models' core).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 
@@ -10,15 +11,24 @@ import pandas as pd
 import pytest
 
 from lctx.harness.outputs.plots import (
+    depth_counts,
+    depth_errors,
+    depth_grid,
     format_length,
     make_plots,
-    passkey_counts,
-    passkey_errors,
-    passkey_grid,
-    passkey_heatmaps,
     ppl_vs_length,
     safe_filename,
+    task_heatmaps,
 )
+
+# the passkey task's depth x length tables and heatmaps (plots.py knows no task by name: the task is an argument)
+passkey_grid = functools.partial(depth_grid, task="passkey")
+passkey_counts = functools.partial(depth_counts, task="passkey")
+passkey_errors = functools.partial(depth_errors, task="passkey")
+
+
+def passkey_heatmaps(df, out_dir):
+    return task_heatmaps(df, out_dir, "passkey")
 
 LENGTHS = [512, 1024, 2048, 4096]
 DEPTHS = [0.0, 0.25, 0.5, 0.75, 1.0]
@@ -189,7 +199,8 @@ def test_run_and_report_draw_one_ppl_figure(tmp_path):
     import lctx.harness.outputs.report as report
     from lctx.harness.outputs import plots
 
-    assert report.draw_ppl is plots.draw_ppl and not hasattr(report, "_draw_ppl")
+    # the report draws its perplexity figure with plots' own (which draws with draw_ppl), not a copy of its own
+    assert report.perplexity_figure is plots.perplexity_figure and not hasattr(report, "_draw_ppl")
     calls = []
     real = plots.draw_ppl
 
@@ -220,7 +231,7 @@ def test_teacher_forced_panels_say_so():
     so, exact's (greedy) does not."""
     from lctx.harness.outputs.plots import _heatmap_figure
 
-    fig = _heatmap_figure(synthetic(), "rope-1k", None, "rope")
+    fig = _heatmap_figure(synthetic(), "rope-1k", None, "rope", "passkey")
     _, titles = _figure_texts(fig)
     flat = [t.replace("\n", " ") for t in titles]
     assert any(t.startswith("Digit accuracy") and "(teacher-forced)" in t for t in flat), flat
@@ -245,7 +256,7 @@ def test_long_subtitle_is_wrapped_inside_the_figure():
     df.loc[df["status"] == "error", "depth_off"] = False
     df["train_length"] = 4096.0
     df["model"] = "org/alibi 1k with a rather long checkpoint name that runs past the figure"
-    fig = _heatmap_figure(df, df["model"].iloc[0], None, "alibi")
+    fig = _heatmap_figure(df, df["model"].iloc[0], None, "alibi", "passkey")
     texts, _ = _figure_texts(fig)
     for dpi in (80, 130):  # 130: the PNGs' (plots._DPI); at 80 the renderer's hinting draws text widest
         fig.set_dpi(dpi)

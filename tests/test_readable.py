@@ -481,7 +481,7 @@ def test_train_lengths_coloured_by_model_and_clear_of_titles(tmp_path, monkeypat
     from lctx.harness.outputs import plots, report
 
     figs = []
-    monkeypatch.setattr(report, "_save", lambda fig, out, name: figs.append(fig) or Path(out) / name)
+    monkeypatch.setattr(plots, "_save", lambda fig, out, name: figs.append(fig) or Path(out) / name)
     table = _table().assign(label=lambda d: d["model"])
     pal = report.palette(list(dict.fromkeys(table["label"])))
     report.accuracy_figure(table, "passkey", tmp_path, pal)

@@ -55,7 +55,7 @@ def _run(path, models, flat=False, lmeval=False, error=False, train_length=T, me
                                                "lengths": [256, 512, 1024], "depths": [0.0, 1.0], "samples": 1,
                                                "seed": 0, **(meta or {})}))
     if flat:
-        write_tables_with_flatness(path, FlatnessSpec(), plots=False)
+        write_tables_with_flatness(path, FlatnessSpec())
     else:
         write_tables(recs, path)
     return path
@@ -325,6 +325,7 @@ def test_teacher_forced_scores_say_so(report, monkeypatch):
     """Issue 24 item 4: passkey digit_acc (NIAH tf_top1) is teacher-forced and reads 1.00 where greedy output
     fails: the report's task section says so beside exact, and the accuracy panel's title carries the label."""
     import lctx.harness.outputs.report as rep
+    from lctx.harness.outputs import plots
 
     res, root = report
     md = res["markdown"].read_text()
@@ -336,7 +337,7 @@ def test_teacher_forced_scores_say_so(report, monkeypatch):
     assert "teacher-forced" in res["html"].read_text()
 
     figs = []
-    monkeypatch.setattr(rep, "_save", lambda fig, out, name: figs.append(fig) or out / name)
+    monkeypatch.setattr(plots, "_save", lambda fig, out, name: figs.append(fig) or out / name)  # draws the report's
     table, _ = load_runs([root / "a" / "run1"])
     rep.accuracy_figure(table, "passkey", root, rep.palette(list(dict.fromkeys(table["label"]))))
     titles = [ax.get_title() for ax in figs[0].axes if ax.get_title()]
@@ -370,10 +371,11 @@ def test_a_retrieval_panel_outside_0_1_keeps_its_own_axis(report, monkeypatch):
     was drawn on the 0-1 axis of a score, so its panel was empty; a panel whose values leave [0, 1] now keeps a
     free y axis, and the score panel (control) still gets 0-1."""
     import lctx.harness.outputs.report as rep
+    from lctx.harness.outputs import plots
 
     _, root = report
     figs = []
-    monkeypatch.setattr(rep, "_save", lambda fig, out, name: figs.append(fig) or out / name)
+    monkeypatch.setattr(plots, "_save", lambda fig, out, name: figs.append(fig) or out / name)  # draws the report's
     table, _ = load_runs([root / "a" / "run1"])
     loss = table["metric"] == "digit_acc"
     table.loc[loss, "value"] = 2.5 + table.loc[loss, "length"].rank(pct=True) * 2.5  # 2.5-5, like an NLL

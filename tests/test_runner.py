@@ -105,6 +105,9 @@ def test_tables_files_and_metadata(lm, tmp_path):
     assert 0 <= row["depth_actual"] <= 1 and row["lctx_version"]
     rec = json.loads((tmp_path / "records.jsonl").read_text().splitlines()[0])
     assert rec["extra"]["key"] and "continuation" in rec["extra"]
+    from lctx.harness.outputs.plots import run_figures
+
+    run_figures(pq, tmp_path)  # a run writes tables; its figures are the outputs'
     assert (tmp_path / "plots" / f"passkey_heatmap_{lm.name}.png").exists()
 
 

@@ -868,10 +868,13 @@ def test_17_depth_off_flag_column_and_heatmap(make_checkpoint, tmp_path):
     for d in (0.0, 0.5):  # the flag is exactly |depth_actual - depth| > 0.05
         assert bool(off.loc[d].iloc[0]) == (abs(actual.loc[d].iloc[0] - d) > DEPTH_TOLERANCE)
     assert bool(off.loc[0.0].iloc[0])  # at 160 tokens the instruction alone is > 5% of the prompt
-    cells = depth_off_cells(t, t["model"].iloc[0], "exact")
+    cells = depth_off_cells(t, t["model"].iloc[0], "exact", task="passkey")
     assert bool(cells.loc[0.0, 160]) and bool(cells.loc[0.5, 160]) == bool(off.loc[0.5].iloc[0])
     summary = pd.read_csv(tmp_path / "o" / "summary.csv")
     assert summary.set_index(["depth", "metric"]).loc[(0.0, "exact"), "n_depth_off"] == 1
+    from lctx.harness.outputs.plots import run_figures
+
+    run_figures(t, tmp_path / "o")  # a run writes tables; its figures are the outputs'
     assert (tmp_path / "o" / "plots").is_dir()
 
 
@@ -1025,7 +1028,7 @@ def ruler_run_dir(root: Path, name: str, niah: tuple[float, float], threshold: f
                          "metrics": {metric: v}, "status": "ok", "error": "", "seed": 0, "task_options": {},
                          "train_length": None})
     (d / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
-    group.write_tables_with_ruler(d, group.RulerSpec(threshold=threshold, tasks=("niah_single_1", "cwe")), plots=False)
+    group.write_tables_with_ruler(d, group.RulerSpec(threshold=threshold, tasks=("niah_single_1", "cwe")))
     return d
 
 
@@ -1085,8 +1088,7 @@ def test_4_ruler_average_uses_only_the_current_inputs_records(tmp_path):
             current[label_of(r)] = "new"
     (d / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     (d / "run.json").write_text(json.dumps({"current": current}))
-    table, summary, _ = group.write_tables_with_ruler(d, group.RulerSpec(threshold=50.0, tasks=("niah_single_1", "cwe")),
-                                                      plots=False)
+    table, summary = group.write_tables_with_ruler(d, group.RulerSpec(threshold=50.0, tasks=("niah_single_1", "cwe")))
     avg = summary[(summary["task"] == "ruler") & (summary["metric"] == "average")]
     assert len(avg) == 1 and avg["mean"].iloc[0] == pytest.approx(20.0)  # 100 x 0.2, not (100 + 20) / 2
     assert (summary[summary["task"] != "ruler"]["n"] == 1).all()

@@ -192,9 +192,9 @@ class RetrievalMix:
             try:
                 cls = get_task(name)
             except LctxError:
-                from lctx.tasks import GROUPS, lmeval  # lazy: loads lctx.tasks (already loaded by get_task)
+                from lctx.tasks import group_of  # lazy: loads lctx.tasks (already loaded by get_task)
 
-                if name in GROUPS or lmeval.is_lmeval_task(name):  # a known name that is no sampled task: its
+                if group_of(name) is not None:  # a known name that is no sampled task (mmlu, flatness): its
                     raise cant from None  # "unknown task 'mmlu'; known: ... mmlu ..." contradicted itself (trial22)
                 raise
             if name == "passkey":

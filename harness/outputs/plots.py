@@ -1,4 +1,4 @@
-"""Plots of an lctx results table: passkey heatmaps and perplexity vs context length.
+"""Every figure of lctx: those of a run (``lctx run``) and those of ``lctx report``, drawn from a results table.
 
 Every function takes the runner's tidy results table (one row per run/model/task/metric/length/
 depth/sample; see the column list in :func:`make_plots`) and writes PNG files under
@@ -6,14 +6,22 @@ depth/sample; see the column list in :func:`make_plots`) and writes PNG files un
 to mark failed cells. Figures are drawn on the Agg canvas directly (``matplotlib.figure.Figure``,
 no pyplot), so nothing needs a display and the global matplotlib backend is left alone.
 
+No task is known here by name: a task declares the figures of its rows (:attr:`lctx.tasks.Task.plots`, its
+:class:`lctx.tasks.Heatmap`), a derived step the figures it wants (:attr:`lctx.harness.steps.derived.DerivedStep.figures`),
+and :data:`FIGURES` draws each kind by name.
+
 Public API:
 
-* :func:`passkey_grid` / :func:`passkey_counts` / :func:`passkey_errors`: the depth x length tables
-  a heatmap shows (means, number of ok samples, failed cells).
-* :func:`passkey_heatmaps`: ``plots/passkey_heatmap_<model>.png`` per model.
-* :func:`ppl_vs_length`: ``plots/ppl_vs_length.png``.
-* :func:`ruler_grids`: ``plots/ruler_<model>.png``, RULER's task x length grid beside its average.
-* :func:`make_plots`: all of the above that the table has data for.
+* :func:`depth_grid` / :func:`depth_counts` / :func:`depth_errors` / :func:`depth_off_cells`: the depth x length
+  tables a heatmap shows (means, number of ok samples, failed cells, needles off their depth).
+* :func:`task_heatmaps`: ``plots/<task>_heatmap_<model>.png`` per model; :func:`depth_heatmaps`: those of every task
+  whose rows get one.
+* :func:`ppl_vs_length`: ``plots/<task>_vs_length.png`` (``ppl_vs_length.png``), perplexity against length.
+* :func:`ppl_ratio_plot`: ``plots/ppl_ratio_vs_relative.png``; :func:`ruler_grids`: ``plots/ruler_<model>.png``.
+* :func:`make_plots`: every figure the tasks of a table declare; :func:`run_figures`: those and the derived steps';
+  :func:`write_run_outputs`: a run's tables (:func:`lctx.harness.steps.derived.write_run_tables`), then its figures.
+* the report's figures: :func:`perplexity_figure`, :func:`accuracy_figure`, :func:`bench_figure`,
+  :func:`ruler_figure`, with :func:`palette` and :func:`task_meta_of`.
 """
 
 from __future__ import annotations
@@ -33,29 +41,50 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator
 
+from lctx.errors import LctxError
 from lctx.metrics import label as metric_label
+from lctx.tasks import PLOT_KINDS, TASKS, task_meta
 
-from lctx.harness.run.tables import DEPTH_TOLERANCE
+from lctx.harness.run.console import format_length
+from lctx.harness.run.tables import DEPTH_TOLERANCE, label_names
+from lctx.harness.steps.derived import write_run_tables
+from lctx.harness.steps.ruler import ruler_table
 
 __all__ = [
-    "PASSKEY_METRICS",
+    "FIGURES",
     "format_length",
     "safe_filename",
-    "passkey_grid",
-    "passkey_counts",
-    "passkey_errors",
-    "passkey_heatmaps",
+    "series_label",
+    "ok_values",
+    "task_meta_of",
+    "figure_kinds",
+    "tasks_with_kind",
+    "heatmap_panels",
+    "depth_grid",
+    "depth_counts",
+    "depth_errors",
+    "depth_off_cells",
+    "task_heatmaps",
     "depth_heatmaps",
+    "draw_ppl",
     "ppl_vs_length",
+    "ppl_ratio_plot",
     "ruler_figure",
     "ruler_grids",
     "mark_train_lengths",
+    "palette",
+    "series_style",
     "make_plots",
+    "step_figures",
+    "run_figures",
+    "write_run_outputs",
+    "perplexity_figure",
+    "accuracy_figure",
+    "bench_figure",
 ]
 
-#: The passkey metrics drawn side by side, with the panel title of each (a teacher-forced one's title says so,
-#: :func:`lctx.metrics.label`).
-PASSKEY_METRICS: dict[str, str] = {"exact": "Exact match", "digit_acc": "Digit accuracy"}
+#: The y axis of a depth x length heatmap unless the task's :class:`lctx.tasks.Heatmap` names another.
+DEPTH_LABEL = "Needle depth (0% = start)"
 
 _CMAP = "RdYlGn"
 _MISSING_COLOR = "#d9d9d9"  # cells with no data at all
@@ -66,24 +95,6 @@ _DPI = 130
 # ----------------------------------------------------------------------------------------------
 # small helpers
 # ----------------------------------------------------------------------------------------------
-
-def format_length(n: float) -> str:
-    """Format a token count for an axis: 256, 512, 1K, 2K, 1.5K, 128K, 1M.
-
-    Input: a number of tokens. Output: a short label (powers of 1024 as K/M, others with one
-    decimal when that is exact enough, plain digits below 1024).
-    """
-    n = float(n)
-    if not math.isfinite(n):
-        return "?"
-    for unit, size in (("M", 1024 ** 2), ("K", 1024)):
-        if abs(n) >= size:
-            v = n / size
-            if abs(v - round(v)) < 1e-9:
-                return f"{int(round(v))}{unit}"
-            return f"{v:.1f}{unit}".replace(".0" + unit, unit)
-    return f"{int(n)}" if n == int(n) else f"{n:g}"
-
 
 def safe_filename(name: object) -> str:
     """Sanitise a model name (which may be a path or hub id) into a safe filename stem.
@@ -135,7 +146,9 @@ def _is_blank(v: object) -> bool:
     return v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)) or str(v).strip() == ""
 
 
-def _model_key(model: object, variant: object) -> str:
+def series_label(model: object, variant: object) -> str:
+    """How a (model, variant) is named in a legend or title: ``model``, or ``model (variant)`` when the variant is
+    set and is not the model's own name."""
     if _is_blank(variant) or str(variant) == str(model):
         return str(model)
     return f"{model} ({variant})"
@@ -182,13 +195,85 @@ def _new_figure(w: float, h: float) -> Figure:
 
 
 # ----------------------------------------------------------------------------------------------
-# passkey tables
+# what the tasks declare
 # ----------------------------------------------------------------------------------------------
 
-def _passkey_cells(df: pd.DataFrame, model: object, metric: str, variant: object = None,
-                   task: str = "passkey", metric_names=None):
+def _task_class(task: object):
+    """The registered :class:`lctx.tasks.Task` class of ``task``, or None (a ``--task-file`` task not loaded, a
+    derived step, an lm-eval task)."""
+    return TASKS.get(str(task))
+
+
+def task_meta_of(task: str, table: pd.DataFrame | None = None):
+    """The declared metadata of ``task`` (:func:`lctx.tasks.task_meta`): what its run directories recorded
+    (``table.attrs["task_meta"]``, from run.json), else its class attributes when registered, else what ``table``
+    shows: its first metric as headline, a depth axis when its rows have depths."""
+    rows = table[table["task"] == task] if table is not None else None
+    metrics = list(dict.fromkeys(rows["metric"].dropna().astype(str))) if rows is not None else []
+    declared = (table.attrs.get("task_meta") or {}).get(str(task)) if table is not None else None
+    has_depth = bool(rows is not None and "depth" in rows.columns and rows["depth"].notna().any())
+    return task_meta(task, metrics, has_depth, declared)
+
+
+def figure_kinds(df: pd.DataFrame, task: str) -> tuple[str, ...]:
+    """The figure kinds ``lctx run`` draws of ``task``'s rows (:data:`lctx.tasks.PLOT_KINDS`): what its registered
+    class declares (:attr:`lctx.tasks.Task.plots`), else a depth x length heatmap when its rows have depths."""
+    cls = _task_class(task)
+    if cls is not None and cls.plots is not None:
+        return tuple(cls.plots)
+    rows = df[df["task"].astype("string") == str(task)]
+    has_depth = "depth" in rows.columns and pd.to_numeric(rows["depth"], errors="coerce").notna().any()
+    return ("depth_heatmap",) if has_depth else ()
+
+
+def tasks_with_kind(df: pd.DataFrame, kind: str) -> list[str]:
+    """The tasks of ``df`` whose rows get a figure of ``kind`` (:func:`figure_kinds`): those whose class declares it
+    first, then those that get it by default (a heatmap for rows with depths), each in table order."""
+    if df is None or df.empty or "task" not in df.columns:
+        return []
+    names = [str(t) for t in pd.unique(df["task"].astype("string")) if not pd.isna(t)]
+    declared = [t for t in names if kind in (getattr(_task_class(t), "plots", None) or ())]
+    return declared + [t for t in names if t not in declared and kind in figure_kinds(df, t)]
+
+
+def heatmap_panels(df: pd.DataFrame, task: str) -> dict[str, str]:
+    """The panels of ``task``'s heatmap, {metric: panel title}: the fixed panels its :class:`lctx.tasks.Heatmap`
+    declares (passkey: exact match and digit accuracy), drawn whatever their values; else the metrics it lists in
+    ``heatmap_metrics`` (as its run recorded it, ``df.attrs["task_meta"]``, else the registered class; else all its
+    metrics) whose ``status == "ok"`` values all lie in [0, 1] (accuracies, match rates, reciprocal ranks; a
+    log-prob or a perplexity is left out)."""
+    cls = _task_class(task)
+    style = getattr(cls, "heatmap", None)
+    if style is not None and style.panels:
+        return dict(style.panels)
+    rows = _select(df, str(task))
+    ok = rows[_ok_mask(rows)].copy()
+    ok["value"] = pd.to_numeric(ok["value"], errors="coerce")
+    recorded = (df.attrs.get("task_meta") or {}).get(str(task)) or {}  # run.json's (report: no task file)
+    declared = recorded.get("heatmap_metrics") or getattr(cls, "heatmap_metrics", None)
+    metrics = {}
+    for m in declared or pd.unique(rows["metric"].dropna().astype("string")):
+        v = ok.loc[ok["metric"].astype("string") == m, "value"].dropna()
+        if not v.empty and bool(((v >= 0) & (v <= 1)).all()):
+            metrics[str(m)] = str(m)
+    return metrics
+
+
+def _heatmap_text(task: str) -> tuple[str, str]:
+    """(title, depth axis label) of ``task``'s heatmap: its :class:`lctx.tasks.Heatmap`'s, else the task's name and
+    :data:`DEPTH_LABEL`."""
+    style = getattr(_task_class(task), "heatmap", None)
+    return ((style.title if style is not None and style.title else str(task)),
+            (style.depth_label if style is not None and style.depth_label else DEPTH_LABEL))
+
+
+# ----------------------------------------------------------------------------------------------
+# depth x length tables
+# ----------------------------------------------------------------------------------------------
+
+def _depth_cells(df: pd.DataFrame, model: object, metric: str, variant: object, task: str, metric_names=None):
     """Means, ok-sample counts and error flags, each a depth x length DataFrame (rows of ``task``;
-    ``metric_names``: the task's metrics drawn, default the passkey ones)."""
+    ``metric_names``: the task's metrics drawn, default its heatmap's, :func:`heatmap_panels`)."""
     rows = _select(df, task, model, variant)
     ok = _ok_mask(rows)
     okrows = rows[ok & (rows["metric"].astype("string") == metric)].copy()
@@ -199,7 +284,8 @@ def _passkey_cells(df: pd.DataFrame, model: object, metric: str, variant: object
     err = rows[~ok]
     if not err.empty:
         em = err["metric"].astype("string")
-        err = err[em.isna() | (em.str.strip() == "") | (em == metric) | ~em.isin(list(metric_names or PASSKEY_METRICS))]
+        names = list(metric_names) if metric_names is not None else list(heatmap_panels(df, task))
+        err = err[em.isna() | (em.str.strip() == "") | (em == metric) | ~em.isin(names)]
     depths = sorted({float(d) for d in pd.to_numeric(rows["depth"], errors="coerce").dropna()})
     lengths = sorted({int(x) for x in pd.to_numeric(rows["length"], errors="coerce").dropna()})
     index = pd.Index(depths, name="depth", dtype="float64")
@@ -230,12 +316,12 @@ def _passkey_cells(df: pd.DataFrame, model: object, metric: str, variant: object
     return means, counts, errors
 
 
-def depth_off_cells(df: pd.DataFrame, model: object, metric: str, variant: object = None,
-                    task: str = "passkey") -> pd.DataFrame:
-    """Boolean depth x length table (the shape of :func:`passkey_grid`): True where an ok sample of the cell
+def depth_off_cells(df: pd.DataFrame, model: object, metric: str, variant: object = None, *,
+                    task: str) -> pd.DataFrame:
+    """Boolean depth x length table (the shape of :func:`depth_grid`): True where an ok sample of the cell
     has its needle more than :data:`lctx.harness.run.tables.DEPTH_TOLERANCE` from the requested depth (the
     table's ``depth_off`` column), i.e. the row's depth label is not what the sample measured."""
-    means = _passkey_cells(df, model, metric, variant, task)[0]
+    means = _depth_cells(df, model, metric, variant, task)[0]
     off = pd.DataFrame(False, index=means.index, columns=means.columns)
     rows = _select(df, task, model, variant)
     if "depth_off" not in rows.columns or rows.empty:
@@ -248,33 +334,33 @@ def depth_off_cells(df: pd.DataFrame, model: object, metric: str, variant: objec
     return off
 
 
-def passkey_grid(df: pd.DataFrame, model: object, metric: str, variant: object = None) -> pd.DataFrame:
-    """Mean passkey score per cell: the table a heatmap panel shows.
+def depth_grid(df: pd.DataFrame, model: object, metric: str, variant: object = None, *, task: str) -> pd.DataFrame:
+    """Mean score per cell of ``task``: the table a heatmap panel shows.
 
-    Inputs: the results table, a model name, a passkey metric (``"exact"`` or ``"digit_acc"``)
+    Inputs: the results table, a model name, one of the task's metrics (passkey: ``"exact"`` or ``"digit_acc"``)
     and optionally a variant (None: all rows of the model). Output: a float DataFrame with
     depths (ascending, index ``depth``) as rows and lengths (ascending ints, columns ``length``)
     as columns; each cell is the mean ``value`` over that model's ``status == "ok"`` rows of the
     metric, NaN where no sample succeeded (errored or missing). Rows and columns cover every depth
-    and length the model has passkey rows for, failed ones included. Writes nothing.
+    and length the model has rows of the task for, failed ones included. Writes nothing.
     """
-    return _passkey_cells(df, model, metric, variant)[0]
+    return _depth_cells(df, model, metric, variant, task)[0]
 
 
-def passkey_counts(df: pd.DataFrame, model: object, metric: str, variant: object = None) -> pd.DataFrame:
-    """Number of ``status == "ok"`` samples behind each :func:`passkey_grid` cell (int, same shape)."""
-    return _passkey_cells(df, model, metric, variant)[1]
+def depth_counts(df: pd.DataFrame, model: object, metric: str, variant: object = None, *, task: str) -> pd.DataFrame:
+    """Number of ``status == "ok"`` samples behind each :func:`depth_grid` cell (int, same shape)."""
+    return _depth_cells(df, model, metric, variant, task)[1]
 
 
-def passkey_errors(df: pd.DataFrame, model: object, metric: str, variant: object = None) -> pd.DataFrame:
-    """Boolean depth x length table (same shape as :func:`passkey_grid`): True where the cell has
+def depth_errors(df: pd.DataFrame, model: object, metric: str, variant: object = None, *, task: str) -> pd.DataFrame:
+    """Boolean depth x length table (same shape as :func:`depth_grid`): True where the cell has
     error rows and no successful sample. Error rows with no metric apply to every metric, error
     rows with no depth to every depth of their length."""
-    return _passkey_cells(df, model, metric, variant)[2]
+    return _depth_cells(df, model, metric, variant, task)[2]
 
 
 # ----------------------------------------------------------------------------------------------
-# passkey heatmaps
+# depth x length heatmaps
 # ----------------------------------------------------------------------------------------------
 
 def _text_color(rgba) -> str:
@@ -283,7 +369,7 @@ def _text_color(rgba) -> str:
 
 
 def _draw_heatmap(ax, means, counts, errors, title, train_len, show_ylabels, fontsize,
-                  ylabel="Passkey depth (0% = start)", off=None):
+                  ylabel=DEPTH_LABEL, off=None):
     cmap = matplotlib.colormaps[_CMAP].with_extremes(bad=_MISSING_COLOR)
     data = np.ma.masked_invalid(means.to_numpy(dtype=float))
     im = ax.imshow(data, cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
@@ -338,11 +424,16 @@ def _draw_heatmap(ax, means, counts, errors, title, train_len, show_ylabels, fon
     return im
 
 
-def _heatmap_figure(df: pd.DataFrame, model: object, variant: object, title_variant: object,
-                    task: str = "passkey", metrics: dict[str, str] | None = None,
-                    title_prefix: str = "Passkey retrieval", ylabel: str = "Passkey depth (0% = start)") -> Figure:
-    metrics = metrics or PASSKEY_METRICS
-    tables = {m: _passkey_cells(df, model, m, variant, task, list(metrics)) for m in metrics}
+def _heatmap_figure(df: pd.DataFrame, model: object, variant: object, title_variant: object, task: str,
+                    metrics: dict[str, str] | None = None, title_prefix: str | None = None,
+                    ylabel: str | None = None) -> Figure:
+    """One model's heatmap figure of ``task``: a panel per metric of ``metrics`` ({metric: title}; default
+    :func:`heatmap_panels`), titled ``title_prefix`` (default the task's :class:`lctx.tasks.Heatmap` title, else its
+    name), depth axis ``ylabel`` (default its declared label, else :data:`DEPTH_LABEL`)."""
+    title0, ylabel0 = _heatmap_text(task)
+    metrics = metrics or heatmap_panels(df, task)
+    title_prefix, ylabel = title_prefix or title0, ylabel or ylabel0
+    tables = {m: _depth_cells(df, model, m, variant, task, list(metrics)) for m in metrics}
     means0 = tables[next(iter(metrics))][0]
     n_d, n_l = means0.shape
     n_d, n_l = max(n_d, 1), max(n_l, 1)
@@ -350,7 +441,7 @@ def _heatmap_figure(df: pd.DataFrame, model: object, variant: object, title_vari
     rows = _select(df, task, model, variant)
     train_len = _train_length(rows)
 
-    offs = {m: depth_off_cells(df, model, m, variant, task) for m in metrics}
+    offs = {m: depth_off_cells(df, model, m, variant, task=task) for m in metrics}
 
     # The subtitle: samples per cell, errors, off-depth cells, the training length.
     counts_all = pd.concat([t[1].stack() for t in tables.values()])
@@ -390,7 +481,7 @@ def _heatmap_figure(df: pd.DataFrame, model: object, variant: object, title_vari
     W = left + n_p * pw + (n_p - 1) * gap + cgap + cw + right
     # title, subtitle and panel titles wrapped to the figure's (the panel's) width, the top margin grown to hold
     # their lines: a subtitle wider than a narrow figure used to be clipped at both edges
-    title_lines = wrap_to_width([f"{title_prefix}:", _model_key(model, title_variant)], W - 0.4, 13, "bold", " ")
+    title_lines = wrap_to_width([f"{title_prefix}:", series_label(model, title_variant)], W - 0.4, 13, "bold", " ")
     sub_lines = wrap_to_width(parts, W - 0.4, 9.5)
     panel_titles = {m: "\n".join(wrap_to_width([metric_label(m, lbl)], pw, 11)) for m, lbl in metrics.items()}
     panel_lines = max(t.count("\n") + 1 for t in panel_titles.values())
@@ -420,29 +511,35 @@ def _heatmap_figure(df: pd.DataFrame, model: object, variant: object, title_vari
     return fig
 
 
-def passkey_heatmaps(df: pd.DataFrame, out_dir: str | Path) -> list[Path]:
-    """Draw one passkey heatmap figure per model.
+def task_heatmaps(df: pd.DataFrame, out_dir: str | Path, task: str) -> list[Path]:
+    """Draw one depth x length heatmap figure of ``task`` per model.
 
-    Input: the results table (rows with ``task == "passkey"``, metrics ``exact`` and
-    ``digit_acc``) and an output directory. Output: the list of written paths, one per model,
-    ``<out_dir>/plots/passkey_heatmap_<model>.png`` (model name passed through
+    Input: the results table and an output directory. Output: the list of written paths, one per model,
+    ``<out_dir>/plots/<task>_heatmap_<model>.png`` (``passkey_heatmap_<model>.png``; model name passed through
     :func:`safe_filename`; a model with several variants gets one file per variant,
-    ``passkey_heatmap_<model>_<variant>.png``; colliding names get a short hash suffix). Empty
-    list (nothing written) when there are no passkey rows.
+    ``<task>_heatmap_<model>_<variant>.png``; colliding names get a short hash suffix). Empty list (nothing written)
+    when the task has no rows, or no panel (:func:`heatmap_panels`).
 
-    Each figure shows two heatmaps side by side (exact match, digit accuracy (teacher-forced)): depth rows
-    (0% at top) x length columns (256, 512, 1K, ...), each cell the mean over ``status == "ok"``
-    samples (:func:`passkey_grid`) printed in the cell, colours fixed to [0, 1] (RdYlGn) with a
-    colour bar. Cells where every row errored are hatched grey with "err"; cells with no data
-    show "–". A known ``train_length`` is drawn as a dashed line after the last column within it,
+    Each figure shows the task's panels side by side (passkey: exact match, digit accuracy (teacher-forced); a
+    panel's title says when its metric is teacher-forced): depth rows (0% at top) x length columns (256, 512,
+    1K, ...), each cell the mean over ``status == "ok"`` samples (:func:`depth_grid`) printed in the cell, colours
+    fixed to [0, 1] (RdYlGn) with a colour bar. Cells where every row errored are hatched grey with "err"; cells
+    with no data show "–". A known ``train_length`` is drawn as a dashed line after the last column within it,
     and its own column label gets a ``*``. The subtitle gives samples per cell and error counts; title,
-    subtitle and panel titles wrap to the figure's width (:func:`wrap_to_width`).
+    subtitle and panel titles wrap to the figure's width (:func:`wrap_to_width`). Title and depth axis label: the
+    task's :class:`lctx.tasks.Heatmap` (passkey: "Passkey retrieval"), else its name and :data:`DEPTH_LABEL`.
     """
-    return _write_heatmaps(df, out_dir, "passkey", PASSKEY_METRICS, "Passkey retrieval", "passkey_heatmap")
+    if df is None or df.empty or "task" not in df.columns:
+        return []
+    panels = heatmap_panels(df, task)
+    if not panels:
+        return []
+    title, ylabel = _heatmap_text(task)
+    return _write_heatmaps(df, out_dir, str(task), panels, title, f"{safe_filename(task)}_heatmap", ylabel)
 
 
 def _write_heatmaps(df: pd.DataFrame, out_dir: str | Path, task: str, metrics: dict[str, str], title_prefix: str,
-                    file_prefix: str, ylabel: str = "Passkey depth (0% = start)") -> list[Path]:
+                    file_prefix: str, ylabel: str = DEPTH_LABEL) -> list[Path]:
     """One heatmap figure per (model, variant) of ``task``: ``plots/<file_prefix>_<model>.png``."""
     rows = _select(df, task)
     if rows.empty:
@@ -460,7 +557,7 @@ def _write_heatmaps(df: pd.DataFrame, out_dir: str | Path, task: str, metrics: d
         if per_model[str(model)] > 1 and variant is not None:
             stem = f"{stem}_{safe_filename(variant)}"
         if stem in used:
-            stem = f"{stem}_{hashlib.sha1(_model_key(model, variant).encode()).hexdigest()[:6]}"
+            stem = f"{stem}_{hashlib.sha1(series_label(model, variant).encode()).hexdigest()[:6]}"
         used.add(stem)
         path = plot_dir / f"{file_prefix}_{stem}.png"
         # One variant per model: use all of its rows; several: one figure per variant.
@@ -501,57 +598,32 @@ def mark_train_lengths(ax, train_lines: dict[float, list], label: str = "train")
 
 
 def depth_heatmaps(df: pd.DataFrame, out_dir: str | Path) -> list[Path]:
-    """Depth x length heatmaps of every task other than passkey that has a depth axis (e.g. RULER's
-    ``niah_*``): one figure per task and model, ``<out_dir>/plots/<task>_heatmap_<model>.png``.
-
-    Input: the results table and an output directory. The panels are the metrics the task lists in
-    ``heatmap_metrics`` (as its run recorded it, ``df.attrs["task_meta"]``, else the registered class; else all
-    its metrics), keeping those whose ``status == "ok"``
-    values all lie in [0, 1] (accuracies, match rates, reciprocal ranks; a log-prob or a perplexity is
-    left out); cells and colours as :func:`passkey_heatmaps`.
-    Output: the written paths; none for a table without such tasks.
-    """
-    if df is None or df.empty or "depth" not in df.columns:
-        return []
-    from lctx.tasks import TASKS  # lazy: loads torch
-
-    written: list[Path] = []
-    depth = pd.to_numeric(df["depth"], errors="coerce")
-    for task in pd.unique(df.loc[depth.notna(), "task"].astype("string")):
-        if task == "passkey" or pd.isna(task):  # passkey: its own figure, passkey_heatmaps
-            continue
-        rows = _select(df, str(task))
-        ok = rows[_ok_mask(rows)].copy()
-        ok["value"] = pd.to_numeric(ok["value"], errors="coerce")
-        metrics = {}
-        recorded = (df.attrs.get("task_meta") or {}).get(str(task)) or {}  # run.json's (report: no task file)
-        declared = recorded.get("heatmap_metrics") or getattr(TASKS.get(str(task)), "heatmap_metrics", None)
-        for m in declared or pd.unique(rows["metric"].dropna().astype("string")):
-            v = ok.loc[ok["metric"].astype("string") == m, "value"].dropna()
-            if not v.empty and bool(((v >= 0) & (v <= 1)).all()):
-                metrics[str(m)] = str(m)
-        if metrics:
-            written += _write_heatmaps(df, out_dir, str(task), metrics, str(task), f"{safe_filename(task)}_heatmap",
-                                       "Needle depth (0% = start)")
-    return written
+    """The depth x length heatmaps of every task of the table whose rows get one (:func:`figure_kinds`: passkey
+    declares one, RULER's ``niah_*`` and any task with depths get one): :func:`task_heatmaps` of each, in table
+    order. Output: the written paths; none for a table without such tasks."""
+    return [p for task in tasks_with_kind(df, "depth_heatmap") for p in task_heatmaps(df, out_dir, task)]
 
 
 # ----------------------------------------------------------------------------------------------
 # perplexity vs length
 # ----------------------------------------------------------------------------------------------
 
-def draw_ppl(ax, table: pd.DataFrame, pal: dict) -> bool:
+def draw_ppl(ax, table: pd.DataFrame, pal: dict, task: str | None = None) -> bool:
     """Draw perplexity vs context length on ``ax``: the one ppl figure of ``lctx run``
     (:func:`ppl_vs_length`) and ``lctx report`` (its ``perplexity.png``).
 
     ``table``: results rows (``task``, ``metric``, ``model``, ``variant`` or ``label``, ``length``
-    (tokens), ``value``, ``status``, ``train_length``); the ok ``ppl``/``ppl`` rows with a positive value
+    (tokens), ``value``, ``status``, ``train_length``); the ok rows of ``task`` (default: the first task of the table
+    that declares the ``perplexity_vs_length`` figure, ppl) and its headline metric with a positive value
     are averaged per (label, length), one line per label in ``pal``'s (colour, marker, line style)
     (:func:`palette`); x: length on a log2 axis labelled 256, 512, 1K; y: log perplexity; each known
     training length is a dashed line in its models' colours. Returns False (nothing drawn) without rows.
     """
-    rows = table[(table["task"] == "ppl") & (table["metric"] == "ppl")]
-    rows = _ok(rows.assign(label=_labels(rows)))
+    task = task or next(iter(tasks_with_kind(table, "perplexity_vs_length")), None)
+    if task is None:
+        return False
+    rows = table[(table["task"] == task) & (table["metric"] == task_meta_of(task, table).headline)]
+    rows = ok_values(rows.assign(label=_labels(rows)))
     rows = rows[rows["value"] > 0]
     if rows.empty:
         return False
@@ -574,20 +646,24 @@ def draw_ppl(ax, table: pd.DataFrame, pal: dict) -> bool:
     return True
 
 
-def ppl_vs_length(df: pd.DataFrame, out_dir: str | Path) -> Path | None:
+def ppl_vs_length(df: pd.DataFrame, out_dir: str | Path, task: str | None = None) -> Path | None:
     """Plot sliding-window perplexity against context length, one line per model.
 
-    Input: the results table (rows with ``task == "ppl"`` and ``metric == "ppl"``; only
+    Input: the results table (rows of ``task``, default the first task of the table that declares the
+    ``perplexity_vs_length`` figure (:attr:`lctx.tasks.Task.plots`: ppl), and its headline metric; only
     ``status == "ok"`` rows with a finite positive value are used, averaged per length) and an
-    output directory. Output: the path ``<out_dir>/plots/ppl_vs_length.png`` it writes, or None
-    (nothing written) when there are no usable ppl rows.
+    output directory. Output: the path ``<out_dir>/plots/<task>_vs_length.png`` it writes
+    (``ppl_vs_length.png``), or None (nothing written) when there are no usable rows.
 
     The axes are drawn by :func:`draw_ppl`, the figure ``lctx report`` draws too: x is the length on a
     log2 axis labelled 256, 512, 1K, ...; y is log perplexity. Each (model, variant) is a line labelled
     ``"model (variant)"`` in its :func:`palette` style; its known training length is a dashed vertical
     line of the same colour (one "train length" legend entry explains the dashes).
     """
-    rows = _select(df, "ppl")
+    task = task or next(iter(tasks_with_kind(df, "perplexity_vs_length")), None)
+    if task is None:
+        return None
+    rows = _select(df, task)
     if rows.empty:
         return None
     rows = rows.assign(**{c: pd.to_numeric(rows[c], errors="coerce") if c in rows.columns else np.nan
@@ -617,7 +693,7 @@ def ppl_vs_length(df: pd.DataFrame, out_dir: str | Path) -> Path | None:
 
     plot_dir = Path(out_dir) / "plots"
     plot_dir.mkdir(parents=True, exist_ok=True)
-    path = plot_dir / "ppl_vs_length.png"
+    path = plot_dir / f"{safe_filename(task)}_vs_length.png"
     fig.savefig(path, dpi=_DPI)
     return path
 
@@ -688,34 +764,115 @@ def ruler_figure(grid: pd.DataFrame, info: dict, name: str, path: str | Path) ->
     return path
 
 
+def ruler_grids(df: pd.DataFrame, out_dir: str | Path, task: str) -> list[Path]:
+    """``plots/<task>_<model>.png`` (``ruler_<model>.png``, :func:`ruler_figure`) per (model, variant) with rows of the
+    derived step ``task`` (the ruler group, :mod:`lctx.harness.steps.ruler`, which asks for the ``ruler_grid`` figure;
+    its table: :func:`lctx.harness.steps.ruler.ruler_table`); none without them."""
+    if df is None or df.empty or not (df["task"].astype("string") == task).any():
+        return []
+    written: list[Path] = []
+    r = df[df["task"].astype("string") == task]
+    groups = _series_groups(r)
+    per_model: dict[str, int] = {}
+    for m, _ in groups:
+        per_model[str(m)] = per_model.get(str(m), 0) + 1
+    for model, variant in groups:
+        rows = df[df["model"].astype("string") == str(model)]
+        if variant is not None and "variant" in rows.columns:
+            rows = rows[rows["variant"].astype("string") == str(variant)]
+        stem = safe_filename(model) + (f"_{safe_filename(variant)}" if per_model[str(model)] > 1 and variant else "")
+        written.append(ruler_figure(*ruler_table(rows), series_label(model, variant),
+                                    Path(out_dir) / "plots" / f"{safe_filename(task)}_{stem}.png"))
+    return written
+
+
 # ----------------------------------------------------------------------------------------------
 # all plots
 # ----------------------------------------------------------------------------------------------
 
 def make_plots(df: pd.DataFrame, out_dir: str | Path) -> list[Path]:
-    """Write every plot the results table has data for.
+    """Write every figure the tasks of a results table declare.
 
     Input: the runner's results table (columns run_id, model, variant, task, metric, length,
     n_tokens, depth, sample, value, seed, status, error, ..., train_length; only task, model,
     variant, metric, length, depth, value, status and train_length are read) and an output
-    directory. Output: the written paths: :func:`passkey_heatmaps` (one
-    ``plots/passkey_heatmap_<model>.png`` per model, when passkey rows exist), :func:`depth_heatmaps`
-    (``plots/<task>_heatmap_<model>.png`` for other tasks with a depth axis) and
-    :func:`ppl_vs_length` (``plots/ppl_vs_length.png``, when ppl rows exist). Tasks that are
-    absent are skipped; an empty table writes nothing and returns ``[]``.
+    directory. Output: the written paths, kind by kind (:data:`lctx.tasks.PLOT_KINDS`), each task in table order
+    (:func:`figure_kinds`): the depth x length heatmaps (:func:`task_heatmaps`: ``plots/passkey_heatmap_<model>.png``,
+    ``plots/<task>_heatmap_<model>.png`` for the other tasks with a depth axis), then perplexity against length
+    (:func:`ppl_vs_length`: ``plots/ppl_vs_length.png``). Tasks that are absent are skipped; an empty table writes
+    nothing and returns ``[]``.
     """
     if df is None or df.empty or "task" not in df.columns:
         return []
-    paths: list[Path] = list(passkey_heatmaps(df, out_dir))
-    paths += depth_heatmaps(df, out_dir)
-    p = ppl_vs_length(df, out_dir)
-    if p is not None:
-        paths.append(p)
+    paths: list[Path] = []
+    for kind in PLOT_KINDS:
+        for task in tasks_with_kind(df, kind):
+            paths += FIGURES[kind](df, out_dir, task, None)
     return paths
 
 
+def _ppl_figure(df: pd.DataFrame, out_dir, task: str, spec=None) -> list[Path]:
+    p = ppl_vs_length(df, out_dir, task)
+    return [p] if p is not None else []
+
+
+def _ratio_figure(table: pd.DataFrame, out_dir, task: str, spec=None) -> list[Path]:
+    p = ppl_ratio_plot(table, out_dir, max_ratio=getattr(spec, "max_ratio", 1.1), task=task)
+    return [p] if p is not None else []
+
+
+#: The figures by name: {kind or name: draw(table, out_dir, task, spec) -> [paths]}: the kinds a task declares
+#: (:attr:`lctx.tasks.Task.plots`, :data:`lctx.tasks.PLOT_KINDS`) and the figures a derived step asks for
+#: (:attr:`lctx.harness.steps.derived.DerivedStep.figures`: flatness's ``ppl_ratio_vs_relative`` with its spec's
+#: ``max_ratio``, the ruler group's ``ruler_grid``), each given the rows' task and the step's spec (None for a task).
+FIGURES = {
+    "depth_heatmap": lambda df, out_dir, task, spec=None: task_heatmaps(df, out_dir, task),
+    "perplexity_vs_length": _ppl_figure,
+    "ppl_ratio_vs_relative": _ratio_figure,
+    "ruler_grid": lambda df, out_dir, task, spec=None: ruler_grids(df, out_dir, task),
+}
+
+
+def step_figures(table: pd.DataFrame, out_dir: str | Path, steps=()) -> list[Path]:
+    """The figures each derived step of ``steps`` asks for (:attr:`lctx.harness.steps.derived.DerivedStep.figures`,
+    drawn by :data:`FIGURES` with the step's name and spec), from the final table (its derived rows included).
+    Returns the written paths."""
+    return [p for st in steps for name in st.figures for p in FIGURES[name](table, Path(out_dir), st.name, st.spec)]
+
+
+def run_figures(table: pd.DataFrame, out_dir: str | Path, steps=()) -> list[Path]:
+    """A run's figures: :func:`make_plots` of its table (models named by :func:`lctx.harness.run.tables.label_names`,
+    so two option sets of a model are two series), then the figures each derived step asks for
+    (:func:`step_figures`). Returns the written paths.
+
+    Raises:
+        LctxError: a figure cannot be written (full disk, permissions); the tables are written already.
+    """
+    out_dir = Path(out_dir)
+    try:
+        paths = make_plots(table.assign(model=label_names(table)), out_dir)
+        paths += step_figures(table, out_dir, steps)
+    except OSError as e:
+        raise LctxError(f"cannot write the plots in {out_dir / 'plots'} ({e.strerror or e}); the tables are "
+                        "written: free space and rerun the same command to draw them") from None
+    return paths
+
+
+def write_run_outputs(out_dir: str | Path, steps=(), metrics_of: dict | None = None,
+                      report=None) -> tuple[pd.DataFrame, pd.DataFrame, list[Path]]:
+    """A run directory's tables and figures, once: :func:`lctx.harness.steps.derived.write_run_tables` (records ->
+    results, summary, derived rows of ``steps``, run.json notes, the tasks' extra tables), then :func:`run_figures`.
+    What :func:`lctx.evaluate` (so ``lctx run``) calls after its sweeps. Returns (table, summary, plot paths).
+
+    Raises:
+        LctxError: ``out_dir`` has no records; a table or figure cannot be written (the records are kept).
+    """
+    table, summary = write_run_tables(Path(out_dir), steps, metrics_of, report)
+    return table, summary, run_figures(table, out_dir, steps)
+
+
 # ----------------------------------------------------------------------------------------------
-# figure helpers shared with the report (lctx.harness.outputs.report), and the flatness ratio figure
+# figure helpers of the run's and the report's figures, and the flatness ratio figure
 # ----------------------------------------------------------------------------------------------
 
 _MARKERS = "os^Dv<>ph*P"  # 11 markers: coprime with the 10 colours
@@ -736,7 +893,8 @@ def palette(labels: list[str]) -> dict[str, tuple]:
     return {lbl: series_style(i) for i, lbl in enumerate(labels)}
 
 
-def _ok(df: pd.DataFrame) -> pd.DataFrame:
+def ok_values(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows of a results table with status ok and a finite value (value read as a float)."""
     return df[(df["status"] == "ok") & np.isfinite(df["value"].astype(float))]
 
 
@@ -798,13 +956,14 @@ def _save(fig, out_dir: Path, name: str) -> Path:
 def _labels(df: pd.DataFrame) -> pd.Series:
     if "label" in df.columns:
         return df["label"]
-    return pd.Series([_model_key(m, v) for m, v in zip(df["model"], df.get("variant", [None] * len(df)))],
+    return pd.Series([series_label(m, v) for m, v in zip(df["model"], df.get("variant", [None] * len(df)))],
                      index=df.index)
 
 
-def _draw_ratio(ax, table, pal, max_ratio: float) -> bool:
-    rows = table[(table["task"] == "flatness") & (table["metric"] == "ppl_ratio")]
-    rows = _ok(rows.assign(label=_labels(rows)))
+def _draw_ratio(ax, table, pal, max_ratio: float, task: str | None = None) -> bool:
+    rows = table[table["metric"] == "ppl_ratio"]
+    rows = rows[rows["task"] == task] if task is not None else rows
+    rows = ok_values(rows.assign(label=_labels(rows)))
     rows = rows[(rows["value"] > 0) & (rows["train_length"] > 0)]
     if rows.empty:
         return False
@@ -830,11 +989,12 @@ def _draw_ratio(ax, table, pal, max_ratio: float) -> bool:
     return True
 
 
-def ppl_ratio_plot(table: pd.DataFrame, out_dir: str | Path, max_ratio: float = 1.1) -> Path | None:
-    """``<out_dir>/plots/ppl_ratio_vs_relative.png``: PPL(L)/PPL(T) (rows ``task == "flatness"``,
-    metric ``ppl_ratio``, status ok) against L/T on log axes, one line per (model, variant), the
-    training length (1x) dashed and the flatness criterion ``max_ratio`` dotted. None (nothing written)
-    without such rows."""
+def ppl_ratio_plot(table: pd.DataFrame, out_dir: str | Path, max_ratio: float = 1.1,
+                   task: str | None = None) -> Path | None:
+    """``<out_dir>/plots/ppl_ratio_vs_relative.png``: PPL(L)/PPL(T) (rows of metric ``ppl_ratio``, status ok, of
+    ``task``: the flatness step that asks for this figure; None: whichever task has them) against L/T on log axes,
+    one line per (model, variant), the training length (1x) dashed and the flatness criterion ``max_ratio`` dotted.
+    None (nothing written) without such rows."""
     t = table.copy()
     for c in ("value", "length", "train_length"):
         t[c] = pd.to_numeric(t[c], errors="coerce")
@@ -843,7 +1003,126 @@ def ppl_ratio_plot(table: pd.DataFrame, out_dir: str | Path, max_ratio: float = 
     fig = _new_figure(9.0, 4.8)
     fig.set_layout_engine("constrained")
     ax = fig.add_subplot()
-    if not _draw_ratio(ax, t, palette(labels), max_ratio):
+    if not _draw_ratio(ax, t, palette(labels), max_ratio, task):
         return None
     _legend(fig, ax, *ax.get_legend_handles_labels())
     return _save(fig, out_dir, "ppl_ratio_vs_relative.png")
+
+
+# ----------------------------------------------------------------------------------------------
+# the figures of lctx report (lctx.harness.outputs.report lays them out)
+# ----------------------------------------------------------------------------------------------
+
+def perplexity_figure(table: pd.DataFrame, out_dir: str | Path, pal, max_ratio: float = 1.1,
+                      ratio_task: str | None = None) -> Path | None:
+    """``plots/perplexity.png``: perplexity vs length (:func:`draw_ppl`) and the ppl ratio vs relative length (the
+    ``ppl_ratio`` rows of ``ratio_task``, the flatness step; None: any; see :func:`ppl_ratio_plot`) side by side, in
+    ``pal``'s styles (:func:`palette`); None without perplexity rows."""
+    fig = _new_figure(14.0, 5.2)
+    fig.set_layout_engine("constrained")
+    a1, a2 = fig.subplots(1, 2)
+    if not draw_ppl(a1, table, pal):
+        return None
+    if not _draw_ratio(a2, table, pal, max_ratio, ratio_task):
+        a2.set_axis_off()
+    handles, labels = a1.get_legend_handles_labels()
+    handles.append(Line2D([], [], color="#333333", linestyle="--", linewidth=1.4))
+    labels.append("training length")
+    _legend(fig, a2 if a2.axison else a1, handles, labels)
+    return _save(fig, out_dir, "perplexity.png")
+
+
+def accuracy_figure(table: pd.DataFrame, task: str, out_dir: str | Path, pal, threshold: float = 0.8) -> Path | None:
+    """``plots/<task>_accuracy_vs_length.png``: mean score (over depths and samples, status ok) vs length,
+    one line per ``label`` of ``table`` (in ``pal``'s styles); panels: the task's headline metric (with the
+    effective-length ``threshold`` dotted) and its secondary one (:func:`task_meta_of`; a teacher-forced one's title
+    says so, :func:`lctx.metrics.label`). A task that does not declare itself a retrieval task gets
+    ``plots/<task>_vs_length.png``: its headline metric on a free y axis, no threshold. None without rows."""
+    meta = task_meta_of(task, table)
+    retrieval = meta.retrieval
+    metrics = [m for m in (meta.headline, meta.secondary) if m]
+    rows = ok_values(table[(table["task"] == task) & table["metric"].isin(metrics) & table["length"].notna()])
+    metrics = [m for m in metrics if (rows["metric"] == m).any()]
+    if not metrics:
+        return None
+    fig = _new_figure(6.8 * len(metrics) + 1.6, 4.8)
+    fig.set_layout_engine("constrained")
+    axes = fig.subplots(1, len(metrics), squeeze=False)[0]
+    trains: dict[int, list] = {}
+    for ax, m in zip(axes, metrics):
+        r = rows[rows["metric"] == m]
+        lengths = set()
+        trains = {}
+        n_lines = r["label"].nunique()
+        for k, (lbl, g) in enumerate(r.groupby("label", sort=False)):
+            s = g.groupby(g["length"].astype("int64"))["value"].mean().sort_index()
+            c, mk, ls = pal[lbl]
+            # later lines are thinner with smaller markers, on top: coinciding lines (all at 0) stay visible
+            ax.plot(s.index, s.values, marker=mk, color=c, linestyle=ls, linewidth=max(1.0, 3.2 - 0.4 * k),
+                    markersize=4 + min(2.0, 10.0 / max(1, n_lines - 1)) * (n_lines - 1 - k), zorder=2 + k, label=lbl)
+            lengths |= set(int(x) for x in s.index)
+            tl = g["train_length"].dropna()
+            if len(tl):  # the model's training length, in the model's colour (as the perplexity plot)
+                trains.setdefault(int(tl.mode().iloc[0]), []).append(c)
+        if m == metrics[0] and retrieval:
+            ax.axhline(threshold, color="#b22222", linestyle=":", linewidth=1.6)
+            ax.annotate(f"effective-length threshold {threshold:g}", xy=(0.0, threshold),
+                        xycoords=("axes fraction", "data"), xytext=(4, 3), textcoords="offset points",
+                        fontsize=8.5, color="#b22222")
+        _length_axis(ax, lengths | set(trains))
+        mark_train_lengths(ax, trains)
+        if retrieval and r["value"].between(0, 1).all():  # a score in [0, 1]; a declared loss keeps its own axis
+            ax.set_ylim(-0.04, 1.04)
+        ax.set_xlabel("Context length (tokens, log scale)")
+        ax.set_ylabel(f"{m} (mean over depths and samples)")
+        ax.set_title(f"{task}: {metric_label(m)}", fontsize=12, fontweight="bold", pad=8)
+        ax.grid(True, alpha=0.35)
+    handles, labels = axes[0].get_legend_handles_labels()
+    if trains:
+        handles.append(Line2D([], [], color="#333333", linestyle="--", linewidth=1.4))
+        labels.append("training length")
+    _legend(fig, axes[-1], handles, labels)
+    return _save(fig, out_dir, f"{safe_filename(task)}_{'accuracy_' if retrieval else ''}vs_length.png")
+
+
+def bench_figure(table: pd.DataFrame, out_dir: str | Path, pal, tasks: list[str], file_name: str = "benchmarks.png",
+                 title: str = "Benchmark accuracy", chance: float = 0.25) -> Path | None:
+    """``plots/<file_name>``: accuracy bars (mean over questions, status ok; error bars one standard error) per task x
+    metric (``acc``, ``acc_norm``) of ``tasks`` (in that order; ``lctx report``: the benchmarks its groups declare,
+    :attr:`lctx.tasks.TaskGroup.benchmark`), one bar per ``label`` in ``pal``'s styles, ``chance`` dashed (0.25: four
+    choices), titled ``title``. None when the table has no rows of them."""
+    rows = ok_values(table[table["task"].isin(list(tasks)) & table["metric"].isin(["acc", "acc_norm"])])
+    if rows.empty:
+        return None
+    g = rows.groupby(["task", "metric", "label"], sort=False)["value"].agg(["mean", "std", "count"]).reset_index()
+    g["se"] = g["std"] / np.sqrt(g["count"])
+    order = {t: i for i, t in enumerate(tasks)}
+    groups = sorted(set(zip(g["task"], g["metric"])), key=lambda tm: (order[tm[0]], tm[0], tm[1]))
+    labels = list(dict.fromkeys(g["label"]))
+    width = 0.8 / len(labels)
+    fig = _new_figure(max(8.5, 1.3 * len(groups) * max(1, len(labels) ** 0.5) + 3.0), 4.8)
+    fig.set_layout_engine("constrained")
+    ax = fig.add_subplot()
+    for j, lbl in enumerate(labels):
+        xs, ys, es = [], [], []
+        for i, (t, m) in enumerate(groups):
+            r = g[(g["task"] == t) & (g["metric"] == m) & (g["label"] == lbl)]
+            if len(r):
+                xs.append(i - 0.4 + width * (j + 0.5))
+                ys.append(float(r["mean"].iloc[0]))
+                es.append(float(r["se"].iloc[0]) if r["count"].iloc[0] > 1 else 0.0)
+        c, _, ls = pal[lbl]
+        bars = ax.bar(xs, ys, width * 0.92, yerr=es, capsize=3, color=c, label=lbl,  # colours repeat past 10: hatch
+                      hatch=None if ls == "-" else "//", edgecolor="white" if ls != "-" else None)
+        ax.bar_label(bars, labels=[f"{y:.2f}" for y in ys], padding=2, fontsize=9)
+    ns = g.groupby(["task"])["count"].max().to_dict()
+    ax.set_xticks(range(len(groups)))
+    ax.set_xticklabels([f"{t}\n{m} (n={int(ns[t])})" for t, m in groups])
+    ax.axhline(chance, color="#555555", linestyle="--", linewidth=1.2, label=f"chance ({1 / chance:g} choices)")
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("Accuracy (fraction of questions)")
+    ax.set_title(f"{title} (error bars: ±1 standard error)", fontsize=12, fontweight="bold")
+    ax.grid(True, axis="y", alpha=0.35)
+    _legend(fig, ax, *ax.get_legend_handles_labels())
+    return _save(fig, out_dir, file_name)
+

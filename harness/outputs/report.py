@@ -11,10 +11,14 @@ The report (``--out``) holds:
 * ``report.html``: one self-contained page (the PNGs embedded as base64 data URIs);
 * ``report.md``: the same content in Markdown, linking the PNGs under ``plots/``;
 * ``plots/*.png``: perplexity vs length and PPL(L)/PPL(T) vs relative length (log axes, training length
-  marked), accuracy vs length per retrieval task, depth x length heatmaps per task and model
-  (:mod:`lctx.harness.outputs.plots`), MMLU/ARC accuracy bars;
+  marked), accuracy vs length per retrieval task, depth x length heatmaps per task and model, MMLU/ARC accuracy
+  bars: every figure is drawn by :mod:`lctx.harness.outputs.plots` (public functions), this module lays them out;
 * ``summary.csv``: one row per model (training length, flat-until, effective length, retrieval scores at
   the chosen lengths, MMLU/ARC accuracy), ``failures.csv``: the errored cells.
+
+Which task goes where comes from the declarations (:func:`lctx.tasks.task_meta`, :attr:`lctx.tasks.Task.plots`,
+:attr:`lctx.tasks.TaskGroup.benchmark`), not from task names; the derived steps' rows are found by their steps'
+names (:data:`lctx.harness.steps.flatness.TASK`, :data:`lctx.harness.steps.ruler.GROUP`).
 """
 
 from __future__ import annotations
@@ -28,36 +32,46 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-import matplotlib
 import numpy as np
 import pandas as pd
-from matplotlib.lines import Line2D
-from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator
 
 from lctx.errors import LctxError
-from lctx.metrics import TEACHER_FORCED, is_teacher_forced, label as metric_label
-from lctx.tasks import TASKS, task_meta
+from lctx.metrics import TEACHER_FORCED, is_teacher_forced
+from lctx.tasks import TASKS, group_of_label
 from lctx.tasks import GROUPS  # flatness, ruler (imported above: registered)
 
 from lctx.harness.steps.flatness import TASK as FLATNESS, TASK, derive_table
-from lctx.harness.outputs.plots import depth_heatmaps, passkey_heatmaps, ruler_figure
-from lctx.harness.outputs.plots import (_DPI, _draw_ratio, _labels, draw_ppl, _legend, _length_axis, _log_y, _model_key, _new_figure, _ok, _save,  # noqa: F401
-                    _shorten, format_length, mark_train_lengths, palette, ppl_ratio_plot, safe_filename)
+from lctx.harness.outputs.plots import (accuracy_figure, bench_figure, format_length, ok_values, palette,
+                                       perplexity_figure, ruler_figure, safe_filename, series_label, task_heatmaps,
+                                       task_meta_of, tasks_with_kind)
 from lctx.harness.steps.ruler import GROUP as RULER, ruler_table
 from lctx.harness.run.rundir import declared_tasks, read_json
 from lctx.harness.run.tables import label_names, name_foreign_records, pooled_task_names
 
-#: The task whose rows the perplexity section draws (and the flatness sweep derives its ratio from).
-PERPLEXITY_TASKS = ("ppl",)
-#: lm-eval knowledge tasks drawn as bars (``mmlu*`` too), with their chance accuracy (4 answer choices;
-#: a few ARC questions have 3 or 5, so 0.25 is the usual reference line).
-BENCH_TASKS = ("arc_easy", "arc_challenge")
+#: The chance accuracy drawn on the benchmarks' bars (4 answer choices; a few ARC questions have 3 or 5, so 0.25
+#: is the usual reference line).
 CHANCE = 0.25
 
 
 def is_bench_task(task: str) -> bool:
-    """True for the multiple-choice knowledge tasks of the report's bar chart (``mmlu*``, ARC)."""
-    return str(task).startswith("mmlu") or str(task) in BENCH_TASKS
+    """True for the multiple-choice knowledge tasks of the report's bar chart: a task whose group declares itself a
+    benchmark (:attr:`lctx.tasks.TaskGroup.benchmark`: ``mmlu`` and its pooled labels such as ``mmlu_astronomy``,
+    ARC)."""
+    group = group_of_label(str(task))
+    return group is not None and group.benchmark is not None
+
+
+def bench_tasks(table: pd.DataFrame) -> list[str]:
+    """The benchmark tasks of the table (:func:`is_bench_task`) in the order their groups declare (MMLU, then ARC),
+    by name within a group."""
+    names = {t for t in table["task"].astype(str) if is_bench_task(t)}
+    return sorted(names, key=lambda t: (group_of_label(t).benchmark, t))
+
+
+def perplexity_tasks(table: pd.DataFrame) -> list[str]:
+    """The tasks of the table drawn in the perplexity section: those that declare the ``perplexity_vs_length``
+    figure (:attr:`lctx.tasks.Task.plots`: ppl)."""
+    return tasks_with_kind(table, "perplexity_vs_length")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -175,7 +189,7 @@ def load_runs(run_dirs: list[str | Path], train_lengths: dict | None = None) -> 
                 t[c] = None
         t = _fill_train_lengths(t, train_lengths or {})
         if (t["task"].astype("string") == TASK).any():
-            flat_note = meta.get("flatness", "from the run")
+            flat_note = meta.get(FLATNESS, "from the run")
         else:
             flat_note = ""
             derived = derive_table(t)
@@ -211,7 +225,7 @@ def load_runs(run_dirs: list[str | Path], train_lengths: dict | None = None) -> 
     table["train_length"] = pd.to_numeric(table["train_length"], errors="coerce")
     table["status"] = table["status"].astype("string").fillna("")
     table["task"] = pooled_task_names(table, ("run",))  # an MMLU run of one subject is mmlu_astronomy, as its summary
-    table["label"] = [_model_key(m, v) for m, v in zip(table["model"], table["variant"])]
+    table["label"] = [series_label(m, v) for m, v in zip(table["model"], table["variant"])]
     table["label"] = kernel_labels(table)
     declared: dict = {}
     for meta in metas:  # a later run's declaration of a task replaces an earlier one's
@@ -247,32 +261,11 @@ def kernel_labels(table: pd.DataFrame) -> pd.Series:
     return labels
 
 
-def perplexity_figure(table: pd.DataFrame, out_dir: Path, pal, max_ratio: float = 1.1) -> Path | None:
-    """``plots/perplexity.png``: perplexity vs length and the ppl ratio vs relative length side by side
-    (see :func:`ppl_ratio_plot`); None without ppl rows."""
-    fig = _new_figure(14.0, 5.2)
-    fig.set_layout_engine("constrained")
-    a1, a2 = fig.subplots(1, 2)
-    if not draw_ppl(a1, table, pal):
-        return None
-    if not _draw_ratio(a2, table, pal, max_ratio):
-        a2.set_axis_off()
-    handles, labels = a1.get_legend_handles_labels()
-    handles.append(Line2D([], [], color="#333333", linestyle="--", linewidth=1.4))
-    labels.append("training length")
-    _legend(fig, a2 if a2.axison else a1, handles, labels)
-    return _save(fig, out_dir, "perplexity.png")
-
-
 def meta_of(task: str, table: pd.DataFrame | None = None):
-    """The declared metadata of ``task`` (:func:`lctx.tasks.task_meta`): what its run directories recorded
-    (``table.attrs["task_meta"]``, set by :func:`load_runs` from run.json), else its class attributes when
+    """The declared metadata of ``task`` (:func:`lctx.harness.outputs.plots.task_meta_of`): what its run directories
+    recorded (``table.attrs["task_meta"]``, set by :func:`load_runs` from run.json), else its class attributes when
     registered, else what ``table`` shows: its first metric as headline, a depth axis when its rows have depths."""
-
-    rows = table[table["task"] == task] if table is not None else None
-    metrics = list(dict.fromkeys(rows["metric"].dropna().astype(str))) if rows is not None else []
-    declared = (table.attrs.get("task_meta") or {}).get(str(task)) if table is not None else None
-    return task_meta(task, metrics, bool(rows is not None and rows["depth"].notna().any()), declared)
+    return task_meta_of(task, table)
 
 
 def _length_tasks(table: pd.DataFrame) -> list[str]:
@@ -292,8 +285,8 @@ def retrieval_tasks(table: pd.DataFrame) -> list[str]:
 def other_tasks(table: pd.DataFrame) -> list[str]:
     """Tasks of the table with a length axis that are neither retrieval tasks nor perplexity (drawn in the
     perplexity section): custom tasks such as the README's ``last_token_nll``, with or without a depth axis."""
-    return sorted(k for k in _length_tasks(table)
-                  if not meta_of(k, table).retrieval and k not in PERPLEXITY_TASKS)
+    perplexity = perplexity_tasks(table)
+    return sorted(k for k in _length_tasks(table) if not meta_of(k, table).retrieval and k not in perplexity)
 
 
 def primary_metric(task: str, table: pd.DataFrame | None = None) -> str:
@@ -306,96 +299,6 @@ def secondary_metric(task: str, table: pd.DataFrame | None = None) -> str | None
     """The metric shown beside the headline one (:attr:`lctx.tasks.Task.secondary_metric`: passkey digit_acc,
     NIAH tf_top1), or None."""
     return meta_of(task, table).secondary
-
-
-def accuracy_figure(table: pd.DataFrame, task: str, out_dir: Path, pal, threshold: float = 0.8) -> Path | None:
-    """``plots/<task>_accuracy_vs_length.png``: mean score (over depths and samples, status ok) vs length,
-    one line per model; panels: the primary metric (with the effective-length ``threshold`` dotted) and
-    the teacher-forced one (its title says so, :func:`lctx.metrics.label`). A task that is not a retrieval task (:func:`other_tasks`) gets
-    ``plots/<task>_vs_length.png``: its headline metric on a free y axis, no threshold. None without rows."""
-    retrieval = meta_of(task, table).retrieval
-    metrics = [m for m in (primary_metric(task, table), secondary_metric(task, table)) if m]
-    rows = _ok(table[(table["task"] == task) & table["metric"].isin(metrics) & table["length"].notna()])
-    metrics = [m for m in metrics if (rows["metric"] == m).any()]
-    if not metrics:
-        return None
-    fig = _new_figure(6.8 * len(metrics) + 1.6, 4.8)
-    fig.set_layout_engine("constrained")
-    axes = fig.subplots(1, len(metrics), squeeze=False)[0]
-    trains: dict[int, list] = {}
-    for ax, m in zip(axes, metrics):
-        r = rows[rows["metric"] == m]
-        lengths = set()
-        trains = {}
-        n_lines = r["label"].nunique()
-        for k, (lbl, g) in enumerate(r.groupby("label", sort=False)):
-            s = g.groupby(g["length"].astype("int64"))["value"].mean().sort_index()
-            c, mk, ls = pal[lbl]
-            # later lines are thinner with smaller markers, on top: coinciding lines (all at 0) stay visible
-            ax.plot(s.index, s.values, marker=mk, color=c, linestyle=ls, linewidth=max(1.0, 3.2 - 0.4 * k),
-                    markersize=4 + min(2.0, 10.0 / max(1, n_lines - 1)) * (n_lines - 1 - k), zorder=2 + k, label=lbl)
-            lengths |= set(int(x) for x in s.index)
-            tl = g["train_length"].dropna()
-            if len(tl):  # the model's training length, in the model's colour (as the perplexity plot)
-                trains.setdefault(int(tl.mode().iloc[0]), []).append(c)
-        if m == metrics[0] and retrieval:
-            ax.axhline(threshold, color="#b22222", linestyle=":", linewidth=1.6)
-            ax.annotate(f"effective-length threshold {threshold:g}", xy=(0.0, threshold),
-                        xycoords=("axes fraction", "data"), xytext=(4, 3), textcoords="offset points",
-                        fontsize=8.5, color="#b22222")
-        _length_axis(ax, lengths | set(trains))
-        mark_train_lengths(ax, trains)
-        if retrieval and r["value"].between(0, 1).all():  # a score in [0, 1]; a declared loss keeps its own axis
-            ax.set_ylim(-0.04, 1.04)
-        ax.set_xlabel("Context length (tokens, log scale)")
-        ax.set_ylabel(f"{m} (mean over depths and samples)")
-        ax.set_title(f"{task}: {metric_label(m)}", fontsize=12, fontweight="bold", pad=8)
-        ax.grid(True, alpha=0.35)
-    handles, labels = axes[0].get_legend_handles_labels()
-    if trains:
-        handles.append(Line2D([], [], color="#333333", linestyle="--", linewidth=1.4))
-        labels.append("training length")
-    _legend(fig, axes[-1], handles, labels)
-    return _save(fig, out_dir, f"{safe_filename(task)}_{'accuracy_' if retrieval else ''}vs_length.png")
-
-
-def bench_figure(table: pd.DataFrame, out_dir: Path, pal) -> Path | None:
-    """``plots/mmlu_arc.png``: accuracy bars (mean over questions, status ok; error bars one standard
-    error) per task x metric (``acc``, ``acc_norm``), one bar per model, chance (0.25) dashed. None when
-    the table has no MMLU/ARC rows."""
-    rows = _ok(table[table["task"].map(is_bench_task) & table["metric"].isin(["acc", "acc_norm"])])
-    if rows.empty:
-        return None
-    g = rows.groupby(["task", "metric", "label"], sort=False)["value"].agg(["mean", "std", "count"]).reset_index()
-    g["se"] = g["std"] / np.sqrt(g["count"])
-    groups = sorted(set(zip(g["task"], g["metric"])), key=lambda tm: (not tm[0].startswith("mmlu"), tm[0], tm[1]))
-    labels = list(dict.fromkeys(g["label"]))
-    width = 0.8 / len(labels)
-    fig = _new_figure(max(8.5, 1.3 * len(groups) * max(1, len(labels) ** 0.5) + 3.0), 4.8)
-    fig.set_layout_engine("constrained")
-    ax = fig.add_subplot()
-    for j, lbl in enumerate(labels):
-        xs, ys, es = [], [], []
-        for i, (t, m) in enumerate(groups):
-            r = g[(g["task"] == t) & (g["metric"] == m) & (g["label"] == lbl)]
-            if len(r):
-                xs.append(i - 0.4 + width * (j + 0.5))
-                ys.append(float(r["mean"].iloc[0]))
-                es.append(float(r["se"].iloc[0]) if r["count"].iloc[0] > 1 else 0.0)
-        c, _, ls = pal[lbl]
-        bars = ax.bar(xs, ys, width * 0.92, yerr=es, capsize=3, color=c, label=lbl,  # colours repeat past 10: hatch
-                      hatch=None if ls == "-" else "//", edgecolor="white" if ls != "-" else None)
-        ax.bar_label(bars, labels=[f"{y:.2f}" for y in ys], padding=2, fontsize=9)
-    ns = g.groupby(["task"])["count"].max().to_dict()
-    ax.set_xticks(range(len(groups)))
-    ax.set_xticklabels([f"{t}\n{m} (n={int(ns[t])})" for t, m in groups])
-    ax.axhline(CHANCE, color="#555555", linestyle="--", linewidth=1.2, label="chance (4 choices)")
-    ax.set_ylim(0, 1.05)
-    ax.set_ylabel("Accuracy (fraction of questions)")
-    ax.set_title("MMLU / ARC accuracy (error bars: ±1 standard error)", fontsize=12, fontweight="bold")
-    ax.grid(True, axis="y", alpha=0.35)
-    _legend(fig, ax, *ax.get_legend_handles_labels())
-    return _save(fig, out_dir, "mmlu_arc.png")
 
 
 def ruler_blocks(table: pd.DataFrame, out_dir: Path) -> tuple[list, list[Path]]:
@@ -448,18 +351,24 @@ def teacher_forced_note(table: pd.DataFrame, task: str) -> str | None:
 
 
 def heatmaps(table: pd.DataFrame, out_dir: Path) -> dict[str, list[Path]]:
-    """Depth x length heatmaps per retrieval task and model, drawn by :mod:`lctx.harness.outputs.plots`
-    (``passkey_heatmaps``, ``depth_heatmaps``): {task: [paths]}."""
+    """Depth x length heatmaps per task and model, of every task whose rows get one
+    (:func:`lctx.harness.outputs.plots.tasks_with_kind`; drawn by :func:`lctx.harness.outputs.plots.task_heatmaps`):
+    {task: [paths]}."""
 
     t = table[~table["task"].isin(list(GROUPS))].copy()
     t["model"] = t["model"].astype(str)
     out: dict[str, list[Path]] = {}
-    for p in passkey_heatmaps(t, out_dir):
-        out.setdefault("passkey", []).append(p)
-    for p in depth_heatmaps(t, out_dir):
-        task = next((k for k in retrieval_tasks(t) + other_tasks(t) if p.name.startswith(f"{safe_filename(k)}_heatmap_")), "other")
-        out.setdefault(task, []).append(p)
+    for task in tasks_with_kind(t, "depth_heatmap"):
+        paths = task_heatmaps(t, out_dir, task)
+        if paths:
+            out[task] = paths
     return out
+
+
+def narrow_heatmap(task: str) -> bool:
+    """Whether the report sets two of ``task``'s heatmaps side by side (:attr:`lctx.tasks.Heatmap.narrow`: passkey's
+    two panels); else one per row."""
+    return bool(getattr(getattr(TASKS.get(str(task)), "heatmap", None), "narrow", False))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -531,8 +440,9 @@ def summary_table(table: pd.DataFrame, at: list[tuple[str, float]] | None = None
     at = at or [("rel", 1.0), ("rel", 2.0), ("rel", 8.0)]
     labels = list(dict.fromkeys(table["label"]))
     rtasks = retrieval_tasks(table) + other_tasks(table)
-    btasks = sorted({t for t in table["task"].astype(str) if is_bench_task(t)}, key=lambda t: (not t.startswith("mmlu"), t))
-    ok = _ok(table)
+    btasks = bench_tasks(table)
+    ok = ok_values(table)
+    ptask = next(iter(perplexity_tasks(table)), None)
     disp, num = [], []
     for lbl in labels:
         rows = table[table["label"] == lbl]
@@ -542,7 +452,8 @@ def summary_table(table: pd.DataFrame, at: list[tuple[str, float]] | None = None
         d = {"model": lbl, "runs": ", ".join(dict.fromkeys(rows["run"].astype(str))),
              "train length": format_length(T) if T else "–"}
         n = {"model": lbl, "runs": d["runs"], "train_length": T}
-        ppl = okr[(okr["task"] == "ppl") & (okr["metric"] == "ppl")]
+        ppl = (okr[(okr["task"] == ptask) & (okr["metric"] == meta_of(ptask, table).headline)] if ptask
+               else okr.iloc[:0])
         pT = ppl[ppl["length"] == T]["value"].mean() if T else float("nan")
         d["PPL at train length"], n["ppl_at_train_length"] = (f"{pT:.2f}" if np.isfinite(pT) else "–"), pT
         ppl_max = ppl["length"].max() if len(ppl) else None
@@ -661,8 +572,8 @@ def metadata_table(metas: list[dict], table: pd.DataFrame) -> pd.DataFrame:
             "lm-eval": (f"{lm.get('lm_eval')} ({lm.get('source')} data, "
                         f"{'all questions' if lm.get('limit') is None else 'first %s questions' % lm.get('limit')}, "
                         f"{'default' if lm.get('num_fewshot') is None else lm.get('num_fewshot')} few-shot)") if lm else "",
-            "flatness": (", ".join(f"{k}={v}" for k, v in meta["flatness"].items()) if isinstance(meta.get("flatness"), dict)
-                         else str(meta.get("flatness", ""))),
+            "flatness": (", ".join(f"{k}={v}" for k, v in meta[FLATNESS].items()) if isinstance(meta.get(FLATNESS), dict)
+                         else str(meta.get(FLATNESS, ""))),
             "rows": len(t), "error rows": int((t["status"] == "error").sum()),
             "time span (UTC)": (f"{ts.min():%Y-%m-%d %H:%M} – {ts.max():%H:%M}" if len(ts) else ""),
         })
@@ -781,10 +692,10 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, at: str | None
     plots: list[Path] = []
     rblocks, rplots = ruler_blocks(table, out)
     if rblocks:
-        sections.append(("ruler", "RULER", rblocks))
+        sections.append((RULER, "RULER", rblocks))
         plots += rplots
     figs = []
-    p = perplexity_figure(table, out, pal, max_ratio)
+    p = perplexity_figure(table, out, pal, max_ratio, FLATNESS)
     if p:
         figs.append((p, "Left: sliding-window perplexity by context length. Right: PPL(L)/PPL(train length) by "
                         "L / train length; the dotted red line is the flatness criterion.", True))
@@ -807,7 +718,7 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, at: str | None
             blocks.append(("p", tf_note))
         hm = maps.get(task, [])
         if hm:
-            wide = task != "passkey"
+            wide = not narrow_heatmap(task)
             blocks.append(("p", "Depth × length heatmaps (cells: mean over samples; grey “err”: every sample of the "
                                 "cell failed; dashed line: training length)."))
             blocks.append(("figs", [(h, "", wide) for h in hm]))
@@ -815,10 +726,10 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, at: str | None
         if blocks:
             sections.append((f"task-{safe_filename(task)}", f"{'Retrieval' if retrieval else 'Task'}: {task}", blocks))
 
-    b = bench_figure(table, out, pal)
+    b = bench_figure(table, out, pal, bench_tasks(table), "mmlu_arc.png", "MMLU / ARC accuracy", CHANCE)
     if b:
         plots.append(b)
-        bt = _ok(table[table["task"].map(is_bench_task) & table["metric"].isin(["acc", "acc_norm"])])
+        bt = ok_values(table[table["task"].map(is_bench_task) & table["metric"].isin(["acc", "acc_norm"])])
         agg = bt.groupby(["label", "task", "metric"])["value"].agg(["mean", "std", "count"]).reset_index()
         agg["stderr"] = agg["std"] / np.sqrt(agg["count"])
         agg = agg.rename(columns={"label": "model", "count": "questions"})

@@ -33,6 +33,24 @@ def count(n: int, noun: str, plural: str | None = None) -> str:
     return f"{n} {noun if n == 1 else (plural or noun + 's')}"
 
 
+def format_length(n: float) -> str:
+    """Format a token count for a table or an axis: 256, 512, 1K, 2K, 1.5K, 128K, 1M.
+
+    Input: a number of tokens. Output: a short label (powers of 1024 as K/M, others with one
+    decimal when that is exact enough, plain digits below 1024; "?" for a non-finite number).
+    """
+    n = float(n)
+    if not math.isfinite(n):
+        return "?"
+    for unit, size in (("M", 1024 ** 2), ("K", 1024)):
+        if abs(n) >= size:
+            v = n / size
+            if abs(v - round(v)) < 1e-9:
+                return f"{int(round(v))}{unit}"
+            return f"{v:.1f}{unit}".replace(".0" + unit, unit)
+    return f"{int(n)}" if n == int(n) else f"{n:g}"
+
+
 def is_terminal(stream: IO | None = None) -> bool:
     """Whether ``stream`` (default: ``sys.stdout``) is an interactive terminal (a TTY)."""
     stream = sys.stdout if stream is None else stream

@@ -1,4 +1,5 @@
-"""The sweep runner: models x tasks x lengths x depths x samples -> cells -> records -> tables -> plots.
+"""The sweep runner: models x tasks x lengths x depths x samples -> cells -> records -> tables (figures are the
+outputs': :func:`lctx.harness.outputs.plots.run_figures`).
 
 Each finished sample is appended to ``OUT/records.jsonl`` as one JSON line and fsync'ed before the next
 starts, so a killed run loses at most the sample in flight; rerunning the same command on the same
@@ -40,7 +41,7 @@ from lctx.errors import LctxError, NonFiniteLogitsError
 from lctx.model_files import check_declared_max
 from lctx.harness.run.rundir import (SALT, TASK_META, RecordWriter, atomic_write_json, declared_tasks, new_salt, read_json,
                      run_dir_lock, sign_record)
-from lctx.harness.run.tables import label_names, label_of, read_records, record_key, summarize, to_table, vet_records, write_tables
+from lctx.harness.run.tables import label_of, read_records, record_key, summarize, to_table, vet_records, write_tables
 
 
 def git_revision() -> str:
@@ -261,7 +262,8 @@ def batches(work: list, batch_size: int | str, log=None) -> list[list]:
 
 def run_sweep(lms: list[ModelAdapter], tasks: list[Task], spec: RunSpec, out_dir: Path, progress: bool = True,
               log=print, batch_size: int | str = 1, tables: bool = True, invocation: str | None = None) -> dict:
-    """Run every (model, task, cell) not yet recorded in ``out_dir`` and write the tables and plots.
+    """Run every (model, task, cell) not yet recorded in ``out_dir`` and write the tables (no figures: a caller that
+    wants them draws them from the returned table, :func:`lctx.harness.outputs.plots.run_figures`).
 
     The run directory is locked for the duration (:func:`lctx.harness.run.rundir.run_dir_lock`: a second process
     on the same directory refuses). A sample is reused only when a record with the same key exists: same
@@ -277,19 +279,19 @@ def run_sweep(lms: list[ModelAdapter], tasks: list[Task], spec: RunSpec, out_dir
     with ``batch_size`` = the rows it ran with and ``wall_s`` = the batch's time over its rows.
 
     Under ``torchrun`` / ``accelerate launch`` every rank calls this with the same arguments; each runs a
-    deterministic share of the cells and rank 0 merges the records and writes the tables and plots
+    deterministic share of the cells and rank 0 merges the records and writes the tables
     (:mod:`lctx.harness.run.distributed`); every rank gets the same return value (counts over all ranks).
 
     ``invocation``: the id of the entry of ``run.json``'s ``invocations`` this sweep adds to (one
     :func:`lctx.harness.evaluate.evaluate` call passes one id to all its sweeps); default a new one.
 
-    ``tables=False`` leaves the tables and plots to the caller (:func:`lctx.harness.evaluate.evaluate` writes
-    them once, after all its sweeps, :func:`lctx.harness.steps.derived.write_run_tables`): ``records``,
-    ``superseded``, ``table``, ``summary`` are then None, ``plots`` [].
+    ``tables=False`` leaves the tables to the caller (:func:`lctx.harness.evaluate.evaluate` writes them and the
+    figures once, after all its sweeps, :func:`lctx.harness.outputs.plots.write_run_outputs`): ``records``,
+    ``superseded``, ``table``, ``summary`` are then None.
 
     Returns {"records": n, "ran": n run now, "skipped": n already done, "errors": n errored now,
     "ok": n samples of this sweep with status ok (resumed + run), "superseded": records of older inputs left
-    out of the tables, "table": DataFrame, "summary": DataFrame, "plots": [paths]}.
+    out of the tables, "table": DataFrame, "summary": DataFrame, "plots": [] (a run draws none)}.
 
     Raises:
         LctxError: another process holds the run directory; ``run.json`` or ``records.jsonl`` is damaged
@@ -511,7 +513,7 @@ def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo, batch_size=1, 
                     writer.write(sign_record(rec, salt))
                 bar.done(sum(cost_of[id(w)] for w in group))
 
-    # [distributed] rank 0 merges the rank files and writes tables and plots once; the other ranks wait for
+    # [distributed] rank 0 merges the rank files and writes the tables once; the other ranks wait for
     # that, then build the same tables in memory (nothing written); ran/errors are summed over ranks
     metrics_of = {t.name: t.metrics for t in tasks}
     errors = sum(D.gather(errors))
@@ -524,21 +526,14 @@ def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo, batch_size=1, 
                 "ok": skipped + n_total - errors, "superseded": None, "table": None, "summary": None, "plots": []}
     if dinfo.is_main:
         table, summary = write_tables(records, out_dir, metrics_of, current)
-        from lctx.harness.outputs.plots import make_plots  # lazy: loads matplotlib
-
-        try:
-            plots = make_plots(table.assign(model=label_names(table)), out_dir)
-        except OSError as e:
-            raise LctxError(f"cannot write the plots in {out_dir / 'plots'} ({e.strerror or e}); the tables are "
-                            "written: free space and rerun the same command to draw them") from None
     D.barrier()
     if not dinfo.is_main:
         records = vet_records(read_records(out_dir / D.RECORDS), meta)
         table = to_table(records, metrics_of, current)
-        summary, plots = summarize(table), []
+        summary = summarize(table)
     return {"records": len(records), "ran": n_total, "skipped": skipped, "errors": errors,
             "ok": skipped + n_total - errors, "superseded": int(table.attrs.get("superseded", 0)),
-            "table": table, "summary": summary, "plots": plots}
+            "table": table, "summary": summary, "plots": []}
 
 
 def task_code_file(task: Task) -> str | None:

@@ -47,7 +47,8 @@ SUMMARY_KEYS = ["model", "variant", "task", "metric", "length", "depth", "task_o
                 "seed"]
 SUMMARY_COLUMNS = SUMMARY_KEYS + ["mean", "stderr", "n", "n_error", "n_depth_off", "fingerprint"]
 #: option keys that name a sub-task pooled into its task's cell: an MMLU question's ``subject`` (the summary
-#: pools the subjects into MMLU's accuracy, as lm-eval reports it; mmlu_subjects.csv has them apart)
+#: pools the subjects into MMLU's accuracy, as lm-eval reports it; mmlu_subjects.csv has them apart); the cell is
+#: named as the task declares (:func:`lctx.tasks.pooled_label`)
 POOLED_OPTIONS = ("subject",)
 #: a sample whose needle sits farther than this from the requested depth (fraction of the prompt) is
 #: flagged in the ``depth_off`` column and on the heatmaps
@@ -276,9 +277,9 @@ def _pooled_value(task_options):
 
 def _pooled_tasks(df: pd.DataFrame, keys: list[str], subs: pd.Series) -> pd.Series:
     """The ``task`` of every row of ``df`` as its summary row names it: a task pooled over sub-tasks (``subs``,
-    the rows' :func:`_pooled_value`) by the sub-tasks its cell holds (:func:`lctx.tasks.lmeval.pooled_label`:
-    one MMLU subject is ``mmlu_astronomy``, not ``mmlu``); other rows keep theirs."""
-    from lctx.tasks.lmeval import pooled_label  # lazy: only runs with pooled sub-tasks (MMLU)
+    the rows' :func:`_pooled_value`) by the sub-tasks its cell holds, as the task declares it
+    (:func:`lctx.tasks.pooled_label`: one MMLU subject is ``mmlu_astronomy``, not ``mmlu``); other rows keep theirs."""
+    from lctx.tasks import pooled_label  # lazy: only runs with pooled sub-tasks (MMLU)
 
     cell = [k for k in keys if k != "metric"]  # one label for all metrics of a cell
     tmp = df[cell].astype(str).assign(_sub=subs)

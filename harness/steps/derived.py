@@ -4,9 +4,12 @@ A derived step (flatness: :mod:`lctx.harness.steps.flatness`; the ruler group: :
 tidy table of a run's records into extra rows (task = the step's name), never stored as records: they are
 recomputed from ``records.jsonl`` each time the tables are written, so a resumed run's derived numbers follow
 its finished samples. Each step declares the same things (:class:`DerivedStep`): how to derive its records,
-what it notes in ``run.json``, which figures it draws and how it reads as text. :func:`write_run_tables`
-applies any list of steps and writes ``results.parquet``/``results.csv``/``summary.csv``, ``run.json``'s
-notes, ``mmlu_subjects.csv`` (when MMLU ran) and every figure, once.
+what it notes in ``run.json``, which figures it wants (by name: :mod:`lctx.harness.outputs.plots` draws them), how it
+reads as text, and whether its lengths are relative to the training length. A step registers its expander
+(``--tasks`` name -> the tasks it derives from) with :func:`register_step`. :func:`write_run_tables` applies any list
+of steps and writes ``results.parquet``/``results.csv``/``summary.csv``, ``run.json``'s notes and the tables the
+run's tasks declare (:func:`lctx.tasks.extra_tables`: MMLU's ``mmlu_subjects.csv``), once; figures are the outputs'
+(:func:`lctx.harness.outputs.plots.write_run_outputs` writes both).
 """
 
 from __future__ import annotations
@@ -20,8 +23,21 @@ if TYPE_CHECKING:  # pandas on first use: `lctx list tasks` imports this module 
     import pandas as pd  # registered names only (issue 15.4, tests/test_startup.py)
 
 from lctx.errors import LctxError
+from lctx.registry import Registry
 
 from lctx.harness.run.rundir import atomic_write_json, read_json
+
+#: The derived steps' expanders, {``--tasks`` name: expander}, in registration order (the order they apply in): an
+#: expander takes (task names, ``--task-option`` items, data_dir=, samples=, depths=) and returns (task names with its
+#: own replaced by the tasks it derives from, the option items not addressed to it, its :class:`DerivedStep` or None
+#: when not asked for, lines to print). :mod:`lctx.harness.steps.flatness` and :mod:`lctx.harness.steps.ruler` register
+#: theirs on import.
+EXPANDERS: Registry[Callable] = Registry("derived step", replace=True)
+
+
+def register_step(name: str, expand: Callable) -> Callable:
+    """Register the expander of the derived step ``name`` (:data:`EXPANDERS`); returns ``expand``."""
+    return EXPANDERS.add(name, expand)
 
 
 def take_options(name: str, task_options: list[str], example: str) -> tuple[dict, list[str]]:
@@ -67,10 +83,6 @@ def json_cell(s):
     return None if s is None or (isinstance(s, float) and s != s) else s
 
 
-def _no_plots(table: pd.DataFrame, out_dir: Path, spec) -> list[Path]:
-    return []
-
-
 @dataclass(frozen=True)
 class DerivedStep:
     """One derived post-processing step, as the runner applies it.
@@ -78,7 +90,10 @@ class DerivedStep:
     name: the ``task`` of its rows (and its key in ``run.json``); metrics: the metrics of its rows; spec: its
     criteria (a frozen dataclass); derive(table, spec): records (dicts with the runner's record fields) from
     the tidy table of the other tasks' rows; run_json(spec): what ``run.json`` records under ``name``;
-    plots(table, out_dir, spec): figures drawn from the final table (paths); report(table): its rows as text.
+    figures: the figures it wants drawn of the final table, by name (:data:`lctx.harness.outputs.plots.FIGURES`, each
+    given the step's name and spec); report(table): its rows as text; relative: its lengths are multiples of each
+    model's training length, these ones unless ``--lengths`` or ``--relative`` is given (flatness; () for none);
+    report_after_plots: ``lctx run`` prints its text after the plot lines, not before the summary (the ruler grid).
     """
 
     name: str
@@ -86,8 +101,10 @@ class DerivedStep:
     spec: Any
     derive: Callable[[pd.DataFrame, Any], list[dict]]
     run_json: Callable[[Any], dict]
-    plots: Callable[[pd.DataFrame, Path, Any], list[Path]] = _no_plots
+    figures: tuple[str, ...] = ()
     report: Optional[Callable[[pd.DataFrame], str]] = None
+    relative: tuple[float, ...] = ()
+    report_after_plots: bool = False
 
 
 def base_record(model, variant, rows: pd.DataFrame, task: str, train_length) -> dict:
@@ -121,27 +138,27 @@ def _scalar(v):
 
 
 def metrics_of_tasks() -> dict[str, tuple[str, ...]]:
-    """{task: metrics} of every registered task and lm-eval's tasks (the columns a record may fill)."""
-    from lctx.tasks import TASKS, lmeval  # lazy: loads lctx.tasks and numpy (evaluate, so lctx.cli, imports this module)
+    """{task: metrics} of every registered task and group (lm-eval's: the columns a record may fill)."""
+    from lctx.tasks import GROUPS, TASKS  # lazy: loads lctx.tasks and numpy (evaluate, so lctx.cli, imports this module)
 
-    return {**{n: tuple(c.metrics) for n, c in TASKS.items()}, **lmeval.METRICS}
+    return {**{n: tuple(c.metrics) for n, c in TASKS.items()}, **{n: tuple(g.metrics) for n, g in GROUPS.items()}}
 
 
 def write_run_tables(out_dir: Path, steps: list[DerivedStep] = (), metrics_of: dict | None = None,
-                     plots: bool = True, derived_plots: bool = True,
-                     report: Callable[[str], None] | None = None) -> tuple[pd.DataFrame, pd.DataFrame, list[Path]]:
+                     report: Callable[[str], None] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Write a run's tables once: ``results.parquet``/``results.csv``/``summary.csv`` from ``records.jsonl`` (the
     records ``run.json`` vouches for, :func:`lctx.harness.run.tables.vet_records`, whose warnings go to ``report``:
     the runner has named them already; of those the current inputs' records,
     :func:`lctx.harness.run.tables.current_map`) plus every step's derived rows; each
-    step's entry in ``run.json``; ``mmlu_subjects.csv`` when MMLU rows exist; with ``plots`` the figures of
-    :func:`lctx.harness.outputs.plots.make_plots`, with ``derived_plots`` the steps' own. Returns (table, summary, plot
-    paths).
+    step's entry in ``run.json``; the tables the run's tasks declare (:func:`lctx.tasks.extra_tables`:
+    ``mmlu_subjects.csv`` when MMLU ran). No figures: :func:`lctx.harness.outputs.plots.write_run_outputs` writes
+    the tables with this and then draws them. Returns (table, summary).
 
     Raises:
-        LctxError: ``out_dir`` has no records; a table or figure cannot be written (the records are kept).
+        LctxError: ``out_dir`` has no records; a table cannot be written (the records are kept).
     """
-    from lctx.harness.run.tables import current_map, label_names, read_records, to_table, vet_records, write_tables  # lazy: loads pandas
+    from lctx.harness.run.tables import current_map, read_records, to_table, vet_records, write_tables  # lazy: loads pandas
+    from lctx.tasks import extra_tables  # lazy: loads lctx.tasks and numpy
 
     out_dir = Path(out_dir)
     records = vet_records(read_records(out_dir / "records.jsonl"), read_json(out_dir / "run.json"), report,
@@ -158,21 +175,6 @@ def write_run_tables(out_dir: Path, steps: list[DerivedStep] = (), metrics_of: d
         meta = read_json(meta_path) or {}
         meta.update({s.name: s.run_json(s.spec) for s in steps})
         atomic_write_json(meta_path, meta)
-    from lctx.tasks.lmeval import mmlu_subject_table  # lazy: loads lctx.tasks and numpy
-
-    subj = mmlu_subject_table(table)
-    if len(subj):
-        subj.to_csv(out_dir / "mmlu_subjects.csv", index=False)
-    paths: list[Path] = []
-    try:
-        if plots:
-            from lctx.harness.outputs.plots import make_plots  # lazy: loads matplotlib, pandas
-
-            paths += make_plots(table.assign(model=label_names(table)), out_dir)
-        if derived_plots:
-            for s in steps:
-                paths += s.plots(table, out_dir, s.spec)
-    except OSError as e:
-        raise LctxError(f"cannot write the plots in {out_dir / 'plots'} ({e.strerror or e}); the tables are "
-                        "written: free space and rerun the same command to draw them") from None
-    return table, summary, paths
+    for name, extra in extra_tables(table).items():
+        extra.to_csv(out_dir / name, index=False)
+    return table, summary

@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # pandas on first use: `lctx list tasks` imports this module for its
     import pandas as pd  # registered name only (issue 15.4, tests/test_startup.py)
 
-from lctx.harness.steps.derived import DerivedStep, base_record, json_cell, ok_rows, replace_name, take_options, write_run_tables
+from lctx.harness.steps.derived import (DerivedStep, base_record, json_cell, ok_rows, register_step, replace_name,
+                                       take_options, write_run_tables)
 from lctx.errors import LctxError, split_list
 from lctx.tasks import TaskInfo, get_task, register_group
 
@@ -336,39 +337,39 @@ def derive_table(table: pd.DataFrame, spec: FlatnessSpec | None = None) -> pd.Da
 
 def step(spec: FlatnessSpec | None = None) -> DerivedStep:
     """The flatness rows as a derived post-processing step (:class:`lctx.harness.steps.derived.DerivedStep`): rows
-    from :func:`derive_records`, the criteria in ``run.json`` (key ``flatness``),
-    ``plots/ppl_ratio_vs_relative.png``, :func:`format_flatness` as its text."""
+    from :func:`derive_records`, the criteria in ``run.json`` (key ``flatness``), the figure
+    ``ppl_ratio_vs_relative`` (``plots/ppl_ratio_vs_relative.png``, drawn by :mod:`lctx.harness.outputs.plots` with the
+    spec's ``max_ratio``), :func:`format_flatness` as its text, lengths relative to the training length
+    (:data:`DEFAULT_RELATIVE` unless ``--lengths`` or ``--relative`` is given)."""
     return DerivedStep(TASK, METRICS, spec or FlatnessSpec(), derive_records,
-                       lambda sp: asdict(sp) | {"retrieval_metric": sp.metric}, _plots, format_flatness)
-
-
-def _plots(table: pd.DataFrame, out_dir: Path, spec: FlatnessSpec) -> list[Path]:
-    from lctx.harness.outputs.plots import ppl_ratio_plot  # lazy: loads matplotlib, pandas
-
-    p = ppl_ratio_plot(table, out_dir, max_ratio=spec.max_ratio)
-    return [p] if p else []
+                       lambda sp: asdict(sp) | {"retrieval_metric": sp.metric}, ("ppl_ratio_vs_relative",),
+                       format_flatness, DEFAULT_RELATIVE)
 
 
 def expand(task_names: list[str], task_options: list[str], **run) -> tuple[list[str], list[str], DerivedStep | None,
                                                                            list[str]]:
     """:func:`split_flatness` in the common form of the derived steps' expanders (see
-    :data:`lctx.harness.evaluate.DERIVED`): (task names, option items left, the step or None, lines to print)."""
+    :data:`lctx.harness.steps.derived.EXPANDERS`): (task names, option items left, the step or None, lines to print)."""
     names, rest, spec = split_flatness(task_names, task_options)
     return names, rest, (step(spec) if spec else None), []
 
 
-def write_tables_with_flatness(out_dir: Path, spec: FlatnessSpec | None = None, metrics_of=None,
-                               plots: bool = True) -> tuple[pd.DataFrame, pd.DataFrame, list[Path]]:
-    """Rewrite a run's tables from its ``records.jsonl`` plus the derived flatness rows, note the criteria in
-    ``run.json`` and (``plots``) draw ``plots/ppl_ratio_vs_relative.png`` (:func:`lctx.harness.steps.derived.write_run_tables`
-    with this one step). Returns (table, summary, plot paths). A spec naming no retrieval metric thresholds the
-    retrieval task's headline metric as ``run.json`` records it (``task_meta``; no task file needed).
+register_step(TASK, expand)
+
+
+def write_tables_with_flatness(out_dir: Path, spec: FlatnessSpec | None = None,
+                               metrics_of=None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Rewrite a run's tables from its ``records.jsonl`` plus the derived flatness rows and note the criteria in
+    ``run.json`` (:func:`lctx.harness.steps.derived.write_run_tables` with this one step; the figure
+    ``plots/ppl_ratio_vs_relative.png`` is the outputs': :func:`lctx.harness.outputs.plots.step_figures` with
+    :func:`step`). Returns (table, summary). A spec naming no retrieval metric thresholds the retrieval task's
+    headline metric as ``run.json`` records it (``task_meta``; no task file needed).
 
     Raises:
         LctxError: ``out_dir`` has no records; the retrieval task is neither recorded nor registered.
     """
     spec = (spec or FlatnessSpec()).resolved(declared_tasks(read_json(Path(out_dir) / "run.json")))
-    return write_run_tables(out_dir, [step(spec)], metrics_of, plots=False, derived_plots=plots)
+    return write_run_tables(out_dir, [step(spec)], metrics_of)
 
 
 def format_flatness(table: pd.DataFrame) -> str:

@@ -1,7 +1,8 @@
 """The lm-eval tasks' run on its own (``mmlu``, ``arc_easy``, ``arc_challenge``; :mod:`lctx.tasks.lmeval` knows the
 tasks): their :class:`lctx.tasks.lmeval.LmEvalTask` s through the one runner (:func:`lctx.harness.run.runner.run_sweep`:
 same records, resume key and provenance as every task), then the run's tables once
-(:func:`lctx.harness.steps.derived.write_run_tables`). :func:`lctx.evaluate` runs the same task objects in its sweep.
+(:func:`lctx.harness.steps.derived.write_run_tables`; no figures: they are the outputs'). :func:`lctx.evaluate` runs the
+same task objects in its sweep (:data:`lctx.tasks.lmeval.LMEVAL` builds them) and prints :func:`format_summary`.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ def run_lmeval(lms: list, specs: list[LmEvalSpec], source: str, out_dir: str | P
                progress: bool = True, log=print, chat_template: bool = False,
                system_prompt: str | None = None, tables: bool = True) -> dict:
     """Run lm-eval tasks for every model, append one record per question to ``OUT/records.jsonl`` and
-    rewrite ``results.parquet``/``results.csv``/``summary.csv`` (all records, other tasks included),
-    ``mmlu_subjects.csv`` and the plots.
+    rewrite ``results.parquet``/``results.csv``/``summary.csv`` (all records, other tasks included) and
+    ``mmlu_subjects.csv`` (figures: :func:`lctx.harness.outputs.plots.run_figures`).
 
     lms: :class:`lctx.models.adapters.hf.HFAdapter` s; specs/source from :func:`lctx.tasks.lmeval.resolve_tasks`; limit: the first N
     test questions of each task (each MMLU subject), ``None`` for all; num_fewshot: ``None`` for the
@@ -33,7 +34,8 @@ def run_lmeval(lms: list, specs: list[LmEvalSpec], source: str, out_dir: str | P
     ``error`` with the message, and the run goes on.
 
     Returns {"records", "ran", "skipped", "errors", "ok", "superseded", "table", "summary", "plots"} like
-    ``run_sweep`` (``tables=False``: nothing written after the records, table/summary None, as ``run_sweep``'s).
+    ``run_sweep`` ("plots" [] : a run draws none; ``tables=False``: nothing written after the records, table/summary
+    None, as ``run_sweep``'s).
 
     Raises:
         LctxError: a bad limit or few-shot count, unreadable data or an unreachable hub (before any question
@@ -51,18 +53,19 @@ def run_lmeval(lms: list, specs: list[LmEvalSpec], source: str, out_dir: str | P
                         log=log, tables=False)
         if not tables:
             return res
-        table, summary, plots = write_run_tables(out)
+        table, summary = write_run_tables(out)
     log(format_summary(summary))
-    return dict(res, records=len(read_records(out / "records.jsonl")), table=table, summary=summary, plots=plots,
+    return dict(res, records=len(read_records(out / "records.jsonl")), table=table, summary=summary, plots=[],
                 superseded=int(table.attrs.get("superseded", 0)))
 
 
-def format_summary(summary) -> str:
-    """The lm-eval tasks' rows of a summary table as an aligned Markdown table (every cell whole, model names
-    never cut): model, task (MMLU as run: ``mmlu_astronomy``, :func:`lctx.tasks.lmeval.pooled_label`), metric,
+def format_summary(summary, owns=is_lmeval_label) -> str:
+    """The rows of a summary table whose task ``owns`` accepts (default: lm-eval's tasks, :func:`is_lmeval_label`; a
+    task family's :meth:`lctx.tasks.TaskFamily.owns_label`) as an aligned Markdown table (every cell whole, model
+    names never cut): model, task (MMLU as run: ``mmlu_astronomy``, :func:`lctx.tasks.lmeval.pooled_label`), metric,
     mean, stderr, n."""
 
-    rows = summary[summary["task"].map(is_lmeval_label)]  # mmlu_astronomy: MMLU pooled over its subjects
+    rows = summary[summary["task"].map(owns)]  # mmlu_astronomy: MMLU pooled over its subjects
     body = [[str(r["model"]), r["task"], r["metric"], f"{r['mean']:.4f}", f"{r['stderr']:.4f}", int(r["n"])]
             for _, r in rows.iterrows()]
     return markdown_table(["model", "task", "metric", "value", "stderr", "n"], body, right=("value", "stderr", "n"))

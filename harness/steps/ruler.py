@@ -18,8 +18,8 @@ it left out and why (:func:`split_ruler`). From the records it derives, per (mod
 The derived rows are recomputed from ``records.jsonl`` whenever the tables are written (never stored as
 records), like the flatness rows, so a resumed run's numbers follow its finished samples. The criterion and
 the tasks averaged are in each row's ``task_options``; ``run.json`` gains a ``ruler`` entry (threshold, tasks,
-left-out tasks with the reason). ``plots/ruler_<model>.png`` draws the task x length grid beside the average
-(:func:`ruler_grids`).
+left-out tasks with the reason). The step asks for the figure ``ruler_grid``: ``plots/ruler_<model>.png``, the task x
+length grid beside the average (:func:`lctx.harness.outputs.plots.ruler_grids`, from :func:`ruler_table`).
 """
 
 from __future__ import annotations
@@ -34,12 +34,14 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # pandas on first use: `lctx list tasks` imports this module for its
     import pandas as pd  # registered name only (issue 15.4, tests/test_startup.py)
 
-from lctx.harness.steps.derived import DerivedStep, base_record, json_cell, ok_rows, replace_name, take_options, write_run_tables
+from lctx.harness.steps.derived import (DerivedStep, base_record, json_cell, ok_rows, register_step, replace_name,
+                                       take_options, write_run_tables)
 from lctx.errors import LctxError
 from lctx.tasks import TaskInfo, get_task, niah, register_group
 from lctx.tasks.ruler import RULER_TASKS, VERB_FILE
 from lctx.tasks.ruler_qa import RulerQA, find_qa_file
 
+from lctx.harness.run.console import format_length
 from lctx.harness.steps import flatness
 from lctx.harness.steps.flatness import effective_length
 
@@ -285,36 +287,36 @@ def derive_records(table: pd.DataFrame, spec: RulerSpec | None = None) -> list[d
 def step(spec: RulerSpec) -> DerivedStep:
     """The ruler group as a derived post-processing step (:class:`lctx.harness.steps.derived.DerivedStep`): rows from
     :func:`derive_records`, the group in ``run.json`` (key ``ruler``: threshold, tasks, left-out tasks and why),
-    ``plots/ruler_<model>.png``, :func:`format_ruler` as its text."""
+    the figure ``ruler_grid`` (``plots/ruler_<model>.png``, drawn by :mod:`lctx.harness.outputs.plots` from
+    :func:`ruler_table`), :func:`format_ruler` as its text (printed after the plot lines)."""
     return DerivedStep(GROUP, METRICS, spec, derive_records,
                        lambda sp: {"threshold": sp.threshold, "tasks": list(sp.tasks),
                                    "left_out": {t: w for t, w in sp.left_out}},
-                       _plots, format_ruler)
-
-
-def _plots(table: pd.DataFrame, out_dir: Path, spec: RulerSpec) -> list[Path]:
-    return ruler_grids(table, out_dir)
+                       ("ruler_grid",), format_ruler, report_after_plots=True)
 
 
 def expand(task_names: list[str], task_options: list[str], data_dir=None, samples: int = 1,
            depths: list[float] | None = None) -> tuple[list[str], list[str], DerivedStep | None, list[str]]:
     """:func:`split_ruler` in the common form of the derived steps' expanders (see
-    :data:`lctx.harness.evaluate.DERIVED`): (task names, option items left, the step or None, lines to print)."""
+    :data:`lctx.harness.steps.derived.EXPANDERS`): (task names, option items left, the step or None, lines to print)."""
     names, rest, spec, notes = split_ruler(task_names, task_options, data_dir, samples, depths)
     return names, rest, (step(spec) if spec else None), notes
 
 
-def write_tables_with_ruler(out_dir: Path, spec: RulerSpec, flat_spec=None,
-                            plots: bool = True) -> tuple[pd.DataFrame, pd.DataFrame, list[Path]]:
+register_step(GROUP, expand)
+
+
+def write_tables_with_ruler(out_dir: Path, spec: RulerSpec, flat_spec=None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Rewrite a run's tables from its ``records.jsonl`` plus the derived ``ruler`` rows (and the flatness rows
-    when ``flat_spec`` is given), note them in ``run.json`` and (``plots``) draw their figures
-    (:func:`lctx.harness.steps.derived.write_run_tables` with these steps). Returns (table, summary, plot paths).
+    when ``flat_spec`` is given) and note them in ``run.json`` (:func:`lctx.harness.steps.derived.write_run_tables`
+    with these steps; their figures are the outputs': :func:`lctx.harness.outputs.plots.step_figures`). Returns
+    (table, summary).
 
     Raises:
         LctxError: ``out_dir`` has no records.
     """
     steps = [step(spec)] + ([flatness.step(flat_spec)] if flat_spec is not None else [])
-    return write_run_tables(out_dir, steps, plots=False, derived_plots=plots)
+    return write_run_tables(out_dir, steps)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -353,8 +355,6 @@ def ruler_table(rows: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
 def format_ruler(table: pd.DataFrame) -> str:
     """The RULER rows of a table as text, per model: tasks x lengths (percent), the average and the effective
     length at the threshold."""
-    from lctx.harness.outputs.plots import format_length  # matplotlib: only when the group is presented
-
     lines = []
     models = table[table["task"] == GROUP]
     for (model, variant), _ in models.groupby(["model", "variant"], sort=False, dropna=False):
@@ -376,26 +376,3 @@ def format_ruler(table: pd.DataFrame) -> str:
         lines.append(f"effective length (average >= {thr:g}): {etxt}; average of {n} tasks"
                      + (f" ({', '.join(left)} left out)" if left else ""))
     return "\n".join(lines)
-
-
-def ruler_grids(df: pd.DataFrame, out_dir: str | Path) -> list[Path]:
-    """``plots/ruler_<model>.png`` (:func:`lctx.harness.outputs.plots.ruler_figure`) per (model, variant) with derived ``ruler`` rows
-    (:mod:`lctx.harness.steps.ruler`); none without them."""
-    if df is None or df.empty or not (df["task"].astype("string") == "ruler").any():
-        return []
-    from lctx.harness.outputs.plots import _model_key, _series_groups, ruler_figure, safe_filename  # matplotlib: only to draw
-
-    written: list[Path] = []
-    r = df[df["task"].astype("string") == "ruler"]
-    groups = _series_groups(r)
-    per_model: dict[str, int] = {}
-    for m, _ in groups:
-        per_model[str(m)] = per_model.get(str(m), 0) + 1
-    for model, variant in groups:
-        rows = df[df["model"].astype("string") == str(model)]
-        if variant is not None and "variant" in rows.columns:
-            rows = rows[rows["variant"].astype("string") == str(variant)]
-        stem = safe_filename(model) + (f"_{safe_filename(variant)}" if per_model[str(model)] > 1 and variant else "")
-        written.append(ruler_figure(*ruler_table(rows), _model_key(model, variant),
-                                    Path(out_dir) / "plots" / f"ruler_{stem}.png"))
-    return written
