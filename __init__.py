@@ -1,9 +1,9 @@
 """lctx: a long-context evaluation harness for positional-encoding and attention-variant research.
 
-The repository's top-level folders are installed as subpackages of ``lctx``, layered one way (README
-"Layout"): ``lctx.cli`` (the ``lctx`` command) -> ``lctx.harness`` (evaluation, runner, tables, plots) ->
-``lctx.tasks`` (passkey, ppl, RULER, lm-eval, custom tasks) -> ``lctx.models`` (native decoder and attention
-variants) -> ``lctx.kernels`` (fast paths) -> this package root (:mod:`lctx.errors`).
+The repository's top-level folders are installed as subpackages of ``lctx``, layered one way
+(docs/development.md#layers): ``lctx.cli`` (the ``lctx`` command) -> ``lctx.harness`` (evaluation, runner,
+tables, plots) -> ``lctx.tasks`` (passkey, ppl, RULER, lm-eval, custom tasks) -> ``lctx.models`` (native decoder
+and attention variants) -> ``lctx.kernels`` (fast paths) -> this package root (:mod:`lctx.errors`).
 
 From Python: ``lctx.evaluate(models, tasks, lengths=..., ...)`` runs what ``lctx run`` runs and returns the
 tables (:class:`lctx.Result`).

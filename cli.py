@@ -114,7 +114,7 @@ def _checked_cache_dir(ctx: typer.Context, value: Optional[Path]) -> Optional[Pa
 def _configure_threads(device: str = "cpu") -> None:
     """Intra-op threads for a computing command: LCTX_NUM_THREADS / OMP_NUM_THREADS, else torch's default, with a
     note when the machine is busy (:func:`lctx.kernels.default_threads`, :func:`lctx.kernels.busy_note`;
-    README "Threads")."""
+    docs/kernels-and-bench.md#threads)."""
     from lctx.kernels import busy_note, configure_threads  # lazy: loads torch
 
     configure_threads()
@@ -159,7 +159,7 @@ def run(
     system_prompt: Optional[str] = typer.Option(None, "--system-prompt", help="System message for --chat-template on (default: the template's own, if any)."),
     memory_check: bool = typer.Option(True, "--memory-check/--no-memory-check", help="Refuse, before the sweep, a run whose longest prefill or lm-eval batch does not fit the device (memory model of `lctx plan`)."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
-    batch_size: Optional[str] = typer.Option(None, "--batch-size", help="N or auto: prefill and decode N samples of one length together (passkey, niah_*, RULER's tasks, custom tasks with batched = True; ppl runs one at a time); mmlu/arc: N requests per lm-eval forward, refused when the memory check finds it does not fit (default 1 and, for mmlu/arc, the largest up to 32 that fits, printed). auto: the most that lctx plan's memory model fits in half the device (at most 4 on CPU, 32 on CUDA). Records equal batch 1's to rounding; README \"Batches\"."),
+    batch_size: Optional[str] = typer.Option(None, "--batch-size", help="N or auto: prefill and decode N samples of one length together (passkey, niah_*, RULER's tasks, custom tasks with batched = True; ppl runs one at a time); mmlu/arc: N requests per lm-eval forward, refused when the memory check finds it does not fit (default 1 and, for mmlu/arc, the largest up to 32 that fits, printed). auto: the most that lctx plan's memory model fits in half the device (at most 4 on CPU, 32 on CUDA). Records equal batch 1's to rounding; see \"Batches\" in docs/kernels-and-bench.md."),
 ):
     """Evaluate checkpoints on tasks x lengths x depths; write records.jsonl, results.parquet/csv, summary.csv and plots."""
     if chat_template not in ("on", "off"):
@@ -422,7 +422,7 @@ def diagnose_far_mass(
 def compare(
     run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="Run directory to check (written by lctx run)."),
     baseline: Path = typer.Option(..., "--baseline", "-b", help="Baseline run directory (summary.csv at least)."),
-    rules: Optional[Path] = typer.Option(None, "--rules", help="TOML rules file: tolerances, per-metric directions and tolerances, aliases (see README)."),
+    rules: Optional[Path] = typer.Option(None, "--rules", help="TOML rules file: tolerances, per-metric directions and tolerances, aliases (see \"The rules file\" in docs/compare-ci.md)."),
     tolerance: List[str] = typer.Option(None, "--tolerance", help="[METRIC:]abs=X,rel=X,stderr=K (repeatable); a difference counts only when it exceeds each."),
     alias: List[str] = typer.Option(None, "--alias", help="NEW=OLD: run model NEW is baseline model OLD (repeatable)."),
     allow_missing: bool = typer.Option(False, "--allow-missing", help="Baseline cells absent from the run do not fail the gate."),
@@ -604,7 +604,8 @@ def plan(
 
         import torch  # lazy: loaded by lctx.models.adapters.memory already
 
-        if str(device).startswith("cuda") and not torch.cuda.is_available():  # README: plan for a GPU you lack
+        # plan for a GPU you lack: docs/kernels-and-bench.md#plan-memory-lctx-plan
+        if str(device).startswith("cuda") and not torch.cuda.is_available():
             raise LctxError(f"--device {device}: this machine has no CUDA GPU whose memory plan could read; to plan "
                             f"for a GPU you lack give its memory, e.g. --device {device} --device-memory 80g (or "
                             "--device cpu to plan for this machine)")
@@ -861,10 +862,11 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _on_sigterm)
     _SIGNAL["term"] = False
-    passive_omp_wait()  # every command, before any loads torch (README "Threads")
+    passive_omp_wait()  # every command, before any loads torch (docs/kernels-and-bench.md#threads)
     _help_format()
     streams = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = _PipeSafe(sys.stdout), _PipeSafe(sys.stderr)  # a reader that goes away: README "Pipes"
+    # a reader that goes away: docs/troubleshooting.md#pipes
+    sys.stdout, sys.stderr = _PipeSafe(sys.stdout), _PipeSafe(sys.stderr)
     try:
         code = _main(argv)
     finally:

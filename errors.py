@@ -4,7 +4,7 @@ sample gets when the model's logits are not finite."""
 import logging
 import re
 
-#: Exit codes of ``lctx`` (documented in the README, "Exit codes").
+#: Exit codes of ``lctx`` (documented in docs/troubleshooting.md#exit-codes).
 EXIT_OK = 0
 EXIT_REGRESSION = 1  # lctx compare: the gate failed (a regression, an error or a missing cell)
 EXIT_USAGE = 2  # a user mistake or damaged input: one ``error: ...`` line on stderr, nothing lost

@@ -1,4 +1,4 @@
-"""The evaluation around the tasks, in rooms (README "Layout"; each layer imports only the ones before it):
+"""The evaluation around the tasks, in rooms (docs/development.md#layers; each layer imports only the ones before it):
 
 - :mod:`lctx.harness.args`: the run's arguments parsed and checked before torch loads;
 - :mod:`lctx.harness.run`: the sweep itself (runner, run directory, records -> tables, ranks, terminal);

@@ -25,7 +25,7 @@ where a call has no kernel):
   :func:`impls_used` and lands in the results table (``attn_kernel``).
 
 Threads on CPU: :func:`default_threads` / :func:`configure_threads` (the CLI's policy) and
-:func:`scan_threads` / :func:`intra_op_threads` (the fixed-state scans); README "Threads".
+:func:`scan_threads` / :func:`intra_op_threads` (the fixed-state scans); docs/kernels-and-bench.md#threads.
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def default_threads() -> tuple[int, str]:
     """(intra-op threads, why) lctx uses on CPU: ``LCTX_NUM_THREADS``, else ``OMP_NUM_THREADS``, else torch's
     default (one thread per physical core). A fixed rule, so that two runs of one command on one machine use
     the same count whatever else runs: the count can change timings several-fold under contention and the
-    last bits of parallel reductions, so it must not follow other processes' load (README "Threads").
+    last bits of parallel reductions, so it must not follow other processes' load (docs/kernels-and-bench.md#threads).
 
     Why not fewer threads on a busy machine: measured on a 2-core machine at load ~9 (issue 14), SDPA
     causal at 16K took 1.3 s with 1 thread and 1.4 s with 2, and the many-op paths lost most (RoPE's old
@@ -202,4 +202,4 @@ def busy_note() -> str | None:
         return None
     return (f"note: this machine is busy (load {load:.1f} on {cpus} CPUs) and lctx runs torch on {n} threads, which "
             f"then wait for each other (measured on 2 cores at load 4-6: a ppl run took 1.0-1.6x its time on 1 thread); "
-            f"LCTX_NUM_THREADS=1 lctx ... avoids it (README \"Threads\")")
+            f"LCTX_NUM_THREADS=1 lctx ... avoids it (docs/kernels-and-bench.md#threads)")

@@ -3,7 +3,7 @@
 Built-in tasks register on import: ``passkey`` (:mod:`lctx.tasks.passkey`), ``ppl``
 (:mod:`lctx.tasks.ppl`), RULER's eight NIAH tasks ``niah_*`` (:mod:`lctx.tasks.niah`) and its other five,
 ``vt``, ``cwe``, ``fwe`` (:mod:`lctx.tasks.ruler`), ``qa_1``, ``qa_2`` (:mod:`lctx.tasks.ruler_qa`). A custom task subclasses :class:`Task` and is decorated with
-:func:`register_task`; see the README's "Add your own task". What the runner and the outputs need of a task (its
+:func:`register_task`; see docs/custom-tasks.md. What the runner and the outputs need of a task (its
 run-wide flags, its own lengths, its data check, its figures, its extra tables) it declares on its class
 (:class:`Task`'s docstring); names that are not one class (lm-eval's ``mmlu``/``arc_*``, the derived ``flatness`` and
 ``ruler``) declare through their :class:`TaskGroup`.

@@ -100,7 +100,7 @@ class Perplexity(Task):
     description = "sliding-window perplexity (window = length, every token scored once)"
     requires = "--ppl-data files (default: Python's pydoc_data topics)"
     default_run = True  # `lctx run` without --tasks runs passkey and ppl
-    keeps_logits = True  # LM.token_nll keeps a window's logits at every scored position (the memory check)
+    keeps_logits = True  # HFAdapter.token_nll keeps a window's logits at every scored position (the memory check)
     plots = ("perplexity_vs_length",)
     run_options = (
         RunOption("--stride", "stride", "stride", 0.5,

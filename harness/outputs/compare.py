@@ -264,7 +264,8 @@ def load_rules(path: Path) -> Rules:
     except UnicodeDecodeError:
         raise LctxError(f"--rules {str(path)!r} is not a text file; pass a TOML rules file") from None
     except tomllib.TOMLDecodeError as e:
-        raise LctxError(f"--rules {str(path)!r} is not valid TOML ({e}); fix the file (see README, lctx compare)") from None
+        raise LctxError(f"--rules {str(path)!r} is not valid TOML ({e}); fix the file "
+                        "(see docs/compare-ci.md#the-rules-file)") from None
     except (RecursionError, MemoryError):
         raise LctxError(f"--rules {str(path)!r} is nested too deeply to read; a rules file has tables two levels "
                         "deep ([metrics.NAME]); fix the file") from None
