@@ -783,7 +783,7 @@ def test_cli_ruler_option_errors(fake_data, tmp_path, capsys, monkeypatch):
 # --chat-template on: the task text is the user's turn, the answer prefix opens the assistant's turn
 @pytest.fixture(scope="module")
 def chat_lm(tmp_path_factory):
-    """A tiny Llama with a ChatML template (test_chat_template's GGUF fixture), chat template on."""
+    """A tiny Llama with a ChatML template (test_chat's GGUF fixture), chat template on."""
     from gguf_tiny import write_tiny_gguf
     from lctx.models.adapters.gguf import convert_gguf
 

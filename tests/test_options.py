@@ -1,6 +1,7 @@
-"""Each variant and modifier class carries its option schema (``option_schema``, issue 26): the defaults are
-written there only, read through ``AttentionVariant.option_values``; per-version and per-base defaults come out
-of the ``Opt`` (``legacy``, ``per_base``); a variant registered outside lctx declares its schema the same way."""
+"""lctx.models.options: each variant and modifier class carries its option schema (``option_schema``, issue
+26): the defaults are written there only, read through ``AttentionVariant.option_values``; per-version and
+per-base defaults come out of the ``Opt`` (``legacy``, ``per_base``); a variant registered outside lctx declares
+its schema the same way."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""lctx plan: the memory model against hand computations, fixed-state and HF configs, refusals, CLI."""
+"""lctx.models.adapters.memory, the memory model behind ``lctx plan``: the model against hand computations,
+fixed-state and HF configs, refusals, CLI."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Hugging Face model correctness (issue 11, item 3 a-e): each kind of bug from public reports, with the
-value the issue gives."""
+"""lctx.models.adapters.hf (HFAdapter, load_lm): Hugging Face model correctness (issue 11, item 3 a-e: each kind
+of bug from public reports, with the value the issue gives)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""ppl accounting and passkey budgeting/parsing."""
+"""lctx.tasks.passkey: budgeting, needle placement, answer parsing, scoring."""
 
 from __future__ import annotations
 

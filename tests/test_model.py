@@ -1,4 +1,5 @@
-"""Native decoder: variant identities, KV-cache correctness, padding, save/load."""
+"""lctx.models.model, the native decoder (LctxForCausalLM): KV-cache correctness, chunked prefill, padding,
+sdpa against the reference path, save/load, the loss."""
 
 from __future__ import annotations
 
