@@ -66,3 +66,30 @@ def make_checkpoint(tmp_path, tokenizer):
         return out
 
     return make
+
+
+@pytest.fixture
+def data(tmp_path) -> Path:
+    """A small text file (helpers.TEXT) for ppl runs."""
+    from helpers import TEXT
+
+    p = tmp_path / "doc.txt"
+    p.write_text(TEXT)
+    return p
+
+
+@pytest.fixture
+def isolated_digests(monkeypatch, tmp_path):
+    """No data dir from the environment; the file-digest cache (LCTX_HASH_CACHE) in the test's own folder, so a
+    test that rewrites a file in place sees only its own entries (issue 10's and trial 21's tests)."""
+    monkeypatch.delenv("LCTX_DATA_DIR", raising=False)
+    monkeypatch.setenv("LCTX_HASH_CACHE", str(tmp_path / "digests.json"))
+
+
+@pytest.fixture
+def plain_console(monkeypatch):
+    """Output as off a terminal (issue 16's tests): no data dir nor table format from the environment, and the
+    80 columns rich assumes off a terminal (where cells used to be cut)."""
+    monkeypatch.delenv("LCTX_DATA_DIR", raising=False)
+    monkeypatch.delenv("LCTX_TABLE_FORMAT", raising=False)
+    monkeypatch.setenv("COLUMNS", "80")

@@ -16,7 +16,7 @@ from pathlib import Path
 import matplotlib
 import pandas as pd
 import pytest
-from helpers import assert_one_line_error, run_cli
+from helpers import _forward_work, assert_one_line_error, run_cli
 
 from lctx.harness.run.console import markdown_table, print_table
 
@@ -193,22 +193,6 @@ def test_ppl_cost_is_the_tokens_it_feeds(lm, monkeypatch):
         cell = Cell(L, None, 0)
         task.score(lm, task.build(lm, cell, 0))
         assert task.cost(lm, cell) == sum(fed), L
-
-
-def _forward_work(monkeypatch, lm) -> list[float]:
-    """Record every forward call's work in prefill tokens: its tokens, and at least a decode step's worth
-    (DECODE_STEP_TOKENS) for a call of a few tokens, whose cost is the call, not its tokens."""
-    from lctx.tasks.base import DECODE_STEP_TOKENS
-
-    work: list[float] = []
-    orig = lm._forward
-
-    def counting(ids, cache, keep, *mask):
-        work.append(max(int(ids.shape[-1]), DECODE_STEP_TOKENS))
-        return orig(ids, cache, keep, *mask)
-
-    monkeypatch.setattr(lm, "_forward", counting)
-    return work
 
 
 def test_passkey_cost_is_its_prompt_and_decode_steps(lm, monkeypatch):

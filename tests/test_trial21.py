@@ -9,10 +9,9 @@ import hashlib
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-from helpers import assert_one_line_error, run_cli, token_nll_task_source
+from helpers import _records, assert_one_line_error, run_cli, token_nll_task_source
 
 from lctx.models.fingerprint import digest_json
 
@@ -23,10 +22,6 @@ TASK_SRC = token_nll_task_source("LastTokenNLL21", "last_token_nll21")
 def _isolated(monkeypatch, tmp_path):
     monkeypatch.delenv("LCTX_DATA_DIR", raising=False)
     monkeypatch.setenv("LCTX_HASH_CACHE", str(tmp_path / "digests.json"))
-
-
-def _records(out: Path) -> list[dict]:
-    return [json.loads(ln) for ln in (out / "records.jsonl").read_text().splitlines() if ln.strip()]
 
 
 def test_1_task_file_and_task_version_are_in_the_run_dir_and_fingerprints_recompute(capsys, make_checkpoint,

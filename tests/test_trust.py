@@ -24,7 +24,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-from helpers import assert_one_line_error, run_cli
+from helpers import (TEXT, _left_out, assert_one_line_error, base_run, edited_checkpoint, nan_checkpoint, ppl_task, ruler_data,
+                     ruler_qa_data, run_cli, sweep, value)
 
 from lctx.models import fingerprint as F
 from lctx.errors import EXIT_ALL_FAILED, LctxError, NonFiniteLogitsError, check_finite_logits
@@ -34,9 +35,6 @@ from lctx.harness.run.tables import COLUMNS, DEPTH_TOLERANCE, label_names
 from lctx.tasks import Task, register_task
 from lctx.tasks.passkey import Passkey
 from lctx.tasks.ppl import Perplexity
-
-TEXT = ("The module documents every function it exports. A function takes arguments and returns a value; "
-        "the value may be None when nothing is returned. Each example below shows a call and its result. ") * 12
 
 
 @pytest.fixture(autouse=True)
@@ -51,15 +49,6 @@ def data(tmp_path) -> Path:
     p = tmp_path / "doc.txt"
     p.write_text(TEXT)
     return p
-
-
-def ppl_task(data, **kw) -> Perplexity:
-    return Perplexity(data=[str(data)], **kw)
-
-
-def sweep(ck, tasks, out, lengths=(64,), depths=(0.5,), samples=1, **kw):
-    lm = load_lm(str(ck), device="cpu", **kw)  # a fresh load, as a new `lctx run` process does
-    return run_sweep([lm], tasks, RunSpec(list(lengths), list(depths), samples), out, progress=False)
 
 
 def rewrite_weights_same_size(ck: Path, scale: float = 3.0) -> None:
@@ -77,11 +66,6 @@ def rewrite_weights_same_size(ck: Path, scale: float = 3.0) -> None:
     assert os.stat(path).st_size == st.st_size
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert os.stat(path).st_mtime_ns == st.st_mtime_ns
-
-
-def value(res, task, metric):
-    t = res["table"]
-    return t[(t["task"] == task) & (t["metric"] == metric)]["value"].tolist()
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -314,29 +298,6 @@ def test_6_resume_key_is_stable_for_an_unchanged_rerun(make_checkpoint, data, tm
 # ---------------------------------------------------------------------------------------------------
 # 7-8: non-finite logits are an error for every task; a run where everything failed exits 3
 
-def nan_checkpoint(make_checkpoint, how: str) -> Path:
-    from safetensors.torch import load_file, save_file
-
-    ck = make_checkpoint("rope", name=f"nan_{how}")
-    t = load_file(ck / "model.safetensors")
-    if how == "layer0":
-        for k in t:
-            if k.startswith("model.layers.0."):
-                t[k] = torch.full_like(t[k], float("nan"))
-    else:  # one embedding row to inf (tied to the output: every logit row sees it)
-        key = next(k for k in t if "embed_tokens" in k)
-        t[key][5] = float("inf")
-    save_file(t, ck / "model.safetensors", metadata={"format": "pt"})
-    return ck
-
-
-def ruler_data(root: Path, text: str) -> Path:
-    (root / "ruler" / "wonderwords").mkdir(parents=True)
-    (root / "ruler" / "PaulGrahamEssays.json").write_text(json.dumps({"text": text}))
-    (root / "ruler" / "wonderwords" / "adjectivelist.txt").write_text("quick\nlazy\ngreen\nbold\n")
-    (root / "ruler" / "wonderwords" / "nounlist.txt").write_text("fox\ndog\nriver\nstone\n")
-    return root
-
 
 @pytest.mark.parametrize("how", ["layer0", "embedding_inf"])
 def test_7_nan_model_is_an_error_in_every_task(make_checkpoint, data, tmp_path, how):
@@ -373,15 +334,6 @@ def test_8_every_sample_failed_exits_3(make_checkpoint, tmp_path, capsys):
 
 # ---------------------------------------------------------------------------------------------------
 # 9-11: damaged run directories, a full disk, a device as the records file
-
-def base_run(make_checkpoint, tmp_path, capsys, samples=1):
-    ck = make_checkpoint("rope")
-    out = tmp_path / "o"
-    args = ["run", "-m", ck, "--tasks", "passkey", "--lengths", "160", "--depths", "0.5", "--samples", samples,
-            "--out", out, "--no-progress"]
-    code, _, err = run_cli(args, capsys)
-    assert code == 0, err
-    return out, args
 
 
 @pytest.mark.parametrize("garbage", [bytes(range(256)) + os.urandom(44), b"[1,2,3]\n", b'{"foo":1}\n',
@@ -736,13 +688,6 @@ def test_15_empty_list_entries(tmp_path, capsys, flag, value):
 # ---------------------------------------------------------------------------------------------------
 # 16: messages that misled
 
-def edited_checkpoint(make_checkpoint, **changes) -> Path:
-    ck = make_checkpoint("rope", name="edited")
-    cfg = json.loads((ck / "config.json").read_text())
-    cfg.update(changes)
-    (ck / "config.json").write_text(json.dumps(cfg))
-    return ck
-
 
 def test_16_hidden_size_mismatch_is_one_line(make_checkpoint, tmp_path, capsys):
     ck = edited_checkpoint(make_checkpoint, hidden_size=64)
@@ -917,15 +862,6 @@ def test_15_bench_option_goes_to_the_variants_that_take_it(tmp_path, capsys):
 
 # ---------------------------------------------------------------------------------------------------
 # Inputs that main gained after the first pass (GGUF loading, RULER's vt/cwe/fwe/qa, the ruler group)
-
-def ruler_qa_data(root: Path) -> Path:
-    """ruler_data's essay and word lists plus RULER's verb list and a SQuAD dev file (tests/ruler_fixtures.py)."""
-    from ruler_fixtures import write_squad
-
-    ruler_data(root, " ".join(f"Sentence {i} tells a short story about the sea." for i in range(200)))
-    (root / "ruler" / "wonderwords" / "verblist.txt").write_text("run\nswim\nfly\nread\n")
-    write_squad(root / "squad" / "dev-v2.0.json", 2, 2)
-    return root
 
 
 def rewrite_same_size_same_mtime(path: Path, new: bytes) -> None:
@@ -1138,10 +1074,6 @@ def _resigned(out: Path, rec: dict) -> dict:
 
     invs = json.loads((out / "run.json").read_text())["invocations"]
     return sign_record(rec, next(i[SALT] for i in invs if i["id"] == rec["invocation"]))
-
-
-def _left_out(err: str) -> list[str]:
-    return [x for x in err.splitlines() if "left out of the tables" in x]
 
 
 def _resume_after(make_checkpoint, tmp_path, capsys, forge) -> tuple[pd.DataFrame, pd.DataFrame, str, int]:
