@@ -199,3 +199,16 @@ def test_cli_bench_model_mode_compares_peak_with_the_plan(capsys, tmp_path):
     df = pd.read_csv(out / "prefill.csv")
     assert list(df["status"]) == ["ok"] and df["peak_bytes"].iloc[0] > 0 and df["plan_bytes"].iloc[0] > 0
     assert df["plan_path"].iloc[0] == "sdpa" and "plan error" in stdout
+
+
+@pytest.mark.usefixtures("isolated_digests")
+def test_bench_option_goes_to_the_variants_that_take_it(tmp_path, capsys):
+    """Issue 10 item 15: lctx bench --option goes to the variants that take it; one that no variant takes is refused."""
+    from lctx.harness.commands.bench import make_config
+
+    assert make_config("rope", "sdpa", 1, 16, {"lsh_samples": 4}).variant_options == {}
+    assert make_config("alibi_lsh", "sdpa", 1, 16, {"lsh_samples": 4}).variant_options == {"lsh_samples": 4}
+    code, _, err = run_cli(["bench", "--variants", "rope,alibi_lsh", "--option", "lsh_sampels=4", "--lengths", "64",
+                            "--out", tmp_path / "b"], capsys)
+    assert_one_line_error(code, err, "lsh_sampels", "not an option of any variant")
+    assert not (tmp_path / "b").exists()

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import textwrap
+import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import assert_one_line_error, run_cli, token_nll_task_source
+from helpers import assert_one_line_error, nan_checkpoint, run_cli, token_nll_task_source
 from lctx.cli import DEFAULT_MODEL, parse_lengths
-from lctx.errors import LctxError
+from lctx.errors import EXIT_ALL_FAILED, LctxError
 
 
 @pytest.fixture(autouse=True)
@@ -620,3 +623,111 @@ def test_run_summary_worst_depth_follows_a_custom_tasks_declared_direction(capsy
     out = capsys.readouterr().out
     assert any("copy_top1" in ln and "worst" in ln and "0.000 @ d=1" in ln for ln in out.splitlines()), out
     assert _declared_directions(tmp_path / "missing") == {}
+
+
+@pytest.mark.usefixtures("isolated_digests")
+def test_every_sample_failed_exits_3(make_checkpoint, tmp_path, capsys):
+    """Issue 10 item 8: a run where every sample failed exits 3 (EXIT_ALL_FAILED); a good run exits 0."""
+    ck = nan_checkpoint(make_checkpoint, "layer0")
+    code, out, err = run_cli(["run", "-m", ck, "--tasks", "passkey", "--lengths", "160", "--depths", "0.5",
+                              "--samples", "2", "--out", tmp_path / "o", "--no-progress"], capsys)
+    assert code == EXIT_ALL_FAILED == 3
+    assert "every sample of this run failed" in err and "Traceback" not in err
+    good = tmp_path / "good"
+    code, _, _ = run_cli(["run", "-m", make_checkpoint("rope"), "--tasks", "passkey", "--lengths", "160",
+                          "--depths", "0.5", "--samples", "1", "--out", good, "--no-progress"], capsys)
+    assert code == 0
+
+
+@pytest.mark.parametrize("dist", ["-5", "0"])
+@pytest.mark.usefixtures("isolated_digests")
+def test_negative_distance(tmp_path, capsys, dist):
+    """Issue 10 item 15: lctx diagnose far-mass refuses a --distance below 1."""
+    code, _, err = run_cli(["diagnose", "far-mass", "-m", "x", f"--distance={dist}", "--out", tmp_path / "o"], capsys)
+    assert_one_line_error(code, err, "--distance")
+
+
+@pytest.mark.usefixtures("isolated_digests")
+def test_distance_beyond_every_length(tmp_path, capsys):
+    """Issue 10 item 15: lctx diagnose far-mass refuses a --distance not below the longest length."""
+    code, _, err = run_cli(["diagnose", "far-mass", "-m", "x", "--distance", "4096", "--lengths", "256,512",
+                            "--out", tmp_path / "o"], capsys)
+    assert_one_line_error(code, err, "--distance 4096", "longest length 512")
+
+
+@pytest.mark.usefixtures("isolated_digests")
+def test_ctrl_c_prints_the_resume_hint(make_checkpoint, tmp_path, capsys):
+    """Issue 10 item 16: Ctrl-C during a run exits 130 and says that rerunning resumes."""
+    f = tmp_path / "interrupt.py"
+    f.write_text(textwrap.dedent('''
+        from lctx.tasks import Sample, Task, register_task
+        @register_task
+        class Interrupt(Task):
+            name = "interrupt_trust_test"
+            metrics = ("v",)
+            def build(self, lm, cell, seed):
+                return Sample(cell=cell, input_ids=[1, 2], n_tokens=2)
+            def score(self, lm, sample):
+                raise KeyboardInterrupt
+        '''))
+    code, _, err = run_cli(["run", "-m", make_checkpoint("rope"), "--task-file", f, "--tasks",
+                            "interrupt_trust_test", "--lengths", "64", "--out", tmp_path / "o", "--no-progress"],
+                           capsys)
+    assert code == 130 and "rerun the same command to resume" in err
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("isolated_digests")
+def test_sigint_and_sigterm_in_a_real_process(make_checkpoint, tmp_path):
+    """Issue 10 item 16: SIGINT and SIGTERM in a real process exit 130 and 143 with the resume hint, no traceback."""
+    ck = make_checkpoint("rope")
+    for sig, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
+        out = tmp_path / f"o{code}"
+        p = subprocess.Popen([sys.executable, "-m", "lctx.cli", "run", "-m", str(ck), "--tasks", "passkey",
+                              "--lengths", "160,200,240", "--depths", "0,0.5,1", "--samples", "40", "--out",
+                              str(out), "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             # as from a terminal: a shell without job control starts `cmd &` with SIGINT ignored
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        deadline = time.time() + 240
+        while time.time() < deadline and not ((out / "records.jsonl").exists()
+                                               and (out / "records.jsonl").stat().st_size):
+            time.sleep(0.2)
+        p.send_signal(sig)
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == code and "rerun the same command to resume" in err, err[-500:]
+        assert "Traceback" not in err
+
+
+@pytest.mark.usefixtures("isolated_digests")
+def test_failure_summary_counts_what_it_leaves_out(make_checkpoint, tmp_path, capsys):
+    """Issue 10 item 16: the failure summary counts the distinct error messages it does not show."""
+    f = tmp_path / "fails.py"
+    f.write_text(textwrap.dedent('''
+        from lctx.tasks import Sample, Task, register_task
+        @register_task
+        class Fails(Task):
+            name = "fails_trust_test"
+            metrics = ("v",)
+            def build(self, lm, cell, seed):
+                return Sample(cell=cell, input_ids=[1, 2], n_tokens=2)
+            def score(self, lm, sample):
+                if sample.cell.sample == 0:
+                    return {"v": 1.0}
+                raise RuntimeError(f"distinct failure {sample.cell.sample}")
+        '''))
+    code, _, err = run_cli(["run", "-m", make_checkpoint("rope"), "--task-file", f, "--tasks", "fails_trust_test",
+                            "--lengths", "64", "--samples", "8", "--out", tmp_path / "o", "--no-progress"], capsys)
+    assert code == 0  # one sample succeeded
+    assert err.count("failed (1 sample)") == 5
+    assert "and 2 more distinct error messages (2 samples) not shown" in err
+
+
+@pytest.mark.usefixtures("isolated_digests")
+def test_rejected_command_creates_no_out_dir(tmp_path, capsys, monkeypatch):
+    """Issue 10 item 16: a refused command makes no --out directory."""
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli(["run", "--tasks", "passkay"], capsys)
+    assert_one_line_error(code, err, "unknown task 'passkay'")
+    assert not (tmp_path / "lctx-out").exists()
+    code, _, err = run_cli(["train", "--variant", "ropey", "--steps", "1", "--out", tmp_path / "m"], capsys)
+    assert code == 2 and not (tmp_path / "m").exists()

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import assert_one_line_error, run_cli
+from helpers import assert_one_line_error, edited_checkpoint, nan_checkpoint, ppl_task, ruler_data, run_cli, sweep
+from lctx.tasks.passkey import Passkey
 
 BUNDLED = Path(__file__).resolve().parents[1] / "models" / "checkpoints" / "pydoc-tiny-rope"
 
@@ -214,3 +215,37 @@ def test_attn_impl_fast_refused_for_hf_and_others_applied(dynamic_llama, tmp_pat
     assert load_lm(str(dynamic_llama), device="cpu", attn_impl="reference").attn_impl == "hf:eager"
     assert load_lm(str(dynamic_llama), device="cpu", attn_impl="sdpa").attn_impl == "hf:sdpa"
     assert load_lm(str(BUNDLED), device="cpu", attn_impl="fast").attn_impl == "fast"  # lctx: applied
+
+
+@pytest.mark.parametrize("how", ["layer0", "embedding_inf"])
+@pytest.mark.usefixtures("isolated_digests")
+def test_nan_model_is_an_error_in_every_task(make_checkpoint, data, tmp_path, how):
+    """Issue 10 item 7: a model with NaN or inf logits is an error in every task, never a score."""
+    from lctx.tasks import get_task
+
+    ck = nan_checkpoint(make_checkpoint, how)
+    root = ruler_data(tmp_path / "d", " ".join(f"Sentence {i} is here." for i in range(300)))
+    niah = get_task("niah_single_2")(data_dir=root, cache=False)
+    res = sweep(ck, [Passkey(), ppl_task(data), niah], tmp_path / "o", lengths=(256,))
+    t = res["table"]
+    assert set(t["task"]) == {"passkey", "ppl", "niah_single_2"}
+    assert (t["status"] == "error").all(), t[["task", "metric", "status", "value"]]  # passkey was ok, exact 0
+    assert t["error"].str.contains("non-finite logits").all()
+
+
+@pytest.mark.usefixtures("isolated_digests")
+def test_hidden_size_mismatch_is_one_line(make_checkpoint, tmp_path, capsys):
+    """Issue 10 item 16: weights that do not match config.json are one line, without transformers' load report."""
+    ck = edited_checkpoint(make_checkpoint, hidden_size=64)
+    code, out, err = run_cli(["run", "-m", ck, "--tasks", "passkey", "--out", tmp_path / "o"], capsys)
+    assert_one_line_error(code, err, "do not match its config.json", "MISMATCH")
+    assert "LOAD REPORT" not in out + err
+
+
+@pytest.mark.usefixtures("isolated_digests")
+def test_unknown_variant_in_config_is_not_called_corrupt_weights(make_checkpoint, tmp_path, capsys):
+    """Issue 10 item 16: an unknown variant in config.json is named as such, not as corrupt weights."""
+    ck = edited_checkpoint(make_checkpoint, variant="ropey")
+    code, _, err = run_cli(["run", "-m", ck, "--tasks", "passkey", "--out", tmp_path / "o"], capsys)
+    assert_one_line_error(code, err, "unknown attention variant 'ropey'", "config.json")
+    assert "corrupt" not in err

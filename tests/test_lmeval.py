@@ -9,9 +9,11 @@ import os
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # nothing here may touch the network
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from lctx.errors import LctxError  # noqa: E402
+from helpers import nan_checkpoint, run_cli  # noqa: E402
+from lctx.errors import EXIT_ALL_FAILED, LctxError  # noqa: E402
 from lctx.harness.steps import lmeval_run  # noqa: E402
 from lctx.tasks import lmeval  # noqa: E402
 
@@ -527,3 +529,22 @@ def test_stopped_lmeval_call_resumes_from_request_cache(tiny_data, tmp_path, mak
     lmeval_run.run_lmeval([other], specs, source, out, **quiet)
     assert sum(rows) == n_requests  # another checkpoint: every request asked of the model again
     assert len(list((out / "partial").iterdir())) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("isolated_digests")
+def test_compare_a_real_arc_run_and_lmeval_nan_model(data_dir, make_checkpoint, tmp_path, capsys):
+    """Issue 10 items 12 and 7: a real arc_easy run compares with itself; a NaN model fails every lm-eval question."""
+    # the issue's command: lctx run --tasks arc_easy --limit 3 --data-dir DATA --out arc; lctx compare arc --baseline arc
+    arc = tmp_path / "arc"
+    common = ["--tasks", "arc_easy", "--limit", "3", "--data-dir", data_dir, "--no-progress"]
+    code, _, err = run_cli(["run", "-m", make_checkpoint("rope"), *common, "--out", arc], capsys)
+    assert code == 0, err
+    code, out, err = run_cli(["compare", arc, "--baseline", arc], capsys)
+    assert code == 0 and "PASS" in out, err
+    # lm-eval's model calls go through the same finite-logits check: a NaN model fails every question
+    code, _, err = run_cli(["run", "-m", nan_checkpoint(make_checkpoint, "layer0"), *common, "--out",
+                            tmp_path / "nan"], capsys)
+    assert code == EXIT_ALL_FAILED, err
+    t = pd.read_csv(tmp_path / "nan" / "results.csv")
+    assert (t["status"] == "error").all() and t["error"].str.contains("NonFiniteLogitsError|logits").all()

@@ -15,8 +15,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from helpers import ruler_data
 from lctx.cli import main
 from lctx.errors import LctxError
+from lctx.harness.run.tables import DEPTH_TOLERANCE
+from lctx.models.adapters.hf import load_lm
 from lctx.tasks import Cell, get_task
 from lctx.tasks import niah
 from lctx.tasks.niah import (NIAHBuilder, RULER_CONFIGS, join_queries, postprocess_pred, ruler_template,
@@ -409,3 +412,23 @@ def test_real_ruler_data(data_dir, lm):
         assert adj in adjs and noun in nouns
     text = b.prompt(n)[0]
     assert "October 2015When I talk to a startup" in text  # RULER's essay haystack starts at the first word
+
+
+@pytest.mark.usefixtures("isolated_digests")
+def test_niah_without_sentence_boundaries_falls_back_to_words(make_checkpoint, tmp_path):
+    """Issue 10 item 17: a haystack without sentence ends places the needle between words, near its depth."""
+    from lctx.tasks import Cell, get_task
+    from lctx.tasks.niah import NIAHBuilder
+
+    root = ruler_data(tmp_path / "d", "aaa bbb ccc " * 100)
+    lm = load_lm(str(make_checkpoint("rope")), device="cpu")
+    task = get_task("niah_single_2")(data_dir=root, cache=False)
+    s = task.build(lm, Cell(256, 0.5, 0), 0)
+    assert s.meta["needle_boundaries"] == "word"
+    b = NIAHBuilder(task, lm, Cell(256, 0.5, 0), 0)
+    n = b.fit()
+    text, pos, where = b.prompt(n)
+    # the needle goes before haystack word `where` of n (was word 0: before the first word, for depth 0.5)
+    assert abs(where[0] / n - 0.5) <= max(DEPTH_TOLERANCE, 1 / n), (where, n)  # the nearest word
+    assert s.depth > 0.35  # the issue's depth_actual was 0.218, the template's share of the prompt
+    assert text[pos[0] - 4: pos[0]] in ("aaa ", "bbb ", "ccc ")  # between two haystack words

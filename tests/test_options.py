@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import assert_one_line_error, run_cli
 from lctx.models import MODIFIERS, VARIANTS, LctxConfig, get_variant
 from lctx.models.options import OPTIONS_VERSION, Opt, option_schema
 from lctx.models.variants import AttentionVariant
@@ -148,3 +149,35 @@ def test_a_user_variant_declares_its_schema_the_same_way(monkeypatch):
     monkeypatch.setitem(VARIANTS, "loose_test", type("Loose", (AttentionVariant,), {"variant_name": "loose_test"}))
     assert LctxConfig(hidden_size=32, num_attention_heads=4, variant="loose_test",
                       variant_options={"anything": 1}).variant_options == {"anything": 1}
+
+
+@pytest.mark.usefixtures("isolated_digests")
+def test_unknown_variant_option_keys(tmp_path, capsys):
+    """Issue 10 item 15: an unknown or misspelt variant option, or a value of the wrong type, is refused."""
+    from lctx.models import LctxConfig
+
+    code, _, err = run_cli(["train", "--option", "bogus_opt=3", "--steps", "1", "--out", tmp_path / "m"], capsys)
+    assert_one_line_error(code, err, "bogus_opt", "valid options")
+    assert not (tmp_path / "m").exists()
+    code, _, err = run_cli(["train", "--variant", "alibi_lsh", "--option", "lsh_sampels=4", "--steps", "1",
+                            "--out", tmp_path / "m"], capsys)
+    assert_one_line_error(code, err, "lsh_sampels", "lsh_samples (int, default 16)")
+    with pytest.raises(ValueError, match="no option 'lsh_sampels'"):
+        LctxConfig(variant="alibi_lsh", variant_options={"lsh_sampels": 4})
+    with pytest.raises(ValueError, match="not true or false"):
+        LctxConfig(variant="ggd_bam", variant_options={"ggd_shared": "false"})  # bool("false") was True
+    with pytest.raises(ValueError, match="not an integer"):
+        LctxConfig(variant="alibi_lsh", variant_options={"lsh_samples": 4.5})
+    with pytest.raises(ValueError, match="one of 'random', 'learned'"):
+        LctxConfig(variant="acc_rot", variant_options={"acc_rot_mode": "lerned"})
+    LctxConfig(variant="ggd_bam+ssmax", variant_options={"ggd_shared": False, "ssmax_scale_bias": True})
+
+
+@pytest.mark.usefixtures("isolated_digests")
+def test_every_variant_has_an_option_schema():
+    """Issue 10 item 15: every variant and modifier has an option schema."""
+    from lctx.models import MODIFIERS, VARIANTS
+    from lctx.models.config import option_schema
+
+    for name in list(VARIANTS) + list(MODIFIERS):
+        assert option_schema(name) is not None, name

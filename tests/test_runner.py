@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import sys
+import textwrap
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from helpers import TEXT, ppl_task, sweep, value
 from lctx.errors import LctxError
 from lctx.models.adapters.hf import load_lm
 from lctx.harness.run.runner import RunSpec, run_sweep
 from lctx.harness.run.tables import COLUMNS
 from lctx.tasks import TASKS, Task, register_task
 from lctx.tasks.passkey import Passkey
+from lctx.tasks.ppl import Perplexity
 
 VOLATILE = ["run_id", "wall_s", "peak_mem_bytes", "timestamp", "git_rev"]
 
@@ -195,3 +202,212 @@ def test_check_min_lengths_refuses_typed_lengths_and_drops_relative_ones():
     assert check_min_lengths([lm], [pk, ppl], [256, 512], drop=True) == ({}, [])
     with pytest.raises(LctxError, match="passkey needs at least 150"):  # fits at no length: nothing to drop to
         check_min_lengths([lm], [pk], [64, 128], drop=True)
+
+
+def rewrite_weights_same_size(ck: Path, scale: float = 3.0) -> None:
+    """New weights of the same byte size, and the old mtime (to the nanosecond) put back, as `cp -p` and
+    `rsync -a` leave a file."""
+    from safetensors.torch import load_file, save_file
+
+    path = ck / "model.safetensors"
+    st = os.stat(path)
+    tensors = load_file(path)
+    for k in tensors:
+        if "q_proj" in k or "embed" in k:
+            tensors[k] = tensors[k] * scale
+    save_file(tensors, path, metadata={"format": "pt"})
+    assert os.stat(path).st_size == st.st_size
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert os.stat(path).st_mtime_ns == st.st_mtime_ns
+
+
+@pytest.mark.usefixtures("isolated_digests")
+def test_same_size_same_mtime_new_weights_rerun(make_checkpoint, data, tmp_path):
+    """Issue 10 item 1: new weights of the same size and mtime are a new resume key: the sample reruns."""
+    ck = make_checkpoint("rope")
+    out = tmp_path / "o"
+    first = sweep(ck, [ppl_task(data)], out)
+    assert first["ran"] == 1
+    rewrite_weights_same_size(ck)
+    second = sweep(ck, [ppl_task(data)], out)
+    assert second["ran"] == 1 and second["skipped"] == 0  # the issue saw "0 run, 1 resumed"
+    assert value(second, "ppl", "ppl") != value(first, "ppl", "ppl")
+    fresh = sweep(ck, [ppl_task(data)], tmp_path / "fresh")
+    assert value(second, "ppl", "ppl") == value(fresh, "ppl", "ppl")  # what a fresh run of the new weights gives
+
+
+@pytest.mark.usefixtures("isolated_digests")
+def test_config_change_reruns(make_checkpoint, data, tmp_path):
+    """Issue 10 item 2: an edited config.json reruns the sample."""
+    ck = make_checkpoint("rope")
+    out = tmp_path / "o"
+    first = sweep(ck, [ppl_task(data)], out)
+    cfg = json.loads((ck / "config.json").read_text())
+    cfg["rope_theta"] = 37.0
+    (ck / "config.json").write_text(json.dumps(cfg))
+    second = sweep(ck, [ppl_task(data)], out)
+    assert second["ran"] == 1 and value(second, "ppl", "ppl") != value(first, "ppl", "ppl")
+
+
+@pytest.mark.usefixtures("isolated_digests")
+def test_data_change_reruns(make_checkpoint, data, tmp_path):
+    """Issue 10 item 3: new data of the same size and mtime reruns; run.json records its fingerprint and the threads."""
+    ck = make_checkpoint("rope")
+    out = tmp_path / "o"
+    first = sweep(ck, [ppl_task(data)], out)
+    st = os.stat(data)
+    data.write_text(TEXT.upper()[: len(TEXT)])  # new contents, same size, same mtime
+    os.utime(data, ns=(st.st_atime_ns, st.st_mtime_ns))
+    second = sweep(ck, [ppl_task(data)], out)
+    assert second["ran"] == 1 and value(second, "ppl", "ppl") != value(first, "ppl", "ppl")
+    meta = json.loads((out / "run.json").read_text())
+    assert meta["inputs"]["data"]["ppl"] == second["table"]["data_fingerprint"].iloc[0]
+    # the CPU thread settings, which change timings and the last bits of parallel sums (README "Threads")
+    assert meta["threads"] >= 1 and meta["threads_source"] and "omp_wait_policy" in meta
+
+
+@pytest.mark.usefixtures("isolated_digests")
+def test_two_checkpoints_of_one_name_are_refused_not_hidden(make_checkpoint, data, tmp_path):
+    """Trial 22 finding 3 (issue 10 item 3): two checkpoints of one folder name in one --out are refused."""
+    # trial22 finding 3: ../t/b/tiny then ../t/a/tiny into one --out: both are model "tiny", and the tables kept
+    # only a's, calling b's "earlier inputs". Refused now; the same folder retrained, or a copy of it, still resumes.
+    import shutil
+
+    from lctx.errors import LctxError
+
+    a = make_checkpoint("rope", name="a/tiny")
+    b = make_checkpoint("alibi", name="b/tiny")  # other weights, same folder name
+    out = tmp_path / "o"
+    assert sweep(a, [ppl_task(data)], out)["ran"] == 1
+    with pytest.raises(LctxError, match="already holds a model named 'tiny'"):
+        sweep(b, [ppl_task(data)], out)
+    copy = tmp_path / "c" / "tiny"
+    shutil.copytree(a, copy)  # the same content elsewhere: the same model
+    assert sweep(copy, [ppl_task(data)], out)["ran"] == 0
+    lm_a, lm_b = load_lm(str(a), device="cpu"), load_lm(str(b), device="cpu")
+    with pytest.raises(LctxError, match="are both named 'tiny'"):  # two of one call
+        run_sweep([lm_a, lm_b], [ppl_task(data)], RunSpec([64], [0.5], 1), tmp_path / "o2", progress=False)
+
+
+@pytest.mark.usefixtures("isolated_digests")
+def test_retrain_tabulates_only_current_inputs(make_checkpoint, data, tmp_path):
+    """Issue 10 item 4: retrained into the same --out, the tables hold only the new weights' records."""
+    ck = make_checkpoint("rope")
+    out = tmp_path / "o"
+    sweep(ck, [ppl_task(data), Passkey()], out, lengths=(160,))
+    rewrite_weights_same_size(ck)
+    res = sweep(ck, [ppl_task(data), Passkey()], out, lengths=(160,))
+    assert res["ran"] == 2 and res["superseded"] == 2
+    summary = pd.read_csv(out / "summary.csv")
+    assert (summary["n"] == 1).all()  # --samples 1: n is 1, not 2 (the issue's mean of old and new weights)
+    table = pd.read_parquet(out / "results.parquet")
+    assert "fingerprint" in table.columns and "model_fingerprint" in table.columns
+    assert not table.duplicated(["model", "task", "metric", "length", "depth", "sample"]).any()
+    assert table["model_fingerprint"].nunique() == 1
+    lines = (out / "records.jsonl").read_text().splitlines()
+    assert len(lines) == 4  # the old records are kept, only left out of the tables
+
+
+@pytest.mark.usefixtures("isolated_digests")
+def test_reverted_weights_tabulate_their_own_records(make_checkpoint, data, tmp_path):
+    """Issue 10 item 4: weights put back resume, and the tables show their own records."""
+    ck = make_checkpoint("rope")
+    out = tmp_path / "o"
+    backup = tmp_path / "w.safetensors"
+    shutil.copy2(ck / "model.safetensors", backup)
+    a = sweep(ck, [ppl_task(data)], out)
+    rewrite_weights_same_size(ck)
+    sweep(ck, [ppl_task(data)], out)
+    shutil.copy2(backup, ck / "model.safetensors")  # back to the first weights: nothing to run ...
+    again = sweep(ck, [ppl_task(data)], out)
+    assert again["ran"] == 0
+    assert value(again, "ppl", "ppl") == value(a, "ppl", "ppl")  # ... and the table shows their records
+
+
+@pytest.mark.parametrize("change", ["tokenizer", "dtype", "attn_impl", "chunk_size", "task_version", "seed",
+                                    "task_file_code"])
+@pytest.mark.usefixtures("isolated_digests")
+def test_every_other_input_changes_the_key(make_checkpoint, data, tmp_path, change, monkeypatch):
+    """Issue 10 item 6: tokenizer, dtype, attn_impl, chunk size, task version, seed and task-file code each change the key."""
+    ck = make_checkpoint("rope")
+    out = tmp_path / "o"
+    kw, spec_seed = {}, 0
+    sweep(ck, [ppl_task(data)], out)
+    task = ppl_task(data)
+    if change == "tokenizer":
+        tok = json.loads((ck / "tokenizer.json").read_text())
+        tok["normalizer"] = {"type": "Lowercase"}
+        (ck / "tokenizer.json").write_text(json.dumps(tok))
+    elif change == "dtype":
+        kw["dtype"] = "bfloat16"
+    elif change == "attn_impl":
+        kw["attn_impl"] = "reference"
+    elif change == "chunk_size":
+        kw["chunk_size"] = 16
+    elif change == "task_version":
+        monkeypatch.setattr(Perplexity, "version", 2)
+    elif change == "seed":
+        spec_seed = 1
+    lm = load_lm(str(ck), device="cpu", **kw)
+    if change == "task_file_code":
+        f = tmp_path / "my_task.py"
+        src = textwrap.dedent('''
+            from lctx.tasks import Sample, Task, register_task
+            @register_task
+            class Const(Task):
+                name = "const_trust_test"
+                metrics = ("v",)
+                def build(self, lm, cell, seed):
+                    return Sample(cell=cell, input_ids=[1, 2, 3], n_tokens=3)
+                def score(self, lm, sample):
+                    return {"v": VALUE}
+            ''')
+        from lctx.tasks import load_task_file, get_task
+
+        f.write_text(src.replace("VALUE", "1.0"))
+        load_task_file(str(f))
+        r1 = run_sweep([lm], [get_task("const_trust_test")()], RunSpec([64], [0.5], 1), out, progress=False)
+        f.write_text(src.replace("VALUE", "2.0"))
+        load_task_file(str(f))
+        r2 = run_sweep([lm], [get_task("const_trust_test")()], RunSpec([64], [0.5], 1), out, progress=False)
+        assert r1["ran"] == 1 and r2["ran"] == 1 and value(r2, "const_trust_test", "v") == [2.0]
+        return
+    res = run_sweep([lm], [task], RunSpec([64], [0.5], 1, seed=spec_seed), out, progress=False)
+    assert res["ran"] == 1, change
+    table = res["table"]
+    assert table["fingerprint"].nunique() == (2 if change in ("dtype", "attn_impl", "seed") else 1)
+    if change in ("tokenizer", "chunk_size", "task_version"):
+        assert res["superseded"] == 1  # same label, newer inputs: the old record leaves the tables
+
+
+@pytest.mark.usefixtures("isolated_digests")
+def test_resume_key_is_stable_for_an_unchanged_rerun(make_checkpoint, data, tmp_path):
+    """Issue 10 item 6: an unchanged rerun, or a byte-identical copy elsewhere, has the same key."""
+    ck = make_checkpoint("rope")
+    out = tmp_path / "o"
+    sweep(ck, [ppl_task(data), Passkey()], out, lengths=(160,))
+    shutil.copytree(ck, tmp_path / "copy", copy_function=shutil.copy2)  # cp -rp: another path, same bytes
+    res = sweep(tmp_path / "copy", [ppl_task(data), Passkey()], tmp_path / "o2", lengths=(160,))
+    again = sweep(ck, [ppl_task(data), Passkey()], out, lengths=(160,))
+    assert again["ran"] == 0 and again["skipped"] == 2
+    assert set(res["table"]["model_fingerprint"]) == set(again["table"]["model_fingerprint"])
+
+
+@pytest.mark.usefixtures("isolated_digests")
+def test_task_calling_sys_exit_while_scoring_is_an_error_sample(make_checkpoint, tmp_path):
+    """Issue 10 item 15: sys.exit() in a task's score is an error sample, not the end of the run."""
+    @register_task
+    class Quitter(Task):
+        name = "quitter_trust_test"
+        metrics = ("v",)
+
+        def build(self, lm, cell, seed):
+            from lctx.tasks import Sample
+
+            return Sample(cell=cell, input_ids=[1, 2], n_tokens=2)
+
+        def score(self, lm, sample):
+            sys.exit(0)
+
+    res = sweep(make_checkpoint("rope"), [Quitter()], tmp_path / "o")
+    assert res["errors"] == 1 and "sys.exit(0)" in res["table"]["error"].iloc[0]
