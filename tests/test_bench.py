@@ -5,6 +5,7 @@ No timed assertions: times are only checked to be measured (finite, positive).""
 
 from __future__ import annotations
 
+import io
 import math
 import sys
 
@@ -212,3 +213,25 @@ def test_bench_option_goes_to_the_variants_that_take_it(tmp_path, capsys):
                             "--out", tmp_path / "b"], capsys)
     assert_one_line_error(code, err, "lsh_sampels", "not an option of any variant")
     assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.usefixtures("plain_console")
+def test_bench_tables_whole_off_a_terminal():
+    """Issue 16 item 1: lctx bench's tables print whole off a terminal; each column header stays on one line."""
+    from lctx.harness.commands.bench import print_bench
+
+    table = pd.DataFrame([dict(variant="ggd_bam+ssmax", impl="fast", impl_ran="flex-compiled", length=16384,
+                               time_s=0.179123, peak_bytes=3 * 2**30, ratio_sdpa=12.3456, ratio_sdpa_bias=0.98765,
+                               status="ok")])
+    exps = pd.DataFrame([dict(variant="ggd_bam+ssmax", impl="fast", time_exponent=1.987, mem_exponent=1.01,
+                              lengths="1024,4096,16384")])
+    buf = io.StringIO()
+    print_bench(table, exps, file=buf)
+    out = buf.getvalue()
+    header = next(ln for ln in out.splitlines() if "variant" in ln and "status" in ln)
+    for h in ("time ms", "peak MiB", "x sdpa", "x sdpa+bias"):  # `x sdpa` used to break across lines
+        assert f" {h} " in header, header
+    row = next(ln for ln in out.splitlines() if "flex-compiled" in ln)
+    for cell in ("ggd_bam+ssmax", "16384", "179.12", "3072.0", "12.35", "0.99"):
+        assert cell in row, (cell, row)
+    assert "1024,4096,16384" in out and "…" not in out

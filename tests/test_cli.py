@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import signal
 import subprocess
 import sys
@@ -731,3 +732,79 @@ def test_rejected_command_creates_no_out_dir(tmp_path, capsys, monkeypatch):
     assert not (tmp_path / "lctx-out").exists()
     code, _, err = run_cli(["train", "--variant", "ropey", "--steps", "1", "--out", tmp_path / "m"], capsys)
     assert code == 2 and not (tmp_path / "m").exists()
+
+
+@pytest.mark.usefixtures("plain_console")
+def test_run_summary_whole_off_a_terminal(capsys):
+    """Issue 16 item 1: lctx run's summary prints every cell whole off a terminal."""
+    from lctx.cli import _print_summary
+
+    model = "stories260K+ssmax_s0.43-with-a-long-suffix"
+    summary = pd.DataFrame([(model, "llama", "niah_single_1", "string_match_part", 131072, 0.5, 0.123456, 0.1, 2, 0),
+                            (model, "llama", "ppl", "ppl", 131072, math.nan, 179.123456, math.nan, 1, 0)],
+                           columns=["model", "variant", "task", "metric", "length", "depth", "mean", "stderr", "n",
+                                    "n_error"])
+    _print_summary(summary)
+    out = capsys.readouterr().out
+    assert "…" not in out
+    assert any(model in ln and "string_match_part" in ln and "0.123" in ln for ln in out.splitlines()), out
+    assert any("ppl" in ln and "179.123" in ln for ln in out.splitlines()), out
+
+
+@pytest.mark.usefixtures("plain_console")
+def test_help_off_a_terminal_is_whole(capsys):
+    """Issue 16: --help off a terminal prints options and command descriptions whole."""
+    code, out, _ = run_cli(["run", "--help"], capsys)
+    assert code == 0
+    assert "…" not in out
+    assert "--allow-beyond-max" in out and "0,0.25,0.5,0.75,1" in out  # used to print as `--allow-beyond-…`
+    code, out, _ = run_cli(["--help"], capsys)
+    flat = " ".join(out.split())
+    assert "write records.jsonl, results.parquet/csv, summary.csv and plots." in flat  # click cut it to `write...`
+    assert "Convert checkpoints from other formats into Hugging Face directories." in flat
+
+
+@pytest.mark.usefixtures("plain_console")
+def test_usage_lines_read_like_the_arguments(capsys):
+    """Issue 16: usage lines name the arguments as users type them; a missing argument is one line."""
+    for args, usage in ((["convert", "llama2c"], "lctx convert llama2c [OPTIONS] SRC"),
+                        (["compare"], "lctx compare [OPTIONS] RUN_DIR"),
+                        (["report"], "lctx report [OPTIONS] RUN_DIR..."),
+                        (["list"], "lctx list [OPTIONS] WHAT")):
+        code, out, _ = run_cli(args + ["--help"], capsys)
+        assert code == 0 and f"Usage: {usage}\n" in out, out[:200]
+        assert "{" not in out.splitlines()[0]
+    code, _, err = run_cli(["convert", "llama2c"], capsys)
+    assert_one_line_error(code, err, "Missing argument 'SRC'")
+
+
+@pytest.mark.usefixtures("plain_console")
+def test_list_tasks_is_aligned_and_uses_a_task_docstring(capsys, tmp_path, request):
+    """Issue 16 item 4: lctx list tasks is aligned, lists every task, and shows a custom task's docstring line."""
+    from lctx.tasks import TASKS
+
+    saved = dict(TASKS)
+    request.addfinalizer(lambda: (TASKS.clear(), TASKS.update(saved)))  # unregister the task file's task
+    f = tmp_path / "my_task.py"
+    f.write_text('''
+from lctx.tasks import Sample, Task, register_task
+
+@register_task
+class AVeryLongCustomTaskNameForListing(Task):
+    """Mean NLL of the last token of a repeated phrase.
+
+    More text that is not part of the one-line description.
+    """
+    name = "a_very_long_custom_task_name_for_listing"
+    metrics = ("nll",)
+''')
+    code, out, err = run_cli(["list", "tasks", "--task-file", f], capsys)
+    assert code == 0, err
+    lines = [ln for ln in out.splitlines() if ln.startswith("|")]
+    assert len({len(ln) for ln in lines}) == 1, out  # every row as wide: columns line up
+    mine = next(ln for ln in lines if "a_very_long_custom_task_name_for_listing" in ln)
+    assert "Mean NLL of the last token of a repeated phrase." in mine and "More text" not in mine
+    for name in ("passkey", "ppl", "niah_single_1", "niah_multikey_3", "mmlu", "arc_easy", "arc_challenge", "flatness"):
+        assert any(ln.startswith(f"| {name} ") for ln in lines), name
+    niah = next(ln for ln in lines if ln.startswith("| niah_single_2 "))
+    assert "ruler/PaulGrahamEssays.json" in niah  # the data it needs

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # nothing here may touch the network
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -548,3 +549,24 @@ def test_compare_a_real_arc_run_and_lmeval_nan_model(data_dir, make_checkpoint, 
     assert code == EXIT_ALL_FAILED, err
     t = pd.read_csv(tmp_path / "nan" / "results.csv")
     assert (t["status"] == "error").all() and t["error"].str.contains("NonFiniteLogitsError|logits").all()
+
+
+@pytest.mark.usefixtures("plain_console")
+def test_lm_eval_git_probe_is_silent_outside_a_repository(tmp_path, monkeypatch, capfd):
+    """Issue 16 item 5: lm-eval's git probe prints nothing outside a repository."""
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    import lm_eval.evaluator as evaluator
+    from lm_eval.loggers.utils import get_git_commit_hash
+
+    from lctx.tasks.lmeval import quiet_git_probe
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))  # never find a repository above
+    get_git_commit_hash()
+    assert "not a git repository" in capfd.readouterr().err  # what lm-eval prints on every run
+    original = evaluator.get_git_commit_hash
+    with quiet_git_probe():
+        assert evaluator.get_git_commit_hash() is None
+    assert capfd.readouterr().err == ""
+    assert evaluator.get_git_commit_hash is original

@@ -181,3 +181,45 @@ def test_every_variant_has_an_option_schema():
 
     for name in list(VARIANTS) + list(MODIFIERS):
         assert option_schema(name) is not None, name
+
+
+@pytest.mark.usefixtures("plain_console")
+def test_list_variants_shows_the_ssmax_modifier(capsys):
+    """Issue 16 item 4: lctx list variants shows the +ssmax modifier and the variants it composes with."""
+    code, out, _ = run_cli(["list", "variants"], capsys)
+    assert code == 0
+    line = next(ln for ln in out.splitlines() if "+ssmax" in ln)
+    assert "Scalable-Softmax" in line and "rope+ssmax" in line and "ggd_bam" in line
+
+
+@pytest.mark.usefixtures("plain_console")
+def test_list_variants_names_the_defaults_a_new_model_computes_with(capsys):
+    """Issue 16 item 4: the listed defaults are those a new model writes (ssmax_scale_bias true with ggd_bam)."""
+    # +ssmax's ssmax_scale_bias defaults to false but to true on ggd_bam (BAM-SSMax scales the prior too): the
+    # listing must say so, and agree with the config a new ggd_bam+ssmax / alibi+ssmax model writes
+    from lctx.models import LctxConfig
+
+    code, out, _ = run_cli(["list", "variants"], capsys)
+    assert code == 0
+    line = next(ln for ln in out.splitlines() if "+ssmax" in ln)
+    assert "ssmax_scale_bias=<bool, default false; true with ggd_bam>" in line
+    for base, want in (("ggd_bam", True), ("alibi", False), ("rope", False)):
+        cfg = LctxConfig(variant=f"{base}+ssmax", hidden_size=16, num_attention_heads=2, num_hidden_layers=1)
+        assert cfg.variant_options["ssmax_scale_bias"] is want, base
+
+
+@pytest.mark.usefixtures("plain_console")
+def test_list_variants_says_what_the_lsh_exact_dispatch_default_does(capsys):
+    """Issue 24 item 9: the listing says what lsh_exact_dispatch's default does and the attn_kernel it records."""
+    # alibi_lsh's rows on the CPU fast path may come from exact ALiBi (issue 24, item 9): the listing names the
+    # default, what it does and the attn_kernel it records, and the default is what a new model computes with
+    from lctx.models import LctxConfig
+
+    code, out, _ = run_cli(["list", "variants"], capsys)
+    assert code == 0
+    line = next(ln for ln in out.splitlines() if ln.startswith("| alibi_lsh"))
+    opt = line.split("lsh_exact_dispatch=<", 1)[1].split(">", 1)[0]
+    assert opt.startswith("bool, default true: with --attn-impl fast on CPU, exact ALiBi runs"), opt
+    assert "lsh-exact-alibi" in opt and "false: always LSH (lsh-blocks)" in opt
+    cfg = LctxConfig(variant="alibi_lsh", hidden_size=16, num_attention_heads=2, num_hidden_layers=1)
+    assert cfg.variant_options.get("lsh_exact_dispatch", True) is True

@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch import nn
 
+from helpers import _forward_work
 from lctx.models.adapters.hf import HFAdapter
 from lctx.tasks import Cell
 from lctx.tasks.passkey import FILLER_SENTENCES, NEEDLE, Passkey, parse_answer
@@ -197,3 +198,32 @@ def test_passkey_score_oracle_model(lm):
         assert task.score(oracle_lm, s)["exact"] == 0.0
     finally:
         lm_mod.DynamicCache = orig
+
+
+@pytest.mark.usefixtures("plain_console")
+def test_passkey_cost_is_its_prompt_and_decode_steps(lm, monkeypatch):
+    """Issue 16 item 2: a passkey cell's cost (the progress bar's weight) is its prompt and decode steps."""
+    from lctx.tasks import Cell
+    from lctx.tasks.passkey import Passkey
+
+    task = Passkey()
+    work = _forward_work(monkeypatch, lm)
+    for L in (160, 400):
+        work.clear()
+        s = task.build(lm, Cell(L, 0.5, 0), 0)
+        task.score(lm, s)
+        # prompt (within one filler sentence of L) + greedy steps + the teacher-forced key, in prefill tokens
+        assert 0.9 < sum(work) / task.cost(lm, s.cell) <= 1.0, (L, sum(work), task.cost(lm, s.cell))
+
+
+@pytest.mark.usefixtures("plain_console")
+def test_passkey_min_length_is_its_template(lm):
+    """Issue 16 item 3: passkey's minimum length is its template: that length fits, one less is refused."""
+    from lctx.tasks import Cell
+    from lctx.tasks.passkey import Passkey
+
+    task = Passkey()
+    m = task.min_length(lm)
+    assert task.build(lm, Cell(m, 0.5, 0), 0).n_tokens <= m
+    with pytest.raises(ValueError, match="shorter than the passkey template"):
+        task.build(lm, Cell(m - 1, 0.5, 0), 0)

@@ -35,3 +35,39 @@ def test_same_data_file_spelled_two_ways_is_one_cell(make_checkpoint, tmp_path):
     assert rec["task_options"]["data"] == ["books/x.txt"]
     # a file outside the data root is named by its absolute real path (not as typed, not relative to the cwd)
     assert Perplexity(data=[str(alias / "books" / "x.txt")]).options["data"] == [str((root / "books" / "x.txt").resolve())]
+
+
+@pytest.fixture
+def lm(make_checkpoint):
+    from lctx.models.adapters.hf import load_lm
+
+    return load_lm(str(make_checkpoint("rope")), device="cpu")
+
+
+def _count_tokens(monkeypatch, lm, method: str) -> list[int]:
+    fed: list[int] = []
+    orig = getattr(lm, method)
+
+    def counting(ids, *a, **kw):
+        fed.append(len(ids))
+        return orig(ids, *a, **kw)
+
+    monkeypatch.setattr(lm, method, counting)
+    return fed
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("plain_console")
+def test_ppl_cost_is_the_tokens_it_feeds(lm, monkeypatch):
+    """Issue 16 item 2: the progress bar weighs a ppl cell by exactly what the model is fed: every window of every
+    document."""
+    from lctx.tasks import Cell
+    from lctx.tasks.ppl import Perplexity
+
+    task = Perplexity(max_tokens=600)
+    fed = _count_tokens(monkeypatch, lm, "token_nll")
+    for L in (32, 64, 200):
+        fed.clear()
+        cell = Cell(L, None, 0)
+        task.score(lm, task.build(lm, cell, 0))
+        assert task.cost(lm, cell) == sum(fed), L

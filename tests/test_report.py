@@ -9,6 +9,7 @@ import re
 
 import pandas as pd
 import pytest
+from helpers import run_cli
 from lctx.errors import LctxError
 from lctx.harness.steps.flatness import FlatnessSpec, write_tables_with_flatness
 from lctx.harness.outputs.report import build_report, load_runs, parse_at
@@ -403,3 +404,16 @@ def test_report_names_an_mmlu_run_by_its_subject(tmp_path):
     res = build_report([run], tmp_path / "rep")
     md = res["markdown"].read_text()
     assert "mmlu_astronomy" in md and "@ mmlu " not in md and "| mmlu |" not in md, md
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("plain_console")
+def test_report_prints_its_summary_whole(tmp_path, capsys):
+    """Issue 16 item 1: lctx report prints its summary table whole."""
+    run = _run(tmp_path / "runs" / "run-with-a-long-directory-name", ["rope", "alibi"], flat=True)
+    code, out, err = run_cli(["report", run, "--out", tmp_path / "rep"], capsys)
+    assert code == 0, err
+    header = next(ln for ln in out.splitlines() if ln.startswith("| model"))
+    for col in ("train length", "PPL at train length", "flat until", "effective length", "passkey exact @ 1×"):
+        assert col in header, header
+    assert "…" not in out

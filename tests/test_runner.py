@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from helpers import TEXT, ppl_task, sweep, value
+from helpers import TEXT, assert_one_line_error, ppl_task, run_cli, sweep, value
 from lctx.errors import LctxError
 from lctx.models.adapters.hf import load_lm
 from lctx.harness.run.runner import RunSpec, run_sweep
@@ -411,3 +411,19 @@ def test_task_calling_sys_exit_while_scoring_is_an_error_sample(make_checkpoint,
 
     res = sweep(make_checkpoint("rope"), [Quitter()], tmp_path / "o")
     assert res["errors"] == 1 and "sys.exit(0)" in res["table"]["error"].iloc[0]
+
+
+@pytest.mark.usefixtures("plain_console")
+def test_run_refuses_lengths_shorter_than_a_template_before_the_sweep(capsys, make_checkpoint, tmp_path):
+    """Issue 16 item 3: lengths shorter than a task's template are refused before the sweep, naming the need."""
+    from lctx.models.adapters.hf import load_lm
+    from lctx.tasks.passkey import Passkey
+
+    ck = make_checkpoint("rope")
+    need = Passkey().min_length(load_lm(str(ck), device="cpu"))
+    out = tmp_path / "o"
+    code, _, err = run_cli(["run", "--model", ck, "--tasks", "ppl,passkey", "--lengths", f"32,{need - 1},{need}",
+                            "--out", out, "--no-progress"], capsys)
+    assert_one_line_error(code, err, f"passkey needs at least {need} tokens", f"lengths 32, {need - 1} are shorter",
+                          "drop those lengths")
+    assert not (out / "records.jsonl").exists()  # refused before anything ran (ppl first in --tasks)
