@@ -808,3 +808,15 @@ class AVeryLongCustomTaskNameForListing(Task):
         assert any(ln.startswith(f"| {name} ") for ln in lines), name
     niah = next(ln for ln in lines if ln.startswith("| niah_single_2 "))
     assert "ruler/PaulGrahamEssays.json" in niah  # the data it needs
+
+
+@pytest.mark.usefixtures("isolated_digests")
+def test_task_file_directory_and_report_on_a_file(capsys, tmp_path):
+    """Trial 21 item 2: a --task-file that is a directory, and lctx report on a file, are one line naming the fix."""
+    code, _, err = run_cli(["run", "--task-file", tmp_path, "--out", tmp_path / "o"], capsys)
+    assert_one_line_error(code, err, "is a directory", ".py file")
+    f = tmp_path / "afile"
+    f.write_text("x")
+    code, _, err = run_cli(["report", f, "--out", tmp_path / "r"], capsys)
+    assert_one_line_error(code, err, "is a file, not a directory")
+    assert "does not exist" not in err

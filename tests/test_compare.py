@@ -674,3 +674,14 @@ def test_compare_from_records_leaves_forged_records_out(tmp_path, capsys):
     assert list(s["model"]) == ["m"] and list(s["mean"].astype(float)) == [0.0] and list(s["n"].astype(int)) == [1]
     err = capsys.readouterr().err
     assert len(_left_out(err)) == 4, err  # one line per kind: duplicate, invocation, model, digest
+
+
+@pytest.mark.usefixtures("isolated_digests")
+def test_rules_directory_names_the_rules_fix(tmp_path):
+    """Trial 21 item 2: a --rules that is a directory is refused, asking for a TOML rules file."""
+    from lctx.errors import LctxError
+    from lctx.harness.outputs.compare import load_rules
+
+    with pytest.raises(LctxError) as e:
+        load_rules(tmp_path)
+    assert "TOML rules file" in str(e.value) and "--out" not in str(e.value)

@@ -185,3 +185,10 @@ def test_gguf_content_is_the_model_fingerprint(tmp_path, monkeypatch):
     shutil.copy2(g, tmp_path / "copy" / "tiny.gguf")
     again = sweep(tmp_path / "copy" / "tiny.gguf", [ppl_task(data)], out, cache_dir=str(tmp_path / "cache"))
     assert again["ran"] == 0
+
+
+@pytest.mark.usefixtures("isolated_digests")
+def test_convert_gguf_missing_file_says_it_does_not_exist(capsys, tmp_path):
+    """Trial 21 item 2: lctx convert gguf on a missing file says that it does not exist."""
+    code, _, err = run_cli(["convert", "gguf", tmp_path / "nonexistent.gguf", "--out", tmp_path / "o"], capsys)
+    assert_one_line_error(code, err, "does not exist")

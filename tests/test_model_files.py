@@ -50,3 +50,14 @@ def test_nonpositive_max_position_embeddings(make_checkpoint, tmp_path, capsys):
                            capsys)
     assert_one_line_error(code, err, "max_position_embeddings = -5", "not a positive number")
     assert "<= -5" not in err
+
+
+@pytest.mark.usefixtures("isolated_digests")
+def test_llama2c_folder_points_at_convert(capsys, tmp_path):
+    """Trial 21 item 2: a llama2.c folder given as --model points at lctx convert llama2c and its files."""
+    d = tmp_path / "stories"
+    d.mkdir()
+    (d / "stories260K.bin").write_bytes(b"\0" * 64)  # llama2.c's layout: model .bin + tokN.bin
+    (d / "tok512.bin").write_bytes(b"\0" * 64)
+    code, _, err = run_cli(["run", "--model", d, "--tasks", "passkey", "--out", tmp_path / "o"], capsys)
+    assert_one_line_error(code, err, "lctx convert llama2c", "stories260K.bin", "--tokenizer", "tok512.bin")

@@ -15,7 +15,7 @@ import sys
 import pandas as pd
 import pytest
 
-from helpers import assert_one_line_error, base_run, run_cli
+from helpers import _records, assert_one_line_error, base_run, run_cli
 from lctx.errors import LctxError
 
 
@@ -175,3 +175,39 @@ def test_lock_held_by_a_real_process(tmp_path):
         p.wait()
     with run_dir_lock(out):  # the kernel dropped the dead holder's lock: no stale lock
         pass
+
+
+@pytest.mark.usefixtures("isolated_digests")
+def test_every_invocation_into_one_dir_is_in_run_json(capsys, make_checkpoint, tmp_path):
+    """Trial 21 item 1: run.json lists every invocation into one directory, and each record names its own."""
+    out = tmp_path / "o"
+    ck = make_checkpoint()
+    args = ["run", "--model", ck, "--tasks", "passkey", "--depths", "0.5", "--samples", "1", "--out", out,
+            "--no-progress"]
+    assert run_cli(args + ["--lengths", "200"], capsys)[0] == 0
+    first = json.loads((out / "run.json").read_text())
+    assert run_cli(args + ["--lengths", "256"], capsys)[0] == 0
+    meta = json.loads((out / "run.json").read_text())
+    assert meta["run_id"] == first["run_id"]
+    invs = meta["invocations"]
+    assert len(invs) == 2 and invs[0] == first["invocations"][0]
+    assert invs[0]["lengths"] == [200] and invs[1]["lengths"] == [256]
+    assert invs[0]["id"] != invs[1]["id"] and all(i["started"] and i["argv"] for i in invs)
+    by_len = {r["length"]: r["invocation"] for r in _records(out)}
+    assert by_len == {200: invs[0]["id"], 256: invs[1]["id"]}
+
+
+@pytest.mark.usefixtures("isolated_digests")
+def test_one_run_with_two_sweeps_is_one_invocation(capsys, make_checkpoint, tmp_path):
+    """Trial 21 item 1: one lctx run of two sweeps (--window) is one invocation entry with both tasks' settings."""
+    # --window gives ppl its own sweep beside passkey's: one `lctx run`, one entry with both tasks' settings
+    out = tmp_path / "o"
+    text = tmp_path / "doc.txt"
+    text.write_text("The module documents every function it exports. " * 60)
+    code, _, err = run_cli(["run", "--model", make_checkpoint(), "--tasks", "passkey,ppl", "--lengths", "200",
+                            "--window", "64", "--ppl-data", text, "--depths", "0.5", "--samples", "1", "--out", out,
+                            "--no-progress"], capsys)
+    assert code == 0, err
+    invs = json.loads((out / "run.json").read_text())["invocations"]
+    assert len(invs) == 1 and invs[0]["tasks"] == ["passkey", "ppl"] and invs[0]["lengths"] == [200, 64]
+    assert {r["invocation"] for r in _records(out)} == {invs[0]["id"]}

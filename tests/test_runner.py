@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -12,11 +13,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from helpers import TEXT, assert_one_line_error, ppl_task, run_cli, sweep, value
+from helpers import TEXT, _records, assert_one_line_error, ppl_task, run_cli, sweep, token_nll_task_source, value
 from lctx.errors import LctxError
 from lctx.models.adapters.hf import load_lm
 from lctx.harness.run.runner import RunSpec, run_sweep
 from lctx.harness.run.tables import COLUMNS
+from lctx.models.fingerprint import digest_json
 from lctx.tasks import TASKS, Task, register_task
 from lctx.tasks.passkey import Passkey
 from lctx.tasks.ppl import Perplexity
@@ -427,3 +429,40 @@ def test_run_refuses_lengths_shorter_than_a_template_before_the_sweep(capsys, ma
     assert_one_line_error(code, err, f"passkey needs at least {need} tokens", f"lengths 32, {need - 1} are shorter",
                           "drop those lengths")
     assert not (out / "records.jsonl").exists()  # refused before anything ran (ppl first in --tasks)
+
+
+#: a --task-file task scoring one token (trial 21's tests)
+TASK_SRC = token_nll_task_source("LastTokenNLL21", "last_token_nll21")
+
+
+@pytest.mark.usefixtures("isolated_digests")
+def test_task_file_and_task_version_are_in_the_run_dir_and_fingerprints_recompute(capsys, make_checkpoint,
+                                                                                     tmp_path):
+    """Trial 21 item 1: run.json names a --task-file's path and SHA-256 and each task's version; the fingerprints recompute."""
+    f = tmp_path / "my_task21.py"
+    f.write_text(TASK_SRC)
+    out = tmp_path / "o"
+    ck = make_checkpoint()
+    code, _, err = run_cli(["run", "--model", ck, "--task-file", f, "--tasks", "last_token_nll21,passkey",
+                            "--lengths", "256", "--depths", "0.5", "--samples", "1", "--out", out, "--no-progress"],
+                           capsys)
+    assert code == 0, err
+    meta = json.loads((out / "run.json").read_text())
+    tasks = meta["inputs"]["tasks"]
+    sha = hashlib.sha256(f.read_bytes()).hexdigest()  # the file's SHA-256, computed here independently
+    assert tasks["last_token_nll21"]["code"]["path"] == str(f.resolve())
+    assert tasks["last_token_nll21"]["code"]["sha256"] == sha
+    assert tasks["passkey"]["code"] is None and isinstance(tasks["passkey"]["version"], int)
+    recs = _records(out)
+    assert {r["task"] for r in recs} == {"last_token_nll21", "passkey"}
+    for r in recs:
+        assert r["task_version"] == tasks[r["task"]]["version"]
+        # the record's fingerprint from the record alone (the identity fields of runner.sample_base)
+        ident = {k: r[k] for k in ("variant", "model_fingerprint", "data_fingerprint", "dtype", "attn_impl",
+                                   "chunk_size", "task", "seed", "task_options", "versions", "device_type",
+                                   "task_version", "code")}
+        assert digest_json(ident) == r["fingerprint"]
+        # and the model fingerprint from run.json's file hashes, the code's from the file's SHA-256
+        assert digest_json(meta["inputs"]["models"][r["model"]]["files"]) == r["model_fingerprint"]
+    code_fp = [r["code"] for r in recs if r["task"] == "last_token_nll21"][0]
+    assert code_fp == digest_json({f.name: sha}) == tasks["last_token_nll21"]["code"]["fingerprint"]

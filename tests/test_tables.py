@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from helpers import _left_out, base_run, ppl_task, run_cli, sweep, value
+from helpers import _left_out, base_run, ppl_task, run_cli, sweep, token_nll_task_source, value
 from lctx.harness.run.tables import COLUMNS, DEPTH_TOLERANCE, label_names
 from lctx.tasks.passkey import Passkey
 
@@ -262,3 +262,24 @@ def test_one_warning_per_kind_when_one_run_has_two_sweeps(make_checkpoint, tmp_p
     code, _, err = run_cli(args, capsys)
     assert code == 0, err
     assert len(_left_out(err)) == 1, err
+
+
+#: a --task-file task scoring one token (trial 21's tests)
+TASK_SRC = token_nll_task_source("LastTokenNLL21", "last_token_nll21")
+
+
+@pytest.mark.usefixtures("isolated_digests")
+def test_results_table_names_the_task_version_and_code(capsys, make_checkpoint, tmp_path):
+    """Trial 21 item 1: results.csv and results.parquet name each row's task version and code fingerprint."""
+    import pandas as pd
+
+    f = tmp_path / "my_task21.py"
+    f.write_text(TASK_SRC)
+    out = tmp_path / "o"
+    code, _, err = run_cli(["run", "--model", make_checkpoint(), "--task-file", f, "--tasks", "last_token_nll21",
+                            "--lengths", "64", "--samples", "1", "--out", out, "--no-progress"], capsys)
+    assert code == 0, err
+    meta = json.loads((out / "run.json").read_text())
+    for t in (pd.read_csv(out / "results.csv"), pd.read_parquet(out / "results.parquet")):
+        assert list(t["code_fingerprint"]) == [meta["inputs"]["tasks"]["last_token_nll21"]["code"]["fingerprint"]]
+        assert [str(v) for v in t["task_version"]] == ["1"]

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from helpers import run_cli
+from helpers import assert_one_line_error, run_cli
 from lctx.errors import LctxError
 from lctx.tasks.textdata import pydoc_corpus
 from lctx.harness.commands.train import lr_at, sample_crops, split_streams, train
@@ -312,3 +312,12 @@ def test_cli_train_prints_the_warmup_warning_on_stderr(capsys, tmp_path):
     assert code == 0, err
     assert err.startswith("warning: warm-up of 50 steps >= 2 steps (--warmup, --steps)"), err
     assert "warning" not in out
+
+
+@pytest.mark.usefixtures("isolated_digests")
+def test_short_train_data_prints_the_error_alone(capsys, tmp_path):
+    """Trial 21 item 2: too little training text is one error line, with no warm-up warning before it."""
+    f = tmp_path / "tiny.txt"
+    f.write_text("a few words only\n")
+    code, _, err = run_cli(["train", "--data", f, "--steps", "1", "--out", tmp_path / "ck"], capsys)
+    assert_one_line_error(code, err, "not enough text")  # one line: no warm-up warning before it
