@@ -1,5 +1,5 @@
-"""lctx bench: exponent fit, interleaved pairs and their statistics, one small sweep (two variants, 64/128
-tokens), skips, memory method, the worker process, the whole-model prefill mode, CLI errors.
+"""lctx.harness.commands.bench (lctx bench): exponent fit, interleaved pairs and their statistics, one small sweep
+(two variants, 64/128 tokens), skips, memory method, the worker process, the whole-model prefill mode, CLI errors.
 
 No timed assertions: times are only checked to be measured (finite, positive)."""
 

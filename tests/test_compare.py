@@ -1,6 +1,6 @@
-"""lctx compare: the pass and fail paths of the regression gate, tolerances, directions, missing/new cells,
-aliases and bad input (exit 2, one line). Runs are built by writing small summary tables directly, plus
-real runs of the bundled checkpoint (identical reruns pass; a wrong RoPE base fails)."""
+"""lctx.harness.outputs.compare (lctx compare): the pass and fail paths of the regression gate, tolerances,
+directions, missing/new cells, aliases and bad input (exit 2, one line). Runs are built by writing small summary
+tables directly, plus real runs of the bundled checkpoint (identical reruns pass; a wrong RoPE base fails)."""
 
 from __future__ import annotations
 

@@ -161,3 +161,27 @@ def test_progress_bar_says_what_each_number_counts():
         line = str(bar.bar)
     assert "[sample 1/4] tiny ppl L=256" in line, line
     assert " 10% of tokens" in line and "100/1.00k tokens" in line, line
+
+
+def test_progress_counts_samples_not_batches():
+    """A user trial of --batch-size (issue 15 item 3): a batch advances the progress bar by its samples."""
+    # a batch of 4 advances the sample count by 4, against the total in samples: [1-4/6], then [5/6], [6/6]
+    import io
+
+    from lctx.harness.run.console import SweepProgress
+
+    with SweepProgress([1.0] * 6, file=io.StringIO()) as bar:
+        seen = []
+        for n in (4, 1, 1):
+            bar.start("cell", n=n)
+            seen.append(bar.bar.desc)
+            bar.done(n)
+    assert [s.split("]")[0].split("[")[1] for s in seen] == ["sample 1-4/6", "sample 5/6", "sample 6/6"]
+
+
+def test_counts_in_messages_agree_with_their_number():
+    """A user trial of --batch-size (issue 15 item 3): a count in a message agrees with its number."""
+    from lctx.harness.run.console import count
+
+    assert [count(0, "sample"), count(1, "sample"), count(2, "error"), count(1, "row")] == \
+        ["0 samples", "1 sample", "2 errors", "1 row"]

@@ -1,5 +1,5 @@
-"""``lctx.evaluate`` is the evaluation and ``lctx run`` a thin wrapper over it (issue 13.1): both give the
-same table for the same inputs."""
+"""lctx.harness.evaluate: ``lctx.evaluate`` is the evaluation and ``lctx run`` a thin wrapper over it (issue 13.1):
+both give the same table for the same inputs."""
 
 from __future__ import annotations
 

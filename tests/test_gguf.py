@@ -1,5 +1,6 @@
-"""GGUF checkpoints (issue 11, item 1): dequantised through transformers' GGUF support, cached by content
-hash, converted by `lctx convert gguf`, named by the file stem; one-line errors for damaged input."""
+"""lctx.models.adapters.gguf, GGUF checkpoints (issue 11, item 1): dequantised through transformers' GGUF support,
+cached by content hash, converted by `lctx convert gguf`, named by the file stem; one-line errors for damaged
+input."""
 
 from __future__ import annotations
 

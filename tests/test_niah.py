@@ -1,6 +1,6 @@
-"""RULER NIAH tasks: template fidelity to RULER's source, exact budgets, depth placement, determinism and the
-sample cache, scoring edge cases, and one small end-to-end ``lctx run`` (with --task-option) that draws the
-depth x length heatmap.
+"""lctx.tasks.niah, RULER's NIAH tasks: template fidelity to RULER's source, exact budgets, depth placement,
+determinism and the sample cache, scoring edge cases, and one small end-to-end ``lctx run`` (with --task-option)
+that draws the depth x length heatmap.
 
 Most tests use a small synthetic data folder (an essay of numbered sentences and short word lists) so they
 run without ../shared/data; one test reads RULER's real essay and word lists when present.

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-import random
 
 import pytest
 import torch
@@ -13,86 +11,6 @@ from helpers import _forward_work
 from lctx.models.adapters.hf import HFAdapter
 from lctx.tasks import Cell
 from lctx.tasks.passkey import FILLER_SENTENCES, NEEDLE, Passkey, parse_answer
-from lctx.tasks.ppl import Perplexity, sliding_nll, window_plan
-
-
-class PositionNLLModel(nn.Module):
-    """Mock causal LM over ids 0..N-1 = positions: log p(token v) = -v exactly for v >= 1, so the NLL of
-    token t (whose id is t) is t, whatever the context. Id 99 absorbs the remaining mass
-    (sum_{v=1..19} e^-v < 1). Takes the same cache / logits_to_keep arguments as lctx models."""
-
-    def __init__(self, vocab: int = 100):
-        super().__init__()
-        logp = torch.full((vocab,), -1e9, dtype=torch.float64)
-        logp[1:20] = -torch.arange(1, 20, dtype=torch.float64)
-        logp[99] = math.log(1 - torch.exp(logp[1:20]).sum().item())
-        self.register_buffer("logp", logp)
-
-    def forward(self, input_ids, cache=None, use_cache=None, logits_to_keep=0, **kw):
-        T = input_ids.shape[1]
-        idx = torch.arange(T) if isinstance(logits_to_keep, int) and logits_to_keep == 0 else logits_to_keep
-        logits = self.logp.float()[None, None].expand(1, len(torch.atleast_1d(idx)), -1)
-        return type("Out", (), {"logits": logits, "cache": cache})()
-
-
-class NullCache:
-    def get_seq_length(self):
-        return 0
-
-
-def mock_lm() -> HFAdapter:
-    tok = type("Tok", (), {"bos_token_id": None, "eos_token_id": None})()
-    return HFAdapter(model=PositionNLLModel(), tokenizer=tok, name="mock", path="-", variant="mock", train_length=None,
-              max_length=None, device=torch.device("cpu"), dtype=torch.float32, chunk_size=4)
-
-
-def test_ppl_token_weighted_each_token_once():
-    # Issue 2: N = 20 tokens (ids = positions), NLL(token t) = t, window 10, stride 5, no BOS.
-    # Tokens 1..19 are each scored once -> mean NLL = (1+...+19)/19 = 10 exactly. A per-window
-    # average would give mean(mean(1..9), mean(10..14), mean(15..19)) = (5 + 12 + 17)/3 = 11.33.
-    lm = mock_lm()
-    doc = list(range(20))
-    total, count = sliding_nll(lambda ids, tg: lm.token_nll(ids, tg)[0], doc, window=10, stride=5, bos_id=None)
-    assert count == 19
-    assert total / count == pytest.approx(10.0, abs=1e-6)  # logits are float32
-
-
-@pytest.mark.parametrize("bos", [False, True])
-def test_window_plan_scores_every_token_exactly_once(bos):
-    rng = random.Random(0)
-    for _ in range(200):
-        n, window = rng.randint(1, 300), rng.randint(3, 64)
-        stride = rng.randint(1, window - 1)
-        scored = []
-        for begin, end, first in window_plan(n, window, stride, bos):
-            assert end - begin + (1 if bos else 0) <= window  # a window never exceeds its size
-            assert begin + (0 if bos else 1) <= first
-            scored.extend(range(first, end))
-        assert scored == list(range(0 if bos else 1, n))
-
-
-def test_window_plan_rejects_gapping_stride():
-    with pytest.raises(ValueError, match="stride"):
-        window_plan(100, 10, 10, bos=False)
-
-
-def test_ppl_task_stride_fraction_and_bos():
-    t = Perplexity(stride=0.5, bos="prepend")
-    assert t.window_stride(256) == (256, 128)  # (256 - 1) * 0.5 rounds to 128
-    assert Perplexity(stride=64).window_stride(256) == (256, 64)
-    with pytest.raises(ValueError):
-        Perplexity(bos="sometimes")
-
-
-@pytest.mark.slow
-def test_ppl_bos_policy_scores_first_token(tokenizer, make_checkpoint):
-    from lctx.models.adapters.hf import load_lm
-
-    lm = load_lm(str(make_checkpoint("alibi")), device="cpu")
-    doc = lm.encode("The quick brown fox jumps over the lazy dog. " * 8)
-    t_bos, c_bos = sliding_nll(lambda i, t: lm.token_nll(i, t)[0], doc, 32, 16, lm.bos_id)
-    t_no, c_no = sliding_nll(lambda i, t: lm.token_nll(i, t)[0], doc, 32, 16, None)
-    assert c_bos == len(doc) and c_no == len(doc) - 1
 
 
 def test_parse_answer():

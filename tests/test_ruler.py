@@ -1,6 +1,7 @@
-"""RULER's vt, cwe, fwe, qa_1, qa_2 and the ``ruler`` group: fidelity to RULER's source text and logic, exact
-budgets, depth placement, the structure and answers of each prompt, answer extraction and the metric, the sample
-cache, the group's average and effective length, and one end-to-end ``lctx run --tasks ruler`` + ``lctx report``.
+"""lctx.tasks.ruler and lctx.tasks.ruler_qa (RULER's vt, cwe, fwe, qa_1, qa_2) and lctx.harness.steps.ruler (the
+``ruler`` group): fidelity to RULER's source text and logic, exact budgets, depth placement, the structure and
+answers of each prompt, answer extraction and the metric, the sample cache, the group's average and effective
+length, and one end-to-end ``lctx run --tasks ruler`` + ``lctx report``.
 
 RULER's own generators were also run side by side with lctx's on fixed seeds (SmolLM2's tokenizer, 1K and 4K;
 a scratch check outside the project, see results/*-smollm2-ruler/README.md): the prompts have the same

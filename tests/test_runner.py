@@ -1,4 +1,7 @@
-"""Runner: resume after an interruption, failures recorded without ending the sweep, tidy table shape."""
+"""lctx.harness.run.runner: resume after an interruption, failures recorded without ending the sweep, tidy table
+shape; the resume key, which names every input of a sample (weights, config, data, settings, task version and
+code: issue 10); batches of one length (--batch-size, issue 15 item 3); lengths too short for a task's template
+refused before the sweep."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 
 from helpers import TEXT, _records, assert_one_line_error, ppl_task, run_cli, sweep, token_nll_task_source, value
 from lctx.errors import LctxError
@@ -466,3 +470,118 @@ def test_task_file_and_task_version_are_in_the_run_dir_and_fingerprints_recomput
         assert digest_json(meta["inputs"]["models"][r["model"]]["files"]) == r["model_fingerprint"]
     code_fp = [r["code"] for r in recs if r["task"] == "last_token_nll21"][0]
     assert code_fp == digest_json({f.name: sha}) == tasks["last_token_nll21"]["code"]["fingerprint"]
+
+
+BUNDLED = Path(__file__).resolve().parents[1] / "models" / "checkpoints" / "pydoc-tiny-rope"
+
+
+@pytest.fixture(scope="module")
+def fake_data(tmp_path_factory) -> Path:
+    """A RULER-shaped data folder (as tests/test_niah.py): an essay of 150 sentences and word lists."""
+    from helpers import write_niah_data
+
+    return write_niah_data(tmp_path_factory.mktemp("ruler_data"))
+
+
+def _metrics(out: Path) -> dict:
+    recs = [json.loads(ln) for ln in (out / "records.jsonl").read_text().splitlines()]
+    return {(r["task"], r["length"], r["depth"], r["sample"]): (r["metrics"], r["batch_size"], r["status"])
+            for r in recs}
+
+
+@pytest.mark.slow
+def test_cli_batch_4_records_equal_batch_1(tmp_path, fake_data, capsys):
+    """Issue 15 item 3: a passkey and NIAH run at --batch-size 4 gives the records of --batch-size 1."""
+    # issue 15 item 3: a passkey + NIAH run at --batch-size 4 gives the records of --batch-size 1. The bundled
+    # model; niah_single_2's essay haystack makes prompts of unequal lengths (padded batches). Discrete metrics
+    # (exact, string_match_*, tf_top1, tf_mrr) must be equal; the log-probabilities agree to float32 rounding
+    # of a padded forward (measured differences ~1e-6 nats)
+    args = ["run", "--tasks", "passkey,niah_single_2", "--lengths", "200,300", "--depths", "0,0.5,1",
+            "--samples", "2", "--data-dir", fake_data, "--no-progress", "--no-memory-check"]
+    code, _, err = run_cli(args + ["--out", tmp_path / "b1"], capsys)
+    assert code == 0, err
+    code, _, err = run_cli(args + ["--out", tmp_path / "b4", "--batch-size", "4"], capsys)
+    assert code == 0, err
+    one, four = _metrics(tmp_path / "b1"), _metrics(tmp_path / "b4")
+    assert one.keys() == four.keys() and len(one) == 2 * 2 * 3 * 2
+    assert {v[1] for v in one.values()} == {1} and max(v[1] for v in four.values()) == 4
+    assert all(v[2] == "ok" for v in list(one.values()) + list(four.values()))
+    for k, (m1, _, _) in one.items():
+        m4 = four[k][0]
+        assert m1.keys() == m4.keys()
+        for name, v in m1.items():
+            if name in ("tf_logprob", "tf_gain"):
+                assert m4[name] == pytest.approx(v, rel=1e-4, abs=1e-4), (k, name)
+            else:
+                assert m4[name] == v, (k, name)
+
+
+def test_batches_group_one_length_of_a_batched_task():
+    """Issue 15 item 3: a batch holds one length of one batched task; ppl runs alone."""
+    from lctx.harness.run.runner import batches
+    from lctx.tasks import get_task
+    from lctx.tasks.base import Cell
+
+    class FakeLM:
+        can_batch = True
+
+    lm = FakeLM()
+    pk, ppl = get_task("passkey")(), get_task("ppl")()
+    work = [(lm, pk, Cell(L, d, s), {}) for L in (100, 200) for d in (0.0, 0.5) for s in (0, 1, 2)]
+    work += [(lm, ppl, Cell(100, None, 0), {}), (lm, ppl, Cell(100, None, 1), {})]
+    sizes = [[(it[2].length, it[1].name) for it in b] for b in batches(work, 4)]
+    assert [len(b) for b in sizes] == [4, 2, 4, 2, 1, 1]  # 6 passkey cells per length; ppl does not batch
+    assert all(len({x for x in b}) == 1 for b in sizes)  # one length, one task per batch
+    assert [len(b) for b in batches(work, 1)] == [1] * len(work)
+    with pytest.raises(Exception, match="batch size"):
+        batches(work, 0)
+
+
+def test_auto_batch_size_is_capped_and_fits_memory(monkeypatch):
+    """Issue 15 item 3: --batch-size auto is capped per device type and fits the memory plan."""
+    from lctx.harness.run import runner
+
+    lm = load_lm(str(BUNDLED), device="cpu")
+    assert runner.auto_batch_size(lm, 1024) == runner.AUTO_BATCH_CAP["cpu"]  # a tiny model fits 4 easily
+    monkeypatch.setattr("lctx.models.adapters.memory.device_memory", lambda dev, override=None: (1, "test"))
+    assert runner.auto_batch_size(lm, 1024) == 1  # nothing fits: one at a time
+
+
+def test_failed_batch_runs_its_samples_alone(tmp_path, capsys, monkeypatch):
+    """Issue 15 item 3: the samples of a batch that fails (out of memory) run again alone."""
+    # a batch whose prefill fails (here: out of memory) must not turn samples that run alone into errors
+    from lctx.models.adapters.hf import HFAdapter
+
+    def boom(self, ids):
+        raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+
+    monkeypatch.setattr(HFAdapter, "prefill_batch", boom)
+    code, _, err = run_cli(["run", "--tasks", "passkey", "--lengths", "200", "--depths", "0,1", "--samples", "1",
+                            "--out", tmp_path / "o", "--batch-size", "2", "--no-progress"], capsys)
+    assert code == 0, err
+    got = _metrics(tmp_path / "o")
+    assert len(got) == 2 and all(v[2] == "ok" and v[1] == 1 for v in got.values())
+
+
+def test_auto_batch_size_is_told_once_per_model_and_length(monkeypatch):
+    """A user trial of --batch-size (issue 15 item 3): auto says the size it chose, once per model and length."""
+    # `--batch-size auto` says the N it chose, once per (model, length), and only for tasks that batch
+    from lctx.harness.run import runner
+    from lctx.tasks import get_task
+    from lctx.tasks.base import Cell
+
+    class FakeLM:  # the protocol members batches() reads
+        can_batch, name = True, "tiny"
+
+        def settings(self):
+            return {"device_type": "cpu", "device": "cpu"}
+
+    chosen = {100: 3, 200: 2}
+    monkeypatch.setattr(runner, "auto_batch_size", lambda lm, length: chosen[length])
+    lm, pk, ppl = FakeLM(), get_task("passkey")(), get_task("ppl")()
+    work = [(lm, pk, Cell(L, d, s), {}) for L in (100, 200) for d in (0.0, 0.5) for s in (0, 1, 2)]
+    work += [(lm, ppl, Cell(300, None, 0), {})]
+    lines: list[str] = []
+    got = runner.batches(work, "auto", log=lines.append)
+    assert [len(b) for b in got] == [3, 3, 2, 2, 2, 1]  # 6 cells per length in batches of 3 and 2; ppl alone
+    assert len(lines) == 2 and "3 for tiny at 100 tokens" in lines[0] and "2 for tiny at 200 tokens" in lines[1]
