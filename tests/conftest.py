@@ -13,9 +13,10 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 # One intra-op thread unless the caller chose a count: the tests' models are tiny, and on a shared 2-core
-# machine two OpenMP threads spin against the other processes (measured at load 5: test_trust's
-# test_6[chunk_size] took 96 s wall / 52 s CPU with torch's default 2 threads, 18 s / 13 s with 1). The CLI
-# (lctx.kernels.configure_threads) and subprocesses read the same variable; tests/test_threads.py sets its own.
+# machine two OpenMP threads spin against the other processes (measured at load 5: test_runner's
+# test_every_other_input_changes_the_key[chunk_size] took 96 s wall / 52 s CPU with torch's default 2 threads,
+# 18 s / 13 s with 1). The CLI (lctx.kernels.configure_threads) and subprocesses read the same variable;
+# tests/test_threads.py sets its own.
 # lctx.kernels is imported first, so that it records torch's own default (test_threads.py reads it).
 if not (os.environ.get("LCTX_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS")):
     import lctx.kernels  # noqa: E402,F401

@@ -73,7 +73,7 @@ def test_unknown_variant(capsys, tmp_path):
     assert_one_line_error(code, err, "ropey")
 
 
-@pytest.mark.parametrize("bad", ["abc", "0", "-5", "1.5k", "256,x"])  # empty entries: test_trust.py
+@pytest.mark.parametrize("bad", ["abc", "0", "-5", "1.5k", "256,x"])  # empty entries: test_errors.py
 def test_bad_length(capsys, tmp_path, bad):
     code, _, err = run_cli(["run", "--lengths", bad, "--out", str(tmp_path / "o")], capsys)
     assert_one_line_error(code, err, "not a positive integer")
