@@ -282,8 +282,10 @@ def _check_rows_equal_alone(lm, prompts, budgets):
         assert lm.greedy(row, 3, stop_ids=set()) == lm.greedy(alone, 3, stop_ids=set())
 
 
-@pytest.mark.parametrize("variant,kw", [("rope", {}), ("alibi", {"attn_impl": "fast"}), ("ggd_bam", {}),
-                                        ("interdomain", {}), ("path", {})])
+# alibi's fast path runs the Triton kernel, under Triton's interpreter on CPU: 4-5 s at load 3-5 on 2 cores, slow
+@pytest.mark.parametrize("variant,kw", [("rope", {}),
+                                        pytest.param("alibi", {"attn_impl": "fast"}, marks=pytest.mark.slow),
+                                        ("ggd_bam", {}), ("interdomain", {}), ("path", {})])
 def test_padded_batch_rows_equal_alone(tmp_path, tokenizer, variant, kw):
     """Issue 15 item 3: left-padded batched prefill and greedy decode give each row what it gets alone."""
     # prompts of 37, 30, 41 and 19 tokens, prefilled in chunks of 16: padding spans whole chunks and the
