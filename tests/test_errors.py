@@ -9,8 +9,10 @@ import torch
 from helpers import assert_one_line_error, run_cli
 from lctx.errors import NonFiniteLogitsError, check_finite_logits
 
+#: every test here runs with no data dir from the environment and its own digest cache (conftest.py)
+pytestmark = pytest.mark.usefixtures("isolated_digests")
 
-@pytest.mark.usefixtures("isolated_digests")
+
 def test_check_finite_logits_allows_masked_tokens():
     """Issue 10 item 7: -inf (a masked token) passes the finite-logits check; NaN, +inf and an all -inf row do not."""
     check_finite_logits(torch.tensor([[0.0, float("-inf"), 1.0]]))  # a masked token is fine
@@ -21,7 +23,6 @@ def test_check_finite_logits_allows_masked_tokens():
 
 @pytest.mark.parametrize("flag,value", [("--lengths", "256,,512"), ("--lengths", "256,"), ("--depths", "0,,1"),
                                         ("--tasks", "passkey,,ppl"), ("--relative", "1,,2")])
-@pytest.mark.usefixtures("isolated_digests")
 def test_empty_list_entries(tmp_path, capsys, flag, value):
     """Issue 10 item 15: an empty entry in a list argument is one line, before an --out is made."""
     code, _, err = run_cli(["run", flag, value, "--out", tmp_path / "o"], capsys)

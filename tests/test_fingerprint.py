@@ -11,8 +11,10 @@ import pytest
 
 from lctx.models import fingerprint as F
 
+#: every test here runs with no data dir from the environment and its own digest cache (conftest.py)
+pytestmark = pytest.mark.usefixtures("isolated_digests")
 
-@pytest.mark.usefixtures("isolated_digests")
+
 def test_digest_cache_cannot_hide_a_same_size_same_mtime_rewrite(tmp_path, monkeypatch):
     """Issue 10 item 1: the digest cache re-hashes a file rewritten with its size and mtime kept (its ctime moved)."""
     monkeypatch.setattr(F, "RACY_S", 0.0)  # trust entries at once (normally 2 s after the file's last change)
@@ -32,7 +34,6 @@ def test_digest_cache_cannot_hide_a_same_size_same_mtime_rewrite(tmp_path, monke
     assert json.loads((tmp_path / "digests.json").read_text())  # the cache is on disk
 
 
-@pytest.mark.usefixtures("isolated_digests")
 def test_racy_cache_entry_is_not_trusted(tmp_path, monkeypatch):
     """Issue 10 item 1: an entry made within RACY_S of the file's last change is not trusted."""
     f = tmp_path / "w.bin"

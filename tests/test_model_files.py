@@ -12,6 +12,9 @@ import pytest
 
 from helpers import assert_one_line_error, edited_checkpoint, run_cli
 
+#: every test here runs with no data dir from the environment and its own digest cache (conftest.py)
+pytestmark = pytest.mark.usefixtures("isolated_digests")
+
 
 def remote_code_checkpoint(tmp_path) -> tuple[Path, Path]:
     d = tmp_path / "remote"
@@ -31,7 +34,6 @@ def remote_code_checkpoint(tmp_path) -> tuple[Path, Path]:
                                  ["diagnose", "far-mass", "--model", "{d}", "--lengths", "256"],
                                  ["diagnose", "prior", "--model", "{d}"],
                                  ["bench", "--model", "{d}", "--lengths", "64"]])  # bench --model came later
-@pytest.mark.usefixtures("isolated_digests")
 def test_remote_code_is_refused(tmp_path, capsys, cmd, monkeypatch):
     """Issue 10 item 14: every command that reads a checkpoint refuses its remote code unless --trust-remote-code."""
     d, marker = remote_code_checkpoint(tmp_path)
@@ -42,7 +44,6 @@ def test_remote_code_is_refused(tmp_path, capsys, cmd, monkeypatch):
     assert not marker.exists()
 
 
-@pytest.mark.usefixtures("isolated_digests")
 def test_nonpositive_max_position_embeddings(make_checkpoint, tmp_path, capsys):
     """Issue 10 item 16: max_position_embeddings <= 0 in config.json is one line naming the key."""
     ck = edited_checkpoint(make_checkpoint, max_position_embeddings=-5)
@@ -52,7 +53,6 @@ def test_nonpositive_max_position_embeddings(make_checkpoint, tmp_path, capsys):
     assert "<= -5" not in err
 
 
-@pytest.mark.usefixtures("isolated_digests")
 def test_llama2c_folder_points_at_convert(capsys, tmp_path):
     """Trial 21 item 2: a llama2.c folder given as --model points at lctx convert llama2c and its files."""
     d = tmp_path / "stories"

@@ -18,10 +18,12 @@ import pytest
 from helpers import _records, assert_one_line_error, base_run, run_cli
 from lctx.errors import LctxError
 
+#: every test here runs with no data dir from the environment and its own digest cache (conftest.py)
+pytestmark = pytest.mark.usefixtures("isolated_digests")
+
 
 @pytest.mark.parametrize("garbage", [bytes(range(256)) + os.urandom(44), b"[1,2,3]\n", b'{"foo":1}\n',
                                      b'{"status":"ok"}\n'])
-@pytest.mark.usefixtures("isolated_digests")
 def test_damaged_record_lines_are_skipped_counted_and_rerun(make_checkpoint, tmp_path, capsys, garbage):
     """Issue 10 item 9: damaged lines of records.jsonl are skipped, counted, and their samples rerun."""
     out, args = base_run(make_checkpoint, tmp_path, capsys)
@@ -39,7 +41,6 @@ def test_damaged_record_lines_are_skipped_counted_and_rerun(make_checkpoint, tmp
     assert len(t) == 4 and (t["status"] == "ok").all()
 
 
-@pytest.mark.usefixtures("isolated_digests")
 def test_damaged_run_json_is_one_line(make_checkpoint, tmp_path, capsys):
     """Issue 10 item 9: a damaged run.json is one line naming its line; no record is lost."""
     out, args = base_run(make_checkpoint, tmp_path, capsys)
@@ -49,7 +50,6 @@ def test_damaged_run_json_is_one_line(make_checkpoint, tmp_path, capsys):
     assert len((out / "records.jsonl").read_text().splitlines()) == 1  # nothing lost
 
 
-@pytest.mark.usefixtures("isolated_digests")
 def test_records_file_that_is_a_directory(make_checkpoint, tmp_path, capsys):
     """Issue 10 item 9: a records.jsonl that is a directory is one line."""
     out, args = base_run(make_checkpoint, tmp_path, capsys)
@@ -60,7 +60,6 @@ def test_records_file_that_is_a_directory(make_checkpoint, tmp_path, capsys):
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("chattr") is None, reason="chattr +i needs root")
-@pytest.mark.usefixtures("isolated_digests")
 def test_immutable_records_file(make_checkpoint, tmp_path, capsys):
     """Issue 10 item 9: an immutable records.jsonl (chattr +i) is one line; its records are kept."""
     out, args = base_run(make_checkpoint, tmp_path, capsys)
@@ -76,7 +75,6 @@ def test_immutable_records_file(make_checkpoint, tmp_path, capsys):
     assert len(rec.read_text().splitlines()) == 1
 
 
-@pytest.mark.usefixtures("isolated_digests")
 def test_full_disk_keeps_what_finished_and_resumes(make_checkpoint, tmp_path, capsys, monkeypatch):
     """Issue 10 item 10: a full disk keeps the finished samples; the rerun resumes past the torn line."""
     from lctx.harness.run import rundir
@@ -106,7 +104,6 @@ def test_full_disk_keeps_what_finished_and_resumes(make_checkpoint, tmp_path, ca
     assert len(t) == 6 and not t.duplicated(["depth", "metric"]).any()
 
 
-@pytest.mark.usefixtures("isolated_digests")
 def test_failed_table_write_leaves_the_old_table(tmp_path, monkeypatch):
     """Issue 10 item 10: a table write that fails leaves the previous table and no temporary file."""
     from lctx.harness.run.rundir import atomic_write
@@ -124,7 +121,6 @@ def test_failed_table_write_leaves_the_old_table(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("device", ["/dev/full", "/dev/zero"])
-@pytest.mark.usefixtures("isolated_digests")
 def test_device_as_records_file_is_refused(make_checkpoint, tmp_path, capsys, device):
     """Issue 10 item 11: a device (/dev/full, /dev/zero) as records.jsonl is refused in one line."""
     if not os.path.exists(device):
@@ -136,7 +132,6 @@ def test_device_as_records_file_is_refused(make_checkpoint, tmp_path, capsys, de
     assert_one_line_error(code, err, "records.jsonl", "character device")
 
 
-@pytest.mark.usefixtures("isolated_digests")
 def test_second_run_refuses_naming_the_pid(make_checkpoint, tmp_path, capsys):
     """Issue 10 item 13: a second lctx run on a held --out refuses, naming the holder's PID."""
     import fcntl
@@ -155,7 +150,6 @@ def test_second_run_refuses_naming_the_pid(make_checkpoint, tmp_path, capsys):
     assert code == 0, err
 
 
-@pytest.mark.usefixtures("isolated_digests")
 def test_lock_held_by_a_real_process(tmp_path):
     """Issue 10 item 13: a real process's lock is seen, and the kernel drops it when the process dies."""
     from lctx.harness.run.rundir import run_dir_lock
@@ -177,7 +171,6 @@ def test_lock_held_by_a_real_process(tmp_path):
         pass
 
 
-@pytest.mark.usefixtures("isolated_digests")
 def test_every_invocation_into_one_dir_is_in_run_json(capsys, make_checkpoint, tmp_path):
     """Trial 21 item 1: run.json lists every invocation into one directory, and each record names its own."""
     out = tmp_path / "o"
@@ -197,7 +190,6 @@ def test_every_invocation_into_one_dir_is_in_run_json(capsys, make_checkpoint, t
     assert by_len == {200: invs[0]["id"], 256: invs[1]["id"]}
 
 
-@pytest.mark.usefixtures("isolated_digests")
 def test_one_run_with_two_sweeps_is_one_invocation(capsys, make_checkpoint, tmp_path):
     """Trial 21 item 1: one lctx run of two sweeps (--window) is one invocation entry with both tasks' settings."""
     # --window gives ppl its own sweep beside passkey's: one `lctx run`, one entry with both tasks' settings

@@ -15,8 +15,10 @@ from helpers import _left_out, base_run, ppl_task, run_cli, sweep, token_nll_tas
 from lctx.harness.run.tables import COLUMNS, DEPTH_TOLERANCE, label_names
 from lctx.tasks.passkey import Passkey
 
+#: every test here runs with no data dir from the environment and its own digest cache (conftest.py)
+pytestmark = pytest.mark.usefixtures("isolated_digests")
 
-@pytest.mark.usefixtures("isolated_digests")
+
 def test_other_task_options_are_separate_labelled_cells(make_checkpoint, data, tmp_path):
     """Issue 10 item 5: other task options are separate cells, each labelled with its options."""
     ck = make_checkpoint("rope")
@@ -34,7 +36,6 @@ def test_other_task_options_are_separate_labelled_cells(make_checkpoint, data, t
     assert names.nunique() == 2 and any("bos=none" in n and "stride=1" in n for n in names)
 
 
-@pytest.mark.usefixtures("isolated_digests")
 def test_display_names_split_options_but_not_derived_metrics():
     """Issue 10 item 5: display names split by option set, but not by a derived metric's own options."""
     rows = [dict(model="m", task="ppl", metric="ppl", task_options=json.dumps({"stride": s, "bos": "prepend"}),
@@ -45,7 +46,6 @@ def test_display_names_split_options_but_not_derived_metrics():
     assert names == ["m [stride=0.5]", "m [stride=1]", "m", "m"]
 
 
-@pytest.mark.usefixtures("isolated_digests")
 def test_depth_off_flag_column_and_heatmap(make_checkpoint, tmp_path):
     """Issue 10 item 17: a sample more than 0.05 from its depth is flagged in the table, the summary and the heatmap."""
     from lctx.harness.outputs.plots import depth_off_cells
@@ -102,7 +102,6 @@ def _resume_after(make_checkpoint, tmp_path, capsys, forge) -> tuple[pd.DataFram
 
 @pytest.mark.parametrize("how,kind", [("unknown invocation", "of an invocation run.json does not name"),
                                       ("re-signed under the run's invocation", "repeating a finished sample")])
-@pytest.mark.usefixtures("isolated_digests")
 def test_forged_duplicate_leaves_the_mean_and_is_named(make_checkpoint, tmp_path, capsys, how, kind):
     """Issue 25 F2: a forged second record of a finished sample leaves the mean as it was and is named."""
     # F2: a second record for a finished sample, exact flipped, appended to records.jsonl was adopted (the cell's
@@ -125,7 +124,6 @@ def test_forged_duplicate_leaves_the_mean_and_is_named(make_checkpoint, tmp_path
 
 
 @pytest.mark.parametrize("resign", [False, True])
-@pytest.mark.usefixtures("isolated_digests")
 def test_record_of_a_model_the_run_never_ran(make_checkpoint, tmp_path, capsys, resign):
     """Issue 25 F3: an appended record of a model the run never ran is left out of the tables and named."""
     # F3: an appended record of another model appeared as an extra model in summary.csv
@@ -142,7 +140,6 @@ def test_record_of_a_model_the_run_never_ran(make_checkpoint, tmp_path, capsys, 
 
 
 @pytest.mark.parametrize("edit", ["value", "digest removed", "other field"])
-@pytest.mark.usefixtures("isolated_digests")
 def test_tampered_record_of_a_known_invocation_is_left_out(make_checkpoint, tmp_path, capsys, edit):
     """Issue 25 item 2: a record edited in place fails its digest: left out, and its sample reruns."""
     # the one real record edited in place (its invocation id is run.json's): its digest no longer matches, so it
@@ -164,7 +161,6 @@ def test_tampered_record_of_a_known_invocation_is_left_out(make_checkpoint, tmp_
     assert len(lines) == 1 and "digest does not match" in lines[0] and "1 record " in lines[0], err
 
 
-@pytest.mark.usefixtures("isolated_digests")
 def test_legitimate_resumed_run_keeps_all_its_records(make_checkpoint, tmp_path, capsys):
     """Issue 25 item 2 (the control): a resumed run's records, each signed by its own invocation, all count."""
     # control: two invocations into one directory (the second runs one more sample) keep every record, each with
@@ -186,7 +182,6 @@ def test_legitimate_resumed_run_keeps_all_its_records(make_checkpoint, tmp_path,
     assert code == 0 and not _left_out(err) and len(_lines(out)) == 2, err
 
 
-@pytest.mark.usefixtures("isolated_digests")
 def test_legacy_records_without_digest_still_load(make_checkpoint, tmp_path, capsys):
     """Issue 25 item 2: records written before digests and invocations load as they are, with no warning."""
     # a run directory written before records carried digests (no salt in run.json) and before invocations were
@@ -207,7 +202,6 @@ def test_legacy_records_without_digest_still_load(make_checkpoint, tmp_path, cap
     assert invs[0]["id"] == meta["run_id"] and "record_salt" not in invs[0]  # the legacy entry: no salt
 
 
-@pytest.mark.usefixtures("isolated_digests")
 def test_depth_spelled_as_an_int_is_the_same_sample():
     """Issue 25 F2: a depth written 0 instead of 0.0 is the same sample, not a second one pooled into the mean."""
     # the F2 numbers (mean 0.0 -> 0.5, n = 2): a copy of a finished record with its depth written 0 instead of 0.0
@@ -226,7 +220,6 @@ def test_depth_spelled_as_an_int_is_the_same_sample():
     assert len(warned) == 1 and "1 record repeating a finished sample with other values" in warned[0]
 
 
-@pytest.mark.usefixtures("isolated_digests")
 def test_report_and_compare_name_records_appended_after_the_run(make_checkpoint, tmp_path, capsys):
     """Issue 25 item 2: lctx report and compare name a record appended after the run, once per directory and kind."""
     # lctx report and lctx compare read the tables; a line appended to records.jsonl since is named (once per
@@ -246,7 +239,6 @@ def test_report_and_compare_name_records_appended_after_the_run(make_checkpoint,
     assert len(lines) == 1 and "invocation run.json does not name" in lines[0], err
 
 
-@pytest.mark.usefixtures("isolated_digests")
 def test_one_warning_per_kind_when_one_run_has_two_sweeps(make_checkpoint, tmp_path, capsys):
     """Issue 25 item 2: a run of two sweeps (--window) names a forged record once."""
     # --window gives ppl its own sweep beside passkey's: both read records.jsonl, the forgery is named once
@@ -268,7 +260,6 @@ def test_one_warning_per_kind_when_one_run_has_two_sweeps(make_checkpoint, tmp_p
 TASK_SRC = token_nll_task_source("LastTokenNLL21", "last_token_nll21")
 
 
-@pytest.mark.usefixtures("isolated_digests")
 def test_results_table_names_the_task_version_and_code(capsys, make_checkpoint, tmp_path):
     """Trial 21 item 1: results.csv and results.parquet name each row's task version and code fingerprint."""
     import pandas as pd
