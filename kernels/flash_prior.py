@@ -35,7 +35,7 @@ are skipped, so a windowed attention costs O(Tq * window). ``alibi_lsh`` passes 
 bin starts and merges the W results through their log-sum-exps (:func:`merge_lse`).
 
 Implementations, each checked against the dense reference (:func:`dense_prior_attention`, which
-evaluates the prior function on the full distance matrix) in ``tests/test_kernels_flash.py``:
+evaluates the prior function on the full distance matrix) in ``tests/test_flash_prior.py``:
 
 - :func:`flash_prior_triton`: the Triton kernel, forward only (evaluation; autograd falls back).
 - :func:`flash_prior_flex`: the same maths through PyTorch FlexAttention (``score_mod`` + a block mask),

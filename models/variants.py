@@ -211,7 +211,7 @@ class AttentionVariant(nn.Module):
         value in ``config.variant_options`` or else the schema's default at ``config.options_version`` (the
         current defaults without one; a modifier's per-base default on this class's base), plus any other
         key ``variant_options`` holds. The one way a variant reads its options: no read site repeats a
-        default (tests/test_options_schema.py)."""
+        default (tests/test_options.py)."""
         given = dict(getattr(config, "variant_options", None) or {})
         version = getattr(config, "options_version", None)
         for k, o in (cls.option_schema or {}).items():

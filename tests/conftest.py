@@ -13,9 +13,10 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 # One intra-op thread unless the caller chose a count: the tests' models are tiny, and on a shared 2-core
-# machine two OpenMP threads spin against the other processes (measured at load 5: test_trust's
-# test_6[chunk_size] took 96 s wall / 52 s CPU with torch's default 2 threads, 18 s / 13 s with 1). The CLI
-# (lctx.kernels.configure_threads) and subprocesses read the same variable; tests/test_threads.py sets its own.
+# machine two OpenMP threads spin against the other processes (measured at load 5: test_runner's
+# test_every_other_input_changes_the_key[chunk_size] took 96 s wall / 52 s CPU with torch's default 2 threads,
+# 18 s / 13 s with 1). The CLI (lctx.kernels.configure_threads) and subprocesses read the same variable;
+# tests/test_threads.py sets its own.
 # lctx.kernels is imported first, so that it records torch's own default (test_threads.py reads it).
 if not (os.environ.get("LCTX_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS")):
     import lctx.kernels  # noqa: E402,F401
@@ -66,3 +67,30 @@ def make_checkpoint(tmp_path, tokenizer):
         return out
 
     return make
+
+
+@pytest.fixture
+def data(tmp_path) -> Path:
+    """A small text file (helpers.TEXT) for ppl runs."""
+    from helpers import TEXT
+
+    p = tmp_path / "doc.txt"
+    p.write_text(TEXT)
+    return p
+
+
+@pytest.fixture
+def isolated_digests(monkeypatch, tmp_path):
+    """No data dir from the environment; the file-digest cache (LCTX_HASH_CACHE) in the test's own folder, so a
+    test that rewrites a file in place sees only its own entries (issue 10's and trial 21's tests)."""
+    monkeypatch.delenv("LCTX_DATA_DIR", raising=False)
+    monkeypatch.setenv("LCTX_HASH_CACHE", str(tmp_path / "digests.json"))
+
+
+@pytest.fixture
+def plain_console(monkeypatch):
+    """Output as off a terminal (issue 16's tests): no data dir nor table format from the environment, and the
+    80 columns rich assumes off a terminal (where cells used to be cut)."""
+    monkeypatch.delenv("LCTX_DATA_DIR", raising=False)
+    monkeypatch.delenv("LCTX_TABLE_FORMAT", raising=False)
+    monkeypatch.setenv("COLUMNS", "80")

@@ -9,7 +9,8 @@ It prints one line per check, ``[held]`` or ``[FAILED]``, with what was tried an
 counts: tried, held, failed. Exit status 0 when everything held, 1 otherwise. Checks that need root
 (``chattr +i``, a small tmpfs for a full disk) fall back or say they were skipped.
 
-Not collected by pytest (no ``test_`` prefix): the unit tests of the same faults are in ``test_trust.py``.
+Not collected by pytest (no ``test_`` prefix): the unit tests of the same faults
+are issue 10's tests in ``test_rundir.py``, ``test_runner.py``, ``test_tables.py`` and ``test_cli.py``.
 """
 
 from __future__ import annotations

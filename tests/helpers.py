@@ -113,3 +113,127 @@ class {cls}(Task):
         nll, _ = lm.token_nll(sample.input_ids, [len(sample.input_ids) - 1])
         return {{"nll": float(nll[0])}}
 '''
+
+
+# --- run directories built by the runner (issue 10's tests: the resume key, damaged files, forged records) -------
+
+#: A short English text for ppl (the ``data`` fixture of conftest.py writes it to a file).
+TEXT = ("The module documents every function it exports. A function takes arguments and returns a value; "
+        "the value may be None when nothing is returned. Each example below shows a call and its result. ") * 12
+
+
+def ppl_task(data, **kw):
+    """A ppl task on the text file ``data`` (options ``kw``)."""
+    from lctx.tasks.ppl import Perplexity
+
+    return Perplexity(data=[str(data)], **kw)
+
+
+def sweep(ck, tasks, out, lengths=(64,), depths=(0.5,), samples=1, **kw):
+    """``run_sweep`` of checkpoint ``ck`` freshly loaded (``kw`` to load_lm) on ``tasks`` into ``out``."""
+    from lctx.harness.run.runner import RunSpec, run_sweep
+    from lctx.models.adapters.hf import load_lm
+
+    lm = load_lm(str(ck), device="cpu", **kw)  # a fresh load, as a new `lctx run` process does
+    return run_sweep([lm], tasks, RunSpec(list(lengths), list(depths), samples), out, progress=False)
+
+
+def value(res, task, metric):
+    """The values of ``task``'s ``metric`` in a sweep result's table."""
+    t = res["table"]
+    return t[(t["task"] == task) & (t["metric"] == metric)]["value"].tolist()
+
+
+def base_run(make_checkpoint, tmp_path, capsys, samples=1):
+    """One finished ``lctx run`` (passkey, 160 tokens, depth 0.5) into ``tmp_path / "o"``: (out, its argv)."""
+    ck = make_checkpoint("rope")
+    out = tmp_path / "o"
+    args = ["run", "-m", ck, "--tasks", "passkey", "--lengths", "160", "--depths", "0.5", "--samples", samples,
+            "--out", out, "--no-progress"]
+    code, _, err = run_cli(args, capsys)
+    assert code == 0, err
+    return out, args
+
+
+def _records(out):
+    """The records of run directory ``out`` (records.jsonl, blank lines skipped)."""
+    import json
+
+    return [json.loads(ln) for ln in (out / "records.jsonl").read_text().splitlines() if ln.strip()]
+
+
+def _left_out(err: str) -> list[str]:
+    """The lines of ``err`` that name records left out of the tables (issue 25 item 2)."""
+    return [x for x in err.splitlines() if "left out of the tables" in x]
+
+
+# --- damaged checkpoints ------------------------------------------------------------------------------------------
+
+def nan_checkpoint(make_checkpoint, how: str):
+    """A rope checkpoint whose layer 0 is NaN (``how="layer0"``) or with one embedding row inf (otherwise)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    ck = make_checkpoint("rope", name=f"nan_{how}")
+    t = load_file(ck / "model.safetensors")
+    if how == "layer0":
+        for k in t:
+            if k.startswith("model.layers.0."):
+                t[k] = torch.full_like(t[k], float("nan"))
+    else:  # one embedding row to inf (tied to the output: every logit row sees it)
+        key = next(k for k in t if "embed_tokens" in k)
+        t[key][5] = float("inf")
+    save_file(t, ck / "model.safetensors", metadata={"format": "pt"})
+    return ck
+
+
+def edited_checkpoint(make_checkpoint, **changes):
+    """A rope checkpoint named "edited" whose config.json has ``changes``."""
+    import json
+
+    ck = make_checkpoint("rope", name="edited")
+    cfg = json.loads((ck / "config.json").read_text())
+    cfg.update(changes)
+    (ck / "config.json").write_text(json.dumps(cfg))
+    return ck
+
+
+# --- RULER-shaped data folders ------------------------------------------------------------------------------------
+
+def ruler_data(root, text: str):
+    """``root/ruler``: an essay of ``text`` and four-word adjective and noun lists; returns ``root``."""
+    import json
+
+    (root / "ruler" / "wonderwords").mkdir(parents=True)
+    (root / "ruler" / "PaulGrahamEssays.json").write_text(json.dumps({"text": text}))
+    (root / "ruler" / "wonderwords" / "adjectivelist.txt").write_text("quick\nlazy\ngreen\nbold\n")
+    (root / "ruler" / "wonderwords" / "nounlist.txt").write_text("fox\ndog\nriver\nstone\n")
+    return root
+
+
+def ruler_qa_data(root):
+    """ruler_data's essay and word lists plus RULER's verb list and a SQuAD dev file (tests/ruler_fixtures.py)."""
+    from ruler_fixtures import write_squad
+
+    ruler_data(root, " ".join(f"Sentence {i} tells a short story about the sea." for i in range(200)))
+    (root / "ruler" / "wonderwords" / "verblist.txt").write_text("run\nswim\nfly\nread\n")
+    write_squad(root / "squad" / "dev-v2.0.json", 2, 2)
+    return root
+
+
+# --- what a task feeds the model ----------------------------------------------------------------------------------
+
+def _forward_work(monkeypatch, lm) -> list[float]:
+    """Record every forward call's work in prefill tokens: its tokens, and at least a decode step's worth
+    (DECODE_STEP_TOKENS) for a call of a few tokens, whose cost is the call, not its tokens."""
+    from lctx.tasks.base import DECODE_STEP_TOKENS
+
+    work: list[float] = []
+    orig = lm._forward
+
+    def counting(ids, cache, keep, *mask):
+        work.append(max(int(ids.shape[-1]), DECODE_STEP_TOKENS))
+        return orig(ids, cache, keep, *mask)
+
+    monkeypatch.setattr(lm, "_forward", counting)
+    return work

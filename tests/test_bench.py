@@ -1,10 +1,11 @@
-"""lctx bench: exponent fit, interleaved pairs and their statistics, one small sweep (two variants, 64/128
-tokens), skips, memory method, the worker process, the whole-model prefill mode, CLI errors.
+"""lctx.harness.commands.bench (lctx bench): exponent fit, interleaved pairs and their statistics, one small sweep
+(two variants, 64/128 tokens), skips, memory method, the worker process, the whole-model prefill mode, CLI errors.
 
 No timed assertions: times are only checked to be measured (finite, positive)."""
 
 from __future__ import annotations
 
+import io
 import math
 import sys
 
@@ -199,3 +200,38 @@ def test_cli_bench_model_mode_compares_peak_with_the_plan(capsys, tmp_path):
     df = pd.read_csv(out / "prefill.csv")
     assert list(df["status"]) == ["ok"] and df["peak_bytes"].iloc[0] > 0 and df["plan_bytes"].iloc[0] > 0
     assert df["plan_path"].iloc[0] == "sdpa" and "plan error" in stdout
+
+
+@pytest.mark.usefixtures("isolated_digests")
+def test_bench_option_goes_to_the_variants_that_take_it(tmp_path, capsys):
+    """Issue 10 item 15: lctx bench --option goes to the variants that take it; one that no variant takes is refused."""
+    from lctx.harness.commands.bench import make_config
+
+    assert make_config("rope", "sdpa", 1, 16, {"lsh_samples": 4}).variant_options == {}
+    assert make_config("alibi_lsh", "sdpa", 1, 16, {"lsh_samples": 4}).variant_options == {"lsh_samples": 4}
+    code, _, err = run_cli(["bench", "--variants", "rope,alibi_lsh", "--option", "lsh_sampels=4", "--lengths", "64",
+                            "--out", tmp_path / "b"], capsys)
+    assert_one_line_error(code, err, "lsh_sampels", "not an option of any variant")
+    assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.usefixtures("plain_console")
+def test_bench_tables_whole_off_a_terminal():
+    """Issue 16 item 1: lctx bench's tables print whole off a terminal; each column header stays on one line."""
+    from lctx.harness.commands.bench import print_bench
+
+    table = pd.DataFrame([dict(variant="ggd_bam+ssmax", impl="fast", impl_ran="flex-compiled", length=16384,
+                               time_s=0.179123, peak_bytes=3 * 2**30, ratio_sdpa=12.3456, ratio_sdpa_bias=0.98765,
+                               status="ok")])
+    exps = pd.DataFrame([dict(variant="ggd_bam+ssmax", impl="fast", time_exponent=1.987, mem_exponent=1.01,
+                              lengths="1024,4096,16384")])
+    buf = io.StringIO()
+    print_bench(table, exps, file=buf)
+    out = buf.getvalue()
+    header = next(ln for ln in out.splitlines() if "variant" in ln and "status" in ln)
+    for h in ("time ms", "peak MiB", "x sdpa", "x sdpa+bias"):  # `x sdpa` used to break across lines
+        assert f" {h} " in header, header
+    row = next(ln for ln in out.splitlines() if "flex-compiled" in ln)
+    for cell in ("ggd_bam+ssmax", "16384", "179.12", "3072.0", "12.35", "0.99"):
+        assert cell in row, (cell, row)
+    assert "1024,4096,16384" in out and "…" not in out

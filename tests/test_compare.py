@@ -1,6 +1,6 @@
-"""lctx compare: the pass and fail paths of the regression gate, tolerances, directions, missing/new cells,
-aliases and bad input (exit 2, one line). Runs are built by writing small summary tables directly, plus
-real runs of the bundled checkpoint (identical reruns pass; a wrong RoPE base fails)."""
+"""lctx.harness.outputs.compare (lctx compare): the pass and fail paths of the regression gate, tolerances,
+directions, missing/new cells, aliases and bad input (exit 2, one line). Runs are built by writing small summary
+tables directly, plus real runs of the bundled checkpoint (identical reruns pass; a wrong RoPE base fails)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import assert_one_line_error, run_cli
+from helpers import _left_out, assert_one_line_error, ppl_task, run_cli, sweep
 from lctx.harness.outputs.compare import (
     DISPLAY_HEADER,
     Rules,
@@ -516,3 +516,172 @@ def test_numbers_never_wrap_on_a_narrow_terminal(tmp_path, monkeypatch, columns)
     for c in numbers:
         assert any(c in ln for ln in lines), (c, buf.getvalue())
     assert "…" not in buf.getvalue()
+
+
+SUMMARY_HEAD = "model,variant,task,metric,length,depth,mean,stderr,n,n_error\n"
+
+
+def run_dir(root: Path, name: str, rows: str) -> Path:
+    d = root / name
+    d.mkdir()
+    (d / "summary.csv").write_text(SUMMARY_HEAD + rows)
+    return d
+
+
+@pytest.mark.usefixtures("isolated_digests")
+def test_compare_lmeval_runs_without_length(tmp_path, capsys):
+    """Issue 10 item 12: lm-eval runs (cells without a length) compare; a regression there exits 1, not a crash."""
+    rows = "m,llama,arc_easy,acc,,,0.5,0.2,3,0\nm,llama,arc_easy,acc_norm,,,0.33,0.2,3,0\n"
+    a, b = run_dir(tmp_path, "a", rows), run_dir(tmp_path, "b", rows.replace("0.33", "0.1"))
+    code, out, err = run_cli(["compare", a, "--baseline", a], capsys)
+    assert code == 0 and "PASS" in out, err
+    code, out, err = run_cli(["compare", b, "--baseline", a, "--tolerance", "stderr=0"], capsys)
+    assert code == 1 and "regression" in out  # a real regression on a length-less cell: exit 1, no crash
+
+
+@pytest.mark.usefixtures("isolated_digests")
+def test_compare_deep_toml_is_one_line(tmp_path, capsys):
+    """Issue 10 item 12: a deeply nested --rules TOML is one line, not a RecursionError."""
+    a = run_dir(tmp_path, "a", "m,rope,ppl,ppl,256,,10,,1,0\n")
+    for i, body in enumerate(["x = " + "[" * 5000 + "]" * 5000, "x = " + "{a = " * 5000 + "1" + "}" * 5000]):
+        rules = tmp_path / f"deep{i}.toml"
+        rules.write_text(body)
+        code, _, err = run_cli(["compare", a, "--baseline", a, "--rules", rules], capsys)
+        assert_one_line_error(code, err, "--rules")
+
+
+@pytest.mark.parametrize("row,needle", [("m,rope,ppl,ppl,256,,abc,,1,0\n", "mean 'abc' is not a number"),
+                                        ("m,rope,ppl,ppl,256,,10,,,0\n", "n '' is not a number"),
+                                        (",rope,ppl,ppl,256,,10,,1,0\n", "model '' is not a name"),
+                                        ("m,rope,ppl,ppl,25.5,,10,,1,0\n", "length '25.5'")])
+@pytest.mark.usefixtures("isolated_digests")
+def test_compare_hand_edited_summary(tmp_path, capsys, row, needle):
+    """Issue 10 item 12: a hand-edited summary.csv row that is not a number or a name is one line naming the row."""
+    good = run_dir(tmp_path, "good", "m,rope,ppl,ppl,256,,10,,1,0\n")
+    bad = run_dir(tmp_path, "bad", row)
+    code, _, err = run_cli(["compare", bad, "--baseline", good], capsys)
+    assert_one_line_error(code, err, "row 1", needle)
+
+
+@pytest.mark.usefixtures("isolated_digests")
+def test_compare_empty_length_is_a_lengthless_cell_not_a_crash(tmp_path, capsys):
+    """Issue 10 item 12: an empty length is a length-less cell, not a crash."""
+    a = run_dir(tmp_path, "a", "m,rope,ppl,ppl,,,10,,1,0\n")
+    code, out, err = run_cli(["compare", a, "--baseline", a], capsys)
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("tol", ['abs = "1e9"', "abs = true", 'rel = "0.5"', "stderr = false"])
+@pytest.mark.usefixtures("isolated_digests")
+def test_compare_tolerances_must_be_numbers(tmp_path, capsys, tol):
+    """Issue 10 item 12: tolerances in --rules must be numbers (a string or a bool is one line)."""
+    base = run_dir(tmp_path, "base", "m,rope,ppl,ppl,256,,10,,1,0\n")
+    run = run_dir(tmp_path, "run", "m,rope,ppl,ppl,256,,15,,1,0\n")  # 50 % worse
+    rules = tmp_path / "r.toml"
+    rules.write_text(f"[tolerance]\n{tol}\n")
+    code, _, err = run_cli(["compare", run, "--baseline", base, "--rules", rules], capsys)
+    assert_one_line_error(code, err, "not a number")
+    rules.write_text(f"[metrics.ppl]\n{tol}\n")
+    code, _, err = run_cli(["compare", run, "--baseline", base, "--rules", rules], capsys)
+    assert_one_line_error(code, err, "not a number")
+
+
+@pytest.mark.usefixtures("isolated_digests")
+def test_compare_crash_exits_2_never_1(tmp_path, capsys, monkeypatch):
+    """Issue 10 item 12: a crash in lctx compare exits 2, never 1 (1 means a regression)."""
+    from lctx.harness.outputs import compare
+
+    a = run_dir(tmp_path, "a", "m,rope,ppl,ppl,256,,10,,1,0\n")
+    monkeypatch.setattr(compare, "compare_runs", lambda *a, **k: 1 / 0)
+    code, _, err = run_cli(["compare", a, "--baseline", a], capsys)
+    assert_one_line_error(code, err, "ZeroDivisionError")
+
+
+@pytest.mark.usefixtures("isolated_digests")
+def test_compare_matches_option_sets(make_checkpoint, data, tmp_path, capsys):
+    """Issue 10 item 12: runs holding two option sets of one task compare cell by cell, and pass."""
+    ck = make_checkpoint("rope")
+    for d in ("run", "base"):
+        sweep(ck, [ppl_task(data)], tmp_path / d)
+        sweep(ck, [ppl_task(data, stride=1)], tmp_path / d)
+    code, out, err = run_cli(["compare", tmp_path / "run", "--baseline", tmp_path / "base"], capsys)
+    assert code == 0 and "PASS" in out, err
+
+
+def ruler_run_dir(root: Path, name: str, niah: tuple[float, float], threshold: float = 50.0) -> Path:
+    """A run directory whose tables hold task rows and the ruler group's derived rows (average per length and
+    an effective_length row without a length), made by the same code as `lctx run --tasks ruler`."""
+    from lctx.harness.steps import ruler as group
+
+    d = root / name
+    d.mkdir()
+    recs = []
+    for L, v in zip((1024, 2048), niah):
+        for task, metric, depth in (("niah_single_1", "string_match_all", 0.5), ("cwe", "string_match_all", None)):
+            recs.append({"model": "m", "variant": "llama", "task": task, "length": L, "depth": depth, "sample": 0,
+                         "metrics": {metric: v}, "status": "ok", "error": "", "seed": 0, "task_options": {},
+                         "train_length": None})
+    (d / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    group.write_tables_with_ruler(d, group.RulerSpec(threshold=threshold, tasks=("niah_single_1", "cwe")))
+    return d
+
+
+@pytest.mark.usefixtures("isolated_digests")
+def test_compare_ruler_runs_with_a_lengthless_effective_length(tmp_path, capsys):
+    """Issue 10 item 12: the ruler group's length-less effective_length compares; worse or errored, it is a regression."""
+    good = ruler_run_dir(tmp_path, "good", (0.9, 0.8))  # averages 90, 80: effective length 2048
+    worse = ruler_run_dir(tmp_path, "worse", (0.9, 0.1))  # 90, 10: effective length 1024
+    s = pd.read_csv(good / "summary.csv")
+    eff = s[s["metric"] == "effective_length"]
+    assert len(eff) == 1 and pd.isna(eff["length"].iloc[0]) and eff["mean"].iloc[0] == 2048
+    code, out, err = run_cli(["compare", good, "--baseline", good], capsys)
+    assert code == 0 and "PASS" in out, err
+    code, out, err = run_cli(["compare", worse, "--baseline", good], capsys)
+    assert code == 1 and "regression" in out and "Traceback" not in err  # a regression, not a crash
+    table = pd.read_csv(tmp_path / "worse" / "compare" / "compare.csv")
+    regressed = table[table["status"] == "regression"]
+    assert {"effective_length", "average"} <= set(regressed["metric"])
+    # an errored effective_length (empty mean, n = 0) is an error cell, not a crash
+    s.loc[s["metric"] == "effective_length", ["mean", "n", "n_error"]] = [None, 0, 1]
+    s.to_csv(worse / "summary.csv", index=False)
+    code, out, err = run_cli(["compare", worse, "--baseline", good], capsys)
+    assert code == 1 and "Traceback" not in err and "1 errored" in out
+    table = pd.read_csv(tmp_path / "worse" / "compare" / "compare.csv")
+    assert table.set_index("metric").loc["effective_length", "status"] == "error"
+
+
+@pytest.mark.usefixtures("isolated_digests")
+def test_compare_from_records_leaves_forged_records_out(tmp_path, capsys):
+    """Issue 25 item 2: lctx compare summarising records.jsonl leaves forged records out, one line per kind."""
+    # lctx compare summarising a run directory that has only records.jsonl: the same checks
+    from lctx.harness.outputs.compare import load_summary
+    from lctx.harness.run.rundir import SALT, sign_record
+
+    def rec(model, value, inv="i1"):
+        return {"model": model, "variant": "rope", "task": "passkey", "length": 256, "depth": 0.5, "sample": 0,
+                "seed": 0, "task_options": {}, "status": "ok", "error": "", "fingerprint": "fp",
+                "metrics": {"exact": value}, "run_id": "r", "invocation": inv}
+
+    d = tmp_path / "run"
+    d.mkdir()
+    (d / "run.json").write_text(json.dumps({"run_id": "r", "invocations": [{"id": "i1", SALT: "s"}],
+                                            "inputs": {"models": {"m": {}}}}))
+    good = sign_record(rec("m", 0.0), "s")
+    lines = [good, sign_record(rec("m", 1.0), "s"), rec("m", 1.0, inv="x"), sign_record(rec("other", 1.0), "s"),
+             dict(good, metrics={"exact": 1.0})]
+    (d / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    s = load_summary(d)
+    assert list(s["model"]) == ["m"] and list(s["mean"].astype(float)) == [0.0] and list(s["n"].astype(int)) == [1]
+    err = capsys.readouterr().err
+    assert len(_left_out(err)) == 4, err  # one line per kind: duplicate, invocation, model, digest
+
+
+@pytest.mark.usefixtures("isolated_digests")
+def test_rules_directory_names_the_rules_fix(tmp_path):
+    """Trial 21 item 2: a --rules that is a directory is refused, asking for a TOML rules file."""
+    from lctx.errors import LctxError
+    from lctx.harness.outputs.compare import load_rules
+
+    with pytest.raises(LctxError) as e:
+        load_rules(tmp_path)
+    assert "TOML rules file" in str(e.value) and "--out" not in str(e.value)

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import io
+import math
+import os
+import subprocess
+import sys
 
+import pandas as pd
 import pytest
 from rich.cells import cell_len
 
-from lctx.harness.run.console import MIN_TEXT_WIDTH, print_table, rich_fits
+from lctx.harness.run.console import MIN_TEXT_WIDTH, markdown_table, print_table, rich_fits
 
 
 @pytest.fixture(autouse=True)
@@ -60,3 +65,123 @@ def test_rich_fits_counts_padding_and_borders():
     assert not rich_fits(["name", "value"], rows, ["value"], need - 1)
     # a header word wider than the numbers widens the column (the header wraps at spaces, never mid-word)
     assert not rich_fits(["name", "tolerance"], rows, ["tolerance"], need)
+
+
+def _summary(model: str, ppl: float, match: float) -> pd.DataFrame:
+    rows = [(model, "rope", "ppl", "ppl", 256, math.nan, ppl, math.nan, 1, 0)]
+    for metric in ("string_match_all", "string_match_part"):
+        rows.append((model, "rope", "niah_single_1", metric, 256, 0.5, match, 0.1, 4, 0))
+    return pd.DataFrame(rows, columns=["model", "variant", "task", "metric", "length", "depth", "mean", "stderr",
+                                       "n", "n_error"])
+
+
+@pytest.mark.usefixtures("plain_console")
+def test_compare_with_stdout_piped_prints_every_cell_whole(tmp_path):
+    """Issue 16 item 1: what a CI job sees, `lctx compare` with stdout going to a pipe (not a terminal), 80 columns
+    assumed, prints every cell whole."""
+    model = "a-checkpoint-with-a-rather-long-name-v2"
+    for name, ppl, match in (("base", 179.123456, 0.75), ("run", 190.987654, 0.25)):
+        (tmp_path / name).mkdir()
+        _summary(model, ppl, match).to_csv(tmp_path / name / "summary.csv", index=False)
+    env = dict(os.environ, COLUMNS="80")
+    r = subprocess.run([sys.executable, "-m", "lctx.cli", "compare", str(tmp_path / "run"), "--baseline",
+                        str(tmp_path / "base")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       env=env, timeout=300)
+    assert r.returncode == 1, r.stderr  # three regressions
+    out = r.stdout
+    assert "…" not in out
+    for metric in ("string_match_part", "string_match_all"):  # both used to print as `string_…`
+        line = next(ln for ln in out.splitlines() if f" {metric} " in ln)
+        # the whole row on one line: status, model, task, metric, length, baseline and run values
+        for cell in ("regression", model, "niah_single_1", "256", "0.75", "0.25"):
+            assert cell in line, (cell, line)
+    ppl_line = next(ln for ln in out.splitlines() if " ppl " in ln)
+    assert "179.1" in ppl_line and "191" in ppl_line, ppl_line  # numbers used to print as `179.…`
+    assert "FAIL: 3 regressed" in out
+
+
+@pytest.mark.usefixtures("plain_console")
+def test_rich_tables_fold_instead_of_cutting(monkeypatch):
+    """Issue 16 item 1: on a terminal (forced here) a text cell that does not fit wraps onto the next line; no
+    character is lost; a number never wraps (issue 24 item 7: it used to fold too)."""
+    monkeypatch.setenv("LCTX_TABLE_FORMAT", "rich")
+    monkeypatch.setenv("COLUMNS", "32")
+    buf = io.StringIO()
+    long = "string_match_part_of_a_long_metric_name"
+    print_table(["metric", "value"], [[long, "179.123456789"]], right=["value"], file=buf)
+    cells = [ln.split("│") for ln in buf.getvalue().splitlines() if ln.count("│") == 3]
+    assert len(cells) > 2  # folded over several lines
+    assert "".join(c[1].strip() for c in cells) == long
+    assert cells[0][2].strip() == "179.123456789"  # whole on the first line
+    assert "…" not in buf.getvalue()
+
+
+@pytest.mark.usefixtures("plain_console")
+def test_markdown_table_is_aligned_and_escapes_pipes():
+    """Issue 16 item 1: a Markdown table's rows are equally wide, numbers right-aligned, pipes escaped."""
+    text = markdown_table(["name", "value"], [["a|b", "1.5"], ["much-longer-name", "22"]], right=["value"])
+    lines = text.splitlines()
+    assert len({len(ln) for ln in lines}) == 1  # every row as wide: columns line up in a log
+    assert lines[1].endswith("-:|")  # right-aligned numbers
+    assert "a\\|b" in text
+
+
+@pytest.fixture
+def lm(make_checkpoint):
+    from lctx.models.adapters.hf import load_lm
+
+    return load_lm(str(make_checkpoint("rope")), device="cpu")
+
+
+@pytest.mark.usefixtures("plain_console")
+def test_progress_bar_names_the_cell(lm, tmp_path, capsys):
+    """Issue 16 item 2: the progress bar names the cell it runs, and counts tokens."""
+    from lctx.harness.run.runner import RunSpec, run_sweep
+    from lctx.tasks.passkey import Passkey
+    from lctx.tasks.ppl import Perplexity
+
+    run_sweep([lm], [Passkey(), Perplexity(max_tokens=300)], RunSpec([160, 200], [0.5], 1), tmp_path / "o",
+              progress=True)
+    err = capsys.readouterr().err
+    assert f"[sample 4/4] {lm.name} ppl L=200" in err and "100% of tokens" in err  # off a terminal: every 10 s
+
+
+@pytest.mark.usefixtures("plain_console")
+def test_progress_bar_says_what_each_number_counts():
+    """Issue 16 item 2: the bar counts samples, and its percentage is the tokens' share."""
+    # the count is in samples, the percentage in tokens (a sample weighs its tokens): the line must name both,
+    # and the percentage must be the tokens' share (here 1 cheap sample of 4 done = 10 % of the tokens, not 25 %)
+    import io
+
+    from lctx.harness.run.console import SweepProgress
+
+    with SweepProgress([100.0, 300.0, 300.0, 300.0], file=io.StringIO()) as bar:
+        bar.start("tiny ppl L=256")
+        bar.done(100.0)
+        line = str(bar.bar)
+    assert "[sample 1/4] tiny ppl L=256" in line, line
+    assert " 10% of tokens" in line and "100/1.00k tokens" in line, line
+
+
+def test_progress_counts_samples_not_batches():
+    """A user trial of --batch-size (issue 15 item 3): a batch advances the progress bar by its samples."""
+    # a batch of 4 advances the sample count by 4, against the total in samples: [1-4/6], then [5/6], [6/6]
+    import io
+
+    from lctx.harness.run.console import SweepProgress
+
+    with SweepProgress([1.0] * 6, file=io.StringIO()) as bar:
+        seen = []
+        for n in (4, 1, 1):
+            bar.start("cell", n=n)
+            seen.append(bar.bar.desc)
+            bar.done(n)
+    assert [s.split("]")[0].split("[")[1] for s in seen] == ["sample 1-4/6", "sample 5/6", "sample 6/6"]
+
+
+def test_counts_in_messages_agree_with_their_number():
+    """A user trial of --batch-size (issue 15 item 3): a count in a message agrees with its number."""
+    from lctx.harness.run.console import count
+
+    assert [count(0, "sample"), count(1, "sample"), count(2, "error"), count(1, "row")] == \
+        ["0 samples", "1 sample", "2 errors", "1 row"]

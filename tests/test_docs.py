@@ -478,3 +478,33 @@ def test_runnable_marks_are_found():
     assert len(runnable_commands()) >= 3
     text = "<!-- runnable -->\n```bash\nlctx list tasks\n```\n\n```bash\nlctx run\n```\n"
     assert [r for _, _, r in fenced_blocks(text)] == [True, False]
+
+
+@pytest.mark.usefixtures("plain_console")
+def test_readme_lists_every_task_and_the_data_it_needs():
+    """Issue 16 item 4: the README names every task and the data files it needs."""
+    from lctx.harness.steps import flatness, ruler  # noqa: F401  (register the derived names)
+    from lctx.tasks import TASKS, task_catalog
+
+    readme = (REPO / "README.md").read_text()
+    for t in task_catalog():
+        if t.name in TASKS and not TASKS[t.name].__module__.startswith("lctx.tasks"):
+            continue  # a task file another test loaded
+        assert f"`{t.name}`" in readme, t.name
+    for path in ("ruler/PaulGrahamEssays.json", "ruler/wonderwords/"):
+        assert path in readme
+
+
+@pytest.mark.usefixtures("plain_console")
+def test_readme_gives_the_test_suite_duration():
+    """Issue 16: the README's Tests section gives the fast subset's time and links the dated measurements."""
+    # the README's Tests section says how long the fast subset takes (a line the lead fills in where the placeholder
+    # stands: a measurement, so it is dated) and links the dated measurements of the fast subset and the full suite
+    readme = (REPO / "README.md").read_text()
+    tests = readme.split("\n## Tests\n", 1)[1].split("\n## ", 1)[0]
+    assert "<!-- fast-subset-time -->" in tests or re.search(r"\d+ (s|min|minutes) of CPU", tests), \
+        "no fast-subset time (or its placeholder) in the README's test section"
+    link = re.search(r"\]\((results/[^)]*test-suite[^)]*)\)", tests)
+    assert link, "the README's test section does not link the measured test-suite durations"
+    page = (REPO / link.group(1)).read_text()
+    assert re.search(r"about \d+ min", page) and re.search(r"\d{4}-\d{2}-\d{2}", page), link.group(1)

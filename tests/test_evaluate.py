@@ -1,11 +1,13 @@
-"""``lctx.evaluate`` is the evaluation and ``lctx run`` a thin wrapper over it (issue 13.1): both give the
-same table for the same inputs."""
+"""lctx.harness.evaluate: ``lctx.evaluate`` is the evaluation and ``lctx run`` a thin wrapper over it (issue 13.1):
+both give the same table for the same inputs."""
 
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 from typer.testing import CliRunner
+
+from helpers import assert_one_line_error, run_cli
 
 #: columns that differ between two runs of the same inputs (when and how long, which process)
 RUN_SPECIFIC = ["run_id", "wall_s", "peak_mem_bytes", "timestamp"]
@@ -114,3 +116,18 @@ def test_relative_lengths_are_checked_once_the_training_lengths_are_known():
         _check_before_run([([], [256, 2**32])], [], None, False, False, relative=True)
     assert _check_before_run([([], [300, 512])], [Perplexity(stride=300)], None, False, False, relative=True) == {
         "skip_below": {}, "notes": []}  # a stride equal to or below every window runs
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["--tasks", "passkey", "--task-option", "passkey.key_digits=abc"],
+     ["--task-option passkey.key_digits", "'abc' is not a number", "whole number"]),
+    (["--tasks", "ppl", "--stride", "0"], ["--stride", "e.g. --stride 0.5"]),
+    (["--tasks", "ppl", "--ppl-max-tokens", "-1"], ["--ppl-max-tokens", "0 (all)"]),
+    (["--tasks", "ppl", "--window", "abc"], ["--window 'abc'", "--window 256,1k"]),
+])
+@pytest.mark.usefixtures("isolated_digests")
+def test_option_errors_name_the_flag_and_a_fix(capsys, tmp_path, args, needles):
+    """Trial 21 item 2: a bad value of a run option is one line naming the flag and a good value."""
+    code, _, err = run_cli(["run", *args, "--out", tmp_path / "o"], capsys)
+    assert_one_line_error(code, err, *needles)
+    assert "invalid literal" not in err and "length 'abc'" not in err

@@ -1,16 +1,19 @@
-"""GGUF checkpoints (issue 11, item 1): dequantised through transformers' GGUF support, cached by content
-hash, converted by `lctx convert gguf`, named by the file stem; one-line errors for damaged input."""
+"""lctx.models.adapters.gguf, GGUF checkpoints (issue 11, item 1): dequantised through transformers' GGUF support,
+cached by content hash, converted by `lctx convert gguf`, named by the file stem; one-line errors for damaged
+input."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import pytest
 import torch
 
 from gguf_tiny import write_tiny_gguf
-from helpers import assert_one_line_error, run_cli
+from helpers import TEXT, assert_one_line_error, ppl_task, run_cli, sweep, value
+from lctx.models import fingerprint as F
 
 
 @pytest.fixture
@@ -154,3 +157,39 @@ def test_report_of_a_gguf_run_says_how_to_give_its_train_length(tiny_gguf, tmp_p
     code, out, err = run_cli(["report", tmp_path / "o", "--out", tmp_path / "rep"], capsys)
     assert code == 0, err
     assert "note: Train length unknown for tiny-llama.Q0" in out and "declares max positions 128" in out
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("isolated_digests")
+def test_gguf_content_is_the_model_fingerprint(tmp_path, monkeypatch):
+    """Issue 10 item 1: a GGUF's own bytes are its model fingerprint; other weights of the same size and mtime rerun."""
+    from gguf_tiny import write_tiny_gguf
+
+    monkeypatch.setenv("LCTX_CACHE_DIR", str(tmp_path / "cache"))
+    g = write_tiny_gguf(tmp_path / "tiny.gguf")
+    data = tmp_path / "doc.txt"
+    data.write_text(TEXT)
+    out = tmp_path / "o"
+    first = sweep(g, [ppl_task(data)], out, cache_dir=str(tmp_path / "cache"))
+    assert first["ran"] == 1
+    meta = json.loads((out / "run.json").read_text())
+    assert meta["inputs"]["models"]["tiny"]["files"] == {"tiny.gguf": F.file_digest(g)}  # the GGUF's own bytes
+    st = os.stat(g)
+    write_tiny_gguf(g, seed=1)  # other weights, same size; mtime put back as cp -p leaves it
+    os.utime(g, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert os.stat(g).st_size == st.st_size
+    second = sweep(g, [ppl_task(data)], out, cache_dir=str(tmp_path / "cache"))
+    assert second["ran"] == 1 and second["superseded"] == 1
+    assert value(second, "ppl", "ppl") != value(first, "ppl", "ppl")
+    # byte-identical copy elsewhere, same stem: the same fingerprint, so a run there would resume
+    (tmp_path / "copy").mkdir()
+    shutil.copy2(g, tmp_path / "copy" / "tiny.gguf")
+    again = sweep(tmp_path / "copy" / "tiny.gguf", [ppl_task(data)], out, cache_dir=str(tmp_path / "cache"))
+    assert again["ran"] == 0
+
+
+@pytest.mark.usefixtures("isolated_digests")
+def test_convert_gguf_missing_file_says_it_does_not_exist(capsys, tmp_path):
+    """Trial 21 item 2: lctx convert gguf on a missing file says that it does not exist."""
+    code, _, err = run_cli(["convert", "gguf", tmp_path / "nonexistent.gguf", "--out", tmp_path / "o"], capsys)
+    assert_one_line_error(code, err, "does not exist")

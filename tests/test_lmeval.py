@@ -5,13 +5,18 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
+import subprocess
+import sys
 
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # nothing here may touch the network
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from lctx.errors import LctxError  # noqa: E402
+from helpers import assert_one_line_error, nan_checkpoint, run_cli
+from lctx.errors import EXIT_ALL_FAILED, LctxError  # noqa: E402
 from lctx.harness.steps import lmeval_run  # noqa: E402
 from lctx.tasks import lmeval  # noqa: E402
 
@@ -284,7 +289,7 @@ def test_batch_size_reaches_lm_eval(tiny_data, tmp_path, monkeypatch):
 # hand (issue 25 item 3): one lm-eval row of 2,000 tokens on the bundled model (172,352 float32 parameters =
 # 689,408 B, vocab 1,024): forward working set KV 2,000 x 1,024 + growth 1,024,000 + positions 34,000 + activations
 # 2,000 x 5,632 + pattern 2 x 2,000^2 + float mask 8 x 2,000^2 = 54,370,000 B, plus logits 2,000 x 1,024 x 4 =
-# 8,192,000 (the log-softmax fits in the freed working set): 62,562,000 B a row (as tests/test_plan.py's ROW)
+# 8,192,000 (the log-softmax fits in the freed working set): 62,562,000 B a row (as tests/test_memory.py's ROW)
 ROW, WEIGHTS = 62_562_000, 172_352 * 4
 
 
@@ -527,3 +532,116 @@ def test_stopped_lmeval_call_resumes_from_request_cache(tiny_data, tmp_path, mak
     lmeval_run.run_lmeval([other], specs, source, out, **quiet)
     assert sum(rows) == n_requests  # another checkpoint: every request asked of the model again
     assert len(list((out / "partial").iterdir())) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("isolated_digests")
+def test_compare_a_real_arc_run_and_lmeval_nan_model(data_dir, make_checkpoint, tmp_path, capsys):
+    """Issue 10 items 12 and 7: a real arc_easy run compares with itself; a NaN model fails every lm-eval question."""
+    # the issue's command: lctx run --tasks arc_easy --limit 3 --data-dir DATA --out arc; lctx compare arc --baseline arc
+    arc = tmp_path / "arc"
+    common = ["--tasks", "arc_easy", "--limit", "3", "--data-dir", data_dir, "--no-progress"]
+    code, _, err = run_cli(["run", "-m", make_checkpoint("rope"), *common, "--out", arc], capsys)
+    assert code == 0, err
+    code, out, err = run_cli(["compare", arc, "--baseline", arc], capsys)
+    assert code == 0 and "PASS" in out, err
+    # lm-eval's model calls go through the same finite-logits check: a NaN model fails every question
+    code, _, err = run_cli(["run", "-m", nan_checkpoint(make_checkpoint, "layer0"), *common, "--out",
+                            tmp_path / "nan"], capsys)
+    assert code == EXIT_ALL_FAILED, err
+    t = pd.read_csv(tmp_path / "nan" / "results.csv")
+    assert (t["status"] == "error").all() and t["error"].str.contains("NonFiniteLogitsError|logits").all()
+
+
+@pytest.mark.usefixtures("plain_console")
+def test_lm_eval_git_probe_is_silent_outside_a_repository(tmp_path, monkeypatch, capfd):
+    """Issue 16 item 5: lm-eval's git probe prints nothing outside a repository."""
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    import lm_eval.evaluator as evaluator
+    from lm_eval.loggers.utils import get_git_commit_hash
+
+    from lctx.tasks.lmeval import quiet_git_probe
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))  # never find a repository above
+    get_git_commit_hash()
+    assert "not a git repository" in capfd.readouterr().err  # what lm-eval prints on every run
+    original = evaluator.get_git_commit_hash
+    with quiet_git_probe():
+        assert evaluator.get_git_commit_hash() is None
+    assert capfd.readouterr().err == ""
+    assert evaluator.get_git_commit_hash is original
+
+
+def _no_network(monkeypatch, tmp_path):
+    import socket
+
+    def refuse(*a, **k):
+        raise OSError("[Errno -2] Name or service not known")  # what this sandbox answers
+
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_DATASETS_CACHE"):
+        monkeypatch.delenv(v, raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+
+
+@pytest.mark.usefixtures("isolated_digests")
+def test_offline_hub_task_fails_at_once_with_one_line(capsys, monkeypatch, tmp_path):
+    """Trial 21 item 3: an lm-eval task offline without --data-dir fails at once in one line, with no hub retries."""
+    _no_network(monkeypatch, tmp_path)
+    code, _, err = run_cli(["run", "--tasks", "arc_easy", "--limit", "1", "--out", tmp_path / "o"], capsys)
+    assert_one_line_error(code, err, "allenai/ai2_arc", "--data-dir")
+    assert "Retrying" not in err and not (tmp_path / "o").exists()
+
+
+@pytest.mark.usefixtures("isolated_digests")
+def test_offline_hub_task_cached_switches_to_offline_mode(monkeypatch, tmp_path):
+    """Trial 21 item 3: offline with the dataset cached, the hub libraries are switched to offline mode."""
+    import huggingface_hub.constants as hc
+
+    from lctx.tasks import lmeval
+
+    _no_network(monkeypatch, tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")  # restored after the test (check_hub sets it)
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "0")
+    monkeypatch.setattr(hc, "HF_HUB_OFFLINE", hc.HF_HUB_OFFLINE)
+    (tmp_path / "hf" / "hub" / "datasets--allenai--ai2_arc").mkdir(parents=True)  # a cached copy
+    lmeval.check_hub(lmeval.resolve_tasks(["arc_easy"], None)[0])  # no error: the cache can serve it
+    import os
+
+    assert os.environ["HF_HUB_OFFLINE"] == "1" and hc.HF_HUB_OFFLINE is True
+    with pytest.raises(Exception, match="mmlu"):  # MMLU is not cached: refused
+        lmeval.check_hub(lmeval.resolve_tasks(["mmlu_anatomy"], None)[0])
+
+
+@pytest.mark.usefixtures("isolated_digests")
+def test_offline_hub_cache_found_where_the_libraries_look(monkeypatch, tmp_path):
+    """Trial 21 item 3: the hub cache is found where the libraries look (XDG_CACHE_HOME, their configured caches)."""
+    # last stop's finding: the check knew HF_HOME, HF_HUB_CACHE and HF_DATASETS_CACHE but not XDG_CACHE_HOME, which
+    # huggingface_hub and datasets follow when HF_HOME is unset (constants.py / config.py): a cache they read was
+    # reported missing. Nor did it see the caches the imported libraries were configured with.
+    import huggingface_hub.constants as hc
+
+    from lctx.tasks import lmeval
+
+    _no_network(monkeypatch, tmp_path)
+    monkeypatch.delenv("HF_HOME")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert not lmeval._hub_cached("allenai/ai2_arc")
+    (tmp_path / "xdg" / "huggingface" / "hub" / "datasets--allenai--ai2_arc").mkdir(parents=True)
+    assert lmeval._hub_cached("allenai/ai2_arc")  # where huggingface_hub would read it
+    monkeypatch.setattr(hc, "HF_HUB_CACHE", str(tmp_path / "lib-hub"))
+    (tmp_path / "lib-hub" / "datasets--cais--mmlu").mkdir(parents=True)
+    assert lmeval._hub_cached("cais/mmlu")  # where the imported library was set to read
+
+
+@pytest.mark.usefixtures("isolated_digests")
+def test_offline_hub_error_loads_no_torch(tmp_path):
+    """Trial 21 items 3 and 4: the offline-hub error comes before torch is imported."""
+    code = ("import sys\nfrom lctx.errors import LctxError\nfrom lctx.harness.evaluate import evaluate\n"
+            f"try:\n    evaluate(tasks='arc_easy', limit=1, out={str(tmp_path / 'o')!r})\n"
+            "except LctxError as e:\n    print('ERR', e)\nprint('torch' in sys.modules)\n")
+    env = {**__import__("os").environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert "ERR lm-eval task 'arc_easy'" in p.stdout and p.stdout.strip().endswith("False"), p.stdout + p.stderr

@@ -1,6 +1,6 @@
-"""RULER NIAH tasks: template fidelity to RULER's source, exact budgets, depth placement, determinism and the
-sample cache, scoring edge cases, and one small end-to-end ``lctx run`` (with --task-option) that draws the
-depth x length heatmap.
+"""lctx.tasks.niah, RULER's NIAH tasks: template fidelity to RULER's source, exact budgets, depth placement,
+determinism and the sample cache, scoring edge cases, and one small end-to-end ``lctx run`` (with --task-option)
+that draws the depth x length heatmap.
 
 Most tests use a small synthetic data folder (an essay of numbered sentences and short word lists) so they
 run without ../shared/data; one test reads RULER's real essay and word lists when present.
@@ -15,8 +15,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from helpers import _forward_work, ruler_data
 from lctx.cli import main
 from lctx.errors import LctxError
+from lctx.harness.run.tables import DEPTH_TOLERANCE
+from lctx.models.adapters.hf import load_lm
 from lctx.tasks import Cell, get_task
 from lctx.tasks import niah
 from lctx.tasks.niah import (NIAHBuilder, RULER_CONFIGS, join_queries, postprocess_pred, ruler_template,
@@ -409,3 +412,53 @@ def test_real_ruler_data(data_dir, lm):
         assert adj in adjs and noun in nouns
     text = b.prompt(n)[0]
     assert "October 2015When I talk to a startup" in text  # RULER's essay haystack starts at the first word
+
+
+@pytest.mark.usefixtures("isolated_digests")
+def test_niah_without_sentence_boundaries_falls_back_to_words(make_checkpoint, tmp_path):
+    """Issue 10 item 17: a haystack without sentence ends places the needle between words, near its depth."""
+    from lctx.tasks import Cell, get_task
+    from lctx.tasks.niah import NIAHBuilder
+
+    root = ruler_data(tmp_path / "d", "aaa bbb ccc " * 100)
+    lm = load_lm(str(make_checkpoint("rope")), device="cpu")
+    task = get_task("niah_single_2")(data_dir=root, cache=False)
+    s = task.build(lm, Cell(256, 0.5, 0), 0)
+    assert s.meta["needle_boundaries"] == "word"
+    b = NIAHBuilder(task, lm, Cell(256, 0.5, 0), 0)
+    n = b.fit()
+    text, pos, where = b.prompt(n)
+    # the needle goes before haystack word `where` of n (was word 0: before the first word, for depth 0.5)
+    assert abs(where[0] / n - 0.5) <= max(DEPTH_TOLERANCE, 1 / n), (where, n)  # the nearest word
+    assert s.depth > 0.35  # the issue's depth_actual was 0.218, the template's share of the prompt
+    assert text[pos[0] - 4: pos[0]] in ("aaa ", "bbb ", "ccc ")  # between two haystack words
+
+
+@pytest.mark.usefixtures("plain_console")
+def test_niah_cost_is_the_work_it_does(data_dir, lm, monkeypatch):
+    """Issue 16 item 2: a NIAH cell's cost is the work its scoring feeds the model."""
+    from lctx.tasks import Cell, get_task
+
+    for name in ("niah_single_1", "niah_multivalue"):
+        task = get_task(name)(data_dir=data_dir, cache=False)
+        sample = task.build(lm, Cell(800, 0.5, 0), 0)
+        work = _forward_work(monkeypatch, lm)
+        task.score(lm, sample)
+        monkeypatch.undo()
+        # greedy prompt + decode steps + one teacher-forced prefill per value + the control
+        assert 0.85 < sum(work) / task.cost(lm, sample.cell) <= 1.1, (name, sum(work), task.cost(lm, sample.cell))
+
+
+@pytest.mark.usefixtures("plain_console")
+def test_niah_min_length_is_its_empty_haystack(data_dir, lm):
+    """Issue 16 item 3: a NIAH task's minimum length is its template with an empty haystack."""
+    from lctx.tasks import Cell, get_task
+
+    task = get_task("niah_single_1")(data_dir=data_dir, cache=False)
+    m = task.min_length(lm)
+    cells = [Cell(m - 1, d, s) for d in (0.0, 0.5, 1.0) for s in range(4)]
+    for c in cells:  # too short for every one of these draws
+        with pytest.raises(ValueError, match="shorter than the niah_single_1 template"):
+            task.build(lm, c, 0)
+    for c in cells:  # word keys and answers vary by up to ~30 tokens between draws
+        assert task.build(lm, Cell(m + 40, c.depth, c.sample), 0).n_tokens <= m + 40

@@ -5,7 +5,9 @@ from __future__ import annotations
 import functools
 import math
 import struct
+from pathlib import Path
 
+import matplotlib
 import numpy as np
 import pandas as pd
 import pytest
@@ -287,3 +289,69 @@ def test_wrap_to_width_keeps_every_word():
     lines = wrap_to_width(parts, 1.5, 9.5)
     assert len(lines) > 3 and " ".join(lines).replace("  ·  ", " ").split() == " ".join(parts).split()
     assert wrap_to_width(parts, 40, 9.5) == ["  ·  ".join(parts)]  # wide enough: one line
+
+
+def _table() -> pd.DataFrame:
+    rows = []
+    for model, T in (("rope-256", 256), ("alibi-256", 256), ("ggd-512", 512), ("nope-1k", 1024)):
+        for L in (256, 512, 1024, 2048):
+            for metric in ("exact", "digit_acc"):
+                rows.append(dict(run_id="r", model=model, variant=model.split("-")[0], task="passkey", metric=metric,
+                                 length=L, depth=0.5, sample=0, value=float(L <= T), status="ok", error="",
+                                 train_length=T, task_options="{}"))
+            rows.append(dict(run_id="r", model=model, variant=model.split("-")[0], task="ppl", metric="ppl", length=L,
+                             depth=None, sample=0, value=30.0 * L / T, status="ok", error="", train_length=T,
+                             task_options="{}"))
+    return pd.DataFrame(rows)
+
+
+def _check_train_marks(fig, colour_of: dict[str, tuple], trained_at: dict[int, list[str]]) -> None:
+    """Each training length: a vertical line in the colour of every model trained there, and its tick label
+    says "train" in that model's colour (grey when shared); no label overlaps an axes title."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        if not ax.get_title():
+            continue
+        vlines = {}
+        for ln in ax.get_lines():
+            x = ln.get_xdata()
+            if len(x) == 2 and x[0] == x[1] and tuple(ln.get_ydata()) == (0, 1):
+                vlines.setdefault(float(x[0]), []).append(matplotlib.colors.to_hex(ln.get_color()))
+        assert {k: sorted(v) for k, v in vlines.items()} == {
+            float(T): sorted(matplotlib.colors.to_hex(colour_of[m]) for m in ms) for T, ms in trained_at.items()}
+        title = ax.title.get_window_extent(renderer)
+        marked = {}
+        for lbl in ax.get_xticklabels():
+            assert not lbl.get_window_extent(renderer).overlaps(title)
+            if lbl.get_text().endswith("\ntrain"):
+                marked[lbl.get_text().split("\n")[0]] = matplotlib.colors.to_hex(lbl.get_color())
+        assert marked == {"256": "#333333", "512": matplotlib.colors.to_hex(colour_of["ggd-512"]),
+                          "1K": matplotlib.colors.to_hex(colour_of["nope-1k"])}
+        texts = [t for t in ax.texts if "train" in t.get_text()]
+        assert not texts  # no "train N" annotation above the axes any more
+
+
+@pytest.mark.usefixtures("plain_console")
+def test_train_lengths_coloured_by_model_and_clear_of_titles(tmp_path, monkeypatch):
+    """Issue 16 item 6: training lengths are marked in each model's colour, clear of the axes titles."""
+    from lctx.harness.outputs import plots, report
+
+    figs = []
+    monkeypatch.setattr(plots, "_save", lambda fig, out, name: figs.append(fig) or Path(out) / name)
+    table = _table().assign(label=lambda d: d["model"])
+    pal = report.palette(list(dict.fromkeys(table["label"])))
+    report.accuracy_figure(table, "passkey", tmp_path, pal)
+    trained_at = {256: ["rope-256", "alibi-256"], 512: ["ggd-512"], 1024: ["nope-1k"]}
+    _check_train_marks(figs[-1], {m: pal[m][0] for m in pal}, trained_at)  # used to be grey lines
+    report.perplexity_figure(table, tmp_path, pal)
+    ppl_fig = figs[-1]
+    ppl_fig.axes[1].set_title("")  # the ratio panel (no flatness rows here): checked by the report tests
+    _check_train_marks(ppl_fig, {m: pal[m][0] for m in pal}, trained_at)
+
+    saved = []
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda self, *a, **k: saved.append(self))
+    plots.ppl_vs_length(_table(), tmp_path)
+    tab10 = matplotlib.colormaps["tab10"].colors
+    _check_train_marks(saved[-1], {m: tab10[i] for i, m in enumerate(["rope-256", "alibi-256", "ggd-512", "nope-1k"])},
+                       trained_at)

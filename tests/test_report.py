@@ -9,6 +9,7 @@ import re
 
 import pandas as pd
 import pytest
+from helpers import run_cli
 from lctx.errors import LctxError
 from lctx.harness.steps.flatness import FlatnessSpec, write_tables_with_flatness
 from lctx.harness.outputs.report import build_report, load_runs, parse_at
@@ -162,6 +163,7 @@ def test_custom_task_without_depth_axis_is_reported(tmp_path):
     assert s.loc["rope", "last_token_nll nll @ 2×"] == pytest.approx(2.5)  # mean of 3 and 2 at 512
 
 
+@pytest.mark.slow  # five reports drawn (figures included): 2.6-4.4 s at load 3-5 on 2 cores
 def test_unknown_train_length_has_a_hint_and_the_declared_maximum(tmp_path, capsys):
     # a GGUF model records no training length: the summary's "–" gets a note saying how to give one, and the
     # checkpoint's declared maximum (run.json max_positions) labelled as such, never as the training length
@@ -189,6 +191,7 @@ def test_unknown_train_length_has_a_hint_and_the_declared_maximum(tmp_path, caps
     assert code == 2 and "--train-length 'alibi=0' is not N or MODEL=N" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # four reports drawn (figures included): 3.5-3.8 s at load 3-5 on 2 cores
 def test_no_training_length_puts_the_summary_at_the_tested_lengths(tmp_path, capsys):
     """issue 24 item 5: with no model's training length known (a GGUF or HF checkpoint), every column at 1x/2x/8x
     was "–": without --at the summary's columns are the tested lengths, and the page says so."""
@@ -403,3 +406,16 @@ def test_report_names_an_mmlu_run_by_its_subject(tmp_path):
     res = build_report([run], tmp_path / "rep")
     md = res["markdown"].read_text()
     assert "mmlu_astronomy" in md and "@ mmlu " not in md and "| mmlu |" not in md, md
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("plain_console")
+def test_report_prints_its_summary_whole(tmp_path, capsys):
+    """Issue 16 item 1: lctx report prints its summary table whole."""
+    run = _run(tmp_path / "runs" / "run-with-a-long-directory-name", ["rope", "alibi"], flat=True)
+    code, out, err = run_cli(["report", run, "--out", tmp_path / "rep"], capsys)
+    assert code == 0, err
+    header = next(ln for ln in out.splitlines() if ln.startswith("| model"))
+    for col in ("train length", "PPL at train length", "flat until", "effective length", "passkey exact @ 1×"):
+        assert col in header, header
+    assert "…" not in out

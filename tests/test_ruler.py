@@ -1,6 +1,7 @@
-"""RULER's vt, cwe, fwe, qa_1, qa_2 and the ``ruler`` group: fidelity to RULER's source text and logic, exact
-budgets, depth placement, the structure and answers of each prompt, answer extraction and the metric, the sample
-cache, the group's average and effective length, and one end-to-end ``lctx run --tasks ruler`` + ``lctx report``.
+"""lctx.tasks.ruler and lctx.tasks.ruler_qa (RULER's vt, cwe, fwe, qa_1, qa_2) and lctx.harness.steps.ruler (the
+``ruler`` group): fidelity to RULER's source text and logic, exact budgets, depth placement, the structure and
+answers of each prompt, answer extraction and the metric, the sample cache, the group's average and effective
+length, and one end-to-end ``lctx run --tasks ruler`` + ``lctx report``.
 
 RULER's own generators were also run side by side with lctx's on fixed seeds (SmolLM2's tokenizer, 1K and 4K;
 a scratch check outside the project, see results/*-smollm2-ruler/README.md): the prompts have the same
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import json
+import os
 import re
 from pathlib import Path
 
@@ -19,7 +21,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from helpers import assert_one_line_error, run_cli
+from helpers import assert_one_line_error, nan_checkpoint, ruler_qa_data, run_cli
+from lctx.harness.run.runner import RunSpec, run_sweep
 from ruler_fixtures import write_hotpot, write_squad
 from lctx.harness.steps import ruler as group
 from lctx.errors import LctxError
@@ -783,7 +786,7 @@ def test_cli_ruler_option_errors(fake_data, tmp_path, capsys, monkeypatch):
 # --chat-template on: the task text is the user's turn, the answer prefix opens the assistant's turn
 @pytest.fixture(scope="module")
 def chat_lm(tmp_path_factory):
-    """A tiny Llama with a ChatML template (test_chat_template's GGUF fixture), chat template on."""
+    """A tiny Llama with a ChatML template (test_chat's GGUF fixture), chat template on."""
     from gguf_tiny import write_tiny_gguf
     from lctx.models.adapters.gguf import convert_gguf
 
@@ -824,3 +827,135 @@ def test_samples_option_is_not_part_of_the_resume_key(fake_data):
         a, b = make(name, fake_data, samples=3), make(name, fake_data, samples=5)
         assert a.options == b.options and "samples" not in a.options
         assert len(a.cells([1024], [0.5], 1)) == 3 and len(b.cells([1024], [0.5], 1)) == 5
+
+
+def rewrite_same_size_same_mtime(path: Path, new: bytes) -> None:
+    st = os.stat(path)
+    assert len(new) == st.st_size
+    path.write_bytes(new)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+@pytest.mark.usefixtures("isolated_digests")
+def test_ruler_tasks_put_their_data_files_in_the_key(tmp_path):
+    """Issue 10 item 3: cwe, qa and niah put their data files in the resume key (RulerTask hid Task.data_files)."""
+    # RulerTask kept its files in an attribute named data_files, which hid Task.data_files(): every
+    # `lctx run --tasks vt|cwe|fwe|qa_1|qa_2|ruler` died with TypeError "'dict' object is not callable"
+    from lctx.tasks import get_task
+
+    root = ruler_qa_data(tmp_path / "d")
+    for name in ("vt", "fwe"):  # generated from a seed: no data file
+        assert get_task(name)().data_fingerprint() is None
+    cwe, qa = get_task("cwe")(data_dir=root, cache=False), get_task("qa_1")(data_dir=root, cache=False)
+    assert set(cwe.data_files()) == {"ruler/wonderwords/nounlist.txt", "ruler/wonderwords/adjectivelist.txt",
+                                     "ruler/wonderwords/verblist.txt", "ruler/PaulGrahamEssays.json"}
+    assert set(qa.data_files()) == {"qa"}
+    niah = get_task("niah_single_2")(data_dir=root, cache=False)  # NIAH's essay haystack
+    assert "ruler/PaulGrahamEssays.json" in niah.data_files()  # and the word lists of its keys
+    fps = {"cwe": cwe.data_fingerprint(), "qa_1": qa.data_fingerprint(), "niah": niah.data_fingerprint()}
+    assert all(isinstance(v, str) and len(v) == 16 for v in fps.values())
+    noun = root / "ruler" / "wonderwords" / "nounlist.txt"
+    rewrite_same_size_same_mtime(noun, noun.read_bytes().upper())
+    squad = root / "squad" / "dev-v2.0.json"
+    rewrite_same_size_same_mtime(squad, squad.read_bytes().replace(b"market town", b"harbor town"))
+    assert get_task("cwe")(data_dir=root, cache=False).data_fingerprint() != fps["cwe"]
+    assert get_task("qa_1")(data_dir=root, cache=False).data_fingerprint() != fps["qa_1"]
+    essay = root / "ruler" / "PaulGrahamEssays.json"
+    rewrite_same_size_same_mtime(essay, essay.read_bytes().replace(b"the sea", b"the air"))
+    assert get_task("niah_single_2")(data_dir=root, cache=False).data_fingerprint() != fps["niah"]
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("isolated_digests")
+def test_ruler_qa_data_change_reruns_through_the_runner(make_checkpoint, tmp_path):
+    """Issue 10 item 3: a SQuAD file rewritten in place reruns qa_1; unchanged, it resumes."""
+    from lctx.tasks import get_task
+
+    root = ruler_qa_data(tmp_path / "d")
+    ck, out = make_checkpoint("rope"), tmp_path / "o"
+    lm = load_lm(str(ck), device="cpu")
+
+    def qa():
+        return get_task("qa_1")(data_dir=root, cache=False, max_new_tokens=2)
+
+    length = qa().min_length(lm) + 64
+    first = run_sweep([lm], [qa()], RunSpec([length], [0.5], 1), out, progress=False)
+    assert first["ran"] == 1 and first["errors"] == 0, first["table"][["status", "error"]]
+    again = run_sweep([lm], [qa()], RunSpec([length], [0.5], 1), out, progress=False)
+    assert again["ran"] == 0  # unchanged inputs resume
+    squad = root / "squad" / "dev-v2.0.json"
+    rewrite_same_size_same_mtime(squad, squad.read_bytes().replace(b"market town", b"harbor town"))
+    third = run_sweep([lm], [qa()], RunSpec([length], [0.5], 1), out, progress=False)
+    assert third["ran"] == 1 and third["superseded"] == 1  # the old record leaves the tables
+    assert third["table"]["data_fingerprint"].nunique() == 1
+    meta = json.loads((out / "run.json").read_text())
+    assert meta["inputs"]["data"]["qa_1"] == third["table"]["data_fingerprint"].iloc[0]
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("isolated_digests")
+def test_nan_model_is_an_error_in_the_ruler_tasks(make_checkpoint, tmp_path):
+    """Issue 10 item 7: a NaN model is an error in vt and qa_1 (greedy generation), never a score."""
+    # vt/cwe/fwe/qa score by greedy generation (HFAdapter.prefill + HFAdapter.greedy): the same shared check applies
+    from lctx.tasks import get_task
+
+    ck = nan_checkpoint(make_checkpoint, "layer0")
+    root = ruler_qa_data(tmp_path / "d")
+    lm = load_lm(str(ck), device="cpu")
+    tasks = [get_task("vt")(max_new_tokens=2, cache=False), get_task("qa_1")(data_dir=root, cache=False,
+                                                                             max_new_tokens=2)]
+    length = max(t.min_length(lm) for t in tasks) + 32
+    res = run_sweep([lm], tasks, RunSpec([length], [0.5], 1), tmp_path / "o", progress=False)
+    t = res["table"]
+    assert set(t["task"]) == {"vt", "qa_1"} and res["errors"] == 2
+    assert (t["status"] == "error").all() and t["error"].str.contains("non-finite logits").all()
+
+
+@pytest.mark.usefixtures("isolated_digests")
+def test_ruler_average_uses_only_the_current_inputs_records(tmp_path):
+    """Issue 10 item 4: after a retrain, the ruler group's average uses the new weights' records only."""
+    # after a retrain into the same --out, the derived ruler rows average the new weights' records only
+    from lctx.harness.steps import ruler as group
+    from lctx.harness.run.tables import label_of
+
+    d = tmp_path / "o"
+    d.mkdir()
+    recs, current = [], {}
+    for fp, v in (("old", 1.0), ("new", 0.2)):
+        for task, depth in (("niah_single_1", 0.5), ("cwe", None)):
+            r = {"model": "m", "variant": "llama", "task": task, "length": 1024, "depth": depth, "sample": 0,
+                 "metrics": {"string_match_all": v}, "status": "ok", "error": "", "seed": 0, "task_options": {},
+                 "train_length": None, "fingerprint": fp, "model_fingerprint": fp}
+            recs.append(r)
+            current[label_of(r)] = "new"
+    (d / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    (d / "run.json").write_text(json.dumps({"current": current}))
+    table, summary = group.write_tables_with_ruler(d, group.RulerSpec(threshold=50.0, tasks=("niah_single_1", "cwe")))
+    avg = summary[(summary["task"] == "ruler") & (summary["metric"] == "average")]
+    assert len(avg) == 1 and avg["mean"].iloc[0] == pytest.approx(20.0)  # 100 x 0.2, not (100 + 20) / 2
+    assert (summary[summary["task"] != "ruler"]["n"] == 1).all()
+
+
+@pytest.mark.usefixtures("isolated_digests")
+def test_in_process_data_caches_follow_the_content(tmp_path):
+    """Issue 10 item 3: NIAH's and RULER's parsed-data caches follow a file rewritten in place within one process."""
+    # the parsed-data caches of NIAH/RULER were keyed by path (qa: path, size and mtime): within one process a
+    # file rewritten in place was served stale while the record's fingerprint named the new content
+    from lctx.tasks import niah as N
+    from lctx.tasks import ruler as R
+    from lctx.tasks.ruler_qa import load_qa
+
+    root = ruler_qa_data(tmp_path / "d")
+    squad = root / "squad" / "dev-v2.0.json"
+    noun = root / "ruler" / "wonderwords" / "nounlist.txt"
+    essay = root / "ruler" / "PaulGrahamEssays.json"
+    before = (load_qa(squad, "squad", "qa_1").docs, N.load_words(str(root)), R.load_cwe_words(str(root)),
+              N._file_digest(str(essay)), R.load_essay_words(str(root), ()))
+    rewrite_same_size_same_mtime(squad, squad.read_bytes().replace(b"market town", b"harbor town"))
+    rewrite_same_size_same_mtime(noun, noun.read_bytes().upper())
+    rewrite_same_size_same_mtime(essay, essay.read_bytes().replace(b"the sea", b"the air"))
+    after = (load_qa(squad, "squad", "qa_1").docs, N.load_words(str(root)), R.load_cwe_words(str(root)),
+             N._file_digest(str(essay)), R.load_essay_words(str(root), ()))
+    for what, a, b in zip(("qa docs", "niah words", "cwe words", "essay digest", "essay words"), before, after):
+        assert a != b, what
+    assert any("harbor town" in d for d in after[0]) and "air" in after[4] and "air" not in before[4]

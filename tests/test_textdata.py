@@ -1,7 +1,10 @@
 """Tests of lctx.tasks.textdata: decoding, newline normalisation, Gutenberg stripping, corpora."""
 
+import os
+
 import pytest
 
+from helpers import assert_one_line_error, run_cli
 from lctx.errors import LctxError
 from lctx.tasks.textdata import load_corpus, pydoc_corpus, read_text, strip_gutenberg
 
@@ -109,3 +112,28 @@ def test_gutenberg_real_book(data_dir):
     assert "It is a truth universally acknowledged" in text
     assert text.rstrip().endswith("the means of uniting them.")
     assert 600_000 < len(text) < len(raw)
+
+
+@pytest.mark.parametrize("cmd", ["run", "train"])
+@pytest.mark.usefixtures("isolated_digests")
+def test_binary_file_as_text_data(tmp_path, capsys, cmd):
+    """Issue 10 item 15: a binary file as --ppl-data or --data is one line: not a text file."""
+    f = tmp_path / "blob.bin"
+    f.write_bytes(os.urandom(4096))
+    if cmd == "run":
+        args = ["run", "--tasks", "ppl", "--ppl-data", f, "--lengths", "256", "--out", tmp_path / "o"]
+    else:
+        args = ["train", "--data", f, "--steps", "1", "--out", tmp_path / "m"]
+    code, _, err = run_cli(args, capsys)
+    assert_one_line_error(code, err, "not a text file")
+
+
+@pytest.mark.usefixtures("isolated_digests")
+def test_binary_detection_keeps_real_text():
+    """Issue 10 item 15: the binary check keeps latin-1 text and the control characters of real text."""
+    from lctx.tasks.textdata import binary_reason
+
+    latin1 = "Caf\u00e9 \u00e0 la cr\u00e8me, na\u00efve. " * 50
+    assert binary_reason(latin1.encode("latin-1"), latin1) is None
+    assert binary_reason(b"tab\tand\r\nlines\f", "tab\tand\r\nlines\f") is None
+    assert "NUL" in binary_reason("hi".encode("utf-16"), "x")

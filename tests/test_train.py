@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from helpers import assert_one_line_error, run_cli
 from lctx.errors import LctxError
 from lctx.tasks.textdata import pydoc_corpus
 from lctx.harness.commands.train import lr_at, sample_crops, split_streams, train
@@ -270,3 +271,53 @@ def test_passkey_probe_matches_the_passkey_tasks_digit_accuracy(run, doc_lm):
         want.append(task.score(lm, s)["digit_acc"])
     got = passkey_probe(lm.model, prompts, torch.device("cpu"))
     assert got["passkey_tf_digit_acc"] == pytest.approx(sum(want) / 3, abs=1e-6)
+
+
+@pytest.mark.usefixtures("plain_console")
+def test_train_warns_when_warmup_covers_every_step(tmp_path):
+    """Issue 16 and trial 21 item 9: a refused training run prints its error alone, no warm-up warning first."""
+    from lctx.errors import LctxError
+    from lctx.harness.commands.train import train
+
+    got: list[str] = []
+    with pytest.raises(LctxError, match="no training text"):  # a refused run: its error line alone (trial21 9)
+        train([("empty", "")], tmp_path / "m", steps=30, warmup_steps=50, progress=False, log=None, warn=got.append)
+    assert got == []
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("plain_console")
+def test_train_warns_when_warmup_covers_every_step_once_it_can_run(tmp_path):
+    """Issue 16: a warm-up as long as the run is warned about, once the run can start."""
+    from lctx.harness.commands.train import train
+
+    got: list[str] = []
+    text = "The module documents every function it exports. A function takes arguments and returns a value. " * 40
+    tiny = dict(context_length=16, hidden_size=16, num_layers=1, num_heads=2, vocab_size=300, batch_size=2,
+                eval_every=100, eval_batches=1, progress=False, log=None, warn=got.append)
+    train([("doc", text)], tmp_path / "m", steps=2, warmup_steps=5, **tiny)  # the warning, once the run can start
+    assert len(got) == 1 and "warm-up of 5 steps >= 2 steps" in got[0] and "never decays" in got[0]
+    got.clear()
+    train([("doc", text)], tmp_path / "m2", steps=2, warmup_steps=1, **tiny)
+    assert got == []
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("plain_console")
+def test_cli_train_prints_the_warmup_warning_on_stderr(capsys, tmp_path):
+    """Issue 16: lctx train prints the warm-up warning on stderr, never on stdout."""
+    code, out, err = run_cli(["train", "--steps", "2", "--context-length", "32", "--hidden-size", "16", "--layers", "1",
+                              "--heads", "2", "--vocab-size", "300", "--batch-size", "2", "--no-progress",
+                              "--out", tmp_path / "m"], capsys)
+    assert code == 0, err
+    assert err.startswith("warning: warm-up of 50 steps >= 2 steps (--warmup, --steps)"), err
+    assert "warning" not in out
+
+
+@pytest.mark.usefixtures("isolated_digests")
+def test_short_train_data_prints_the_error_alone(capsys, tmp_path):
+    """Trial 21 item 2: too little training text is one error line, with no warm-up warning before it."""
+    f = tmp_path / "tiny.txt"
+    f.write_text("a few words only\n")
+    code, _, err = run_cli(["train", "--data", f, "--steps", "1", "--out", tmp_path / "ck"], capsys)
+    assert_one_line_error(code, err, "not enough text")  # one line: no warm-up warning before it

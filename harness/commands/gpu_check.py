@@ -57,7 +57,7 @@ def _median_ms(fn, reps: int = 5) -> float:
 
 def step_pytest(out: Path) -> dict:
     """Run the kernel test files on CUDA; returns {"rc", "tail"}."""
-    files = ["tests/test_kernels_flash.py", "tests/test_kernels_interdomain.py", "tests/test_path.py",
+    files = ["tests/test_flash_prior.py", "tests/test_interdomain_scan.py", "tests/test_path.py",
              "tests/test_cache.py"]
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *files],
                        capture_output=True, text=True, timeout=240)

@@ -596,7 +596,7 @@ class HFAdapter(TokenizerSide):
         """Run B prompts through the model together: left-padded to the longest (width W tokens) with the
         attention mask marking the padding, in chunks of ``chunk_size`` tokens into one fresh KV cache.
         Each row's positions count from its first real token, so a row gets the numbers it gets alone up
-        to floating-point rounding (lctx models: ``tests/test_models.py::test_padded_batch_equals_unpadded``;
+        to floating-point rounding (lctx models: ``tests/test_model.py::test_padded_batch_equals_unpadded``;
         Hugging Face models: ``position_ids`` from the mask, as ``generate`` does). lctx models run the
         padded rows through their masked SDPA/reference path (the fast kernels take unpadded rows only),
         unless every prompt has the same length.

@@ -1,4 +1,4 @@
-"""The fused prior-attention kernel (kernels/flash_prior.py) against the dense reference, op by op and
+"""lctx.kernels.flash_prior: the fused prior-attention kernel against the dense reference, op by op and
 through the whole model. On CPU the Triton kernel runs under TRITON_INTERPRET=1 (set by conftest) in
 fp32; FlexAttention runs eagerly (its math path) except in one compiled forward check."""
 

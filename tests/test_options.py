@@ -1,6 +1,7 @@
-"""Each variant and modifier class carries its option schema (``option_schema``, issue 26): the defaults are
-written there only, read through ``AttentionVariant.option_values``; per-version and per-base defaults come out
-of the ``Opt`` (``legacy``, ``per_base``); a variant registered outside lctx declares its schema the same way."""
+"""lctx.models.options: each variant and modifier class carries its option schema (``option_schema``, issue
+26): the defaults are written there only, read through ``AttentionVariant.option_values``; per-version and
+per-base defaults come out of the ``Opt`` (``legacy``, ``per_base``); a variant registered outside lctx declares
+its schema the same way."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import assert_one_line_error, run_cli
 from lctx.models import MODIFIERS, VARIANTS, LctxConfig, get_variant
 from lctx.models.options import OPTIONS_VERSION, Opt, option_schema
 from lctx.models.variants import AttentionVariant
@@ -147,3 +149,77 @@ def test_a_user_variant_declares_its_schema_the_same_way(monkeypatch):
     monkeypatch.setitem(VARIANTS, "loose_test", type("Loose", (AttentionVariant,), {"variant_name": "loose_test"}))
     assert LctxConfig(hidden_size=32, num_attention_heads=4, variant="loose_test",
                       variant_options={"anything": 1}).variant_options == {"anything": 1}
+
+
+@pytest.mark.usefixtures("isolated_digests")
+def test_unknown_variant_option_keys(tmp_path, capsys):
+    """Issue 10 item 15: an unknown or misspelt variant option, or a value of the wrong type, is refused."""
+    from lctx.models import LctxConfig
+
+    code, _, err = run_cli(["train", "--option", "bogus_opt=3", "--steps", "1", "--out", tmp_path / "m"], capsys)
+    assert_one_line_error(code, err, "bogus_opt", "valid options")
+    assert not (tmp_path / "m").exists()
+    code, _, err = run_cli(["train", "--variant", "alibi_lsh", "--option", "lsh_sampels=4", "--steps", "1",
+                            "--out", tmp_path / "m"], capsys)
+    assert_one_line_error(code, err, "lsh_sampels", "lsh_samples (int, default 16)")
+    with pytest.raises(ValueError, match="no option 'lsh_sampels'"):
+        LctxConfig(variant="alibi_lsh", variant_options={"lsh_sampels": 4})
+    with pytest.raises(ValueError, match="not true or false"):
+        LctxConfig(variant="ggd_bam", variant_options={"ggd_shared": "false"})  # bool("false") was True
+    with pytest.raises(ValueError, match="not an integer"):
+        LctxConfig(variant="alibi_lsh", variant_options={"lsh_samples": 4.5})
+    with pytest.raises(ValueError, match="one of 'random', 'learned'"):
+        LctxConfig(variant="acc_rot", variant_options={"acc_rot_mode": "lerned"})
+    LctxConfig(variant="ggd_bam+ssmax", variant_options={"ggd_shared": False, "ssmax_scale_bias": True})
+
+
+@pytest.mark.usefixtures("isolated_digests")
+def test_every_variant_has_an_option_schema():
+    """Issue 10 item 15: every variant and modifier has an option schema."""
+    from lctx.models import MODIFIERS, VARIANTS
+    from lctx.models.config import option_schema
+
+    for name in list(VARIANTS) + list(MODIFIERS):
+        assert option_schema(name) is not None, name
+
+
+@pytest.mark.usefixtures("plain_console")
+def test_list_variants_shows_the_ssmax_modifier(capsys):
+    """Issue 16 item 4: lctx list variants shows the +ssmax modifier and the variants it composes with."""
+    code, out, _ = run_cli(["list", "variants"], capsys)
+    assert code == 0
+    line = next(ln for ln in out.splitlines() if "+ssmax" in ln)
+    assert "Scalable-Softmax" in line and "rope+ssmax" in line and "ggd_bam" in line
+
+
+@pytest.mark.usefixtures("plain_console")
+def test_list_variants_names_the_defaults_a_new_model_computes_with(capsys):
+    """Issue 16 item 4: the listed defaults are those a new model writes (ssmax_scale_bias true with ggd_bam)."""
+    # +ssmax's ssmax_scale_bias defaults to false but to true on ggd_bam (BAM-SSMax scales the prior too): the
+    # listing must say so, and agree with the config a new ggd_bam+ssmax / alibi+ssmax model writes
+    from lctx.models import LctxConfig
+
+    code, out, _ = run_cli(["list", "variants"], capsys)
+    assert code == 0
+    line = next(ln for ln in out.splitlines() if "+ssmax" in ln)
+    assert "ssmax_scale_bias=<bool, default false; true with ggd_bam>" in line
+    for base, want in (("ggd_bam", True), ("alibi", False), ("rope", False)):
+        cfg = LctxConfig(variant=f"{base}+ssmax", hidden_size=16, num_attention_heads=2, num_hidden_layers=1)
+        assert cfg.variant_options["ssmax_scale_bias"] is want, base
+
+
+@pytest.mark.usefixtures("plain_console")
+def test_list_variants_says_what_the_lsh_exact_dispatch_default_does(capsys):
+    """Issue 24 item 9: the listing says what lsh_exact_dispatch's default does and the attn_kernel it records."""
+    # alibi_lsh's rows on the CPU fast path may come from exact ALiBi (issue 24, item 9): the listing names the
+    # default, what it does and the attn_kernel it records, and the default is what a new model computes with
+    from lctx.models import LctxConfig
+
+    code, out, _ = run_cli(["list", "variants"], capsys)
+    assert code == 0
+    line = next(ln for ln in out.splitlines() if ln.startswith("| alibi_lsh"))
+    opt = line.split("lsh_exact_dispatch=<", 1)[1].split(">", 1)[0]
+    assert opt.startswith("bool, default true: with --attn-impl fast on CPU, exact ALiBi runs"), opt
+    assert "lsh-exact-alibi" in opt and "false: always LSH (lsh-blocks)" in opt
+    cfg = LctxConfig(variant="alibi_lsh", hidden_size=16, num_attention_heads=2, num_hidden_layers=1)
+    assert cfg.variant_options.get("lsh_exact_dispatch", True) is True

@@ -1,4 +1,4 @@
-"""The Triton chunked scans of interdomain / s4d (lctx.kernels.interdomain_scan) against the PyTorch chunked
+"""lctx.kernels.interdomain_scan: the Triton chunked scans of interdomain / s4d against the PyTorch chunked
 and recurrent forms of lctx.models.interdomain (the references), on CPU under the Triton interpreter in
 float32 at small sizes; the model's attn_impl="fast" dispatch; and a bf16 CUDA check that skips without a GPU.
 

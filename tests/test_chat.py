@@ -1,6 +1,6 @@
-"""--chat-template on|off and --system-prompt (issue 11, item 2): one helper (HFAdapter.prompt) for every task,
-the template's tokens counted in the length, the setting in the records and the resume key, lm-eval's own
-apply_chat_template for mmlu/arc, a one-line error for a tokenizer without a template."""
+"""lctx.chat: --chat-template on|off and --system-prompt (issue 11, item 2): one helper (HFAdapter.prompt) for
+every task, the template's tokens counted in the length, the setting in the records and the resume key,
+lm-eval's own apply_chat_template for mmlu/arc, a one-line error for a tokenizer without a template."""
 
 from __future__ import annotations
 

@@ -1,10 +1,11 @@
-"""lctx plan: the memory model against hand computations, fixed-state and HF configs, refusals, CLI."""
+"""lctx.models.adapters.memory, the memory model behind ``lctx plan``: the model against hand computations,
+fixed-state and HF configs, refusals, CLI."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from helpers import run_cli
+from helpers import assert_one_line_error, run_cli
 from lctx.cli import DEFAULT_MODEL
 from lctx.errors import LctxError
 from lctx.models.adapters.memory import (
@@ -294,3 +295,14 @@ def test_plan_matches_measured_peak_rss(make_checkpoint, variant):
                          round(r["plan_error"], 3)))
     bad = [r for r in rows if abs(r[5]) > 0.30]
     assert not bad, "plan off by more than 30 % (impl, T, path, peak MiB, plan MiB, error): " + repr(rows)
+
+
+@pytest.mark.usefixtures("isolated_digests")
+def test_plan_on_cuda_without_a_gpu_suggests_device_memory(capsys):
+    """Trial 21 item 2: lctx plan --device cuda on a machine without a GPU suggests --device-memory."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: --device cuda is valid here")
+    code, _, err = run_cli(["plan", "--length", "1k", "--device", "cuda"], capsys)
+    assert_one_line_error(code, err, "--device-memory")

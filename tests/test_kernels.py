@@ -1,5 +1,5 @@
-"""One kernel-choice rule (lctx.kernels.choose_kernel) for every variant's fast path, and a recorded
-``attn_kernel`` on every path a model's attention can take (sdpa, fast, PaTH's)."""
+"""lctx.kernels (kernels/__init__.py): one kernel-choice rule (choose_kernel) for every variant's fast path,
+and a recorded ``attn_kernel`` on every path a model's attention can take (sdpa, fast, PaTH's)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,162 @@
+"""lctx.tasks.ppl: token-weighted perplexity, the sliding-window plan, the ppl task's options (stride, BOS,
+the data path as recorded) and its cost."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+
+import pytest
+import torch
+from torch import nn
+
+from helpers import TEXT, sweep
+from lctx.models.adapters.hf import HFAdapter
+from lctx.tasks.ppl import Perplexity, sliding_nll, window_plan
+
+
+@pytest.mark.usefixtures("isolated_digests")
+def test_same_data_file_spelled_two_ways_is_one_cell(make_checkpoint, tmp_path):
+    """Issue 11's SmolLM2 run (issue 10 item 3): one data file spelled two ways is one cell, and resumes."""
+    # last stop's finding (issue 11's SmolLM2 run): --ppl-data ../shared/data/books/x.txt in one session and
+    # /work/shared/data/books/x.txt (from LCTX_DATA_DIR) in the next made two cells, and the window reran (175 s).
+    # The recorded option is now the path relative to the data root, so every spelling resumes the first.
+    ck = make_checkpoint("rope")
+    root = tmp_path / "data"
+    (root / "books").mkdir(parents=True)
+    (root / "books" / "x.txt").write_text(TEXT)
+    alias = tmp_path / "link"
+    alias.symlink_to(root)  # as ../shared -> /work/shared
+    out = tmp_path / "o"
+    first = sweep(ck, [Perplexity(data=["books/x.txt"], data_dir=str(root))], out)
+    assert first["ran"] == 1
+    for data, data_dir in ((str(root / "books" / "x.txt"), root), (str(alias / "books" / "x.txt"), alias),
+                           (os.path.relpath(root / "books" / "x.txt"), str(alias))):
+        again = sweep(ck, [Perplexity(data=[data], data_dir=data_dir)], out)
+        assert again["ran"] == 0 and again["skipped"] == 1, data
+    rec = json.loads((out / "records.jsonl").read_text().splitlines()[0])
+    assert rec["task_options"]["data"] == ["books/x.txt"]
+    # a file outside the data root is named by its absolute real path (not as typed, not relative to the cwd)
+    assert Perplexity(data=[str(alias / "books" / "x.txt")]).options["data"] == [str((root / "books" / "x.txt").resolve())]
+
+
+@pytest.fixture
+def lm(make_checkpoint):
+    from lctx.models.adapters.hf import load_lm
+
+    return load_lm(str(make_checkpoint("rope")), device="cpu")
+
+
+def _count_tokens(monkeypatch, lm, method: str) -> list[int]:
+    fed: list[int] = []
+    orig = getattr(lm, method)
+
+    def counting(ids, *a, **kw):
+        fed.append(len(ids))
+        return orig(ids, *a, **kw)
+
+    monkeypatch.setattr(lm, method, counting)
+    return fed
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("plain_console")
+def test_ppl_cost_is_the_tokens_it_feeds(lm, monkeypatch):
+    """Issue 16 item 2: the progress bar weighs a ppl cell by exactly what the model is fed: every window of every
+    document."""
+    from lctx.tasks import Cell
+    from lctx.tasks.ppl import Perplexity
+
+    task = Perplexity(max_tokens=600)
+    fed = _count_tokens(monkeypatch, lm, "token_nll")
+    for L in (32, 64, 200):
+        fed.clear()
+        cell = Cell(L, None, 0)
+        task.score(lm, task.build(lm, cell, 0))
+        assert task.cost(lm, cell) == sum(fed), L
+
+
+class PositionNLLModel(nn.Module):
+    """Mock causal LM over ids 0..N-1 = positions: log p(token v) = -v exactly for v >= 1, so the NLL of
+    token t (whose id is t) is t, whatever the context. Id 99 absorbs the remaining mass
+    (sum_{v=1..19} e^-v < 1). Takes the same cache / logits_to_keep arguments as lctx models."""
+
+    def __init__(self, vocab: int = 100):
+        super().__init__()
+        logp = torch.full((vocab,), -1e9, dtype=torch.float64)
+        logp[1:20] = -torch.arange(1, 20, dtype=torch.float64)
+        logp[99] = math.log(1 - torch.exp(logp[1:20]).sum().item())
+        self.register_buffer("logp", logp)
+
+    def forward(self, input_ids, cache=None, use_cache=None, logits_to_keep=0, **kw):
+        T = input_ids.shape[1]
+        idx = torch.arange(T) if isinstance(logits_to_keep, int) and logits_to_keep == 0 else logits_to_keep
+        logits = self.logp.float()[None, None].expand(1, len(torch.atleast_1d(idx)), -1)
+        return type("Out", (), {"logits": logits, "cache": cache})()
+
+
+class NullCache:
+    def get_seq_length(self):
+        return 0
+
+
+def mock_lm() -> HFAdapter:
+    tok = type("Tok", (), {"bos_token_id": None, "eos_token_id": None})()
+    return HFAdapter(model=PositionNLLModel(), tokenizer=tok, name="mock", path="-", variant="mock", train_length=None,
+              max_length=None, device=torch.device("cpu"), dtype=torch.float32, chunk_size=4)
+
+
+def test_ppl_token_weighted_each_token_once():
+    """Issue 2: perplexity weighs tokens, each scored once, not a mean of window means."""
+    # Issue 2: N = 20 tokens (ids = positions), NLL(token t) = t, window 10, stride 5, no BOS.
+    # Tokens 1..19 are each scored once -> mean NLL = (1+...+19)/19 = 10 exactly. A per-window
+    # average would give mean(mean(1..9), mean(10..14), mean(15..19)) = (5 + 12 + 17)/3 = 11.33.
+    lm = mock_lm()
+    doc = list(range(20))
+    total, count = sliding_nll(lambda ids, tg: lm.token_nll(ids, tg)[0], doc, window=10, stride=5, bos_id=None)
+    assert count == 19
+    assert total / count == pytest.approx(10.0, abs=1e-6)  # logits are float32
+
+
+@pytest.mark.parametrize("bos", [False, True])
+def test_window_plan_scores_every_token_exactly_once(bos):
+    """The window plan scores every token exactly once; no window exceeds its size."""
+    rng = random.Random(0)
+    for _ in range(200):
+        n, window = rng.randint(1, 300), rng.randint(3, 64)
+        stride = rng.randint(1, window - 1)
+        scored = []
+        for begin, end, first in window_plan(n, window, stride, bos):
+            assert end - begin + (1 if bos else 0) <= window  # a window never exceeds its size
+            assert begin + (0 if bos else 1) <= first
+            scored.extend(range(first, end))
+        assert scored == list(range(0 if bos else 1, n))
+
+
+def test_window_plan_rejects_gapping_stride():
+    """A stride that would leave tokens unscored is refused."""
+    with pytest.raises(ValueError, match="stride"):
+        window_plan(100, 10, 10, bos=False)
+
+
+def test_ppl_task_stride_fraction_and_bos():
+    """--stride as a fraction of the window or a token count; an unknown BOS policy is refused."""
+    t = Perplexity(stride=0.5, bos="prepend")
+    assert t.window_stride(256) == (256, 128)  # (256 - 1) * 0.5 rounds to 128
+    assert Perplexity(stride=64).window_stride(256) == (256, 64)
+    with pytest.raises(ValueError):
+        Perplexity(bos="sometimes")
+
+
+@pytest.mark.slow
+def test_ppl_bos_policy_scores_first_token(tokenizer, make_checkpoint):
+    """With a BOS prepended the first token is scored too; without, it is not."""
+    from lctx.models.adapters.hf import load_lm
+
+    lm = load_lm(str(make_checkpoint("alibi")), device="cpu")
+    doc = lm.encode("The quick brown fox jumps over the lazy dog. " * 8)
+    t_bos, c_bos = sliding_nll(lambda i, t: lm.token_nll(i, t)[0], doc, 32, 16, lm.bos_id)
+    t_no, c_no = sliding_nll(lambda i, t: lm.token_nll(i, t)[0], doc, 32, 16, None)
+    assert c_bos == len(doc) and c_no == len(doc) - 1
