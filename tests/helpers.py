@@ -39,7 +39,8 @@ class DigitCopy(Task):
     retrieval = True
 
     def build(self, lm, cell, seed):
-        ids = lm.with_bos(lm.encode("1 2 3 4 5 6 7 8 9 " * cell.length))[: cell.length]
+        ids = ([lm.bos_id] if lm.bos_id is not None else []) + lm.encode("1 2 3 4 5 6 7 8 9 " * cell.length)
+        ids = ids[: cell.length]  # the protocol's members only (bos_id, encode): runs on any adapter
         return Sample(cell=cell, input_ids=ids, n_tokens=len(ids), depth=cell.depth)
 
     def score(self, lm, sample):
@@ -106,7 +107,8 @@ class {cls}(Task):
     metrics = ("nll",)
 
     def build(self, lm, cell, seed):
-        ids = lm.with_bos(lm.encode("hello world " * cell.length))[: cell.length]
+        ids = ([lm.bos_id] if lm.bos_id is not None else []) + lm.encode("hello world " * cell.length)
+        ids = ids[: cell.length]
         return Sample(cell=cell, input_ids=ids, n_tokens=len(ids))
 
     def score(self, lm, sample):
