@@ -19,11 +19,14 @@ import json
 import os
 import sys
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence, Union
 
 from lctx.model_files import check_model_path, check_tokenizer_files
-from lctx.harness.args import (check_results_out, check_run_options, check_task_options, check_writable_dir, chat_options, parse_batch_size, parse_depths, parse_lengths, parse_task_options, task_option_names)
+from lctx.harness.args import (check_results_out, check_run_options, check_task_options, check_writable_dir,
+                               chat_options, parse_batch_size, parse_depths, parse_lengths, parse_task_options,
+                               task_option_names)
 from lctx.errors import LctxError, split_list
 
 DEFAULT_LENGTHS = (256, 512, 1024, 2048)
@@ -77,7 +80,7 @@ def passive_omp_wait() -> None:
     instead of spinning. With spinning threads a busy machine (load above the cores) makes every barrier wait
     for a descheduled thread: measured on 2 cores at load 4-6 (``python tests/tools/thread_speed.py``, median
     of 3 rounds), the default ``lctx run --tasks ppl`` on 2 spinning threads took 2.9-5.6x the wall time of 1
-    thread, and 1.0-1.6x with PASSIVE (README "Threads")."""
+    thread, and 1.0-1.6x with PASSIVE (docs/kernels-and-bench.md#threads)."""
     if not ({"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"} & set(os.environ)) and "torch" not in sys.modules:
         os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
 
@@ -125,8 +128,8 @@ def _unique(values: list, what: str, warn) -> list:
 
 #: the most lm-eval requests per forward for MMLU/ARC when ``--batch-size`` is not given (or is auto); the memory
 #: check lowers it to the largest batch that fits (:func:`lctx.models.adapters.memory.check_lmeval_fits`). lm-eval keeps the
-#: whole batch's logits and their log-softmax: N x longest request x vocabulary x 4 bytes, each (README "Batches":
-#: 19 GB for SmolLM2-135M's 5-shot MMLU at 32)
+#: whole batch's logits and their log-softmax: N x longest request x vocabulary x 4 bytes, each
+#: (docs/kernels-and-bench.md#batches---batch-size: 19 GB for SmolLM2-135M's 5-shot MMLU at 32)
 LMEVAL_BATCH = 32
 
 
@@ -161,9 +164,9 @@ def evaluate(models=None, tasks=None,
     depths, fractions in [0, 1]; samples: per (length, depth) cell; out: the run directory (default: a fresh
     temporary directory; rerun with the same ``out`` to resume). The other options are those of ``lctx run``
     (``lctx run --help``): ``task_options`` as ``{task: {key: value}}`` or ``["task.key=value"]``,
-    ``chat_template`` True/False, ``batch_size`` an int or ``"auto"`` (README "Batches"; None: 1 sample of the
-    length sweeps and for lm-eval the largest batch up to :data:`LMEVAL_BATCH` that the memory check fits; an int N:
-    N for both, refused when lm-eval's batch does not fit, unless ``memory_check=False``),
+    ``chat_template`` True/False, ``batch_size`` an int or ``"auto"`` (docs/kernels-and-bench.md#batches---batch-size;
+    None: 1 sample of the length sweeps and for lm-eval the largest batch up to :data:`LMEVAL_BATCH` that the memory
+    check fits; an int N: N for both, refused when lm-eval's batch does not fit, unless ``memory_check=False``),
     ``cache_dir_from_env`` True when ``cache_dir`` is ``$LCTX_CACHE_DIR``, not the user's ``--cache-dir`` (no warning
     then that it reaches nothing). The run-wide task flags (``stride``, ``window``, ``ppl_*``, ``key_digits``, ``limit``,
     ``num_fewshot``) go to the tasks that declare them (:attr:`lctx.tasks.Task.run_options`); set for a run without
@@ -179,9 +182,96 @@ def evaluate(models=None, tasks=None,
             name; a task on an adapter that lacks a method the task needs (mmlu/arc without ``lmeval_model()``).
     """
     warn = warn or log
+    call = _check_call(models, tasks, task_files, lengths=lengths, depths=depths, samples=samples, relative=relative,
+                       batch_size=batch_size, data_dir=data_dir, cache_dir=cache_dir, out=out,
+                       train_length=train_length, chat_template=chat_template, system_prompt=system_prompt, warn=warn,
+                       device=device, dtype=dtype, chunk_size=chunk_size, attn_impl=attn_impl,
+                       attn_override=attn_override, trust_remote_code=trust_remote_code)
+    values = dict(limit=limit, num_fewshot=num_fewshot, stride=stride, window=window,  # in the order warnings name them
+                  ppl_data=list(ppl_data) if ppl_data else None, ppl_bos=ppl_bos, ppl_short_docs=ppl_short_docs,
+                  ppl_max_tokens=ppl_max_tokens, key_digits=key_digits)  # the run-wide task flags (RunOption.param)
+    build = partial(_build_run_tasks, out=out, data_dir=call.data_dir, cache_dir=call.cache_dir, values=values)
+    own_lengths = _check_before_torch(call.models, call.task_names, task_options,
+                                      None if call.relative else call.lengths, values, allow_beyond_max, device,
+                                      call.explicit_lengths, build=build, data_dir=call.data_dir, samples=samples,
+                                      depths=call.depths, given_tasks=call.given_tasks)
+
+    dinfo, device = _start_torch(device)
+    if system_prompt is not None and not chat_template:
+        raise LctxError("--system-prompt needs --chat-template on (without a chat template there is no system turn)")
+    out = _run_dir(out)  # only once the arguments are known good: a rejected call leaves no folder behind
+    run_tasks = _plan_tasks(call, task_options, values, own_lengths, out, dinfo, samples=samples, seed=seed,
+                            chat_template=chat_template, system_prompt=system_prompt,
+                            cache_dir_from_env=cache_dir_from_env, progress=progress, log=log, warn=warn)
+    lms = _load_models(call.models, attn_override, warn, device=device, dtype=dtype, chunk_size=chunk_size,
+                       trust_remote_code=trust_remote_code, attn_impl=attn_impl, cache_dir=call.cache_dir,
+                       chat_template=chat_template, system_prompt=system_prompt, progress=progress)
+    if chat_template:  # the setting reaches every record (and so the resume key) through the task options
+        for t in run_tasks.objs:
+            t.options.update(chat_options(system_prompt))
+
+    relative, groups = _length_groups(lms, call, run_tasks.rel_step, train_length)
+    skips = _check_before_run(groups, run_tasks.objs, run_tasks.own, allow_beyond_max, memory_check,
+                              relative=bool(relative))
+    if run_tasks.family_objs and memory_check:  # lm-eval's batch: the one that fits (default) or the one asked for
+        _fit_family_batches(lms, run_tasks.family_objs, call.lmeval_batch, call.explicit_batch, warn)
+    for line in skips["notes"]:
+        warn(line)
+    note = _busy_note(lms, dinfo)
+    if note:
+        warn(note)
+    return _sweep_and_write(groups, run_tasks, out, dinfo, depths=call.depths, samples=samples, seed=seed,
+                            skip_below=skips["skip_below"], batch=call.batch, relative=relative, lms=lms,
+                            progress=progress, log=log)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the steps of evaluate, in the order it takes them
+# ---------------------------------------------------------------------------------------------------------------
+
+@dataclass
+class _Call:
+    """:func:`evaluate`'s arguments once parsed and checked before torch loads (:func:`_check_call`).
+
+    models: the checkpoint paths and adapter objects given (a list); task_names: the task names given (default: the
+    default tasks), repeats dropped; given_tasks: the task objects given; lengths (tokens) and depths (fractions),
+    repeats dropped; explicit_lengths: ``lengths`` was given; relative: ``--relative``'s multiples as text ("1,2,4")
+    or as given when not a list (None, ""); batch: the length sweeps' batch (an int or ``"auto"``; 1 when not
+    given); explicit_batch: a whole-number batch was given (lm-eval's is then checked, not fitted); lmeval_batch:
+    lm-eval's batch (the given one, else :data:`LMEVAL_BATCH`); data_dir, cache_dir: as Paths, or None.
+    """
+
+    models: list
+    task_names: list
+    given_tasks: list
+    lengths: list
+    depths: list
+    explicit_lengths: bool
+    relative: object
+    batch: object
+    explicit_batch: bool
+    lmeval_batch: int
+    data_dir: Optional[Path]
+    cache_dir: Optional[Path]
+
+
+def _check_call(models, tasks, task_files, *, lengths, depths, samples, relative, batch_size, data_dir, cache_dir,
+                out, train_length, chat_template, system_prompt, warn, **load) -> _Call:
+    """The checks of :func:`evaluate`'s arguments that cost no torch import, in the order their errors come:
+    ``samples`` and ``chunk_size`` whole numbers; the lengths, depths and batch size parsed (the one place they are);
+    ``data_dir`` a directory; not both ``lengths`` and ``relative``; repeated lengths, depths and tasks dropped (a
+    note to ``warn``); the task names and model paths (:func:`_check_names`); the adapter and task objects
+    (:func:`_check_adapter_objects`; ``load``: the settings of :data:`_LOAD_SETTINGS`); ``out`` and ``cache_dir``
+    writable (:func:`_check_out_dirs`); the run options (:func:`lctx.harness.args.check_run_options`, before torch
+    loads: docs/troubleshooting.md#mistakes-caught-before-anything-heavy-loads); ``relative``'s multiples; the task
+    families' data (:func:`_check_families`).
+
+    Raises:
+        LctxError: the first problem found (one line naming the fix).
+    """
     models = _model_list(models)
     tasks, given_tasks = _split_tasks(tasks)
-    for name, value in (("samples", samples), ("chunk_size", chunk_size)):  # the CLI's typer bounds (min=1)
+    for name, value in (("samples", samples), ("chunk_size", load["chunk_size"])):  # the CLI's typer bounds (min=1)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise LctxError(f"{name}={value!r} is not a whole number >= 1; pass {name}=1 or more "
                             f"(--{name.replace('_', '-')})")
@@ -197,14 +287,35 @@ def evaluate(models=None, tasks=None,
     if relative and explicit_lengths:
         raise LctxError("give either --lengths (tokens) or --relative (multiples of the training length), not both")
     length_list, depth_list = _unique(length_list, "lengths", warn), _unique(depth_list, "depths", warn)
-    lmeval_batch = batch if batch_size is not None and isinstance(batch, int) else LMEVAL_BATCH
+    explicit_batch = batch_size is not None and isinstance(batch, int)
     cache_dir = Path(cache_dir) if cache_dir is not None else None
     if isinstance(relative, (list, tuple)):
         relative = ",".join(f"{r:g}" for r in relative)
-    task_names = _unique(_check_names(models, tasks, task_files), "tasks", warn)  # one-line errors before torch loads (issue 15.4)
-    _check_adapter_objects(models, task_names, given_tasks, device=device, dtype=dtype, chunk_size=chunk_size,
-                           attn_impl=attn_impl, attn_override=attn_override, trust_remote_code=trust_remote_code,
-                           chat_template=chat_template, system_prompt=system_prompt)
+    # one-line errors before torch loads (issue 15.4)
+    task_names = _unique(_check_names(models, tasks, task_files), "tasks", warn)
+    _check_adapter_objects(models, task_names, given_tasks, chat_template=chat_template, system_prompt=system_prompt,
+                           **load)
+    _check_out_dirs(out, cache_dir)
+    check_run_options(dtype=load["dtype"], device=load["device"], attn_impl=load["attn_impl"],
+                      attn_override=load["attn_override"], train_length=train_length)  # before torch (docs/troubleshooting.md)
+    if relative:
+        from lctx.harness.steps.flatness import parse_relative  # light: lctx.tasks and numpy, no torch
+
+        parse_relative(relative)
+    _check_families(task_names, data_dir)
+    return _Call(models=models, task_names=task_names, given_tasks=given_tasks, lengths=length_list,
+                 depths=depth_list, explicit_lengths=explicit_lengths, relative=relative, batch=batch,
+                 explicit_batch=explicit_batch, lmeval_batch=batch if explicit_batch else LMEVAL_BATCH,
+                 data_dir=data_dir, cache_dir=cache_dir)
+
+
+def _check_out_dirs(out, cache_dir: Optional[Path]) -> None:
+    """``out`` (when given) a writable directory that is no checkpoint and that no other process holds;
+    ``cache_dir`` (when given) writable: answered before torch, the tasks' data and the models load.
+
+    Raises:
+        LctxError: an ``out`` or ``cache_dir`` that cannot be written, a checkpoint folder as ``out``, a busy ``out``.
+    """
     if out is not None:
         check_writable_dir(Path(out))  # before torch, the tasks' data and the models load
         check_results_out(Path(out), "run")  # not into a checkpoint: its fingerprint would change
@@ -213,140 +324,235 @@ def evaluate(models=None, tasks=None,
         check_not_locked(Path(out))  # a busy --out answers now, not after the models load (trial21 item 8)
     if cache_dir is not None:  # a file there failed the first NIAH sample, after the models loaded (issue 25, F6)
         check_writable_dir(cache_dir, flag="--cache-dir")
-    check_run_options(dtype=dtype, device=device, attn_impl=attn_impl, attn_override=attn_override,
-                      train_length=train_length)  # before torch loads (README "Start-up")
-    if relative:
-        from lctx.harness.steps.flatness import parse_relative  # light: lctx.tasks and numpy, no torch
 
-        parse_relative(relative)
-    _check_families(task_names, data_dir)
-    values = dict(limit=limit, num_fewshot=num_fewshot, stride=stride, window=window,  # in the order warnings name them
-                  ppl_data=list(ppl_data) if ppl_data else None, ppl_bos=ppl_bos, ppl_short_docs=ppl_short_docs,
-                  ppl_max_tokens=ppl_max_tokens, key_digits=key_digits)  # the run-wide task flags (RunOption.param)
 
-    def build(names: list[str], opts: dict, lengths: Optional[dict] = None) -> list:
-        """The run's task objects (:func:`_build_tasks`); the same call checks them before torch loads."""
-        from lctx.tasks import get_task  # lazy: loads lctx.tasks and numpy (lctx.cli imports this module)
+def _build_run_tasks(names: list[str], opts: dict, lengths: Optional[dict] = None, *, out, data_dir, cache_dir,
+                     values: dict) -> list:
+    """The run's task objects (:func:`_build_tasks`) in run directory ``out`` (None, before one is made: the
+    current directory stands in, for objects that are only checked); :func:`_check_before_torch` calls it (as
+    ``build``) to check them before torch loads, :func:`_plan_tasks` to build the ones that run."""
+    from lctx.tasks import get_task  # lazy: loads lctx.tasks and numpy (lctx.cli imports this module)
 
-        run_dir = Path(out) if out is not None else Path(".")  # out: a fresh folder once the checks passed
-        return _build_tasks(names, opts, get_task, run_dir, data_dir, cache_dir, values, lengths=lengths)
+    run_dir = Path(out) if out is not None else Path(".")  # out: a fresh folder once the checks passed
+    return _build_tasks(names, opts, get_task, run_dir, data_dir, cache_dir, values, lengths=lengths)
 
-    own_lengths = _check_before_torch(models, task_names, task_options, None if relative else length_list, values,
-                                      allow_beyond_max, device, explicit_lengths, build=build, data_dir=data_dir,
-                                      samples=samples, depths=depth_list, given_tasks=given_tasks)
-    passive_omp_wait()  # before torch loads OpenMP (README "Threads")
-    from lctx.kernels import busy_note, configure_threads  # lazy: loads torch
 
-    configure_threads()  # README "Threads"
-    from lctx.harness.run.runner import RunSpec, new_invocation, run_sweep  # lazy: loads torch, transformers, pandas
+def _start_torch(device: str):
+    """Start torch for the run: OpenMP's passive wait (:func:`passive_omp_wait`, before torch loads it), the CPU
+    threads (:func:`lctx.kernels.configure_threads`; docs/kernels-and-bench.md#threads), and under torchrun /
+    accelerate launch the process group. Returns (the distributed info, this rank's device: rank r on
+    cuda:LOCAL_RANK)."""
+    passive_omp_wait()  # before torch loads OpenMP (docs/kernels-and-bench.md#threads)
+    from lctx.kernels import configure_threads  # lazy: loads torch
+
+    configure_threads()  # docs/kernels-and-bench.md#threads
     from lctx.harness.run import distributed as dist_  # lazy: loads torch
 
     dinfo = dist_.init(device)  # [distributed] under torchrun / accelerate launch: join the job (else no-op)
-    device = dist_.rank_device(device, dinfo)  # rank r on cuda:LOCAL_RANK
-    if system_prompt is not None and not chat_template:
-        raise LctxError("--system-prompt needs --chat-template on (without a chat template there is no system turn)")
-    if out is None:  # only once the arguments are known good: a rejected call leaves no folder behind
+    return dinfo, dist_.rank_device(device, dinfo)  # rank r on cuda:LOCAL_RANK
+
+
+def _run_dir(out) -> Path:
+    """``out`` as a Path; None: a fresh temporary directory (``lctx-*``), made now."""
+    if out is None:
         import tempfile  # lazy: +1.5 ms to lctx.cli's import, which imports this module (-X importtime)
 
         out = tempfile.mkdtemp(prefix="lctx-")
-    out = Path(out)
-    task_option = _task_option_items(task_options)
-    task_names, task_option, steps = expand_derived(task_names, task_option, log if dinfo.is_main else None,
-                                                    data_dir=data_dir, samples=samples, depths=depth_list)
-    rel_step = next((st for st in steps if st.relative), None)  # flatness: lengths relative to the training length
-    from lctx.harness.steps import flatness  # relative lengths and training lengths (--relative, --train-length); lazy: loads lctx.tasks and numpy
+    return Path(out)
 
-    from lctx.harness.steps.lmeval_run import format_summary  # a family's summary text; lazy: loads lctx.tasks and numpy
 
+@dataclass
+class _Tasks:
+    """The run's tasks once built (:func:`_plan_tasks`).
+
+    names: the task names the length sweeps run; family_names / families: the names a task family builds
+    (``{family: names}``, lm-eval's); objs: the length sweeps' task objects; family_objs: those an outside evaluator
+    runs (in the first sweep, after the others); own: {task key: its own lengths} (ppl's ``--window``); steps: the
+    derived steps asked for (:func:`expand_derived`).
+    """
+
+    names: list
+    family_names: list
+    families: dict
+    objs: list
+    family_objs: list
+    own: dict
+    steps: list
+
+    @property
+    def rel_step(self):
+        """The derived step whose lengths are relative to the training length (flatness), or None."""
+        return next((st for st in self.steps if st.relative), None)
+
+
+def _plan_tasks(call: _Call, task_options, values: dict, own_lengths: dict, out: Path, dinfo, *, samples: int,
+                seed: int, chat_template: bool, system_prompt, cache_dir_from_env: bool, progress: bool, log,
+                warn) -> _Tasks:
+    """Build the run's tasks: the derived steps expanded (their notes to ``log`` on the main rank), the names a task
+    family builds set apart, a warning for run-wide flags no task uses, the families' task objects
+    (:func:`_family_objects`), the others' (:func:`_build_run_tasks`, then the task objects given), each task's own
+    lengths, a warning for a ``--cache-dir`` that reaches nothing, and every task's data checked.
+
+    Raises:
+        LctxError: a bad option of a derived step or task, a family that cannot be sharded under torchrun, a task's
+            data that cannot be read.
+    """
+    task_names, task_option, steps = expand_derived(call.task_names, _task_option_items(task_options),
+                                                    log if dinfo.is_main else None, data_dir=call.data_dir,
+                                                    samples=samples, depths=call.depths)
     families = _families(task_names)  # lm-eval's: its evaluator builds their task objects, no length axis
     family_names = [n for names in families.values() for n in names]
     task_names = [n for n in task_names if n not in family_names]
     ignored = _ignored_options(task_names, family_names, **values)
     if ignored and dinfo.is_main:
         warn(ignored)
-    for fam, names in families.items():
-        if not fam.shardable and dinfo.distributed:  # [distributed]
-            raise LctxError(f"{', '.join(names)} cannot be sharded across processes yet; run them without "
-                            "torchrun / accelerate launch (the length sweeps can be)")
-    family_objs = [obj for fam, names in families.items()  # checks the data; they run in the first sweep, after the others
-                   for obj in fam.build(names, values, data_dir=data_dir, seed=seed, batch_size=lmeval_batch,
-                                        chat_template=chat_template, system_prompt=system_prompt,
-                                        log=log if progress else None)]
-    given_family = [t for t in given_tasks if _families([t.name])]  # task objects an outside evaluator runs
+    family_objs = _family_objects(families, values, dinfo, data_dir=call.data_dir, seed=seed,
+                                  batch_size=call.lmeval_batch, chat_template=chat_template,
+                                  system_prompt=system_prompt, log=log if progress else None)
+    given_family = [t for t in call.given_tasks if _families([t.name])]  # task objects an outside evaluator runs
     family_objs += given_family
-    task_objs = build(task_names, parse_task_options(task_option, task_names))
-    task_objs += [t for t in given_tasks if not any(t is g for g in given_family)]
+    task_objs = _build_run_tasks(task_names, parse_task_options(task_option, task_names), out=out,
+                                 data_dir=call.data_dir, cache_dir=call.cache_dir, values=values)
+    task_objs += [t for t in call.given_tasks if not any(t is g for g in given_family)]
     own = {t.key: own_lengths[ro.param] for t in task_objs for ro in type(t).run_options
            if ro.lengths and ro.param in own_lengths}  # {task: its own lengths} (ppl's --window)
-    if cache_dir is not None and not cache_dir_from_env and dinfo.is_main:  # only a --cache-dir the user gave
-        unused = _unused_cache_dir(models, task_objs, task_names + family_names)
+    if call.cache_dir is not None and not cache_dir_from_env and dinfo.is_main:  # only a --cache-dir the user gave
+        unused = _unused_cache_dir(call.models, task_objs, task_names + family_names)
         if unused:
             warn(unused)
     for t in task_objs:
         t.check_data()  # fail fast on unreadable data (ppl's documents), before any model runs
-    lms = _load_models(models, attn_override, warn, device=device, dtype=dtype, chunk_size=chunk_size,
-                       trust_remote_code=trust_remote_code, attn_impl=attn_impl, cache_dir=cache_dir,
-                       chat_template=chat_template, system_prompt=system_prompt, progress=progress)
-    if chat_template:  # the setting reaches every record (and so the resume key) through the task options
-        for t in task_objs:
-            t.options.update(chat_options(system_prompt))
-    if rel_step and not relative and not explicit_lengths:
+    return _Tasks(names=task_names, family_names=family_names, families=families, objs=task_objs,
+                  family_objs=family_objs, own=own, steps=steps)
+
+
+def _family_objects(families: dict, values: dict, dinfo, **build) -> list:
+    """The task objects each task family builds of its names (:meth:`lctx.tasks.TaskFamily.build` with the run-wide
+    flags ``values`` and ``build``'s settings; it checks their data); they run in the first sweep, after the others.
+
+    Raises:
+        LctxError: a family that cannot be sharded, under torchrun / accelerate launch; a family's data or settings.
+    """
+    for fam, names in families.items():
+        if not fam.shardable and dinfo.distributed:  # [distributed]
+            raise LctxError(f"{', '.join(names)} cannot be sharded across processes yet; run them without "
+                            "torchrun / accelerate launch (the length sweeps can be)")
+    return [obj for fam, names in families.items() for obj in fam.build(names, values, **build)]
+
+
+def _length_groups(lms: list, call: _Call, rel_step, train_length: Optional[int]) -> tuple:
+    """The sweeps' lengths per group of models: with ``--relative`` (or a derived step's relative lengths, flatness,
+    when no lengths were given) one group per training length (each model's resolved first,
+    :func:`lctx.harness.steps.flatness.resolve_train_lengths`), else every model at ``call.lengths``. Returns
+    (``--relative``'s multiples as text, or the value given; [(models, lengths in tokens)]).
+
+    Raises:
+        LctxError: a model without a training length where one is needed.
+    """
+    from lctx.harness.steps import flatness  # relative lengths and training lengths; lazy: loads lctx.tasks and numpy
+
+    relative = call.relative
+    if rel_step and not relative and not call.explicit_lengths:
         relative = ",".join(f"{r:g}" for r in rel_step.relative)
     if relative or rel_step or train_length is not None:
         flatness.resolve_train_lengths(lms, train_length)
     groups = (flatness.groups_by_train_length(lms, flatness.parse_relative(relative)) if relative
-              else [(lms, length_list)])
-    skips = _check_before_run(groups, task_objs, own, allow_beyond_max, memory_check, relative=bool(relative))
-    if family_objs and memory_check:  # lm-eval's batch: the one that fits (default) or the one asked for, checked
-        from lctx.models.adapters.memory import check_lmeval_fits  # lazy: loads torch
+              else [(lms, call.lengths)])
+    return relative, groups
 
-        for suite in {id(t.suite): t.suite for t in family_objs if getattr(t, "suite", None) is not None}.values():
-            fits, note = check_lmeval_fits(lms, suite.request_lengths, lmeval_batch,
-                                           explicit=batch_size is not None and isinstance(batch, int))
-            suite.set_batch_size(fits)
-            warn(note)
-    for line in skips["notes"]:
-        warn(line)
-    note = (busy_note() if dinfo.is_main and any(str(lm.settings().get("device") or "").startswith("cpu") for lm in lms)
-            else None)
-    if note:
+
+def _fit_family_batches(lms: list, family_objs: list, lmeval_batch: int, explicit: bool, warn) -> None:
+    """Set each lm-eval suite's batch (of ``family_objs``) to the largest up to ``lmeval_batch`` that fits every model
+    (:func:`lctx.models.adapters.memory.check_lmeval_fits`; ``explicit``: the batch was asked for, so it is checked,
+    not lowered); the note of each goes to ``warn``.
+
+    Raises:
+        LctxError: an ``explicit`` batch that does not fit.
+    """
+    from lctx.models.adapters.memory import check_lmeval_fits  # lazy: loads torch
+
+    for suite in {id(t.suite): t.suite for t in family_objs if getattr(t, "suite", None) is not None}.values():
+        fits, note = check_lmeval_fits(lms, suite.request_lengths, lmeval_batch, explicit=explicit)
+        suite.set_batch_size(fits)
         warn(note)
 
+
+def _busy_note(lms: list, dinfo) -> Optional[str]:
+    """On the main rank, when a model runs on the CPU: :func:`lctx.kernels.busy_note` (a busy machine), else None."""
+    if not dinfo.is_main:
+        return None
+    from lctx.kernels import busy_note  # lazy: loads torch
+
+    return busy_note() if any(str(lm.settings().get("device") or "").startswith("cpu") for lm in lms) else None
+
+
+def _sweep_and_write(groups: list, run_tasks: _Tasks, out: Path, dinfo, *, depths: list, samples: int, seed: int,
+                     skip_below: dict, batch, relative, lms: list, progress: bool, log) -> Result:
+    """Lock ``out`` (created now, after every check: a rejected call leaves nothing behind), run the sweeps
+    (:func:`_sweep_passes`, one :func:`lctx.harness.run.runner.run_sweep` each, one invocation of run.json), leave
+    the process group, and on the main rank write the tables, figures and reports (:func:`_write_outputs`).
+
+    Raises:
+        LctxError: another process holds ``out``; a file cannot be written.
+    """
+    from lctx.harness.run import distributed as dist_  # lazy: loads torch
     from lctx.harness.run.rundir import run_dir_lock  # lazy: +7 ms (socket) to lctx.cli's import (-X importtime)
+    from lctx.harness.run.runner import new_invocation, run_sweep  # lazy: loads torch, transformers, pandas
 
     results = []
     invocation = new_invocation()  # this call's sweeps share one entry of run.json's "invocations"
     with run_dir_lock(out, dinfo):  # created here, after every check: a rejected call leaves nothing behind
-        for lms_g, length_list in groups:  # one sweep per training length with --relative
-            spec = RunSpec(lengths=length_list if task_objs else [], depths=depth_list, samples=samples, seed=seed,
-                           skip_below=skips["skip_below"])
-            own_passes: dict[tuple, list] = {}  # a task with lengths of its own (ppl's --window): a sweep of its own
-            for t in task_objs:
-                if t.key in own:
-                    own_passes.setdefault(tuple(own[t.key]), []).append(t)
-            passes = [([t for t in task_objs if t.key not in own] + family_objs, spec)]
-            passes += [(objs, RunSpec(list(lens), depth_list, samples, seed)) for lens, objs in own_passes.items()]
-            for objs, sp in passes:
-                if objs:
-                    results.append(run_sweep(lms_g, objs, sp, out, progress=progress, log=log, batch_size=batch,
-                                             tables=False, invocation=invocation))
+        for lms_g, objs, spec in _sweep_passes(groups, run_tasks, depths=depths, samples=samples, seed=seed,
+                                               skip_below=skip_below):
+            results.append(run_sweep(lms_g, objs, spec, out, progress=progress, log=log, batch_size=batch,
+                                     tables=False, invocation=invocation))
         dist_.destroy()  # [distributed] leave the process group; only rank 0 writes the tables
         totals = {k: sum(r[k] for r in results) for k in ("ran", "skipped", "errors", "ok")}
         res = Result(out=out, is_main=dinfo.is_main, **totals)
-        if not dinfo.is_main or not results:
-            return res
-        if relative:
-            flatness.note_run(out, models=[lm.path for lm in lms], relative=flatness.parse_relative(relative),
-                              train_lengths={lm.name: lm.train_length for lm in lms})
-        from lctx.harness.outputs.plots import write_run_outputs  # lazy: loads pandas, matplotlib
-
-        res.table, res.summary, res.plots = write_run_outputs(out, steps)  # once, after every sweep
-        res.superseded = int(res.table.attrs.get("superseded", 0))
-        for fam in families:
-            res.reports[fam.name] = format_summary(res.summary, fam.owns_label)
-        res.reports.update({st.name: st.report(res.table) for st in steps if st.report})
-        res.late_reports = [st.name for st in steps if st.report and st.report_after_plots]
+        if dinfo.is_main and results:
+            _write_outputs(res, run_tasks, relative, lms)
     return res
+
+
+def _sweep_passes(groups: list, run_tasks: _Tasks, *, depths: list, samples: int, seed: int, skip_below: dict):
+    """The sweeps to run, in order, as (models, task objects, :class:`lctx.harness.run.runner.RunSpec`): per group of
+    models (one per training length with ``--relative``), the tasks at the group's lengths (lm-eval's after the
+    others), then one pass per set of own lengths (ppl's ``--window``); a pass without tasks is left out."""
+    from lctx.harness.run.runner import RunSpec  # lazy: loads torch, transformers, pandas
+
+    objs_all, own = run_tasks.objs, run_tasks.own
+    for lms_g, length_list in groups:  # one sweep per training length with --relative
+        spec = RunSpec(lengths=length_list if objs_all else [], depths=depths, samples=samples, seed=seed,
+                       skip_below=skip_below)
+        own_passes: dict[tuple, list] = {}  # a task with lengths of its own (ppl's --window): a sweep of its own
+        for t in objs_all:
+            if t.key in own:
+                own_passes.setdefault(tuple(own[t.key]), []).append(t)
+        passes = [([t for t in objs_all if t.key not in own] + run_tasks.family_objs, spec)]
+        passes += [(objs, RunSpec(list(lens), depths, samples, seed)) for lens, objs in own_passes.items()]
+        for objs, sp in passes:
+            if objs:
+                yield lms_g, objs, sp
+
+
+def _write_outputs(res: Result, run_tasks: _Tasks, relative, lms: list) -> None:
+    """Fill ``res`` (the main rank's, after every sweep): the flatness note of a ``--relative`` run, the tables and
+    figures (:func:`lctx.harness.outputs.plots.write_run_outputs`, once), the superseded count, and the reports of
+    the task families and derived steps."""
+    from lctx.harness.steps import flatness  # lazy: loads lctx.tasks and numpy
+    from lctx.harness.steps.lmeval_run import format_summary  # a family's summary text; lazy: loads lctx.tasks and numpy
+    from lctx.harness.outputs.plots import write_run_outputs  # lazy: loads pandas, matplotlib
+
+    out, steps = res.out, run_tasks.steps
+    if relative:
+        flatness.note_run(out, models=[lm.path for lm in lms], relative=flatness.parse_relative(relative),
+                          train_lengths={lm.name: lm.train_length for lm in lms})
+    res.table, res.summary, res.plots = write_run_outputs(out, steps)  # once, after every sweep
+    res.superseded = int(res.table.attrs.get("superseded", 0))
+    for fam in run_tasks.families:
+        res.reports[fam.name] = format_summary(res.summary, fam.owns_label)
+    res.reports.update({st.name: st.report(res.table) for st in steps if st.report})
+    res.late_reports = [st.name for st in steps if st.report and st.report_after_plots]
 
 
 def _families(task_names: list[str]) -> dict:

@@ -29,6 +29,7 @@ import platform
 import sys
 import time
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -447,35 +448,131 @@ def train(
         min_lr_ratio=min_lr_ratio, warmup_steps=warmup_steps, weight_decay=weight_decay, grad_clip=grad_clip,
         val_fraction=val_fraction, eval_every=eval_every, eval_batches=eval_batches,
         variant_options=variant_options, retrieval=retrieval)
-    if retrieval is not None:
-        if not retrieval.tasks:
-            raise LctxError("no retrieval task given; write e.g. --retrieval passkey or passkey,niah_single_1")
-        for name in retrieval.tasks:
-            retrieval.task(name)  # unknown task or missing RULER data: the user's mistake, before any work
-        if retrieval.fraction > 0:  # a template that fits with no tokenizer: refused before the tokenizer trains
-            check_retrieval_fits(retrieval, context_length)
+    _check_retrieval(retrieval, context_length)
     dev = resolve_device(device)
+    docs = _text_docs(docs)
+    say = _Say(log, bar_active=progress)
+
+    # --- tokenizer and token streams, model, optimizer -----------------------------------------------
+    tokenizer = _fit_tokenizer(docs, vocab_size, val_fraction, retrieval, context_length)
+    train_stream, val_stream = _token_streams(docs, tokenizer, val_fraction, context_length)
+    model = _build_model(dev, vocab_size=len(tokenizer), seed=seed, variant=variant, variant_options=variant_options,
+                         context_length=context_length, hidden_size=hidden_size, num_layers=num_layers,
+                         num_heads=num_heads, tie_embeddings=tie_embeddings)
+    # after every check that can refuse the run: a refused run prints its error line alone
+    _warn_long_warmup(warmup_steps, steps, warn)
+    n_params = sum(p.numel() for p in model.parameters())
+    opt = _adamw(model, lr, weight_decay)
+
+    # --- data: training batches (text crops, retrieval documents), fixed validation crops --------------
+    mix = retrieval if retrieval is not None and retrieval.fraction > 0 else None
+    doc_lm, doc_counter = TokenizerLM(tokenizer), [0]
+    next_batch = partial(sample_batch, train_stream, batch_size, context_length, torch.Generator().manual_seed(seed),
+                         mix, doc_lm, doc_counter)
+    val_crops = sample_crops(val_stream, eval_batches * batch_size, context_length,
+                             torch.Generator().manual_seed(seed + 1))
+    say(f"lctx train: {len(docs)} docs, {train_stream.numel()} train / {val_stream.numel()} val tokens, "
+        f"vocab {len(tokenizer)}, {n_params:,} params ({model.variant_parameter_count()} positional), "
+        f"variant {variant}, ctx {context_length}, "
+        f"{steps} steps x {batch_size}, device {dev}")
+
+    # --- train, evaluating every eval_every steps ----------------------------------------------------
+    record = _TrainRecord(model=model, val_crops=val_crops, batch_size=batch_size, dev=dev, steps=steps, say=say,
+                          t_start=t_start, probes=_passkey_probes(mix, doc_lm, context_length, seed))
+    lr_of = partial(lr_at, lr=lr, steps=steps, warmup_steps=min(warmup_steps, steps), min_lr_ratio=min_lr_ratio)
+    final = _optimize(record, opt, next_batch, lr_of, lr=lr, grad_clip=grad_clip, eval_every=eval_every,
+                      progress=progress)
+
+    # --- save ---------------------------------------------------------------------------------------
+    out = _save(model, tokenizer, out_dir)
+    result = _train_log(args, docs, train_stream, val_stream, tokenizer, model, n_params, record, final, dev, out,
+                        tokens_trained=steps * batch_size * context_length)
+    if retrieval is not None:
+        result["retrieval"] = retrieval.record()
+        result["retrieval_docs"] = doc_counter[0]
+    (out / "train_log.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    say(f"done in {result['wall_seconds']:.1f}s ({result['tokens_per_second']} tok/s): val loss "
+        f"{record.evals[0]['val_loss']:.4f} -> {final:.4f}; wrote {out}")
+    return result
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the steps of train, in the order it takes them
+# ---------------------------------------------------------------------------------------------------------------
+
+def _check_retrieval(retrieval: RetrievalMix | None, context_length: int) -> None:
+    """The checks of ``retrieval`` that need no tokenizer, before any work: a task is named, every task is known
+    and has its data, and (when the mix is used) each template fits ``context_length`` even at one token per word
+    (:func:`check_retrieval_fits` without a tokenizer: refused before the tokenizer trains).
+
+    Raises:
+        LctxError: no task given, an unknown task or RULER's data missing, a template that cannot fit.
+    """
+    if retrieval is None:
+        return
+    if not retrieval.tasks:
+        raise LctxError("no retrieval task given; write e.g. --retrieval passkey or passkey,niah_single_1")
+    for name in retrieval.tasks:
+        retrieval.task(name)  # unknown task or missing RULER data: the user's mistake, before any work
+    if retrieval.fraction > 0:  # a template that fits with no tokenizer: refused before the tokenizer trains
+        check_retrieval_fits(retrieval, context_length)
+
+
+def _text_docs(docs) -> list[tuple[str, str]]:
+    """``docs`` as ``[(name as str, text), ...]`` without the documents that are empty or whitespace only.
+
+    Raises:
+        LctxError: no document has text.
+    """
     docs = [(str(name), text) for name, text in docs if text and text.strip()]
     if not docs:
         raise LctxError("no training text: the corpus has no non-empty documents; pass text files or "
                         "directories of .txt files")
+    return docs
 
-    bar_active = progress
-    if log is None:
-        def say(msg: str) -> None:
-            pass
-    elif log is print:
-        def say(msg: str) -> None:
-            (tqdm.write if bar_active else print)(msg)
-    else:
-        say = log
 
-    # --- tokenizer (trained on the training part only: each document's head by characters) -------------
+class _Say:
+    """:func:`train`'s ``log`` as one callable: ``None`` says nothing, ``print`` goes through ``tqdm.write`` while
+    the progress bar may be shown (``bar_active``, cleared once the bar is closed), any other callable gets the
+    line as it is."""
+
+    def __init__(self, log: Callable[[str], None] | None, bar_active: bool):
+        self.log, self.bar_active = log, bar_active
+
+    def __call__(self, msg: str) -> None:
+        """Say one line of text."""
+        if self.log is None:
+            return
+        if self.log is print:
+            (tqdm.write if self.bar_active else print)(msg)
+        else:
+            self.log(msg)
+
+
+def _fit_tokenizer(docs: list[tuple[str, str]], vocab_size: int, val_fraction: float,
+                   retrieval: RetrievalMix | None, context_length: int):
+    """The BPE tokenizer (:func:`lctx.models.tokenizer.train_tokenizer`, ``vocab_size`` asked) trained on the
+    training part only: each document's head by characters, its last ``val_fraction`` left out. A retrieval mix in
+    use is checked again with it, exactly (the check before training was a lower bound).
+
+    Raises:
+        LctxError: a retrieval template longer than ``context_length`` tokens with this tokenizer.
+    """
     head_texts = [text[: max(1, int(len(text) * (1.0 - val_fraction)))] for _, text in docs]
     tokenizer = train_tokenizer(head_texts, vocab_size)
     if retrieval is not None and retrieval.fraction > 0:  # exact now (the check before training: a lower bound)
         check_retrieval_fits(retrieval, context_length, tokenizer)
-    real_vocab = len(tokenizer)
+    return tokenizer
+
+
+def _token_streams(docs: list[tuple[str, str]], tokenizer, val_fraction: float, context_length: int
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The documents tokenized and split into the training and the validation stream (:func:`split_streams`).
+
+    Raises:
+        LctxError: either stream is shorter than one window of ``context_length - 1`` tokens (the message gives
+            the token counts and the fix).
+    """
     backend = tokenizer.backend_tokenizer
     token_docs = [enc.ids for enc in backend.encode_batch([text for _, text in docs], add_special_tokens=False)]
     train_stream, val_stream = split_streams(token_docs, val_fraction)
@@ -488,11 +585,22 @@ def train(
             f"{val_stream.numel()} held out) but one window needs {span} tokens in each; add text (about "
             f"{need} tokens), lower context_length, or raise val_fraction"
         )
+    return train_stream, val_stream
 
-    # --- model --------------------------------------------------------------------------------------
+
+def _build_model(dev: torch.device, *, vocab_size: int, seed: int, variant: str, variant_options: dict | None,
+                 context_length: int, hidden_size: int, num_layers: int, num_heads: int,
+                 tie_embeddings: bool) -> LctxForCausalLM:
+    """A new :class:`lctx.models.LctxForCausalLM` on ``dev`` in training mode, initialised after
+    ``torch.manual_seed(seed)``, with the training length ``context_length`` and the ids :data:`BOS_ID`,
+    :data:`EOS_ID`, :data:`PAD_ID`.
+
+    Raises:
+        LctxError: the variant refuses its options (a bad ``--option`` value).
+    """
     torch.manual_seed(seed)
     try:
-        cfg = LctxConfig(vocab_size=real_vocab, hidden_size=hidden_size, num_hidden_layers=num_layers,
+        cfg = LctxConfig(vocab_size=vocab_size, hidden_size=hidden_size, num_hidden_layers=num_layers,
                          num_attention_heads=num_heads, variant=variant, variant_options=variant_options,
                          train_length=context_length, max_position_embeddings=None,
                          tie_word_embeddings=tie_embeddings, bos_token_id=BOS_ID, eos_token_id=EOS_ID,
@@ -501,91 +609,137 @@ def train(
     except (ValueError, KeyError) as e:  # a bad variant option: report it as the user's mistake
         raise LctxError(f"cannot build a {variant!r} model: {e.args[0] if e.args else e}; check --option values") from None
     model.train()
-    # after every check that can refuse the run: a refused run prints its error line alone
+    return model
+
+
+def _warn_long_warmup(warmup_steps: int, steps: int, warn: Callable[[str], None] | None) -> None:
+    """Warn (``warn``, default stderr) when the warm-up is as long as the run: :func:`lr_at` then ramps for
+    min(warmup, steps) steps and the cosine decay never starts."""
     if warmup_steps >= steps:  # lr_at ramps for min(warmup, steps) steps: the cosine decay never starts
         (warn or (lambda m: print(m, file=sys.stderr)))(
             f"warning: warm-up of {warmup_steps} steps >= {steps} steps (--warmup, --steps): the learning rate "
             f"only ramps up and never decays; use a warm-up well below the steps, e.g. {max(1, steps // 10)}")
-    n_params = sum(p.numel() for p in model.parameters())
 
+
+def _adamw(model: torch.nn.Module, lr: float, weight_decay: float) -> torch.optim.AdamW:
+    """AdamW over :func:`param_groups` (decay on matrices only), betas (0.9, 0.95), eps 1e-8, peak rate ``lr``."""
     groups = [{k: v for k, v in g.items() if k != "names"} for g in param_groups(model, weight_decay)]
-    opt = torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), eps=1e-8)
-    mix = retrieval if retrieval is not None and retrieval.fraction > 0 else None
-    doc_lm, doc_counter = TokenizerLM(tokenizer), [0]
+    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), eps=1e-8)
 
-    gen = torch.Generator().manual_seed(seed)
-    val_crops = sample_crops(val_stream, eval_batches * batch_size, context_length,
-                             torch.Generator().manual_seed(seed + 1))
-    warmup = min(warmup_steps, steps)
 
-    say(f"lctx train: {len(docs)} docs, {train_stream.numel()} train / {val_stream.numel()} val tokens, "
-        f"vocab {real_vocab}, {n_params:,} params ({model.variant_parameter_count()} positional), "
-        f"variant {variant}, ctx {context_length}, "
-        f"{steps} steps x {batch_size}, device {dev}")
-
-    evals: list[dict] = []
-    train_seconds = 0.0
-    window_losses: list[float] = []
-
+def _passkey_probes(mix: RetrievalMix | None, lm: TokenizerLM, context_length: int, seed: int) -> list[tuple]:
+    """The fixed held-out prompts of :func:`passkey_probe` when ``mix`` trains passkey (else ``[]``): 20 prompts at
+    the full context, depths 0, 0.25, ..., 1 in turn, seeded ``seed + 7``."""
     probes = []
     if mix is not None and "passkey" in mix.tasks:  # fixed held-out passkey prompts at the full context
-
         pk = mix.task("passkey")
         for i in range(20):
-            s = pk.build(doc_lm, Cell(context_length - 1, i % 5 / 4, i), seed + 7)
-            answer = doc_lm.encode(" " + s.meta["key"])
+            s = pk.build(lm, Cell(context_length - 1, i % 5 / 4, i), seed + 7)
+            answer = lm.encode(" " + s.meta["key"])
             probes.append((s.input_ids, answer,
-                           [j for j, t in enumerate(answer) if any(c.isdigit() for c in doc_lm.decode([t]))]))
+                           [j for j, t in enumerate(answer) if any(c.isdigit() for c in lm.decode([t]))]))
+    return probes
 
-    def run_eval(step: int, cur_lr: float) -> float:
-        v = evaluate(model, val_crops, batch_size, dev)
-        tl = sum(window_losses) / len(window_losses) if window_losses else None
+
+@dataclass
+class _TrainRecord:
+    """What the training loop keeps: the evaluations so far (``evals``, :func:`train`'s ``train_log.json``), the
+    training losses since the last one, and the seconds spent in optimizer steps.
+
+    model, val_crops, batch_size, dev: what :meth:`evaluate_now` evaluates, on what, how; probes: the passkey
+    prompts of :func:`passkey_probe` (or none); steps: the run's step count (for the log line); say: the log;
+    t_start: :func:`time.perf_counter` when :func:`train` was called (``elapsed_s``).
+    """
+
+    model: torch.nn.Module
+    val_crops: torch.Tensor
+    batch_size: int
+    dev: torch.device
+    steps: int
+    say: _Say
+    t_start: float
+    probes: list = field(default_factory=list)
+    evals: list[dict] = field(default_factory=list)
+    window_losses: list[float] = field(default_factory=list)
+    train_seconds: float = 0.0
+
+    def evaluate_now(self, step: int, cur_lr: float) -> float:
+        """Evaluate after ``step`` optimizer steps at learning rate ``cur_lr``: the held-out loss (:func:`evaluate`),
+        the mean training loss since the last evaluation, the passkey probes; appended to ``evals`` and said in one
+        line. Returns the held-out loss (nats per token)."""
+        v = evaluate(self.model, self.val_crops, self.batch_size, self.dev)
+        tl = sum(self.window_losses) / len(self.window_losses) if self.window_losses else None
         row = {"step": step, "train_loss": tl, "val_loss": v, "lr": cur_lr}
         extra = ""
-        if probes:
-            row.update(passkey_probe(model, probes, dev))
+        if self.probes:
+            row.update(passkey_probe(self.model, self.probes, self.dev))
             extra = f"  passkey tf exact {row['passkey_tf_exact']:.2f} digits {row['passkey_tf_digit_acc']:.2f}"
-        row["elapsed_s"] = round(time.perf_counter() - t_start, 3)
-        evals.append(row)
-        window_losses.clear()
+        row["elapsed_s"] = round(time.perf_counter() - self.t_start, 3)
+        self.evals.append(row)
+        self.window_losses.clear()
         tl_s = f"{tl:.4f}" if tl is not None else "-"
-        say(f"step {step:>6}/{steps}: train {tl_s}  val {v:.4f} (ppl {math.exp(min(v, 50)):.1f})  lr {cur_lr:.2e}"
-            + extra)
+        self.say(f"step {step:>6}/{self.steps}: train {tl_s}  val {v:.4f} (ppl {math.exp(min(v, 50)):.1f})  "
+                 f"lr {cur_lr:.2e}" + extra)
         return v
 
-    run_eval(0, lr_at(0, lr=lr, steps=steps, warmup_steps=warmup, min_lr_ratio=min_lr_ratio))
+
+def _optimize(record: _TrainRecord, opt: torch.optim.Optimizer, next_batch: Callable[[], torch.Tensor],
+              lr_of: Callable[[int], float], *, lr: float, grad_clip: float, eval_every: int, progress: bool) -> float:
+    """The training loop: ``record.steps`` optimizer steps (:func:`_optimizer_step`) on ``next_batch()`` at the
+    rate ``lr_of(step)``, evaluating (:meth:`_TrainRecord.evaluate_now`) before the first, every ``eval_every``
+    steps and after the last; a tqdm bar with the running loss and rate when ``progress``. Returns the final
+    held-out loss (nats per token).
+
+    Raises:
+        LctxError: training diverged (a non-finite loss; ``lr`` named in the message).
+    """
+    steps = record.steps
+    record.evaluate_now(0, lr_of(0))
     bar = tqdm(range(steps), desc="train", disable=not progress, dynamic_ncols=True, leave=False)
     try:
         cur_lr = lr
         for step in bar:
             t0 = time.perf_counter()
-            cur_lr = lr_at(step, lr=lr, steps=steps, warmup_steps=warmup, min_lr_ratio=min_lr_ratio)
+            cur_lr = lr_of(step)
             for g in opt.param_groups:
                 g["lr"] = cur_lr
-            x = sample_batch(train_stream, batch_size, context_length, gen, mix, doc_lm, doc_counter).to(dev)
-            loss = model(input_ids=x, labels=x).loss
-            if not torch.isfinite(loss):
-                raise LctxError(f"training diverged at step {step + 1} (loss {loss.item()}); lower lr "
-                                f"(now {lr}) or raise warmup_steps")
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            if grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-            opt.step()
-            lv = loss.item()
-            train_seconds += time.perf_counter() - t0
-            window_losses.append(lv)
+            lv = _optimizer_step(record.model, opt, next_batch().to(record.dev), grad_clip, step=step, lr=lr)
+            record.train_seconds += time.perf_counter() - t0
+            record.window_losses.append(lv)
             if progress and (step % 5 == 0 or step == steps - 1):
                 bar.set_postfix(loss=f"{lv:.3f}", lr=f"{cur_lr:.2e}", refresh=False)
             done = step + 1
             if done % eval_every == 0 and done != steps:
-                run_eval(done, cur_lr)
-        final = run_eval(steps, cur_lr)
+                record.evaluate_now(done, cur_lr)
+        return record.evaluate_now(steps, cur_lr)
     finally:
         bar.close()
-        bar_active = False
+        record.say.bar_active = False
 
-    # --- save ---------------------------------------------------------------------------------------
+
+def _optimizer_step(model: torch.nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, grad_clip: float, *,
+                    step: int, lr: float) -> float:
+    """One optimizer step on the batch ``x`` [batch, context_length] (long; every token a target), the gradient's
+    global norm clipped to ``grad_clip`` (0: not clipped). Returns the batch's loss before the step (nats per token).
+
+    Raises:
+        LctxError: a non-finite loss (training diverged at ``step + 1``; the message names the peak ``lr``).
+    """
+    loss = model(input_ids=x, labels=x).loss
+    if not torch.isfinite(loss):
+        raise LctxError(f"training diverged at step {step + 1} (loss {loss.item()}); lower lr "
+                        f"(now {lr}) or raise warmup_steps")
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    if grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    opt.step()
+    return loss.item()
+
+
+def _save(model, tokenizer, out_dir: str | os.PathLike) -> Path:
+    """Write the model (``save_pretrained``, without transformers' shard bar) and the tokenizer into ``out_dir``
+    (created). Returns it as a :class:`~pathlib.Path`."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -597,22 +751,30 @@ def train(
         if bars_on:
             hf_logging.enable_progress_bar()
     save_tokenizer(tokenizer, out)
-    tokens_trained = steps * batch_size * context_length
-    result = {
+    return out
+
+
+def _train_log(args: dict, docs: list[tuple[str, str]], train_stream: torch.Tensor, val_stream: torch.Tensor,
+               tokenizer, model, n_params: int, record: _TrainRecord, final: float, dev: torch.device, out: Path, *,
+               tokens_trained: int) -> dict:
+    """The dict of ``train_log.json`` (see :func:`train`'s Returns), without the ``retrieval`` keys; ``wall_seconds``
+    measured from ``record.t_start`` to now."""
+    train_seconds = record.train_seconds
+    return {
         "args": args,
         "corpus": [name for name, _ in docs],
         "n_docs": len(docs),
         "train_tokens": int(train_stream.numel()),
         "val_tokens": int(val_stream.numel()),
-        "vocab_size": real_vocab,
+        "vocab_size": len(tokenizer),
         "n_params": n_params,
         "n_positional_params": model.variant_parameter_count(),
-        "evals": evals,
-        "initial_val_loss": evals[0]["val_loss"],
+        "evals": record.evals,
+        "initial_val_loss": record.evals[0]["val_loss"],
         "final_val_loss": final,
         "final_val_ppl": math.exp(min(final, 50.0)),
         "tokens_trained": tokens_trained,
-        "wall_seconds": round(time.perf_counter() - t_start, 3),
+        "wall_seconds": round(time.perf_counter() - record.t_start, 3),
         "train_seconds": round(train_seconds, 3),
         "tokens_per_second": round(tokens_trained / train_seconds, 1) if train_seconds > 0 else None,
         "torch_version": torch.__version__,
@@ -622,10 +784,3 @@ def train(
         "num_threads": torch.get_num_threads(),
         "out_dir": str(out),
     }
-    if retrieval is not None:
-        result["retrieval"] = retrieval.record()
-        result["retrieval_docs"] = doc_counter[0]
-    (out / "train_log.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    say(f"done in {result['wall_seconds']:.1f}s ({result['tokens_per_second']} tok/s): val loss "
-        f"{evals[0]['val_loss']:.4f} -> {final:.4f}; wrote {out}")
-    return result

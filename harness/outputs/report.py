@@ -284,7 +284,7 @@ def retrieval_tasks(table: pd.DataFrame) -> list[str]:
 
 def other_tasks(table: pd.DataFrame) -> list[str]:
     """Tasks of the table with a length axis that are neither retrieval tasks nor perplexity (drawn in the
-    perplexity section): custom tasks such as the README's ``last_token_nll``, with or without a depth axis."""
+    perplexity section): custom tasks such as docs/custom-tasks.md's ``last_token_nll``, with or without a depth axis."""
     perplexity = perplexity_tasks(table)
     return sorted(k for k in _length_tasks(table) if not meta_of(k, table).retrieval and k not in perplexity)
 
@@ -670,16 +670,53 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, at: str | None
     if at_list is None:
         at_list, at_note = default_at(table)
 
-    sections: list[tuple[str, str, list]] = []  # (id, heading, blocks); a block: ("p", text) | ("table", df, cls) | ("figs", [(path, caption, wide)])
+    # sections: (id, heading, blocks); a block: ("p", text) | ("table", df, cls) | ("figs", [(path, caption, wide)])
     disp, num = summary_table(table, at_list)
+    notes = _summary_notes(table, metas, at_note)
+    sections: list[tuple[str, str, list]] = [
+        ("summary", "Summary", [("table", disp, "summary"), ("p", _criteria_note(table))] + [("p", n) for n in notes])]
+    plots: list[Path] = []
+    for secs, paths in (_ruler_sections(table, out), _perplexity_sections(table, out, pal, max_ratio),
+                        _task_sections(table, out, pal, threshold), _bench_sections(table, out, pal)):  # drawn in order
+        sections += secs
+        plots += paths
+    fails = failures_table(table)
+    sections.append(_failures_section(fails))
+    sections.append(_metadata_section(metas, table))
+
+    title = title or "lctx extrapolation report"
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    sub = f"{len(metas)} run{'s' if len(metas) != 1 else ''}, {len(labels)} model{'s' if len(labels) != 1 else ''}; generated {stamp}"
+    html_path, md_path = out / "report.html", out / "report.md"
+    html_path.write_text(_html_page(sections, title, sub))
+    md_path.write_text(_markdown_page(sections, title, sub, out))
+    num.to_csv(out / "summary.csv", index=False)
+    fails.to_csv(out / "failures.csv", index=False)
+    return {"html": html_path, "markdown": md_path, "summary": out / "summary.csv", "failures": out / "failures.csv",
+            "plots": plots, "table": table, "summary_table": disp, "notes": notes}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the sections of build_report, in page order; a section is (id, heading, blocks)
+# ---------------------------------------------------------------------------------------------------------------
+
+def _criteria_note(table: pd.DataFrame) -> str:
+    """The paragraph under the summary that says what flat-until, the effective length and the retrieval columns
+    mean, with the criteria the runs' flatness rows record (``–`` when none)."""
     fl = table[table["task"] == FLATNESS]
     crits = {m: ", ".join(sorted({c for c in (_criterion(g.iloc[[i]]) for i in range(len(g))) if c})) or "–"
              for m, g in ((m, fl[fl["metric"] == m]) for m in ("flat_until", "effective_length"))}
-    crit = (f"Flat until ({crits['flat_until']}): the largest length L ≥ the training length with PPL(L)/PPL(train length) within the "
+    return (f"Flat until ({crits['flat_until']}): the largest length L ≥ the training length with PPL(L)/PPL(train length) within the "
             f"criterion at every tested length up to L (“≥” = flat at every length tested). Effective length: the "
             f"largest length with the retrieval score ({crits['effective_length']}) at or above the threshold at every tested length up to it "
             f"(RULER's effective length; “< L” = below it already at the shortest length L). Retrieval columns: the "
             f"headline metric (passkey exact match, NIAH string_match_all) averaged over depths and samples.")
+
+
+def _summary_notes(table: pd.DataFrame, metas: list[dict], at_note: str | None) -> list[str]:
+    """The lines below the summary's criteria: ``at_note`` (:func:`default_at`), one per model without a training
+    length (:func:`train_length_notes`), and what "exact ALiBi at ..." in a model's name means when a row records
+    that kernel."""
     notes = ([at_note] if at_note else []) + train_length_notes(table, metas)
     if "attn_kernel" in table.columns and table["attn_kernel"].astype("string").str.contains("lsh-exact-alibi").any():
         notes.append("“exact ALiBi at …” in a model's name: alibi_lsh rows where the CPU fast path ran exact ALiBi, "
@@ -687,22 +724,31 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, at: str | None
                      "does so where exact ALiBi is estimated cheaper, i.e. short inputs); "
                      "lsh_exact_dispatch=false in the checkpoint's variant_options (`lctx train --option`), or "
                      "--attn-impl sdpa, runs LSH at every length.")
-    sections.append(("summary", "Summary", [("table", disp, "summary"), ("p", crit)] + [("p", n) for n in notes]))
+    return notes
 
-    plots: list[Path] = []
+
+def _ruler_sections(table: pd.DataFrame, out: Path) -> tuple[list, list[Path]]:
+    """The RULER section (:func:`ruler_blocks`), when the table has ``ruler`` rows. Returns (sections, plot paths)."""
     rblocks, rplots = ruler_blocks(table, out)
-    if rblocks:
-        sections.append((RULER, "RULER", rblocks))
-        plots += rplots
-    figs = []
-    p = perplexity_figure(table, out, pal, max_ratio, FLATNESS)
-    if p:
-        figs.append((p, "Left: sliding-window perplexity by context length. Right: PPL(L)/PPL(train length) by "
-                        "L / train length; the dotted red line is the flatness criterion.", True))
-    if figs:
-        sections.append(("perplexity", "Perplexity and length flatness", [("figs", figs)]))
-        plots += [f[0] for f in figs]
+    return ([(RULER, "RULER", rblocks)], rplots) if rblocks else ([], [])
 
+
+def _perplexity_sections(table: pd.DataFrame, out: Path, pal, max_ratio: float) -> tuple[list, list[Path]]:
+    """The perplexity section (:func:`lctx.harness.outputs.plots.perplexity_figure`, the flatness criterion
+    ``max_ratio`` drawn), when a task of the table draws one. Returns (sections, plot paths)."""
+    p = perplexity_figure(table, out, pal, max_ratio, FLATNESS)
+    if not p:
+        return [], []
+    figs = [(p, "Left: sliding-window perplexity by context length. Right: PPL(L)/PPL(train length) by "
+                "L / train length; the dotted red line is the flatness criterion.", True)]
+    return [("perplexity", "Perplexity and length flatness", [("figs", figs)])], [p]
+
+
+def _task_sections(table: pd.DataFrame, out: Path, pal, threshold: float) -> tuple[list, list[Path]]:
+    """One section per retrieval task, then per other task with a length axis (:func:`retrieval_tasks`,
+    :func:`other_tasks`) that has a figure: its accuracy by length (``threshold`` drawn), a teacher-forcing note,
+    its depth x length heatmaps (:func:`heatmaps`, all drawn first). Returns (sections, plot paths)."""
+    sections, plots = [], []
     maps = heatmaps(table, out)
     for task in retrieval_tasks(table) + other_tasks(table):
         retrieval = meta_of(task, table).retrieval
@@ -725,51 +771,59 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, at: str | None
             plots += hm
         if blocks:
             sections.append((f"task-{safe_filename(task)}", f"{'Retrieval' if retrieval else 'Task'}: {task}", blocks))
+    return sections, plots
 
+
+def _bench_sections(table: pd.DataFrame, out: Path, pal) -> tuple[list, list[Path]]:
+    """The knowledge benchmarks' section (MMLU / ARC, :func:`bench_tasks`): their accuracy bars with chance
+    (:data:`CHANCE`) and a table of mean, stderr and questions per model, task and metric, when the table has them.
+    Returns (sections, plot paths)."""
     b = bench_figure(table, out, pal, bench_tasks(table), "mmlu_arc.png", "MMLU / ARC accuracy", CHANCE)
-    if b:
-        plots.append(b)
-        bt = ok_values(table[table["task"].map(is_bench_task) & table["metric"].isin(["acc", "acc_norm"])])
-        agg = bt.groupby(["label", "task", "metric"])["value"].agg(["mean", "std", "count"]).reset_index()
-        agg["stderr"] = agg["std"] / np.sqrt(agg["count"])
-        agg = agg.rename(columns={"label": "model", "count": "questions"})
-        agg["mean"], agg["stderr"] = agg["mean"].map("{:.3f}".format), agg["stderr"].map(lambda v: f"{v:.3f}" if np.isfinite(v) else "–")
-        sections.append(("bench", "Knowledge benchmarks: MMLU / ARC",
-                         [("figs", [(b, "Accuracy per task and metric (acc: raw log-likelihood; acc_norm: length-"
-                                        "normalised); dashed: chance with 4 choices.", True)]),
-                          ("table", agg[["model", "task", "metric", "mean", "stderr", "questions"]], "")]))
+    if not b:
+        return [], []
+    bt = ok_values(table[table["task"].map(is_bench_task) & table["metric"].isin(["acc", "acc_norm"])])
+    agg = bt.groupby(["label", "task", "metric"])["value"].agg(["mean", "std", "count"]).reset_index()
+    agg["stderr"] = agg["std"] / np.sqrt(agg["count"])
+    agg = agg.rename(columns={"label": "model", "count": "questions"})
+    agg["mean"], agg["stderr"] = agg["mean"].map("{:.3f}".format), agg["stderr"].map(lambda v: f"{v:.3f}" if np.isfinite(v) else "–")
+    return [("bench", "Knowledge benchmarks: MMLU / ARC",
+             [("figs", [(b, "Accuracy per task and metric (acc: raw log-likelihood; acc_norm: length-"
+                            "normalised); dashed: chance with 4 choices.", True)]),
+              ("table", agg[["model", "task", "metric", "mean", "stderr", "questions"]], "")])], [b]
 
-    fails = failures_table(table)
+
+def _failures_section(fails: pd.DataFrame) -> tuple[str, str, list]:
+    """The failures section: the first 300 failed cells of ``fails`` (:func:`failures_table`), or "No cell failed."."""
     n_fail = int(fails["samples failed"].sum()) if len(fails) else 0
-    sections.append(("failures", f"Failures ({len(fails)} cells, {n_fail} samples)",
-                     [("table", fails.head(300), "")] if len(fails) else [("p", "No cell failed.")]))
+    blocks = [("table", fails.head(300), "")] if len(fails) else [("p", "No cell failed.")]
     if len(fails) > 300:
-        sections[-1][2].append(("p", f"First 300 of {len(fails)} failed cells shown; all are in failures.csv."))
+        blocks.append(("p", f"First 300 of {len(fails)} failed cells shown; all are in failures.csv."))
+    return ("failures", f"Failures ({len(fails)} cells, {n_fail} samples)", blocks)
+
+
+def _metadata_section(metas: list[dict], table: pd.DataFrame) -> tuple[str, str, list]:
+    """The run metadata section (:func:`metadata_table`) as one field-by-run table per 5 runs, so a page of many runs
+    never scrolls sideways."""
     meta = metadata_table(metas, table)
     meta_t = meta.set_index("run").T.reset_index().rename(columns={"index": "field"})
     per = 5  # runs per table, so a page of many runs never scrolls sideways
-    sections.append(("metadata", "Run metadata", [("table", meta_t[["field"] + list(meta_t.columns[1 + i:1 + i + per])], "meta")
-                                                  for i in range(0, len(meta_t.columns) - 1, per)]))
+    return ("metadata", "Run metadata", [("table", meta_t[["field"] + list(meta_t.columns[1 + i:1 + i + per])], "meta")
+                                         for i in range(0, len(meta_t.columns) - 1, per)])
 
-    title = title or "lctx extrapolation report"
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    sub = f"{len(metas)} run{'s' if len(metas) != 1 else ''}, {len(labels)} model{'s' if len(labels) != 1 else ''}; generated {stamp}"
 
-    # HTML
+def _html_page(sections: list, title: str, sub: str) -> str:
+    """The report as one self-contained HTML page: title, subtitle ``sub``, a navigation bar, then the sections (the
+    PNGs embedded as base64 data URIs)."""
     parts = [f"<!doctype html>\n<html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
              f"<style>{_CSS}</style></head><body>", f"<h1>{html.escape(title)}</h1><p class='note'>{html.escape(sub)}</p>",
              "<nav>" + "".join(f"<a href='#{sid}'>{html.escape(h)}</a>" for sid, h, _ in sections) + "</nav>"]
-    md = [f"# {title}", "", sub, ""]
     for sid, heading, blocks in sections:
         parts.append(f"<h2 id='{sid}'>{html.escape(heading)}</h2>")
-        md += [f"## {heading}", ""]
         for blk in blocks:
             if blk[0] == "p":
                 parts.append(f"<p class='note'>{html.escape(blk[1])}</p>")
-                md += [blk[1], ""]
             elif blk[0] == "table":
                 parts.append(_html_table(blk[1], blk[2]))
-                md += [_md_table(blk[1]), ""]
             else:
                 parts.append("<div class='grid'>")
                 for path, cap, wide in blk[1]:
@@ -777,14 +831,24 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, at: str | None
                     parts.append(f"<figure class='{'wide' if wide else ''}'><img alt='{html.escape(path.stem)}' "
                                  f"src='data:image/png;base64,{data}'>"
                                  + (f"<figcaption>{html.escape(cap)}</figcaption>" if cap else "") + "</figure>")
-                    rel = Path(path).relative_to(out).as_posix()
-                    md += [f"![{path.stem}]({rel})", ""] + ([f"*{cap}*", ""] if cap else [])
                 parts.append("</div>")
     parts.append("</body></html>")
-    html_path, md_path = out / "report.html", out / "report.md"
-    html_path.write_text("\n".join(parts))
-    md_path.write_text("\n".join(md) + "\n")
-    num.to_csv(out / "summary.csv", index=False)
-    fails.to_csv(out / "failures.csv", index=False)
-    return {"html": html_path, "markdown": md_path, "summary": out / "summary.csv", "failures": out / "failures.csv",
-            "plots": plots, "table": table, "summary_table": disp, "notes": notes}
+    return "\n".join(parts)
+
+
+def _markdown_page(sections: list, title: str, sub: str, out: Path) -> str:
+    """The report in Markdown: title, subtitle ``sub``, then the sections, each figure linked by its path relative to
+    ``out`` (``plots/...``)."""
+    md = [f"# {title}", "", sub, ""]
+    for _, heading, blocks in sections:
+        md += [f"## {heading}", ""]
+        for blk in blocks:
+            if blk[0] == "p":
+                md += [blk[1], ""]
+            elif blk[0] == "table":
+                md += [_md_table(blk[1]), ""]
+            else:
+                for path, cap, _ in blk[1]:
+                    rel = Path(path).relative_to(out).as_posix()
+                    md += [f"![{path.stem}]({rel})", ""] + ([f"*{cap}*", ""] if cap else [])
+    return "\n".join(md) + "\n"

@@ -39,8 +39,8 @@ from lctx.models.adapters.protocol import ModelAdapter
 from lctx.harness.run.console import SweepProgress, count
 from lctx.errors import LctxError, NonFiniteLogitsError
 from lctx.model_files import check_declared_max
-from lctx.harness.run.rundir import (SALT, TASK_META, RecordWriter, atomic_write_json, declared_tasks, new_salt, read_json,
-                     run_dir_lock, sign_record)
+from lctx.harness.run.rundir import (SALT, TASK_META, RecordWriter, atomic_write_json, declared_tasks, new_salt,
+                                     read_json, run_dir_lock, sign_record)
 from lctx.harness.run.tables import label_of, read_records, record_key, summarize, to_table, vet_records, write_tables
 
 
@@ -103,7 +103,7 @@ def sample_base(lm: ModelAdapter, task_name: str, task_version, task_options: di
             "task_options": _jsonable(task_options), "versions": vs,
             "device_type": st.get("device_type"), "task_version": task_version, "code": code_fp}
     ident = dict(base)  # every field above but the model's name: a record holds them all, so its fingerprint
-    ident.pop("model")  # can be recomputed from the record alone (README "Run directory")
+    ident.pop("model")  # can be recomputed from the record alone (docs/trust-and-resume.md#the-run-directory)
     base["fingerprint"] = digest_json(ident)
     return base
 
@@ -181,7 +181,8 @@ def check_min_lengths(lms: list[ModelAdapter], tasks: list[Task], lengths: list[
     return skip, notes
 
 
-#: ``--batch-size auto``: the most rows a batch may have on each device type (CPU: measured, README "Batches")
+#: ``--batch-size auto``: the most rows a batch may have on each device type (CPU: measured,
+#: docs/kernels-and-bench.md#batches---batch-size)
 AUTO_BATCH_CAP = {"cpu": 4, "cuda": 32}
 #: ``--batch-size auto``: the share of the device's memory (``lctx plan``'s :func:`~lctx.models.adapters.memory.device_memory`)
 #: a batch's prefill may plan to use beside the loaded weights
@@ -404,34 +405,79 @@ def _where(lm: ModelAdapter) -> str:
 
 def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo, batch_size=1, tables: bool = True,
            invocation: str | None = None) -> dict:
+    """:func:`run_sweep` with the run directory locked: record this sweep in ``run.json`` (:func:`_run_meta`), list
+    the samples not yet recorded (:func:`_work`), run them (:func:`_run_work`) and count and tabulate the records
+    (:func:`_sweep_result`). Returns :func:`run_sweep`'s dict."""
     # [distributed] under torchrun / accelerate launch each rank runs a share and appends to its own
     # records.rank{r}.jsonl; rank 0 merges them into records.jsonl (harness/run/distributed.py)
-    rec_path = D.rank_records_path(out_dir, dinfo)
     meta_path = out_dir / "run.json"
     old_meta = read_json(meta_path, f"{meta_path}") or {}
+    run_id = _run_id(old_meta)
+    inputs = _hashed_inputs(lms, tasks, dinfo)
+    _check_model_names(lms, inputs["models"], old_meta, out_dir)
+    bases = _sample_bases(lms, tasks, inputs, spec.seed)
+    meta, invocation = _run_meta(old_meta, run_id, lms, tasks, spec, batch_size, dinfo, inputs, bases,
+                                 invocation or new_invocation())
+    if dinfo.is_main:  # [distributed]
+        atomic_write_json(meta_path, meta, str(meta_path))
+
+    done = _done_keys(out_dir, meta, invocation, dinfo)
+    work, n_cells = _work(lms, tasks, spec, bases, done)
+    n_total = len(work)
+    skipped = n_cells - n_total
+    if skipped and dinfo.is_main:
+        log(f"resuming {out_dir}: {count(skipped, 'sample')} already recorded, {n_total} to run")
+    if dinfo.distributed:  # [distributed] a deterministic share, balanced by length in tokens
+        D.check_same_work([record_key(w[3]) for w in work])
+        work = D.shard(work, dinfo, cost=lambda w: w[2].length)
+
+    stamp = dict(run_id=run_id, invocation=invocation, lctx_version=lctx.__version__, git_rev=meta["git_rev"])
+    salt = next(i[SALT] for i in meta["invocations"] if i.get("id") == invocation)
+    errors = _run_work(work, spec, out_dir, dinfo, batch_size, progress=progress, log=log, kept=skipped, stamp=stamp,
+                       salt=salt)
+    return _sweep_result(out_dir, meta, tasks, dinfo, tables, errors=errors, n_total=n_total, skipped=skipped)
+
+
+def _run_id(old_meta: dict) -> str:
+    """The run directory's id: the one ``run.json`` holds, else a new one (UTC time and process id); rank 0's on
+    every rank."""
     run_id = old_meta.get("run_id") if isinstance(old_meta.get("run_id"), str) else None
     run_id = run_id or datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + f"-{os.getpid()}"
-    run_id = D.broadcast(run_id)  # [distributed] rank 0's id on every rank
+    return D.broadcast(run_id)  # [distributed] rank 0's id on every rank
 
-    # every input that can change a number, hashed (rank 0 reads the files, every rank gets the digests)
+
+def _hashed_inputs(lms, tasks, dinfo) -> dict:
+    """Every input that can change a number, hashed: {"models": {name: :func:`model_inputs`}, "data": {task key:
+    data fingerprint}, "tasks": {task key: :func:`task_inputs`}} (rank 0 reads the files, every rank gets the
+    digests)."""
     inputs = None
     if dinfo.is_main:
         inputs = {"models": {lm.name: model_inputs(lm) for lm in lms},
                   "data": {t.key: t.data_fingerprint() for t in tasks},
                   "tasks": {t.key: task_inputs(t) for t in tasks}}
-    inputs = D.broadcast(inputs)
-    _check_model_names(lms, inputs["models"], old_meta, out_dir)
+    return D.broadcast(inputs)
+
+
+def _sample_bases(lms, tasks, inputs: dict, seed: int) -> dict:
+    """{(model name, task key): :func:`sample_base`}: the identity fields every sample of that pair shares."""
     bases = {}
     for lm in lms:
         for task in tasks:
             code = (inputs["tasks"][task.key]["code"] or {}).get("fingerprint")
             bases[(lm.name, task.key)] = sample_base(lm, task.name, getattr(task, "version", 1), task.options,
-                                                     inputs["data"][task.key], spec.seed, code,
+                                                     inputs["data"][task.key], seed, code,
                                                      chunked=task.chunked, inputs=inputs["models"][lm.name])
+    return bases
 
+
+def _run_meta(old_meta: dict, run_id: str, lms, tasks, spec: RunSpec, batch_size, dinfo, inputs: dict, bases: dict,
+              invocation: str) -> tuple[dict, str]:
+    """The new ``run.json`` of this sweep: ``old_meta`` with this invocation added (:func:`_invocation`), this
+    sweep's settings and versions, each task's own fields (:meth:`lctx.tasks.Task.run_json`), and merged with what
+    earlier runs recorded: the current fingerprint of each label, the models' declared maximum lengths, the tasks'
+    declarations and the inputs. Returns (meta, the invocation id)."""
     meta = dict(old_meta)
-    invocation = _invocation(meta, lms, tasks, spec, batch_size, dinfo, invocation or new_invocation())
-    salt = next(i[SALT] for i in meta["invocations"] if i.get("id") == invocation)
+    invocation = _invocation(meta, lms, tasks, spec, batch_size, dinfo, invocation)
     meta.update({"run_id": run_id, "lctx_version": lctx.__version__, "git_rev": git_revision(),
                  "torch": torch.__version__, "python": platform.python_version(), "host": platform.node(),
                  "models": [lm.path for lm in lms], "tasks": list(dict.fromkeys(t.name for t in tasks)),
@@ -454,18 +500,28 @@ def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo, batch_size=1, 
                                 **inputs["tasks"]}}
     if dinfo.distributed:
         meta["world_size"] = dinfo.world_size
-    if dinfo.is_main:  # [distributed]
-        atomic_write_json(meta_path, meta, str(meta_path))
+    return meta, invocation
 
-    # [distributed] all record files (rank files of an interrupted sharded run too); the barrier keeps
-    # every rank from writing before all have read, so all build the same work list
-    # records that run.json does not vouch for (an unknown invocation, a digest that does not match, a model
-    # the run does not hold, a second finished record of a key) are named once here and never count as done
+
+def _done_keys(out_dir: Path, meta: dict, invocation: str, dinfo) -> set:
+    """The record keys (:func:`lctx.harness.run.tables.record_key`) of the samples already recorded with status ok.
+
+    [distributed] all record files are read (rank files of an interrupted sharded run too); the barrier keeps every
+    rank from writing before all have read, so all build the same work list. Records that run.json does not vouch
+    for (an unknown invocation, a digest that does not match, a model the run does not hold, a second finished record
+    of a key) are named once here (the main rank, once per invocation) and never count as done."""
     report = _warn_once(invocation) if dinfo.is_main else None
     done = {record_key(r) for r in vet_records(D.read_all_records(out_dir, report=report), meta, report,
                                                str(out_dir / D.RECORDS))
             if r.get("status") == "ok"}
     D.barrier()
+    return done
+
+
+def _work(lms, tasks, spec: RunSpec, bases: dict, done: set) -> tuple[list, int]:
+    """The samples to run, in order: [(model, task, cell, its record's identity fields)] for every cell of every
+    (model, task) not in ``done`` and not below the task's shortest length (``spec.skip_below``: a relative sweep).
+    Returns (that list, the number of cells counted, done ones included)."""
     work, n_cells = [], 0
     for lm in lms:
         for task in tasks:
@@ -478,44 +534,56 @@ def _sweep(lms, tasks, spec, out_dir: Path, progress, log, dinfo, batch_size=1, 
                 if record_key(base) in done:
                     continue
                 work.append((lm, task, cell, base))
-    n_total = len(work)
-    skipped = n_cells - n_total
-    if skipped and dinfo.is_main:
-        log(f"resuming {out_dir}: {count(skipped, 'sample')} already recorded, {n_total} to run")
-    if dinfo.distributed:  # [distributed] a deterministic share, balanced by length in tokens
-        D.check_same_work([record_key(w[3]) for w in work])
-        work = D.shard(work, dinfo, cost=lambda w: w[2].length)
+    return work, n_cells
 
+
+def _run_work(work: list, spec: RunSpec, out_dir: Path, dinfo, batch_size, *, progress: bool, log, kept: int,
+              stamp: dict, salt: str) -> int:
+    """Run ``work`` (this rank's samples) in groups (:func:`batches`) under a progress bar weighted by prefill tokens
+    (:func:`sample_cost`), each record stamped with ``stamp`` (run id, invocation, versions), signed with ``salt``
+    and appended to this rank's records file (``kept``: records already there). Returns the records that errored."""
+    rec_path = D.rank_records_path(out_dir, dinfo)
     costs = [sample_cost(task, lm, cell) for lm, task, cell, _ in work]  # prefill tokens: the bar's weights
     groups = batches(work, batch_size, log=log if dinfo.is_main else None)  # before the bar: its lines stay whole
     errors = 0
-    if work:
-        with RecordWriter(rec_path, kept=skipped) as writer, \
-                SweepProgress(costs, enabled=progress and dinfo.is_main,  # [distributed]
-                              desc="lctx run" + (f" (rank 0 of {dinfo.world_size})" if dinfo.distributed else "")) as bar:
-            cost_of = {id(w): c for w, c in zip(work, costs)}
-            for group in groups:
-                lm, task, cell, base = group[0]
-                if task.whole:
-                    bar.start(f"{lm.name} {task.key} ({count(len(group), 'sample')})", n=len(group))
-                    recs = _run_whole(lm, task, [(c, b) for _, _, c, b in group], log,
-                                      state_root=out_dir / PARTIAL_DIR, rank=dinfo.rank if dinfo.distributed else None)
-                else:
-                    bar.start(f"{lm.name} {task.name} L={cell.length}"
-                              + (f" d={cell.depth:g}" if cell.depth is not None else "")
-                              + (f" (batch of {len(group)})" if len(group) > 1 else ""), n=len(group))
-                    recs = (_run_batch(lm, task, [(c, b) for _, _, c, b in group], spec.seed) if len(group) > 1
-                            else [_run_one(lm, task, cell, base, spec.seed)])
-                for rec in recs:
-                    rec.update(run_id=run_id, invocation=invocation, lctx_version=lctx.__version__,
-                               git_rev=meta["git_rev"])
-                    errors += rec["status"] != "ok"
-                    writer.write(sign_record(rec, salt))
-                bar.done(sum(cost_of[id(w)] for w in group))
+    if not work:
+        return errors
+    with RecordWriter(rec_path, kept=kept) as writer, \
+            SweepProgress(costs, enabled=progress and dinfo.is_main,  # [distributed]
+                          desc="lctx run" + (f" (rank 0 of {dinfo.world_size})" if dinfo.distributed else "")) as bar:
+        cost_of = {id(w): c for w, c in zip(work, costs)}
+        for group in groups:
+            for rec in _run_group(group, bar, spec.seed, out_dir, dinfo, log):
+                rec.update(**stamp)
+                errors += rec["status"] != "ok"
+                writer.write(sign_record(rec, salt))
+            bar.done(sum(cost_of[id(w)] for w in group))
+    return errors
 
-    # [distributed] rank 0 merges the rank files and writes the tables once; the other ranks wait for
-    # that, then build the same tables in memory (nothing written); ran/errors are summed over ranks
+
+def _run_group(group: list, bar, seed: int, out_dir: Path, dinfo, log) -> list[dict]:
+    """The records of one group of :func:`batches` (its bar step started here): a whole-run task's samples together
+    (:func:`_run_whole`), a batch of one length (:func:`_run_batch`) or one sample (:func:`_run_one`)."""
+    lm, task, cell, base = group[0]
+    if task.whole:
+        bar.start(f"{lm.name} {task.key} ({count(len(group), 'sample')})", n=len(group))
+        return _run_whole(lm, task, [(c, b) for _, _, c, b in group], log,
+                          state_root=out_dir / PARTIAL_DIR, rank=dinfo.rank if dinfo.distributed else None)
+    bar.start(f"{lm.name} {task.name} L={cell.length}"
+              + (f" d={cell.depth:g}" if cell.depth is not None else "")
+              + (f" (batch of {len(group)})" if len(group) > 1 else ""), n=len(group))
+    return (_run_batch(lm, task, [(c, b) for _, _, c, b in group], seed) if len(group) > 1
+            else [_run_one(lm, task, cell, base, seed)])
+
+
+def _sweep_result(out_dir: Path, meta: dict, tasks, dinfo, tables: bool, *, errors: int, n_total: int,
+                  skipped: int) -> dict:
+    """:func:`run_sweep`'s dict once this rank's samples ran (``errors`` of ``n_total`` run; ``skipped`` resumed).
+
+    [distributed] rank 0 merges the rank files and writes the tables once (unless ``tables`` is False); the other
+    ranks wait for that, then build the same tables in memory (nothing written); ran/errors are summed over ranks."""
     metrics_of = {t.name: t.metrics for t in tasks}
+    current = meta["current"]
     errors = sum(D.gather(errors))
     D.barrier()
     if dinfo.is_main:

@@ -771,16 +771,54 @@ def load_lm(path: str, device: str = "auto", dtype: str = "float32", name: str |
             ``trust_remote_code``, fails to load (corrupt or incomplete weights, unsafe pickle, no
             tokenizer), or cannot take the override; the message says what to do.
     """
-    from lctx.model_files import check_model_path, check_tokenizer_files, resolve_model_path  # light
+    from lctx.model_files import resolve_model_path  # light
 
     path, hub_name = resolve_model_path(path)  # a hub id: its snapshot in the local Hugging Face cache
     name = name or hub_name
     from lctx.models import register_with_transformers  # lazy: loads lctx.models (its kernels load triton)
 
     register_with_transformers()  # model_type "lctx" for the Auto classes, also after a light import (cli)
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer  # lazy: loads transformers' Auto classes and tokenizers (-X importtime: ~1 s)
-
     hf_logging.disable_progress_bar()  # one lctx progress bar, not one per checkpoint shard
+
+    path, source, name = _checkpoint_dir(path, name, dtype=dtype, cache_dir=cache_dir, log=log, progress=progress)
+    p = Path(path)
+    dev, dt = resolve_device(device), resolve_dtype(dtype)
+    config = _load_config(p, path, trust_remote_code)
+    tok = _load_tokenizer(p, path, trust_remote_code)
+    model = _load_weights(p, path, dt, dev, trust_remote_code)
+    if attn_impl is not None:
+        _set_attn_impl(model, config, attn_impl, name or p.resolve().name)
+    impl = (model.config.attn_impl if config.model_type == "lctx"
+            else "hf:" + str(getattr(model.config, "_attn_implementation", None) or "eager"))
+    variant = getattr(config, "variant", None) or config.model_type
+    train_length = getattr(config, "train_length", None)
+    max_length = getattr(config, "max_position_embeddings", None)
+    lm = HFAdapter(model=model, tokenizer=tok, name=name or p.resolve().name, path=str(source), variant=variant,
+            train_length=train_length, max_length=max_length, device=dev, dtype=dt, chunk_size=chunk_size,
+            attn_impl=impl, chat_template=chat_template, system_prompt=system_prompt)
+    if attn_override:
+        from lctx.models.adapters.overrides import apply_override  # lazy: loads lctx.models (its kernels load triton)
+
+        apply_override(lm, attn_override)
+    return lm
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the steps of load_lm, in the order it takes them
+# ---------------------------------------------------------------------------------------------------------------
+
+def _checkpoint_dir(path, name: str | None, *, dtype: str, cache_dir, log, progress: bool) -> tuple:
+    """The Hugging Face directory ``path`` loads from, checked: a GGUF file (or a folder holding one and no
+    ``config.json``) converted into its cached directory (:func:`lctx.models.adapters.gguf.cached_gguf_dir`), named
+    by its stem unless ``name`` is given; else ``path`` itself, which must hold tokenizer files. Returns (the
+    directory as ``cached_gguf_dir`` gives it or ``path``, the source :attr:`HFAdapter.path` names: the GGUF file or
+    ``path``, the name or None).
+
+    Raises:
+        LctxError: a GGUF file that cannot be converted; a path that is no directory, a directory without
+            ``config.json`` (a llama2.c folder: the convert command), a folder without tokenizer files.
+    """
+    from lctx.model_files import check_model_path, check_tokenizer_files  # light
 
     gguf_file = find_gguf(path)
     source = path
@@ -798,10 +836,20 @@ def load_lm(path: str, device: str = "auto", dtype: str = "float32", name: str |
                         "or save_pretrained")
     if gguf_file is None:
         check_tokenizer_files(p)  # no tokenizer: named now, not as transformers' "Couldn't instantiate ..."
-    dev, dt = resolve_device(device), resolve_dtype(dtype)
+    return path, source, name
+
+
+def _load_config(p: Path, path, trust_remote_code: bool):
+    """The checkpoint's config (``AutoConfig``) from directory ``p`` (``path``: as the errors name it).
+
+    Raises:
+        LctxError: remote code without ``trust_remote_code``; a value this lctx cannot use; an unreadable file.
+    """
+    from transformers import AutoConfig  # lazy: loads transformers' Auto classes (-X importtime: ~1 s)
+
     try:
         json.loads((p / "config.json").read_text())
-        config = AutoConfig.from_pretrained(p, trust_remote_code=trust_remote_code)
+        return AutoConfig.from_pretrained(p, trust_remote_code=trust_remote_code)
     except Exception as e:  # noqa: BLE001 - any parse failure is a corrupt checkpoint
         _raise_if_remote_code(path, e)
         if isinstance(e, ValueError) and not isinstance(e, json.JSONDecodeError):  # parsed, but a bad value
@@ -809,52 +857,69 @@ def load_lm(path: str, device: str = "auto", dtype: str = "float32", name: str |
                             "fix it in config.json, or use the lctx version that wrote the checkpoint") from None
         raise LctxError(f"checkpoint {path!r} has an unreadable config.json ({_first_line(e)}); "
                         "re-save it with save_pretrained") from None
+
+
+def _load_tokenizer(p: Path, path, trust_remote_code: bool):
+    """The checkpoint's tokenizer (``AutoTokenizer``) from directory ``p`` (``path``: as the errors name it).
+
+    Raises:
+        LctxError: remote code without ``trust_remote_code``; no loadable tokenizer.
+    """
+    from transformers import AutoTokenizer  # lazy: loads transformers' Auto classes and tokenizers (-X importtime: ~1 s)
+
     try:
-        tok = AutoTokenizer.from_pretrained(p, trust_remote_code=trust_remote_code)
+        return AutoTokenizer.from_pretrained(p, trust_remote_code=trust_remote_code)
     except Exception as e:  # noqa: BLE001
         _raise_if_remote_code(path, e)
         raise LctxError(f"checkpoint {path!r} has no loadable tokenizer ({_first_line(e)}); save the "
                         "tokenizer beside the weights with tokenizer.save_pretrained") from None
-    log = CapturedLog()  # transformers' multi-line load report: replayed on success, one line on failure
+
+
+def _load_weights(p: Path, path, dt: torch.dtype, dev: torch.device, trust_remote_code: bool):
+    """The model (``AutoModelForCausalLM``) from directory ``p`` in ``dt`` on ``dev``, in eval mode: safetensors when
+    the directory has any, else ``.bin`` through ``torch.load(weights_only=True)``. Transformers' multi-line load
+    report is replayed on success and cut to its first problem on failure.
+
+    Raises:
+        LctxError: remote code without ``trust_remote_code``; weights that do not match ``config.json``; pickled
+            ``.bin`` weights torch refuses; corrupt or incomplete weights.
+    """
+    from transformers import AutoModelForCausalLM  # lazy: loads transformers' Auto classes (-X importtime: ~1 s)
+
+    captured = CapturedLog()  # transformers' multi-line load report: replayed on success, one line on failure
     try:
         safetensors = any(p.glob("*.safetensors"))
-        with log:
+        with captured:
             model = AutoModelForCausalLM.from_pretrained(p, dtype=dt, trust_remote_code=trust_remote_code,
                                                          use_safetensors=True if safetensors else None,
                                                          weights_only=True).to(dev).eval()
     except Exception as e:  # noqa: BLE001
         _raise_if_remote_code(path, e)
-        if log.first_problem():
+        if captured.first_problem():
             raise LctxError(f"checkpoint {path!r} could not be loaded: its weights do not match its config.json "
-                            f"({log.first_problem()}); fix config.json or use the weights it was saved with") from None
+                            f"({captured.first_problem()}); fix config.json or use the weights it was saved with") from None
         if not safetensors and "weights_only" in str(e):
             raise LctxError(f"checkpoint {path!r} has .bin weights that torch.load(weights_only=True) refuses "
                             "(they pickle code or objects); lctx does not unpickle them: re-save the weights as "
                             "safetensors from a trusted environment") from None
         raise LctxError(f"checkpoint {path!r} could not be loaded ({_first_line(e)}); the weights are "
                         "corrupt or incomplete: re-save or retrain it") from None
-    log.replay()
-    if attn_impl is not None:
-        check_attn_impl(attn_impl, config, name or p.resolve().name)
-        if config.model_type == "lctx":
-            model.config.attn_impl = attn_impl
-        else:  # transformers' own attention: reference = eager, sdpa = sdpa (fast was refused above)
-            model.set_attn_implementation(get_attn_impl(attn_impl).hf)
-    impl = (model.config.attn_impl if config.model_type == "lctx"
-            else "hf:" + str(getattr(model.config, "_attn_implementation", None) or "eager"))
-    variant = getattr(config, "variant", None) or config.model_type
-    train_length = getattr(config, "train_length", None)
-    max_length = getattr(config, "max_position_embeddings", None)
-    lm = HFAdapter(model=model, tokenizer=tok, name=name or p.resolve().name, path=str(source), variant=variant,
-            train_length=train_length, max_length=max_length, device=dev, dtype=dt, chunk_size=chunk_size,
-            attn_impl=impl, chat_template=chat_template, system_prompt=system_prompt)
-    if attn_override:
-        from lctx.models.adapters.overrides import apply_override  # lazy: loads lctx.models (its kernels load triton)
-
-        apply_override(lm, attn_override)
-    return lm
+    captured.replay()
+    return model
 
 
+def _set_attn_impl(model, config, attn_impl: str, name: str) -> None:
+    """Run ``model`` with ``--attn-impl`` ``attn_impl`` (checked first, :func:`check_attn_impl`): an lctx model's
+    ``config.attn_impl``; transformers' own attention otherwise (reference = eager, sdpa = sdpa).
+
+    Raises:
+        LctxError: an unknown value, or ``fast`` for a Hugging Face checkpoint (``name`` in the message).
+    """
+    check_attn_impl(attn_impl, config, name)
+    if config.model_type == "lctx":
+        model.config.attn_impl = attn_impl
+    else:  # transformers' own attention: reference = eager, sdpa = sdpa (fast was refused above)
+        model.set_attn_implementation(get_attn_impl(attn_impl).hf)
 
 
 def check_attn_impl(attn_impl: str, config, name: str) -> None:
