@@ -183,23 +183,27 @@ def raise_if_remote_code(path: str, e: BaseException) -> None:
                         "does not run by default; pass --trust-remote-code if you trust its source") from None
 
 
-def check_declared_max(name: str, max_length, lengths: list[int], allow_beyond_max: bool = False) -> None:
-    """Refuse lengths above the ``max_length`` tokens (``max_position_embeddings``; None: not declared) that
-    model ``name`` declares it can address, unless ``allow_beyond_max``
-    (:func:`lctx.harness.run.runner.check_lengths`; :func:`declared_max` reads it before any weights load).
+def check_declared_max(name: str, max_length, lengths: list[int], allow_beyond_max: bool = False,
+                       source: str = "max_position_embeddings") -> None:
+    """Refuse lengths above the ``max_length`` tokens (None: not declared) that model ``name`` declares it can
+    address, unless ``allow_beyond_max`` (:func:`lctx.harness.run.runner.check_lengths`; :func:`declared_max` reads
+    it before any weights load). ``source``: where the model declares it, for the message: a checkpoint's
+    ``max_position_embeddings`` (config.json or GGUF metadata), or a model adapter's ``max_length``.
 
     Raises:
         LctxError: a length exceeds it, or it is not a positive number of tokens (names the limit and the fix).
     """
     if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int)
                                    or max_length <= 0):
-        raise LctxError(f"model {name!r} declares max_position_embeddings = {max_length!r} in its "
-                        "config.json, which is not a positive number of tokens; fix or remove that key")
+        where = (f"declares max_position_embeddings = {max_length!r} in its config.json"
+                 if source == "max_position_embeddings" else f"has {source} = {max_length!r}")
+        raise LctxError(f"model {name!r} {where}, which is not a positive number of tokens; fix or remove that "
+                        f"{'key' if source == 'max_position_embeddings' else 'value'}")
     if max_length and not allow_beyond_max:
         over = [L for L in lengths if L > max_length]
         if over:
             raise LctxError(f"length {max(over)} exceeds the {max_length} tokens model {name!r} declares "
-                            f"it can address (max_position_embeddings); use lengths <= {max_length}, or "
+                            f"it can address ({source}); use lengths <= {max_length}, or "
                             "--allow-beyond-max for an extrapolation study")
 
 

@@ -403,7 +403,7 @@ def _plan_tasks(call: _Call, task_options, values: dict, own_lengths: dict, out:
     families = _families(task_names)  # lm-eval's: its evaluator builds their task objects, no length axis
     family_names = [n for names in families.values() for n in names]
     task_names = [n for n in task_names if n not in family_names]
-    ignored = _ignored_options(task_names, family_names, **values)
+    ignored = _ignored_options(task_names, family_names, objects=[t.key for t in call.given_tasks], **values)
     if ignored and dinfo.is_main:
         warn(ignored)
     family_objs = _family_objects(families, values, dinfo, data_dir=call.data_dir, seed=seed,
@@ -642,7 +642,8 @@ def _check_before_torch(models, task_names: list[str], task_options, lengths: Op
         if isinstance(m, (str, Path)):
             check_declared_max(*declared_max(m), list(lengths) + extra, allow_beyond_max)
         else:  # a model adapter object: its own declared maximum
-            check_declared_max(m.name, m.max_length, list(lengths) + extra, allow_beyond_max)
+            check_declared_max(m.name, m.max_length, list(lengths) + extra, allow_beyond_max,
+                               source=getattr(m, "max_length_source", "max_length"))
     return parsed
 
 
@@ -658,11 +659,14 @@ def _unused_cache_dir(models, task_objs: list, task_names: list[str]) -> str | N
             f"samples, and this run has neither (tasks: {', '.join(task_names)})")
 
 
-def _ignored_options(task_names: list[str], family_names: list[str], **values) -> str | None:
+def _ignored_options(task_names: list[str], family_names: list[str], objects: Sequence[str] = (),
+                     **values) -> str | None:
     """One ``warning:`` line naming the run-wide task flags set (not at their defaults) that no task of the run
     declares (:attr:`lctx.tasks.Task.run_options`, a group's or family's; ``--limit 2`` with passkey only: lm-eval's
     tasks take it), each with who takes it, in the order of ``values`` ({lctx.evaluate keyword: value}), or None when
-    every one applies. ``family_names``: the run's names a task family builds (lm-eval's)."""
+    every one applies. ``family_names``: the run's names a task family builds (lm-eval's); ``objects``: the names of
+    the task objects given (they keep their own options: a run-wide flag reaches tasks given by name only, and the
+    line says so)."""
     from lctx.tasks import all_run_options, declared  # lazy: loads lctx.tasks and numpy
 
     used = {ro.param for name in task_names + family_names for ro in getattr(declared(name), "run_options", ())}
@@ -674,8 +678,10 @@ def _ignored_options(task_names: list[str], family_names: list[str], **values) -
         return None
     one = len(unused) == 1
     whose = ", ".join(f"{ro.flag} ({users})" for ro, users in unused)
-    return (f"warning: {whose} {'is' if one else 'are'} ignored: no task of this run uses "
-            f"{'it' if one else 'them'} (tasks: {', '.join(task_names + family_names)})")
+    named = ", ".join(task_names + family_names) or "none"
+    objs = f"; task objects keep their own options: {', '.join(objects)}" if objects else ""
+    return (f"warning: {whose} {'is' if one else 'are'} ignored: no task of this run {'given by name ' if objects else ''}"
+            f"uses {'it' if one else 'them'} (tasks: {named}{objs})")
 
 
 def _check_names(models, tasks, task_files) -> list[str]:

@@ -202,6 +202,27 @@ def test_objects_that_cannot_run_are_one_line_errors(tmp_path):
     refused("two tasks named 'passkey'", toy.ToyAdapter(), ["passkey", Passkey(key_digits=3)])
     refused("neither a task name nor a lctx.tasks.Task object", toy.ToyAdapter(), [42])
     refused("objects such as Passkey", toy.ToyAdapter(), [Passkey])  # the class, not an object
+    # an adapter's own max_length is named as such, not as a checkpoint's config.json key
+    refused(r"exceeds the 300 tokens model 'toy-reader' declares it can address \(max_length\)",
+            toy.ToyAdapter(max_length=300), [Passkey(key_digits=3)], lengths=[512])
+
+
+def test_run_flag_beside_task_objects_says_they_keep_their_own_options(tmp_path):
+    """A run-wide flag (key_digits) reaches tasks given by name only; with a Passkey *object* the warning says the
+    object keeps its own options and names it, where it used to list no task at all ("tasks: ")."""
+    import lctx
+    from lctx.tasks.passkey import Passkey
+
+    said = []
+    lctx.evaluate(toy.ToyAdapter(), [Passkey(key_digits=3)], lengths=[256], depths=[0.5], samples=1,
+                  key_digits=4, out=tmp_path / "o", log=said.append)
+    line = next(m for m in said if "--key-digits" in m)
+    assert "is ignored: no task of this run given by name uses it" in line
+    assert line.endswith("(tasks: none; task objects keep their own options: passkey)"), line
+    said.clear()  # control: the same flag with the task given by name is used, no warning
+    lctx.evaluate(toy.ToyAdapter(), ["passkey"], lengths=[256], depths=[0.5], samples=1, key_digits=4,
+                  out=tmp_path / "p", log=said.append)
+    assert not any("--key-digits" in m for m in said)
 
 
 def test_hf_identity_is_the_old_lms(tmp_path):

@@ -106,6 +106,7 @@ def test_too_little_text(tmp_path):
     (dict(val_fraction=0.0), "val_fraction"),
     (dict(vocab_size=100), "vocab_size 100 is too small"),
     (dict(lr=0.0), "lr must be a positive"),
+    (dict(variant_options="lsh_samples=4"), "variant_options must be a dict"),  # was a bare ValueError (dict(str))
 ])
 def test_bad_args(tmp_path, docs, bad, match):
     with pytest.raises(LctxError, match=match):

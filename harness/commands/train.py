@@ -435,6 +435,12 @@ def train(
     """
 
     t_start = time.perf_counter()
+    _check_args(  # first: args below reads variant_options as a dict
+        variant=variant, context_length=context_length, hidden_size=hidden_size, num_layers=num_layers,
+        num_heads=num_heads, vocab_size=vocab_size, steps=steps, batch_size=batch_size, lr=lr,
+        min_lr_ratio=min_lr_ratio, warmup_steps=warmup_steps, weight_decay=weight_decay, grad_clip=grad_clip,
+        val_fraction=val_fraction, eval_every=eval_every, eval_batches=eval_batches,
+        variant_options=variant_options, retrieval=retrieval)
     args = dict(variant=variant, context_length=context_length, hidden_size=hidden_size, num_layers=num_layers,
                 num_heads=num_heads, vocab_size=vocab_size, steps=steps, batch_size=batch_size, lr=lr,
                 min_lr_ratio=min_lr_ratio, warmup_steps=warmup_steps, weight_decay=weight_decay,
@@ -442,12 +448,6 @@ def train(
                 eval_batches=eval_batches, seed=seed, device=str(device), tie_embeddings=tie_embeddings,
                 variant_options=dict(variant_options or {}),
                 retrieval=retrieval.record() if retrieval is not None else None)
-    _check_args(
-        variant=variant, context_length=context_length, hidden_size=hidden_size, num_layers=num_layers,
-        num_heads=num_heads, vocab_size=vocab_size, steps=steps, batch_size=batch_size, lr=lr,
-        min_lr_ratio=min_lr_ratio, warmup_steps=warmup_steps, weight_decay=weight_decay, grad_clip=grad_clip,
-        val_fraction=val_fraction, eval_every=eval_every, eval_batches=eval_batches,
-        variant_options=variant_options, retrieval=retrieval)
     _check_retrieval(retrieval, context_length)
     dev = resolve_device(device)
     docs = _text_docs(docs)

@@ -40,7 +40,7 @@ from lctx.metrics import TEACHER_FORCED, is_teacher_forced
 from lctx.tasks import TASKS, group_of_label
 from lctx.tasks import GROUPS  # flatness, ruler (imported above: registered)
 
-from lctx.harness.steps.flatness import TASK as FLATNESS, TASK, derive_table
+from lctx.harness.steps.flatness import TASK as FLATNESS, derive_table
 from lctx.harness.outputs.plots import (accuracy_figure, bench_figure, format_length, ok_values, palette,
                                        perplexity_figure, ruler_figure, safe_filename, series_label, task_heatmaps,
                                        task_meta_of, tasks_with_kind)
@@ -188,7 +188,7 @@ def load_runs(run_dirs: list[str | Path], train_lengths: dict | None = None) -> 
             if c not in t.columns:
                 t[c] = None
         t = _fill_train_lengths(t, train_lengths or {})
-        if (t["task"].astype("string") == TASK).any():
+        if (t["task"].astype("string") == FLATNESS).any():
             flat_note = meta.get(FLATNESS, "from the run")
         else:
             flat_note = ""

@@ -133,7 +133,8 @@ def check_lengths(lm: ModelAdapter, lengths: list[int], allow_beyond_max: bool =
     Raises:
         LctxError: a length exceeds ``lm.max_length`` (names the limit and the fix).
     """
-    check_declared_max(lm.name, lm.max_length, lengths, allow_beyond_max)
+    check_declared_max(lm.name, lm.max_length, lengths, allow_beyond_max,
+                       source=getattr(lm, "max_length_source", "max_length"))  # where the adapter read it
 
 
 def sample_cost(task: Task, lm: ModelAdapter, cell) -> float:

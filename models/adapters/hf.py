@@ -21,6 +21,7 @@ import json
 import platform
 import resource
 from dataclasses import dataclass, field
+from typing import ClassVar
 from pathlib import Path
 
 import torch
@@ -341,6 +342,8 @@ class HFAdapter(TokenizerSide):
     _cache_kw: str = field(default="cache", repr=False)
     _length_ropes: list = field(default_factory=list, repr=False)
     _inputs: dict | None = field(default=None, repr=False)  # model_inputs(), hashed once
+    #: where ``max_length`` comes from, for messages (config.json's or the GGUF metadata's key)
+    max_length_source: ClassVar[str] = "max_position_embeddings"
 
     def __post_init__(self):
         params = inspect.signature(self.model.forward).parameters

@@ -13,7 +13,8 @@ The parts, and what an adapter must guarantee:
 * **Describe**: ``name`` (display name; the runner may append ``#i`` to make names unique), ``path`` (where it
   came from, as given: a folder, a file, a URL), ``variant`` (the positional variant, or the architecture),
   ``train_length`` / ``max_length`` (tokens, or ``None``: unknown; ``train_length`` is settable, the flatness
-  sweep's ``--train-length`` sets it).
+  sweep's ``--train-length`` sets it); optionally ``max_length_source``, where ``max_length`` was read (messages
+  name it; default ``"max_length"``).
 * **Text**: ``encode`` / ``decode`` (no special tokens), ``bos_id``; prompts only through :meth:`prompt` (the one
   place a chat template is applied), answers through :meth:`continuation_ids` (the tokens an answer has *in
   context*), budgets through :meth:`prompt_budget`; :meth:`tokenizer_fingerprint` and :meth:`prompt_signature`
