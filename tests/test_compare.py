@@ -685,3 +685,75 @@ def test_rules_directory_names_the_rules_fix(tmp_path):
     with pytest.raises(LctxError) as e:
         load_rules(tmp_path)
     assert "TOML rules file" in str(e.value) and "--out" not in str(e.value)
+
+
+# ------------------------------------------------------------------------------------------ several option sets
+
+def two_step_runs(tmp_path):
+    """The fresh-user trial of issue 26: the baseline (ppl max_tokens 2048, passkey key_digits 5); a run of ppl at
+    max_tokens 1024 beside the same passkey (step 1); then passkey again with key_digits 3 into the same run
+    directory (step 2), so that it holds two option sets of passkey."""
+    base = write_run(tmp_path / "base", with_options(cells()))
+    step1 = with_options(cells(), max_tokens=1024)
+    k3 = step1[step1["task"] == "passkey"].assign(task_options=json.dumps({"key_digits": 3}), mean=0.0)
+    return base, write_run(tmp_path / "step1", step1), write_run(tmp_path / "step2", pd.concat([step1, k3]))
+
+
+def test_a_cells_verdict_does_not_depend_on_other_cells(tmp_path, capsys):
+    """Issue 26 (fresh-user trial): a second passkey option set in the run directory switched every cell to
+    matching on the options, so the ppl cells made with other options read as 8 'missing' + 12 'new' (exit 1, a
+    regression verdict, with no word about options; --allow-option-changes could not bring them back). Each cell
+    is now paired on its own rows: the ppl cells stay 'not comparable' (exit 2) whatever passkey holds."""
+    base, step1, step2 = two_step_runs(tmp_path)
+    # control: one option set per cell, the ppl cells are not comparable
+    code, out, err = run_cli(["compare", step1, "--baseline", base], capsys)
+    assert_one_line_error(code, err, "6 cells not comparable", "ppl (6 cells): max_tokens: run 1024, baseline 2048")
+    first = pd.read_csv(step1 / "compare" / "compare.csv")
+    assert (first[first["task"] == "ppl"]["status"] == "incomparable").all()
+    # the same cells, with passkey's second option set beside them: the same verdict
+    code, out, err = run_cli(["compare", step2, "--baseline", base], capsys)
+    assert_one_line_error(code, err, "6 cells not comparable", "ppl (6 cells): max_tokens: run 1024, baseline 2048")
+    assert "0 missing" in out and "6 not comparable" in out and "4 new" in out
+    table = pd.read_csv(step2 / "compare" / "compare.csv")
+    ppl = table[table["task"] == "ppl"]
+    assert len(ppl) == 6 and (ppl["status"] == "incomparable").all()
+    assert set(ppl["options"]) == {"max_tokens: run 1024, baseline 2048"}
+    passkey = table[table["task"] == "passkey"]
+    assert sorted(zip(passkey["option_set"], passkey["status"])) == [("key_digits=3", "new")] * 4 + \
+        [("key_digits=5", "same")] * 4  # the key_digits 5 cells are judged against the baseline's
+    # the rows of the two option sets say which is which (they would otherwise look the same)
+    assert out.count("[key_digits=3]") == 4
+    # and --allow-option-changes judges the ppl cells (it could not find them before)
+    code, out, err = run_cli(["compare", step2, "--baseline", base, "--allow-option-changes"], capsys)
+    table = pd.read_csv(step2 / "compare" / "compare.csv")
+    assert code == 0 and "0 missing" in out and "10 within tolerance" in out, err
+    assert set(table[table["task"] == "ppl"]["status"]) == {"same"}  # judged: the summaries' values are equal
+    assert (table[table["task"] == "ppl"]["options"] == "max_tokens: run 1024, baseline 2048").all()
+
+
+def test_option_sets_pair_within_their_cell():
+    """Each cell is paired on its own: the same options first; what is left against the closest set left on the
+    other side (not comparable), else new (run) or missing (baseline)."""
+    base = with_options(cells())
+    two = pd.concat([with_options(cells(), max_tokens=1024), with_options(cells(), max_tokens=4096)])
+    two = two[two["task"] == "ppl"]
+    both = pd.concat([base[base["task"] == "passkey"], two])
+    # two run sets, neither the baseline's: both not comparable, told apart by their max_tokens
+    cmp = compare_runs(both, base)
+    ppl = cmp.table[cmp.table["task"] == "ppl"]
+    assert len(ppl) == 12 and set(ppl["status"]) == {"incomparable"} and cmp.exit_code == 2
+    assert set(ppl["option_set"]) == {"max_tokens=1024", "max_tokens=4096"}
+    # a baseline of two sets, a run of one of them: the other is missing (exit 1), named by its options
+    cmp = compare_runs(base, pd.concat([base, two[two["task_options"].str.contains("4096")]]))
+    missing = cmp.table[cmp.table["status"] == "missing"]
+    assert len(missing) == 6 and set(missing["option_set"]) == {"max_tokens=4096"} and cmp.exit_code == 1
+    assert set(cmp.table[cmp.table["status"] != "missing"]["status"]) == {"same"}
+    # one set on each side: nothing to tell apart
+    assert set(compare_runs(with_options(cells(), max_tokens=1024), base).table["option_set"]) == {""}
+
+
+def test_two_run_models_on_one_baseline_model_are_refused(tmp_path, capsys):
+    base = write_run(tmp_path / "base", cells("tiny"))
+    run = write_run(tmp_path / "run", pd.concat([cells("tiny"), cells("tiny-v2")]))
+    code, _, err = run_cli(["compare", run, "--baseline", base, "--alias", "tiny-v2=tiny"], capsys)
+    assert_one_line_error(code, err, "two run models map to baseline model 'tiny'")

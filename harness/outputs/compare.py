@@ -20,6 +20,9 @@ A matched cell whose two sides were made with different options (the label colum
 task options such as ppl's ``max_tokens`` or ``stride``, dtype, attn_impl, seed) measured different things:
 its difference is no regression or improvement, and it gets the status ``incomparable`` with the options
 that differ ("max_tokens: run 32768, baseline 2048"), unless the options may differ (``allow_option_changes``).
+A cell that holds several option sets on a side (one run directory, two ppl strides) pairs its sets by their
+options, within that cell alone (:func:`_match_cells`): a cell's verdict never depends on other cells. The rows of
+such a cell name the options that tell them apart (``option_set``, "key_digits=3"; the printed note shows it).
 
 Each cell gets a status: ``regression``, ``error`` (the run's samples failed where the baseline's did
 not), ``incomparable`` (options differ), ``missing`` (in the baseline, not in the run), ``improvement``,
@@ -480,7 +483,7 @@ class Comparison:
 
 TABLE_COLUMNS = ["status", "model", "baseline_model", "variant", "task", "metric", "length", "depth", "direction",
                  "base_mean", "base_stderr", "base_n", "run_mean", "run_stderr", "run_n", "diff", "rel_diff", "z",
-                 "threshold", "bound_by", "run_n_error", "base_n_error", "options"]
+                 "threshold", "bound_by", "run_n_error", "base_n_error", "options", "option_set"]
 
 
 def _near(name: str, known) -> str:
@@ -551,21 +554,17 @@ def compare_runs(run: pd.DataFrame, base: pd.DataFrame, rules: Rules | None = No
         hint = f"--alias {rm[0]}={bm[0]}" if len(rm) == 1 and len(bm) == 1 else "--alias NEW=OLD"
         raise LctxError(f"no model in common: the run has {rm} and the baseline {bm}; "
                         f"if a checkpoint was renamed, pass {hint}")
-    # cells of several option sets (ppl with two strides in one run directory): match option by option
-    keys = list(KEYS)
     labels = [c for c in LABEL_COLUMNS if c in run.columns and c in base.columns]
-    if labels and (run.duplicated(["run_model"] + KEYS[1:]).any() or base.duplicated(KEYS).any()):
-        keys = KEYS + labels
-    for what, df, ks in (("run", run, ["run_model"] + keys[1:]), ("baseline", base, keys)):
+    for what, df, ks in (("run", run, ["run_model"] + KEYS[1:] + labels), ("baseline", base, KEYS + labels)):
         if df.duplicated(ks).any():
             r = df[df.duplicated(ks)].iloc[0]
             raise LctxError(f"the {what}'s summary has two rows for cell ({r[ks[0]]}, {r['task']}, {r['metric']}, "
                             f"{_fmt_len(r['length'])}, {r['depth']}) with no option columns to tell them apart; "
                             "rewrite it with lctx run (one model name per checkpoint)")
-    dupes = run.duplicated(keys)
-    if dupes.any():
-        r = run[dupes].iloc[0]
-        raise LctxError(f"two run models map to baseline model {r['model']!r} (check --alias); "
+    shared = run.groupby(KEYS, dropna=False)["run_model"].nunique()
+    if (shared > 1).any():
+        model = shared[shared > 1].index[0][0]
+        raise LctxError(f"two run models map to baseline model {model!r} (check --alias); "
                         "alias at most one run model to each baseline model")
     directions = {}
     for task, metric in set(zip(run["task"], run["metric"])) | set(zip(base["task"], base["metric"])):
@@ -575,30 +574,27 @@ def compare_runs(run: pd.DataFrame, base: pd.DataFrame, rules: Rules | None = No
                             f"[metrics.{metric}] direction = \"higher\" (or \"lower\", \"equal\", \"ignore\") to --rules")
         directions[(task, metric)] = d
 
-    # pandas matches NaN keys with NaN keys in merges, so a depth-less cell (ppl) matches its counterpart
-    m = run.merge(base, on=keys, how="outer", suffixes=("_run", "_base"), indicator=True)
     rows = []
-    for r in m.to_dict("records"):
-        task, metric = r["task"], r["metric"]
+    for r, b, used in _match_cells(run, base, labels, declared):
+        task, metric = (r or b)["task"], (r or b)["metric"]
         direction = directions[(task, metric)]
         tol = rules.tolerance_for(task, metric)
-        row = {"model": r["run_model"] if isinstance(r["run_model"], str) else r["model"],
-               "baseline_model": r["model"] if r["_merge"] != "left_only" else None,
-               "variant": r["variant_run"] if isinstance(r["variant_run"], str) else r["variant_base"],
-               "task": task, "metric": metric, "length": _int_or_none(r["length"]), "depth": r["depth"],
-               "direction": direction, "base_mean": r["mean_base"], "base_stderr": r["stderr_base"],
-               "base_n": r["n_base"], "run_mean": r["mean_run"], "run_stderr": r["stderr_run"], "run_n": r["n_run"],
-               "run_n_error": r["n_error_run"], "base_n_error": r["n_error_base"],
+        r_, b_ = r or {}, b or {}
+        row = {"model": r_["run_model"] if r else b_["model"], "baseline_model": b_.get("model"),
+               "variant": r_.get("variant") if isinstance(r_.get("variant"), str) else b_.get("variant"),
+               "task": task, "metric": metric, "length": _int_or_none((r or b)["length"]), "depth": (r or b)["depth"],
+               "direction": direction, "base_mean": b_.get("mean", math.nan), "base_stderr": b_.get("stderr", math.nan),
+               "base_n": b_.get("n", math.nan), "run_mean": r_.get("mean", math.nan),
+               "run_stderr": r_.get("stderr", math.nan), "run_n": r_.get("n", math.nan),
+               "run_n_error": r_.get("n_error", math.nan), "base_n_error": b_.get("n_error", math.nan),
                "diff": math.nan, "rel_diff": math.nan, "z": math.nan, "threshold": math.nan, "bound_by": "",
-               "options": ""}
-        if r["_merge"] == "left_only":
+               "options": "", "option_set": r_.get("_set") or b_.get("_set", "")}
+        if b is None:
             row["status"] = "new"
-        elif r["_merge"] == "right_only":
+        elif r is None:
             row["status"] = "missing"
         else:
-            used = [c for c in labels if c not in keys and (c != "seed" or _task_uses_seed(r["task"], declared))]
-            row["options"] = "; ".join(option_differences(
-                {c: r[f"{c}_run"] for c in used}, {c: r[f"{c}_base"] for c in used}))
+            row["options"] = "; ".join(option_differences({c: r[c] for c in used}, {c: b[c] for c in used}))
             row["status"] = _judge(row, direction, tol)
             if row["options"] and not allow_option_changes and row["status"] != "ignored":
                 row["status"] = "incomparable"  # diff and z stay in the table, for the record
@@ -612,6 +608,89 @@ def compare_runs(run: pd.DataFrame, base: pd.DataFrame, rules: Rules | None = No
     failed = (any(counts[s] for s in FAILING) or (counts["missing"] > 0 and not allow_missing)
               or counts["incomparable"] > 0)
     return Comparison(table, counts, failed, allow_missing=allow_missing)
+
+
+def _match_cells(run: pd.DataFrame, base: pd.DataFrame, labels: list[str], declared: dict | None):
+    """Pair the run's rows with the baseline's, cell by cell (:data:`KEYS`, the run's model through the aliases):
+    yields (run row or None, baseline row or None, the label columns compared), each row a dict with ``_set``
+    (:func:`_option_sets`).
+
+    A cell with one option set on each side pairs the two (options that differ make it incomparable). A cell with
+    several option sets on a side (one run directory holding two ppl strides) pairs each run set with the baseline
+    set of the same options; the sets left over pair with the closest set left on the other side (incomparable)
+    when there is one, else they are new (run) or missing (baseline). A cell's pairing reads that cell's rows
+    alone: a second option set of another task once switched every cell to matching on the options, so that ppl
+    cells made with other options read as 'missing' + 'new' (exit 1) instead of 'not comparable' (exit 2)."""
+    runs, bases = _by_cell(run, labels), _by_cell(base, labels)
+    for key in list(runs) + [k for k in bases if k not in runs]:
+        R, B = runs.get(key, []), bases.get(key, [])
+        used = [c for c in labels if c != "seed" or _task_uses_seed(key[1], declared)]
+        pairs, left_r, left_b = [], list(range(len(R))), list(range(len(B)))
+        if R and B:
+            ndiff = {(i, j): len(option_differences({c: R[i][c] for c in used}, {c: B[j][c] for c in used}))
+                     for i in left_r for j in left_b}
+            # the same options: recorded alike first, then alike where both record them
+            for same in (lambda i, j: all(R[i][c] == B[j][c] for c in used), lambda i, j: ndiff[i, j] == 0):
+                for i in list(left_r):
+                    j = next((j for j in left_b if same(i, j)), None)
+                    if j is not None:
+                        pairs.append((i, j))
+                        left_r.remove(i)
+                        left_b.remove(j)
+            if left_r and left_b:  # other options on both sides: each set against the closest of the other side
+                pairs += [(i, min(left_b, key=lambda j: ndiff[i, j])) for i in left_r]
+                paired = {j for _, j in pairs}
+                pairs += [(min(left_r, key=lambda i: ndiff[i, j]), j) for j in left_b if j not in paired]
+                left_r, left_b = [], []
+        yield from ((R[i], B[j], used) for i, j in pairs)
+        yield from ((R[i], None, used) for i in left_r)
+        yield from ((None, B[j], used) for j in left_b)
+
+
+def _by_cell(df: pd.DataFrame, labels: list[str]) -> dict[tuple, list[dict]]:
+    """{(model, task, metric, length, depth): its rows}, a NaN length or depth as None (NaN != NaN); each row's
+    ``_set`` says what tells it from the cell's other rows (:func:`_option_sets`)."""
+    cells: dict[tuple, list[dict]] = {}
+    for r in df.to_dict("records"):
+        key = (r["model"], r["task"], r["metric"], _int_or_none(r["length"]),
+               None if r["depth"] != r["depth"] else float(r["depth"]))
+        cells.setdefault(key, []).append(r)
+    for rows in cells.values():
+        for r, s in zip(rows, _option_sets(rows, labels)):
+            r["_set"] = s
+    return cells
+
+
+def _option_sets(rows: list[dict], labels: list[str]) -> list[str]:
+    """For the rows of one cell (one side), the options that tell them apart, one string per row
+    (``"key_digits=3"``; ``""`` for a cell of one row): a run holding two option sets shows two rows per cell
+    that would otherwise look the same."""
+    if len(rows) < 2:
+        return [""] * len(rows)
+    sets = []
+    for r in rows:
+        opts = {}
+        for c in labels:
+            v = r.get(c)
+            if c == "task_options" and not _blank(v):
+                try:
+                    j = json.loads(v)
+                except (TypeError, ValueError):
+                    j = None
+                if isinstance(j, dict):
+                    opts.update({k: _show_option(k, x) for k, x in j.items()})
+                    continue
+            opts[c] = "-" if _blank(v) else str(v)
+        sets.append(opts)
+    names = list(dict.fromkeys(k for o in sets for k in o))
+    differ = [k for k in names if len({o.get(k, "-") for o in sets}) > 1]
+    return [", ".join(f"{k}={o.get(k, '-')}" for k in differ) for o in sets]
+
+
+def _show_option(key: str, v) -> str:
+    if key == "data" and v:
+        return ",".join(_option_value(key, v))
+    return v if isinstance(v, str) else json.dumps(v)
 
 
 def _option_value(key: str, v):
@@ -716,6 +795,8 @@ def _display_rows(cmp: Comparison, include_same: bool = False) -> list[list[str]
         tol = f"{r.threshold:.3g} ({r.bound_by})" if math.isfinite(r.threshold) else ""
         note = (f"{'not comparable' if r.status == 'incomparable' else 'options differ'}: {r.options}"
                 if isinstance(r.options, str) and r.options else "")
+        if isinstance(r.option_set, str) and r.option_set:  # a run or baseline of several option sets: which one
+            note = f"[{r.option_set}] {note}".rstrip()
         out.append([r.status, model, r.task, r.metric, _fmt_len(r.length), "" if r.depth != r.depth else f"{r.depth:g}",
                     r.direction, _fmt(r.base_mean, r.base_stderr), _fmt(r.run_mean, r.run_stderr),
                     _fmt(r.diff), rel, tol, note])
