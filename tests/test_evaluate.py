@@ -131,3 +131,39 @@ def test_option_errors_name_the_flag_and_a_fix(capsys, tmp_path, args, needles):
     code, _, err = run_cli(["run", *args, "--out", tmp_path / "o"], capsys)
     assert_one_line_error(code, err, *needles)
     assert "invalid literal" not in err and "length 'abc'" not in err
+
+
+@pytest.mark.parametrize("models, tasks, said", [
+    ([], ["passkey"], "models=[] names no model; pass a checkpoint path or a model adapter object, or leave models "
+                      "out (None) for the bundled model"),
+    ((), ["passkey"], "models=() names no model"),
+    ("toy", [], "tasks=[] names no task; pass task names or objects (e.g. ['passkey'] or [Passkey()]), or leave "
+                "tasks out (None) for the default tasks"),
+    ("toy", (), "tasks=() names no task"),
+])
+def test_an_empty_list_of_models_or_tasks_is_refused(tmp_path, models, tasks, said):
+    """Issue 26 trial item 2: ``lctx.evaluate([], [Passkey()])`` evaluated the bundled model (an empty list taken as
+    "the default") and ``lctx.evaluate(model, [])`` ran nothing, left a locked folder and returned table None.
+    Only None means the default; an empty list is one line, and nothing is made."""
+    import lctx
+    import toy_adapter as toy
+
+    models = toy.ToyAdapter() if models == "toy" else models
+    with pytest.raises(lctx.LctxError) as e:
+        lctx.evaluate(models, tasks, lengths=[256], out=tmp_path / "o", log=lambda m: None)
+    assert str(e.value).startswith(said) and "\n" not in str(e.value)
+    assert not (tmp_path / "o").exists()
+
+
+def test_none_is_the_default_models_and_tasks(tmp_path):
+    """Control of the refusal above: tasks=None runs the default tasks (passkey and ppl) on the adapter given, and
+    models=None gets past the model check (the refusal that follows is of the empty task list, not of the models)."""
+    import lctx
+    import toy_adapter as toy
+
+    res = lctx.evaluate(toy.ToyAdapter(), None, lengths=[256], depths=[0.5], samples=1, ppl_max_tokens=300,
+                        out=tmp_path / "o", log=lambda m: None)
+    assert set(res.table["task"]) == {"passkey", "ppl"} and res.errors == 0
+    with pytest.raises(lctx.LctxError, match=r"^tasks=\[\] names no task"):
+        lctx.evaluate(None, [], out=tmp_path / "p", log=lambda m: None)
+
