@@ -163,7 +163,7 @@ def evaluate(models=None, tasks=None,
     object (run with its own options; the run-wide task flags such as ``key_digits`` or ``stride`` are for tasks
     given by name), or one comma-separated string of names; default the tasks that declare
     :attr:`lctx.tasks.Task.default_run` (passkey and ppl, :func:`lctx.tasks.default_tasks`) when None (an empty
-    list is an error). A task that declares
+    list is an error), and then a note names the tasks of ``task_files`` that do not run. A task that declares
     :attr:`lctx.tasks.Task.adapter_needs` (mmlu/arc: ``lmeval_model()``) runs only on adapters that have those
     methods. lengths: context
     lengths in tokens (or "256,1k"; default 256..2048, or ``relative`` x the training length); depths: needle
@@ -271,7 +271,8 @@ def _check_call(models, tasks, task_files, *, lengths, depths, samples, relative
     """The checks of :func:`evaluate`'s arguments that cost no torch import, in the order their errors come:
     ``samples`` and ``chunk_size`` whole numbers; the lengths, depths and batch size parsed (the one place they are);
     ``data_dir`` a directory; not both ``lengths`` and ``relative``; repeated lengths, depths and tasks dropped (a
-    note to ``warn``); the task names and model paths (:func:`_check_names`); the adapter and task objects
+    note to ``warn``); the task names and model paths (:func:`_check_names`; with ``tasks`` None, a note to ``warn``
+    naming the tasks ``task_files`` add that do not run); the adapter and task objects
     (:func:`_check_adapter_objects`; ``load``: the settings of :data:`_LOAD_SETTINGS`, None when not given); ``out`` and ``cache_dir``
     writable (:func:`_check_out_dirs`); the run options (:func:`lctx.harness.args.check_run_options`, before torch
     loads: docs/troubleshooting.md#mistakes-caught-before-anything-heavy-loads); ``relative``'s multiples; the task
@@ -312,7 +313,14 @@ def _check_call(models, tasks, task_files, *, lengths, depths, samples, relative
     if isinstance(relative, (list, tuple)):
         relative = ",".join(f"{r:g}" for r in relative)
     # one-line errors before torch loads (issue 15.4)
-    task_names = _unique(_check_names(models, tasks, task_files), "tasks", warn)
+    task_names, file_tasks = _check_names(models, tasks, task_files)
+    task_names = _unique(task_names, "tasks", warn)
+    idle = [n for n in file_tasks if n not in task_names] if tasks is None else []
+    if idle:  # `lctx run --task-file F` without --tasks: F's tasks do not run unless they declare default_run
+        one = len(idle) == 1
+        warn(f"note: --task-file {', '.join(str(f) for f in task_files)} adds {', '.join(idle)}, which "
+             f"{'does' if one else 'do'} not run: without --tasks this run runs the default tasks "
+             f"({', '.join(task_names)}); to run {'it' if one else 'them'}, pass --tasks {','.join(idle)}")
     _check_adapter_objects(models, task_names, given_tasks, chat_template=chat_template, system_prompt=system_prompt,
                            **load)
     _check_out_dirs(out, cache_dir)
@@ -704,9 +712,9 @@ def _ignored_options(task_names: list[str], family_names: list[str], objects: Se
             f"uses {'it' if one else 'them'} (tasks: {named}{objs})")
 
 
-def _check_names(models, tasks, task_files) -> list[str]:
-    """The task names of ``tasks`` (a comma-separated string or a list; None: :func:`lctx.tasks.default_tasks`),
-    after registering the plug-ins' tasks and ``task_files``; checked with what costs no torch or transformers import
+def _check_names(models, tasks, task_files) -> tuple[list[str], list[str]]:
+    """(The task names of ``tasks`` (a comma-separated string or a list; None: :func:`lctx.tasks.default_tasks`),
+    the names ``task_files`` register), after registering the plug-ins' tasks and ``task_files``; checked with what costs no torch or transformers import
     (``lctx run`` answers these mistakes in well under a second, issue 15.4): every name is a task or one a group
     runs (:func:`lctx.tasks.group_of`: a derived step, an lm-eval task), and every path of ``models`` exists.
 
@@ -719,8 +727,7 @@ def _check_names(models, tasks, task_files) -> list[str]:
     from lctx.tasks import TASKS, default_tasks, get_task, group_of, load_entry_point_tasks, load_task_file  # lazy: loads lctx.tasks and numpy
 
     load_entry_point_tasks()
-    for tf in task_files or []:
-        load_task_file(str(tf))
+    from_files = [n for tf in task_files or [] for n in load_task_file(str(tf))]
     names = (default_tasks() if tasks is None else
              split_list(tasks, "--tasks", "--tasks passkey,ppl (see `lctx list tasks`)") if isinstance(tasks, str)
              else list(tasks))
@@ -736,7 +743,7 @@ def _check_names(models, tasks, task_files) -> list[str]:
             continue  # a model adapter object: checked by _check_adapter_objects
         path = check_model_path(m)  # missing (nor a cached hub id), not a .gguf file, a folder with no config.json
         check_tokenizer_files(path)  # a folder without tokenizer files (a GGUF file carries its own)
-    return names
+    return names, list(dict.fromkeys(from_files))
 
 
 def _load_models(models, attn_override, warn, **load) -> list:

@@ -167,3 +167,27 @@ def test_none_is_the_default_models_and_tasks(tmp_path):
     with pytest.raises(lctx.LctxError, match=r"^tasks=\[\] names no task"):
         lctx.evaluate(None, [], out=tmp_path / "p", log=lambda m: None)
 
+
+def test_task_file_without_tasks_says_which_tasks_it_adds_and_how_to_run_them(tmp_path):
+    """Issue 26 trial item 8: a task file without ``tasks`` silently ran the default tasks; one note line names the
+    file's tasks and how to run them. Control: with the file's task named there is no note (and it runs)."""
+    import lctx
+    import toy_adapter as toy
+    from helpers import token_nll_task_source
+    from lctx.tasks import TASKS
+
+    f = tmp_path / "my_task.py"
+    f.write_text(token_nll_task_source("LastNLL", "last_nll_test"))
+    said: list[str] = []
+    kw = dict(lengths=[256], depths=[0.5], samples=1, ppl_max_tokens=300, task_files=[f], log=said.append)
+    try:
+        res = lctx.evaluate(toy.ToyAdapter(), None, out=tmp_path / "o", **kw)
+        notes = [m for m in said if "--task-file" in m]
+        assert notes == [f"note: --task-file {f} adds last_nll_test, which does not run: without --tasks this run "
+                         "runs the default tasks (passkey, ppl); to run it, pass --tasks last_nll_test"]
+        assert set(res.table["task"]) == {"passkey", "ppl"}
+        said.clear()
+        res = lctx.evaluate(toy.ToyAdapter(), ["last_nll_test"], out=tmp_path / "p", **kw)
+        assert not [m for m in said if "--task-file" in m] and set(res.table["task"]) == {"last_nll_test"}
+    finally:
+        TASKS.pop("last_nll_test", None)
