@@ -138,7 +138,8 @@ def evaluate(models=None, tasks=None,
              samples: int = 2, out: Union[str, Path, None] = None, *, relative: Union[str, Sequence[float], None] = None,
              train_length: Optional[int] = None, task_options=None, task_files: Iterable[str] = (),
              data_dir: Union[str, Path, None] = None, device: Optional[str] = None, dtype: Optional[str] = None,
-             seed: int = 0, chunk_size: Optional[int] = None, allow_beyond_max: bool = False, attn_impl: Optional[str] = None,
+             seed: int = 0, chunk_size: Optional[int] = None, allow_beyond_max: bool = False,
+             attn_impl: Optional[str] = None,
              cache_dir: Union[str, Path, None] = None, cache_dir_from_env: bool = False, trust_remote_code: bool = False,
              attn_override: Optional[str] = None, chat_template: bool = False, system_prompt: Optional[str] = None,
              memory_check: bool = True, progress: bool = False, batch_size: Union[int, str, None] = None, stride: float = 0.5,
@@ -273,8 +274,8 @@ def _check_call(models, tasks, task_files, *, lengths, depths, samples, relative
     ``data_dir`` a directory; not both ``lengths`` and ``relative``; repeated lengths, depths and tasks dropped (a
     note to ``warn``); the task names and model paths (:func:`_check_names`; with ``tasks`` None, a note to ``warn``
     naming the tasks ``task_files`` add that do not run); the adapter and task objects
-    (:func:`_check_adapter_objects`; ``load``: the settings of :data:`_LOAD_SETTINGS`, None when not given); ``out`` and ``cache_dir``
-    writable (:func:`_check_out_dirs`); the run options (:func:`lctx.harness.args.check_run_options`, before torch
+    (:func:`_check_adapter_objects`; ``load``: the settings of :data:`_LOAD_SETTINGS`, None when not given); ``out``
+    and ``cache_dir`` writable (:func:`_check_out_dirs`); the run options (:func:`lctx.harness.args.check_run_options`, before torch
     loads: docs/troubleshooting.md#mistakes-caught-before-anything-heavy-loads); ``relative``'s multiples; the task
     families' data (:func:`_check_families`).
 
@@ -714,8 +715,8 @@ def _ignored_options(task_names: list[str], family_names: list[str], objects: Se
 
 def _check_names(models, tasks, task_files) -> tuple[list[str], list[str]]:
     """(The task names of ``tasks`` (a comma-separated string or a list; None: :func:`lctx.tasks.default_tasks`),
-    the names ``task_files`` register), after registering the plug-ins' tasks and ``task_files``; checked with what costs no torch or transformers import
-    (``lctx run`` answers these mistakes in well under a second, issue 15.4): every name is a task or one a group
+    the names ``task_files`` register), after registering the plug-ins' tasks and ``task_files``; checked with what
+    costs no torch or transformers import (``lctx run`` answers these mistakes in well under a second, issue 15.4): every name is a task or one a group
     runs (:func:`lctx.tasks.group_of`: a derived step, an lm-eval task), and every path of ``models`` exists.
 
     Raises:

@@ -669,7 +669,7 @@ def _record_error(rec: dict, e: BaseException) -> None:
         rec["status"], rec["error"] = "error", f"non-finite logits: {e}"
     elif isinstance(e, SystemExit):  # a task's own code called sys.exit(): a broken sample, not the end of the run
         rec["status"], rec["error"] = "error", f"the task called sys.exit({e.code!r}) while building or scoring"
-    elif isinstance(e, ContractError):  # it names the adapter's member or the task, and the contract: not where it was seen
+    elif isinstance(e, ContractError):  # it names the adapter's member or the task and the contract: no location
         rec["status"], rec["error"] = "error", str(e)[:400]
     else:
         tb = traceback.extract_tb(e.__traceback__)

@@ -44,10 +44,16 @@ which read the same). This module imports nothing from torch.
 Optional capability (not part of :class:`ModelAdapter`): lm-eval's mmlu/arc tasks run lm-eval's own ``hf``
 backend over a Hugging Face model, so they need :class:`LmEvalCapable` (``lmeval_model()``); ``lctx.evaluate``
 refuses those tasks, before anything runs, for an adapter without it.
+
+The contract is checked, not only written down: :func:`check_adapter` calls each member once before a run (one
+line naming a member of the wrong shape), and the runner runs a user's adapter (not lctx's own) in a
+:class:`CheckedAdapter`, which checks what the scoring methods return while samples run (a violation is that
+sample's error, :class:`AdapterContractError`).
 """
 
 from __future__ import annotations
 
+import numbers
 from typing import Any, NamedTuple, Optional, Protocol, Sequence, runtime_checkable
 
 from lctx.errors import ContractError, LctxError
@@ -268,8 +274,6 @@ def _show(value: Any, width: int = 60) -> str:
 
 def _is_int(x: Any) -> bool:
     """An integer, not a bool (numpy's integers count: they register as :class:`numbers.Integral`)."""
-    import numbers  # lazy: stdlib, only when an adapter is checked
-
     return isinstance(x, numbers.Integral) and not isinstance(x, bool)
 
 
@@ -362,7 +366,8 @@ def check_adapter(obj: Any) -> None:
     if not isinstance(text, str):
         raise bad(f"decode({ids!r})", f"returned {_show(text)}", "the str the ids spell")
     p = call("prompt('x', ' y', marks=[0])", obj.prompt, "x", " y", marks=[0])
-    contract = "an object with ids (a list of int: BOS and chat template included), text (str) and marks (a list of int)"
+    contract = ("an object with ids (a list of int: BOS and chat template included), text (str) and marks "
+                "(a list of int)")
     if not all(hasattr(p, a) for a in ("ids", "text", "marks")):
         raise bad("prompt('x', ' y', marks=[0])", f"returned {_show(p)}", contract)
     problem = _ids_problem(p.ids) or (None if p.ids else "an empty list")
@@ -412,8 +417,8 @@ def check_adapter(obj: Any) -> None:
 class CheckedAdapter:
     """A user's model adapter with the outputs of its scoring methods checked against the contract while a run
     uses it (the runner wraps every adapter that is not lctx's own, :func:`checked`): :meth:`greedy` /
-    :meth:`greedy_batch` (lists of int ids, at most ``max_new_tokens``, none after a stop id), :meth:`score_continuation`
-    (``logprobs`` <= 0, ``top1``, ``ranks`` >= 1: one each per token) and :meth:`token_nll` (two sequences of
+    :meth:`greedy_batch` (lists of int ids, at most ``max_new_tokens``, none after a stop id),
+    :meth:`score_continuation` (``logprobs`` <= 0, ``top1``, ``ranks`` >= 1: one each per token) and :meth:`token_nll` (two sequences of
     ``len(targets)``, NLLs >= 0). A violation raises :class:`AdapterContractError` naming the member and the
     contract, which the runner records as the sample's error. Transparent otherwise: every other member, attribute
     reads and writes (``name``, ``train_length``) go to the adapter, which gets its own handles back, so records,
