@@ -168,8 +168,11 @@ def run(
     # loads (their one-line errors come before the heavy imports all the same)
     explicit_lengths = getattr(ctx.get_parameter_source("lengths"), "name", "DEFAULT") != "DEFAULT"  # --lengths given
     env_cache_dir = getattr(ctx.get_parameter_source("cache_dir"), "name", "") == "ENVIRONMENT"  # LCTX_CACHE_DIR
+    explicit_tasks = getattr(ctx.get_parameter_source("tasks"), "name", "DEFAULT") != "DEFAULT"  # --tasks given
+    # without --tasks: the default tasks (lctx.tasks.default_tasks), and a note names a --task-file's tasks
     result = evaluate(
-        list(model) if model else None, tasks, lengths=lengths if explicit_lengths else None, depths=depths,
+        list(model) if model else None, tasks if explicit_tasks else None,
+        lengths=lengths if explicit_lengths else None, depths=depths,
         samples=samples, out=out, relative=relative, train_length=train_length, task_options=task_option or [],
         task_files=task_file or [], data_dir=data_dir, device=device, dtype=dtype, seed=seed, chunk_size=chunk_size,
         allow_beyond_max=allow_beyond_max, attn_impl=attn_impl, cache_dir=cache_dir, cache_dir_from_env=env_cache_dir,

@@ -21,6 +21,12 @@ class LctxError(Exception):
     """
 
 
+class ContractError(ValueError):
+    """A model adapter's output or a task's score that breaks its documented contract while a sample runs
+    (docs/adapters.md, docs/custom-tasks.md): the message names the member or task, what it returned and the
+    contract, and the runner records it as the sample's error as it is (no traceback location: the cause is named)."""
+
+
 class NonFiniteLogitsError(ValueError):
     """The model produced NaN or +inf logits (or a row of only -inf) for a sample.
 

@@ -137,8 +137,9 @@ def evaluate(models=None, tasks=None,
              lengths: Union[str, Sequence[int], None] = None, depths: Union[str, Sequence[float]] = DEFAULT_DEPTHS,
              samples: int = 2, out: Union[str, Path, None] = None, *, relative: Union[str, Sequence[float], None] = None,
              train_length: Optional[int] = None, task_options=None, task_files: Iterable[str] = (),
-             data_dir: Union[str, Path, None] = None, device: str = "auto", dtype: str = "float32", seed: int = 0,
-             chunk_size: int = 2048, allow_beyond_max: bool = False, attn_impl: Optional[str] = None,
+             data_dir: Union[str, Path, None] = None, device: Optional[str] = None, dtype: Optional[str] = None,
+             seed: int = 0, chunk_size: Optional[int] = None, allow_beyond_max: bool = False,
+             attn_impl: Optional[str] = None,
              cache_dir: Union[str, Path, None] = None, cache_dir_from_env: bool = False, trust_remote_code: bool = False,
              attn_override: Optional[str] = None, chat_template: bool = False, system_prompt: Optional[str] = None,
              memory_check: bool = True, progress: bool = False, batch_size: Union[int, str, None] = None, stride: float = 0.5,
@@ -150,14 +151,20 @@ def evaluate(models=None, tasks=None,
 
     models: a model or a list of them, each a checkpoint path (lctx, Hugging Face, GGUF; loaded with
     :func:`lctx.models.adapters.hf.load_lm` and this call's ``device``, ``dtype``, ``chunk_size``, ``attn_impl``,
-    ``attn_override``, ``trust_remote_code``, ``chat_template`` / ``system_prompt``) or a model adapter object
-    (:class:`lctx.models.adapters.protocol.ModelAdapter`: ``load_lm(...)``'s, or your own), run as it is (those
-    load settings must then stay at their defaults, and ``chat_template`` / ``system_prompt`` must say what the
-    adapter does); default the bundled tiny model. tasks: a task or a list of them, each a name (``lctx list
+    ``attn_override``, ``trust_remote_code``, ``chat_template`` / ``system_prompt``; ``device``, ``dtype`` and
+    ``chunk_size`` None: ``"auto"``, ``"float32"``, 2048) or a model adapter object
+    (:class:`lctx.models.adapters.protocol.ModelAdapter`: ``load_lm(...)``'s, or your own), run as it is (a
+    ``device``, ``dtype``, ``chunk_size`` or ``attn_impl`` given beside it must be the adapter's own, its
+    ``settings()``; ``attn_override`` and ``trust_remote_code`` cannot be given; ``chat_template`` /
+    ``system_prompt`` must say what the adapter does; it is checked against the protocol's contract before anything
+    runs, :func:`lctx.models.adapters.protocol.check_adapter`, and its outputs while it runs,
+    :class:`lctx.models.adapters.protocol.CheckedAdapter`); None: the bundled tiny model (an empty list is an
+    error). tasks: a task or a list of them, each a name (``lctx list
     tasks``; ``flatness`` and ``ruler`` expand into the tasks they derive from) or a :class:`lctx.tasks.Task`
     object (run with its own options; the run-wide task flags such as ``key_digits`` or ``stride`` are for tasks
     given by name), or one comma-separated string of names; default the tasks that declare
-    :attr:`lctx.tasks.Task.default_run` (passkey and ppl, :func:`lctx.tasks.default_tasks`). A task that declares
+    :attr:`lctx.tasks.Task.default_run` (passkey and ppl, :func:`lctx.tasks.default_tasks`) when None (an empty
+    list is an error), and then a note names the tasks of ``task_files`` that do not run. A task that declares
     :attr:`lctx.tasks.Task.adapter_needs` (mmlu/arc: ``lmeval_model()``) runs only on adapters that have those
     methods. lengths: context
     lengths in tokens (or "256,1k"; default 256..2048, or ``relative`` x the training length); depths: needle
@@ -178,8 +185,10 @@ def evaluate(models=None, tasks=None,
 
     Raises:
         LctxError: any bad input (one line naming the fix), found before any model runs; another process holds
-            ``out``; a model object that is not an adapter, or load settings given with one; two tasks of one
-            name; a task on an adapter that lacks a method the task needs (mmlu/arc without ``lmeval_model()``).
+            ``out``; no model or no task (an empty list); a model object that is not an adapter (a class, missing
+            members, a member that breaks the contract), or a load setting given with one that is not its own;
+            two tasks of one name; a task on an adapter that lacks a method the task needs (mmlu/arc without
+            ``lmeval_model()``).
     """
     warn = warn or log
     call = _check_call(models, tasks, task_files, lengths=lengths, depths=depths, samples=samples, relative=relative,
@@ -187,6 +196,9 @@ def evaluate(models=None, tasks=None,
                        train_length=train_length, chat_template=chat_template, system_prompt=system_prompt, warn=warn,
                        device=device, dtype=dtype, chunk_size=chunk_size, attn_impl=attn_impl,
                        attn_override=attn_override, trust_remote_code=trust_remote_code)
+    # a checkpoint path's load defaults; beside an adapter object these were given only if not None (checked above)
+    device, dtype, chunk_size = (v if v is not None else _PATH_DEFAULTS[k]
+                                 for k, v in (("device", device), ("dtype", dtype), ("chunk_size", chunk_size)))
     values = dict(limit=limit, num_fewshot=num_fewshot, stride=stride, window=window,  # in the order warnings name them
                   ppl_data=list(ppl_data) if ppl_data else None, ppl_bos=ppl_bos, ppl_short_docs=ppl_short_docs,
                   ppl_max_tokens=ppl_max_tokens, key_digits=key_digits)  # the run-wide task flags (RunOption.param)
@@ -260,18 +272,28 @@ def _check_call(models, tasks, task_files, *, lengths, depths, samples, relative
     """The checks of :func:`evaluate`'s arguments that cost no torch import, in the order their errors come:
     ``samples`` and ``chunk_size`` whole numbers; the lengths, depths and batch size parsed (the one place they are);
     ``data_dir`` a directory; not both ``lengths`` and ``relative``; repeated lengths, depths and tasks dropped (a
-    note to ``warn``); the task names and model paths (:func:`_check_names`); the adapter and task objects
-    (:func:`_check_adapter_objects`; ``load``: the settings of :data:`_LOAD_SETTINGS`); ``out`` and ``cache_dir``
-    writable (:func:`_check_out_dirs`); the run options (:func:`lctx.harness.args.check_run_options`, before torch
+    note to ``warn``); the task names and model paths (:func:`_check_names`; with ``tasks`` None, a note to ``warn``
+    naming the tasks ``task_files`` add that do not run); the adapter and task objects
+    (:func:`_check_adapter_objects`; ``load``: the settings of :data:`_LOAD_SETTINGS`, None when not given); ``out``
+    and ``cache_dir`` writable (:func:`_check_out_dirs`); the run options (:func:`lctx.harness.args.check_run_options`, before torch
     loads: docs/troubleshooting.md#mistakes-caught-before-anything-heavy-loads); ``relative``'s multiples; the task
     families' data (:func:`_check_families`).
 
     Raises:
         LctxError: the first problem found (one line naming the fix).
     """
+    given_models, given = models, tasks
     models = _model_list(models)
     tasks, given_tasks = _split_tasks(tasks)
+    if given_models is not None and not models:  # only None means "the default"
+        raise LctxError(f"models={given_models!r} names no model; pass a checkpoint path or a model adapter object, "
+                        "or leave models out (None) for the bundled model")
+    if given is not None and not isinstance(given, str) and not tasks and not given_tasks:
+        raise LctxError(f"tasks={given!r} names no task; pass task names or objects (e.g. ['passkey'] or "
+                        "[Passkey()]), or leave tasks out (None) for the default tasks")
     for name, value in (("samples", samples), ("chunk_size", load["chunk_size"])):  # the CLI's typer bounds (min=1)
+        if name == "chunk_size" and value is None:
+            continue  # not given: 2048 for a checkpoint path, the adapter's own for an object
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise LctxError(f"{name}={value!r} is not a whole number >= 1; pass {name}=1 or more "
                             f"(--{name.replace('_', '-')})")
@@ -292,7 +314,14 @@ def _check_call(models, tasks, task_files, *, lengths, depths, samples, relative
     if isinstance(relative, (list, tuple)):
         relative = ",".join(f"{r:g}" for r in relative)
     # one-line errors before torch loads (issue 15.4)
-    task_names = _unique(_check_names(models, tasks, task_files), "tasks", warn)
+    task_names, file_tasks = _check_names(models, tasks, task_files)
+    task_names = _unique(task_names, "tasks", warn)
+    idle = [n for n in file_tasks if n not in task_names] if tasks is None else []
+    if idle:  # `lctx run --task-file F` without --tasks: F's tasks do not run unless they declare default_run
+        one = len(idle) == 1
+        warn(f"note: --task-file {', '.join(str(f) for f in task_files)} adds {', '.join(idle)}, which "
+             f"{'does' if one else 'do'} not run: without --tasks this run runs the default tasks "
+             f"({', '.join(task_names)}); to run {'it' if one else 'them'}, pass --tasks {','.join(idle)}")
     _check_adapter_objects(models, task_names, given_tasks, chat_template=chat_template, system_prompt=system_prompt,
                            **load)
     _check_out_dirs(out, cache_dir)
@@ -684,10 +713,10 @@ def _ignored_options(task_names: list[str], family_names: list[str], objects: Se
             f"uses {'it' if one else 'them'} (tasks: {named}{objs})")
 
 
-def _check_names(models, tasks, task_files) -> list[str]:
-    """The task names of ``tasks`` (a comma-separated string or a list; None: :func:`lctx.tasks.default_tasks`),
-    after registering the plug-ins' tasks and ``task_files``; checked with what costs no torch or transformers import
-    (``lctx run`` answers these mistakes in well under a second, issue 15.4): every name is a task or one a group
+def _check_names(models, tasks, task_files) -> tuple[list[str], list[str]]:
+    """(The task names of ``tasks`` (a comma-separated string or a list; None: :func:`lctx.tasks.default_tasks`),
+    the names ``task_files`` register), after registering the plug-ins' tasks and ``task_files``; checked with what
+    costs no torch or transformers import (``lctx run`` answers these mistakes in well under a second, issue 15.4): every name is a task or one a group
     runs (:func:`lctx.tasks.group_of`: a derived step, an lm-eval task), and every path of ``models`` exists.
 
     Raises:
@@ -699,8 +728,7 @@ def _check_names(models, tasks, task_files) -> list[str]:
     from lctx.tasks import TASKS, default_tasks, get_task, group_of, load_entry_point_tasks, load_task_file  # lazy: loads lctx.tasks and numpy
 
     load_entry_point_tasks()
-    for tf in task_files or []:
-        load_task_file(str(tf))
+    from_files = [n for tf in task_files or [] for n in load_task_file(str(tf))]
     names = (default_tasks() if tasks is None else
              split_list(tasks, "--tasks", "--tasks passkey,ppl (see `lctx list tasks`)") if isinstance(tasks, str)
              else list(tasks))
@@ -716,7 +744,7 @@ def _check_names(models, tasks, task_files) -> list[str]:
             continue  # a model adapter object: checked by _check_adapter_objects
         path = check_model_path(m)  # missing (nor a cached hub id), not a .gguf file, a folder with no config.json
         check_tokenizer_files(path)  # a folder without tokenizer files (a GGUF file carries its own)
-    return names
+    return names, list(dict.fromkeys(from_files))
 
 
 def _load_models(models, attn_override, warn, **load) -> list:
@@ -768,21 +796,45 @@ def _split_tasks(tasks) -> tuple:
     return [t for t in items if not any(t is o for o in objs)], objs
 
 
-#: ``lctx.evaluate``'s settings of how a checkpoint path loads, with their defaults: they cannot reach a model
-#: adapter object (it is loaded already), so one set otherwise beside such an object is refused
-_LOAD_SETTINGS = {"device": "auto", "dtype": "float32", "chunk_size": 2048, "attn_impl": None, "attn_override": None,
+#: ``lctx.evaluate``'s settings of how a checkpoint path loads, as they are when not given: beside a model adapter
+#: object (loaded already) ``device``, ``dtype``, ``chunk_size`` and ``attn_impl`` may only say what it has
+#: (:data:`_ADAPTER_SETTINGS`); ``attn_override`` and ``trust_remote_code`` set otherwise are refused
+_LOAD_SETTINGS = {"device": None, "dtype": None, "chunk_size": None, "attn_impl": None, "attn_override": None,
                   "trust_remote_code": False}
+#: what a checkpoint path loads with when ``device``, ``dtype`` or ``chunk_size`` is not given (None)
+_PATH_DEFAULTS = {"device": "auto", "dtype": "float32", "chunk_size": 2048}
+#: the load settings an adapter object reports in its ``settings()``: one given beside it must be its own
+_ADAPTER_SETTINGS = ("device", "dtype", "chunk_size", "attn_impl")
+
+
+def _is_own_setting(key: str, value, settings: dict) -> bool:
+    """Whether load setting ``key`` = ``value`` says what an adapter has (``settings``: its ``settings()``):
+    ``device`` ``"auto"``, its ``device`` or its ``device_type`` (``"cuda"`` for ``"cuda:0"``); ``attn_impl`` its
+    own or, for a Hugging Face model (``"hf:<impl>"``), the transformers attention that name runs
+    (``sdpa``: ``hf:sdpa``, ``reference``: ``hf:eager``); the others equal."""
+    own = settings.get(key)
+    if key == "device":
+        return value == "auto" or str(value) in (str(settings.get("device")), str(settings.get("device_type")))
+    if key == "attn_impl" and value != own and isinstance(own, str) and own.startswith("hf:"):
+        from lctx.attn_impl import ATTN_IMPL_REGISTRY  # light: no torch
+
+        impl = ATTN_IMPL_REGISTRY.get(value)
+        return impl is not None and impl.hf is not None and own == f"hf:{impl.hf}"
+    return value == own
 
 
 def _check_adapter_objects(models: list, task_names: list[str], given_tasks: list, **settings) -> None:
     """The checks of model adapter objects and task objects, before any model or data loads (``settings``: the
-    load settings of :data:`_LOAD_SETTINGS` and ``chat_template`` / ``system_prompt``): two tasks of one name
-    (their records would share a key); a task whose declared :attr:`lctx.tasks.Task.adapter_needs` (or its
-    family's: lm-eval's ``lmeval_model()``) an adapter object lacks (refused before torch loads); an object that
-    lacks members of :class:`~lctx.models.adapters.protocol.ModelAdapter` (named; this check loads torch, with
-    lctx's models); a load setting that would not reach an adapter object; a chat setting that does not say what
-    the adapter does (its :meth:`~lctx.models.adapters.protocol.ModelAdapter.prompt_signature`: the records name
-    the chat template through the task options).
+    load settings of :data:`_LOAD_SETTINGS`, None or False when not given, and ``chat_template`` /
+    ``system_prompt``): two tasks of one name (their records would share a key); an adapter class where an object
+    belongs; a task whose declared :attr:`lctx.tasks.Task.adapter_needs` (or its family's: lm-eval's
+    ``lmeval_model()``) an adapter object lacks (refused before torch loads); an object that lacks members of
+    :class:`~lctx.models.adapters.protocol.ModelAdapter` (named; this check loads torch, with lctx's models) or
+    whose members break their contract (:func:`~lctx.models.adapters.protocol.check_adapter`); a load setting
+    given beside an object that is not the object's own (:data:`_ADAPTER_SETTINGS`, its ``settings()``) or cannot
+    reach it; a chat setting that does not say what the adapter does (its
+    :meth:`~lctx.models.adapters.protocol.ModelAdapter.prompt_signature`: the records name the chat template
+    through the task options).
 
     Raises:
         LctxError: the first problem found (one line naming the fix).
@@ -795,6 +847,10 @@ def _check_adapter_objects(models: list, task_names: list[str], given_tasks: lis
                         "or run the other into another out directory")
     if not objs:
         return
+    cls = next((m for m in objs if isinstance(m, type)), None)
+    if cls is not None:  # ToyAdapter, not ToyAdapter(): its methods would be called without self
+        raise LctxError(f"model {cls.__name__} is a class, not a model adapter object: pass an instance, "
+                        f"{cls.__name__}(...)")
     from lctx.tasks import TASKS  # lazy: loads lctx.tasks and numpy
 
     needs = [(n, fam.adapter_needs) for fam, names in _families(task_names).items() for n in names]
@@ -806,18 +862,29 @@ def _check_adapter_objects(models: list, task_names: list[str], given_tasks: lis
             if lacking is not None:
                 raise LctxError(f"{name} {why}, and model {getattr(lacking, 'name', lacking)!r} has none (no "
                                 f"{method}()): drop {name} for it, or pass a checkpoint path (or load_lm's adapter)")
-    from lctx.models.adapters.protocol import missing_members  # lazy: loads lctx.models (torch); objects only
+    from lctx.models.adapters.protocol import check_adapter, missing_members  # lazy: loads lctx.models (torch); objects only
 
     for m in objs:
         if missing_members(m):
             raise LctxError(f"model {m!r} is neither a checkpoint path nor a model adapter: it lacks "
                             f"{', '.join(missing_members(m))} (lctx.models.adapters.protocol.ModelAdapter); pass a "
                             "path, load_lm(path), or an object with every member of the protocol")
-    for key, default in _LOAD_SETTINGS.items():
-        if settings[key] != default:
-            raise LctxError(f"{key}={settings[key]!r} sets how lctx loads a checkpoint path, and model {objs[0].name!r} "
-                            f"is an adapter object, loaded already: make it with that setting (e.g. "
-                            f"load_lm(path, {key}={settings[key]!r})) or pass its path")
+        check_adapter(m)  # each member's shape, before anything runs (docs/adapters.md)
+    for key, unset in _LOAD_SETTINGS.items():
+        value = settings[key]
+        if value == unset or value is None:
+            continue
+        if key in _ADAPTER_SETTINGS:
+            for m in objs:
+                if not _is_own_setting(key, value, m.settings()):
+                    own = m.settings().get(key)
+                    raise LctxError(f"{key}={value!r} is not the setting of model {m.name!r}, an adapter object "
+                                    f"loaded with {key}={own!r} (its settings()): leave {key} out, or make the "
+                                    f"adapter with it (e.g. load_lm(path, {key}={value!r})) or pass its path")
+            continue
+        raise LctxError(f"{key}={value!r} sets how lctx loads a checkpoint path, and model {objs[0].name!r} "
+                        f"is an adapter object, loaded already: make it with that setting (e.g. "
+                        f"load_lm(path, {key}={value!r})) or pass its path")
     for m in objs:
         chat = (m.prompt_signature() or {}).get("chat") if hasattr(m, "prompt_signature") else None
         system = chat.get("system_prompt") if isinstance(chat, dict) else None

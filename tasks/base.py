@@ -216,6 +216,12 @@ class Task:
     heatmap: ClassVar[Heatmap | None] = None
     heatmap_metrics: ClassVar[tuple[str, ...] | None] = None
 
+    def __new__(cls, *args: Any, **options: Any):
+        # the caller's keywords, before any constructor runs: a misspelt option (``Passkey(key_digit=3)``) would
+        # otherwise land in ``options`` through a ``**options`` catch-all and run with the defaults (issue 26)
+        check_option_names(cls, options)
+        return super().__new__(cls)
+
     def __init__(self, **options: Any):
         self.options = options
 
@@ -406,18 +412,74 @@ class Task:
         return out
 
 
+#: Options the runner adds to a task's ``options`` itself (``--chat-template on`` and its system prompt,
+#: :func:`lctx.harness.args.chat_options`), so they reach every record's ``task_options`` and resume key. A
+#: constructor that takes ``**options`` (passkey's, ppl's, the docs' examples) passes them on to
+#: :class:`Task`, so a task object rebuilt from a record's ``task_options`` takes them too; no other name
+#: reaches the catch-all (:func:`check_option_names`).
+RECORD_OPTIONS = ("chat_template", "system_prompt")
+
+
+def constructor_options(cls) -> tuple[list[str], bool]:
+    """(the keyword options task class ``cls``'s constructors name, outermost first; whether an unknown keyword
+    would reach :class:`Task`'s ``**options``): the ``__init__`` of each class of its MRO is read while each passes
+    ``**options`` on; a constructor without a ``**`` catch-all ends the walk (Python refuses an unknown keyword
+    there itself). Light: no instance is made."""
+    names: list[str] = []
+    for klass in cls.__mro__:
+        if "__init__" not in vars(klass):
+            continue
+        if klass is Task:
+            return names, True
+        params = inspect.signature(vars(klass)["__init__"]).parameters.values()
+        names += [p.name for p in params if p.name != "self" and p.name not in names
+                  and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            return names, False
+    return names, False
+
+
+def check_option_names(cls, options: dict) -> None:
+    """Refuse keyword options task class ``cls``'s constructor does not name, before it runs: through a
+    ``**options`` catch-all they would land in ``options`` (and the records' resume key) while the task runs with
+    its defaults (``Passkey(key_digit=3)``, ``Perplexity(strid=0.25)``). The :data:`RECORD_OPTIONS` the runner adds
+    are accepted. ``lctx run --task-option`` refuses the same names (:func:`lctx.harness.args.check_task_options`).
+
+    Raises:
+        LctxError: an unknown option (the message names the valid ones, and the nearest one).
+    """
+    names, open_ = constructor_options(cls)
+    if not open_:
+        return
+    for key in options:
+        if key in names or key in RECORD_OPTIONS:
+            continue
+        import difflib  # lazy: only for the message of a mistake
+
+        near = difflib.get_close_matches(str(key), names, n=1)
+        hint = f" (did you mean {near[0]}?)" if near else ""
+        raise LctxError(f"task {getattr(cls, 'name', '') or cls.__name__!r} ({cls.__name__}) has no option {key!r}"
+                        f"{hint}; valid options: {', '.join(names) or 'none'}")
+
+
 def register_task(cls: type[Task]) -> type[Task]:
     """Class decorator: register a :class:`Task` subclass under ``cls.name``.
 
     Re-registering the same name replaces the earlier class (so a task file can be reloaded).
 
     Raises:
-        LctxError: the class has no ``name`` or no ``metrics``, or is not a Task.
+        LctxError: the class has no ``name`` or no ``metrics``, ``metrics`` or ``axes`` is a str (not a tuple of
+            names), or it is not a Task.
     """
     if not (isinstance(cls, type) and issubclass(cls, Task)):
         raise LctxError(f"{cls!r} is not a subclass of lctx.tasks.Task; subclass it to register a task")
     if not cls.name or not cls.metrics:
         raise LctxError(f"task class {cls.__name__} must set `name` and `metrics`")
+    for attr in ("metrics", "axes"):  # a str is a sequence of letters: metric 'n', 'l', 'l' in every sample's error
+        value = getattr(cls, attr)
+        if isinstance(value, str):
+            raise LctxError(f"task class {cls.__name__}: {attr} = {value!r} is a str, not a tuple of names; write "
+                            f"{attr} = ({value!r},)")
     if not cls.__dict__.get("description") and cls.__dict__.get("__doc__"):
         cls.description = doc_summary(cls.__doc__)  # the class's own docstring beats an inherited description
     return TASKS.add(cls.name, cls)

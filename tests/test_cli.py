@@ -986,3 +986,22 @@ def test_out_that_cannot_be_created_is_refused_at_parse_time(tmp_path):
     assert p.stdout.splitlines()[0] == "2 False", (p.stdout, p.stderr)
     assert "error: cannot write to --out '/proc/lctx-no-such-dir'" in p.stderr
     assert list(tmp_path.iterdir()) == []  # the probe's folders are gone again
+
+
+def test_run_task_file_without_tasks_notes_the_files_tasks(capsys, make_checkpoint, tmp_path):
+    """Issue 26 trial item 8: `lctx run --task-file FILE` without --tasks silently ran the default tasks; a note line
+    names the file's task and the flag that runs it, and the default tasks run. Control: with --tasks naming it,
+    no note and the file's task runs."""
+    f = tmp_path / "my_task.py"
+    f.write_text(token_nll_task_source("NoteNLL", "note_nll_test"))
+    ck = make_checkpoint()
+    common = ["run", "--model", ck, "--task-file", f, "--lengths", "160", "--depths", "0.5", "--samples", "1",
+              "--ppl-max-tokens", "256", "--no-progress", "--no-memory-check"]
+    code, _, err = run_cli([*common, "--out", tmp_path / "o"], capsys)
+    assert code == 0, err
+    assert (f"note: --task-file {f} adds note_nll_test, which does not run: without --tasks this run runs the "
+            "default tasks (passkey, ppl); to run it, pass --tasks note_nll_test") in err.splitlines()
+    assert set(pd.read_csv(tmp_path / "o" / "results.csv")["task"]) == {"passkey", "ppl"}
+    code, _, err = run_cli([*common, "--tasks", "note_nll_test", "--out", tmp_path / "p"], capsys)
+    assert code == 0, err
+    assert "--task-file" not in err and set(pd.read_csv(tmp_path / "p" / "results.csv")["task"]) == {"note_nll_test"}

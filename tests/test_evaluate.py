@@ -131,3 +131,63 @@ def test_option_errors_name_the_flag_and_a_fix(capsys, tmp_path, args, needles):
     code, _, err = run_cli(["run", *args, "--out", tmp_path / "o"], capsys)
     assert_one_line_error(code, err, *needles)
     assert "invalid literal" not in err and "length 'abc'" not in err
+
+
+@pytest.mark.parametrize("models, tasks, said", [
+    ([], ["passkey"], "models=[] names no model; pass a checkpoint path or a model adapter object, or leave models "
+                      "out (None) for the bundled model"),
+    ((), ["passkey"], "models=() names no model"),
+    ("toy", [], "tasks=[] names no task; pass task names or objects (e.g. ['passkey'] or [Passkey()]), or leave "
+                "tasks out (None) for the default tasks"),
+    ("toy", (), "tasks=() names no task"),
+])
+def test_an_empty_list_of_models_or_tasks_is_refused(tmp_path, models, tasks, said):
+    """Issue 26 trial item 2: ``lctx.evaluate([], [Passkey()])`` evaluated the bundled model (an empty list taken as
+    "the default") and ``lctx.evaluate(model, [])`` ran nothing, left a locked folder and returned table None.
+    Only None means the default; an empty list is one line, and nothing is made."""
+    import lctx
+    import toy_adapter as toy
+
+    models = toy.ToyAdapter() if models == "toy" else models
+    with pytest.raises(lctx.LctxError) as e:
+        lctx.evaluate(models, tasks, lengths=[256], out=tmp_path / "o", log=lambda m: None)
+    assert str(e.value).startswith(said) and "\n" not in str(e.value)
+    assert not (tmp_path / "o").exists()
+
+
+def test_none_is_the_default_models_and_tasks(tmp_path):
+    """Control of the refusal above: tasks=None runs the default tasks (passkey and ppl) on the adapter given, and
+    models=None gets past the model check (the refusal that follows is of the empty task list, not of the models)."""
+    import lctx
+    import toy_adapter as toy
+
+    res = lctx.evaluate(toy.ToyAdapter(), None, lengths=[256], depths=[0.5], samples=1, ppl_max_tokens=300,
+                        out=tmp_path / "o", log=lambda m: None)
+    assert set(res.table["task"]) == {"passkey", "ppl"} and res.errors == 0
+    with pytest.raises(lctx.LctxError, match=r"^tasks=\[\] names no task"):
+        lctx.evaluate(None, [], out=tmp_path / "p", log=lambda m: None)
+
+
+def test_task_file_without_tasks_says_which_tasks_it_adds_and_how_to_run_them(tmp_path):
+    """Issue 26 trial item 8: a task file without ``tasks`` silently ran the default tasks; one note line names the
+    file's tasks and how to run them. Control: with the file's task named there is no note (and it runs)."""
+    import lctx
+    import toy_adapter as toy
+    from helpers import token_nll_task_source
+    from lctx.tasks import TASKS
+
+    f = tmp_path / "my_task.py"
+    f.write_text(token_nll_task_source("LastNLL", "last_nll_test"))
+    said: list[str] = []
+    kw = dict(lengths=[256], depths=[0.5], samples=1, ppl_max_tokens=300, task_files=[f], log=said.append)
+    try:
+        res = lctx.evaluate(toy.ToyAdapter(), None, out=tmp_path / "o", **kw)
+        notes = [m for m in said if "--task-file" in m]
+        assert notes == [f"note: --task-file {f} adds last_nll_test, which does not run: without --tasks this run "
+                         "runs the default tasks (passkey, ppl); to run it, pass --tasks last_nll_test"]
+        assert set(res.table["task"]) == {"passkey", "ppl"}
+        said.clear()
+        res = lctx.evaluate(toy.ToyAdapter(), ["last_nll_test"], out=tmp_path / "p", **kw)
+        assert not [m for m in said if "--task-file" in m] and set(res.table["task"]) == {"last_nll_test"}
+    finally:
+        TASKS.pop("last_nll_test", None)

@@ -180,8 +180,8 @@ def test_lmeval_check_passes_an_adapter_with_the_capability():
         def lmeval_model(self):
             return None, None
 
-    settings = dict(device="auto", dtype="float32", chunk_size=2048, attn_impl=None, attn_override=None,
-                    trust_remote_code=False, chat_template=False, system_prompt=None)
+    settings = dict(device=None, dtype=None, chunk_size=None, attn_impl=None, attn_override=None,
+                    trust_remote_code=False, chat_template=False, system_prompt=None)  # none given
     _check_adapter_objects([WithHF()], ["arc_easy"], [], **settings)
     with pytest.raises(LctxError, match="lmeval_model"):
         _check_adapter_objects([toy.ToyAdapter()], ["arc_easy"], [], **settings)
@@ -197,7 +197,10 @@ def test_objects_that_cannot_run_are_one_line_errors(tmp_path):
         assert "\n" not in str(e.value) and not (tmp_path / "o").exists()
 
     refused("lacks name, path, variant", object(), ["passkey"])  # not an adapter: the missing members named
-    refused(r"dtype='bfloat16' sets how lctx loads a checkpoint path", toy.ToyAdapter(), ["passkey"], dtype="bfloat16")
+    refused(r"dtype='bfloat16' is not the setting of model 'toy-reader', an adapter object loaded with dtype=None",
+            toy.ToyAdapter(), ["passkey"], dtype="bfloat16")
+    refused(r"attn_override='ssmax' sets how lctx loads a checkpoint path", toy.ToyAdapter(), ["passkey"],
+            attn_override="ssmax")
     refused("chat template off", toy.ToyAdapter(), ["passkey"], chat_template=True)
     refused("two tasks named 'passkey'", toy.ToyAdapter(), ["passkey", Passkey(key_digits=3)])
     refused("neither a task name nor a lctx.tasks.Task object", toy.ToyAdapter(), [42])
@@ -290,3 +293,256 @@ def test_evaluate_with_an_adapter_and_task_objects_equals_lctx_run(tmp_path, cap
     cli = pd.read_parquet(tmp_path / "cli" / "results.parquet")
     assert len(res.table) == len(cli) == 2 * 2 + 4 * 2 and res.errors == 0  # passkey 2 metrics, ppl 4, 2 lengths
     pd.testing.assert_frame_equal(comparable(res.table), comparable(cli), check_dtype=False)
+
+
+# -- the seam defended (issue 26 trial): the contract checked before a run and while it runs ----------------------
+
+def _evaluate(adapter, tasks, out, **kw):
+    """``lctx.evaluate`` of ``adapter`` on ``tasks`` at 256 tokens, one sample, quiet."""
+    import lctx
+
+    return lctx.evaluate(adapter, tasks, **{"lengths": [256], "depths": [0.5], "samples": 1, "out": out,
+                                            "log": lambda m: None, **kw})
+
+
+def test_an_adapter_class_is_refused_with_pass_an_instance(tmp_path):
+    """Trial item 4: ``ToyAdapter`` (the class) gave a TypeError traceback (methods called without self) or "it lacks
+    path"; it is one line saying to pass an instance, before anything is made; the instance (control) runs."""
+    from lctx.tasks.passkey import Passkey
+
+    with pytest.raises(LctxError) as e:
+        _evaluate(toy.ToyAdapter, [Passkey(key_digits=3)], tmp_path / "o")
+    assert str(e.value) == "model ToyAdapter is a class, not a model adapter object: pass an instance, ToyAdapter(...)"
+    assert not (tmp_path / "o").exists()
+    assert _evaluate(toy.ToyAdapter(), [Passkey(key_digits=3)], tmp_path / "p").errors == 0
+
+
+class _Bfloat16Toy(toy.ToyAdapter):
+    """The toy, saying it runs in bfloat16 on a CPU with 512-token chunks and sdpa (load settings to compare with)."""
+
+    def settings(self) -> dict:
+        return dict(super().settings(), dtype="bfloat16", chunk_size=512, attn_impl="sdpa", device="cpu",
+                    device_type="cpu")
+
+
+@pytest.mark.parametrize("setting, value, own", [("dtype", "float32", "'bfloat16'"), ("chunk_size", 2048, "512"),
+                                                 ("device", "cuda", "'cpu'"), ("attn_impl", "fast", "'sdpa'")])
+def test_load_settings_beside_an_adapter_are_judged_against_its_own(tmp_path, setting, value, own):
+    """Trial item 3: a load setting beside an adapter object was judged against the path defaults: the adapter's own
+    dtype was refused (with advice to do just that) and float32 beside a bfloat16 adapter passed silently. A
+    setting that differs from the adapter's ``settings()`` is refused, saying what it has."""
+    from lctx.tasks.passkey import Passkey
+
+    with pytest.raises(LctxError) as e:
+        _evaluate(_Bfloat16Toy(), [Passkey(key_digits=3)], tmp_path / "o", **{setting: value})
+    assert str(e.value).startswith(f"{setting}={value!r} is not the setting of model 'toy-reader', an adapter object "
+                                   f"loaded with {setting}={own} (its settings()): leave {setting} out")
+    assert not (tmp_path / "o").exists()
+
+
+def test_load_settings_that_are_the_adapters_own_are_accepted(tmp_path):
+    """Control of the refusal above: the adapter's own settings (``device`` as its device type too) run, and an
+    in-process adapter loaded in bfloat16 passes dtype="bfloat16" (refused before, with advice to do exactly that),
+    its sdpa as attn_impl="sdpa" and its device "cpu"; float32 beside it is refused."""
+    from lctx.harness.evaluate import _check_adapter_objects
+    from lctx.models.adapters.hf import load_lm
+    from lctx.tasks.passkey import Passkey
+
+    res = _evaluate(_Bfloat16Toy(), [Passkey(key_digits=3)], tmp_path / "o", dtype="bfloat16", chunk_size=512,
+                    device="cpu", attn_impl="sdpa")
+    assert res.errors == 0 and res.ran == 1
+    lm = load_lm(str(BUNDLED), device="cpu", dtype="bfloat16")
+    given = dict(device=None, dtype=None, chunk_size=None, attn_impl=None, attn_override=None,
+                 trust_remote_code=False, chat_template=False, system_prompt=None)
+    _check_adapter_objects([lm], ["passkey"], [], **dict(given, dtype="bfloat16", attn_impl="sdpa", device="cpu",
+                                                         chunk_size=2048))
+    with pytest.raises(LctxError, match=r"dtype='float32' is not the setting of model 'pydoc-tiny-rope', an adapter "
+                                        r"object loaded with dtype='bfloat16'"):
+        _check_adapter_objects([lm], ["passkey"], [], **dict(given, dtype="float32"))
+
+
+def _break(member: str, value):
+    """A toy whose ``member`` (a method, or an attribute) gives ``value``."""
+    adapter = toy.ToyAdapter()
+    if member in ("name", "path", "variant", "train_length", "max_length", "can_batch"):
+        object.__setattr__(adapter, member, value)
+        return adapter
+    cls = type(f"Broken_{member}", (toy.ToyAdapter,), {member: lambda self, *a, **k: value(self, *a, **k)})
+    return cls()
+
+
+_PROMPT = toy.ToyAdapter.prompt
+_SETTINGS = toy.ToyAdapter.settings
+_INPUTS = toy.ToyAdapter.model_inputs
+
+
+@pytest.mark.parametrize("member, value, said", [
+    ("prompt", lambda s, *a, **k: tuple(vars(_PROMPT(s, *a, **k)).values()),
+     "prompt('x', ' y', marks=[0]) returned ([0, 91, 3, 92], 'x y', [1]) (tuple)"),
+    ("encode", lambda s, t: t, "encode('a b') returned 'a b' (str): not a list of token ids"),
+    ("decode", lambda s, ids: list(ids), "decode([68, 3, 69]) returned [68, 3, 69] (list)"),
+    ("settings", lambda s: None, "settings() returned None (NoneType)"),
+    ("settings", lambda s: {k: v for k, v in _SETTINGS(s).items() if k != "device_type"},
+     "settings() has no device_type"),
+    ("model_inputs", lambda s: {k: v for k, v in _INPUTS(s).items() if k != "fingerprint"},
+     "model_inputs() returned fingerprint None (NoneType)"),
+    ("tokenizer_fingerprint", lambda s: None, "tokenizer_fingerprint() returned None (NoneType)"),
+    ("prompt_signature", lambda s: None, "prompt_signature() returned None (NoneType)"),
+    ("name", None, "name is None (NoneType)"),
+    ("name", "", "name is '' (str)"),
+    ("path", Path("toy"), "path is PosixPath('toy') (PosixPath)"),
+    ("max_length", 0, "max_length is 0 (int)"),
+    ("train_length", "512", "train_length is '512' (str)"),
+    ("can_batch", "no", "can_batch is 'no' (str)"),
+])
+def test_the_contract_check_names_the_member_what_it_returned_and_the_contract(tmp_path, member, value, said):
+    """Trial item 5: an adapter member of the wrong shape gave a traceback before the run (prompt() a tuple:
+    AttributeError in check_min_lengths) or a misleading error after it (name None: every sample ran, then "has no
+    records.jsonl records"). One contract check of each object before anything runs names the member, what it
+    returned and the contract (docs/adapters.md), in one line; nothing is made."""
+    from lctx.tasks.passkey import Passkey
+
+    with pytest.raises(LctxError) as e:
+        _evaluate(_break(member, value), [Passkey(key_digits=3)], tmp_path / "o")
+    msg = str(e.value)
+    assert said in msg and "which breaks its contract (docs/adapters.md: " in msg and "\n" not in msg, msg
+    assert msg.endswith(f".{member}") and not (tmp_path / "o").exists()
+
+
+def test_the_contract_check_passes_the_toy_and_the_in_process_adapter():
+    """Control of the contract check: both adapters lctx ships pass it as they are; a member that raises is named
+    with what it raised."""
+    from lctx.models.adapters.hf import load_lm
+    from lctx.models.adapters.protocol import check_adapter
+
+    check_adapter(toy.ToyAdapter())
+    check_adapter(load_lm(str(BUNDLED), device="cpu"))
+
+    def boom(self, text):
+        raise KeyError("vocab")
+
+    with pytest.raises(LctxError, match=r"^model adapter Boom: encode\('a b'\) raised KeyError: 'vocab'; fix "
+                                        r"Boom.encode \(docs/adapters.md\)$"):
+        check_adapter(type("Boom", (toy.ToyAdapter,), {"encode": boom})())
+
+
+_GREEDY = toy.ToyAdapter.greedy
+_SCORE = toy.ToyAdapter.score_continuation
+_NLL = toy.ToyAdapter.token_nll
+
+
+@pytest.mark.parametrize("member, value, task, error", [
+    ("greedy", lambda s, h, n, stop_ids=None: [toy.char_id("7")] * 53, "passkey",
+     "Broken_greedy.greedy returned 53 ids for max_new_tokens=7 (docs/adapters.md: at most max_new_tokens)"),
+    ("greedy", lambda s, h, n, stop_ids=None: ["1", "2"], "passkey",
+     "Broken_greedy.greedy returned a non-int id '1' (str) (docs/adapters.md: a list of at most max_new_tokens "
+     "int ids, ending after the first stop id)"),
+    ("score_continuation", lambda s, h, c: tuple(_SCORE(s, h, c))[:2], "passkey",
+     "Broken_score_continuation.score_continuation returned a tuple of 2 (docs/adapters.md: "
+     "ContinuationScores(logprobs, top1, ranks), three lists of len(cont) = 4 entries)"),  # " 123"
+    ("score_continuation", lambda s, h, c: _SCORE(s, h, c)._replace(logprobs=[0.5] * len(c)), "passkey",
+     "Broken_score_continuation.score_continuation returned logprob 0.5 (float) at token 0 (docs/adapters.md: "
+     "natural-log probabilities, <= 0)"),
+    ("token_nll", lambda s, ids, t: ([-x for x in _NLL(s, ids, t)[0]], _NLL(s, ids, t)[1]), "ppl",
+     f"Broken_token_nll.token_nll returned NLL {-toy.unigram_nll(toy.char_id('a'))!r} (float) at target 0 "
+     "(docs/adapters.md: NLLs in "
+     "nats, >= 0 (-log of a probability))"),
+])
+def test_outputs_that_break_the_contract_are_the_samples_error(tmp_path, member, value, task, error):
+    """Trial item 6: outputs that break the contract were accepted (negative NLLs: ppl 0.009) or crashed far from
+    the cause (53 greedy ids for 3: an AttributeError at passkey.py). A user's adapter runs in a checking wrapper:
+    the violation is the sample's error record, naming the member and the contract."""
+    from lctx.tasks.passkey import Passkey
+    from lctx.tasks.ppl import Perplexity
+
+    obj = Passkey(key_digits=3) if task == "passkey" else Perplexity(max_tokens=300)
+    res = _evaluate(_break(member, value), [obj], tmp_path / "o")
+    assert res.ran == 1 and res.errors == 1 and res.ok == 0
+    assert list(res.failed["error"].unique()) == [error]
+
+
+class _BatchingToy(toy.ToyAdapter):
+    """The toy with batches: each row run alone (the contract: a batch's numbers are the rows' own)."""
+
+    def __init__(self, *a, extra: int = 0, **k):
+        super().__init__(*a, **k)
+        self.can_batch, self.extra, self.batches = True, extra, 0
+
+    def prefix_batch(self, rows):
+        self.batches += 1
+        return [self.prefix(r) for r in rows]
+
+    def greedy_batch(self, batch, max_new_tokens, stop_ids=None):
+        budgets = max_new_tokens if isinstance(max_new_tokens, list) else [max_new_tokens] * len(batch)
+        return [self.greedy(h, n, stop_ids) + [toy.EOS] * self.extra for h, n in zip(batch, budgets)]
+
+    def batch_row(self, batch, i):
+        return batch[i]
+
+
+def test_the_checking_wrapper_is_transparent_and_batches_still_work(tmp_path):
+    """Control of the wrapper: a correct adapter's batched run (through the wrapper) gives the records of its run
+    one sample at a time (metrics, identity), with batch_size 2; a batch whose greedy_batch breaks the contract
+    falls back to the rows alone, which are fine. Attribute writes reach the adapter, lctx's own adapter is not
+    wrapped, and a member the old API had is named with what to write instead."""
+    from lctx.models.adapters.protocol import CheckedAdapter, checked
+    from lctx.tasks.passkey import Passkey
+
+    one = _evaluate(_BatchingToy(), [Passkey(key_digits=3)], tmp_path / "one", samples=2)
+    batched = _BatchingToy()
+    two = _evaluate(batched, [Passkey(key_digits=3)], tmp_path / "two", samples=2, batch_size=2)
+    cols = ["fingerprint", "metric", "value", "sample"]
+    assert batched.batches == 1 and two.errors == 0 and set(two.table["batch_size"]) == {2}
+    pd.testing.assert_frame_equal(one.table[cols].sort_values(cols).reset_index(drop=True),
+                                  two.table[cols].sort_values(cols).reset_index(drop=True))
+    broken = _BatchingToy(extra=20)  # its batched greedy answers are too long: the rows run alone, and pass
+    three = _evaluate(broken, [Passkey(key_digits=3)], tmp_path / "three", samples=2, batch_size=2)
+    assert broken.batches == 1 and three.errors == 0 and set(three.table["batch_size"]) == {1}
+
+    inner = toy.ToyAdapter()
+    w = checked(inner)
+    assert isinstance(w, CheckedAdapter) and isinstance(w, ModelAdapter) and checked(w) is w
+    w.name, w.train_length = "renamed", 1024
+    assert (inner.name, inner.train_length) == ("renamed", 1024) and w.model_inputs() == inner.model_inputs()
+    with pytest.raises(AttributeError, match=r"'ToyAdapter' object has no attribute 'prefill': renamed prefix "
+                                             r"\(docs/custom-tasks.md\)"):
+        w.prefill([1, 2])
+    assert not hasattr(w, "prefill") and getattr(w, "tokenizer", None) is None
+    from lctx.models.adapters.hf import load_lm
+
+    lm = load_lm(str(BUNDLED), device="cpu")
+    assert checked(lm) is lm  # the in-process adapter's hot path is not wrapped
+
+
+def _one_token_task(name: str, score):
+    """A task object scoring the last token of a short prompt with ``score(lm, sample)``."""
+    from lctx.tasks import Sample, Task
+
+    def build(self, lm, cell, seed):
+        ids = [lm.bos_id] + lm.encode("a b " * 8)
+        return Sample(cell=cell, input_ids=ids, n_tokens=len(ids))
+
+    return type(name, (Task,), {"name": name, "metrics": ("nll",), "build": build, "score": score})()
+
+
+@pytest.mark.parametrize("score, error", [
+    (lambda self, lm, s: {"nll": lm.prefill(s.input_ids)},
+     "AttributeError: 'ToyAdapter' object has no attribute 'prefill': renamed prefix (docs/custom-tasks.md) at "),
+    (lambda self, lm, s: 0.5, "task 'custom_test' scored a sample as 0.5 (float), not {metric: number} for each of "
+                              "its metrics ['nll'] (docs/custom-tasks.md)"),
+    (lambda self, lm, s: {"nll": "low"}, "task 'custom_test' scored metric 'nll' as 'low' (str), not a number: it "
+                                         "must return {metric: number} for each of its metrics ['nll']"),
+])
+def test_a_custom_task_breaking_the_api_is_told_what_to_write(tmp_path, score, error):
+    """Trial item 7: a task written for the old API (``lm.prefill``) failed with "'ToyAdapter' object has no attribute
+    'prefill'", and a score that is not a dict with a bare AttributeError in the runner; the records now say what
+    to write (renamed prefix) and name the task and the contract. Control: the same task scoring through the
+    protocol runs."""
+    res = _evaluate(toy.ToyAdapter(), [_one_token_task("custom_test", score)], tmp_path / "o")
+    assert res.errors == 1 and res.failed["error"].iloc[0].startswith(error), res.failed["error"].iloc[0]
+
+    def right(self, lm, s):
+        return {"nll": float(lm.token_nll(s.input_ids, [len(s.input_ids) - 1])[0][0])}
+
+    ok = _evaluate(toy.ToyAdapter(), [_one_token_task("custom_test", right)], tmp_path / "p")
+    assert ok.errors == 0 and ok.table["value"].iloc[0] == pytest.approx(toy.unigram_nll(toy.SPACE))

@@ -35,9 +35,9 @@ from lctx.tasks import TASKS, Task
 
 from lctx.harness.run import distributed as D
 from lctx.models.adapters import memory as P  # P.device_memory looked up when called (tests patch lctx.models.adapters.memory.device_memory)
-from lctx.models.adapters.protocol import ModelAdapter
+from lctx.models.adapters.protocol import ModelAdapter, checked
 from lctx.harness.run.console import SweepProgress, count
-from lctx.errors import LctxError, NonFiniteLogitsError
+from lctx.errors import ContractError, LctxError, NonFiniteLogitsError
 from lctx.model_files import check_declared_max
 from lctx.harness.run.rundir import (SALT, TASK_META, RecordWriter, atomic_write_json, declared_tasks, new_salt,
                                      read_json, run_dir_lock, sign_record)
@@ -287,6 +287,10 @@ def run_sweep(lms: list[ModelAdapter], tasks: list[Task], spec: RunSpec, out_dir
     ``invocation``: the id of the entry of ``run.json``'s ``invocations`` this sweep adds to (one
     :func:`lctx.harness.evaluate.evaluate` call passes one id to all its sweeps); default a new one.
 
+    An adapter that is not lctx's own runs in a :class:`~lctx.models.adapters.protocol.CheckedAdapter`: an output
+    that breaks the protocol's contract (a greedy answer longer than asked for, a negative NLL, scores of the wrong
+    shape) is that sample's error, naming the member and the contract; records and resume keys are the adapter's.
+
     ``tables=False`` leaves the tables to the caller (:func:`lctx.harness.evaluate.evaluate` writes them and the
     figures once, after all its sweeps, :func:`lctx.harness.outputs.plots.write_run_outputs`): ``records``,
     ``superseded``, ``table``, ``summary`` are then None.
@@ -302,6 +306,7 @@ def run_sweep(lms: list[ModelAdapter], tasks: list[Task], spec: RunSpec, out_dir
     """
     out_dir = Path(out_dir)
     dinfo = D.init()
+    lms = [checked(lm) for lm in lms]  # a user's adapter: its outputs checked against the contract as it runs
 
     with run_dir_lock(out_dir, dinfo):
         return _sweep(lms, tasks, spec, out_dir, progress, log, dinfo, batch_size, tables,
@@ -664,6 +669,8 @@ def _record_error(rec: dict, e: BaseException) -> None:
         rec["status"], rec["error"] = "error", f"non-finite logits: {e}"
     elif isinstance(e, SystemExit):  # a task's own code called sys.exit(): a broken sample, not the end of the run
         rec["status"], rec["error"] = "error", f"the task called sys.exit({e.code!r}) while building or scoring"
+    elif isinstance(e, ContractError):  # it names the adapter's member or the task and the contract: no location
+        rec["status"], rec["error"] = "error", str(e)[:400]
     else:
         tb = traceback.extract_tb(e.__traceback__)
         where = f" at {Path(tb[-1].filename).name}:{tb[-1].lineno}" if tb else ""
@@ -681,9 +688,20 @@ def _build(task: Task, lm: ModelAdapter, cell, seed: int, rec: dict):
 
 
 def _take_metrics(rec: dict, task: Task, sample, got: dict) -> None:
-    """Check and store a sample's metrics on ``rec`` (ValueError for a missing one; non-finite values make
-    the record an error)."""
-    metrics = {k: float(v) for k, v in got.items()}
+    """Check and store a sample's metrics on ``rec`` (:class:`lctx.errors.ContractError` for a value that is not a
+    dict of numbers, naming the task and the contract; ValueError for a missing metric; non-finite values make the
+    record an error)."""
+    contract = f"{{metric: number}} for each of its metrics {list(task.metrics)} (docs/custom-tasks.md)"
+    if not isinstance(got, dict):
+        what = repr(got) if len(repr(got)) <= 60 else repr(got)[:57] + "..."
+        raise ContractError(f"task {task.name!r} scored a sample as {what} ({type(got).__name__}), not {contract}")
+    metrics = {}
+    for k, v in got.items():
+        try:
+            metrics[k] = float(v)
+        except (TypeError, ValueError):
+            raise ContractError(f"task {task.name!r} scored metric {k!r} as {v!r:.60} ({type(v).__name__}), not a "
+                             f"number: it must return {contract}") from None
     missing = [m for m in task.metrics if m not in metrics]
     if missing:
         raise ValueError(f"task {task.name!r} returned no value for {missing}")

@@ -44,11 +44,19 @@ which read the same). This module imports nothing from torch.
 Optional capability (not part of :class:`ModelAdapter`): lm-eval's mmlu/arc tasks run lm-eval's own ``hf``
 backend over a Hugging Face model, so they need :class:`LmEvalCapable` (``lmeval_model()``); ``lctx.evaluate``
 refuses those tasks, before anything runs, for an adapter without it.
+
+The contract is checked, not only written down: :func:`check_adapter` calls each member once before a run (one
+line naming a member of the wrong shape), and the runner runs a user's adapter (not lctx's own) in a
+:class:`CheckedAdapter`, which checks what the scoring methods return while samples run (a violation is that
+sample's error, :class:`AdapterContractError`).
 """
 
 from __future__ import annotations
 
+import numbers
 from typing import Any, NamedTuple, Optional, Protocol, Sequence, runtime_checkable
+
+from lctx.errors import ContractError, LctxError
 
 
 class ContinuationScores(NamedTuple):
@@ -222,3 +230,309 @@ ADAPTER_MEMBERS = ("name", "path", "variant", "train_length", "max_length", "can
 def missing_members(obj: Any) -> list[str]:
     """The :data:`ADAPTER_MEMBERS` ``obj`` lacks (``[]`` for an adapter)."""
     return [m for m in ADAPTER_MEMBERS if not hasattr(obj, m)]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the contract, checked: once before a run (check_adapter), and on a user's adapter's outputs while it runs
+# (CheckedAdapter)
+# ---------------------------------------------------------------------------------------------------------------
+
+#: where each member's contract is written down, for messages
+CONTRACT_DOC = "docs/adapters.md"
+
+#: the keys :meth:`ModelAdapter.settings` must have (each a record field)
+SETTINGS_KEYS = ("dtype", "attn_impl", "chunk_size", "device_type", "versions", "device")
+
+#: members tasks written before the protocol used, {name: what to write instead} (docs/custom-tasks.md), for the
+#: message of the AttributeError an adapter without them gives (:class:`CheckedAdapter`)
+RENAMED = {
+    "prefill": "renamed prefix (docs/custom-tasks.md)",
+    "prefill_batch": "renamed prefix_batch (docs/custom-tasks.md)",
+    "with_bos": "HFAdapter only: write ([lm.bos_id] if lm.bos_id is not None else []) + ids, or build the prompt "
+                "with lm.prompt (docs/custom-tasks.md)",
+    "tokenizer": "HFAdapter only: a task tokenises through lm.encode / lm.prompt (docs/custom-tasks.md)",
+    "model": "HFAdapter only: a task scores through lm.prefix / lm.greedy / lm.score_continuation / lm.token_nll "
+             "(docs/custom-tasks.md)",
+}
+
+#: slack of the sign checks of log-probabilities (<= 0) and NLLs (>= 0): float rounding of a log-softmax
+SIGN_TOLERANCE = 1e-4
+
+
+class AdapterContractError(ContractError):
+    """A model adapter's output that breaks the protocol's contract while a run scores a sample
+    (:class:`CheckedAdapter`); the message names the member, what it returned and the contract, and the runner
+    records it as that sample's error."""
+
+
+def _show(value: Any, width: int = 60) -> str:
+    """``repr(value)``, cut to ``width`` characters, with its type: ``'a b' (str)``."""
+    r = repr(value)
+    r = r if len(r) <= width else r[: width - 3] + "..."
+    return f"{r} ({type(value).__name__})"
+
+
+def _is_int(x: Any) -> bool:
+    """An integer, not a bool (numpy's integers count: they register as :class:`numbers.Integral`)."""
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+def _is_seq(x: Any) -> bool:
+    """A sequence of items with a length, not a str or bytes (a list, a tuple, a 1-D array or tensor)."""
+    return hasattr(x, "__len__") and hasattr(x, "__getitem__") and not isinstance(x, (str, bytes, dict))
+
+
+def _float(x: Any) -> Optional[float]:
+    """``float(x)``, or None for what is no number."""
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return None
+
+
+def _ids_problem(ids: Any, what: str = "token ids") -> Optional[str]:
+    """Why ``ids`` is not a list of int token ids (None when it is)."""
+    if not isinstance(ids, list):
+        return f"not a list of {what}"
+    bad = next((i for i in ids if not _is_int(i)), None)
+    return None if bad is None and not any(_is_int(i) and i < 0 for i in ids) else \
+        f"a list holding {_show(bad) if bad is not None else 'a negative id'}, not only {what} (int >= 0)"
+
+
+def check_adapter(obj: Any) -> None:
+    """One cheap check of ``obj`` against :class:`ModelAdapter`'s contract (docs/adapters.md), before a run, so a
+    member of the wrong shape is named now instead of as a traceback far from it or as an error in every sample:
+    every member there (:func:`missing_members`); ``name`` a non-empty str, ``path`` and ``variant`` str,
+    ``train_length`` / ``max_length`` None or a positive int, ``can_batch`` a bool, ``bos_id`` None or an int;
+    every method callable; ``encode("a b")`` a list of int, ``decode`` of it a str, ``prompt("x", " y", marks=[0])``
+    with ``ids`` (a non-empty list of int), ``text`` (str) and ``marks`` (one int), ``continuation_ids`` a list of
+    int, ``prompt_budget(256, 8)`` an int <= 256, ``tokenizer_fingerprint()`` a non-empty str,
+    ``prompt_signature()`` a dict, ``settings()`` a dict with :data:`SETTINGS_KEYS` (``versions`` a dict,
+    ``chunk_size`` None or an int), ``model_inputs()`` a dict with ``path`` and a str ``fingerprint``. It calls
+    ``model_inputs()``, which the run calls anyway (an adapter computes it once). Torch-free.
+
+    Raises:
+        LctxError: the first member that breaks the contract (one line: the member, what it returned, the contract,
+            and where it is written); what a member raises as ``LctxError`` itself (a chat template that cannot
+            format a prompt).
+    """
+    cls = type(obj).__name__
+    missing = missing_members(obj)
+    if missing:
+        raise LctxError(f"model {obj!r} is not a model adapter: it lacks {', '.join(missing)} "
+                        f"(lctx.models.adapters.protocol.ModelAdapter, {CONTRACT_DOC}); give it every member")
+
+    def bad(member: str, got: str, contract: str) -> LctxError:
+        return LctxError(f"model adapter {cls}: {member} {got}, which breaks its contract ({CONTRACT_DOC}: "
+                         f"{contract}); fix {cls}.{member.split('(')[0]}")
+
+    def call(member: str, fn, *args, **kw):
+        try:
+            return fn(*args, **kw)
+        except LctxError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a user's adapter: name the member, not a traceback
+            msg = str(e).strip().splitlines()
+            raise LctxError(f"model adapter {cls}: {member} raised {type(e).__name__}: {msg[0][:200] if msg else ''}; "
+                            f"fix {cls}.{member.split('(')[0]} ({CONTRACT_DOC})") from None
+
+    name = obj.name
+    if not isinstance(name, str) or not name.strip():
+        raise bad("name", f"is {_show(name)}", "a non-empty str, the model's display name in every record")
+    for member in ("path", "variant"):
+        value = getattr(obj, member)
+        if not isinstance(value, str):
+            raise bad(member, f"is {_show(value)}", "a str" + (", where the model came from, as given"
+                                                                if member == "path" else ", the positional variant"))
+    for member in ("train_length", "max_length"):
+        value = getattr(obj, member)
+        if value is not None and (not _is_int(value) or value < 1):
+            raise bad(member, f"is {_show(value)}", "None (unknown) or a positive int of tokens")
+    if not isinstance(obj.can_batch, bool):
+        raise bad("can_batch", f"is {_show(obj.can_batch)}", "a bool, True only if the batch methods work")
+    bos = obj.bos_id
+    if bos is not None and not (_is_int(bos) and bos >= 0):
+        raise bad("bos_id", f"is {_show(bos)}", "None or the int token id put first in a sequence")
+    attrs = {"name", "path", "variant", "train_length", "max_length", "can_batch", "bos_id"}
+    for member in ADAPTER_MEMBERS:
+        if member not in attrs and not callable(getattr(obj, member)):
+            raise bad(member, f"is {_show(getattr(obj, member))}", "a method")
+
+    ids = call("encode('a b')", obj.encode, "a b")
+    problem = _ids_problem(ids) or (None if ids else "an empty list")
+    if problem:
+        raise bad("encode('a b')", f"returned {_show(ids)}: {problem}", "a list of int token ids, no special tokens")
+    text = call(f"decode({ids!r})", obj.decode, ids)
+    if not isinstance(text, str):
+        raise bad(f"decode({ids!r})", f"returned {_show(text)}", "the str the ids spell")
+    p = call("prompt('x', ' y', marks=[0])", obj.prompt, "x", " y", marks=[0])
+    contract = ("an object with ids (a list of int: BOS and chat template included), text (str) and marks "
+                "(a list of int)")
+    if not all(hasattr(p, a) for a in ("ids", "text", "marks")):
+        raise bad("prompt('x', ' y', marks=[0])", f"returned {_show(p)}", contract)
+    problem = _ids_problem(p.ids) or (None if p.ids else "an empty list")
+    if problem:
+        raise bad("prompt('x', ' y', marks=[0])", f"returned ids {_show(p.ids)}: {problem}", contract)
+    if not isinstance(p.text, str):
+        raise bad("prompt('x', ' y', marks=[0])", f"returned text {_show(p.text)}", contract)
+    if not _is_seq(p.marks) or len(p.marks) != 1 or not _is_int(p.marks[0]):
+        raise bad("prompt('x', ' y', marks=[0])", f"returned marks {_show(p.marks)}",
+                  "marks: one int per offset asked for (the prompt tokens before it)")
+    cont = call("continuation_ids('x', ' y')", obj.continuation_ids, "x", " y")
+    problem = _ids_problem(cont)
+    if problem:
+        raise bad("continuation_ids('x', ' y')", f"returned {_show(cont)}: {problem}",
+                  "the list of int ids the continuation has after the context")
+    budget = call("prompt_budget(256, 8)", obj.prompt_budget, 256, 8)
+    if not _is_int(budget) or budget > 256:
+        raise bad("prompt_budget(256, 8)", f"returned {_show(budget)}", "an int of prompt tokens, at most the length")
+    fp = call("tokenizer_fingerprint()", obj.tokenizer_fingerprint)
+    if not isinstance(fp, str) or not fp:
+        raise bad("tokenizer_fingerprint()", f"returned {_show(fp)}", "a non-empty str hash of the tokenizer")
+    sig = call("prompt_signature()", obj.prompt_signature)
+    if not isinstance(sig, dict):
+        raise bad("prompt_signature()", f"returned {_show(sig)}", "a dict ({} for plain prompts)")
+    st = call("settings()", obj.settings)
+    contract = f"a dict with {', '.join(SETTINGS_KEYS)} (None where one does not apply; versions a dict)"
+    if not isinstance(st, dict):
+        raise bad("settings()", f"returned {_show(st)}", contract)
+    lacking = [k for k in SETTINGS_KEYS if k not in st]
+    if lacking:
+        raise bad("settings()", f"has no {', '.join(lacking)}", contract)
+    if not isinstance(st["versions"], dict):
+        raise bad("settings()", f"returned versions {_show(st['versions'])}", contract)
+    if st["chunk_size"] is not None and not _is_int(st["chunk_size"]):
+        raise bad("settings()", f"returned chunk_size {_show(st['chunk_size'])}", "chunk_size: None or an int")
+    mi = call("model_inputs()", obj.model_inputs)
+    contract = 'a dict {"path": ..., "fingerprint": a str of 16 hex digits, "files": {name: sha256}}'
+    if not isinstance(mi, dict):
+        raise bad("model_inputs()", f"returned {_show(mi)}", contract)
+    if "path" not in mi or not isinstance(mi.get("fingerprint"), str) or not mi["fingerprint"]:
+        got = "has no path" if "path" not in mi else f"returned fingerprint {_show(mi.get('fingerprint'))}"
+        raise bad("model_inputs()", got, contract)
+    if not isinstance(mi.get("files") or {}, dict):
+        raise bad("model_inputs()", f"returned files {_show(mi['files'])}", contract)
+
+
+class CheckedAdapter:
+    """A user's model adapter with the outputs of its scoring methods checked against the contract while a run
+    uses it (the runner wraps every adapter that is not lctx's own, :func:`checked`): :meth:`greedy` /
+    :meth:`greedy_batch` (lists of int ids, at most ``max_new_tokens``, none after a stop id),
+    :meth:`score_continuation` (``logprobs`` <= 0, ``top1``, ``ranks`` >= 1: one each per token) and :meth:`token_nll` (two sequences of
+    ``len(targets)``, NLLs >= 0). A violation raises :class:`AdapterContractError` naming the member and the
+    contract, which the runner records as the sample's error. Transparent otherwise: every other member, attribute
+    reads and writes (``name``, ``train_length``) go to the adapter, which gets its own handles back, so records,
+    identity and resume keys are the adapter's. A member a task written for the old API asks for
+    (``prefill``, :data:`RENAMED`) fails with what to write instead."""
+
+    def __init__(self, adapter: Any):
+        object.__setattr__(self, "_adapter", adapter)
+
+    def __getattr__(self, name: str) -> Any:
+        adapter = object.__getattribute__(self, "_adapter")
+        try:
+            return getattr(adapter, name)
+        except AttributeError:
+            if name in RENAMED:
+                raise AttributeError(f"{type(adapter).__name__!r} object has no attribute {name!r}: "
+                                     f"{RENAMED[name]}") from None
+            raise
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._adapter, name, value)
+
+    def __repr__(self) -> str:
+        return repr(self._adapter)
+
+    @property
+    def adapter(self) -> Any:
+        """The adapter checked."""
+        return self._adapter
+
+    def _fail(self, member: str, got: str, contract: str) -> AdapterContractError:
+        return AdapterContractError(f"{type(self._adapter).__name__}.{member} returned {got} ({CONTRACT_DOC}: "
+                                    f"{contract})")
+
+    def _check_ids(self, member: str, ids: Any, budget: int, stop_ids) -> None:
+        contract = "a list of at most max_new_tokens int ids, ending after the first stop id"
+        if not _is_seq(ids):
+            raise self._fail(member, _show(ids), contract)
+        if len(ids) > int(budget):
+            raise self._fail(member, f"{len(ids)} ids for max_new_tokens={budget}", "at most max_new_tokens")
+        bad = next((i for i in ids if not _is_int(i)), None)
+        if bad is not None:
+            raise self._fail(member, f"a non-int id {_show(bad)}", contract)
+        if stop_ids:
+            early = next((j for j, i in enumerate(ids[:-1]) if i in stop_ids), None)
+            if early is not None:
+                raise self._fail(member, f"ids past stop id {ids[early]} (at {early} of {len(ids)})",
+                                 "ending after the first id in stop_ids, that id included")
+
+    def greedy(self, prefix: Any, max_new_tokens: int, *args, **kwargs) -> list[int]:
+        """The adapter's :meth:`ModelAdapter.greedy`, its ids checked."""
+        out = self._adapter.greedy(prefix, max_new_tokens, *args, **kwargs)
+        self._check_ids("greedy", out, max_new_tokens, args[0] if args else kwargs.get("stop_ids"))
+        return out
+
+    def greedy_batch(self, batch: Any, max_new_tokens, *args, **kwargs) -> list[list[int]]:
+        """The adapter's :meth:`ModelAdapter.greedy_batch`, each row's ids checked."""
+        out = self._adapter.greedy_batch(batch, max_new_tokens, *args, **kwargs)
+        stops = args[0] if args else kwargs.get("stop_ids")
+        if not _is_seq(out):
+            raise self._fail("greedy_batch", _show(out), "one list of ids per row")
+        budgets = list(max_new_tokens) if _is_seq(max_new_tokens) else [max_new_tokens] * len(out)
+        if len(budgets) != len(out):
+            raise self._fail("greedy_batch", f"{len(out)} rows for {len(budgets)} prompts", "one list of ids per row")
+        for row, budget in zip(out, budgets):
+            self._check_ids("greedy_batch", row, budget, stops)
+        return out
+
+    def score_continuation(self, prefix: Any, cont: list[int]) -> Any:
+        """The adapter's :meth:`ModelAdapter.score_continuation`, its scores checked."""
+        out = self._adapter.score_continuation(prefix, cont)
+        n = len(cont)
+        contract = f"ContinuationScores(logprobs, top1, ranks), three lists of len(cont) = {n} entries"
+        if not all(hasattr(out, f) for f in ContinuationScores._fields):
+            got = f"a {type(out).__name__} of {len(out)}" if _is_seq(out) else _show(out)
+            raise self._fail("score_continuation", got, contract)
+        for f in ContinuationScores._fields:
+            seq = getattr(out, f)
+            if not _is_seq(seq) or len(seq) != n:
+                raise self._fail("score_continuation", f"{f} {_show(seq)}", contract)
+        lp = next(((j, x) for j, x in enumerate(out.logprobs) if not (_float(x) is not None and
+                                                                     _float(x) <= SIGN_TOLERANCE)), None)
+        if lp is not None:
+            raise self._fail("score_continuation", f"logprob {_show(lp[1])} at token {lp[0]}",
+                             "natural-log probabilities, <= 0")
+        rk = next(((j, r) for j, r in enumerate(out.ranks) if not (_is_int(r) and r >= 1)), None)
+        if rk is not None:
+            raise self._fail("score_continuation", f"rank {_show(rk[1])} at token {rk[0]}", "ranks, ints >= 1")
+        t1 = next(((j, t) for j, t in enumerate(out.top1) if t not in (True, False)), None)
+        if t1 is not None:
+            raise self._fail("score_continuation", f"top1 {_show(t1[1])} at token {t1[0]}", "top1, bools")
+        return out
+
+    def token_nll(self, ids: list[int], targets: list[int]) -> Any:
+        """The adapter's :meth:`ModelAdapter.token_nll`, its NLLs checked."""
+        out = self._adapter.token_nll(ids, targets)
+        n = len(targets)
+        contract = f"(NLLs, top1s): two sequences of len(targets) = {n} entries"
+        if not _is_seq(out) or len(out) != 2:
+            raise self._fail("token_nll", _show(out), contract)
+        for what, seq in zip(("NLLs", "top1s"), out):
+            if not _is_seq(seq) or len(seq) != n:
+                raise self._fail("token_nll", f"{what} {_show(seq)}", contract)
+        neg = next(((j, x) for j, x in enumerate(out[0]) if not (_float(x) is not None and
+                                                                _float(x) >= -SIGN_TOLERANCE)), None)
+        if neg is not None:
+            raise self._fail("token_nll", f"NLL {_show(neg[1])} at target {neg[0]}",
+                             "NLLs in nats, >= 0 (-log of a probability)")
+        return out
+
+
+def checked(lm: Any) -> Any:
+    """``lm`` in a :class:`CheckedAdapter`, unless it is lctx's own (its class defined in ``lctx``: the in-process
+    :class:`~lctx.models.adapters.hf.HFAdapter`, whose hot path stays unchecked) or checked already."""
+    if isinstance(lm, CheckedAdapter) or type(lm).__module__.split(".")[0] == "lctx":
+        return lm
+    return CheckedAdapter(lm)
