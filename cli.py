@@ -671,7 +671,7 @@ def list_(
         for tf in task_file or []:
             load_task_file(str(tf))
         print_table(["task", "description", "metrics", "data (under --data-dir)"],
-                    [[t.name, t.description, ", ".join(t.metrics), t.requires] for t in task_catalog()])
+                    [[t.name, t.description, ", ".join(t.metrics), t.requires or "none declared"] for t in task_catalog()])
     elif what == "metrics":
         from lctx.harness.steps import flatness, ruler  # noqa: F401  (register the derived names); lazy: loads lctx.tasks and numpy
         from lctx.metrics import METRICS, label  # lazy: +3 ms to lctx.cli's import (-X importtime)

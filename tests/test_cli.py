@@ -792,6 +792,8 @@ class AVeryLongCustomTaskNameForListing(Task):
     assert len({len(ln) for ln in lines}) == 1, out  # every row as wide: columns line up
     mine = next(ln for ln in lines if "a_very_long_custom_task_name_for_listing" in ln)
     assert "Mean NLL of the last token of a repeated phrase." in mine and "More text" not in mine
+    assert mine.rstrip("| ").endswith("none declared"), mine  # no `requires`: said, not a blank data column
+    assert "none declared" not in next(ln for ln in lines if "| passkey" in ln)  # control: passkey declares it
     for name in ("passkey", "ppl", "niah_single_1", "niah_multikey_3", "mmlu", "arc_easy", "arc_challenge", "flatness"):
         assert any(ln.startswith(f"| {name} ") for ln in lines), name
     niah = next(ln for ln in lines if ln.startswith("| niah_single_2 "))
