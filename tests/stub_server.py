@@ -53,8 +53,11 @@ Faults, each countable in :attr:`StubServer.requests`:
   ``usage.prompt_tokens`` says so) or ``"error"`` (llama-cpp-python's 400 ``context_length_exceeded``);
   ``api_key`` (``Authorization: Bearer KEY`` required on every endpoint, 401 otherwise); ``strict_model`` (a
   request naming another model gets vLLM's 404); ``logits_all=False`` (llama-cpp-python's 500 when log-probs are
-  asked for); ``echo_fault`` (echoed prompt log-probabilities off by a constant in nats, or ``"shift"``ed by one
-  position, while generated tokens' stay true); ``delay_s`` (seconds per completion, to see concurrency).
+  asked for); ``echo_fault`` (echoed prompt log-probabilities wrong while generated tokens' stay true: off by a
+  constant in nats; ``"shift"``: each token reported with its predecessor's value; ``"next"``: each token reported
+  with its log-probability as the token *after* itself, which is what llama-cpp-python 0.3.36 reports for a model
+  without BOS, measured on SmolLM2-135M's GGUF, where " key" after "... The pass" came back as -8.35 instead of
+  -0.65); ``delay_s`` (seconds per completion, to see concurrency).
 * one-shot faults scheduled with :meth:`StubServer.fail`: :data:`FAULTS`.
 * :meth:`StubServer.die_after`: the server stops after n more completions (connections refused, open ones
   reset); :meth:`StubServer.revive` starts it again on the same port.
@@ -230,8 +233,8 @@ class StubServer:
                  props: dict | None = None, port: int = 0):
         if overflow not in ("truncate", "error"):
             raise ValueError(f"overflow {overflow!r}: use truncate or error")
-        if echo_fault is not None and echo_fault != "shift" and not isinstance(echo_fault, (int, float)):
-            raise ValueError(f"echo_fault {echo_fault!r}: a number of nats or 'shift'")
+        if echo_fault not in (None, "shift", "next") and not isinstance(echo_fault, (int, float)):
+            raise ValueError(f"echo_fault {echo_fault!r}: a number of nats, 'shift' or 'next'")
         self.model = StubModel(rule)
         self.model_id = model_id or f"toy-{rule}"
         self.api_key, self.n_ctx, self.overflow = api_key, n_ctx, overflow
@@ -466,9 +469,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(seen, 405 if path in known else 404,
                        {"detail": "Method Not Allowed" if path in known else "Not Found"})
             return
-        if method == "POST" and not isinstance(body, dict):
-            self._json(seen, 422, {"detail": [{"type": "json_invalid", "loc": ["body"],
-                                               "msg": "JSON decode error", "input": {}}]})
+        if method == "POST" and not isinstance(body, dict):  # llama-cpp-python's error handler fails on it too
+            self._send(seen, 500, b"Internal Server Error", "text/plain; charset=utf-8")
             return
         fn(seen, body)
 
@@ -583,12 +585,15 @@ class _Handler(BaseHTTPRequestHandler):
         tokens, lps, tops, offsets = [], [], [], []
         if echo:
             all_ids = ids + out
-            all_favs = [None] + model.favourites(all_ids)[:-1]  # the favourite before each token
+            after = model.favourites(all_ids)  # the favourite after each token
+            all_favs = [None] + after[:-1]  # the favourite before each token
             true = [None if f is None else model.logprob(t, f) for t, f in zip(all_ids, all_favs)]
             n_prompt = len(ids)
             reported = list(true)
             if stub.echo_fault == "shift":  # each prompt token reported with its predecessor's value
                 reported[:n_prompt] = [None] + true[: n_prompt - 1]
+            elif stub.echo_fault == "next":  # each prompt token scored by the distribution after itself
+                reported[:n_prompt] = [model.logprob(t, f) for t, f in zip(all_ids[:n_prompt], after[:n_prompt])]
             elif stub.echo_fault is not None:
                 reported[:n_prompt] = [None if v is None else v + float(stub.echo_fault) for v in true[:n_prompt]]
             rows = [(i, t) for i, t in enumerate(all_ids) if t != toy.BOS]

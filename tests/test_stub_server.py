@@ -62,7 +62,8 @@ def test_models_and_tokenize_speak_llama_cpp_pythons_api(stub):  # noqa: F811 (t
     # what llama-cpp-python answers outside its API: no /health, no GET completions, a body that is not JSON
     assert c.get("/health").status_code == 404 and c.get("/props").status_code == 404
     assert c.get("/v1/completions").status_code == 405
-    assert c.post("/v1/completions", content=b"{not json").status_code == 422
+    bad = c.post("/v1/completions", content=b"{not json")  # llama-cpp-python answers a plain-text 500
+    assert bad.status_code == 500 and bad.text == "Internal Server Error"
     assert c.post("/extras/tokenize", json={"text": "Hi"}).status_code == 422
     assert [(s.method, s.path, s.status) for s in stub.requests[:2]] == [("GET", "/v1/models", 200),
                                                                          ("POST", "/extras/tokenize", 200)]
@@ -152,6 +153,10 @@ def test_generated_and_echoed_log_probs_agree_unless_the_echo_lies():
         gen3, echoed = probe(shifted)
     assert gen3["logprobs"]["token_logprobs"] == [HIGH] * 6
     assert echoed == [LOW] + [HIGH] * 5  # " " reported with the log-prob of the "s" before it
+    with StubServer(echo_fault="next") as nxt:  # llama-cpp-python's echo for a model without BOS
+        gen4, echoed = probe(nxt)
+    assert gen4["logprobs"]["token_logprobs"] == [HIGH] * 6
+    assert echoed == [LOW] * 6  # " " scored as if it followed itself (where "4" is favoured), and so on
     with pytest.raises(ValueError, match="echo_fault"):
         StubServer(echo_fault="lie")
 
