@@ -57,7 +57,8 @@ Faults, each countable in :attr:`StubServer.requests`:
   constant in nats; ``"shift"``: each token reported with its predecessor's value; ``"next"``: each token reported
   with its log-probability as the token *after* itself, which is what llama-cpp-python 0.3.36 reports for a model
   without BOS, measured on SmolLM2-135M's GGUF, where " key" after "... The pass" came back as -8.35 instead of
-  -0.65); ``delay_s`` (seconds per completion, to see concurrency).
+  -0.65); ``delay_s`` (seconds per completion); :meth:`StubServer.hold` / :meth:`StubServer.release` (completions
+  wait at a gate, so a test sees how many are in flight at once: :attr:`StubServer.in_flight`).
 * one-shot faults scheduled with :meth:`StubServer.fail`: :data:`FAULTS`.
 * :meth:`StubServer.die_after`: the server stops after n more completions (connections refused, open ones
   reset); :meth:`StubServer.revive` starts it again on the same port.
@@ -252,6 +253,8 @@ class StubServer:
         self._conns: set = set()
         self._dead = False
         self._closing = threading.Event()
+        self._gate = threading.Event()
+        self._gate.set()
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -269,8 +272,9 @@ class StubServer:
         return self
 
     def close(self) -> None:
-        """Stop listening, reset open connections and wake any hanging handler."""
+        """Stop listening, reset open connections and wake any hanging or held handler."""
         self._closing.set()
+        self._gate.set()
         self._stop()
 
     def __enter__(self) -> StubServer:
@@ -338,6 +342,20 @@ class StubServer:
             self._die_at = self._ok_completions + n
         if n == 0:
             self.die()
+
+    def hold(self) -> None:
+        """Make completions wait (in flight, counted) until :meth:`release`."""
+        self._gate.clear()
+
+    def release(self) -> None:
+        """Let held completions go on."""
+        self._gate.set()
+
+    @property
+    def in_flight(self) -> int:
+        """Completion requests being handled now."""
+        with self._lock:
+            return self._in_flight
 
     def clear_faults(self) -> None:
         """Drop the scheduled one-shot faults and :meth:`die_after`."""
@@ -505,6 +523,7 @@ class _Handler(BaseHTTPRequestHandler):
             stub._in_flight += 1
             stub.max_in_flight = max(stub.max_in_flight, stub._in_flight)
         try:
+            stub._gate.wait()
             if stub.delay_s:
                 stub._closing.wait(stub.delay_s)
             status, payload = self._complete(body)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import threading
+import time
 
 import pytest
 import toy_adapter as toy
@@ -258,22 +259,38 @@ def test_props_only_when_given():
         assert client(s).get("/props").status_code == 404
 
 
-def test_delay_shows_how_many_requests_are_in_flight():
-    with StubServer(delay_s=0.3) as s:
+def test_hold_shows_how_many_requests_are_in_flight():
+    with StubServer() as s:
         def one():
             with client(s) as c:
                 assert complete(c, "ab", max_tokens=1).status_code == 200
 
+        s.hold()
         threads = [threading.Thread(target=one) for _ in range(4)]
         for t in threads:
             t.start()
+        deadline = time.monotonic() + 5
+        while s.in_flight < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert s.in_flight == 4 and s.completions == 0  # all four arrived, none answered
+        s.release()
         for t in threads:
             t.join()
-        assert s.max_in_flight == 4 and s.completions == 4
+        assert s.max_in_flight == 4 and s.completions == 4 and s.in_flight == 0
         s.max_in_flight = 0
         one()
         one()  # control: one at a time
         assert s.max_in_flight == 1
+
+
+def test_delay_slows_each_completion():
+    with StubServer(delay_s=0.3) as s:
+        t0 = time.monotonic()
+        assert complete(client(s), "ab", max_tokens=1).status_code == 200
+        assert time.monotonic() - t0 >= 0.3
+        t0 = time.monotonic()
+        assert client(s).post("/extras/tokenize", json={"input": "a"}).status_code == 200  # control: not delayed
+        assert time.monotonic() - t0 < 0.3
 
 
 # ------------------------------------------------------------------------------------------------ one-shot faults
@@ -365,7 +382,7 @@ def test_a_hang_trips_the_clients_timeout():
         s.fail("hang")
         with pytest.raises(httpx.ReadTimeout):
             complete(client(s, timeout=0.2), SHORT, max_tokens=9)
-        assert complete(client(s, timeout=0.2), SHORT, max_tokens=9).status_code == 200  # control
+        assert complete(client(s), SHORT, max_tokens=9).status_code == 200  # control: answered
 
 
 def test_faults_are_checked_by_name_and_all_have_a_test():
