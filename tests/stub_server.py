@@ -59,7 +59,8 @@ Faults, each countable in :attr:`StubServer.requests`:
   without BOS, measured on SmolLM2-135M's GGUF, where " key" after "... The pass" came back as -8.35 instead of
   -0.65); ``delay_s`` (seconds per completion); :meth:`StubServer.hold` / :meth:`StubServer.release` (completions
   wait at a gate, so a test sees how many are in flight at once: :attr:`StubServer.in_flight`).
-* one-shot faults scheduled with :meth:`StubServer.fail`: :data:`FAULTS`.
+* one-shot faults scheduled with :meth:`StubServer.fail`: :data:`FAULTS` (those that answer in the server's place,
+  as a proxy or a rate limiter would, come before the API key check).
 * :meth:`StubServer.die_after`: the server stops after n more completions (connections refused, open ones
   reset); :meth:`StubServer.revive` starts it again on the same port.
 
