@@ -39,7 +39,8 @@ Endpoints (llama-cpp-python 0.3's):
   ``Llama.tokenize`` does by default); ``POST /extras/tokenize/count`` -> ``{"count": n}``;
   ``POST /extras/detokenize`` ``{"tokens": [...]}`` -> ``{"text": ...}``.
 * ``POST /v1/completions``: ``prompt`` (a str, or a list of at most one str; a list of token ids only with
-  ``token_prompts=True``, as vLLM takes them), ``max_tokens`` (default 16; 0 or null: until EOS or the context is
+  ``token_prompts=True``, as vLLM takes them; otherwise llama-cpp-python's 500, as for any request that fails
+  validation), ``max_tokens`` (default 16; 0 or null: until EOS or the context is
   full, as llama-cpp-python), ``temperature`` (0: greedy; above 0: sampled from the rule's distribution with
   ``seed``), ``stop`` (the text is cut before the first stop string of the list that appears, as llama-cpp-python
   does), ``echo`` (the prompt's text before the completion's, and its tokens' log-probabilities, the first one null),
@@ -546,15 +547,15 @@ class _Handler(BaseHTTPRequestHandler):
         prompt = body.get("prompt", "")
         if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
             if not stub.token_prompts:
-                return 422, _validation("prompt", "Input should be a valid string")
+                return 500, _validation("prompt", "Input should be a valid string")
             ids, text = list(prompt), model.decode(prompt)
         else:
             if isinstance(prompt, list):
                 if len(prompt) > 1 or not all(isinstance(p, str) for p in prompt):
-                    return 422, _validation("prompt", "Input should be a valid string")
+                    return 500, _validation("prompt", "Input should be a valid string")
                 prompt = prompt[0] if prompt else ""
             if not isinstance(prompt, str):
-                return 422, _validation("prompt", "Input should be a valid string")
+                return 500, _validation("prompt", "Input should be a valid string")
             ids, text = [toy.BOS] + model.encode(prompt), prompt
         max_tokens = body.get("max_tokens", 16)
         logprobs = body.get("logprobs")
@@ -677,7 +678,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- writing
     def _invalid(self, seen: Seen, where: str, msg: str) -> None:
-        self._json(seen, 422, _validation(where, msg))
+        self._json(seen, 500, _validation(where, msg))
 
     def _json(self, seen: Seen, status: int, payload, headers: dict | None = None) -> None:
         self._send(seen, status, json.dumps(payload).encode(), "application/json", headers)
@@ -717,8 +718,9 @@ def _sample(model: StubModel, favourite: int, rng: random.Random) -> int:
 
 
 def _validation(field_name: str, msg: str) -> dict:
-    """FastAPI's 422 body."""
-    return {"detail": [{"type": "value_error", "loc": ["body", field_name], "msg": msg}]}
+    """What llama-cpp-python 0.3.36 answers a request that fails validation (a prompt of token ids, a missing
+    field): not FastAPI's 422, but its error handler's 500 with the validation message (measured)."""
+    return _server_error(f"1 validation error:\n  {{'loc': ('body', '{field_name}'), 'msg': '{msg}'}}")
 
 
 def _server_error(message: str) -> dict:
