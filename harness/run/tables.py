@@ -354,7 +354,6 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
     err = (df[~df["status"].isin(["ok", UNAVAILABLE])].groupby(keys, dropna=False).size().rename("n_error")
            .reset_index())
     out = out.merge(err, on=keys, how="outer") if len(err) else out.assign(n_error=0)
-    out["n_error"] = out["n_error"].fillna(0).astype(int)
     if "reason" not in df.columns:  # a table written before unavailable metrics were recorded
         df["reason"] = ""
     na = df[df["status"] == UNAVAILABLE].groupby(keys, dropna=False).agg(
@@ -362,6 +361,7 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
     out = out.merge(na, on=keys, how="outer") if len(na) else out.assign(n_unavailable=0, unavailable="")
     out["n_unavailable"] = out["n_unavailable"].fillna(0).astype(int)
     out["unavailable"] = out["unavailable"].fillna("")
+    out["n_error"] = out["n_error"].fillna(0).astype(int)
     out["n"] = out["n"].fillna(0).astype(int)
     out["n_depth_off"] = out["n_depth_off"].fillna(0).astype(int)
     fps = df.groupby(keys, dropna=False)["fingerprint"].agg(_cell_fingerprint).rename("fingerprint").reset_index()
