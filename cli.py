@@ -238,7 +238,7 @@ def _print_summary(summary, directions: dict[str, str] | None = None) -> None:
     ``--stride`` values) are separate rows, named by the options; a teacher-forced metric says so
     (:func:`lctx.metrics.label`). ``directions``: {metric: "higher" | "lower"} the tasks declared
     (:func:`_declared_directions`), over the metric registry's, for the worst depth."""
-    from lctx.harness.run.tables import label_names, over_depths  # lazy: loads pandas
+    from lctx.harness.run.tables import label_names, over_depths, unavailable_cells  # lazy: loads pandas
     from lctx.metrics import direction_of, label  # lazy: a leaf module
 
     summary = summary[summary["length"].notna()]  # lm-eval tasks (no length) print their own table
@@ -246,10 +246,11 @@ def _print_summary(summary, directions: dict[str, str] | None = None) -> None:
         return
     summary = summary.assign(model=label_names(summary))
     cells = over_depths(summary[summary["metric"] != "n_docs"], directions)
-    if cells.empty:
+    unav, notes = unavailable_cells(summary[summary["metric"] != "n_docs"])
+    if cells.empty and not unav:
         return
     cells["length"] = cells["length"].astype(int)  # 256, not 256.0, when rows without a length made it float
-    lengths = sorted(cells["length"].unique())
+    lengths = sorted(set(cells["length"].unique()) | {L for cell in unav.values() for L in cell})
 
     def num(v: float, metric: str) -> str:
         return f"{v:.0f}" if metric == "n_tokens" else f"{v:.3f}"
@@ -267,7 +268,7 @@ def _print_summary(summary, directions: dict[str, str] | None = None) -> None:
                  f"{len(r.worst_depths)} depths")
         return f"{num(r.worst, r.metric)} @ {where}"
 
-    def row_of(name: str, g, cell, n_of) -> list[str]:
+    def row_of(name: str, g, cell, n_of, missing=None) -> list[str]:
         by_len = {r.length: r for r in g.itertuples(index=False)}
         ns = {n_of(r) for r in by_len.values()}
         same_n = len(ns) == 1  # n in its column; else in each cell
@@ -275,12 +276,16 @@ def _print_summary(summary, directions: dict[str, str] | None = None) -> None:
         for L in lengths:
             r = by_len.get(L)
             text = cell(r) if r is not None else ""
-            out.append(text + (f" (n={n_of(r)})" if text and not same_n else ""))
+            out.append(text + (f" (n={n_of(r)})" if text and not same_n else "")
+                       or ("unavailable" if L in (missing or {}) else ""))
         return out
 
     rows = []
-    for (model, task, metric), g in cells.groupby(["model", "task", "metric"], sort=False):
-        rows.append(row_of((model, task, label(metric)), g, mean_cell, lambda r: r.n))
+    keys = list(dict.fromkeys([tuple(k) for k in cells[["model", "task", "metric"]].itertuples(index=False)]
+                              + list(unav)))
+    for model, task, metric in keys:
+        g = cells[(cells["model"] == model) & (cells["task"] == task) & (cells["metric"] == metric)]
+        rows.append(row_of((model, task, label(metric)), g, mean_cell, lambda r: r.n, unav.get((model, task, metric))))
         w = g[g["worst_depths"].map(len) > 0]
         if (w["worst_depths"].map(len) < w["n_depths"]).any():  # a depth worse than another somewhere
             rows.append(row_of((model, task, f"{metric}: worst depth"), w, worst_cell, lambda r: r.worst_n))
@@ -288,6 +293,8 @@ def _print_summary(summary, directions: dict[str, str] | None = None) -> None:
     print_table(["model", "task", "metric", "n"] + cols, rows, right=["n"] + cols,
                 title="mean ± stderr over depths and samples (n: samples); worst depth: the depth d (0 = start "
                       "of the prompt) with the worst mean, n: its samples")
+    for line in notes:
+        typer.echo(line)
 
 
 @app.command()

@@ -1,5 +1,5 @@
-"""The one exception type for user mistakes, the exit codes of the ``lctx`` command, and the error a
-sample gets when the model's logits are not finite."""
+"""The one exception type for user mistakes, the exit codes of the ``lctx`` command, the error a
+sample gets when the model's logits are not finite, and the one a metric gets that the model cannot give."""
 
 import logging
 import re
@@ -19,6 +19,10 @@ class LctxError(Exception):
     ``"checkpoint 'x/' has no config.json; pass a directory written by save_pretrained or lctx train"``.
     ``lctx`` catches it, prints ``error: <message>`` to stderr and exits with status 2.
     """
+
+
+class MetricUnavailable(LctxError):
+    """A metric this model cannot give (reason in the message); recorded as unavailable, never 0."""
 
 
 class ContractError(ValueError):

@@ -70,8 +70,15 @@ class Result:
 
     @property
     def failed(self):
-        """The rows of ``table`` whose status is not ok (an empty frame when all are)."""
-        return self.table[self.table["status"] != "ok"]
+        """The rows of ``table`` whose status is error (an empty frame when none is; a metric the model could not
+        give, status ``unavailable``, is no failure: :meth:`unavailable`)."""
+        return self.table[self.table["status"] == "error"]
+
+    @property
+    def unavailable(self):
+        """The rows of ``table`` whose metric the model could not give (status ``unavailable``, the reason in
+        ``reason``; :class:`lctx.errors.MetricUnavailable`); an empty frame when every metric was given."""
+        return self.table[self.table["status"] == "unavailable"]
 
 
 def passive_omp_wait() -> None:
@@ -181,6 +188,10 @@ def evaluate(models=None, tasks=None,
     they are parsed here, once, before torch loads. ``log`` / ``warn`` receive progress notes and warnings (one line
     each).
 
+    A metric a model cannot give (:class:`lctx.errors.MetricUnavailable`: a server without prompt log-probabilities)
+    is recorded as unavailable with the reason (never 0; :attr:`Result.unavailable`), and ``warn`` gets one line per
+    (model, metric) naming it, once per call (:func:`lctx.harness.run.tables.unavailable_lines`).
+
     Returns: a :class:`Result` (tables as DataFrames, plot paths, counts).
 
     Raises:
@@ -232,9 +243,15 @@ def evaluate(models=None, tasks=None,
     note = _busy_note(lms, dinfo)
     if note:
         warn(note)
-    return _sweep_and_write(groups, run_tasks, out, dinfo, depths=call.depths, samples=samples, seed=seed,
-                            skip_below=skips["skip_below"], batch=call.batch, relative=relative, lms=lms,
-                            progress=progress, log=log)
+    res = _sweep_and_write(groups, run_tasks, out, dinfo, depths=call.depths, samples=samples, seed=seed,
+                           skip_below=skips["skip_below"], batch=call.batch, relative=relative, lms=lms,
+                           progress=progress, log=log)
+    if res.table is not None:  # metrics the models could not give: one line per (model, metric), once per call
+        from lctx.harness.run.tables import unavailable_lines  # lazy: loads pandas (loaded by the run already)
+
+        for line in unavailable_lines(res.table):
+            warn(line)
+    return res
 
 
 # ---------------------------------------------------------------------------------------------------------------

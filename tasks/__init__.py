@@ -10,12 +10,12 @@ run-wide flags, its own lengths, its data check, its figures, its extra tables) 
 """
 
 from .base import (GROUPS, PLOT_KINDS, TASKS, Cell, Heatmap, RunOption, Sample, Task, TaskFamily, TaskGroup, TaskInfo,
-                   TaskMeta, all_run_options, declared, default_tasks, extra_tables, get_task, group_of, group_of_label,
-                   load_entry_point_tasks, load_task_file, pooled_label, register_group, register_task, task_catalog,
-                   task_meta)
+                   TaskMeta, Unavailable, all_run_options, declared, default_tasks, extra_tables, get_task, group_of,
+                   group_of_label, load_entry_point_tasks, load_task_file, optional_metrics, pooled_label,
+                   register_group, register_task, task_catalog, task_meta)
 from . import lmeval, niah, passkey, ppl, ruler, ruler_qa  # noqa: F401,E402  (register the built-in tasks)
 
 __all__ = ["TASKS", "Cell", "Sample", "Task", "TaskInfo", "get_task", "load_entry_point_tasks", "load_task_file",
            "register_group", "register_task", "task_catalog", "GROUPS", "TaskMeta", "task_meta", "RunOption", "Heatmap",
            "PLOT_KINDS", "TaskGroup", "TaskFamily", "group_of", "group_of_label", "declared", "default_tasks",
-           "all_run_options", "pooled_label", "extra_tables"]
+           "all_run_options", "pooled_label", "extra_tables", "Unavailable", "optional_metrics"]

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
-from lctx.errors import LctxError
+from lctx.errors import LctxError, MetricUnavailable
 from lctx.registry import Registry
 
 TASKS: Registry[type["Task"]] = Registry("task", replace=True)  # a task file may be reloaded
@@ -55,6 +55,42 @@ class Sample:
     n_tokens: int
     depth: float | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Unavailable:
+    """A metric's value that the model cannot give, with the reason (:class:`lctx.errors.MetricUnavailable`'s
+    message): what :func:`optional_metrics` puts in place of a number. The runner records it under the record's
+    ``unavailable`` {metric: reason}, never as a value; a task may also return one itself from :meth:`Task.score`."""
+
+    reason: str
+
+
+#: the longest reason a record keeps (one line)
+REASON_CHARS = 300
+
+
+def unavailable_reason(e: BaseException) -> str:
+    """The one-line reason a record keeps for a :class:`lctx.errors.MetricUnavailable` (its message, first line, at
+    most :data:`REASON_CHARS` characters; its type's name when it has none)."""
+    lines = str(e).strip().splitlines()
+    return (lines[0].strip() if lines else type(e).__name__)[:REASON_CHARS]
+
+
+def optional_metrics(names, compute) -> dict:
+    """``compute()``'s {metric: value}, or, when the model cannot give them (``compute`` raises
+    :class:`lctx.errors.MetricUnavailable`: a server without prompt log-probabilities), each of ``names`` as
+    :class:`Unavailable` with the reason. A task computes its teacher-forced metrics through it, so that the metrics
+    it computed otherwise (greedy ones) are kept::
+
+        out = {"exact": exact(answer, key)}
+        out.update(optional_metrics(("digit_acc",), lambda: {"digit_acc": digit_acc(lm, prefix, key)}))
+
+    Any other exception propagates (the sample's error)."""
+    try:
+        return dict(compute())
+    except MetricUnavailable as e:
+        return {str(n): Unavailable(unavailable_reason(e)) for n in names}
 
 
 @dataclass(frozen=True)
@@ -189,6 +225,14 @@ class Task:
     the in-process adapter (:class:`lctx.models.adapters.hf.HFAdapter`) computes passes the shared check
     :func:`lctx.errors.check_finite_logits`: NaN or infinite logits make the sample an error
     (status ``error``) whatever the task computes from them.
+
+    Metrics a model cannot give: an adapter raises :class:`lctx.errors.MetricUnavailable` from a scoring call it
+    cannot serve (a server without prompt log-probabilities: ``score_continuation``, ``token_nll``). Uncaught, it
+    makes every metric of the sample unavailable (the record keeps the reason; the sample is finished, not an
+    error). A task that computes a metric beside others (passkey's teacher-forced ``digit_acc`` beside its greedy
+    ``exact``) computes it through :func:`optional_metrics`, so that only that metric is unavailable and the others
+    are kept. An unavailable metric is never 0: it is left out of every mean and shown as unavailable with its
+    reason (docs/custom-tasks.md#metrics-a-model-cannot-give).
     """
 
     name: ClassVar[str] = ""
@@ -361,7 +405,9 @@ class Task:
         raise NotImplementedError
 
     def score(self, lm, sample: Sample) -> dict[str, float]:
-        """Run the model on ``sample`` and return {metric: value} for every name in ``metrics``.
+        """Run the model on ``sample`` and return {metric: value} for every name in ``metrics`` (a value is a number,
+        or :class:`Unavailable` for one the model cannot give: :func:`optional_metrics`; a
+        :class:`lctx.errors.MetricUnavailable` raised here makes every metric of the sample unavailable).
 
         Default (for :attr:`batched` tasks): the prompt's handle (``lm.prefix``), its greedy continuation
         (:meth:`max_new_tokens_for` tokens at most, :meth:`stop_ids`), then :meth:`score_generated`."""

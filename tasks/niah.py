@@ -74,7 +74,7 @@ from lctx.errors import LctxError
 from lctx.metrics import (MATCH_MODES, postprocess_pred, string_match_all, string_match_part, tf_gain,  # noqa: F401
                           tf_logprob, tf_mrr, tf_top1, value_found)
 
-from .base import DECODE_STEP_TOKENS, Cell, Sample, Task, register_task
+from .base import DECODE_STEP_TOKENS, Cell, Sample, Task, optional_metrics, register_task
 
 
 def content_key(*paths: str | os.PathLike) -> tuple[str, ...]:
@@ -108,6 +108,8 @@ NOUN_FILE = "ruler/wonderwords/nounlist.txt"
 ADJ_FILE = "ruler/wonderwords/adjectivelist.txt"
 
 METRICS = ("string_match_all", "string_match_part", "tf_top1", "tf_mrr", "tf_logprob", "tf_gain")
+#: the metrics of :data:`METRICS` scored teacher-forced (unavailable together where the model gives no log-probs)
+TEACHER_FORCED_METRICS = METRICS[2:]
 GENERATOR_VERSION = 3  # bump when the prompt construction changes: old cache entries stop matching
 #: an essay needle goes to the nearest sentence boundary unless that is farther than this fraction of the
 #: haystack from the requested depth; then to the nearest word boundary (a haystack without sentences)
@@ -676,24 +678,29 @@ class RulerNIAH(Task):
         got = lm.score_continuation(prefix, v_ids)
         return [float(got.logprobs[j]) for j in pos], [int(got.ranks[j]) for j in pos]
 
-    def score_generated(self, lm, sample: Sample, prefix, cont: list[int]) -> dict[str, float]:
+    def score_generated(self, lm, sample: Sample, prefix, cont: list[int]) -> dict:
         """From the greedy continuation ``cont`` (string_match_*), then the teacher-forced scores of every
         expected value and of the control value through the prompt's KV cache ``prefix`` (one prefill per
-        sample, or one row of a batched prefill: ``batched``)."""
+        sample, or one row of a batched prefill: ``batched``); the teacher-forced ones unavailable
+        (:func:`lctx.tasks.optional_metrics`) where the model gives no prompt log-probabilities."""
         answers = sample.meta["answers"]
         context = sample.meta.pop("prompt_text")
         pred = postprocess_pred(lm.decode(cont))
         sample.meta["continuation"] = pred
-        logps, ranks = [], []
-        for v in answers:
-            lp, rk = self.teacher_forced(lm, prefix, v, context)
-            logps += lp
-            ranks += rk
-        c_logps, _ = self.teacher_forced(lm, prefix, sample.meta["control"], context)
+
+        def forced() -> dict:
+            logps, ranks = [], []
+            for v in answers:
+                lp, rk = self.teacher_forced(lm, prefix, v, context)
+                logps += lp
+                ranks += rk
+            c_logps, _ = self.teacher_forced(lm, prefix, sample.meta["control"], context)
+            return {"tf_top1": tf_top1(ranks), "tf_mrr": tf_mrr(ranks), "tf_logprob": tf_logprob(logps),
+                    "tf_gain": tf_gain(logps, tf_logprob(c_logps))}
+
         return {"string_match_all": string_match_all(pred, answers, self.match),
                 "string_match_part": string_match_part(pred, answers, self.match),
-                "tf_top1": tf_top1(ranks), "tf_mrr": tf_mrr(ranks), "tf_logprob": tf_logprob(logps),
-                "tf_gain": tf_gain(logps, tf_logprob(c_logps))}
+                **optional_metrics(TEACHER_FORCED_METRICS, forced)}
 
 
 def _atomic_write_json(path: Path, obj: Any) -> None:

@@ -14,7 +14,7 @@ import re
 
 from lctx import metrics
 
-from .base import DECODE_STEP_TOKENS, Cell, Heatmap, RunOption, Sample, Task, register_task
+from .base import DECODE_STEP_TOKENS, Cell, Heatmap, RunOption, Sample, Task, optional_metrics, register_task
 
 INSTRUCTION = ("There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. "
                "I will quiz you about the important information there.")
@@ -59,7 +59,8 @@ class Passkey(Task):
     Metrics:
         exact: 1.0 when the first number in the greedy continuation equals the key exactly.
         digit_acc: teacher-forced; fraction of the answer's digit-bearing tokens (" K" appended to the
-            prompt) that the model ranks top-1 (with lctx tokenizers every digit is one token).
+            prompt) that the model ranks top-1 (with lctx tokenizers every digit is one token); unavailable (with
+            the reason, never 0) for a model without prompt log-probabilities, ``exact`` still scored.
     """
 
     name = "passkey"
@@ -142,16 +143,19 @@ class Passkey(Task):
         """The greedy budget: ``max_new_tokens`` (default key_digits + 4)."""
         return self.max_new_tokens
 
-    def score_generated(self, lm, sample: Sample, prefix, cont: list[int]) -> dict[str, float]:
+    def score_generated(self, lm, sample: Sample, prefix, cont: list[int]) -> dict:
         """exact from the greedy continuation ``cont``; digit_acc teacher-forced on the key's tokens *in
-        context* (``lm.continuation_ids(prompt, " " + key)``, lm-eval's ``_encode_pair``) through ``prefix``."""
+        context* (``lm.continuation_ids(prompt, " " + key)``, lm-eval's ``_encode_pair``) through ``prefix``, or
+        unavailable (:func:`lctx.tasks.optional_metrics`) where the model gives no prompt log-probabilities."""
         key = sample.meta["key"]
         answer = parse_answer(lm.decode(cont))
-        text = sample.meta.get("prompt_text")
-        answer_ids = lm.continuation_ids(text, " " + key) if text is not None else lm.encode(" " + key)
-        top1 = lm.score_continuation(prefix, answer_ids).top1
-        digit_pos = [i for i, t in enumerate(answer_ids) if any(c.isdigit() for c in lm.decode([t]))]
-        hits = [bool(top1[i]) for i in digit_pos]
+        text = sample.meta.pop("prompt_text", None)  # not a record column (the prompt is rebuilt from the seed)
         sample.meta["continuation"] = lm.decode(cont)
-        sample.meta.pop("prompt_text", None)  # not a record column (the prompt is rebuilt from the seed)
-        return {"exact": metrics.exact(answer, key), "digit_acc": metrics.digit_acc(hits)}
+
+        def digit_acc() -> dict:
+            answer_ids = lm.continuation_ids(text, " " + key) if text is not None else lm.encode(" " + key)
+            top1 = lm.score_continuation(prefix, answer_ids).top1
+            digit_pos = [i for i, t in enumerate(answer_ids) if any(c.isdigit() for c in lm.decode([t]))]
+            return {"digit_acc": metrics.digit_acc([bool(top1[i]) for i in digit_pos])}
+
+        return {"exact": metrics.exact(answer, key), **optional_metrics(("digit_acc",), digit_acc)}

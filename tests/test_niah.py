@@ -338,6 +338,31 @@ def test_score_metrics_and_teacher_forcing(lm, fake_data):
     assert all(r >= 1 for r in ranks)
 
 
+def test_teacher_forced_metrics_unavailable_keep_string_match(fake_data):
+    """Issue 27: a model without prompt log-probabilities (``score_continuation`` raises MetricUnavailable) keeps
+    the generated string_match_* and gets the four teacher-forced metrics as unavailable, with the reason; control:
+    the same toy with log-probabilities gives numbers for all six."""
+    import toy_adapter as toy
+    from lctx.errors import MetricUnavailable
+    from lctx.tasks import Unavailable
+
+    class NoLogprobs(toy.ToyAdapter):
+        def score_continuation(self, prefix, cont):
+            raise MetricUnavailable("no prompt log-probs (test)")
+
+    task = make("niah_single_1", fake_data)
+    for lm, given in ((NoLogprobs(), False), (toy.ToyAdapter(), True)):
+        s = task.build(lm, Cell(1024, 0.5, 0), 0)
+        m = task.score(lm, s)
+        assert set(m) == set(task.metrics) and m["string_match_all"] == 0.0  # the toy reads no NIAH value
+        tf = {k: m[k] for k in ("tf_top1", "tf_mrr", "tf_logprob", "tf_gain")}
+        if given:
+            assert all(isinstance(v, float) for v in tf.values()) and tf["tf_logprob"] < 0
+        else:
+            assert tf == dict.fromkeys(tf, Unavailable("no prompt log-probs (test)"))
+        assert "prompt_text" not in s.meta and isinstance(s.meta["continuation"], str)
+
+
 # ---------------------------------------------------------------------------------------------------
 # options and errors
 def test_constructor_errors(fake_data, monkeypatch, tmp_path):

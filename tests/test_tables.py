@@ -274,3 +274,49 @@ def test_results_table_names_the_task_version_and_code(capsys, make_checkpoint, 
     for t in (pd.read_csv(out / "results.csv"), pd.read_parquet(out / "results.parquet")):
         assert list(t["code_fingerprint"]) == [meta["inputs"]["tasks"]["last_token_nll21"]["code"]["fingerprint"]]
         assert [str(v) for v in t["task_version"]] == ["1"]
+
+
+def test_unavailable_metric_is_left_out_of_the_mean_and_counted_apart():
+    """Issue 27: a metric the model could not give is a row with no value, status unavailable and the reason; the
+    summary's mean, stderr and n are over the values there are, n_unavailable counts the others, and a cell of only
+    such samples has no mean, n 0, no error and its reason (never 0, never a failure)."""
+    from lctx.harness.run.tables import summarize, to_table
+
+    def rec(sample, depth, metrics, unavailable=None):
+        r = {"model": "m", "variant": "v", "task": "passkey", "length": 256, "depth": depth, "sample": sample,
+             "seed": 0, "task_options": {}, "status": "ok", "error": "", "fingerprint": "fp", "metrics": metrics}
+        return dict(r, unavailable=unavailable) if unavailable else r
+
+    recs = [rec(0, 0.0, {"exact": 1.0, "digit_acc": 1.0}), rec(1, 0.0, {"exact": 0.0, "digit_acc": 0.5}),
+            rec(2, 0.0, {"exact": 1.0}, {"digit_acc": "no log-probs"}),
+            rec(0, 1.0, {"exact": 1.0}, {"digit_acc": "no log-probs"}),
+            rec(1, 1.0, {"exact": 1.0}, {"digit_acc": "probe"})]
+    t = to_table(recs, {"passkey": ("exact", "digit_acc")})
+    na = t[t["status"] == "unavailable"]
+    assert len(t) == 10 and len(na) == 3 and set(na["metric"]) == {"digit_acc"} and na["value"].isna().all()
+    assert list(na["reason"]) == ["no log-probs", "no log-probs", "probe"]
+    assert (t[t.status == "ok"]["reason"] == "").all()
+    s = summarize(t).set_index(["metric", "depth"])
+    mixed, only = s.loc[("digit_acc", 0.0)], s.loc[("digit_acc", 1.0)]
+    assert (mixed["mean"], mixed["n"], mixed["n_unavailable"], mixed["n_error"]) == (0.75, 2, 1, 0)  # not 0.5 (a 0)
+    assert mixed["unavailable"] == "no log-probs"
+    assert pd.isna(only["mean"]) and (only["n"], only["n_unavailable"], only["n_error"]) == (0, 2, 0)
+    assert only["unavailable"] == "no log-probs (+1 other reason)"
+    assert (s.loc[("exact", 1.0), "n"], s.loc[("exact", 1.0), "n_unavailable"]) == (2, 0)
+    # control: the same cell with an error instead counts as a failure
+    err = dict(recs[3], status="error", error="boom", metrics={}, unavailable=None)
+    s2 = summarize(to_table(recs[:3] + [err, recs[4]], {"passkey": ("exact", "digit_acc")}))
+    s2 = s2.set_index(["metric", "depth"])
+    assert s2.loc[("digit_acc", 1.0), "n_error"] == 1 and s2.loc[("digit_acc", 1.0), "n_unavailable"] == 1
+
+
+@pytest.mark.parametrize("unavailable, problem", [
+    ({"digit_acc": "no log-probs"}, None), ("no log-probs", "not an object of reasons"),
+    ({"digit_acc": 0}, "not an object of reasons"), ({"exact": "why"}, "'exact' is both a value and unavailable")])
+def test_record_unavailable_field_is_checked(unavailable, problem):
+    from lctx.harness.run.rundir import record_problem
+
+    r = {"model": "m", "task": "passkey", "status": "ok", "metrics": {"exact": 1.0}, "sample": 0, "length": 256,
+         "depth": 0.0, "unavailable": unavailable}
+    got = record_problem(r)
+    assert got is None if problem is None else problem in got

@@ -26,7 +26,9 @@ such a cell name the options that tell them apart (``option_set``, "key_digits=3
 
 Each cell gets a status: ``regression``, ``error`` (the run's samples failed where the baseline's did
 not), ``incomparable`` (options differ), ``missing`` (in the baseline, not in the run), ``improvement``,
-``new`` (in the run only) or ``same`` (within tolerance). The gate fails on regression or error (exit 1),
+``new`` (in the run only), ``unavailable`` (a side's model could not give the metric, e.g. a server without prompt
+log-probabilities: not comparable, the reason in the note; never a regression or an improvement, and it does not
+fail the gate) or ``same`` (within tolerance). The gate fails on regression or error (exit 1),
 on missing unless allowed (exit 1), and on incomparable cells (exit 2: the gate compared the wrong runs).
 """
 
@@ -65,7 +67,7 @@ OTHER_DIRECTIONS: dict[str, str] = {
 DIRECTIONS: dict[str, str] = {**OTHER_DIRECTIONS, **{m.name: m.direction for m in METRICS.values()}}
 
 # Statuses, in the order they are reported.
-STATUSES = ("regression", "error", "incomparable", "missing", "improvement", "new", "same", "ignored")
+STATUSES = ("regression", "error", "incomparable", "missing", "improvement", "new", "unavailable", "same", "ignored")
 FAILING = ("regression", "error")
 
 
@@ -306,7 +308,8 @@ def _warn(msg: str) -> None:
 
 def load_summary(run_dir: Path, what: str = "run") -> pd.DataFrame:
     """The summary table of a run directory (columns :data:`SUMMARY_COLUMNS` plus the label columns
-    :data:`LABEL_COLUMNS` it has; one row per cell).
+    :data:`LABEL_COLUMNS` it has, and :data:`UNAVAILABLE_COLUMNS`, blank / 0 in a summary written before they
+    existed; one row per cell).
 
     Reads ``summary.csv``; without it, summarises ``results.parquet``, ``results.csv`` or ``records.jsonl``.
     Every row is checked: ``model``, ``task`` and ``metric`` non-empty; ``length`` empty (tasks without a
@@ -389,6 +392,9 @@ def _labels_from_results(run_dir: Path, df: pd.DataFrame) -> pd.DataFrame:
 
 
 LABEL_COLUMNS = ["task_options", "dtype", "attn_impl", "seed"]
+#: the summary's count of samples whose metric the model could not give and their reason
+#: (:func:`lctx.harness.run.tables.summarize`)
+UNAVAILABLE_COLUMNS = ["n_unavailable", "unavailable"]
 
 
 def _blank(v) -> bool:
@@ -414,7 +420,7 @@ def _checked_summary(df: pd.DataFrame, where: str) -> pd.DataFrame:
             bad(i, col, v, "a number")
         return x
 
-    out = {c: [] for c in SUMMARY_COLUMNS + [c for c in LABEL_COLUMNS if c in df.columns]}
+    out = {c: [] for c in SUMMARY_COLUMNS + UNAVAILABLE_COLUMNS + [c for c in LABEL_COLUMNS if c in df.columns]}
     for i, r in enumerate(df.to_dict("records")):
         for col in ("model", "task", "metric"):
             if _blank(r.get(col)):
@@ -429,12 +435,13 @@ def _checked_summary(df: pd.DataFrame, where: str) -> pd.DataFrame:
         out["depth"].append(d)
         out["mean"].append(number(i, "mean", r.get("mean")))
         out["stderr"].append(number(i, "stderr", r.get("stderr")))
-        for col, blank_ok in (("n", False), ("n_error", True)):
+        for col, blank_ok in (("n", False), ("n_error", True), ("n_unavailable", True)):
             v = r.get(col)
             x = 0.0 if (blank_ok and _blank(v)) else number(i, col, v, blank_ok=False)
             if x < 0 or x != int(x):
                 bad(i, col, v, "a count")
             out[col].append(int(x))
+        out["unavailable"].append("" if _blank(r.get("unavailable")) else str(r["unavailable"]).strip())
         for col in LABEL_COLUMNS:
             if col in out:
                 v = r.get(col)
@@ -483,7 +490,7 @@ class Comparison:
 
 TABLE_COLUMNS = ["status", "model", "baseline_model", "variant", "task", "metric", "length", "depth", "direction",
                  "base_mean", "base_stderr", "base_n", "run_mean", "run_stderr", "run_n", "diff", "rel_diff", "z",
-                 "threshold", "bound_by", "run_n_error", "base_n_error", "options", "option_set"]
+                 "threshold", "bound_by", "run_n_error", "base_n_error", "options", "option_set", "unavailable"]
 
 
 def _near(name: str, known) -> str:
@@ -581,6 +588,7 @@ def compare_runs(run: pd.DataFrame, base: pd.DataFrame, rules: Rules | None = No
         tol = rules.tolerance_for(task, metric)
         r_, b_ = r or {}, b or {}
         row = {"model": r_["run_model"] if r else b_["model"], "baseline_model": b_.get("model"),
+               "unavailable": _unavailable_note(r_, b_),
                "variant": r_.get("variant") if isinstance(r_.get("variant"), str) else b_.get("variant"),
                "task": task, "metric": metric, "length": _int_or_none((r or b)["length"]), "depth": (r or b)["depth"],
                "direction": direction, "base_mean": b_.get("mean", math.nan), "base_stderr": b_.get("stderr", math.nan),
@@ -589,7 +597,9 @@ def compare_runs(run: pd.DataFrame, base: pd.DataFrame, rules: Rules | None = No
                "run_n_error": r_.get("n_error", math.nan), "base_n_error": b_.get("n_error", math.nan),
                "diff": math.nan, "rel_diff": math.nan, "z": math.nan, "threshold": math.nan, "bound_by": "",
                "options": "", "option_set": r_.get("_set") or b_.get("_set", "")}
-        if b is None:
+        if row["unavailable"]:  # a side could not give the metric: nothing to judge, never a regression
+            row["status"] = "unavailable"
+        elif b is None:
             row["status"] = "new"
         elif r is None:
             row["status"] = "missing"
@@ -608,6 +618,16 @@ def compare_runs(run: pd.DataFrame, base: pd.DataFrame, rules: Rules | None = No
     failed = (any(counts[s] for s in FAILING) or (counts["missing"] > 0 and not allow_missing)
               or counts["incomparable"] > 0)
     return Comparison(table, counts, failed, allow_missing=allow_missing)
+
+
+def _unavailable_note(run: dict, base: dict) -> str:
+    """Which side of a cell could not give its metric (summary ``n_unavailable`` > 0, or a reason) and why, e.g.
+    ``run: no prompt log-probs``; "" when both sides (those there are) gave every value."""
+    parts = []
+    for side, r in (("run", run), ("baseline", base)):
+        if r and ((r.get("n_unavailable") or 0) > 0 or r.get("unavailable")):
+            parts.append(f"{side}: {r.get('unavailable') or 'unavailable'}")
+    return "; ".join(parts)
 
 
 def _match_cells(run: pd.DataFrame, base: pd.DataFrame, labels: list[str], declared: dict | None):
@@ -795,6 +815,8 @@ def _display_rows(cmp: Comparison, include_same: bool = False) -> list[list[str]
         tol = f"{r.threshold:.3g} ({r.bound_by})" if math.isfinite(r.threshold) else ""
         note = (f"{'not comparable' if r.status == 'incomparable' else 'options differ'}: {r.options}"
                 if isinstance(r.options, str) and r.options else "")
+        if r.status == "unavailable":
+            note = f"not comparable (unavailable: {r.unavailable})"
         if isinstance(r.option_set, str) and r.option_set:  # a run or baseline of several option sets: which one
             note = f"[{r.option_set}] {note}".rstrip()
         out.append([r.status, model, r.task, r.metric, _fmt_len(r.length), "" if r.depth != r.depth else f"{r.depth:g}",
@@ -813,7 +835,8 @@ def verdict(cmp: Comparison) -> str:
     word = "FAIL" if cmp.failed else "PASS"
     return (f"{word}: {c['regression']} regressed, {c['error']} errored, {c['missing']} missing, "
             f"{c['incomparable']} not comparable (options differ), "
-            f"{c['improvement']} improved, {c['new']} new, {c['same']} within tolerance")
+            + (f"{c['unavailable']} not comparable (unavailable), " if c.get("unavailable") else "")
+            + f"{c['improvement']} improved, {c['new']} new, {c['same']} within tolerance")
 
 
 def print_report(cmp: Comparison, file=None) -> None:
@@ -824,7 +847,7 @@ def print_report(cmp: Comparison, file=None) -> None:
     rows = _display_rows(cmp)
     if rows:
         style = {"regression": "bold red", "error": "bold red", "incomparable": "bold yellow", "missing": "yellow",
-                 "improvement": "green", "new": "cyan"}
+                 "improvement": "green", "new": "cyan", "unavailable": "dim"}
         print_table(DISPLAY_HEADER, rows, title=f"lctx compare: {cmp.run_dir} vs baseline {cmp.baseline_dir}",
                     right=("length", "depth", "baseline", "run", "diff", "rel"),
                     no_wrap=("length", "depth", "baseline", "run", "diff", "rel", "tolerance"),

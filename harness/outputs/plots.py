@@ -46,7 +46,7 @@ from lctx.metrics import label as metric_label
 from lctx.tasks import PLOT_KINDS, TASKS, task_meta
 
 from lctx.harness.run.console import format_length
-from lctx.harness.run.tables import DEPTH_TOLERANCE, label_names
+from lctx.harness.run.tables import DEPTH_TOLERANCE, UNAVAILABLE, label_names
 from lctx.harness.steps.derived import write_run_tables
 from lctx.harness.steps.ruler import ruler_table
 
@@ -64,6 +64,8 @@ __all__ = [
     "depth_counts",
     "depth_errors",
     "depth_off_cells",
+    "depth_unavailable",
+    "unavailable_reasons",
     "task_heatmaps",
     "depth_heatmaps",
     "draw_ppl",
@@ -89,6 +91,7 @@ DEPTH_LABEL = "Needle depth (0% = start)"
 _CMAP = "RdYlGn"
 _MISSING_COLOR = "#d9d9d9"  # cells with no data at all
 _ERROR_COLOR = "#bdbdbd"  # cells whose every row errored
+_UNAVAILABLE_COLOR = "#eeeeee"  # cells whose metric the model could not give (status unavailable)
 _DPI = 130
 
 
@@ -158,6 +161,26 @@ def _ok_mask(df: pd.DataFrame) -> pd.Series:
     if "status" not in df.columns:
         return pd.Series(True, index=df.index)
     return df["status"].astype("string").fillna("").str.lower().eq("ok")
+
+
+def _unavailable_mask(df: pd.DataFrame) -> pd.Series:
+    """Rows whose metric the model could not give (status ``unavailable``): neither a value nor a failure."""
+    if "status" not in df.columns:
+        return pd.Series(False, index=df.index)
+    return df["status"].astype("string").fillna("").str.lower().eq(UNAVAILABLE)
+
+
+def unavailable_reasons(df: pd.DataFrame, task: str, metric: str | None = None, model: object = None,
+                        variant: object = None) -> list[str]:
+    """The reasons (distinct, in order) of ``task``'s rows that the model could not give (status ``unavailable``),
+    of one metric and model when given; [] when every value was given."""
+    rows = _select(df, str(task), model, variant)
+    rows = rows[_unavailable_mask(rows)]
+    if metric is not None:
+        rows = rows[rows["metric"].astype("string") == str(metric)]
+    if rows.empty or "reason" not in rows.columns:
+        return [UNAVAILABLE] if not rows.empty else []
+    return list(dict.fromkeys(str(r) for r in rows["reason"] if isinstance(r, str) and r)) or [UNAVAILABLE]
 
 
 def _select(df: pd.DataFrame, task: str, model: object = None, variant: object = None) -> pd.DataFrame:
@@ -241,7 +264,8 @@ def heatmap_panels(df: pd.DataFrame, task: str) -> dict[str, str]:
     declares (passkey: exact match and digit accuracy), drawn whatever their values; else the metrics it lists in
     ``heatmap_metrics`` (as its run recorded it, ``df.attrs["task_meta"]``, else the registered class; else all its
     metrics) whose ``status == "ok"`` values all lie in [0, 1] (accuracies, match rates, reciprocal ranks; a
-    log-prob or a perplexity is left out)."""
+    log-prob or a perplexity is left out), and those it lists that the model could not give (status
+    ``unavailable``: a panel that says so)."""
     cls = _task_class(task)
     style = getattr(cls, "heatmap", None)
     if style is not None and style.panels:
@@ -251,11 +275,14 @@ def heatmap_panels(df: pd.DataFrame, task: str) -> dict[str, str]:
     ok["value"] = pd.to_numeric(ok["value"], errors="coerce")
     recorded = (df.attrs.get("task_meta") or {}).get(str(task)) or {}  # run.json's (report: no task file)
     declared = recorded.get("heatmap_metrics") or getattr(cls, "heatmap_metrics", None)
+    na = rows[_unavailable_mask(rows)]
     metrics = {}
     for m in declared or pd.unique(rows["metric"].dropna().astype("string")):
         v = ok.loc[ok["metric"].astype("string") == m, "value"].dropna()
         if not v.empty and bool(((v >= 0) & (v <= 1)).all()):
             metrics[str(m)] = str(m)
+        elif v.empty and declared and (na["metric"].astype("string") == m).any():
+            metrics[str(m)] = str(m)  # declared, and unavailable: its panel says so
     return metrics
 
 
@@ -280,8 +307,9 @@ def _depth_cells(df: pd.DataFrame, model: object, metric: str, variant: object, 
     okrows["value"] = pd.to_numeric(okrows["value"], errors="coerce")
     okrows = okrows.dropna(subset=["value", "depth", "length"])
     # An error row counts against this metric when it names this metric or no metric at all
-    # (a runner that fails before scoring has no metric to report); a NaN depth fails every depth.
-    err = rows[~ok]
+    # (a runner that fails before scoring has no metric to report); a NaN depth fails every depth. A metric the
+    # model could not give (status unavailable) is no error.
+    err = rows[~ok & ~_unavailable_mask(rows)]
     if not err.empty:
         em = err["metric"].astype("string")
         names = list(metric_names) if metric_names is not None else list(heatmap_panels(df, task))
@@ -359,6 +387,21 @@ def depth_errors(df: pd.DataFrame, model: object, metric: str, variant: object =
     return _depth_cells(df, model, metric, variant, task)[2]
 
 
+def depth_unavailable(df: pd.DataFrame, model: object, metric: str, variant: object = None, *,
+                      task: str) -> pd.DataFrame:
+    """Boolean depth x length table (same shape as :func:`depth_grid`): True where the cell's ``metric`` is
+    unavailable (status ``unavailable``: the model could not give it) and no sample has a value or an error."""
+    means, counts, errors = _depth_cells(df, model, metric, variant, task)
+    out = pd.DataFrame(False, index=means.index, columns=means.columns)
+    rows = _select(df, task, model, variant)
+    rows = rows[_unavailable_mask(rows) & (rows["metric"].astype("string") == metric)]
+    for _, r in rows.iterrows():
+        d, L = pd.to_numeric(pd.Series([r["depth"], r["length"]]), errors="coerce")
+        if pd.notna(d) and pd.notna(L) and float(d) in out.index and int(L) in out.columns:
+            out.loc[float(d), int(L)] = True
+    return out & (counts == 0) & ~errors
+
+
 # ----------------------------------------------------------------------------------------------
 # depth x length heatmaps
 # ----------------------------------------------------------------------------------------------
@@ -369,7 +412,7 @@ def _text_color(rgba) -> str:
 
 
 def _draw_heatmap(ax, means, counts, errors, title, train_len, show_ylabels, fontsize,
-                  ylabel=DEPTH_LABEL, off=None):
+                  ylabel=DEPTH_LABEL, off=None, unavailable=None):
     cmap = matplotlib.colormaps[_CMAP].with_extremes(bad=_MISSING_COLOR)
     data = np.ma.masked_invalid(means.to_numpy(dtype=float))
     im = ax.imshow(data, cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
@@ -383,6 +426,9 @@ def _draw_heatmap(ax, means, counts, errors, title, train_len, show_ylabels, fon
                 ax.text(j, i, "err", ha="center", va="center", fontsize=fontsize,
                         fontweight="bold", color="#8b0000",
                         bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.85))
+            elif unavailable is not None and bool(unavailable.iat[i, j]):  # no value to give, not a failure
+                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor=_UNAVAILABLE_COLOR, linewidth=0))
+                ax.text(j, i, "n/a", ha="center", va="center", fontsize=fontsize, color="#555555")
             elif np.isfinite(v):
                 flag = off is not None and bool(off.iat[i, j])  # a sample's needle is off this row's depth
                 ax.text(j, i, f"{v:.2f}" + ("\u2020" if flag else ""), ha="center", va="center", fontsize=fontsize,
@@ -442,6 +488,7 @@ def _heatmap_figure(df: pd.DataFrame, model: object, variant: object, title_vari
     train_len = _train_length(rows)
 
     offs = {m: depth_off_cells(df, model, m, variant, task=task) for m in metrics}
+    nas = {m: depth_unavailable(df, model, m, variant, task=task) for m in metrics}
 
     # The subtitle: samples per cell, errors, off-depth cells, the training length.
     counts_all = pd.concat([t[1].stack() for t in tables.values()])
@@ -458,6 +505,10 @@ def _heatmap_figure(df: pd.DataFrame, model: object, variant: object, title_vari
     if n_err:
         parts.append(f"{n_err} errored cell{'s' if n_err != 1 else ''} (err)")
 
+    for m in metrics:  # a metric the model could not give: its reason, once (its cells read n/a)
+        if nas[m].to_numpy().any():
+            why = "; ".join(unavailable_reasons(df, task, m, model, variant))
+            parts.append(f"n/a: {m} unavailable ({why})")
     n_off = int(functools.reduce(lambda a, b: a | b, list(offs.values())).to_numpy().sum()) if offs else 0
     if n_off:
         parts.append(f"\u2020 dashed: {n_off} cell{'s' if n_off != 1 else ''} with a needle > {DEPTH_TOLERANCE:.0%} off its depth")
@@ -498,7 +549,7 @@ def _heatmap_figure(df: pd.DataFrame, model: object, variant: object, title_vari
         ax = fig.add_axes((x0 / W, bottom / H, pw / W, ph / H))
         means, counts, errors = tables[metric]
         im = _draw_heatmap(ax, means, counts, errors, panel_titles[metric], train_len, k == 0, fontsize, ylabel,
-                           offs[metric])
+                           offs[metric], nas[metric])
     cax = fig.add_axes(((left + n_p * pw + (n_p - 1) * gap + cgap) / W, bottom / H, cw / W, ph / H))
     cb = fig.colorbar(im, cax=cax)
     cb.set_label("Mean score (0–1)")
@@ -524,6 +575,7 @@ def task_heatmaps(df: pd.DataFrame, out_dir: str | Path, task: str) -> list[Path
     panel's title says when its metric is teacher-forced): depth rows (0% at top) x length columns (256, 512,
     1K, ...), each cell the mean over ``status == "ok"`` samples (:func:`depth_grid`) printed in the cell, colours
     fixed to [0, 1] (RdYlGn) with a colour bar. Cells where every row errored are hatched grey with "err"; cells
+    whose metric the model could not give (status ``unavailable``) show "n/a", with the reason in the subtitle; cells
     with no data show "–". A known ``train_length`` is drawn as a dashed line after the last column within it,
     and its own column label gets a ``*``. The subtitle gives samples per cell and error counts; title,
     subtitle and panel titles wrap to the figure's width (:func:`wrap_to_width`). Title and depth axis label: the

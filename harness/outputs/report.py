@@ -16,6 +16,11 @@ The report (``--out``) holds:
 * ``summary.csv``: one row per model (training length, flat-until, effective length, retrieval scores at
   the chosen lengths, MMLU/ARC accuracy), ``failures.csv``: the errored cells.
 
+A metric a model could not give (rows with status ``unavailable``: a server without prompt log-probabilities,
+:class:`lctx.errors.MetricUnavailable`) is shown as unavailable with its reason wherever it would appear: a note in the
+summary and in its task's section, "unavailable" in the summary's cells, "n/a" cells in its heatmap panel, and a
+section that lists every such metric. It is never drawn as 0 and never counted as a failure.
+
 Which task goes where comes from the declarations (:func:`lctx.tasks.task_meta`, :attr:`lctx.tasks.Task.plots`,
 :attr:`lctx.tasks.TaskGroup.benchmark`), not from task names; the derived steps' rows are found by their steps'
 names (:data:`lctx.harness.steps.flatness.TASK`, :data:`lctx.harness.steps.ruler.GROUP`).
@@ -46,7 +51,7 @@ from lctx.harness.outputs.plots import (accuracy_figure, bench_figure, format_le
                                        task_meta_of, tasks_with_kind)
 from lctx.harness.steps.ruler import GROUP as RULER, ruler_table
 from lctx.harness.run.rundir import declared_tasks, read_json
-from lctx.harness.run.tables import label_names, name_foreign_records, pooled_task_names
+from lctx.harness.run.tables import UNAVAILABLE, label_names, name_foreign_records, pooled_task_names
 
 #: The chance accuracy drawn on the benchmarks' bars (4 answer choices; a few ARC questions have 3 or 5, so 0.25
 #: is the usual reference line).
@@ -443,7 +448,18 @@ def summary_table(table: pd.DataFrame, at: list[tuple[str, float]] | None = None
     btasks = bench_tasks(table)
     ok = ok_values(table)
     ptask = next(iter(perplexity_tasks(table)), None)
+    na = table[table["status"] == UNAVAILABLE]
     disp, num = [], []
+
+    def shown(v: float, fmt: str, task: str, metric: str, lbl: str, length=None) -> str:
+        """``v`` formatted; "unavailable" where it has no value because the model could not give it."""
+        if np.isfinite(v):
+            return fmt.format(v)
+        g = na[(na["label"] == lbl) & (na["task"] == task) & (na["metric"] == metric)]
+        if length is not None:
+            g = g[np.isclose(g["length"], length)]
+        return UNAVAILABLE if len(g) else "–"
+
     for lbl in labels:
         rows = table[table["label"] == lbl]
         okr = ok[ok["label"] == lbl]
@@ -455,7 +471,9 @@ def summary_table(table: pd.DataFrame, at: list[tuple[str, float]] | None = None
         ppl = (okr[(okr["task"] == ptask) & (okr["metric"] == meta_of(ptask, table).headline)] if ptask
                else okr.iloc[:0])
         pT = ppl[ppl["length"] == T]["value"].mean() if T else float("nan")
-        d["PPL at train length"], n["ppl_at_train_length"] = (f"{pT:.2f}" if np.isfinite(pT) else "–"), pT
+        d["PPL at train length"] = (shown(pT, "{:.2f}", ptask, meta_of(ptask, table).headline, lbl, T)
+                                    if ptask and T else "–")
+        n["ppl_at_train_length"] = pT
         ppl_max = ppl["length"].max() if len(ppl) else None
         fl = rows[(rows["task"] == FLATNESS) & (rows["metric"] == "flat_until")]
         fv = float(fl["value"].iloc[0]) if len(fl) else float("nan")
@@ -483,7 +501,7 @@ def summary_table(table: pd.DataFrame, at: list[tuple[str, float]] | None = None
                 L = x * T if kind == "rel" and T else (x if kind == "abs" else None)
                 name = f"{task} {m} @ {f'{x:g}×' if kind == 'rel' else format_length(x)}"
                 v = r[np.isclose(r["length"], L)]["value"].mean() if L and len(r) else float("nan")
-                d[name], n[name] = (f"{v:.2f}" if np.isfinite(v) else "–"), v
+                d[name], n[name] = (shown(v, "{:.2f}", task, m, lbl, L) if L else "–"), v
         for task in btasks:
             r = okr[(okr["task"] == task) & (okr["metric"] == "acc")]
             v = r["value"].mean() if len(r) else float("nan")
@@ -544,6 +562,34 @@ def failures_table(table: pd.DataFrame) -> pd.DataFrame:
         rows.append({"run": run, "model": lbl, "task": task, "length": "" if pd.isna(L) else format_length(L),
                      "depth": "" if pd.isna(dp) else f"{dp * 100:.0f}%", "samples failed": len(g), "error": msg})
     return pd.DataFrame(rows, columns=cols)
+
+
+def unavailable_table(table: pd.DataFrame) -> pd.DataFrame:
+    """The metrics the models could not give (rows with status ``unavailable``): one row per (run, model, task,
+    reason) with the metrics, the samples and the reason; empty when every metric was given."""
+    na = table[table["status"] == UNAVAILABLE]
+    cols = ["run", "model", "task", "metrics", "samples", "reason"]
+    if na.empty:
+        return pd.DataFrame(columns=cols)
+    reason = na["reason"].astype("string").fillna("") if "reason" in na.columns else pd.Series("", index=na.index)
+    na = na.assign(reason=reason.where(reason != "", UNAVAILABLE))
+    rows = []
+    for (run, lbl, task, why), g in na.groupby(["run", "label", "task", "reason"], sort=False):
+        rows.append({"run": run, "model": lbl, "task": task,
+                     "metrics": ", ".join(dict.fromkeys(g["metric"].astype(str))),
+                     "samples": int(g.drop_duplicates(["length", "depth", "sample"]).shape[0]), "reason": why})
+    return pd.DataFrame(rows, columns=cols)
+
+
+def unavailable_notes(table: pd.DataFrame, task: str | None = None) -> list[str]:
+    """One line per (model, reason) of the metrics the models could not give (of ``task`` only when given), e.g.
+    ``Unavailable for toy (no value, never 0): passkey digit_acc: no prompt log-probs``."""
+    t = unavailable_table(table if task is None else table[table["task"] == task])
+    notes = []
+    for (lbl, why), g in t.groupby(["model", "reason"], sort=False):
+        what = "; ".join(f"{r.task} {r.metrics}" for r in g.itertuples(index=False))
+        notes.append(f"Unavailable for {lbl} (no value, never 0; left out of every mean and figure): {what}: {why}.")
+    return notes
 
 
 def metadata_table(metas: list[dict], table: pd.DataFrame) -> pd.DataFrame:
@@ -681,6 +727,12 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, at: str | None
         sections += secs
         plots += paths
     fails = failures_table(table)
+    unav = unavailable_table(table)
+    if len(unav):
+        sections.append(("unavailable", f"Unavailable metrics ({len(unav)})",
+                         [("p", "Metrics the models could not give (e.g. a server without prompt log-probabilities "
+                                "for teacher-forced scores): no value, never 0, and no failure."),
+                          ("table", unav, "")]))
     sections.append(_failures_section(fails))
     sections.append(_metadata_section(metas, table))
 
@@ -717,7 +769,7 @@ def _summary_notes(table: pd.DataFrame, metas: list[dict], at_note: str | None) 
     """The lines below the summary's criteria: ``at_note`` (:func:`default_at`), one per model without a training
     length (:func:`train_length_notes`), and what "exact ALiBi at ..." in a model's name means when a row records
     that kernel."""
-    notes = ([at_note] if at_note else []) + train_length_notes(table, metas)
+    notes = ([at_note] if at_note else []) + train_length_notes(table, metas) + unavailable_notes(table)
     if "attn_kernel" in table.columns and table["attn_kernel"].astype("string").str.contains("lsh-exact-alibi").any():
         notes.append("“exact ALiBi at …” in a model's name: alibi_lsh rows where the CPU fast path ran exact ALiBi, "
                      "not the LSH approximation (attn_kernel lsh-exact-alibi; lsh_exact_dispatch, default true, "
@@ -737,11 +789,12 @@ def _perplexity_sections(table: pd.DataFrame, out: Path, pal, max_ratio: float) 
     """The perplexity section (:func:`lctx.harness.outputs.plots.perplexity_figure`, the flatness criterion
     ``max_ratio`` drawn), when a task of the table draws one. Returns (sections, plot paths)."""
     p = perplexity_figure(table, out, pal, max_ratio, FLATNESS)
+    notes = [("p", n) for task in perplexity_tasks(table) for n in unavailable_notes(table, task)]
     if not p:
-        return [], []
+        return ([("perplexity", "Perplexity and length flatness", notes)], []) if notes else ([], [])
     figs = [(p, "Left: sliding-window perplexity by context length. Right: PPL(L)/PPL(train length) by "
                 "L / train length; the dotted red line is the flatness criterion.", True)]
-    return [("perplexity", "Perplexity and length flatness", [("figs", figs)])], [p]
+    return [("perplexity", "Perplexity and length flatness", [("figs", figs)] + notes)], [p]
 
 
 def _task_sections(table: pd.DataFrame, out: Path, pal, threshold: float) -> tuple[list, list[Path]]:
@@ -762,11 +815,13 @@ def _task_sections(table: pd.DataFrame, out: Path, pal, threshold: float) -> tup
         tf_note = teacher_forced_note(table, task)
         if tf_note:
             blocks.append(("p", tf_note))
+        blocks += [("p", n) for n in unavailable_notes(table, task)]
         hm = maps.get(task, [])
         if hm:
             wide = not narrow_heatmap(task)
             blocks.append(("p", "Depth × length heatmaps (cells: mean over samples; grey “err”: every sample of the "
-                                "cell failed; dashed line: training length)."))
+                                "cell failed; “n/a”: the model could not give the metric; dashed line: training "
+                                "length)."))
             blocks.append(("figs", [(h, "", wide) for h in hm]))
             plots += hm
         if blocks:

@@ -134,7 +134,8 @@ def record_problem(rec) -> str | None:
 
     A record is a JSON object with ``model`` and ``task`` (non-empty strings), ``status`` (``"ok"`` or
     ``"error"``), ``metrics`` (an object of numbers, or nulls in an errored record), ``sample`` (an
-    integer), ``length`` (an integer or null) and ``depth`` (a number or null).
+    integer), ``length`` (an integer or null) and ``depth`` (a number or null); ``unavailable``, when there, is
+    an object {metric: reason} of metrics the model could not give, none of them in ``metrics``.
     """
     if not isinstance(rec, dict):
         return f"a JSON {type(rec).__name__}, not an object"
@@ -151,6 +152,11 @@ def record_problem(rec) -> str | None:
             return f"metric {k!r} is not a number"
         if rec["status"] == "ok" and not math.isfinite(v):
             return f"metric {k!r} is not finite in an ok record"
+    u = rec.get("unavailable", {})
+    if not isinstance(u, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in u.items()):
+        return "'unavailable' is not an object of reasons (text)"
+    if set(u) & set(m):
+        return f"metric {min(set(u) & set(m))!r} is both a value and unavailable"
     if not _is_int(rec.get("sample")):
         return "no integer 'sample'"
     if rec.get("length") is not None and not _is_int(rec.get("length")):

@@ -9,7 +9,10 @@ the versions (:func:`sample_base`). The runner sees models only through the
 :class:`~lctx.models.adapters.protocol.ModelAdapter` protocol (identity, scoring, memory hooks), so it runs an
 in-process checkpoint and any other adapter alike. A sample that fails (an exception, out of memory, non-finite logits or
 scores, a task calling ``sys.exit``) is recorded with status ``error`` and the message, and the sweep goes
-on. The run directory is locked while a sweep writes it (:mod:`lctx.harness.run.rundir`).
+on. A metric the model cannot give (:class:`lctx.errors.MetricUnavailable`, :class:`lctx.tasks.Unavailable`) is
+no failure: the sample is finished (status ok, resumed as any other) and its record names the metric and the reason
+under ``unavailable`` instead of a value (:func:`_take_metrics`, :func:`_all_unavailable`). The run directory is
+locked while a sweep writes it (:mod:`lctx.harness.run.rundir`).
 """
 
 from __future__ import annotations
@@ -32,12 +35,13 @@ import torch
 import lctx
 from lctx.kernels import impls_used, thread_settings
 from lctx.tasks import TASKS, Task
+from lctx.tasks.base import REASON_CHARS, Unavailable, unavailable_reason
 
 from lctx.harness.run import distributed as D
 from lctx.models.adapters import memory as P  # P.device_memory looked up when called (tests patch lctx.models.adapters.memory.device_memory)
 from lctx.models.adapters.protocol import ModelAdapter, checked
 from lctx.harness.run.console import SweepProgress, count
-from lctx.errors import ContractError, LctxError, NonFiniteLogitsError
+from lctx.errors import ContractError, LctxError, MetricUnavailable, NonFiniteLogitsError
 from lctx.model_files import check_declared_max
 from lctx.harness.run.rundir import (SALT, TASK_META, RecordWriter, atomic_write_json, declared_tasks, new_salt,
                                      read_json, run_dir_lock, sign_record)
@@ -690,26 +694,41 @@ def _build(task: Task, lm: ModelAdapter, cell, seed: int, rec: dict):
 def _take_metrics(rec: dict, task: Task, sample, got: dict) -> None:
     """Check and store a sample's metrics on ``rec`` (:class:`lctx.errors.ContractError` for a value that is not a
     dict of numbers, naming the task and the contract; ValueError for a missing metric; non-finite values make the
-    record an error)."""
+    record an error). A value the model cannot give (:class:`lctx.tasks.Unavailable`) goes to the record's
+    ``unavailable`` {metric: reason}, not to ``metrics``: it is no number, never 0."""
     contract = f"{{metric: number}} for each of its metrics {list(task.metrics)} (docs/custom-tasks.md)"
     if not isinstance(got, dict):
         what = repr(got) if len(repr(got)) <= 60 else repr(got)[:57] + "..."
         raise ContractError(f"task {task.name!r} scored a sample as {what} ({type(got).__name__}), not {contract}")
-    metrics = {}
+    metrics, unavailable = {}, {}
     for k, v in got.items():
+        if isinstance(v, Unavailable):
+            unavailable[str(k)] = " ".join(str(v.reason).split())[:REASON_CHARS] or "unavailable"
+            continue
         try:
             metrics[k] = float(v)
         except (TypeError, ValueError):
             raise ContractError(f"task {task.name!r} scored metric {k!r} as {v!r:.60} ({type(v).__name__}), not a "
                              f"number: it must return {contract}") from None
-    missing = [m for m in task.metrics if m not in metrics]
+    missing = [m for m in task.metrics if m not in metrics and m not in unavailable]
     if missing:
         raise ValueError(f"task {task.name!r} returned no value for {missing}")
     bad = [k for k, v in metrics.items() if not math.isfinite(v)]
     rec["metrics"] = metrics
+    if unavailable:
+        rec["unavailable"] = unavailable
     rec["extra"] = task.record_extra(sample)
     if bad:
         rec["status"], rec["error"] = "error", f"non-finite {', '.join(bad)} (NaN/inf logits?)"
+
+
+def _all_unavailable(rec: dict, task: Task, e: MetricUnavailable) -> None:
+    """Every metric of the sample unavailable, with ``e``'s reason: what a :class:`lctx.errors.MetricUnavailable`
+    that a task's build or score lets out means (ppl, whose every metric needs the model's log-probabilities; a task
+    that does not use :func:`lctx.tasks.optional_metrics`). The sample is finished (status ok, resumed as any
+    other); its record keeps no value and no ``extra`` (the scorer did not finish)."""
+    reason = unavailable_reason(e)
+    rec.update(metrics={}, unavailable={str(m): reason for m in task.metrics}, extra={}, status="ok", error="")
 
 
 def _start(lm: ModelAdapter) -> float:
@@ -741,6 +760,8 @@ def _run_one(lm: ModelAdapter, task: Task, cell, base: dict, seed: int) -> dict:
     try:
         sample = _build(task, lm, cell, seed, rec)
         _take_metrics(rec, task, sample, task.score(lm, sample))
+    except MetricUnavailable as e:  # the model cannot give this task's metrics: finished, not failed
+        _all_unavailable(rec, task, e)
     except (Exception, SystemExit) as e:  # noqa: BLE001 - one bad sample must not end the sweep
         _record_error(rec, e)
     _finish([rec], lm, t0)
@@ -759,6 +780,8 @@ def _run_batch(lm: ModelAdapter, task: Task, items: list[tuple], seed: int) -> l
     for (cell, _), rec in zip(items, recs):
         try:
             built.append((rec, _build(task, lm, cell, seed, rec)))
+        except MetricUnavailable as e:
+            _all_unavailable(rec, task, e)
         except (Exception, SystemExit) as e:  # noqa: BLE001
             _record_error(rec, e)
     if len(built) > 1:
@@ -777,6 +800,8 @@ def _run_batch(lm: ModelAdapter, task: Task, items: list[tuple], seed: int) -> l
             if isinstance(got, BaseException):
                 raise got
             _take_metrics(rec, task, smp, got)
+        except MetricUnavailable as e:
+            _all_unavailable(rec, task, e)
         except (Exception, SystemExit) as e:  # noqa: BLE001
             _record_error(rec, e)
     _finish(recs, lm, t0)
@@ -792,7 +817,8 @@ def _run_whole(lm: ModelAdapter, task: Task, items: list[tuple], log=print, stat
                rank: int | None = None) -> list[dict]:
     """Score the cells of ``items`` ([(cell, base)], one model, a :attr:`~lctx.tasks.Task.whole` task) in one
     :meth:`~lctx.tasks.Task.score_all` call and build their records as :func:`_run_one` does (time shared
-    equally). A failure of the call makes every cell an error record (the message logged once).
+    equally). A failure of the call makes every cell an error record (the message logged once); a
+    :class:`lctx.errors.MetricUnavailable` makes every metric of every cell unavailable.
 
     ``state_root`` (the run directory's ``partial/``): during the call the task's
     :attr:`~lctx.tasks.Task.state_dir` is ``state_root/<fingerprint>`` (``-rank<r>`` under a distributed
@@ -813,6 +839,10 @@ def _run_whole(lm: ModelAdapter, task: Task, items: list[tuple], log=print, stat
         for rec, (sample, metrics) in zip(recs, got):
             rec["n_tokens"], rec["depth_actual"] = sample.n_tokens, sample.depth
             _take_metrics(rec, task, sample, metrics)
+    except MetricUnavailable as e:  # before LctxError (its base): the model cannot give these metrics, no user mistake
+        for rec in recs:
+            rec.update(n_tokens=None)
+            _all_unavailable(rec, task, e)
     except (KeyboardInterrupt, LctxError):
         raise
     except (Exception, SystemExit) as e:  # noqa: BLE001 - one failing task must not end the run

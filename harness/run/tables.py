@@ -1,9 +1,11 @@
 """Records -> tidy results table -> summary. Pandas does the work; Parquet via pyarrow, CSV via pandas.
 
-A *record* is one finished sample (one JSON line of ``records.jsonl``) carrying a ``metrics`` dict.
-The *results table* is long and tidy: one row per (run, model, variant, task, metric, length, depth,
-sample) with the value and the run metadata. The *summary* aggregates it to mean, standard error and
-n per cell.
+A *record* is one finished sample (one JSON line of ``records.jsonl``) carrying a ``metrics`` dict, and an
+``unavailable`` dict {metric: reason} of the metrics the model could not give (a server without prompt
+log-probabilities: :class:`lctx.errors.MetricUnavailable`). The *results table* is long and tidy: one row per
+(run, model, variant, task, metric, length, depth, sample) with the value and the run metadata; an unavailable
+metric's row has no value, status ``unavailable`` and the reason. The *summary* aggregates it to mean, standard
+error and n per cell, over the values there are (an unavailable one counts in ``n_unavailable``, never as 0).
 
 Which records are tabulated (never a mean over different inputs):
 
@@ -30,13 +32,14 @@ import numpy as np
 import pandas as pd
 
 from lctx.errors import LctxError
+from lctx.harness.run.console import count
 
 from lctx.harness.run.rundir import DIGEST, SALT, atomic_write, check_regular, read_json, read_records as _read, record_digest
 
 COLUMNS = ["run_id", "model", "variant", "task", "metric", "length", "n_tokens", "depth", "depth_actual",
-           "depth_off", "sample", "value", "seed", "status", "error", "wall_s", "peak_mem_bytes", "device", "dtype",
-           "attn_impl", "attn_kernel", "chunk_size", "batch_size", "threads", "lctx_version", "git_rev", "torch_version",
-           "transformers_version", "timestamp", "train_length", "task_options", "fingerprint",
+           "depth_off", "sample", "value", "seed", "status", "error", "reason", "wall_s", "peak_mem_bytes", "device",
+           "dtype", "attn_impl", "attn_kernel", "chunk_size", "batch_size", "threads", "lctx_version", "git_rev",
+           "torch_version", "transformers_version", "timestamp", "train_length", "task_options", "fingerprint",
            "model_fingerprint", "data_fingerprint", "task_version", "code_fingerprint"]
 # a sample's identity across reruns: the fingerprint covers every input besides the grid point (task_options
 # too; it is repeated so that records without a fingerprint, derived flatness rows, stay apart)
@@ -45,7 +48,11 @@ KEY = ["model", "task", "fingerprint", "task_options", "length", "depth", "sampl
 LABEL = ["model", "variant", "task", "task_options", "dtype", "attn_impl", "seed"]
 SUMMARY_KEYS = ["model", "variant", "task", "metric", "length", "depth", "task_options", "dtype", "attn_impl",
                 "seed"]
-SUMMARY_COLUMNS = SUMMARY_KEYS + ["mean", "stderr", "n", "n_error", "n_depth_off", "fingerprint"]
+SUMMARY_COLUMNS = SUMMARY_KEYS + ["mean", "stderr", "n", "n_error", "n_unavailable", "n_depth_off", "fingerprint",
+                                  "unavailable"]
+#: a row's ``status`` for a metric the model could not give (the record's ``unavailable``; its ``reason`` column
+#: says why): no value, no failure, left out of every mean
+UNAVAILABLE = "unavailable"
 #: option keys that name a sub-task pooled into its task's cell: an MMLU question's ``subject`` (the summary
 #: pools the subjects into MMLU's accuracy, as lm-eval reports it; mmlu_subjects.csv has them apart); the cell is
 #: named as the task declares (:func:`lctx.tasks.pooled_label`)
@@ -176,7 +183,8 @@ def vet_records(records: list[dict], meta: dict | None, report=None, where: str 
         if kind is None and r.get("status") == "ok":
             k = record_key(r)
             prev = first_ok.setdefault(k, r)
-            if prev is not r and prev.get("metrics") != r.get("metrics"):
+            if prev is not r and ((prev.get("metrics"), prev.get("unavailable"))
+                                  != (r.get("metrics"), r.get("unavailable"))):
                 kind = "duplicate"
         if kind is None:
             out.append(r)
@@ -222,21 +230,27 @@ def to_table(records: list[dict], metrics_of: dict[str, tuple[str, ...]] | None 
     :data:`COLUMNS`).
 
     An errored record becomes one row per expected metric (``metrics_of[task]``) with value NaN,
-    status ``"error"`` and its error message, so failures stay visible in every view. ``depth_off`` is True
-    where ``|depth_actual - depth| > DEPTH_TOLERANCE``. ``df.attrs["superseded"]`` counts the records left
-    out because newer inputs replaced them.
+    status ``"error"`` and its error message, so failures stay visible in every view. A metric the record names
+    ``unavailable`` becomes a row with value NaN, status :data:`UNAVAILABLE` and the reason in ``reason``.
+    ``depth_off`` is True where ``|depth_actual - depth| > DEPTH_TOLERANCE``. ``df.attrs["superseded"]`` counts the
+    records left out because newer inputs replaced them.
     """
     kept, superseded = select_current(records, current)
     rows = []
     for r in latest_records(kept):
         metrics = r.get("metrics") or {}
-        names = list(metrics) or list((metrics_of or {}).get(r["task"], ())) or ["_"]
+        unavailable = r.get("unavailable") if isinstance(r.get("unavailable"), dict) else {}
+        names = list(metrics) + [m for m in unavailable if m not in metrics]
+        names = names or list((metrics_of or {}).get(r["task"], ())) or ["_"]
         versions = r.get("versions") if isinstance(r.get("versions"), dict) else {}
         for m in names:
-            row = {c: r.get(c) for c in COLUMNS if c not in ("metric", "value")}
+            row = {c: r.get(c) for c in COLUMNS if c not in ("metric", "value", "reason")}
             row["metric"] = m
             v = metrics.get(m)
             row["value"] = float("nan") if v is None else float(v)
+            row["reason"] = ""
+            if m in unavailable and r.get("status") == "ok":
+                row["status"], row["reason"] = UNAVAILABLE, str(unavailable[m])
             row["task_options"] = json.dumps(r.get("task_options"), sort_keys=True)
             row["depth_off"] = _depth_off(r.get("depth"), r.get("depth_actual"))
             row["torch_version"] = versions.get("torch")
@@ -316,7 +330,10 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
     status ok, per cell (:data:`SUMMARY_KEYS`: model, variant, task, metric, length, depth and the label
     columns, so cells of different options are never pooled; only :data:`POOLED_OPTIONS` sub-tasks are, and
     such a cell's task names the sub-tasks it holds: ``mmlu_astronomy``, ``mmlu`` for all 57 subjects);
-    plus n_error (failed samples), n_depth_off (ok samples whose needle is off its depth,
+    plus n_error (failed samples), n_unavailable (samples whose metric the model could not give, status
+    :data:`UNAVAILABLE`: not in the mean, not failures) and ``unavailable`` (their reason, the first one with
+    ``(+N other reasons)`` when they differ; empty when none: a cell of only such samples has no mean, n 0 and
+    its reason here), n_depth_off (ok samples whose needle is off its depth,
     :data:`DEPTH_TOLERANCE`) and the cell's fingerprint (its samples' fingerprint, or a hash of their
     sorted fingerprints when pooled sub-tasks bring several). Tables written before a column existed get it
     empty."""
@@ -334,14 +351,76 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
     out = ok.groupby(keys, dropna=False).agg(mean=("value", "mean"), std=("value", "std"), n=("value", "count"),
                                               n_depth_off=("_off", "sum")).reset_index()
     out["stderr"] = out["std"] / out["n"].map(lambda n: math.sqrt(n) if n > 0 else float("nan"))
-    err = (df[df["status"] != "ok"].groupby(keys, dropna=False).size().rename("n_error").reset_index())
+    err = (df[~df["status"].isin(["ok", UNAVAILABLE])].groupby(keys, dropna=False).size().rename("n_error")
+           .reset_index())
     out = out.merge(err, on=keys, how="outer") if len(err) else out.assign(n_error=0)
+    if "reason" not in df.columns:  # a table written before unavailable metrics were recorded
+        df["reason"] = ""
+    na = df[df["status"] == UNAVAILABLE].groupby(keys, dropna=False).agg(
+        n_unavailable=("reason", "size"), unavailable=("reason", _reasons)).reset_index()
+    out = out.merge(na, on=keys, how="outer") if len(na) else out.assign(n_unavailable=0, unavailable="")
+    out["n_unavailable"] = out["n_unavailable"].fillna(0).astype(int)
+    out["unavailable"] = out["unavailable"].fillna("")
     out["n_error"] = out["n_error"].fillna(0).astype(int)
     out["n"] = out["n"].fillna(0).astype(int)
     out["n_depth_off"] = out["n_depth_off"].fillna(0).astype(int)
     fps = df.groupby(keys, dropna=False)["fingerprint"].agg(_cell_fingerprint).rename("fingerprint").reset_index()
     out = out.merge(fps, on=keys, how="left") if len(out) else out.assign(fingerprint="")
     return out[SUMMARY_COLUMNS].sort_values(keys, na_position="first").reset_index(drop=True)
+
+
+def _reasons(reasons) -> str:
+    """The reasons of a cell's unavailable rows as one line: the first, and ``(+N other reasons)`` when they
+    differ."""
+    u = list(dict.fromkeys(str(x) for x in reasons if isinstance(x, str) and x))
+    if not u:
+        return UNAVAILABLE
+    return u[0] + (f" (+{len(u) - 1} other reason{'s' if len(u) > 2 else ''})" if len(u) > 1 else "")
+
+
+def unavailable_lines(table: pd.DataFrame) -> list[str]:
+    """One warning line per (model, metric) of a results table with rows the model could not give (status
+    :data:`UNAVAILABLE`): the tasks, how many samples, and the reason (:func:`_reasons`), e.g. ``warning: digit_acc of
+    model 'm' is unavailable (passkey, 4 samples): no prompt log-probs; recorded as unavailable, never 0``. What
+    ``lctx run`` (:func:`lctx.harness.evaluate.evaluate`) warns once per run; [] when every metric was given."""
+    if table is None or "status" not in table.columns or not (table["status"] == UNAVAILABLE).any():
+        return []
+    na = table[table["status"] == UNAVAILABLE]
+    reason = na["reason"] if "reason" in na.columns else pd.Series("", index=na.index)
+    lines = []
+    for (model, metric), g in na.assign(reason=reason).groupby(["model", "metric"], sort=True):
+        tasks = ", ".join(dict.fromkeys(g["task"].astype(str)))
+        n = len(g)
+        lines.append(f"warning: {metric} of model {model!r} is unavailable ({tasks}, {count(n, 'sample')}): "
+                     f"{_reasons(g['reason'])}; recorded as unavailable, never 0")
+    return lines
+
+
+def unavailable_cells(summary: pd.DataFrame) -> tuple[dict, list[str]]:
+    """The cells of a summary (:func:`summarize`'s, ``model`` as shown) whose metric the model
+    could not give at a length (no value at any depth, ``n_unavailable`` > 0): ({(model, task, metric): {length:
+    reason}}, one note line per reason naming the model's metrics, e.g. ``unavailable (no value, never 0):
+    toy: passkey digit_acc; ppl nll, ppl: no prompt log-probs``). ({}, []) for a summary written before
+    unavailable metrics were recorded."""
+    if "n_unavailable" not in summary.columns:
+        return {}, []
+    n = pd.to_numeric(summary["n"], errors="coerce").fillna(0)
+    na = pd.to_numeric(summary["n_unavailable"], errors="coerce").fillna(0)
+    s = summary.assign(_n=n, _na=na)
+    cells: dict = {}
+    for (model, task, metric, length), g in s.groupby(["model", "task", "metric", "length"], sort=False):
+        if g["_n"].sum() == 0 and g["_na"].sum() > 0:
+            reason = next((str(x) for x in g["unavailable"] if isinstance(x, str) and x), "unavailable")
+            cells.setdefault((model, task, metric), {})[int(length)] = reason
+    by_reason: dict = {}
+    for (model, task, metric), lens in cells.items():
+        for reason in dict.fromkeys(lens.values()):
+            by_reason.setdefault(reason, {}).setdefault(model, {}).setdefault(task, []).append(metric)
+    notes = [f"unavailable (no value, never 0): "
+             + "; ".join(f"{model}: " + "; ".join(f"{task} {', '.join(ms)}" for task, ms in tasks.items())
+                         for model, tasks in models.items()) + f": {reason}"
+             for reason, models in by_reason.items()]
+    return cells, notes
 
 
 def current_map(out_dir: Path) -> dict:

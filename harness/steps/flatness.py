@@ -261,6 +261,18 @@ def _most_common_options(rows: pd.DataFrame) -> pd.DataFrame:
     return rows[opts == opts.value_counts().index[0]]
 
 
+def _unavailable_lengths(ppl: pd.DataFrame, means: dict) -> dict:
+    """{length: reason} of the ppl rows the model could not give (status ``unavailable``) at lengths with no value."""
+    if "status" not in ppl.columns:
+        return {}
+    na = ppl[ppl["status"].astype("string").fillna("") == "unavailable"]
+    out: dict = {}
+    for L, why in zip(na["length"], na["reason"] if "reason" in na.columns else [""] * len(na)):
+        if L == L and int(L) not in means:
+            out.setdefault(int(L), str(why) if isinstance(why, str) and why else "unavailable")
+    return out
+
+
 def derive_records(table: pd.DataFrame, spec: FlatnessSpec | None = None) -> list[dict]:
     """The derived flatness records of a results table (rows of other tasks, as :func:`lctx.harness.run.tables.to_table`
     makes them; existing ``flatness`` rows are ignored).
@@ -270,7 +282,9 @@ def derive_records(table: pd.DataFrame, spec: FlatnessSpec | None = None) -> lis
     ``spec.retrieval``: one ``effective_length`` record. Each is a dict with the runner's record fields
     (``metrics`` = {metric: value}, ``task`` = ``"flatness"``, ``sample`` 0, ``depth`` None, the criterion in
     ``task_options``), ready for :func:`lctx.harness.run.tables.to_table`. Models with no training length get
-    error records saying so. ``spec`` None: the defaults of :class:`FlatnessSpec`.
+    error records saying so. A ratio whose ppl the model could not give (rows with status ``unavailable``, no value
+    at that length) is unavailable too, with the reason (``unavailable`` {metric: reason}; no error, never 0).
+    ``spec`` None: the defaults of :class:`FlatnessSpec`.
     """
     import pandas as pd  # lazy: loads pandas (`lctx list tasks` imports this module)
 
@@ -296,6 +310,7 @@ def derive_records(table: pd.DataFrame, spec: FlatnessSpec | None = None) -> lis
             ref = means.get(T, float("nan")) if T else float("nan")
             why = no_t if not T else (f"no successful ppl at the training length {T} tokens; include relative 1 "
                                       f"(length {T}) in the sweep")
+            unav = _unavailable_lengths(ppl, means)  # {length: reason}: ppl the model could not give
             ratios = {}
             for L in lengths:
                 r = means.get(L, float("nan")) / ref if math.isfinite(ref) and ref > 0 else float("nan")
@@ -303,13 +318,18 @@ def derive_records(table: pd.DataFrame, spec: FlatnessSpec | None = None) -> lis
                 rec = dict(base, length=L, task_options={"criterion": "ppl(L) / ppl(train_length)",
                                                          "ppl_options": crit["ppl_options"]},
                            metrics={"ppl_ratio": r})
-                if not math.isfinite(r):
+                na = unav.get(T) or unav.get(L)
+                if not math.isfinite(r) and na:
+                    rec.update(metrics={}, unavailable={"ppl_ratio": f"ppl unavailable: {na}"})
+                elif not math.isfinite(r):
                     rec.update(status="error", error=why if not math.isfinite(ref)
                                else f"no successful ppl at length {L}")
                 out.append(rec)
             fu = flat_until(ratios, T, spec.max_ratio) if T else None
             rec = dict(base, length=None, task_options=crit, metrics={"flat_until": float(fu) if fu else float("nan")})
-            if fu is None:
+            if fu is None and unav.get(T):
+                rec.update(metrics={}, unavailable={"flat_until": f"ppl unavailable: {unav[T]}"})
+            elif fu is None:
                 rec.update(status="error", error=why)
             out.append(rec)
         metric = spec.metric
