@@ -126,7 +126,7 @@ def _configure_threads(device: str = "cpu") -> None:
 @app.command()
 def run(
     ctx: typer.Context,
-    model: List[str] = typer.Option(None, "--model", "-m", help="Checkpoint directory (repeatable). Default: the bundled tiny model."),
+    model: List[str] = typer.Option(None, "--model", "-m", help="Checkpoint directory, .gguf file, or a served model's URL http://HOST:PORT/v1 (URL1,URL2: several servers of one model; docs/serving.md) (repeatable). Default: the bundled tiny model."),
     tasks: str = typer.Option("passkey,ppl", "--tasks", "--task", "-t", help="Comma-separated task names (see `lctx list tasks`); `flatness` runs ppl + a retrieval task and derives ppl_ratio, flat_until, effective_length; `ruler` runs RULER's 13 tasks and derives their average and effective length."),
     task_file: List[Path] = typer.Option(None, "--task-file", help="Python file defining extra tasks (repeatable)."),
     lengths: str = typer.Option("256,512,1k,2k", "--lengths", "-l", help="Context lengths in tokens (k = 1024)."),
@@ -159,6 +159,14 @@ def run(
     system_prompt: Optional[str] = typer.Option(None, "--system-prompt", help="System message for --chat-template on (default: the template's own, if any)."),
     memory_check: bool = typer.Option(True, "--memory-check/--no-memory-check", help="Refuse, before the sweep, a run whose longest prefill or lm-eval batch does not fit the device (memory model of `lctx plan`)."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
+    concurrency: int = typer.Option(1, "--concurrency", min=1, help="Served models: requests in flight at most, over all their servers (match the server's parallel slots; results do not depend on it)."),
+    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="Served models: a local tokenizer (folder, .gguf file or cached hub id) for a server without a tokenizer endpoint, or with a chat template for --chat-template on; checked against the server's."),
+    api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="Served models: the environment variable that holds the API key (never given on the command line, never written)."),
+    served_model: Optional[str] = typer.Option(None, "--served-model", help="Served models: the model id to use where the server lists several (/v1/models)."),
+    request_timeout: float = typer.Option(600.0, "--request-timeout", min=0.1, help="Served models: seconds to wait for one reply."),
+    retries: int = typer.Option(4, "--retries", min=0, help="Served models: retries of a request on 429/5xx and reset connections, with exponential back-off (Retry-After honoured)."),
+    think_end: Optional[str] = typer.Option(None, "--think-end", help="Served reasoning models: the marker that ends the thinking span (e.g. '</think>'); the text up to it is dropped before scoring."),
+    think_budget: int = typer.Option(0, "--think-budget", min=0, help="Served reasoning models: tokens added to each answer budget for the thinking span."),
     batch_size: Optional[str] = typer.Option(None, "--batch-size", help="N or auto: prefill and decode N samples of one length together (passkey, niah_*, RULER's tasks, custom tasks with batched = True; ppl runs one at a time); mmlu/arc: N requests per lm-eval forward, refused when the memory check finds it does not fit (default 1 and, for mmlu/arc, the largest up to 32 that fits, printed). auto: the most that lctx plan's memory model fits in half the device (at most 4 on CPU, 32 on CUDA). Records equal batch 1's to rounding; see \"Batches\" in docs/kernels-and-bench.md."),
 ):
     """Evaluate checkpoints on tasks x lengths x depths; write records.jsonl, results.parquet/csv, summary.csv and plots."""
@@ -180,7 +188,9 @@ def run(
         system_prompt=system_prompt, memory_check=memory_check, progress=progress, batch_size=batch_size,
         stride=stride, window=window,
         ppl_data=ppl_data or None, ppl_bos=ppl_bos, ppl_short_docs=ppl_short_docs, ppl_max_tokens=ppl_max_tokens,
-        key_digits=key_digits, limit=limit, num_fewshot=num_fewshot, log=typer.echo,
+        key_digits=key_digits, limit=limit, num_fewshot=num_fewshot, concurrency=concurrency, tokenizer=tokenizer,
+        api_key_env=api_key_env, served_model=served_model, request_timeout=request_timeout, retries=retries,
+        think_end=think_end, think_budget=think_budget, log=typer.echo,
         warn=lambda m: typer.echo(m, err=True))
     if not result.is_main or result.table is None:
         return

@@ -25,6 +25,19 @@ class MetricUnavailable(LctxError):
     """A metric this model cannot give (reason in the message); recorded as unavailable, never 0."""
 
 
+class ServerReplyError(ValueError):
+    """A served model's reply that cannot be scored (an HTTP error after the retries, a timeout, HTML or malformed
+    JSON where a completion was due, no choices, another model's name, a prompt the server counted otherwise than
+    lctx sent it: cut or re-tokenised). The message names the server and what came back in one line; the runner
+    records it as the sample's error as it is (no traceback location)."""
+
+
+class ServerUnreachable(LctxError):
+    """A server that stopped answering (connections refused or reset after the retries) in the middle of a run:
+    the run ends with this one line, every finished sample recorded, and the same command resumes once the server
+    is back."""
+
+
 class ContractError(ValueError):
     """A model adapter's output or a task's score that breaks its documented contract while a sample runs
     (docs/adapters.md, docs/custom-tasks.md): the message names the member or task, what it returned and the

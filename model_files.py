@@ -10,6 +10,7 @@ import json
 import os
 import re
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 from typing import Optional
 
 from lctx.errors import LctxError
@@ -235,3 +236,48 @@ def declared_max(path) -> tuple[str, object]:
     except (OSError, ValueError):
         return name, None  # load_lm's error names it
     return name, cfg.get("max_position_embeddings") if isinstance(cfg, dict) else None
+
+
+def is_server_url(model) -> bool:
+    """Whether a ``--model`` value names a served model (an ``http://`` or ``https://`` URL, or a comma list of
+    them: :mod:`lctx.models.adapters.server`) rather than a checkpoint path. Light: no torch."""
+    return isinstance(model, str) and model.strip().lower().startswith(("http://", "https://"))
+
+
+def redact_url(url: str) -> str:
+    """``url`` without user, password, query and fragment: what records, run.json and messages show."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = host + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
+
+
+def split_server_urls(model: str) -> list[str]:
+    """The base URLs of ``--model URL[,URL...]`` (each ending in ``/v1``, added when missing).
+
+    Raises:
+        LctxError: an entry that is not an http(s) URL with a host, or a URL given twice.
+    """
+    urls = []
+    for raw in str(model).split(","):
+        u = raw.strip()
+        parts = urlsplit(u)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise LctxError(f"--model {redact_url(u) if parts.hostname else u!r} is not a server URL; write e.g. "
+                            "--model http://127.0.0.1:8000/v1 (several servers of one model: URL1,URL2)")
+        try:
+            parts.port
+        except ValueError:
+            raise LctxError(f"--model {redact_url(u.split('@')[-1])!r} has a bad port; write e.g. "
+                            "--model http://127.0.0.1:8000/v1") from None
+        path = parts.path.rstrip("/")
+        if not path.endswith("/v1"):
+            path += "/v1"
+        urls.append(urlunsplit((parts.scheme, parts.netloc, path, parts.query, "")))
+    shown = [redact_url(u) for u in urls]
+    if len(set(shown)) != len(shown):
+        raise LctxError(f"--model names the server {next(u for u in shown if shown.count(u) > 1)} twice; name each "
+                        "server once")
+    return urls

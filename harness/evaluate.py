@@ -23,7 +23,7 @@ from functools import partial
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence, Union
 
-from lctx.model_files import check_model_path, check_tokenizer_files
+from lctx.model_files import check_model_path, check_tokenizer_files, is_server_url
 from lctx.harness.args import (check_results_out, check_run_options, check_task_options, check_writable_dir,
                                chat_options, parse_batch_size, parse_depths, parse_lengths, parse_task_options,
                                task_option_names)
@@ -153,6 +153,9 @@ def evaluate(models=None, tasks=None,
              window: Union[str, Sequence[int], None] = None, ppl_data: Optional[Sequence[str]] = None,
              ppl_bos: str = "prepend", ppl_short_docs: str = "drop", ppl_max_tokens: int = 32768,
              key_digits: int = 5, limit: Optional[int] = None, num_fewshot: Optional[int] = None,
+             concurrency: int = 1, tokenizer: Optional[str] = None, api_key_env: Optional[str] = None,
+             served_model: Optional[str] = None, request_timeout: float = 600.0, retries: int = 4,
+             think_end: Optional[str] = None, think_budget: int = 0,
              log: Callable[[str], None] = print, warn: Optional[Callable[[str], None]] = None) -> Result:
     """Evaluate models on tasks x lengths x depths x samples and write the run directory ``out``.
 
@@ -187,6 +190,17 @@ def evaluate(models=None, tasks=None,
     such a task they are named in a warning. ``lengths``, ``depths`` and ``window`` may be the CLI's strings ("256,1k"):
     they are parsed here, once, before torch loads. ``log`` / ``warn`` receive progress notes and warnings (one line
     each).
+
+    A model may be a served one: ``"http://HOST:PORT/v1"`` (or ``"URL1,URL2"``: several servers of one model sharing
+    the requests), an OpenAI-compatible server (vLLM, SGLang, llama.cpp's servers) reached through
+    :func:`lctx.models.adapters.server.load_server` with ``concurrency`` (requests in flight at most), ``tokenizer``
+    (a local tokenizer where the server has no tokenizer endpoint), ``api_key_env`` (the environment variable holding
+    its API key; the key is never written anywhere), ``served_model`` (the id, where it serves several),
+    ``request_timeout`` (seconds), ``retries`` (on 429/5xx and reset connections, exponential back-off),
+    ``think_end`` / ``think_budget`` (a reasoning model's end-of-thinking marker, and the tokens added to each answer
+    budget for its thinking) and ``seed``; the in-process load settings (``device``, ``dtype``, ``chunk_size``,
+    ``attn_impl``) do not reach it (docs/serving.md). A server that stops answering ends the run
+    (:class:`lctx.errors.ServerUnreachable`) with every finished sample recorded; rerun to resume.
 
     A metric a model cannot give (:class:`lctx.errors.MetricUnavailable`: a server without prompt log-probabilities)
     is recorded as unavailable with the reason (never 0; :attr:`Result.unavailable`), and ``warn`` gets one line per
@@ -226,9 +240,11 @@ def evaluate(models=None, tasks=None,
     run_tasks = _plan_tasks(call, task_options, values, own_lengths, out, dinfo, samples=samples, seed=seed,
                             chat_template=chat_template, system_prompt=system_prompt,
                             cache_dir_from_env=cache_dir_from_env, progress=progress, log=log, warn=warn)
+    server = dict(concurrency=concurrency, tokenizer=tokenizer, api_key_env=api_key_env, served_model=served_model,
+                  timeout_s=request_timeout, retries=retries, think_end=think_end, think_budget=think_budget, seed=seed)
     lms = _load_models(call.models, attn_override, warn, device=device, dtype=dtype, chunk_size=chunk_size,
                        trust_remote_code=trust_remote_code, attn_impl=attn_impl, cache_dir=call.cache_dir,
-                       chat_template=chat_template, system_prompt=system_prompt, progress=progress)
+                       chat_template=chat_template, system_prompt=system_prompt, progress=progress, server=server)
     if chat_template:  # the setting reaches every record (and so the resume key) through the task options
         for t in run_tasks.objs:
             t.options.update(chat_options(system_prompt))
@@ -332,6 +348,7 @@ def _check_call(models, tasks, task_files, *, lengths, depths, samples, relative
         relative = ",".join(f"{r:g}" for r in relative)
     # one-line errors before torch loads (issue 15.4)
     task_names, file_tasks = _check_names(models, tasks, task_files)
+    _check_served(models, task_names, task_files)
     task_names = _unique(task_names, "tasks", warn)
     idle = [n for n in file_tasks if n not in task_names] if tasks is None else []
     if idle:  # `lctx run --task-file F` without --tasks: F's tasks do not run unless they declare default_run
@@ -685,6 +702,8 @@ def _check_before_torch(models, task_names: list[str], task_options, lengths: Op
         return parsed  # lengths relative to the training length (flatness without --lengths: its default multiples)
     extra = [L for lens in parsed.values() for L in lens]
     for m in _model_list(models) or [DEFAULT_MODEL]:
+        if is_server_url(m):
+            continue  # a served model's maximum is known once connected (_check_before_run)
         if isinstance(m, (str, Path)):
             check_declared_max(*declared_max(m), list(lengths) + extra, allow_beyond_max)
         else:  # a model adapter object: its own declared maximum
@@ -757,14 +776,37 @@ def _check_names(models, tasks, task_files) -> tuple[list[str], list[str]]:
         if name not in TASKS and group_of(name) is None:
             get_task(name)  # raises the one-line error naming the known tasks
     for m in _model_list(models):
-        if not isinstance(m, (str, Path)):
-            continue  # a model adapter object: checked by _check_adapter_objects
+        if not isinstance(m, (str, Path)) or is_server_url(m):
+            continue  # a model adapter object: checked by _check_adapter_objects; a served model by _check_served
         path = check_model_path(m)  # missing (nor a cached hub id), not a .gguf file, a folder with no config.json
         check_tokenizer_files(path)  # a folder without tokenizer files (a GGUF file carries its own)
     return names, list(dict.fromkeys(from_files))
 
 
-def _load_models(models, attn_override, warn, **load) -> list:
+def _check_served(models, task_names: list[str], task_files) -> None:
+    """The checks of served models (``--model URL``) that cost no connection: each URL well-formed
+    (:func:`lctx.models.adapters.server.split_server_urls`), and no task that runs in this process only (lm-eval's
+    mmlu/arc need the model's weights: :attr:`lctx.tasks.Task.adapter_needs`).
+
+    Raises:
+        LctxError: the first problem found (one line naming the fix)."""
+    urls = [m for m in _model_list(models) if is_server_url(m)]
+    if not urls:
+        return
+    from lctx.model_files import split_server_urls  # light: stdlib only
+    from lctx.tasks import TASKS  # lazy: loads lctx.tasks and numpy
+
+    for u in urls:
+        split_server_urls(u)
+    needs = [(n, fam.adapter_needs) for fam, names in _families(task_names).items() for n in names]
+    needs += [(n, TASKS[n].adapter_needs) for n in task_names if n in TASKS]
+    for name, wanted in needs:
+        for method, why in dict(wanted).items():
+            raise LctxError(f"{name} {why}, and a served model (--model {urls[0].split(',')[0]}) has none: drop "
+                            f"{name} for it, or evaluate the checkpoint in process (docs/serving.md)")
+
+
+def _load_models(models, attn_override, warn, server: Optional[dict] = None, **load) -> list:
     """The model adapters of ``models`` (default: the bundled model), in order: each checkpoint path loaded with
     :func:`lctx.models.adapters.hf.load_lm` and ``load``'s settings, each adapter object as it is (checked against
     the :class:`~lctx.models.adapters.protocol.ModelAdapter` protocol by :func:`_check_adapter_objects`); names made
@@ -774,7 +816,7 @@ def _load_models(models, attn_override, warn, **load) -> list:
         LctxError: a bad ``attn_override`` (before any model loads) or a checkpoint ``load_lm`` refuses.
     """
     models = _model_list(models) or [DEFAULT_MODEL]
-    paths = [m for m in models if isinstance(m, (str, Path))]
+    paths = [m for m in models if isinstance(m, (str, Path)) and not is_server_url(m)]
     if attn_override and paths:
         from lctx.models.adapters.overrides import parse_override  # lazy: loads torch, transformers, triton
 
@@ -782,8 +824,16 @@ def _load_models(models, attn_override, warn, **load) -> list:
     if paths:
         from lctx.models.adapters.hf import load_lm  # lazy: loads torch, transformers (only for checkpoint paths)
 
-    lms = [load_lm(str(m), attn_override=attn_override, log=warn, **load) if isinstance(m, (str, Path)) else m
-           for m in models]
+    lms = []
+    for m in models:
+        if is_server_url(m):
+            from lctx.models.adapters.server import load_server  # lazy: loads the openai client
+
+            lms.append(load_server(str(m), chat_template=load.get("chat_template", False),
+                                   system_prompt=load.get("system_prompt"), log=warn, **(server or {})))
+        else:
+            lms.append(load_lm(str(m), attn_override=attn_override, log=warn, **load) if isinstance(m, (str, Path))
+                       else m)
     names = [lm.name for lm in lms]
     if len(set(names)) != len(names):
         for i, lm in enumerate(lms):

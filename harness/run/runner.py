@@ -41,7 +41,8 @@ from lctx.harness.run import distributed as D
 from lctx.models.adapters import memory as P  # P.device_memory looked up when called (tests patch lctx.models.adapters.memory.device_memory)
 from lctx.models.adapters.protocol import ModelAdapter, checked
 from lctx.harness.run.console import SweepProgress, count
-from lctx.errors import ContractError, LctxError, MetricUnavailable, NonFiniteLogitsError
+from lctx.errors import (ContractError, LctxError, MetricUnavailable, NonFiniteLogitsError, ServerReplyError,
+                         ServerUnreachable)
 from lctx.model_files import check_declared_max
 from lctx.harness.run.rundir import (SALT, TASK_META, RecordWriter, atomic_write_json, declared_tasks, new_salt,
                                      read_json, run_dir_lock, sign_record)
@@ -66,7 +67,10 @@ def model_inputs(lm: ModelAdapter) -> dict:
     :meth:`~lctx.models.adapters.protocol.ModelAdapter.model_inputs` (hashed once per adapter), as run.json records
     it under ``inputs.models[name]``."""
     got = lm.model_inputs()
-    return {"path": got["path"], "fingerprint": got["fingerprint"], "files": dict(got.get("files") or {})}
+    out = {"path": got["path"], "fingerprint": got["fingerprint"], "files": dict(got.get("files") or {})}
+    if isinstance(got.get("server"), dict):  # a served model: what the server says it is, the trust probe's findings
+        out["server"] = got["server"]
+    return out
 
 
 def versions(lms: list | None = None) -> dict:
@@ -247,6 +251,8 @@ def batches(work: list, batch_size: int | str, log=None) -> list[list]:
             continue
         if not (task.batched and lm.can_batch):
             n = 1
+        elif isinstance(getattr(lm, "concurrency", None), int):  # a served model: its requests in flight (--concurrency)
+            n = lm.concurrency
         elif batch_size == "auto":
             key = (id(lm), cell.length)
             if key not in sizes:
@@ -673,7 +679,7 @@ def _record_error(rec: dict, e: BaseException) -> None:
         rec["status"], rec["error"] = "error", f"non-finite logits: {e}"
     elif isinstance(e, SystemExit):  # a task's own code called sys.exit(): a broken sample, not the end of the run
         rec["status"], rec["error"] = "error", f"the task called sys.exit({e.code!r}) while building or scoring"
-    elif isinstance(e, ContractError):  # it names the adapter's member or the task and the contract: no location
+    elif isinstance(e, (ContractError, ServerReplyError)):  # it names the member, task or server: no location
         rec["status"], rec["error"] = "error", str(e)[:400]
     else:
         tb = traceback.extract_tb(e.__traceback__)
@@ -762,6 +768,8 @@ def _run_one(lm: ModelAdapter, task: Task, cell, base: dict, seed: int) -> dict:
         _take_metrics(rec, task, sample, task.score(lm, sample))
     except MetricUnavailable as e:  # the model cannot give this task's metrics: finished, not failed
         _all_unavailable(rec, task, e)
+    except ServerUnreachable:  # the server stopped answering: end the run (what finished is recorded; rerun resumes)
+        raise
     except (Exception, SystemExit) as e:  # noqa: BLE001 - one bad sample must not end the sweep
         _record_error(rec, e)
     _finish([rec], lm, t0)
@@ -782,11 +790,15 @@ def _run_batch(lm: ModelAdapter, task: Task, items: list[tuple], seed: int) -> l
             built.append((rec, _build(task, lm, cell, seed, rec)))
         except MetricUnavailable as e:
             _all_unavailable(rec, task, e)
+        except ServerUnreachable:  # the server stopped answering: end the run
+            raise
         except (Exception, SystemExit) as e:  # noqa: BLE001
             _record_error(rec, e)
     if len(built) > 1:
         try:
             results = task.score_batch(lm, [smp for _, smp in built])
+        except ServerUnreachable:  # the server stopped answering: end the run
+            raise
         except (Exception, SystemExit):  # noqa: BLE001 - the batch failed as a whole: run its samples alone
             lm.free_memory()
             return [_run_one(lm, task, cell, base, seed) for cell, base in items]
@@ -802,6 +814,8 @@ def _run_batch(lm: ModelAdapter, task: Task, items: list[tuple], seed: int) -> l
             _take_metrics(rec, task, smp, got)
         except MetricUnavailable as e:
             _all_unavailable(rec, task, e)
+        except ServerUnreachable:  # the server stopped answering: end the run
+            raise
         except (Exception, SystemExit) as e:  # noqa: BLE001
             _record_error(rec, e)
     _finish(recs, lm, t0)

@@ -1,0 +1,879 @@
+"""The server adapter: a model behind an OpenAI-compatible ``/v1`` API (vLLM, SGLang, TGI, llama.cpp's
+``llama-server``, llama-cpp-python's server) as lctx's :class:`~lctx.models.adapters.protocol.ModelAdapter`.
+
+``lctx run --model http://HOST:PORT/v1`` builds the same samples as for a local checkpoint, in the *served model's*
+tokens, and sends them as completion requests through the ``openai`` client (its timeouts, and its retries with
+exponential back-off on 408/409/429/5xx and reset connections, honouring ``Retry-After``; no retry on other 4xx).
+What it checks, so that a served number is as trustworthy as an in-process one:
+
+* **Exact token budgets.** Text is tokenised by the server's own endpoint (llama-server's and vLLM's ``/tokenize``,
+  llama-cpp-python's ``/extras/tokenize``: :class:`ServerTokenizer`) or by a local tokenizer
+  (``--tokenizer PATH``, checked against the server's endpoint where it has one). Prompts go as token ids where the
+  server takes them (vLLM), else as their text. Every reply's ``usage.prompt_tokens`` must equal the tokens sent:
+  a prompt the server cut (a context smaller than the cell) is that sample's error, never a score (lm-eval #2880,
+  #3421 score cut prompts silently).
+* **Generation** is greedy: ``temperature`` 0, a fixed ``seed``, the task's answer budget as ``max_tokens``
+  (plus ``--think-budget`` for a reasoning model, whose span up to ``--think-end`` is dropped before scoring, as
+  lm-eval's ``think_end_token`` does).
+* **Teacher-forced scores and perplexity** read echoed prompt log-probabilities (``echo`` + ``logprobs``). They are
+  used only after a trust probe (:func:`trust_probe`) passes; otherwise (no log-probabilities, or ones that disagree
+  with the server's own generation) those metrics are unavailable with the reason
+  (:class:`lctx.errors.MetricUnavailable`), never 0.
+* **Identity**: the resume key holds what the server says it serves (``/v1/models`` id, ``/props`` / ``/version``
+  where it has them), the URL without credentials, the tokenizer's fingerprint (from its ids) and every request
+  option. A served model's weights are known by name only.
+* **Faults**: a reply that is not a completion (HTML, malformed JSON, no choices, another model's name, a refused
+  prompt) is the sample's error (:class:`lctx.errors.ServerReplyError`, one line); a server that stops answering
+  after the retries ends the run (:class:`lctx.errors.ServerUnreachable`) with every finished sample recorded, and
+  the same command resumes.
+
+Several servers of one model (``--model URL1,URL2``) share the requests (each goes to the server with the fewest in
+flight); ``--concurrency N`` keeps at most N in flight over all of them (the runner's batches of the generating tasks,
+each row its own request, so every number is the one a request alone gets).
+
+Source: the OpenAI completions API (``echo``, ``logprobs``, ``usage``); RULER's and lm-eval's server clients
+(``lm_eval/models/openai_completions.py``: echo + ``logprobs`` with one generated token for log-likelihoods).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import threading
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+from urllib.parse import urlsplit, urlunsplit
+
+from lctx.errors import LctxError, MetricUnavailable, ServerReplyError, ServerUnreachable
+from lctx.model_files import is_server_url, redact_url, split_server_urls  # noqa: F401  (kept as lctx.models.adapters.server.*)
+from lctx.models.adapters.protocol import ContinuationScores
+from lctx.models.adapters.text import Prompt, TokenizerSide, _first_line, tokenizer_fingerprint
+
+#: log-probability alternatives asked per token (``logprobs``): ranks past it are reported as ``TOP_K + 1``
+TOP_K = 5
+#: the trust probe's tolerance on |echoed - generated| log-probability of the same token after the same context, in
+#: nats. Both numbers come from one server, one set of weights and the same context: they differ only by the float
+#: rounding of its batched prompt path against its one-token decode path (llama.cpp's quantised kernels: measured
+#: in results/2026-12-02-server-backend), orders of magnitude below this; a misaligned echo (each token scored by
+#: the distribution after itself, as llama-cpp-python 0.3.36 reports) moves them by nats.
+ECHO_TOL = 0.05
+#: the trust probe's certain-continuation margin, nats per token: the echoed log-probabilities of a key's repeat must
+#: beat those of its first, unpredictable, statement by at least this (copying a key just read is near-certain for
+#: any language model; a misaligned echo reports the repeat as unlikely)
+CERTAIN_MARGIN = 1.0
+#: default request timeout in seconds (``--request-timeout``) and retries (``--retries``)
+DEFAULT_TIMEOUT_S = 600.0
+DEFAULT_RETRIES = 4
+#: texts whose ids fingerprint a server's tokenizer (ASCII, digits, spaces, punctuation, accents, CJK, emoji)
+FINGERPRINT_TEXTS = ("The pass key is 48213. Remember it.", "  leading spaces,\ttabs\nand new lines\n\n",
+                     "0123456789 3.14159 -42 1e-5 #$%&*+/<=>@[]^_`{|}~", "naïve café Ünïcödé Ελληνικά русский",
+                     "日本語の文章と中文句子", "emoji 🙂🚀 and a uuid 123e4567-e89b-12d3-a456-426614174000")
+_ENCODE_CACHE = 512  # prompts kept tokenised (a task's budgeting encodes the same text a few times)
+
+
+def api_key_from_env(name: Optional[str]) -> Optional[str]:
+    """The API key in environment variable ``name`` (``--api-key-env``), or None when no name is given.
+
+    Raises:
+        LctxError: the variable is unset or empty (the message names the variable, never a value).
+    """
+    if not name:
+        return None
+    key = os.environ.get(name, "")
+    if not key.strip():
+        raise LctxError(f"--api-key-env {name}: the environment variable {name} is not set (or empty); export it "
+                        "with the server's API key, or drop --api-key-env for a server without one")
+    return key.strip()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# one server
+# ---------------------------------------------------------------------------------------------------------------
+
+class Endpoint:
+    """One server: its base URL (``.../v1``), root (the URL without ``/v1``, where the tokenizer endpoints live), an
+    ``openai.OpenAI`` client (timeout, retries, the API key), and the count of requests in flight."""
+
+    def __init__(self, url: str, api_key: Optional[str], timeout_s: float, retries: int):
+        import openai  # lazy: only a served model needs it
+
+        self.url = url
+        self.shown = redact_url(url)
+        parts = urlsplit(url)
+        self.root = urlunsplit((parts.scheme, parts.netloc, parts.path[: -len("/v1")], "", ""))
+        self.timeout_s = timeout_s
+        self.client = openai.OpenAI(base_url=url, api_key=api_key or "no-key", max_retries=retries,
+                                    timeout=timeout_s)
+        self.in_flight = 0
+        self.lock = threading.Lock()
+
+    def call(self, what: str, fn, *args, retries: Optional[int] = None, **kw):
+        """``fn(client, ...)`` with the openai client's errors as lctx's: a timeout or a reply that cannot be used
+        (an HTTP error after the retries, HTML, malformed JSON) is :class:`ServerReplyError`, a server that cannot be
+        reached after the retries :class:`ServerUnreachable` (ends the run). ``retries`` overrides the client's
+        (0 for capability probes, whose refusal is an answer)."""
+        import openai
+
+        client = self.client if retries is None else self.client.with_options(max_retries=retries)
+        try:
+            return fn(client, *args, **kw)
+        except openai.APITimeoutError:
+            raise ServerReplyError(f"{self.shown}: no reply to {what} within the request timeout "
+                                   f"({self.timeout_s:g} s; --request-timeout)") from None
+        except openai.APIConnectionError as e:
+            cause = _first_line(e.__cause__) if e.__cause__ is not None else "connection error"
+            raise ServerUnreachable(f"the server {self.shown} stopped answering ({cause}; {what}, after the "
+                                    "retries); the records so far are kept: rerun the same command to resume once "
+                                    "it is back") from None
+        except openai.APIStatusError as e:
+            raise ServerReplyError(f"{self.shown}: {what} failed with HTTP {e.status_code}"
+                                   f" ({_status_detail(e)})") from None
+        except ValueError as e:  # json.JSONDecodeError: a 200 whose body is not JSON
+            raise ServerReplyError(f"{self.shown}: the reply to {what} is not valid JSON ({_first_line(e)})") from None
+
+    def take(self) -> "Endpoint":
+        """Count one more request in flight (:meth:`complete` counts it off)."""
+        with self.lock:
+            self.in_flight += 1
+        return self
+
+    def get_json(self, path: str, retries: Optional[int] = 0) -> Any:
+        """GET ``root + path`` as JSON (``None`` for a 404/405: the server has no such endpoint)."""
+        return self._json("GET", path, None, retries)
+
+    def post_json(self, path: str, body: dict, retries: Optional[int] = None) -> Any:
+        """POST ``body`` to ``root + path`` as JSON (``None`` for a 404/405)."""
+        return self._json("POST", path, body, retries)
+
+    def _json(self, method: str, path: str, body, retries) -> Any:
+        import openai
+
+        def go(client):
+            if method == "GET":
+                return client.get(self.root + path, cast_to=object)
+            return client.post(self.root + path, body=body, cast_to=object)
+
+        try:
+            return self.call(f"{method} {path}", lambda c: go(c), retries=retries)
+        except ServerReplyError as e:
+            if " HTTP 404 " in f" {e} " or " HTTP 405 " in f" {e} ":
+                return None
+            raise
+
+    def complete(self, what: str, **body) -> Any:
+        """One ``/v1/completions`` request (``body``: the API's fields; counted in flight by :meth:`take`, which
+        must come first), the reply checked to be a completion with a choice (:func:`_check_completion`)."""
+        try:
+            reply = self.call(what, lambda c: c.completions.create(**body))
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+        return _check_completion(reply, self.shown, what)
+
+
+def _status_detail(e) -> str:
+    """The first line of an HTTP error's message as the server wrote it (OpenAI, FastAPI or vLLM bodies; an HTML
+    page as its title)."""
+    body = getattr(e, "body", None)
+    msg = None
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        msg = inner.get("message") if isinstance(inner, dict) else inner
+        msg = msg or body.get("detail") or body.get("message")
+    if msg is None:
+        text = getattr(getattr(e, "response", None), "text", "") or ""
+        if "<title>" in text.lower():
+            start = text.lower().index("<title>") + 7
+            msg = "an HTML page: " + text[start:text.lower().find("</title>", start)].strip()
+        else:
+            msg = text or str(e)
+    return " ".join(str(msg).split())[:240]
+
+
+def _check_completion(reply: Any, shown: str, what: str) -> Any:
+    """``reply`` if it is a completion with at least one choice, else :class:`ServerReplyError` naming what came."""
+    if isinstance(reply, str):
+        head = " ".join(reply.split())[:60]
+        kind = "an HTML page" if "<html" in reply.lower() or "<!doctype" in reply.lower() else "text"
+        raise ServerReplyError(f"{shown}: the reply to {what} is {kind}, not a completion ({head!r}); is --model "
+                               "the API's base URL, ending in /v1?")
+    choices = getattr(reply, "choices", None)
+    if not choices:
+        raise ServerReplyError(f"{shown}: the reply to {what} has no choices (an empty completion list)")
+    return reply
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the server's tokenizer
+# ---------------------------------------------------------------------------------------------------------------
+
+class ServerTokenizer:
+    """A server's own tokenizer as the few ``transformers`` tokenizer members :class:`TokenizerSide` uses
+    (``encode(text, add_special_tokens=False)``, ``decode(ids, skip_special_tokens=True)``, ``bos_token_id``,
+    ``chat_template``, ``special_tokens_map``), each a request to its endpoint: ``kind`` ``"tokenize"``
+    (llama-server's ``/tokenize`` ``{"content"}``, vLLM's ``{"prompt"}``; both sent, without special tokens) or
+    ``"extras"`` (llama-cpp-python's ``/extras/tokenize`` ``{"input"}``, which adds the BOS the model wants: dropped
+    here). Recent encodings are kept (a task budgets a prompt by encoding it a few times).
+
+    Raises (each method): :class:`ServerReplyError` / :class:`ServerUnreachable` as :meth:`Endpoint.call`; a reply
+    without ``tokens`` is a :class:`ServerReplyError`.
+    """
+
+    def __init__(self, endpoint: Endpoint, kind: str, model_id: str):
+        self.endpoint, self.kind, self.model_id = endpoint, kind, model_id
+        self.chat_template: Optional[str] = None
+        self.special_tokens_map: dict = {}
+        self._lock = threading.Lock()
+        self._enc: OrderedDict = OrderedDict()
+        self._dec: dict = {}
+        self.bos_token_id: Optional[int] = None
+        self.bos_token_id = self._specials()
+
+    def _raw(self, text: str, special: bool) -> list[int]:
+        if self.kind == "extras":
+            got = self.endpoint.post_json("/extras/tokenize", {"input": text})
+        else:
+            got = self.endpoint.post_json("/tokenize", {"content": text, "prompt": text, "model": self.model_id,
+                                                        "add_special": special, "add_special_tokens": special})
+        toks = got.get("tokens") if isinstance(got, dict) else None
+        if not isinstance(toks, list) or not all(isinstance(t, int) for t in toks):
+            raise ServerReplyError(f"{self.endpoint.shown}: the tokenizer endpoint answered {str(got)[:80]!r}, not "
+                                   "{'tokens': [ids]}")
+        return toks
+
+    def _specials(self) -> Optional[int]:
+        """The BOS the server puts first (the ids it gives an empty text with special tokens), or None."""
+        ids = self._raw("", True)
+        return ids[0] if ids else None
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        """Token ids of ``text`` as the server tokenises a prompt, without the BOS it adds."""
+        with self._lock:
+            hit = self._enc.get(text)
+            if hit is not None:
+                self._enc.move_to_end(text)
+                return list(hit)
+        ids = self._raw(text, False)
+        if self.kind == "extras" and self.bos_token_id is not None and ids[:1] == [self.bos_token_id]:
+            ids = ids[1:]
+        with self._lock:
+            self._enc[text] = tuple(ids)
+            while len(self._enc) > _ENCODE_CACHE:
+                self._enc.popitem(last=False)
+        return list(ids)
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        """The text of ``ids`` (``/extras/detokenize``, ``/detokenize``; the BOS dropped)."""
+        ids = [int(i) for i in ids if int(i) != self.bos_token_id]
+        key = tuple(ids)
+        if len(key) <= 8 and key in self._dec:
+            return self._dec[key]
+        if not ids:
+            return ""
+        if self.kind == "extras":
+            got = self.endpoint.post_json("/extras/detokenize", {"tokens": ids})
+        else:
+            got = self.endpoint.post_json("/detokenize", {"tokens": ids, "model": self.model_id})
+        text = None
+        if isinstance(got, dict):
+            text = next((got[k] for k in ("text", "content", "prompt") if isinstance(got.get(k), str)), None)
+        if text is None:
+            raise ServerReplyError(f"{self.endpoint.shown}: the detokenize endpoint answered {str(got)[:80]!r}")
+        if len(key) <= 8:
+            self._dec[key] = text
+        return text
+
+    def get_chat_template(self) -> str:
+        """The chat template the server reports (llama-server's ``/props``).
+
+        Raises:
+            ValueError: it reports none."""
+        if not self.chat_template:
+            raise ValueError("the server reports no chat template")
+        return self.chat_template
+
+    def fingerprint(self) -> str:
+        """16 hex digits over the ids of :data:`FINGERPRINT_TEXTS` and the BOS: two servers with equal fingerprints
+        tokenise those texts identically (a served tokenizer can be known by its outputs only)."""
+        body = json.dumps({"bos": self.bos_token_id, "ids": [self._raw(t, False) for t in FINGERPRINT_TEXTS]})
+        return hashlib.sha256(body.encode()).hexdigest()[:16]
+
+
+def _local_tokenizer(spec: str):
+    """A local tokenizer for ``--tokenizer``: a folder with tokenizer files, a ``.gguf`` file (its tokenizer, read by
+    transformers) or a hub id already in the local cache; never downloaded.
+
+    Raises:
+        LctxError: none of those (one line naming what to give)."""
+    from pathlib import Path
+
+    from transformers import AutoTokenizer  # lazy: loads transformers
+
+    p = Path(spec).expanduser()
+    try:
+        if p.is_file() and p.suffix == ".gguf":
+            return AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name)
+        return AutoTokenizer.from_pretrained(str(p) if p.exists() else spec, local_files_only=True)
+    except Exception as e:  # noqa: BLE001 - one line: what to give instead
+        raise LctxError(f"--tokenizer {spec!r}: no tokenizer could be read there ({_first_line(e)}); give a folder "
+                        "with tokenizer files, a .gguf file, or a hub id already in the local cache") from None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the adapter
+# ---------------------------------------------------------------------------------------------------------------
+
+@dataclass
+class ServerPrefix:
+    """The server adapter's opaque prompt handle: the prompt's ids and, when lctx built it, its text."""
+
+    ids: list
+    text: Optional[str] = None
+
+
+@dataclass
+class TrustReport:
+    """What the trust probe (:func:`trust_probe`) found: ``ok`` (prompt log-probabilities usable), ``reason`` (one
+    line when not), and the measurements: ``max_abs_diff`` (nats, echoed vs generated, over ``n_compared`` tokens),
+    ``top1_agree`` (the echoed first choices are the generated tokens), ``certain_gain`` (nats per token: the key's
+    repeat over its first statement)."""
+
+    ok: bool
+    reason: str = ""
+    max_abs_diff: Optional[float] = None
+    n_compared: int = 0
+    top1_agree: Optional[bool] = None
+    certain_gain: Optional[float] = None
+    tolerance: float = ECHO_TOL
+    margin: float = CERTAIN_MARGIN
+
+    def as_dict(self) -> dict:
+        """JSON-able, for run.json."""
+        return {k: v for k, v in self.__dict__.items()}
+
+
+@dataclass
+class ServerAdapter(TokenizerSide):
+    """A served model (module docstring). Build it with :func:`load_server`.
+
+    Attributes: ``endpoints`` (one per server), ``model_id`` (the served model's id, ``/v1/models``), ``tokenizer``
+    (a :class:`ServerTokenizer` or a local ``transformers`` tokenizer), ``token_prompts`` (the server takes prompts
+    as token ids), ``concurrency`` (requests in flight at most: the runner's batch for generating tasks), ``trust``
+    (the :class:`TrustReport`), ``seed``, ``think_end`` / ``think_budget`` (a reasoning model's end marker and
+    extra token budget), ``served`` (what the servers say of themselves: ``/props``, ``/version``)."""
+
+    endpoints: list
+    model_id: str
+    tokenizer: Any
+    name: str = ""
+    path: str = ""
+    variant: str = "served"
+    train_length: Optional[int] = None
+    max_length: Optional[int] = None
+    max_length_source: str = "the server's reported maximum context"
+    add_bos: bool = False
+    chat_template: bool = False
+    system_prompt: Optional[str] = None
+    token_prompts: bool = False
+    concurrency: int = 1
+    seed: int = 0
+    think_end: Optional[str] = None
+    think_budget: int = 0
+    trust: TrustReport = field(default_factory=lambda: TrustReport(False, "not probed"))
+    served: dict = field(default_factory=dict)
+    tokenizer_source: str = "server"
+    _texts: OrderedDict = field(default_factory=OrderedDict, repr=False)
+    _lock: Any = field(default_factory=threading.Lock, repr=False)
+    _inputs: Optional[dict] = field(default=None, repr=False)
+
+    # -- text -----------------------------------------------------------------------------------------------------
+    def check_chat_template(self) -> None:
+        """Raises LctxError when no chat template is known (``--chat-template on`` needs one: a ``--tokenizer`` whose
+        tokenizer has it, or a server that reports it in ``/props``)."""
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise LctxError(f"--chat-template on: the server {self.path} reports no chat template and no --tokenizer "
+                            "with one was given; give --tokenizer PATH (a folder or .gguf file whose tokenizer has "
+                            "the model's template), or use --chat-template off")
+
+    def chat_source(self) -> str:
+        """Where the chat template comes from, for messages."""
+        return f"model {self.name!r} ({self.tokenizer_source})"
+
+    def tokenizer_fingerprint(self) -> str:
+        """The tokenizer's fingerprint: a local tokenizer's definition, or the server tokenizer's ids
+        (:meth:`ServerTokenizer.fingerprint`)."""
+        if isinstance(self.tokenizer, ServerTokenizer):
+            if not hasattr(self, "_tok_fp"):
+                self._tok_fp = self.tokenizer.fingerprint()
+            return self._tok_fp
+        return tokenizer_fingerprint(self.tokenizer)
+
+    def prompt(self, user: str, answer_prefix: str = "", marks=()) -> Prompt:
+        """:meth:`TokenizerSide.prompt`, its text kept for the request (a server that takes text gets the text the
+        ids came from, not a decoding of them)."""
+        p = super().prompt(user, answer_prefix, marks)
+        with self._lock:
+            self._texts[tuple(p.ids)] = p.text
+            while len(self._texts) > 64:
+                self._texts.popitem(last=False)
+        return p
+
+    # -- requests ---------------------------------------------------------------------------------------------------
+    @property
+    def can_batch(self) -> bool:
+        """Batches are concurrent requests: offered when ``concurrency`` > 1."""
+        return self.concurrency > 1
+
+    def _pick(self) -> Endpoint:
+        """The server with the fewest requests in flight (the first of a tie), counted in (:meth:`Endpoint.take`)."""
+        with self._lock:
+            return min(self.endpoints, key=lambda e: e.in_flight).take()
+
+    def _prompt_field(self, ids: list, text: Optional[str]):
+        """What to send as ``prompt``: the ids when the server takes them, else the text (lctx's own, or the ids
+        decoded without the BOS the server adds itself)."""
+        if self.token_prompts:
+            return list(ids)
+        if text is None:
+            body = ids[1:] if self.bos_id is not None and ids[:1] == [self.bos_id] else ids
+            text = self.tokenizer.decode(body, skip_special_tokens=False) if hasattr(self.tokenizer, "decode") \
+                else self.decode(body)
+        return text
+
+    def _request(self, what: str, ids: list, text: Optional[str], **body) -> Any:
+        """One completion of the prompt ``ids`` (sent as :meth:`_prompt_field`), its ``usage.prompt_tokens`` checked
+        against ``len(ids)`` and its model against ``model_id``.
+
+        Raises:
+            ServerReplyError: the server counted other prompt tokens (it cut, or re-tokenised, the prompt), named
+                another model, gave no usage, or the request failed.
+        """
+        ep = self._pick()
+        reply = ep.complete(what, model=self.model_id, prompt=self._prompt_field(ids, text), **body)
+        got_model = getattr(reply, "model", None)
+        if got_model and got_model != self.model_id:
+            raise ServerReplyError(f"{ep.shown}: the reply is from model {got_model!r}, not {self.model_id!r} (the "
+                                   "one asked for); another model answers at this URL")
+        usage = getattr(reply, "usage", None)
+        n = getattr(usage, "prompt_tokens", None)
+        if n is None:
+            raise ServerReplyError(f"{ep.shown}: the reply has no usage.prompt_tokens, so a cut prompt could not be "
+                                   "caught; use a server that reports usage")
+        if int(n) != len(ids):
+            raise ServerReplyError(f"{ep.shown}: sent a prompt of {len(ids)} tokens, the server counted {int(n)}: it "
+                                   + ("cut the prompt (its context is smaller than the cell: raise --n_ctx / "
+                                      "--max-model-len / -c, or drop the length)" if int(n) < len(ids) else
+                                      "tokenised the text into other tokens (is --tokenizer the served model's?)"))
+        return reply
+
+    def prefix(self, ids: list[int]) -> ServerPrefix:
+        """A handle holding the ids (and lctx's text of them, when :meth:`prompt` built them); nothing is sent yet.
+
+        Raises:
+            ValueError: empty ``ids``."""
+        if not ids:
+            raise ValueError("an empty prompt")
+        with self._lock:
+            text = self._texts.get(tuple(ids))
+        return ServerPrefix(list(ids), text)
+
+    def greedy(self, prefix: ServerPrefix, max_new_tokens: int, stop_ids: Optional[set[int]] = None) -> list[int]:
+        """Greedy continuation (``temperature`` 0, ``seed``), ``max_tokens`` = ``max_new_tokens`` (+
+        ``think_budget``); stop strings: the text of each of ``stop_ids`` (the server stops at EOS itself). A
+        reasoning model's text up to its last ``think_end`` is dropped. Returns the ids of the answer text (the
+        server's tokenizer, re-encoded: the completions API returns text).
+
+        Raises:
+            ServerReplyError: the request failed or its reply breaks a check (:meth:`_request`)."""
+        stops = sorted({s for s in (self.decode([i]) for i in (stop_ids or ())) if s}) or None
+        reply = self._request("a greedy completion", prefix.ids, prefix.text, max_tokens=int(max_new_tokens)
+                              + int(self.think_budget), temperature=0, seed=self.seed, stop=stops)
+        text = reply.choices[0].text or ""
+        if self.think_end:
+            text = text.split(self.think_end)[-1]
+        return self.encode(text) if text else []
+
+    def _echo(self, what: str, ids: list, text: Optional[str]) -> list[Optional[float]]:
+        """Echoed prompt log-probabilities ``[log p(ids[p] | ids[:p]) for each p]`` (``None`` at 0), with each
+        position's top-``TOP_K`` alternatives: returns (logprobs, tops) aligned with ``ids``.
+
+        Raises:
+            MetricUnavailable: the trust probe did not pass (its reason).
+            ServerReplyError: the reply's echoed tokens do not line up with ``ids``."""
+        if not self.trust.ok:
+            raise MetricUnavailable(self.trust.reason)
+        reply = self._request(what, ids, text, max_tokens=1, temperature=0, seed=self.seed, echo=True,
+                              logprobs=TOP_K)
+        return _echoed(reply, ids, self.bos_id, self.endpoints[0].shown)
+
+    def score_continuation(self, prefix: ServerPrefix, cont: list[int]) -> ContinuationScores:
+        """Teacher-forced scores of ``cont`` after the prompt, from the echoed log-probabilities of prompt + ``cont``
+        (one request; ``TOP_K`` alternatives, so a rank past them is ``TOP_K + 1``).
+
+        Raises:
+            MetricUnavailable: the server's prompt log-probabilities are not trusted (:func:`trust_probe`).
+            ServerReplyError: as :meth:`_request`."""
+        if not self.trust.ok:
+            raise MetricUnavailable(self.trust.reason)
+        ids = list(prefix.ids) + list(cont)
+        text = None if prefix.text is None else prefix.text + self.decode(cont)
+        lps, tops = self._echo("a teacher-forced score", ids, text)
+        n = len(prefix.ids)
+        out_lp, out_top1, out_rank = [], [], []
+        for j in range(len(cont)):
+            lp, top = lps[n + j], tops[n + j]
+            rank = 1 + sum(1 for v in top if v > lp + 1e-9) if lp is not None else TOP_K + 1
+            rank = rank if rank <= len(top) or any(abs(v - lp) <= 1e-9 for v in top) else TOP_K + 1
+            out_lp.append(float(lp))
+            out_top1.append(rank == 1)
+            out_rank.append(int(rank))
+        return ContinuationScores(out_lp, out_top1, out_rank)
+
+    def token_nll(self, ids: list[int], targets: list[int]):
+        """NLL (nats) and first-choice flag of ``ids[p]`` for each ``p`` in ``targets``, from one echo of ``ids``.
+
+        Raises:
+            ValueError: a target outside [1, len(ids)).
+            MetricUnavailable: prompt log-probabilities not trusted.
+            ServerReplyError: as :meth:`_request`."""
+        if targets and (min(targets) < 1 or max(targets) >= len(ids)):
+            raise ValueError(f"targets must lie in [1, {len(ids)})")
+        lps, tops = self._echo("a perplexity window", list(ids), None)
+        nll = [-float(lps[p]) for p in targets]
+        top1 = [not any(v > lps[p] + 1e-9 for v in tops[p]) for p in targets]
+        return nll, top1
+
+    # -- batches: concurrent requests ------------------------------------------------------------------------------
+    def prefix_batch(self, rows: list[list[int]]) -> list[ServerPrefix]:
+        """One handle per row (sent together by :meth:`greedy_batch`).
+
+        Raises:
+            ValueError: no rows, an empty row."""
+        if not rows:
+            raise ValueError("no prompts")
+        return [self.prefix(r) for r in rows]
+
+    def greedy_batch(self, batch: list[ServerPrefix], max_new_tokens, stop_ids=None) -> list[list[int]]:
+        """:meth:`greedy` of every row, at most ``concurrency`` requests in flight (threads); each row's ids are those
+        it gets alone."""
+        budgets = list(max_new_tokens) if isinstance(max_new_tokens, (list, tuple)) else [max_new_tokens] * len(batch)
+        with ThreadPoolExecutor(max_workers=max(1, min(self.concurrency, len(batch)))) as pool:
+            return list(pool.map(lambda hb: self.greedy(hb[0], hb[1], stop_ids), zip(batch, budgets)))
+
+    def batch_row(self, batch: list[ServerPrefix], i: int) -> ServerPrefix:
+        """Row ``i``'s handle."""
+        return batch[i]
+
+    # -- identity ---------------------------------------------------------------------------------------------------
+    def request_options(self) -> dict:
+        """Every request option that can change a number (hashed into the resume key)."""
+        return {"temperature": 0, "seed": self.seed, "logprobs": TOP_K, "echo_max_tokens": 1,
+                "token_prompts": self.token_prompts, "think_end": self.think_end, "think_budget": self.think_budget,
+                "prompt_logprobs": "trusted" if self.trust.ok else "unavailable"}
+
+    def model_inputs(self) -> dict:
+        """``{"path": the URL(s) without credentials, "fingerprint": 16 hex digits over the served model's id, what
+        the servers report of themselves, the tokenizer's fingerprint and the request options, "files": {},
+        "server": what run.json records of it (the trust probe's measurements included)}``."""
+        if self._inputs is None:
+            ident = {"model_id": self.model_id, "served": self.served, "tokenizer": self.tokenizer_fingerprint(),
+                     "tokenizer_source": self.tokenizer_source, "options": self.request_options()}
+            fp = hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:16]
+            self._inputs = {"path": self.path, "fingerprint": fp, "files": {},
+                            "server": {"urls": [e.shown for e in self.endpoints], **ident,
+                                       "trust_probe": self.trust.as_dict(), "concurrency": self.concurrency,
+                                       "chat": "local template, /v1/completions" if self.chat_template else None}}
+        return self._inputs
+
+    def settings(self) -> dict:
+        """No dtype, attention or chunks of ours; the device is the server (its URL); versions: the openai client's
+        (the server's own are in :meth:`model_inputs`)."""
+        from importlib.metadata import version
+
+        return {"dtype": None, "attn_impl": None, "chunk_size": None, "device_type": "server",
+                "device": ",".join(e.shown for e in self.endpoints), "versions": {"openai": version("openai")}}
+
+    # -- memory: the server's, not ours ------------------------------------------------------------------------------
+    def reset_peak_memory(self) -> None:
+        """Nothing measured (the memory is the server's)."""
+
+    def peak_memory_bytes(self) -> None:
+        """Unknown: the server's memory is not ours."""
+        return None
+
+    def free_memory(self) -> None:
+        """Nothing held."""
+
+    def memory_plan(self, length: int, batch: int = 1, kept_logits: int = 1) -> None:
+        """Nothing to check: the server's memory is not ours."""
+        return None
+
+
+def _echoed(reply, ids: list, bos: Optional[int], shown: str) -> tuple[list, list]:
+    """(log-probabilities, top-k values sorted high first) per position of ``ids`` from an echo reply. The prompt's
+    entries come first; after them the completion's, all of them (``usage.completion_tokens``) or fewer
+    (llama-cpp-python leaves out the last generated token, whose logits it never computed); a server that leaves the
+    BOS out of the echo (llama-cpp-python) gives one entry fewer at the start, the BOS's own (``None``).
+
+    Raises:
+        ServerReplyError: no ``token_logprobs``, or a count that fits neither layout."""
+    lp = reply.choices[0].logprobs
+    tokens = list(getattr(lp, "token_logprobs", None) or []) if lp is not None else []
+    if not tokens:
+        raise ServerReplyError(f"{shown}: the echo reply has no token_logprobs")
+    tops = list(getattr(lp, "top_logprobs", None) or [None] * len(tokens))
+    n_gen = int(getattr(reply.usage, "completion_tokens", 0) or 0)
+    skip_bos = bos is not None and ids[:1] == [bos]
+    for m, pad in ((len(ids), 0), (len(ids) - 1, 1)) if skip_bos else ((len(ids), 0),):
+        if m <= len(tokens) <= m + n_gen:
+            vals = [sorted((float(v) for v in (t or {}).values()), reverse=True) for t in tops[:m]]
+            return [None] * pad + [None if v is None else float(v) for v in tokens[:m]], [[]] * pad + vals
+    raise ServerReplyError(f"{shown}: the server echoed {len(tokens)} log-probabilities ({n_gen} generated) for a "
+                           f"prompt of {len(ids)} tokens; they cannot be lined up with it")
+
+
+def trust_probe(lm: ServerAdapter) -> TrustReport:
+    """Whether ``lm``'s server gives prompt log-probabilities that can be used, checked two ways on a short passkey
+    prompt (docs/serving.md#teacher-forced-metrics-and-the-trust-probe):
+
+    1. the log-probabilities it reports for tokens it generated (greedy, after "... The pass key is") against those
+       it echoes for the same tokens sent back in the prompt: at most :data:`ECHO_TOL` nats apart, and each
+       generated token the echo's first choice at its position;
+    2. a certain continuation: the echoed log-probabilities of the key where it is repeated beat those of its first
+       statement by at least :data:`CERTAIN_MARGIN` nats per token.
+
+    Returns a :class:`TrustReport` (``ok`` False with the reason and the measured values when a check fails, the
+    server refuses log-probabilities, or the echo cannot be lined up with the prompt)."""
+    key = "7396"
+    user = (f"Remember the key. The pass key is {key}. Remember it. {key} is the pass key. The pass key is {key}. "
+            "What is the pass key?")
+    first_at = user.index(f" {key}")
+    again_at = user.index(f" {key}", first_at + 1)
+    p = TokenizerSide.prompt(lm, user, " The pass key is", marks=[first_at, again_at])
+    first = lm.continuation_ids(user[:first_at], f" {key}")
+    try:
+        gen = lm._request("the trust probe's greedy completion", p.ids, p.text, max_tokens=len(first) + 2,
+                          temperature=0, seed=lm.seed, logprobs=TOP_K)
+    except ServerReplyError as e:
+        return TrustReport(False, f"the server gives no log-probabilities ({e})")
+    glp = gen.choices[0].logprobs
+    gen_lps = list(getattr(glp, "token_logprobs", None) or []) if glp is not None else []
+    gen_text = gen.choices[0].text or ""
+    if not gen_lps or not gen_text:
+        return TrustReport(False, "the server returned no log-probabilities for generated tokens (logprobs)")
+    gen_ids = lm.continuation_ids(p.text, gen_text)
+    both = p.ids + gen_ids
+    try:
+        lps, tops = _echoed(lm._request("the trust probe's echo", both, p.text + gen_text, max_tokens=1,
+                                        temperature=0, seed=lm.seed, echo=True, logprobs=TOP_K),
+                            both, lm.bos_id, lm.endpoints[0].shown)
+    except ServerReplyError as e:
+        return TrustReport(False, f"the server gives no usable prompt log-probabilities (echo: {e})")
+    n = min(len(gen_ids), len(gen_lps))
+    if n == 0 or len(gen_ids) != len(gen_lps):
+        return TrustReport(False, f"the server's {len(gen_lps)} generated tokens re-tokenise to {len(gen_ids)}; the "
+                                  "probe cannot line them up")
+    echo_gen = lps[len(p.ids):len(p.ids) + n]
+    diff = max(abs(float(a) - float(b)) for a, b in zip(gen_lps[:n], echo_gen))
+    top1 = all(t and abs(t[0] - float(v)) <= 1e-6 for t, v in zip(tops[len(p.ids):len(p.ids) + n], echo_gen))
+    # the key's tokens where it is stated first (unpredictable) and where it is repeated ("Remember it. {key} is")
+    k = len(first)
+    firsts = [v for v in lps[p.marks[0]:p.marks[0] + k] if v is not None]
+    repeats = [v for v in lps[p.marks[1]:p.marks[1] + k] if v is not None]
+    gain = (sum(repeats) / len(repeats) - sum(firsts) / len(firsts)) if firsts and repeats else float("nan")
+    report = TrustReport(True, "", diff, n, top1, gain)
+    problems = []
+    if diff > ECHO_TOL:
+        problems.append(f"echoed log-probabilities differ from those of the same generated tokens by up to "
+                        f"{diff:.3g} nats (tolerance {ECHO_TOL})")
+    if not top1:
+        problems.append("the echo's first choices are not the tokens the server generated there")
+    if not math.isfinite(gain) or gain < CERTAIN_MARGIN:
+        problems.append(f"a repeated key scores {gain:.3g} nats per token above its first statement (expected >= "
+                        f"{CERTAIN_MARGIN})")
+    if problems:
+        report.ok = False
+        report.reason = ("the server's prompt log-probabilities fail lctx's trust probe: " + "; ".join(problems)
+                         + " (docs/serving.md)")
+    return report
+
+
+def load_server(model: str, *, concurrency: int = 1, tokenizer: Optional[str] = None,
+                api_key_env: Optional[str] = None, served_model: Optional[str] = None,
+                timeout_s: float = DEFAULT_TIMEOUT_S, retries: int = DEFAULT_RETRIES, chat_template: bool = False,
+                system_prompt: Optional[str] = None, think_end: Optional[str] = None, think_budget: int = 0,
+                seed: int = 0, name: Optional[str] = None, log=print) -> ServerAdapter:
+    """Connect to the server(s) of ``model`` (``URL[,URL...]``) and return a :class:`ServerAdapter`: the served
+    model (``/v1/models``; ``served_model`` chooses one of several), what each server says of itself (``/props``,
+    ``/version``), its tokenizer (the server's endpoint, or ``tokenizer``: a local one, checked against the
+    server's), whether it takes token-id prompts, its maximum context where it reports one, and the trust probe of its
+    prompt log-probabilities (a failed probe is told to ``log`` once). Every server of the list must serve the same
+    model id and tokenizer.
+
+    Raises:
+        LctxError: a bad URL, an unset ``--api-key-env`` variable, a server that cannot be reached or refuses the key,
+            lists no model or several without ``served_model``, one that is not listed, servers that disagree, no
+            tokenizer (neither an endpoint nor ``tokenizer``), a local tokenizer that tokenises otherwise than the
+            server, ``concurrency`` below 1.
+    """
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        raise LctxError(f"--concurrency {concurrency!r} is not a whole number >= 1; write e.g. --concurrency 4")
+    key = api_key_from_env(api_key_env)
+    urls = split_server_urls(model)
+    eps = [Endpoint(u, key, timeout_s, retries) for u in urls]
+    ids, served = [], {}
+    for ep in eps:
+        mid, info = _served_model(ep, served_model, key is not None)
+        ids.append(mid)
+        served[ep.shown] = info
+    if len(set(ids)) != 1:
+        raise LctxError("the servers of --model serve different models (" + ", ".join(f"{e.shown}: {i!r}" for e, i in
+                        zip(eps, ids)) + "); give the servers of one model")
+    model_id = ids[0]
+    kinds = [_tokenizer_kind(ep) for ep in eps]
+    server_toks = [ServerTokenizer(ep, k, model_id) if k else None for ep, k in zip(eps, kinds)]
+    fps = {t.fingerprint() for t in server_toks if t is not None}
+    if len(fps) > 1:
+        raise LctxError("the servers of --model tokenise differently (their tokenizer fingerprints differ); give the "
+                        "servers of one model")
+    if tokenizer:
+        tok = _local_tokenizer(tokenizer)
+        source = f"local tokenizer {tokenizer}"
+        st = next((t for t in server_toks if t is not None), None)
+        if st is not None:
+            _check_local_tokenizer(tok, st)
+        from lctx.models.adapters.hf import _tokenizer_adds_bos  # lazy: loads torch
+
+        add_bos = _tokenizer_adds_bos(tok, None)
+    else:
+        tok = next((t for t in server_toks if t is not None), None)
+        if tok is None:
+            raise LctxError(f"the server {eps[0].shown} has no tokenizer endpoint (/tokenize, /extras/tokenize), so "
+                            "lengths cannot be counted in its tokens; give --tokenizer PATH (the served model's "
+                            "tokenizer: a folder, a .gguf file or a cached hub id)")
+        source = f"the server's {'/extras/tokenize' if tok.kind == 'extras' else '/tokenize'}"
+        add_bos = tok.bos_token_id is not None
+        props = next((s.get("props") for s in served.values() if s.get("props")), None) or {}
+        if isinstance(props.get("chat_template"), str):
+            tok.chat_template = props["chat_template"]
+            tok.special_tokens_map = {k: props[k] for k in ("bos_token", "eos_token") if isinstance(props.get(k), str)}
+    shown = ",".join(e.shown for e in eps)
+    lm = ServerAdapter(endpoints=eps, model_id=model_id, tokenizer=tok, name=name or _display_name(model_id),
+                       path=shown, add_bos=add_bos, chat_template=chat_template, system_prompt=system_prompt,
+                       concurrency=concurrency, seed=seed, think_end=think_end or None,
+                       think_budget=int(think_budget or 0), served=served, tokenizer_source=source)
+    lm.max_length = _max_length(served)
+    if chat_template:
+        lm.check_chat_template()
+    lm.token_prompts = all(_takes_token_ids(ep, model_id, lm) for ep in eps)
+    lm.trust = trust_probe(lm)
+    if not lm.trust.ok:
+        log(f"warning: {lm.name}: teacher-forced metrics (digit_acc, tf_*) and ppl will be unavailable: "
+            f"{lm.trust.reason}")
+    return lm
+
+
+def _display_name(model_id: str) -> str:
+    """A served model's display name: its id's last path part without a ``.gguf`` suffix."""
+    base = model_id.replace("\\", "/").rstrip("/").split("/")[-1] or model_id
+    return base[: -len(".gguf")] if base.lower().endswith(".gguf") else base
+
+
+def _served_model(ep: Endpoint, served_model: Optional[str], has_key: bool) -> tuple[str, dict]:
+    """(the model id, what the server says of itself) from ``/v1/models``, ``/props`` and ``/version``.
+
+    Raises:
+        LctxError: unreachable, a refused key, no model, several without ``served_model``, or it is not listed."""
+    try:
+        got = ep.call("GET /v1/models", lambda c: c.get(ep.url + "/models", cast_to=object), retries=1)
+    except ServerUnreachable:
+        raise LctxError(f"no server answers at {ep.shown}; start it first (e.g. python -m llama_cpp.server --model "
+                        "FILE.gguf --port 8000) or fix --model") from None
+    except ServerReplyError as e:
+        msg = str(e)
+        if "HTTP 401" in msg or "HTTP 403" in msg:
+            raise LctxError(f"{ep.shown} refused the API key ({'a wrong key in --api-key-env' if has_key else 'it wants one'}"
+                            "); give the key's environment variable with --api-key-env NAME") from None
+        raise LctxError(f"{msg}; is --model the API's base URL, ending in /v1?") from None
+    data = got.get("data") if isinstance(got, dict) else None
+    listed = [d.get("id") for d in data if isinstance(d, dict) and isinstance(d.get("id"), str)] if isinstance(data, list) else []
+    if not listed:
+        raise LctxError(f"{ep.shown}/models lists no model ({str(got)[:80]!r}); is --model the API's base URL?")
+    if served_model is not None:
+        if served_model not in listed:
+            raise LctxError(f"{ep.shown} does not serve {served_model!r} (it lists {', '.join(map(repr, listed))}); "
+                            "fix --served-model")
+        mid = served_model
+    elif len(listed) > 1:
+        raise LctxError(f"{ep.shown} serves several models ({', '.join(map(repr, listed))}); choose one with "
+                        "--served-model ID")
+    else:
+        mid = listed[0]
+    entry = next(d for d in data if isinstance(d, dict) and d.get("id") == mid)
+    info: dict = {"model": {k: entry[k] for k in ("id", "root", "max_model_len", "owned_by", "created")
+                            if k in entry and k != "created"}}
+    props = ep.get_json("/props")
+    if isinstance(props, dict):
+        keep = ("model_path", "total_slots", "build_info", "chat_template", "bos_token", "eos_token")
+        info["props"] = {k: props[k] for k in keep if k in props}
+        dgs = props.get("default_generation_settings")
+        if isinstance(dgs, dict) and isinstance(dgs.get("n_ctx"), int):
+            info["props"]["n_ctx"] = dgs["n_ctx"]
+    version = ep.get_json("/version")
+    if isinstance(version, dict):
+        info["version"] = version
+    return mid, info
+
+
+def _max_length(served: dict) -> Optional[int]:
+    """The smallest maximum context the servers report (vLLM's ``max_model_len``, llama-server's ``n_ctx``), or
+    None (llama-cpp-python reports none: a prompt past its ``--n_ctx`` is refused per request)."""
+    vals = []
+    for info in served.values():
+        v = info.get("model", {}).get("max_model_len") or (info.get("props") or {}).get("n_ctx")
+        if isinstance(v, int) and v > 0:
+            vals.append(v)
+    return min(vals) if vals else None
+
+
+def _tokenizer_kind(ep: Endpoint) -> Optional[str]:
+    """Which tokenizer endpoint the server has: ``"tokenize"`` (``/tokenize``), ``"extras"`` (llama-cpp-python's
+    ``/extras/tokenize``) or None."""
+    for kind, path, body in (("tokenize", "/tokenize", {"content": "a", "prompt": "a"}),
+                             ("extras", "/extras/tokenize", {"input": "a"})):
+        try:
+            got = ep.post_json(path, body, retries=0)
+        except ServerReplyError:
+            continue
+        if isinstance(got, dict) and isinstance(got.get("tokens"), list):
+            return kind
+    return None
+
+
+def _check_local_tokenizer(tok, server_tok: ServerTokenizer) -> None:
+    """Refuse a ``--tokenizer`` that tokenises :data:`FINGERPRINT_TEXTS` otherwise than the server.
+
+    Raises:
+        LctxError: the first text tokenised differently (counts shown)."""
+    for t in FINGERPRINT_TEXTS:
+        mine, theirs = tok.encode(t, add_special_tokens=False), server_tok.encode(t)
+        if list(mine) != list(theirs):
+            raise LctxError(f"--tokenizer tokenises {t[:30]!r} into {len(mine)} tokens, the server into {len(theirs)}: "
+                            "it is not the served model's tokenizer; give the right one, or drop --tokenizer to use "
+                            "the server's")
+
+
+def _takes_token_ids(ep: Endpoint, model_id: str, lm: ServerAdapter) -> bool:
+    """Whether the server takes a prompt as token ids (one probe request, no retries: a refusal is an answer)."""
+    ids = lm.prompt("a").ids
+    try:
+        reply = ep.call("a token-id prompt", lambda c: c.completions.create(model=model_id, prompt=ids, max_tokens=1,
+                                                                           temperature=0), retries=0)
+    except ServerReplyError:
+        return False
+    usage = getattr(reply, "usage", None)
+    return bool(getattr(reply, "choices", None)) and getattr(usage, "prompt_tokens", None) == len(ids)
