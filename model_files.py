@@ -267,6 +267,10 @@ def split_server_urls(model: str) -> list[str]:
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise LctxError(f"--model {redact_url(u) if parts.hostname else u!r} is not a server URL; write e.g. "
                             "--model http://127.0.0.1:8000/v1 (several servers of one model: URL1,URL2)")
+        if parts.username is not None or parts.password is not None:
+            raise LctxError(f"--model {redact_url(u)!r} carries credentials in the URL, which would reach logs and "
+                            "shell history; put the API key in an environment variable and name it with "
+                            "--api-key-env NAME")
         try:
             parts.port
         except ValueError:

@@ -65,6 +65,9 @@ ECHO_TOL = 0.05
 #: beat those of its first, unpredictable, statement by at least this (copying a key just read is near-certain for
 #: any language model; a misaligned echo reports the repeat as unlikely)
 CERTAIN_MARGIN = 1.0
+#: retries of the trust probe's requests: a server that refuses log-probabilities answers 500 (llama-cpp-python
+#: without logits_all) or 400, which is its answer, not a fault to wait out
+PROBE_RETRIES = 1
 #: default request timeout in seconds (``--request-timeout``) and retries (``--retries``)
 DEFAULT_TIMEOUT_S = 600.0
 DEFAULT_RETRIES = 4
@@ -164,11 +167,11 @@ class Endpoint:
                 return None
             raise
 
-    def complete(self, what: str, **body) -> Any:
+    def complete(self, what: str, retries: Optional[int] = None, **body) -> Any:
         """One ``/v1/completions`` request (``body``: the API's fields; counted in flight by :meth:`take`, which
         must come first), the reply checked to be a completion with a choice (:func:`_check_completion`)."""
         try:
-            reply = self.call(what, lambda c: c.completions.create(**body))
+            reply = self.call(what, lambda c: c.completions.create(**body), retries=retries)
         finally:
             with self.lock:
                 self.in_flight -= 1
@@ -444,7 +447,7 @@ class ServerAdapter(TokenizerSide):
                 else self.decode(body)
         return text
 
-    def _request(self, what: str, ids: list, text: Optional[str], **body) -> Any:
+    def _request(self, what: str, ids: list, text: Optional[str], retries: Optional[int] = None, **body) -> Any:
         """One completion of the prompt ``ids`` (sent as :meth:`_prompt_field`), its ``usage.prompt_tokens`` checked
         against ``len(ids)`` and its model against ``model_id``.
 
@@ -453,7 +456,7 @@ class ServerAdapter(TokenizerSide):
                 another model, gave no usage, or the request failed.
         """
         ep = self._pick()
-        reply = ep.complete(what, model=self.model_id, prompt=self._prompt_field(ids, text), **body)
+        reply = ep.complete(what, retries=retries, model=self.model_id, prompt=self._prompt_field(ids, text), **body)
         got_model = getattr(reply, "model", None)
         if got_model and got_model != self.model_id:
             raise ServerReplyError(f"{ep.shown}: the reply is from model {got_model!r}, not {self.model_id!r} (the "
@@ -463,6 +466,11 @@ class ServerAdapter(TokenizerSide):
         if n is None:
             raise ServerReplyError(f"{ep.shown}: the reply has no usage.prompt_tokens, so a cut prompt could not be "
                                    "caught; use a server that reports usage")
+        if int(n) == len(ids) + 1 and not self.token_prompts and self.tokenizer.bos_token_id is not None \
+                and ids[:1] != [self.tokenizer.bos_token_id]:
+            raise ServerReplyError(f"{ep.shown}: sent a prompt of {len(ids)} tokens without a BOS as text, and the "
+                                   "server put its BOS before it (it does for every text prompt); a prompt without "
+                                   "one (ppl's --ppl-bos none) needs a server that takes token ids")
         if int(n) != len(ids):
             raise ServerReplyError(f"{ep.shown}: sent a prompt of {len(ids)} tokens, the server counted {int(n)}: it "
                                    + ("cut the prompt (its context is smaller than the cell: raise --n_ctx / "
@@ -508,7 +516,7 @@ class ServerAdapter(TokenizerSide):
             raise MetricUnavailable(self.trust.reason)
         reply = self._request(what, ids, text, max_tokens=1, temperature=0, seed=self.seed, echo=True,
                               logprobs=TOP_K)
-        return _echoed(reply, ids, self.bos_id, self.endpoints[0].shown)
+        return _echoed(reply, ids, self.bos_id, self.endpoints[0].shown, lambda i: self.decode([i]))
 
     def score_continuation(self, prefix: ServerPrefix, cont: list[int]) -> ContinuationScores:
         """Teacher-forced scores of ``cont`` after the prompt, from the echoed log-probabilities of prompt + ``cont``
@@ -526,8 +534,13 @@ class ServerAdapter(TokenizerSide):
         out_lp, out_top1, out_rank = [], [], []
         for j in range(len(cont)):
             lp, top = lps[n + j], tops[n + j]
-            rank = 1 + sum(1 for v in top if v > lp + 1e-9) if lp is not None else TOP_K + 1
-            rank = rank if rank <= len(top) or any(abs(v - lp) <= 1e-9 for v in top) else TOP_K + 1
+            if lp is None:
+                raise ServerReplyError(f"{self.endpoints[0].shown}: the echo has no log-probability at position "
+                                       f"{n + j} of the prompt and its continuation")
+            # its rank among the TOP_K alternatives the server listed (the token itself may be among them); past them
+            # TOP_K + 1 (ContinuationScores: an adapter that sees only the top k says so)
+            rank = 1 + sum(1 for v in top if v > lp + 1e-9)
+            rank = rank if any(abs(v - lp) <= 1e-9 for v in top) or rank <= len(top) else TOP_K + 1
             out_lp.append(float(lp))
             out_top1.append(rank == 1)
             out_rank.append(int(rank))
@@ -543,6 +556,11 @@ class ServerAdapter(TokenizerSide):
         if targets and (min(targets) < 1 or max(targets) >= len(ids)):
             raise ValueError(f"targets must lie in [1, {len(ids)})")
         lps, tops = self._echo("a perplexity window", list(ids), None)
+        gap = next((p for p in targets if lps[p] is None), None)
+        if gap is not None:
+            raise ServerReplyError(f"{self.endpoints[0].shown}: the echo has no log-probability at position {gap} (a "
+                                   "server that echoes the token after the BOS without one, as llama-cpp-python); "
+                                   "run ppl with --ppl-bos none through it")
         nll = [-float(lps[p]) for p in targets]
         top1 = [not any(v > lps[p] + 1e-9 for v in tops[p]) for p in targets]
         return nll, top1
@@ -613,27 +631,40 @@ class ServerAdapter(TokenizerSide):
         return None
 
 
-def _echoed(reply, ids: list, bos: Optional[int], shown: str) -> tuple[list, list]:
+def _echoed(reply, ids: list, bos: Optional[int], shown: str, piece=None) -> tuple[list, list]:
     """(log-probabilities, top-k values sorted high first) per position of ``ids`` from an echo reply. The prompt's
     entries come first; after them the completion's, all of them (``usage.completion_tokens``) or fewer
     (llama-cpp-python leaves out the last generated token, whose logits it never computed); a server that leaves the
-    BOS out of the echo (llama-cpp-python) gives one entry fewer at the start, the BOS's own (``None``).
+    BOS out of the echo (llama-cpp-python) gives one entry fewer at the start, the BOS's own (``None``). Where the
+    count fits both layouts, the echoed token texts of the prompt's last tokens decide (``piece(id)``: a token's
+    text).
 
     Raises:
-        ServerReplyError: no ``token_logprobs``, or a count that fits neither layout."""
+        ServerReplyError: no ``token_logprobs``, or a count (or texts) that fits neither layout."""
     lp = reply.choices[0].logprobs
     tokens = list(getattr(lp, "token_logprobs", None) or []) if lp is not None else []
     if not tokens:
         raise ServerReplyError(f"{shown}: the echo reply has no token_logprobs")
     tops = list(getattr(lp, "top_logprobs", None) or [None] * len(tokens))
+    strs = list(getattr(lp, "tokens", None) or [])
     n_gen = int(getattr(reply.usage, "completion_tokens", 0) or 0)
-    skip_bos = bos is not None and ids[:1] == [bos]
-    for m, pad in ((len(ids), 0), (len(ids) - 1, 1)) if skip_bos else ((len(ids), 0),):
-        if m <= len(tokens) <= m + n_gen:
-            vals = [sorted((float(v) for v in (t or {}).values()), reverse=True) for t in tops[:m]]
-            return [None] * pad + [None if v is None else float(v) for v in tokens[:m]], [[]] * pad + vals
-    raise ServerReplyError(f"{shown}: the server echoed {len(tokens)} log-probabilities ({n_gen} generated) for a "
-                           f"prompt of {len(ids)} tokens; they cannot be lined up with it")
+    layouts = [(len(ids), 0)] + ([(len(ids) - 1, 1)] if bos is not None and ids[:1] == [bos] else [])
+    fits = [(m, pad) for m, pad in layouts if m <= len(tokens) <= m + n_gen]
+    if len(fits) > 1 and piece is not None and len(strs) == len(tokens):
+        window = range(max(1, len(ids) - 8), len(ids))  # the prompt's last tokens, BOS never among them
+
+        def matches(m, pad):
+            return sum(strs[p - pad] == piece(ids[p]) for p in window if 0 <= p - pad < m)
+
+        score = {f: matches(*f) for f in fits}
+        best = max(score.values())
+        fits = [f for f in fits if score[f] == best]
+    if len(fits) != 1:
+        raise ServerReplyError(f"{shown}: the server echoed {len(tokens)} log-probabilities ({n_gen} generated) for a "
+                               f"prompt of {len(ids)} tokens; they cannot be lined up with it")
+    m, pad = fits[0]
+    vals = [sorted((float(v) for v in (t or {}).values()), reverse=True) for t in tops[:m]]
+    return [None] * pad + [None if v is None else float(v) for v in tokens[:m]], [[]] * pad + vals
 
 
 def trust_probe(lm: ServerAdapter) -> TrustReport:
@@ -657,7 +688,7 @@ def trust_probe(lm: ServerAdapter) -> TrustReport:
     first = lm.continuation_ids(user[:first_at], f" {key}")
     try:
         gen = lm._request("the trust probe's greedy completion", p.ids, p.text, max_tokens=len(first) + 2,
-                          temperature=0, seed=lm.seed, logprobs=TOP_K)
+                          temperature=0, seed=lm.seed, logprobs=TOP_K, retries=PROBE_RETRIES)
     except ServerReplyError as e:
         return TrustReport(False, f"the server gives no log-probabilities ({e})")
     glp = gen.choices[0].logprobs
@@ -669,8 +700,9 @@ def trust_probe(lm: ServerAdapter) -> TrustReport:
     both = p.ids + gen_ids
     try:
         lps, tops = _echoed(lm._request("the trust probe's echo", both, p.text + gen_text, max_tokens=1,
-                                        temperature=0, seed=lm.seed, echo=True, logprobs=TOP_K),
-                            both, lm.bos_id, lm.endpoints[0].shown)
+                                        temperature=0, seed=lm.seed, echo=True, logprobs=TOP_K,
+                                        retries=PROBE_RETRIES),
+                            both, lm.bos_id, lm.endpoints[0].shown, lambda i: lm.decode([i]))
     except ServerReplyError as e:
         return TrustReport(False, f"the server gives no usable prompt log-probabilities (echo: {e})")
     n = min(len(gen_ids), len(gen_lps))
@@ -688,8 +720,8 @@ def trust_probe(lm: ServerAdapter) -> TrustReport:
     report = TrustReport(True, "", diff, n, top1, gain)
     problems = []
     if diff > ECHO_TOL:
-        problems.append(f"echoed log-probabilities differ from those of the same generated tokens by up to "
-                        f"{diff:.3g} nats (tolerance {ECHO_TOL})")
+        problems.append(f"up to {diff:.3g} nats from its log-probabilities of the same tokens generated; tolerance "
+                        f"{ECHO_TOL}")
     if not top1:
         problems.append("the echo's first choices are not the tokens the server generated there")
     if not math.isfinite(gain) or gain < CERTAIN_MARGIN:
@@ -697,8 +729,8 @@ def trust_probe(lm: ServerAdapter) -> TrustReport:
                         f"{CERTAIN_MARGIN})")
     if problems:
         report.ok = False
-        report.reason = ("the server's prompt log-probabilities fail lctx's trust probe: " + "; ".join(problems)
-                         + " (docs/serving.md)")
+        more = f"; and {len(problems) - 1} more of its checks" if len(problems) > 1 else ""
+        report.reason = f"the server's echoed prompt log-probabilities fail lctx's trust probe ({problems[0]}{more})"
     return report
 
 
@@ -772,8 +804,12 @@ def load_server(model: str, *, concurrency: int = 1, tokenizer: Optional[str] = 
     lm.token_prompts = all(_takes_token_ids(ep, model_id, lm) for ep in eps)
     lm.trust = trust_probe(lm)
     if not lm.trust.ok:
-        log(f"warning: {lm.name}: teacher-forced metrics (digit_acc, tf_*) and ppl will be unavailable: "
-            f"{lm.trust.reason}")
+        t = lm.trust
+        measured = (f"; measured: max |echoed - generated| {t.max_abs_diff:.3g} nats over {t.n_compared} tokens, "
+                    f"first choices {'agree' if t.top1_agree else 'disagree'}, repeated key {t.certain_gain:.3g} "
+                    f"nats/token over its first statement" if t.max_abs_diff is not None else "")
+        log(f"warning: {lm.name}: teacher-forced metrics (digit_acc, tf_*) and ppl are unavailable through "
+            f"{lm.path}: {t.reason}{measured} (docs/serving.md#teacher-forced-metrics-and-the-trust-probe)")
     return lm
 
 

@@ -1,0 +1,361 @@
+"""The server adapter (:mod:`lctx.models.adapters.server`, issue 27) against ``tests/stub_server.py``, an
+OpenAI-compatible stub with llama-cpp-python's endpoints whose model is the toy rule (so every score has a value by
+hand), for the fault shapes a real server cannot be made to produce: a cut prompt, a refused one, 429 bursts, a
+death mid-sweep, malformed replies, another model's name, a required API key, misaligned echoed log-probabilities.
+The happy path and the cross-check against the in-process run use a real llama.cpp server
+(``tests/test_server_llama.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+
+import toy_adapter as toy
+from stub_server import StubServer, stub  # noqa: F401  (the fixture)
+
+import lctx
+from lctx.errors import LctxError, ServerReplyError, ServerUnreachable
+from lctx.models.adapters import server as S
+
+#: a passkey grid the stub answers in about a second: 2 samples at one length and depth
+GRID = dict(lengths=[300], depths=[0.5], samples=2, progress=False)
+
+
+def run(url, tmp_path, tasks=("passkey",), name="run", **kw):
+    """lctx.evaluate of the stub's model into tmp_path/name; warnings collected in the result's ``warnings``."""
+    warnings: list[str] = []
+    opts = {**GRID, **kw}
+    res = lctx.evaluate(url, list(tasks), out=tmp_path / name, log=lambda m: None, warn=warnings.append, **opts)
+    res.warnings = warnings
+    return res
+
+
+def records(out: Path) -> list[dict]:
+    """The run directory's records."""
+    return [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines() if line.strip()]
+
+
+# ---------------------------------------------------------------------------------------------- the happy path
+
+def test_passkey_through_the_stub_scores_as_the_toy(stub, tmp_path):
+    """passkey through the server: exact 1.0 (the reader rule reads the key), digit_acc 1.0, and the echoed
+    log-probabilities of the key equal the toy's by hand (log P_FAVOURITE per token); run.json records the served
+    model's id, the trust probe's measurements and the URL."""
+    res = run(stub.url, tmp_path)
+    recs = records(res.out)
+    assert [r["status"] for r in recs] == ["ok", "ok"]
+    assert all(r["metrics"]["exact"] == 1.0 and r["metrics"]["digit_acc"] == 1.0 for r in recs)
+    meta = json.loads((res.out / "run.json").read_text())
+    served = next(iter(meta["inputs"]["models"].values()))
+    assert served["path"] == stub.url
+    assert served["server"]["model_id"] == "toy-reader"
+    assert served["server"]["trust_probe"]["ok"] is True
+    assert served["server"]["trust_probe"]["max_abs_diff"] == 0.0  # one rule behind both readings: equal
+    lm = S.load_server(stub.url, log=lambda m: None)
+    p = lm.prefix(lm.prompt("The pass key is 123. What is it?", " The pass key is").ids)
+    sc = lm.score_continuation(p, lm.encode(" 123"))
+    assert sc.logprobs == pytest.approx([math.log(toy.P_FAVOURITE)] * 4, abs=1e-12)  # by hand: the reader's favourite
+    assert sc.top1 == [True] * 4 and sc.ranks == [1] * 4
+    wrong = lm.score_continuation(p, lm.encode(" 124"))  # control: a wrong last digit is not the first choice
+    assert wrong.top1 == [True, True, True, False] and wrong.ranks[-1] > 1
+
+
+def test_ppl_through_the_stub_is_the_rules_by_hand(tmp_path):
+    """ppl through echoed log-probabilities: the reader rule gives a text without a pass key (1 - P_FAVOURITE) /
+    (VOCAB - 1) per token, so the perplexity is (VOCAB - 1) / (1 - P_FAVOURITE) = 970 (by hand), every token
+    scored once. A server that takes token ids (vLLM-like) runs windows without a BOS (``--ppl-bos none``)."""
+    text = tmp_path / "book.txt"  # one document (the default pydoc corpus is hundreds: one tokenize request each)
+    text.write_text(" ".join(f"word{i % 97} and more text." for i in range(400)))
+    ppl = dict(tasks=("ppl",), lengths=[256], samples=1, ppl_data=[str(text)])
+    with StubServer(token_prompts=True) as s:
+        res = run(s.url, tmp_path, ppl_bos="none", **ppl)
+    got = res.summary.set_index("metric")["mean"]
+    assert got["ppl"] == pytest.approx((toy.VOCAB - 1) / (1 - toy.P_FAVOURITE), rel=1e-9)
+    assert got["n_tokens"] > 200
+
+
+def test_ppl_through_a_text_only_bos_server_is_an_error_not_a_number(tmp_path):
+    """Controls of the test above: through a llama-cpp-python-style server (text prompts, its BOS added to each, the
+    token after it echoed without a value) both BOS policies are error records that name the cause."""
+    text = tmp_path / "book.txt"
+    text.write_text(" ".join(f"word{i % 97} and more text." for i in range(400)))
+    ppl = dict(tasks=("ppl",), lengths=[256], samples=1, ppl_data=[str(text)])
+    with StubServer() as s:
+        bos = run(s.url, tmp_path, name="bos", **ppl)
+        none = run(s.url, tmp_path, name="none", ppl_bos="none", **ppl)
+    assert all(r["status"] == "error" and "--ppl-bos none" in r["error"] for r in records(bos.out))
+    assert all(r["status"] == "error" and "put its BOS" in r["error"] for r in records(none.out))
+
+
+def test_served_model_prompt_ids_are_the_servers_tokens(stub):
+    """The adapter's ids are the server's: /extras/tokenize's (its BOS, which the server adds to a text prompt, is
+    the prompt's first id) and every completion's usage.prompt_tokens equals them (checked per request)."""
+    lm = S.load_server(stub.url, log=lambda m: None)
+    assert lm.bos_id == toy.BOS and lm.encode("ab") == [toy.char_id("a"), toy.char_id("b")]
+    ids = lm.prompt("hello", " world").ids
+    assert ids == [toy.BOS] + toy.ToyAdapter().encode("hello world")
+    assert not lm.token_prompts  # llama-cpp-python's validation refuses token ids: the text is sent
+
+
+def test_token_id_prompts_are_sent_where_the_server_takes_them(tmp_path):
+    """A server that takes token-id prompts (vLLM) gets the ids lctx built, not their text."""
+    with StubServer(token_prompts=True) as s:
+        lm = S.load_server(s.url, log=lambda m: None)
+        assert lm.token_prompts
+        ids = lm.prompt("The pass key is 42. What?", " The pass key is").ids
+        assert lm.decode(lm.greedy(lm.prefix(ids), 5)) == " 42."
+        sent = [r.body["prompt"] for r in s.requests if r.path == "/v1/completions"]
+        assert sent[-1] == ids
+
+
+# ---------------------------------------------------------------------------------------------- the trust probe
+
+@pytest.mark.parametrize("fault", ["next", "shift", 0.5])
+def test_trust_probe_refuses_misaligned_echoes(fault, tmp_path):
+    """Echoed prompt log-probabilities that disagree with the server's own generation (llama-cpp-python 0.3.36's
+    'next', a shift by one, a constant 0.5 nats off): digit_acc is unavailable with the measured disagreement in the
+    reason (never 0), exact is still scored, and run.json holds the measurement."""
+    with StubServer(echo_fault=fault) as s:
+        res = run(s.url, tmp_path)
+    recs = records(res.out)
+    assert all(r["metrics"]["exact"] == 1.0 for r in recs)
+    assert all("digit_acc" not in r["metrics"] and "trust probe" in r["unavailable"]["digit_acc"] for r in recs)
+    meta = json.loads((res.out / "run.json").read_text())
+    probe = next(iter(meta["inputs"]["models"].values()))["server"]["trust_probe"]
+    assert probe["ok"] is False and probe["max_abs_diff"] > S.ECHO_TOL
+    assert sum("unavailable through" in w for w in res.warnings) == 1  # said once, with the measured values
+
+
+def test_trust_probe_tolerance_passes_rounding(tmp_path):
+    """Control of the tolerance: echoes 0.01 nats off (below ECHO_TOL = 0.05, float-rounding scale) pass the
+    probe; 0.1 nats off (above it) do not."""
+    with StubServer(echo_fault=0.01) as s:
+        assert S.load_server(s.url, log=lambda m: None).trust.ok
+    with StubServer(echo_fault=0.1) as s:
+        assert not S.load_server(s.url, log=lambda m: None).trust.ok
+
+
+def test_no_logprobs_server_makes_teacher_forced_metrics_unavailable(tmp_path):
+    """A server that refuses log-probabilities (llama-cpp-python without logits_all: a 500) gives exact and leaves
+    digit_acc unavailable naming the refusal, and ppl all unavailable; nothing is recorded as 0."""
+    text = tmp_path / "book.txt"
+    text.write_text(" ".join(f"word{i % 97} and more text." for i in range(400)))
+    with StubServer(logits_all=False) as s:
+        res = run(s.url, tmp_path, tasks=("passkey",))
+        ppl = run(s.url, tmp_path, tasks=("ppl",), name="ppl", lengths=[256], samples=1, ppl_data=[str(text)])
+    recs = records(res.out)
+    assert all(r["metrics"] == {"exact": 1.0} and "no log-probabilities" in r["unavailable"]["digit_acc"]
+               for r in recs)
+    assert all(r["metrics"] == {} and r["status"] == "ok" for r in records(ppl.out))
+
+
+# ---------------------------------------------------------------------------------------------- faults
+
+def test_truncated_prompt_is_an_error_record(tmp_path):
+    """A server whose context (n_ctx 400) is smaller than the cell cuts the prompt and says so in
+    usage.prompt_tokens: the 600-token cell is an error record naming both counts, never a score; the 300-token
+    cell (control) is scored."""
+    with StubServer(n_ctx=400, overflow="truncate") as s:
+        res = run(s.url, tmp_path, lengths=[300, 600], samples=1)
+    by_len = {r["length"]: r for r in records(res.out)}
+    assert by_len[300]["status"] == "ok" and by_len[300]["metrics"]["exact"] == 1.0
+    bad = by_len[600]
+    assert bad["status"] == "error" and bad["metrics"] == {}
+    assert "the server counted 400" in bad["error"] and "cut the prompt" in bad["error"]
+    assert "\n" not in bad["error"] and "Traceback" not in bad["error"]
+
+
+def test_refused_long_prompt_is_an_error_record(tmp_path):
+    """llama-cpp-python's 400 context_length_exceeded for a prompt past n_ctx: the sample's error, one line, with the
+    server's message; not retried (a 4xx)."""
+    with StubServer(n_ctx=400, overflow="error") as s:
+        res = run(s.url, tmp_path, lengths=[600], samples=1)
+        n = s.count("/v1/completions", 400)
+    (rec,) = records(res.out)
+    assert rec["status"] == "error" and "HTTP 400" in rec["error"] and "maximum context length" in rec["error"]
+    assert n == 1
+
+
+def test_429_burst_is_retried(tmp_path):
+    """Three 429s (Retry-After 0.05 s, honoured) before a completion are retried: the greedy answer is right and the
+    stub saw the three 429s. Control: with --retries 1 the same burst is the request's error naming HTTP 429."""
+    with StubServer(retry_after="0.05") as s:
+        lm = S.load_server(s.url, log=lambda m: None, retries=4)
+        s.fail("429", times=3)
+        ids = lm.prompt("The pass key is 42. What?", " The pass key is").ids
+        assert lm.decode(lm.greedy(lm.prefix(ids), 5)) == " 42."
+        assert s.count("/v1/completions", 429) == 3
+        lm1 = S.load_server(s.url, log=lambda m: None, retries=1)
+        s.fail("429", times=3)
+        with pytest.raises(ServerReplyError, match="HTTP 429"):
+            lm1.greedy(lm1.prefix(ids), 5)
+
+
+@pytest.mark.parametrize("fault,message", [("malformed", "not valid JSON"), ("200-html", "an HTML page"),
+                                           ("empty-choices", "no choices"), ("wrong-model", "from model"),
+                                           ("502-html", "HTTP 502")])
+def test_a_bad_reply_is_one_error_line(fault, message, tmp_path):
+    """Malformed JSON, an HTML page (200 and a proxy's 502, after the retries), an empty choice list, another model's
+    name: each is that sample's error record, one line naming what came, never a traceback; the other sample of the
+    cell is scored (control)."""
+    with StubServer() as s:
+        lm = S.load_server(s.url, log=lambda m: None, retries=1)
+        res_ok = run(s.url, tmp_path, name="ok", samples=1)
+        s.fail(fault, times=None if fault == "502-html" else 1, after=0)
+        res = lctx.evaluate(lm, ["passkey"], out=tmp_path / "bad", log=lambda m: None, warn=lambda m: None,
+                            **{**GRID, "samples": 2})
+    assert records(res_ok.out)[0]["status"] == "ok"
+    recs = sorted(records(res.out), key=lambda r: r["sample"])
+    assert recs[0]["status"] == "error" and message in recs[0]["error"], recs[0]["error"]
+    assert "\n" not in recs[0]["error"] and "Traceback" not in recs[0]["error"]
+    if fault != "502-html":
+        assert recs[1]["status"] == "ok"
+
+
+def test_dead_server_ends_the_run_and_the_rerun_resumes(tmp_path):
+    """A server that dies mid-sweep: the run ends with one ServerUnreachable line (an LctxError, exit 2 from the CLI),
+    every finished sample is in records.jsonl, and the same call resumes them once the server is back."""
+    with StubServer() as s:
+        lm_args = dict(lengths=[300], depths=[0.0, 0.5, 1.0], samples=2)
+        s.die_after(6)  # the trust probe's 2 completions, then 4 of the sweep (a sample: greedy + its score)
+        with pytest.raises(ServerUnreachable, match="stopped answering.*rerun the same command to resume"):
+            run(s.url, tmp_path, retries=1, **lm_args)
+        done = [r for r in records(tmp_path / "run") if r["status"] == "ok"]
+        assert 1 <= len(done) < 6
+        s.revive()
+        res = run(s.url, tmp_path, **lm_args)
+    assert res.skipped == len(done) and res.ran == 6 - len(done)
+    assert sorted((r["depth"], r["sample"]) for r in records(res.out) if r["status"] == "ok") == \
+        sorted((d, i) for d in (0.0, 0.5, 1.0) for i in range(2))
+
+
+def test_unreachable_server_is_refused_before_the_run(tmp_path):
+    """No server at the URL: one line before anything runs, naming the URL and how to start one."""
+    with StubServer() as s:
+        url = s.url
+    with pytest.raises(LctxError, match="no server answers at"):
+        run(url, tmp_path)
+    assert not (tmp_path / "run" / "records.jsonl").exists()
+
+
+# ---------------------------------------------------------------------------------------------- identity and keys
+
+def test_api_key_is_read_from_the_environment_and_never_written(tmp_path, monkeypatch, capsys):
+    """The key comes from --api-key-env's variable only; it reaches the server (the run works) and nothing lctx
+    writes or says: run.json, records, tables, plots, warnings and error messages. Without it the server's 401 is
+    one line naming --api-key-env; an unset variable is named (never a value)."""
+    secret = "sk-test-3f9a1c77e0d2"
+    with StubServer(api_key=secret) as s:
+        with pytest.raises(LctxError, match="--api-key-env"):
+            run(s.url, tmp_path, name="nokey")
+        with pytest.raises(LctxError, match="LCTX_TEST_KEY is not set"):
+            run(s.url, tmp_path, name="unset", api_key_env="LCTX_TEST_KEY")
+        monkeypatch.setenv("LCTX_TEST_KEY", "sk-wrong")
+        with pytest.raises(LctxError) as wrong:
+            run(s.url, tmp_path, name="wrong", api_key_env="LCTX_TEST_KEY")
+        assert "sk-wrong" not in str(wrong.value)
+        monkeypatch.setenv("LCTX_TEST_KEY", secret)
+        with pytest.raises(LctxError, match="credentials in the URL") as in_url:
+            run(s.url.replace("http://", f"http://user:{secret}@"), tmp_path, name="url", api_key_env="LCTX_TEST_KEY")
+        assert secret not in str(in_url.value)
+        res = run(s.url, tmp_path, name="ok", api_key_env="LCTX_TEST_KEY")
+        assert all(r["status"] == "ok" for r in records(res.out))
+        assert all(seen.auth == "ok" for seen in s.requests if seen.path == "/v1/completions")
+    written = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert any(p.name == "run.json" for p in written)
+    for p in written:
+        assert secret.encode() not in p.read_bytes(), p
+    out = capsys.readouterr()
+    assert secret not in out.out + out.err + " ".join(res.warnings)
+
+
+def test_resume_key_holds_the_served_identity(tmp_path):
+    """Two servers answering to other model ids (or the same id with another tokenizer) have other fingerprints, so
+    their records never resume one another; the same server twice has the same one."""
+    with StubServer(model_id="m-a") as a, StubServer(model_id="m-b") as b:
+        fa = S.load_server(a.url, log=lambda m: None).model_inputs()["fingerprint"]
+        fa2 = S.load_server(a.url, log=lambda m: None).model_inputs()["fingerprint"]
+        fb = S.load_server(b.url, log=lambda m: None).model_inputs()["fingerprint"]
+        fs = S.load_server(a.url, log=lambda m: None, seed=1).model_inputs()["fingerprint"]  # a request option
+    assert fa == fa2 and fa != fb and fa != fs
+
+
+def test_url_checks_before_connecting(tmp_path):
+    """A bad URL, a server named twice, and a task only the in-process adapter runs (arc_easy through lm-eval's hf
+    model) are refused in one line before any connection."""
+    with pytest.raises(LctxError, match="is not a server URL"):
+        run("http://", tmp_path)
+    with pytest.raises(LctxError, match="twice"):
+        run("http://127.0.0.1:9/v1,http://127.0.0.1:9", tmp_path)
+    with pytest.raises(LctxError, match="served model"):
+        run("http://127.0.0.1:9/v1", tmp_path, tasks=("arc_easy",))
+    assert S.redact_url("https://u:p@host:8443/v1?key=x#f") == "https://host:8443/v1"
+
+
+def test_served_model_is_chosen_among_several():
+    """A server listing several models needs --served-model; one it does not list is refused."""
+    with StubServer(model_id="only") as s:
+        with pytest.raises(LctxError, match="does not serve 'other'"):
+            S.load_server(s.url, served_model="other", log=lambda m: None)
+        assert S.load_server(s.url, served_model="only", log=lambda m: None).model_id == "only"
+
+
+# ---------------------------------------------------------------------------------------------- concurrency, servers
+
+def test_concurrency_keeps_n_in_flight_and_results_equal(tmp_path):
+    """--concurrency 3: the stub sees 3 completions in flight at once (held at its gate), never more, and every
+    record's numbers equal those of --concurrency 1."""
+    import threading
+
+    with StubServer(delay_s=0.05) as s:
+        one = run(s.url, tmp_path, name="c1", samples=6)
+        s.max_in_flight = 0
+        res = {}
+        t = threading.Thread(target=lambda: res.update(r=run(s.url, tmp_path, name="c3", samples=6, concurrency=3)))
+        t.start()
+        t.join(60)
+        assert not t.is_alive()
+        assert s.max_in_flight == 3
+    key = lambda r: (r["sample"], json.dumps(r["metrics"], sort_keys=True))  # noqa: E731
+    assert sorted(map(key, records(one.out))) == sorted(map(key, records(res["r"].out)))
+    assert {r["batch_size"] for r in records(res["r"].out)} == {3}
+
+
+def test_two_servers_share_one_sweep(tmp_path):
+    """One model on two servers (--model URL1,URL2): both answer completions, each sample is recorded once, and the
+    table is the one server alone gives; servers of different models are refused."""
+    with StubServer() as a, StubServer() as b:
+        both = run(f"{a.url},{b.url}", tmp_path, name="two", samples=6, concurrency=2)
+        alone = run(a.url, tmp_path, name="one", samples=6)
+        assert a.count("/v1/completions") > 2 and b.count("/v1/completions") > 2
+    recs = records(both.out)
+    assert len(recs) == 6 and len({(r["depth"], r["sample"]) for r in recs}) == 6
+    assert both.summary["mean"].tolist() == alone.summary["mean"].tolist()
+    with StubServer(model_id="x") as a, StubServer(model_id="y") as b:
+        with pytest.raises(LctxError, match="serve different models"):
+            S.load_server(f"{a.url},{b.url}", log=lambda m: None)
+
+
+def test_thinking_span_is_dropped_before_scoring(stub, monkeypatch):
+    """A reasoning model's text up to --think-end is dropped before the task reads the answer, and --think-budget
+    is added to max_tokens (lm-eval's think_end_token)."""
+    lm = S.load_server(stub.url, think_end="</think>", think_budget=32, log=lambda m: None)
+    sent = {}
+
+    class Reply:
+        choices = [type("C", (), {"text": "<think>the key, the key</think> 42."})()]
+
+    def fake(what, ids, text, **body):
+        sent.update(body)
+        return Reply()
+
+    monkeypatch.setattr(lm, "_request", fake)
+    out = lm.greedy(lm.prefix([toy.BOS, 5]), 8)
+    assert lm.decode(out) == " 42." and sent["max_tokens"] == 8 + 32
+    lm.think_end = None  # control: without the marker the span stays in the answer
+    assert lm.decode(lm.greedy(lm.prefix([toy.BOS, 5]), 8)).startswith("<think>")
