@@ -336,6 +336,7 @@ class ServerPrefix:
 
     ids: list
     text: Optional[str] = None
+    endpoint: Any = None  # the server that last answered for this prompt (its prompt cache may hold it)
 
 
 @dataclass
@@ -431,10 +432,17 @@ class ServerAdapter(TokenizerSide):
         """Batches are concurrent requests: offered when ``concurrency`` > 1."""
         return self.concurrency > 1
 
-    def _pick(self) -> Endpoint:
-        """The server with the fewest requests in flight (the first of a tie), counted in (:meth:`Endpoint.take`)."""
+    def _pick(self, prefer: Optional[Endpoint] = None) -> Endpoint:
+        """A server with the fewest requests in flight, counted in (:meth:`Endpoint.take`): ``prefer`` (the one that
+        last served this prompt, whose prompt cache may still hold it) when it is one of them, else the next of
+        them in turn (so requests one after another spread over the servers too)."""
         with self._lock:
-            return min(self.endpoints, key=lambda e: e.in_flight).take()
+            low = min(e.in_flight for e in self.endpoints)
+            if prefer is not None and prefer.in_flight == low:
+                return prefer.take()
+            free = [e for e in self.endpoints if e.in_flight == low]
+            self._turn = (getattr(self, "_turn", -1) + 1) % len(free)
+            return free[self._turn].take()
 
     def _prompt_field(self, ids: list, text: Optional[str]):
         """What to send as ``prompt``: the ids when the server takes them, else the text (lctx's own, or the ids
@@ -447,7 +455,8 @@ class ServerAdapter(TokenizerSide):
                 else self.decode(body)
         return text
 
-    def _request(self, what: str, ids: list, text: Optional[str], retries: Optional[int] = None, **body) -> Any:
+    def _request(self, what: str, ids: list, text: Optional[str], retries: Optional[int] = None,
+                 handle: Optional["ServerPrefix"] = None, **body) -> Any:
         """One completion of the prompt ``ids`` (sent as :meth:`_prompt_field`), its ``usage.prompt_tokens`` checked
         against ``len(ids)`` and its model against ``model_id``.
 
@@ -455,7 +464,9 @@ class ServerAdapter(TokenizerSide):
             ServerReplyError: the server counted other prompt tokens (it cut, or re-tokenised, the prompt), named
                 another model, gave no usage, or the request failed.
         """
-        ep = self._pick()
+        ep = self._pick(handle.endpoint if handle is not None else None)
+        if handle is not None:
+            handle.endpoint = ep
         reply = ep.complete(what, retries=retries, model=self.model_id, prompt=self._prompt_field(ids, text), **body)
         got_model = getattr(reply, "model", None)
         if got_model and got_model != self.model_id:
@@ -498,14 +509,14 @@ class ServerAdapter(TokenizerSide):
         Raises:
             ServerReplyError: the request failed or its reply breaks a check (:meth:`_request`)."""
         stops = sorted({s for s in (self.decode([i]) for i in (stop_ids or ())) if s}) or None
-        reply = self._request("a greedy completion", prefix.ids, prefix.text, max_tokens=int(max_new_tokens)
+        reply = self._request("a greedy completion", prefix.ids, prefix.text, handle=prefix, max_tokens=int(max_new_tokens)
                               + int(self.think_budget), temperature=0, seed=self.seed, stop=stops)
         text = reply.choices[0].text or ""
         if self.think_end:
             text = text.split(self.think_end)[-1]
         return self.encode(text) if text else []
 
-    def _echo(self, what: str, ids: list, text: Optional[str]) -> list[Optional[float]]:
+    def _echo(self, what: str, ids: list, text: Optional[str], handle: Optional[ServerPrefix] = None) -> tuple:
         """Echoed prompt log-probabilities ``[log p(ids[p] | ids[:p]) for each p]`` (``None`` at 0), with each
         position's top-``TOP_K`` alternatives: returns (logprobs, tops) aligned with ``ids``.
 
@@ -514,7 +525,7 @@ class ServerAdapter(TokenizerSide):
             ServerReplyError: the reply's echoed tokens do not line up with ``ids``."""
         if not self.trust.ok:
             raise MetricUnavailable(self.trust.reason)
-        reply = self._request(what, ids, text, max_tokens=1, temperature=0, seed=self.seed, echo=True,
+        reply = self._request(what, ids, text, handle=handle, max_tokens=1, temperature=0, seed=self.seed, echo=True,
                               logprobs=TOP_K)
         return _echoed(reply, ids, self.bos_id, self.endpoints[0].shown, lambda i: self.decode([i]))
 
@@ -529,7 +540,7 @@ class ServerAdapter(TokenizerSide):
             raise MetricUnavailable(self.trust.reason)
         ids = list(prefix.ids) + list(cont)
         text = None if prefix.text is None else prefix.text + self.decode(cont)
-        lps, tops = self._echo("a teacher-forced score", ids, text)
+        lps, tops = self._echo("a teacher-forced score", ids, text, handle=prefix)
         n = len(prefix.ids)
         out_lp, out_top1, out_rank = [], [], []
         for j in range(len(cont)):
@@ -801,7 +812,7 @@ def load_server(model: str, *, concurrency: int = 1, tokenizer: Optional[str] = 
     lm.max_length = _max_length(served)
     if chat_template:
         lm.check_chat_template()
-    lm.token_prompts = all(_takes_token_ids(ep, model_id, lm) for ep in eps)
+    lm.token_prompts = all([_takes_token_ids(ep, model_id, lm) for ep in eps])  # each server asked
     lm.trust = trust_probe(lm)
     if not lm.trust.ok:
         t = lm.trust
