@@ -53,8 +53,9 @@ def free_port() -> int:
 
 
 class LlamaServer:
-    """``python -m llama_cpp.server`` on 127.0.0.1:``port`` serving the SmolLM2 GGUF (context 4096, logits_all, one
-    thread each so that two fit the 2-core machine), its log in ``log``."""
+    """``python -m llama_cpp.server`` on 127.0.0.1:``port`` serving the SmolLM2 GGUF (context 4096, logits_all;
+    ``threads`` for decode and prefill alike: llama-cpp-python's prefill default is every core, so two servers of
+    one thread each need both set to fit the 2-core machine), its log in ``log``."""
 
     def __init__(self, log: Path, port: int | None = None, threads: int = 2):
         self.port, self.log_path, self.threads = port or free_port(), log, threads
@@ -67,7 +68,8 @@ class LlamaServer:
     def start(self) -> "LlamaServer":
         self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(GGUF), "--n_ctx", "4096",
-                                      "--logits_all", "true", "--n_threads", str(self.threads), "--host", "127.0.0.1",
+                                      "--logits_all", "true", "--n_threads", str(self.threads),
+                                      "--n_threads_batch", str(self.threads), "--host", "127.0.0.1",
                                       "--port", str(self.port)], stdout=self.log, stderr=subprocess.STDOUT)
         import urllib.request
 
