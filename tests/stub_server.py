@@ -58,7 +58,9 @@ Faults, each countable in :attr:`StubServer.requests`:
   constant in nats; ``"shift"``: each token reported with its predecessor's value; ``"next"``: each token reported
   with its log-probability as the token *after* itself, which is what llama-cpp-python 0.3.36 reports for a model
   without BOS, measured on SmolLM2-135M's GGUF, where " key" after "... The pass" came back as -8.35 instead of
-  -0.65); ``delay_s`` (seconds per completion); :meth:`StubServer.hold` / :meth:`StubServer.release` (completions
+  -0.65); ``penalty`` (llama-cpp-python's default ``repeat_penalty`` 1.1, which bends a temperature-0 completion off
+  the model's first choice: the first generated token is "~", unless the request sends ``repeat_penalty`` 1.0);
+  ``delay_s`` (seconds per completion); :meth:`StubServer.hold` / :meth:`StubServer.release` (completions
   wait at a gate, so a test sees how many are in flight at once: :attr:`StubServer.in_flight`).
 * one-shot faults scheduled with :meth:`StubServer.fail`: :data:`FAULTS` (those that answer in the server's place,
   as a proxy or a rate limiter would, come before the API key check).
@@ -232,7 +234,7 @@ class StubServer:
     def __init__(self, rule: str = "reader", *, model_id: str | None = None, api_key: str | None = None,
                  n_ctx: int | None = None, overflow: str = "truncate", logits_all: bool = True,
                  token_prompts: bool = False, strict_model: bool = False, echo_fault: float | str | None = None,
-                 delay_s: float = 0.0, retry_after: str | None = "0", hang_s: float = 30.0,
+                 delay_s: float = 0.0, retry_after: str | None = "0", hang_s: float = 30.0, penalty: bool = False,
                  props: dict | None = None, port: int = 0):
         if overflow not in ("truncate", "error"):
             raise ValueError(f"overflow {overflow!r}: use truncate or error")
@@ -244,6 +246,7 @@ class StubServer:
         self.logits_all, self.token_prompts, self.strict_model = logits_all, token_prompts, strict_model
         self.echo_fault, self.delay_s, self.retry_after, self.hang_s = echo_fault, delay_s, retry_after, hang_s
         self.props = props
+        self.penalty = penalty
         self._port = port
         self._lock = threading.Lock()
         self._log: list[Seen] = []
@@ -582,6 +585,8 @@ class _Handler(BaseHTTPRequestHandler):
         while len(out) < max_tokens:
             fav = model.favourite(ids + out)
             tok = fav if not temperature or temperature <= 0 else _sample(model, fav, rng)
+            if stub.penalty and not out and body.get("repeat_penalty", 1.1) != 1.0:  # a repetition penalty bends it
+                tok = toy.char_id("~") if fav != toy.char_id("~") else toy.char_id("}")
             if tok == toy.EOS:
                 finish = "stop"
                 break

@@ -154,6 +154,21 @@ def test_no_logprobs_server_makes_teacher_forced_metrics_unavailable(tmp_path):
     assert all(r["metrics"] == {} and r["status"] == "ok" for r in records(ppl.out))
 
 
+def test_greedy_requests_turn_the_repetition_penalty_off(tmp_path, monkeypatch):
+    """llama-cpp-python applies repeat_penalty 1.1 unless told otherwise, which bent its temperature-0 answers off its
+    own first choice (measured: "." at -2.97 nats over "6" at -0.07): every request sends repeat_penalty 1.0, so the
+    stub's penalty (the same default) leaves greedy decoding greedy and the probe finds it so. Control: without that
+    field the first token is bent, and the probe says so in one warning."""
+    with StubServer(penalty=True) as s:
+        lm = S.load_server(s.url, log=lambda m: None)
+        assert lm.trust.greedy_is_argmax is True and lm.trust.ok
+        monkeypatch.setattr(S, "GREEDY_EXTRA", {})
+        said: list[str] = []
+        bent = S.load_server(s.url, log=said.append)
+    assert bent.trust.greedy_is_argmax is False
+    assert sum("not its own first choices" in w for w in said) == 1
+
+
 # ---------------------------------------------------------------------------------------------- faults
 
 def test_truncated_prompt_is_an_error_record(tmp_path):

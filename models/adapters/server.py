@@ -65,6 +65,12 @@ ECHO_TOL = 0.05
 #: beat those of its first, unpredictable, statement by at least this (copying a key just read is near-certain for
 #: any language model; a misaligned echo reports the repeat as unlikely)
 CERTAIN_MARGIN = 1.0
+#: request fields beyond the OpenAI API that keep greedy decoding greedy: llama.cpp's servers apply a repetition
+#: penalty unless told not to (llama-cpp-python 0.3.36 defaults ``repeat_penalty`` to 1.1: measured here, its
+#: "temperature 0" answer to a NIAH prompt took "." at -2.97 nats over its first choice "6" at -0.07, a digit the
+#: context had just used); vLLM and SGLang name it ``repetition_penalty`` (default 1.0). A server ignores the one it
+#: does not know.
+GREEDY_EXTRA = {"repeat_penalty": 1.0, "repetition_penalty": 1.0}
 #: retries of the trust probe's requests: a server that refuses log-probabilities answers 500 (llama-cpp-python
 #: without logits_all) or 400, which is its answer, not a fault to wait out
 PROBE_RETRIES = 1
@@ -171,7 +177,7 @@ class Endpoint:
         """One ``/v1/completions`` request (``body``: the API's fields; counted in flight by :meth:`take`, which
         must come first), the reply checked to be a completion with a choice (:func:`_check_completion`)."""
         try:
-            reply = self.call(what, lambda c: c.completions.create(**body), retries=retries)
+            reply = self.call(what, lambda c: c.completions.create(**body, extra_body=GREEDY_EXTRA), retries=retries)
         finally:
             with self.lock:
                 self.in_flight -= 1
@@ -344,10 +350,12 @@ class TrustReport:
     """What the trust probe (:func:`trust_probe`) found: ``ok`` (prompt log-probabilities usable), ``reason`` (one
     line when not), and the measurements: ``max_abs_diff`` (nats, echoed vs generated, over ``n_compared`` tokens),
     ``top1_agree`` (the echoed first choices are the generated tokens), ``certain_gain`` (nats per token: the key's
-    repeat over its first statement)."""
+    repeat over its first statement), ``greedy_is_argmax`` (each token the server generated at temperature 0 was its
+    own first choice there: no repetition penalty or sampler bent it; checked apart from ``ok``)."""
 
     ok: bool
     reason: str = ""
+    greedy_is_argmax: Optional[bool] = None
     max_abs_diff: Optional[float] = None
     n_compared: int = 0
     top1_agree: Optional[bool] = None
@@ -600,7 +608,7 @@ class ServerAdapter(TokenizerSide):
     # -- identity ---------------------------------------------------------------------------------------------------
     def request_options(self) -> dict:
         """Every request option that can change a number (hashed into the resume key)."""
-        return {"temperature": 0, "seed": self.seed, "logprobs": TOP_K, "echo_max_tokens": 1,
+        return {"temperature": 0, "seed": self.seed, "logprobs": TOP_K, "echo_max_tokens": 1, **GREEDY_EXTRA,
                 "token_prompts": self.token_prompts, "think_end": self.think_end, "think_budget": self.think_budget,
                 "prompt_logprobs": "trusted" if self.trust.ok else "unavailable"}
 
@@ -707,6 +715,9 @@ def trust_probe(lm: ServerAdapter) -> TrustReport:
     gen_text = gen.choices[0].text or ""
     if not gen_lps or not gen_text:
         return TrustReport(False, "the server returned no log-probabilities for generated tokens (logprobs)")
+    gen_tops = list(getattr(glp, "top_logprobs", None) or [])
+    greedy = all(t and v is not None and max(t.values()) - v <= 1e-6 for t, v in zip(gen_tops, gen_lps)) \
+        if len(gen_tops) == len(gen_lps) else None
     gen_ids = lm.continuation_ids(p.text, gen_text)
     both = p.ids + gen_ids
     try:
@@ -715,11 +726,11 @@ def trust_probe(lm: ServerAdapter) -> TrustReport:
                                         retries=PROBE_RETRIES),
                             both, lm.bos_id, lm.endpoints[0].shown, lambda i: lm.decode([i]))
     except ServerReplyError as e:
-        return TrustReport(False, f"the server gives no usable prompt log-probabilities (echo: {e})")
+        return TrustReport(False, f"the server gives no usable prompt log-probabilities (echo: {e})", greedy)
     n = min(len(gen_ids), len(gen_lps))
     if n == 0 or len(gen_ids) != len(gen_lps):
         return TrustReport(False, f"the server's {len(gen_lps)} generated tokens re-tokenise to {len(gen_ids)}; the "
-                                  "probe cannot line them up")
+                                  "probe cannot line them up", greedy)
     echo_gen = lps[len(p.ids):len(p.ids) + n]
     diff = max(abs(float(a) - float(b)) for a, b in zip(gen_lps[:n], echo_gen))
     top1 = all(t and abs(t[0] - float(v)) <= 1e-6 for t, v in zip(tops[len(p.ids):len(p.ids) + n], echo_gen))
@@ -728,7 +739,7 @@ def trust_probe(lm: ServerAdapter) -> TrustReport:
     firsts = [v for v in lps[p.marks[0]:p.marks[0] + k] if v is not None]
     repeats = [v for v in lps[p.marks[1]:p.marks[1] + k] if v is not None]
     gain = (sum(repeats) / len(repeats) - sum(firsts) / len(firsts)) if firsts and repeats else float("nan")
-    report = TrustReport(True, "", diff, n, top1, gain)
+    report = TrustReport(True, "", greedy, diff, n, top1, gain)
     problems = []
     if diff > ECHO_TOL:
         problems.append(f"up to {diff:.3g} nats from its log-probabilities of the same tokens generated; tolerance "
@@ -814,6 +825,10 @@ def load_server(model: str, *, concurrency: int = 1, tokenizer: Optional[str] = 
         lm.check_chat_template()
     lm.token_prompts = all([_takes_token_ids(ep, model_id, lm) for ep in eps])  # each server asked
     lm.trust = trust_probe(lm)
+    if lm.trust.greedy_is_argmax is False:
+        log(f"warning: {lm.name}: the server's temperature-0 completions are not its own first choices (a repetition "
+            "penalty or a sampler lctx's request could not turn off): exact-match scores are those of its decoding, "
+            "not of greedy decoding (docs/serving.md)")
     if not lm.trust.ok:
         t = lm.trust
         measured = (f"; measured: max |echoed - generated| {t.max_abs_diff:.3g} nats over {t.n_compared} tokens, "
