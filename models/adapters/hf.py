@@ -15,7 +15,6 @@ lctx's own commands and tests; lm-eval's mmlu/arc reach the model through :meth:
 from __future__ import annotations
 
 import copy
-import hashlib
 import inspect
 import json
 import platform

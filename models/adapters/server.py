@@ -43,6 +43,8 @@ import math
 import os
 import threading
 from collections import OrderedDict
+from importlib.metadata import version
+from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
@@ -108,7 +110,7 @@ class Endpoint:
     ``openai.OpenAI`` client (timeout, retries, the API key), and the count of requests in flight."""
 
     def __init__(self, url: str, api_key: Optional[str], timeout_s: float, retries: int):
-        import openai  # lazy: only a served model needs it
+        import openai  # lazy: loads the openai client (only a served model needs it)
 
         self.url = url
         self.shown = redact_url(url)
@@ -125,7 +127,7 @@ class Endpoint:
         (an HTTP error after the retries, HTML, malformed JSON) is :class:`ServerReplyError`, a server that cannot be
         reached after the retries :class:`ServerUnreachable` (ends the run). ``retries`` overrides the client's
         (0 for capability probes, whose refusal is an answer)."""
-        import openai
+        import openai  # lazy: loads the openai client (imported already by __init__)
 
         client = self.client if retries is None else self.client.with_options(max_retries=retries)
         try:
@@ -159,7 +161,6 @@ class Endpoint:
         return self._json("POST", path, body, retries)
 
     def _json(self, method: str, path: str, body, retries) -> Any:
-        import openai
 
         def go(client):
             if method == "GET":
@@ -318,9 +319,7 @@ def _local_tokenizer(spec: str):
 
     Raises:
         LctxError: none of those (one line naming what to give)."""
-    from pathlib import Path
-
-    from transformers import AutoTokenizer  # lazy: loads transformers
+    from transformers import AutoTokenizer  # lazy: loads transformers (only for --tokenizer)
 
     p = Path(spec).expanduser()
     try:
@@ -629,8 +628,6 @@ class ServerAdapter(TokenizerSide):
     def settings(self) -> dict:
         """No dtype, attention or chunks of ours; the device is the server (its URL); versions: the openai client's
         (the server's own are in :meth:`model_inputs`)."""
-        from importlib.metadata import version
-
         return {"dtype": None, "attn_impl": None, "chunk_size": None, "device_type": "server",
                 "device": ",".join(e.shown for e in self.endpoints), "versions": {"openai": version("openai")}}
 
