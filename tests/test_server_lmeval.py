@@ -127,6 +127,7 @@ def test_a_served_model_is_offered_mmlu_and_arc_before_connecting():
 
 # --------------------------------------------------------------------------------------- the cross-check
 
+@pytest.mark.slow  # two lm-eval evaluations and lm-eval's import: about 4.5 s alone on the 2-core machine
 def test_arc_through_the_stub_equals_lm_evals_own_local_completions(data_dir, char_tokenizer, tmp_path):
     """arc_easy (3 questions) through the stub: ok records whose acc and acc_norm equal lm-eval's own
     local-completions run against the same stub, each choice's log-likelihood the stub's true value by hand; lm-eval's
@@ -162,6 +163,7 @@ def test_arc_through_the_stub_equals_lm_evals_own_local_completions(data_dir, ch
     assert float(acc["mean"].iloc[0]) == pytest.approx(sum(r["metrics"]["acc"] for r in ours) / 3)
 
 
+@pytest.mark.slow  # two lm-eval evaluations
 def test_text_dependent_scores_equal_lm_evals_own_to_the_digit(data_dir, char_tokenizer, tmp_path):
     """The unigram rule (a space favoured everywhere: the server generates one token, so lm-eval's own slice is
     right) scores a choice by its spaces and other characters, not only its length: lctx's log-likelihoods, acc and
@@ -184,8 +186,9 @@ def test_text_dependent_scores_equal_lm_evals_own_to_the_digit(data_dir, char_to
 
 def test_rerun_resumes_without_a_request_and_no_memory_check(data_dir, tmp_path, monkeypatch):
     """A rerun into the same out resumes: no lm-eval request reaches the server (only load_server's probes), and
-    the table is the same. The lm-eval batch memory check never runs for a served model (patched to fail). Control:
-    a rerun into a fresh out asks for every choice again."""
+    the table is the same. The first run's log-likelihoods are the stub's by hand (the fast subset's check of the
+    values; the cross-check with lm-eval's own is slow). The lm-eval batch memory check never runs for a served model
+    (patched to fail). Control: a rerun into a fresh out asks for every choice again."""
     from lctx.models.adapters import memory
 
     def refuse(*a, **k):
@@ -196,6 +199,9 @@ def test_rerun_resumes_without_a_request_and_no_memory_check(data_dir, tmp_path,
         first = run(stub.url, tmp_path / "a", data_dir)
         n = lmeval_requests(stub)
         assert n == sum(len(d["choices"]["text"]) for d in arc_docs(data_dir)) and first.ran == 3
+        for rec, doc in zip(records(first.out), arc_docs(data_dir)):
+            assert rec["status"] == "ok" and rec["extra"]["ll"] == pytest.approx(hand_ll(doc), abs=1e-3)
+            assert set(rec["metrics"]) == {"acc", "acc_norm"} and not rec.get("unavailable")
         again = run(stub.url, tmp_path / "a", data_dir)
         assert lmeval_requests(stub) == n and again.ran == 0 and again.skipped == 3
         assert [r["metrics"] for r in records(again.out)] == [r["metrics"] for r in records(first.out)]
