@@ -175,8 +175,8 @@ def evaluate(models=None, tasks=None,
     given by name), or one comma-separated string of names; default the tasks that declare
     :attr:`lctx.tasks.Task.default_run` (passkey and ppl, :func:`lctx.tasks.default_tasks`) when None (an empty
     list is an error), and then a note names the tasks of ``task_files`` that do not run. A task that declares
-    :attr:`lctx.tasks.Task.adapter_needs` (mmlu/arc: ``lmeval_model()``) runs only on adapters that have those
-    methods. lengths: context
+    :attr:`lctx.tasks.Task.adapter_needs` (mmlu/arc: ``lmeval_model()`` or, for a served model,
+    ``lmeval_api_model()``) runs only on adapters that have those methods. lengths: context
     lengths in tokens (or "256,1k"; default 256..2048, or ``relative`` x the training length); depths: needle
     depths, fractions in [0, 1]; samples: per (length, depth) cell; out: the run directory (default: a fresh
     temporary directory; rerun with the same ``out`` to resume). The other options are those of ``lctx run``
@@ -213,7 +213,7 @@ def evaluate(models=None, tasks=None,
             ``out``; no model or no task (an empty list); a model object that is not an adapter (a class, missing
             members, a member that breaks the contract), or a load setting given with one that is not its own;
             two tasks of one name; a task on an adapter that lacks a method the task needs (mmlu/arc without
-            ``lmeval_model()``).
+            ``lmeval_model()`` or ``lmeval_api_model()``).
     """
     warn = warn or log
     call = _check_call(models, tasks, task_files, lengths=lengths, depths=depths, samples=samples, relative=relative,
@@ -527,11 +527,16 @@ def _length_groups(lms: list, call: _Call, rel_step, train_length: Optional[int]
 def _fit_family_batches(lms: list, family_objs: list, lmeval_batch: int, explicit: bool, warn) -> None:
     """Set each lm-eval suite's batch (of ``family_objs``) to the largest up to ``lmeval_batch`` that fits every model
     (:func:`lctx.models.adapters.memory.check_lmeval_fits`; ``explicit``: the batch was asked for, so it is checked,
-    not lowered); the note of each goes to ``warn``.
+    not lowered); the note of each goes to ``warn``. Only in-process models (``lmeval_model()``) are planned: a served
+    model's memory is its server's (lm-eval's requests to it go ``concurrency`` at a time), and with no in-process
+    model nothing is checked.
 
     Raises:
         LctxError: an ``explicit`` batch that does not fit.
     """
+    lms = [lm for lm in lms if callable(getattr(lm, "lmeval_model", None))]  # a served model's memory is the server's
+    if not lms:
+        return
     from lctx.models.adapters.memory import check_lmeval_fits  # lazy: loads torch
 
     for suite in {id(t.suite): t.suite for t in family_objs if getattr(t, "suite", None) is not None}.values():
@@ -785,8 +790,9 @@ def _check_names(models, tasks, task_files) -> tuple[list[str], list[str]]:
 
 def _check_served(models, task_names: list[str], task_files) -> None:
     """The checks of served models (``--model URL``) that cost no connection: each URL well-formed
-    (:func:`lctx.models.adapters.server.split_server_urls`), and no task that runs in this process only (lm-eval's
-    mmlu/arc need the model's weights: :attr:`lctx.tasks.Task.adapter_needs`).
+    (:func:`lctx.models.adapters.server.split_server_urls`), and no task whose :attr:`lctx.tasks.Task.adapter_needs`
+    a :class:`~lctx.models.adapters.server.ServerAdapter` lacks (:class:`_ServedCapabilities`; mmlu/arc run through
+    its ``lmeval_api_model()``).
 
     Raises:
         LctxError: the first problem found (one line naming the fix)."""
@@ -801,9 +807,31 @@ def _check_served(models, task_names: list[str], task_files) -> None:
     needs = [(n, fam.adapter_needs) for fam, names in _families(task_names).items() for n in names]
     needs += [(n, TASKS[n].adapter_needs) for n in task_names if n in TASKS]
     for name, wanted in needs:
-        for method, why in dict(wanted).items():
-            raise LctxError(f"{name} {why}, and a served model (--model {urls[0].split(',')[0]}) has none: drop "
-                            f"{name} for it, or evaluate the checkpoint in process (docs/serving.md)")
+        for methods, why in dict(wanted).items():
+            if not _has_capability(_ServedCapabilities, methods):  # mmlu/arc: ServerAdapter.lmeval_api_model
+                raise LctxError(f"{name} {why}, and a served model (--model {urls[0].split(',')[0]}) has none: drop "
+                                f"{name} for it, or evaluate the checkpoint in process (docs/serving.md)")
+
+
+class _ServedCapabilities:
+    """The optional capabilities of :class:`lctx.models.adapters.server.ServerAdapter` (beyond the protocol), named
+    without importing it (that loads torch) for :func:`_check_served`, which runs before torch and any connection;
+    ``tests/test_server_lmeval.py`` checks them against the class."""
+
+    def lmeval_api_model(self):
+        """mmlu/arc through lm-eval's ``local-completions`` model (:meth:`ServerAdapter.lmeval_api_model`)."""
+
+
+def _has_capability(obj, methods) -> bool:
+    """Whether ``obj`` (an adapter, or its class) has a capability of :attr:`lctx.tasks.Task.adapter_needs`: a key
+    naming one method (``"lmeval_model"``) or a tuple of alternatives, any one of which will do (lm-eval's tasks:
+    ``("lmeval_model", "lmeval_api_model")``, :data:`lctx.models.adapters.protocol.LMEVAL_CAPABILITIES`)."""
+    return any(callable(getattr(obj, m, None)) for m in ((methods,) if isinstance(methods, str) else methods))
+
+
+def _capability_names(methods) -> str:
+    """``"m()"`` or ``"m1() or m2()"`` for a capability key, for messages."""
+    return " or ".join(f"{m}()" for m in ((methods,) if isinstance(methods, str) else methods))
 
 
 def _load_models(models, attn_override, warn, server: Optional[dict] = None, **load) -> list:
@@ -895,7 +923,7 @@ def _check_adapter_objects(models: list, task_names: list[str], given_tasks: lis
     load settings of :data:`_LOAD_SETTINGS`, None or False when not given, and ``chat_template`` /
     ``system_prompt``): two tasks of one name (their records would share a key); an adapter class where an object
     belongs; a task whose declared :attr:`lctx.tasks.Task.adapter_needs` (or its family's: lm-eval's
-    ``lmeval_model()``) an adapter object lacks (refused before torch loads); an object that lacks members of
+    ``lmeval_model()`` or ``lmeval_api_model()``, :func:`_has_capability`) an adapter object lacks (refused before torch loads); an object that lacks members of
     :class:`~lctx.models.adapters.protocol.ModelAdapter` (named; this check loads torch, with lctx's models) or
     whose members break their contract (:func:`~lctx.models.adapters.protocol.check_adapter`); a load setting
     given beside an object that is not the object's own (:data:`_ADAPTER_SETTINGS`, its ``settings()``) or cannot
@@ -924,11 +952,12 @@ def _check_adapter_objects(models: list, task_names: list[str], given_tasks: lis
     needs += [(n, TASKS[n].adapter_needs) for n in task_names if n in TASKS]
     needs += [(t.name, type(t).adapter_needs) for t in given_tasks]
     for name, wanted in needs:  # before torch: the refusal costs nothing
-        for method, why in dict(wanted).items():
-            lacking = next((m for m in objs if not callable(getattr(m, method, None))), None)
+        for methods, why in dict(wanted).items():
+            lacking = next((m for m in objs if not _has_capability(m, methods)), None)
             if lacking is not None:
                 raise LctxError(f"{name} {why}, and model {getattr(lacking, 'name', lacking)!r} has none (no "
-                                f"{method}()): drop {name} for it, or pass a checkpoint path (or load_lm's adapter)")
+                                f"{_capability_names(methods)}): drop {name} for it, or pass a checkpoint path (or "
+                                "load_lm's adapter)")
     from lctx.models.adapters.protocol import check_adapter, missing_members  # lazy: loads lctx.models (torch); objects only
 
     for m in objs:

@@ -181,9 +181,11 @@ class Task:
             partial work (lm-eval's request cache) so that a run stopped inside the call resumes without
             redoing it; ``None`` (the default, and outside a run): keep nothing.
         adapter_needs: {method: why} that the model adapter must have beyond
-            :class:`lctx.models.adapters.protocol.ModelAdapter` (lm-eval's tasks: ``{"lmeval_model": "runs lm-eval's hf
-            backend, which needs a Hugging Face model"}``); ``lctx.evaluate`` refuses the task, in one line before torch
-            loads, for an adapter object without them. Default none.
+            :class:`lctx.models.adapters.protocol.ModelAdapter`; a key may be a tuple of alternative methods, any one
+            of which will do (lm-eval's tasks: ``{("lmeval_model", "lmeval_api_model"): "runs lm-eval's hf backend (a
+            Hugging Face model) or its local-completions model (a served model)"}``); ``lctx.evaluate`` refuses the
+            task, in one line before torch loads, for an adapter object (or a served model) without them. Default
+            none.
         chunked: ``False`` for a task that does not run through the adapter's chunked prefill (lm-eval's): the
             prefill chunk size then does not reach its numbers and is left out of its records' fingerprint.
         subtask: a part of a task run as its own task object whose records keep the task's ``name`` (an MMLU

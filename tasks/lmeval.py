@@ -26,6 +26,12 @@ native lctx models get the BOS token their training always put first (their toke
 it); Hugging Face models keep lm-eval's default (whatever ``tokenizer.encode`` adds). ``LctxHFLM`` is
 registered in lm-eval's model registry as ``"lctx"``, so
 ``lm_eval.simple_evaluate(model="lctx", model_args={"pretrained": "ckpt/rope-256"})`` works too.
+A served model (:class:`lctx.models.adapters.server.ServerAdapter`, ``--model http://HOST:PORT/v1``) is wrapped in
+:func:`served_lmeval_class`'s ``LctxCompletionsLM``, lm-eval's ``local-completions`` model
+(``LocalCompletionsAPI``) with the adapter's tokenizer and requests; its log-likelihoods are echoed prompt
+log-probabilities, so they run only after the server passed lctx's trust probe, and otherwise every metric of every
+question is recorded as unavailable with the probe's reason (never 0). The lm-eval batch memory check does not run for
+it (its memory is the server's); its requests go ``--concurrency`` at a time.
 
 Records: one per question (``sample`` = lm-eval ``doc_id``, ``length``/``depth`` empty), metrics
 ``acc`` (and ``acc_norm``) as 0/1, so ``summary.csv``'s mean, stderr (sample std / sqrt(n), lm-eval's
@@ -80,7 +86,10 @@ class LmEvalFamily(TaskFamily):
 
     name = "lmeval"
     shardable = False
-    adapter_needs = {"lmeval_model": "runs lm-eval's hf backend, which needs a Hugging Face model"}
+    #: either capability will do (lctx.models.adapters.protocol.LMEVAL_CAPABILITIES): lm-eval's hf backend over an
+    #: in-process Hugging Face model, or lm-eval's local-completions model over a served one
+    adapter_needs = {("lmeval_model", "lmeval_api_model"): "runs lm-eval's hf backend (a Hugging Face model) or its "
+                                                            "local-completions model (a served model)"}
     run_options = (RunOption("--limit", "limit", None, None, "a positive number of questions, e.g. --limit 20",
                              users="mmlu/arc_*"),
                    RunOption("--num-fewshot", "num_fewshot", None, None, "0 or more", users="mmlu/arc_*"))
@@ -470,6 +479,221 @@ def lctx_hflm_class():
     return _LCTX_HFLM
 
 
+_SERVED_LM = None
+#: lm-eval's ``max_length`` for a served model: never reached, so lm-eval never cuts a request from the left
+#: (a prompt longer than the server's context is the server's refusal, or a cut its ``usage.prompt_tokens`` shows:
+#: an error, never a score of a cut prompt)
+SERVED_MAX_LENGTH = 1 << 40
+
+
+class LlRequest(tuple):
+    """One log-likelihood request of :class:`LctxCompletionsLM`: ``(ids, text, n_cont)``: lm-eval's ids (context +
+    continuation, the BOS first where the model takes one), their text (context + continuation as lm-eval gave
+    them; None for a request without one) and the continuation's tokens at the end."""
+
+    __slots__ = ()
+
+    def __new__(cls, ids, text, n_cont):
+        return super().__new__(cls, (list(ids), text, int(n_cont)))
+
+
+def served_lmeval_class():
+    """lm-eval's OpenAI-completions model (``lm_eval.models.openai_completions.LocalCompletionsAPI``, registered as
+    ``local-completions``) over an lctx :class:`~lctx.models.adapters.server.ServerAdapter`: mmlu/arc through a
+    served model. Defined lazily (importing lm-eval takes seconds).
+
+    ``LctxCompletionsLM(lm, batch_size=None)``: ``base_url`` and ``model`` from ``lm.lmeval_api_model()`` (which
+    raises :class:`~lctx.errors.MetricUnavailable` when the trust probe did not pass), and lm-eval's own request
+    flow (its ``loglikelihood``: ``_encode_pair``, the ``Collator`` order, the request cache hook) and payload
+    (``_create_payload``: ``echo``, ``logprobs`` 1, ``max_tokens`` 1, ``temperature`` 0, the seed). What differs:
+
+    * tokens are the adapter's (``lm.encode``: the server's ``/tokenize`` / ``/extras/tokenize`` or the local
+      ``--tokenizer``), with the model's BOS first as the server counts it (``tok_encode``);
+    * each request goes through the adapter (``lm.prompt_logprobs``: the endpoints' ``openai`` clients, their API key,
+      retries and timeouts; token ids to a server that takes them, else the request's text; ``usage.prompt_tokens``
+      checked, so a cut prompt is an error, never a score), ``batch_size`` requests (default ``lm.concurrency``) in
+      flight at once;
+    * the echo is lined up with the ids by the adapter (``_echoed``: a BOS left out of the echo, and all, fewer or
+      none of the generated tokens), not by lm-eval's ``parse_logprobs``, which takes ``token_logprobs[ctxlen:-1]``
+      and so drops the continuation's last token when the server returns no generated token's entry (llama-cpp-python
+      leaves out the last one; a model that stops at once generates none);
+    * no left truncation (:data:`SERVED_MAX_LENGTH`).
+
+    Returns the class. Source: lm-eval 0.4.13 ``lm_eval/models/api_models.py`` (``TemplateAPI``),
+    ``lm_eval/models/openai_completions.py``.
+    """
+    global _SERVED_LM
+    if _SERVED_LM is not None:
+        return _SERVED_LM
+    from concurrent.futures import ThreadPoolExecutor  # lazy
+
+    from lm_eval.models.openai_completions import LocalCompletionsAPI  # lazy: loads lm_eval
+
+    class LctxCompletionsLM(LocalCompletionsAPI):
+        """lm-eval ``local-completions`` over a served lctx model (see :func:`served_lmeval_class`)."""
+
+        def __init__(self, lm, batch_size: int | None = None):
+            info = lm.lmeval_api_model()
+            n = max(1, int(batch_size or info.get("concurrency") or 1))
+            super().__init__(base_url=info["base_url"], model=info["model"], tokenizer_backend="none",
+                             batch_size=n, num_concurrent=1, max_retries=1, seed=int(info.get("seed") or 0),
+                             max_length=SERVED_MAX_LENGTH, add_bos_token=False)
+            self.lm = lm
+            self.tokenizer = _AdapterTokenizer(lm)  # lm-eval's loglikelihood needs one; every use is overridden
+            self.chat_source = lm.chat_source()
+
+        # -- text: the adapter's tokenizer
+        def tok_encode(self, string, left_truncate_len=None, add_special_tokens=None, **kwargs):
+            """``lm.encode(string)`` with the model's BOS first (``add_special_tokens`` not False), as the server
+            counts a prompt."""
+            if not isinstance(string, str):
+                return [self.tok_encode(x, left_truncate_len, add_special_tokens) for x in string]
+            ids = list(self.lm.encode(string))
+            if add_special_tokens is not False and self.lm.bos_id is not None:
+                ids = [self.lm.bos_id] + ids
+            return ids[-left_truncate_len:] if left_truncate_len else ids
+
+        def decode_batch(self, tokens):
+            """The adapter's text of each row."""
+            return [self.lm.decode(list(t)) for t in tokens]
+
+        @property
+        def prefix_token_id(self):
+            """The BOS (else EOS) an empty context is conditioned on."""
+            eos = getattr(self.lm.tokenizer, "eos_token_id", None)
+            return self.lm.bos_id if self.lm.bos_id is not None else eos
+
+        @property
+        def eot_token_id(self):
+            """The tokenizer's EOS id, where it has one."""
+            return getattr(self.lm.tokenizer, "eos_token_id", None)
+
+        @property
+        def tokenizer_name(self) -> str:
+            """The tokenizer's fingerprint (lm-eval keys its chat-templated request cache by it)."""
+            return "lctx-" + self.lm.tokenizer_fingerprint()
+
+        @property
+        def api_key(self) -> str:
+            """The key of the adapter's first endpoint client, in memory only (lm-eval's own transport is not
+            used: requests go through the adapter)."""
+            key = getattr(self.lm.endpoints[0].client, "api_key", "") or ""
+            return "" if key == "no-key" else key
+
+        def apply_chat_template(self, chat_history, add_generation_prompt: bool = True) -> str:
+            """The adapter's chat template rendered by lctx (:func:`lctx.chat.render_chat`), as
+            :func:`lctx_hflm_class`'s; a template that refuses the history gets it without its system turn."""
+            import jinja2  # noqa: PLC0415  (lm-eval imports it already)
+
+            kw = dict(add_generation_prompt=add_generation_prompt, continue_final_message=not add_generation_prompt,
+                      source=self.chat_source)
+            try:
+                return render_chat(self.lm.tokenizer, chat_history, **kw)
+            except jinja2.exceptions.TemplateError:
+                return render_chat(self.lm.tokenizer, [m for m in chat_history if m["role"] != "system"], **kw)
+
+        # -- requests: the adapter's
+        def batch_loglikelihood_requests(self, chunks):
+            """lm-eval's (ids, context lengths, cache keys), each input an :class:`LlRequest` carrying its text."""
+            inputs, ctxlens, keys = super().batch_loglikelihood_requests(chunks)
+            reqs = [LlRequest(inp, None if key is None else key[0] + key[1], len(inp) - c)
+                    for inp, c, key in zip(inputs, ctxlens, keys)]
+            return reqs, ctxlens, keys
+
+        def _one(self, req: LlRequest):
+            ids, text, n_cont = req
+            if self.lm.token_prompts or text is None:
+                send = ids
+            else:  # a server that takes text tokenises the whole text: score its tokens (the continuation's are
+                send = self.tok_encode(text)  # lm-eval's own: _encode_pair cuts them from the whole text's)
+                if send[len(send) - n_cont:] != ids[len(ids) - n_cont:]:
+                    from lctx.errors import ServerReplyError  # noqa: PLC0415
+
+                    raise ServerReplyError(f"{self.lm.path}: the text of an lm-eval request tokenises into other "
+                                           "continuation tokens than lm-eval's; the echo cannot be lined up")
+            body = self._create_payload(send, generate=False, seed=self._seed)
+            body = {k: v for k, v in body.items() if k not in ("model", "prompt")}
+            lps, tops = self.lm.prompt_logprobs(send, text if not self.lm.token_prompts else None,
+                                                what="an lm-eval log-likelihood", **body)
+            return lps[len(send) - n_cont:], tops[len(send) - n_cont:]
+
+        def model_call(self, messages, *, generate: bool = True, gen_kwargs=None, **kwargs):
+            """The echoed log-probabilities of each :class:`LlRequest` of ``messages`` (its continuation's
+            ``(logprobs, tops)``), at most ``batch_size`` requests in flight.
+
+            Raises:
+                NotImplementedError: ``generate`` (mmlu/arc only score log-likelihoods).
+                MetricUnavailable, ServerReplyError, ServerUnreachable: as ``lm.prompt_logprobs``."""
+            if generate:
+                raise NotImplementedError("lctx runs only log-likelihood tasks through a served lm-eval model")
+            if len(messages) == 1:
+                return [self._one(messages[0])]
+            with ThreadPoolExecutor(max_workers=min(len(messages), self._batch_size)) as pool:
+                return list(pool.map(self._one, messages))
+
+        def parse_logprobs(self, outputs, tokens=None, ctxlens=None, **kwargs):
+            """lm-eval's ``(sum of the continuation's log-probabilities, every token the first choice)`` per
+            request, from :meth:`model_call`'s aligned outputs.
+
+            Raises:
+                ServerReplyError: an echoed continuation token without a log-probability."""
+            from lctx.errors import ServerReplyError  # noqa: PLC0415
+
+            res = []
+            for lps, tops in outputs:
+                if any(v is None for v in lps):
+                    raise ServerReplyError(f"{self.lm.path}: the echo has no log-probability for a continuation "
+                                           "token of an lm-eval request")
+                greedy = all(not top or v >= top[0] - 1e-9 for v, top in zip(lps, tops))
+                res.append((float(sum(lps)), bool(greedy)))
+            return res
+
+        def loglikelihood_rolling(self, requests, disable_tqdm: bool = False):
+            """Not used by mmlu/arc.
+
+            Raises:
+                NotImplementedError: always."""
+            raise NotImplementedError("lctx runs mmlu/arc (log-likelihoods) through a served lm-eval model")
+
+        def generate_until(self, requests, disable_tqdm: bool = False):
+            """Not used by mmlu/arc.
+
+            Raises:
+                NotImplementedError: always."""
+            raise NotImplementedError("lctx runs mmlu/arc (log-likelihoods) through a served lm-eval model")
+
+    _SERVED_LM = LctxCompletionsLM
+    return _SERVED_LM
+
+
+class _AdapterTokenizer:
+    """The few tokenizer members lm-eval reads of an API model's ``tokenizer`` outside the overridden methods (its
+    results' tokenizer info), from a served adapter."""
+
+    def __init__(self, lm):
+        self.lm = lm
+        tok = lm.tokenizer
+        self.bos_token_id, self.eos_token_id = lm.bos_id, getattr(tok, "eos_token_id", None)
+        self.pad_token_id = getattr(tok, "pad_token_id", None)
+        specials = getattr(tok, "special_tokens_map", None) or {}
+        self.bos_token, self.eos_token = specials.get("bos_token"), specials.get("eos_token")
+        self.pad_token = specials.get("pad_token")
+
+    def encode(self, text: str) -> list[int]:
+        """``lm.encode``."""
+        return self.lm.encode(text)
+
+    def decode(self, ids) -> str:
+        """``lm.decode``."""
+        return self.lm.decode(list(ids))
+
+
+def is_served(lm) -> bool:
+    """Whether ``lm`` runs lm-eval through a server (:class:`lctx.models.adapters.protocol.LmEvalApiCapable`:
+    ``lmeval_api_model()``) rather than in process (``lmeval_model()``, which wins when an adapter has both)."""
+    return not callable(getattr(lm, "lmeval_model", None)) and callable(getattr(lm, "lmeval_api_model", None))
+
+
 # -- running ---------------------------------------------------------------------------------------------
 def _quiet_lm_eval():
     for name in ("lm_eval", "lm-eval", "lm_eval.models.huggingface"):
@@ -607,12 +831,17 @@ class LmEvalSuite:
         return self._loaded
 
     def hflm(self, lm):
-        """lm-eval's model wrapper of ``lm`` (:func:`lctx_hflm_class`) over the Hugging Face model and tokenizer of
-        its ``lmeval_model()`` (:class:`lctx.models.adapters.protocol.LmEvalCapable`), made once per adapter.
+        """lm-eval's model wrapper of ``lm``, made once per adapter: :func:`lctx_hflm_class` over the Hugging Face
+        model and tokenizer of its ``lmeval_model()`` (:class:`lctx.models.adapters.protocol.LmEvalCapable`), or for a
+        served model (:func:`is_served`) :func:`served_lmeval_class` over its server (``lmeval_api_model()``,
+        :class:`lctx.models.adapters.protocol.LmEvalApiCapable`).
 
         Raises:
-            LctxError: ``lm`` has no ``lmeval_model()`` (lm-eval's ``hf`` backend needs a Hugging Face model);
-                ``--chat-template on`` and ``lm``'s tokenizer has no chat template."""
+            LctxError: ``lm`` has neither capability; ``--chat-template on`` and ``lm``'s tokenizer has no chat
+                template.
+            MetricUnavailable: a served model whose prompt log-probabilities failed the trust probe."""
+        if id(lm) not in self._hflm and is_served(lm):  # lm-eval's local-completions over the server
+            self._hflm[id(lm)] = (lm, served_lmeval_class()(lm))
         if id(lm) not in self._hflm:
             model, tok = lmeval_model(lm)
             if self.chat_template and not getattr(tok, "chat_template", None):
@@ -626,8 +855,9 @@ class LmEvalSuite:
         """lm-eval requests per forward from now on, also for the model wrappers already made (the memory
         check of :func:`lctx.models.adapters.memory.check_lmeval_fits` lowers it after :meth:`request_lengths` made them)."""
         self.batch_size = int(batch_size)
-        for _, hflm in self._hflm.values():
-            hflm.batch_size_per_gpu = self.batch_size
+        for lm, hflm in self._hflm.values():
+            if not is_served(lm):  # a served model's requests go lm.concurrency at a time
+                hflm.batch_size_per_gpu = self.batch_size
 
     def request_lengths(self, lm) -> dict[str, tuple[int, int]]:
         """{task label (``mmlu/<subject>``, ``arc_easy``): (longest request in tokens, requests)} of every task's
@@ -790,21 +1020,28 @@ class LmEvalTask(Task):
 
     def score_all(self, lm, cells: list[Cell]) -> list[tuple[Sample, dict[str, float]]]:
         """Run ``lm_eval.simple_evaluate`` on the questions of ``cells`` with lm-eval's ``hf`` backend over
-        ``lm``'s loaded model (:class:`LctxHFLM`), k-shot (``--num-fewshot``, else :data:`DEFAULT_FEWSHOT`).
+        ``lm``'s loaded model (:class:`LctxHFLM`), or for a served model with lm-eval's ``local-completions`` model
+        over its server (:func:`served_lmeval_class`), k-shot (``--num-fewshot``, else :data:`DEFAULT_FEWSHOT`).
         In a run, lm-eval's request cache (:meth:`request_cache_prefix`, lm-eval's ``CachingLM``: sqlite, each
         answer stored as its batch finishes) keeps the answers of a call that is stopped before its records
         are written (``STOP_AT``, Ctrl-C), and the rerun's call takes them from there instead of the model.
 
         Raises:
             LctxError: ``--chat-template on`` with a tokenizer that has none; unreadable data.
+            MetricUnavailable: a served model whose prompt log-probabilities failed the trust probe (the runner
+                records every metric of every cell unavailable, with the probe's reason).
+            ServerUnreachable: the server stopped answering (the runner ends the run; a rerun resumes).
         """
         import lm_eval  # noqa: PLC0415  (seconds to import: only when lm-eval tasks run)
 
         sp, su = self.spec, self.suite
         k = DEFAULT_FEWSHOT[sp.task] if su.num_fewshot is None else su.num_fewshot
+        if is_served(lm):
+            lm.lmeval_api_model()  # MetricUnavailable (the trust probe's reason) before any data or request
         tm, tasks = su.loaded()
         hflm = su.hflm(lm)
-        lmeval_model(lm)  # lm-eval calls the model directly: the adapter readies it (its own RoPE behaviour)
+        if not is_served(lm):
+            lmeval_model(lm)  # lm-eval calls the model directly: the adapter readies it (its own RoPE behaviour)
         todo = [c.sample for c in cells]
         if su.log:
             su.log(f"{lm.name}: {sp.task}{'/' + sp.subject if sp.subject else ''} {len(todo)} questions, {k}-shot")

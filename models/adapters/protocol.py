@@ -41,9 +41,11 @@ Types a task receives are plain: token ids are ``list[int]``; :meth:`score_conti
 by item with ``float(x)`` / ``bool(x)`` (lists; the in-process adapter returns torch float64 / bool tensors,
 which read the same). This module imports nothing from torch.
 
-Optional capability (not part of :class:`ModelAdapter`): lm-eval's mmlu/arc tasks run lm-eval's own ``hf``
-backend over a Hugging Face model, so they need :class:`LmEvalCapable` (``lmeval_model()``); ``lctx.evaluate``
-refuses those tasks, before anything runs, for an adapter without it.
+Optional capability (not part of :class:`ModelAdapter`): lm-eval's mmlu/arc tasks run one of lm-eval's own models,
+so they need one of two capabilities: :class:`LmEvalCapable` (``lmeval_model()``: a Hugging Face model for lm-eval's
+``hf`` backend, in process) or :class:`LmEvalApiCapable` (``lmeval_api_model()``: a served model for lm-eval's
+OpenAI-completions model, ``local-completions``); ``lctx.evaluate`` refuses those tasks, before anything runs, for an
+adapter with neither.
 
 The contract is checked, not only written down: :func:`check_adapter` calls each member once before a run (one
 line naming a member of the wrong shape), and the runner runs a user's adapter (not lctx's own) in a
@@ -217,6 +219,33 @@ class LmEvalCapable(Protocol):
 
     def chat_source(self) -> str:
         """Where the chat template comes from, for messages (e.g. "model 'NAME' (PATH)")."""
+
+
+@runtime_checkable
+class LmEvalApiCapable(Protocol):
+    """The other capability lm-eval's mmlu/arc tasks accept (:mod:`lctx.tasks.lmeval`): a model behind an
+    OpenAI-compatible ``/v1/completions`` endpoint that echoes prompt log-probabilities, scored by lm-eval's own
+    ``LocalCompletionsAPI`` (``local-completions``) with the adapter's tokenizer and requests
+    (:class:`lctx.models.adapters.server.ServerAdapter`)."""
+
+    def lmeval_api_model(self) -> dict:
+        """``{"base_url": the ``.../v1/completions`` URL, "model": the served id, "seed", "concurrency", "max_length":
+        tokens or None}``; called before each lm-eval evaluation.
+
+        Raises:
+            lctx.errors.MetricUnavailable: the server's prompt log-probabilities cannot be used (the reason): every
+                metric of the evaluation is then recorded as unavailable."""
+
+    def prompt_logprobs(self, ids: list, text: Optional[str] = None, what: str = "an echo", **body) -> tuple:
+        """``(logprobs, tops)`` aligned with ``ids``: ``log p(ids[p] | ids[:p])`` (nats; ``None`` where the server
+        gives none) and the alternatives' values there, from one echoed completion request (``body``: its fields)."""
+
+    def chat_source(self) -> str:
+        """Where the chat template comes from, for messages."""
+
+
+#: the capabilities lm-eval's mmlu/arc tasks accept, any one of them (:attr:`lctx.tasks.Task.adapter_needs` key)
+LMEVAL_CAPABILITIES = ("lmeval_model", "lmeval_api_model")
 
 
 #: the members :class:`ModelAdapter` declares (attributes and methods), for messages that name what is missing

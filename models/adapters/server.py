@@ -536,6 +536,40 @@ class ServerAdapter(TokenizerSide):
                               logprobs=TOP_K)
         return _echoed(reply, ids, self.bos_id, self.endpoints[0].shown, lambda i: self.decode([i]))
 
+    def prompt_logprobs(self, ids: list, text: Optional[str] = None, what: str = "an echo", **body) -> tuple:
+        """Echoed prompt log-probabilities of ``ids`` (sent as :meth:`_prompt_field`: the ids, or ``text`` / their
+        text for a server that takes text), one completion request with ``body`` (the API's fields; default
+        ``max_tokens`` 1, ``temperature`` 0, ``seed``, ``echo``, ``logprobs`` :data:`TOP_K`), ``usage.prompt_tokens``
+        checked against ``len(ids)``. Returns ``(logprobs, tops)`` aligned with ``ids``: ``logprobs[p]`` is ``log
+        p(ids[p] | ids[:p])`` in nats (``None`` at 0, and at a BOS the server leaves out of its echo), ``tops[p]``
+        the values of the alternatives the server listed there, highest first (:func:`_echoed`, which lines up
+        servers that echo the BOS or not and that return all, fewer or none of the generated tokens).
+
+        Raises:
+            MetricUnavailable: the trust probe did not pass (its reason).
+            ServerReplyError: as :meth:`_request`, or an echo that cannot be lined up with ``ids``."""
+        if not self.trust.ok:
+            raise MetricUnavailable(self.trust.reason)
+        body = {"max_tokens": 1, "temperature": 0, "seed": self.seed, "echo": True, "logprobs": TOP_K, **body}
+        reply = self._request(what, list(ids), text, **body)
+        return _echoed(reply, list(ids), self.bos_id, self.endpoints[0].shown, lambda i: self.decode([i]))
+
+    def lmeval_api_model(self) -> dict:
+        """What lm-eval's OpenAI-completions model (``lm_eval.models.openai_completions.LocalCompletionsAPI``, as
+        :func:`lctx.tasks.lmeval.served_lmeval_class` subclasses it) needs to run mmlu/arc through this server
+        (:class:`lctx.models.adapters.protocol.LmEvalApiCapable`): ``{"base_url": the first server's
+        ``/v1/completions`` URL (no credentials: the API key stays in the endpoints' clients), "model": the served
+        id, "seed": the request seed, "concurrency": requests in flight at most, "max_length": the server's
+        reported context or None}``. lm-eval's log-likelihoods are echoed prompt log-probabilities, so they are
+        offered only after the trust probe passed.
+
+        Raises:
+            MetricUnavailable: the trust probe did not pass (its reason): every mmlu/arc metric is unavailable."""
+        if not self.trust.ok:
+            raise MetricUnavailable(self.trust.reason)
+        return {"base_url": self.endpoints[0].url.rstrip("/") + "/completions", "model": self.model_id,
+                "seed": self.seed, "concurrency": self.concurrency, "max_length": self.max_length}
+
     def score_continuation(self, prefix: ServerPrefix, cont: list[int]) -> ContinuationScores:
         """Teacher-forced scores of ``cont`` after the prompt, from the echoed log-probabilities of prompt + ``cont``
         (one request; ``TOP_K`` alternatives, so a rank past them is ``TOP_K + 1``).
