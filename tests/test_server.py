@@ -259,10 +259,12 @@ def test_unreachable_server_is_refused_before_the_run(tmp_path):
 
 # ---------------------------------------------------------------------------------------------- identity and keys
 
+@pytest.mark.slow  # five runs and a report: ~6 s
 def test_api_key_is_read_from_the_environment_and_never_written(tmp_path, monkeypatch, capsys):
     """The key comes from --api-key-env's variable only; it reaches the server (the run works) and nothing lctx
     writes or says: run.json, records, tables, plots, warnings and error messages. Without it the server's 401 is
-    one line naming --api-key-env; an unset variable is named (never a value)."""
+    one line naming --api-key-env; an unset variable is named (never a value); a URL carrying it is refused without
+    echoing it. The report of the run is grepped too."""
     secret = "sk-test-3f9a1c77e0d2"
     with StubServer(api_key=secret) as s:
         with pytest.raises(LctxError, match="--api-key-env"):
@@ -280,6 +282,10 @@ def test_api_key_is_read_from_the_environment_and_never_written(tmp_path, monkey
         res = run(s.url, tmp_path, name="ok", api_key_env="LCTX_TEST_KEY")
         assert all(r["status"] == "ok" for r in records(res.out))
         assert all(seen.auth == "ok" for seen in s.requests if seen.path == "/v1/completions")
+    from lctx.cli import main
+
+    assert main(["report", str(res.out), "--out", str(tmp_path / "report")]) == 0  # the report, grepped below too
+    assert (tmp_path / "report" / "report.html").is_file()
     written = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert any(p.name == "run.json" for p in written)
     for p in written:
