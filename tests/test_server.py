@@ -127,7 +127,10 @@ def test_trust_probe_refuses_misaligned_echoes(fault, tmp_path):
     meta = json.loads((res.out / "run.json").read_text())
     probe = next(iter(meta["inputs"]["models"].values()))["server"]["trust_probe"]
     assert probe["ok"] is False and probe["max_abs_diff"] > S.ECHO_TOL
-    assert sum("unavailable through" in w for w in res.warnings) == 1  # said once, with the measured values
+    assert sum("unavailable through" in w for w in res.warnings) == 1  # said once before the sweep, with the numbers
+    assert f"up to {probe['max_abs_diff']:.3g} nats" in res.warnings[0]
+    ends = [w for w in res.warnings if "recorded as unavailable" in w]
+    assert len(ends) == 1 and "digit_acc (passkey, 2 samples)" in ends[0]  # and once at the end, naming the metric
 
 
 def test_trust_probe_tolerance_passes_rounding(tmp_path):
@@ -267,12 +270,12 @@ def test_api_key_is_read_from_the_environment_and_never_written(tmp_path, monkey
     echoing it. The report of the run is grepped too."""
     secret = "sk-test-3f9a1c77e0d2"
     with StubServer(api_key=secret) as s:
-        with pytest.raises(LctxError, match="--api-key-env"):
+        with pytest.raises(LctxError, match="wants an API key.*--api-key-env"):
             run(s.url, tmp_path, name="nokey")
         with pytest.raises(LctxError, match="LCTX_TEST_KEY is not set"):
             run(s.url, tmp_path, name="unset", api_key_env="LCTX_TEST_KEY")
         monkeypatch.setenv("LCTX_TEST_KEY", "sk-wrong")
-        with pytest.raises(LctxError) as wrong:
+        with pytest.raises(LctxError, match=r"refused the API key in \$LCTX_TEST_KEY") as wrong:
             run(s.url, tmp_path, name="wrong", api_key_env="LCTX_TEST_KEY")
         assert "sk-wrong" not in str(wrong.value)
         monkeypatch.setenv("LCTX_TEST_KEY", secret)
@@ -378,3 +381,18 @@ def test_thinking_span_is_dropped_before_scoring(stub, monkeypatch):
     assert lm.decode(out) == " 42." and sent["max_tokens"] == 8 + 32
     lm.think_end = None  # control: without the marker the span stays in the answer
     assert lm.decode(lm.greedy(lm.prefix([toy.BOS, 5]), 8)).startswith("<think>")
+
+
+def test_setup_mistakes_are_one_line_naming_the_fix(tmp_path):
+    """https:// to a plain-HTTP server names the TLS failure and http:// (it said "no server answers", with the
+    server up: the fresh-user trial of issue 27); a --tokenizer that does not exist, or is a file that is not a GGUF,
+    says so instead of transformers' hub-id text."""
+    with StubServer() as s:
+        with pytest.raises(LctxError, match=r"TLS handshake failed.*--model http://"):
+            S.load_server(s.url.replace("http://", "https://"), retries=0, log=lambda m: None)
+        with pytest.raises(LctxError, match="no such file or folder"):
+            S.load_server(s.url, tokenizer=str(tmp_path / "missing"), log=lambda m: None)
+        (tmp_path / "notes.txt").write_text("x")
+        with pytest.raises(LctxError, match="not a .gguf"):
+            S.load_server(s.url, tokenizer=str(tmp_path / "notes.txt"), log=lambda m: None)
+        assert S.split_server_urls(s.url) == [s.url]  # control: the URL itself is good (http:// loads elsewhere)

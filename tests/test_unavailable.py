@@ -134,15 +134,28 @@ def test_ppl_records_every_metric_unavailable(runs):
     assert f.loc["effective_length", "status"] == "ok"  # passkey's exact was given
 
 
-def test_one_warning_per_model_and_metric_naming_the_reason(runs):
+def test_one_warning_per_model_and_reason_naming_each_metric(runs):
+    """One line per (model, reason), naming each metric with its tasks and samples (a served model whose
+    log-probabilities fail the trust probe gave one line per metric, each repeating a 300-character reason: the
+    fresh-user trial of issue 27)."""
     *_, warned, _ = runs["na"]
-    assert len(warned) == 1 + len(PPL_METRICS) and len(set(warned)) == len(warned)
-    (pk,) = [w for w in warned if w.startswith("warning: digit_acc ")]
-    assert pk == (f"warning: digit_acc of model 'toy-reader' is unavailable (passkey, 2 samples): {REASON}; recorded "
-                  "as unavailable, never 0")
-    for m in PPL_METRICS:
-        assert sum(w.startswith(f"warning: {m} of model 'toy-reader' is unavailable (ppl, 1 sample): {REASON}")
-                   for w in warned) == 1
+    assert len(warned) == 1
+    metrics = ", ".join(f"{m} (ppl, 1 sample)" if m != "digit_acc" else "digit_acc (passkey, 2 samples)"
+                        for m in sorted(("digit_acc",) + PPL_METRICS))
+    assert warned[0] == (f"warning: {metrics} of model 'toy-reader' are unavailable: {REASON}; recorded as "
+                         "unavailable, never 0")
+
+
+def test_two_reasons_give_two_lines():
+    """Control: rows of one model with two reasons are two lines, each naming its own metrics."""
+    from lctx.harness.run.tables import unavailable_lines
+
+    t = pd.DataFrame({"model": ["m", "m", "m"], "task": ["passkey", "ppl", "ppl"], "metric": ["digit_acc", "ppl", "nll"],
+                      "status": ["unavailable"] * 3, "reason": ["no echo", "no windows", "no windows"]})
+    assert unavailable_lines(t) == [
+        "warning: digit_acc (passkey, 1 sample) of model 'm' is unavailable: no echo; recorded as unavailable, never 0",
+        "warning: nll (ppl, 1 sample), ppl (ppl, 1 sample) of model 'm' are unavailable: no windows; recorded as "
+        "unavailable, never 0"]
 
 
 def test_the_normal_toy_has_no_unavailable_row(runs):

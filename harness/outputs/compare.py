@@ -623,11 +623,13 @@ def compare_runs(run: pd.DataFrame, base: pd.DataFrame, rules: Rules | None = No
 def _unavailable_note(run: dict, base: dict) -> str:
     """Which side of a cell could not give its metric (summary ``n_unavailable`` > 0, or a reason) and why, e.g.
     ``run: no prompt log-probs``; "" when both sides (those there are) gave every value."""
-    parts = []
+    parts = {}
     for side, r in (("run", run), ("baseline", base)):
         if r and ((r.get("n_unavailable") or 0) > 0 or r.get("unavailable")):
-            parts.append(f"{side}: {r.get('unavailable') or 'unavailable'}")
-    return "; ".join(parts)
+            parts[side] = str(r.get("unavailable") or "unavailable")
+    if len(parts) == 2 and len(set(parts.values())) == 1:  # the same reason on both sides: said once
+        return f"both: {parts['run']}"
+    return "; ".join(f"{side}: {why}" for side, why in parts.items())
 
 
 def _match_cells(run: pd.DataFrame, base: pd.DataFrame, labels: list[str], declared: dict | None):

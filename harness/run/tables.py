@@ -379,20 +379,23 @@ def _reasons(reasons) -> str:
 
 
 def unavailable_lines(table: pd.DataFrame) -> list[str]:
-    """One warning line per (model, metric) of a results table with rows the model could not give (status
-    :data:`UNAVAILABLE`): the tasks, how many samples, and the reason (:func:`_reasons`), e.g. ``warning: digit_acc of
-    model 'm' is unavailable (passkey, 4 samples): no prompt log-probs; recorded as unavailable, never 0``. What
-    ``lctx run`` (:func:`lctx.harness.evaluate.evaluate`) warns once per run; [] when every metric was given."""
+    """One warning line per (model, reason) of a results table with rows the model could not give (status
+    :data:`UNAVAILABLE`): its metrics, each with its tasks and how many samples, and the reason once, e.g. ``warning:
+    digit_acc (passkey, 4 samples), ppl (ppl, 1 sample) of model 'm' are unavailable: no prompt log-probs; recorded as
+    unavailable, never 0``. What ``lctx run`` (:func:`lctx.harness.evaluate.evaluate`) warns once per run (a served
+    model whose log-probabilities fail the trust probe: one line, not one per metric); [] when every metric was
+    given."""
     if table is None or "status" not in table.columns or not (table["status"] == UNAVAILABLE).any():
         return []
     na = table[table["status"] == UNAVAILABLE]
     reason = na["reason"] if "reason" in na.columns else pd.Series("", index=na.index)
+    na = na.assign(reason=[r if isinstance(r, str) and r else UNAVAILABLE for r in reason])
     lines = []
-    for (model, metric), g in na.assign(reason=reason).groupby(["model", "metric"], sort=True):
-        tasks = ", ".join(dict.fromkeys(g["task"].astype(str)))
-        n = len(g)
-        lines.append(f"warning: {metric} of model {model!r} is unavailable ({tasks}, {count(n, 'sample')}): "
-                     f"{_reasons(g['reason'])}; recorded as unavailable, never 0")
+    for (model, why), g in na.groupby(["model", "reason"], sort=True):
+        parts = [f"{metric} ({', '.join(dict.fromkeys(gm['task'].astype(str)))}, {count(len(gm), 'sample')})"
+                 for metric, gm in g.groupby("metric", sort=True)]
+        lines.append(f"warning: {', '.join(parts)} of model {model!r} {'is' if len(parts) == 1 else 'are'} "
+                     f"unavailable: {why}; recorded as unavailable, never 0")
     return lines
 
 

@@ -322,6 +322,12 @@ def _local_tokenizer(spec: str):
     from transformers import AutoTokenizer  # lazy: loads transformers (only for --tokenizer)
 
     p = Path(spec).expanduser()
+    if not p.exists() and (spec.startswith((".", "/", "~")) or p.suffix in (".gguf", ".json", ".model")):
+        raise LctxError(f"--tokenizer {spec!r}: no such file or folder; give a folder with tokenizer files, a .gguf "
+                        "file, or a hub id already in the local cache")
+    if p.is_file() and p.suffix != ".gguf":
+        raise LctxError(f"--tokenizer {spec!r} is a file but not a .gguf; give the folder that holds the tokenizer "
+                        "files, or a .gguf file")
     try:
         if p.is_file() and p.suffix == ".gguf":
             return AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name)
@@ -773,17 +779,14 @@ def trust_probe(lm: ServerAdapter) -> TrustReport:
     report = TrustReport(True, "", greedy, diff, n, top1, gain)
     problems = []
     if diff > ECHO_TOL:
-        problems.append(f"up to {diff:.3g} nats from its log-probabilities of the same tokens generated; tolerance "
-                        f"{ECHO_TOL}")
+        problems.append(f"echoed vs generated up to {diff:.3g} nats, tolerance {ECHO_TOL}")
     if not top1:
-        problems.append("the echo's first choices are not the tokens the server generated there")
+        problems.append("the echo's first choices are not the generated tokens")
     if not math.isfinite(gain) or gain < CERTAIN_MARGIN:
-        problems.append(f"a repeated key scores {gain:.3g} nats per token above its first statement (expected >= "
-                        f"{CERTAIN_MARGIN})")
+        problems.append(f"a repeated key {gain:.3g} nats/token over its first statement, expected >= {CERTAIN_MARGIN}")
     if problems:
         report.ok = False
-        more = f"; and {len(problems) - 1} more of its checks" if len(problems) > 1 else ""
-        report.reason = f"the server's echoed prompt log-probabilities fail lctx's trust probe ({problems[0]}{more})"
+        report.reason = f"the server's echoed prompt log-probabilities fail lctx's trust probe ({'; '.join(problems)})"
     return report
 
 
@@ -812,7 +815,7 @@ def load_server(model: str, *, concurrency: int = 1, tokenizer: Optional[str] = 
     eps = [Endpoint(u, key, timeout_s, retries) for u in urls]
     ids, served = [], {}
     for ep in eps:
-        mid, info = _served_model(ep, served_model, key is not None)
+        mid, info = _served_model(ep, served_model, api_key_env if key is not None else None)
         ids.append(mid)
         served[ep.shown] = info
     if len(set(ids)) != 1:
@@ -860,13 +863,9 @@ def load_server(model: str, *, concurrency: int = 1, tokenizer: Optional[str] = 
         log(f"warning: {lm.name}: the server's temperature-0 completions are not its own first choices (a repetition "
             "penalty or a sampler lctx's request could not turn off): exact-match scores are those of its decoding, "
             "not of greedy decoding (docs/serving.md)")
-    if not lm.trust.ok:
-        t = lm.trust
-        measured = (f"; measured: max |echoed - generated| {t.max_abs_diff:.3g} nats over {t.n_compared} tokens, "
-                    f"first choices {'agree' if t.top1_agree else 'disagree'}, repeated key {t.certain_gain:.3g} "
-                    f"nats/token over its first statement" if t.max_abs_diff is not None else "")
-        log(f"warning: {lm.name}: teacher-forced metrics (digit_acc, tf_*) and ppl are unavailable through "
-            f"{lm.path}: {t.reason}{measured} (docs/serving.md#teacher-forced-metrics-and-the-trust-probe)")
+    if not lm.trust.ok:  # said now, before the sweep; the run's end names the metrics it left without a value
+        log(f"warning: {lm.name}: teacher-forced metrics (digit_acc, tf_*), ppl and mmlu/arc will be unavailable "
+            f"through {lm.path}: {lm.trust.reason} (docs/serving.md#teacher-forced-metrics-and-the-trust-probe)")
     return lm
 
 
@@ -876,21 +875,27 @@ def _display_name(model_id: str) -> str:
     return base[: -len(".gguf")] if base.lower().endswith(".gguf") else base
 
 
-def _served_model(ep: Endpoint, served_model: Optional[str], has_key: bool) -> tuple[str, dict]:
+def _served_model(ep: Endpoint, served_model: Optional[str], key_env: Optional[str]) -> tuple[str, dict]:
     """(the model id, what the server says of itself) from ``/v1/models``, ``/props`` and ``/version``.
 
     Raises:
         LctxError: unreachable, a refused key, no model, several without ``served_model``, or it is not listed."""
     try:
         got = ep.call("GET /v1/models", lambda c: c.get(ep.url + "/models", cast_to=object), retries=1)
-    except ServerUnreachable:
+    except ServerUnreachable as e:
+        if ep.url.startswith("https://") and any(w in str(e) for w in ("SSL", "TLS", "ssl", "record layer")):
+            raise LctxError(f"{ep.shown}: the TLS handshake failed ({str(e).split('(', 1)[-1].split(';')[0]}); is the "
+                            "server plain HTTP? then write --model http://...") from None
         raise LctxError(f"no server answers at {ep.shown}; start it first (e.g. python -m llama_cpp.server --model "
                         "FILE.gguf --port 8000) or fix --model") from None
     except ServerReplyError as e:
         msg = str(e)
+        if ("HTTP 401" in msg or "HTTP 403" in msg) and key_env:
+            raise LctxError(f"{ep.shown} refused the API key in ${key_env} (--api-key-env {key_env}); check that "
+                            "variable's value against the server's key") from None
         if "HTTP 401" in msg or "HTTP 403" in msg:
-            raise LctxError(f"{ep.shown} refused the API key ({'a wrong key in --api-key-env' if has_key else 'it wants one'}"
-                            "); give the key's environment variable with --api-key-env NAME") from None
+            raise LctxError(f"{ep.shown} wants an API key; put it in an environment variable and name it with "
+                            "--api-key-env NAME") from None
         raise LctxError(f"{msg}; is --model the API's base URL, ending in /v1?") from None
     data = got.get("data") if isinstance(got, dict) else None
     listed = [d.get("id") for d in data if isinstance(d, dict) and isinstance(d.get("id"), str)] if isinstance(data, list) else []
