@@ -150,17 +150,26 @@ def _wait_for_records(out: Path, n: int, proc: subprocess.Popen, limit: float = 
     raise AssertionError(f"fewer than {n} records in {limit} s (lctx exited {proc.poll()})")
 
 
+#: the sweep the kill tests interrupt: 6 passkey samples at 1K
+KILL_SWEEP = ["--tasks", "passkey", "--lengths", "1k", "--depths", "0,0.5,1", "--samples", "2", "--data-dir", str(DATA),
+              "--no-progress"]
+
+
+def start_lctx_run(url: str, args: list, out: Path) -> subprocess.Popen:
+    """``lctx run --model URL ARGS --out OUT`` started in the background (output piped)."""
+    return subprocess.Popen([sys.executable, "-m", "lctx.cli", "run", "--model", url, *args, "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, OMP_NUM_THREADS="1"))
+
+
 def test_a_killed_server_ends_the_run_and_the_rerun_resumes(tmp_path):
     """The server killed mid-sweep (after the first record): lctx ends with one line naming the server and the
     resume (exit 2), every finished sample kept; the server restarted on its port, the same command resumes them
     and runs the rest."""
-    args = ["--tasks", "passkey", "--lengths", "1k", "--depths", "0,0.5,1", "--samples", "2", "--data-dir", str(DATA),
-            "--no-progress", "--retries", "1"]
+    args = [*KILL_SWEEP, "--retries", "1"]
     with LlamaServer(tmp_path / "server.log") as srv:
         out = tmp_path / "run"
-        proc = subprocess.Popen([sys.executable, "-m", "lctx.cli", "run", "--model", srv.url, *args, "--out", str(out)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=dict(os.environ, OMP_NUM_THREADS="1"))
+        proc = start_lctx_run(srv.url, args, out)
         _wait_for_records(out, 1, proc)
         srv.stop()
         _, err = proc.communicate(timeout=120)
@@ -179,13 +188,10 @@ def test_a_killed_server_ends_the_run_and_the_rerun_resumes(tmp_path):
 
 def test_a_killed_lctx_resumes(tmp_path):
     """lctx itself killed (SIGTERM) mid-sweep against a live server: the rerun resumes the finished samples."""
-    args = ["--tasks", "passkey", "--lengths", "1k", "--depths", "0,0.5,1", "--samples", "2", "--data-dir", str(DATA),
-            "--no-progress"]
+    args = KILL_SWEEP
     with LlamaServer(tmp_path / "server.log") as srv:
         out = tmp_path / "run"
-        proc = subprocess.Popen([sys.executable, "-m", "lctx.cli", "run", "--model", srv.url, *args, "--out", str(out)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=dict(os.environ, OMP_NUM_THREADS="1"))
+        proc = start_lctx_run(srv.url, args, out)
         _wait_for_records(out, 2, proc)
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=60)
