@@ -464,8 +464,7 @@ class ServerAdapter(TokenizerSide):
             return list(ids)
         if text is None:
             body = ids[1:] if self.bos_id is not None and ids[:1] == [self.bos_id] else ids
-            text = self.tokenizer.decode(body, skip_special_tokens=False) if hasattr(self.tokenizer, "decode") \
-                else self.decode(body)
+            text = self.tokenizer.decode(body, skip_special_tokens=False)  # special tokens kept: the server parses them
         return text
 
     def _request(self, what: str, ids: list, text: Optional[str], retries: Optional[int] = None,
