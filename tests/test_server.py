@@ -243,7 +243,7 @@ def test_dead_server_ends_the_run_and_the_rerun_resumes(tmp_path):
         with pytest.raises(ServerUnreachable, match="stopped answering.*rerun the same command to resume"):
             run(s.url, tmp_path, retries=1, **lm_args)
         done = [r for r in records(tmp_path / "run") if r["status"] == "ok"]
-        assert 1 <= len(done) < 6
+        assert 0 < len(done) < 6  # some finished, not all
         s.revive()
         res = run(s.url, tmp_path, **lm_args)
     assert res.skipped == len(done) and res.ran == 6 - len(done)

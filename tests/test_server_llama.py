@@ -177,7 +177,7 @@ def test_a_killed_server_ends_the_run_and_the_rerun_resumes(tmp_path):
         line = [x for x in err.splitlines() if x.startswith("error:")]
         assert len(line) == 1 and "stopped answering" in line[0] and "rerun the same command" in line[0]
         done = len([r for r in records(out) if r["status"] == "ok"])
-        assert 1 <= done < 6
+        assert 0 < done < 6  # some finished, not all
         srv.start()
         again = lctx("run", "--model", srv.url, *args, "--out", str(out))
     assert again.returncode == 0, again.stderr[-2000:]

@@ -528,24 +528,13 @@ class ServerAdapter(TokenizerSide):
             text = text.split(self.think_end)[-1]
         return self.encode(text) if text else []
 
-    def _echo(self, what: str, ids: list, text: Optional[str], handle: Optional[ServerPrefix] = None) -> tuple:
-        """Echoed prompt log-probabilities ``[log p(ids[p] | ids[:p]) for each p]`` (``None`` at 0), with each
-        position's top-``TOP_K`` alternatives: returns (logprobs, tops) aligned with ``ids``.
-
-        Raises:
-            MetricUnavailable: the trust probe did not pass (its reason).
-            ServerReplyError: the reply's echoed tokens do not line up with ``ids``."""
-        if not self.trust.ok:
-            raise MetricUnavailable(self.trust.reason)
-        reply = self._request(what, ids, text, handle=handle, max_tokens=1, temperature=0, seed=self.seed, echo=True,
-                              logprobs=TOP_K)
-        return _echoed(reply, ids, self.bos_id, self.endpoints[0].shown, lambda i: self.decode([i]))
-
-    def prompt_logprobs(self, ids: list, text: Optional[str] = None, what: str = "an echo", **body) -> tuple:
+    def prompt_logprobs(self, ids: list, text: Optional[str] = None, what: str = "an echo",
+                        handle: Optional[ServerPrefix] = None, **body) -> tuple:
         """Echoed prompt log-probabilities of ``ids`` (sent as :meth:`_prompt_field`: the ids, or ``text`` / their
         text for a server that takes text), one completion request with ``body`` (the API's fields; default
         ``max_tokens`` 1, ``temperature`` 0, ``seed``, ``echo``, ``logprobs`` :data:`TOP_K`), ``usage.prompt_tokens``
-        checked against ``len(ids)``. Returns ``(logprobs, tops)`` aligned with ``ids``: ``logprobs[p]`` is ``log
+        checked against ``len(ids)``; ``handle``: the prompt's handle, so the request goes back to the server that
+        answered it (its prompt cache). Returns ``(logprobs, tops)`` aligned with ``ids``: ``logprobs[p]`` is ``log
         p(ids[p] | ids[:p])`` in nats (``None`` at 0, and at a BOS the server leaves out of its echo), ``tops[p]``
         the values of the alternatives the server listed there, highest first (:func:`_echoed`, which lines up
         servers that echo the BOS or not and that return all, fewer or none of the generated tokens).
@@ -556,7 +545,7 @@ class ServerAdapter(TokenizerSide):
         if not self.trust.ok:
             raise MetricUnavailable(self.trust.reason)
         body = {"max_tokens": 1, "temperature": 0, "seed": self.seed, "echo": True, "logprobs": TOP_K, **body}
-        reply = self._request(what, list(ids), text, **body)
+        reply = self._request(what, list(ids), text, handle=handle, **body)
         return _echoed(reply, list(ids), self.bos_id, self.endpoints[0].shown, lambda i: self.decode([i]))
 
     def lmeval_api_model(self) -> dict:
@@ -586,7 +575,7 @@ class ServerAdapter(TokenizerSide):
             raise MetricUnavailable(self.trust.reason)
         ids = list(prefix.ids) + list(cont)
         text = None if prefix.text is None else prefix.text + self.decode(cont)
-        lps, tops = self._echo("a teacher-forced score", ids, text, handle=prefix)
+        lps, tops = self.prompt_logprobs(ids, text, "a teacher-forced score", handle=prefix)
         n = len(prefix.ids)
         out_lp, out_top1, out_rank = [], [], []
         for j in range(len(cont)):
@@ -612,7 +601,7 @@ class ServerAdapter(TokenizerSide):
             ServerReplyError: as :meth:`_request`."""
         if targets and (min(targets) < 1 or max(targets) >= len(ids)):
             raise ValueError(f"targets must lie in [1, {len(ids)})")
-        lps, tops = self._echo("a perplexity window", list(ids), None)
+        lps, tops = self.prompt_logprobs(list(ids), None, "a perplexity window")
         gap = next((p for p in targets if lps[p] is None), None)
         if gap is not None:
             raise ServerReplyError(f"{self.endpoints[0].shown}: the echo has no log-probability at position {gap} (a "
