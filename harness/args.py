@@ -237,30 +237,25 @@ def check_checkpoint_out(path: Path, overwrite: bool, command: str, whole_dir: b
 
 
 def _probe_create(path: Path, anc: Path) -> None:
-    """Create the missing directory ``path`` (below its existing ancestor ``anc``), write a probe file in it and
-    remove all that again, so a directory that cannot really be made is refused now and a rejected command still
-    leaves nothing behind.
+    """Check that the missing directory ``path`` could be made below its existing ancestor ``anc``: make a directory
+    of this process's own there (``.lctx-write-test-PID``), write a probe file in it and remove both again, so a
+    directory that cannot really be made is refused now and a rejected command still leaves nothing behind. The
+    probe is per process, not ``path`` itself: torchrun's ranks check the same missing ``--out`` at once, and one
+    rank's clean-up removed the directory another was probing (a flaky "File exists" / "No such file" refusal).
 
     Raises:
         OSError: the directory or the file cannot be created (the caller words it).
     """
-    made = []
-    p = path.absolute()
-    while p != anc:
-        made.append(p)
-        p = p.parent
+    probe_dir = anc / f".lctx-write-test-{os.getpid()}"
+    probe_dir.mkdir()
     try:
-        for d in reversed(made):
-            d.mkdir()
-        probe = made[0] / f".lctx-write-test-{os.getpid()}"
-        probe.write_text("")
-        probe.unlink()
+        (probe_dir / "probe").write_text("")
+        (probe_dir / "probe").unlink()
     finally:
-        for d in made:  # deepest first; those not made (the mkdir that failed) are not there to remove
-            try:
-                d.rmdir()
-            except OSError:
-                pass
+        try:
+            probe_dir.rmdir()
+        except OSError:
+            pass
 
 
 def chat_options(system_prompt: Optional[str]) -> dict:
