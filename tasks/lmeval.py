@@ -21,9 +21,10 @@ Data:
 - without one, lm-eval's built-in tasks load ``cais/mmlu`` and ``allenai/ai2_arc`` from the hub.
 
 Models: an :class:`lctx.models.adapters.hf.HFAdapter` (native lctx or Hugging Face checkpoint, already loaded by
-``load_lm``) is wrapped in :class:`LctxHFLM`, lm-eval's ``hf`` backend (``HFLM``) with one change:
+``load_lm``) is wrapped in :class:`LctxHFLM`, lm-eval's ``hf`` backend (``HFLM``) with two changes:
 native lctx models get the BOS token their training always put first (their tokenizer does not add
-it); Hugging Face models keep lm-eval's default (whatever ``tokenizer.encode`` adds). ``LctxHFLM`` is
+it; Hugging Face models keep lm-eval's default, whatever ``tokenizer.encode`` adds), and logits are computed
+only at the continuation positions lm-eval scores, in row blocks (:func:`lctx_hflm_class`). ``LctxHFLM`` is
 registered in lm-eval's model registry as ``"lctx"``, so
 ``lm_eval.simple_evaluate(model="lctx", model_args={"pretrained": "ckpt/rope-256"})`` works too.
 A served model (:class:`lctx.models.adapters.server.ServerAdapter`, ``--model http://HOST:PORT/v1``) is wrapped in
@@ -441,7 +442,8 @@ def lctx_hflm_class():
     slices from the full logits (``logits[L_b - contlen:L_b]``). The rows go through the model in row blocks of
     :func:`lctx.models.adapters.memory.lmeval_block_rows` (planned working set ``block_bytes``, default
     :data:`~lctx.models.adapters.memory.LMEVAL_BLOCK_BYTES`), each at the batch's padded length P, as lm-eval
-    runs them (length-dependent RoPE sees the same length). Where a row is not found (another caller of
+    runs them (length-dependent RoPE sees the same length). lm-eval's rolling log-likelihood goes the same way (its
+    windows are requests whose continuation is the window: no saving, the same numbers). Where a row is not found (another caller of
     ``_model_call``, e.g. lm-eval's batch-size detection; a row whose trailing real zeros make its length
     ambiguous; seq2seq models) the batch takes lm-eval's own full-logit path. The numbers equal lm-eval's ``hf``
     model on the same weights up to float summation order (tests/test_lmeval.py;
