@@ -126,6 +126,10 @@ def test_hf_chunked_prefill_and_decode_equal_one_plain_forward(kind, chunks):
         for p, lg in got.items():
             assert (lg - ref[p]).abs().max() <= ATOL_LOGITS, (chunk, p)
         assert lm.greedy(prefix, 4, stop_ids=set()) == ref_tokens, chunk
+        # rewind past the decoded tokens (a sliding layer must give back the keys they evicted), teacher-force
+        scores = lm.continuation_logits(prefix, ref_tokens)
+        assert (scores - ref[len(ids) - 1:len(ids) + 3]).abs().max() <= ATOL_LOGITS, chunk
+        assert lm.greedy(prefix, 4, stop_ids=set()) == ref_tokens, chunk  # the rewound cache decodes the same
     if kind == "gemma3":  # control: the same prefill with the sliding window removed differs far beyond the tolerance
         model.config.sliding_window = 10_000
         for layer in model.model.layers:

@@ -235,9 +235,13 @@ class HFAdapter(TokenizerSide):
             LctxError: non-positive sizes, or a config the memory model cannot read.
         """
         cfg = self.model.config
-        impl = getattr(cfg, "attn_impl", None) if self.is_lctx else None
+        if self.is_lctx:
+            impl = getattr(cfg, "attn_impl", None)
+        else:  # "hf:<transformers attention>" -> the registry entry that runs it (hf:lctx_sdpa -> fast)
+            hf = str(self.attn_impl).removeprefix("hf:")
+            impl = next((n for n in ATTN_IMPL_REGISTRY if ATTN_IMPL_REGISTRY.get(n).hf == hf), "sdpa")
         if batch > 1 and impl is not None:
-            impl = get_attn_impl(impl).fallback  # padded rows: fast runs the masked SDPA path (unpadded kernels)
+            impl = get_attn_impl(impl).fallback  # padded rows: the masked SDPA path (the lean paths take unpadded rows)
         kind = "preallocated" if type(self.new_cache(1)).__name__ == "PreallocatedKVCache" else "dynamic"
         return plan_memory(cfg, length, chunk_size=self.chunk_size, dtype=self.dtype, impl=impl, batch=batch,
                            kept_logits=kept_logits, name=self.name, kv_cache=kind,
@@ -263,7 +267,12 @@ class HFAdapter(TokenizerSide):
             from lctx.models.cache import PreallocatedKVCache  # lazy: loads lctx.models (its kernels load triton)
 
             return PreallocatedKVCache(capacity)
-        return DynamicCache(config=config) if config is not None else DynamicCache()
+        if config is None:
+            return DynamicCache()
+        cache = DynamicCache(config=config)
+        for layer in _sliding_layers(cache):  # keep decoded tokens' evicted keys until rewind crops them
+            layer.activate_past_recording()
+        return cache
 
     @property
     def is_lctx(self) -> bool:
@@ -332,6 +341,7 @@ class HFAdapter(TokenizerSide):
             idx = wanted[(wanted >= s) & (wanted < e)]
             keep = idx - s if len(idx) else torch.tensor([e - s - 1], device=self.device)
             logits, cache = self._forward(x[s:e], cache, keep)
+            trim_sliding(cache)
             pos = (idx if len(idx) else keep + s).tolist()
             if on_logits is not None and len(idx):
                 on_logits(pos, logits)
@@ -452,6 +462,7 @@ class HFAdapter(TokenizerSide):
         for s in range(0, W, self.chunk_size):
             e = min(s + self.chunk_size, W)
             logits, cache = self._fwd(x[:, s:e], cache, 1, mask[:, :e] if padded else None)
+            trim_sliding(cache)
         states = getattr(cache, "lctx_states", None)
         snapshot = {k: {n: t.clone() for n, t in st.items()} for k, st in states.items()} if states else None
         return BatchPrefix(cache=cache, mask=mask, last_logits=logits[:, -1], n_tokens=[len(r) for r in ids],
@@ -561,6 +572,21 @@ class HFAdapter(TokenizerSide):
         self.prefill(ids[: max(targets)], want=[p - 1 for p in targets], on_logits=reduce)
         return (torch.tensor([scored[p - 1][0] for p in targets], dtype=torch.float64),
                 torch.tensor([scored[p - 1][1] for p in targets], dtype=torch.bool))
+
+
+def _sliding_layers(cache) -> list:
+    """The sliding-window layers (``DynamicSlidingWindowLayer``) of a transformers cache; [] for other caches."""
+    return [layer for layer in getattr(cache, "layers", ()) or () if hasattr(layer, "activate_past_recording")]
+
+
+def trim_sliding(cache) -> None:
+    """After a prefill chunk, cut each sliding-window layer of ``cache`` back to the last window - 1 keys it
+    needs (transformers' ``crop(0)``). :meth:`HFAdapter.new_cache` turns on their past recording so a decode can
+    be rewound (``crop(-n)``; without it transformers refuses to crop a layer past its window), which would
+    otherwise keep every prompt key; decode steps are not trimmed (their keys are what a rewind removes)."""
+    for layer in _sliding_layers(cache):
+        if layer.get_seq_length() >= layer.sliding_window:
+            layer.crop(0)
 
 
 def load_lm(path: str, device: str = "auto", dtype: str = "float32", name: str | None = None,
