@@ -288,9 +288,9 @@ def test_batch_size_reaches_lm_eval(tiny_data, tmp_path, monkeypatch):
 
 # hand (issue 25 item 3): one lm-eval row of 2,000 tokens on the bundled model (172,352 float32 parameters =
 # 689,408 B, vocab 1,024): forward working set KV 2,000 x 1,024 + growth 1,024,000 + positions 34,000 + activations
-# 2,000 x 5,632 + pattern 2 x 2,000^2 + float mask 8 x 2,000^2 = 54,370,000 B, plus logits 2,000 x 1,024 x 4 =
-# 8,192,000 (the log-softmax fits in the freed working set): 62,562,000 B a row (as tests/test_memory.py's ROW)
-ROW, WEIGHTS = 62_562_000, 172_352 * 4
+# 2,000 x (704 x 4 + 512) + the mask-free attention 4 heads x 2,000 x 328 = 12,386,000 B, plus logits 2,000 x 1,024
+# x 4 = 8,192,000 (the log-softmax fits in the freed working set): 20,578,000 B a row (as tests/test_memory.py's ROW)
+ROW, WEIGHTS = 20_578_000, 172_352 * 4
 
 
 @pytest.fixture

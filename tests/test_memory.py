@@ -45,7 +45,8 @@ def test_parse_bytes():
 
 
 def test_plan_matches_hand_computation():
-    p = plan_memory(tiny_rope(), 8192, chunk_size=1024, dtype="float32", kv_cache="dynamic")
+    p = plan_memory(tiny_rope(variant="alibi"), 8192, chunk_size=1024, dtype="float32", kv_cache="dynamic",
+                    impl="sdpa")
     items = {i.name: i.bytes for i in p.items}
     # hand: parameters = embed 1024*64 (lm_head tied) = 65,536 + per layer (4*64*64 attention + 3*64*192 SwiGLU,
     # I = 32 * ceil((8*64//3) / 32) = 192, + 2*64 norms) = 53,376, x 2 layers, + 64 final norm = 172,352
@@ -54,14 +55,26 @@ def test_plan_matches_hand_computation():
     # hand: KV per token = 2 (K, V) x 2 layers x 4 heads x 16 dims x 4 B = 1,024 B; x 8,192 tokens = 8 MiB
     assert items["KV cache / state"] == 8192 * 1024
     assert items["KV cache growth"] == 8192 * 1024 // 2  # one of the two layers
-    # hand: sdpa at chunk 1024: bool pattern + negation 2 x 1024 x 8192 = 16 MiB; float mask 2 x 1024 x 8192 x 4 = 64 MiB
+    # hand: sdpa at chunk 1024: bool pattern + negation 2 x 1024 x 8192 = 16 MiB; float mask 2 x 1024 x 8192 x 4 = 64 MiB,
+    # + ALiBi's bias B x H x chunk x T x (4 + 4) = 4 x 1024 x 8192 x 8 = 256 MiB
     assert items["attention pattern (bool)"] == 16 * 2**20
-    assert items["sdpa float mask"] == 64 * 2**20
-    # hand: activations 1024 x (8 x 64 + 4 x 192) x 4 + 1024 x 64 x 8 = 5,242,880 + 524,288
-    assert items["activations"] == 5_767_168
+    assert items["sdpa float mask"] == (64 + 256) * 2**20
+    # hand: activations 1024 x max(10 x 64, 2 x 64 + 3 x 192 = 704) x 4 + 1024 x 64 x 8 = 2,883,584 + 524,288
+    assert items["activations"] == 3_407_872
     assert items["logits"] == 1024 * 4  # one kept position x vocab x float32
     assert p.total == sum(items.values())
     assert p.attn_path == "sdpa"
+
+
+def test_bias_free_variants_plan_no_mask_on_sdpa_and_fast():
+    """Issue 28: RoPE on sdpa and on the default fast path (CPU) runs kernels.chunk_attention: no [chunk, T] mask."""
+    for impl in ("sdpa", "fast", None):
+        p = plan_memory(tiny_rope(), 8192, chunk_size=1024, dtype="float32", impl=impl)
+        assert p.attn_path == "chunk-split", impl
+        assert p.get("sdpa float mask") == 0 and p.get("attention pattern (bool)") == 0
+        # hand: B x H x chunk x (3 x D x 4 + 2 x D x 4 + 8) = 4 x 1024 x (192 + 128 + 8) = 1,343,488 B
+        assert p.get("attention working set") == 1_343_488
+    assert plan_memory(tiny_rope(), 8192, chunk_size=1024).impl == "fast"  # the default path
 
 
 def test_preallocated_cache_holds_the_decode_budget_and_is_not_copied():
@@ -86,7 +99,9 @@ def test_probe_kv_per_token_equals_formula_for_softmax_variants():
     for v in ("rope", "alibi", "nope"):
         pr = probe_layer(tiny_rope(variant=v), torch.float32)
         assert pr.per_token == 2 * 4 * 16 * 4 and pr.fixed == 0, v  # 2 x heads x head dim x 4 B, per layer
-        assert pr.used_attend and pr.mask_asked and pr.float_mask
+        assert pr.used_attend
+        # a bias needs the float mask; without one the chunk runs kernels.chunk_attention, no mask (issue 28)
+        assert pr.mask_asked == pr.float_mask == (v == "alibi"), v
     assert probe_layer(tiny_rope(variant="alibi"), torch.float32).has_bias
     assert not probe_layer(tiny_rope(variant="rope"), torch.float32).has_bias
 
@@ -111,7 +126,7 @@ def test_fast_impl_counts_no_chunk_by_length_buffer():
     assert p.get("sdpa float mask") == 0 and p.get("attention pattern (bool)") == 0
     # hand (Triton): B x H x chunk x D x 16 = 4 x 1024 x 16 x 16 B = 1 MiB, + the table H x T x 4 = 1 MiB
     assert p.get("attention working set") == 2 * 2**20
-    cpu = plan_memory(tiny_rope(), 65536, chunk_size=1024, impl="fast", device="cpu")
+    cpu = plan_memory(tiny_rope(variant="alibi"), 65536, chunk_size=1024, impl="fast", device="cpu")
     # hand (blocked CPU path): 4 x B x H x chunk x D x 4 = 4 x 4 x 1024 x 16 x 4 = 1 MiB, + the table and its
     # reversed copy 2 x H x (T + 128 rows) x 4 = 2 x 4 x 65,664 x 4 = 2,101,248
     assert cpu.get("attention working set") == 2**20 + 2_101_248 and cpu.get("scaled-bias block mask") == 0
@@ -140,8 +155,11 @@ def test_ppl_kept_logits_are_counted():
 def test_refusal_names_the_largest_part():
     p = plan_memory(tiny_rope(), 65536, chunk_size=2048)
     check_fits(p, p.total, "test")  # exactly enough: no error
-    with pytest.raises(LctxError, match=r"needs about .* largest part: sdpa float mask"):
+    with pytest.raises(LctxError, match=r"needs about .* largest part: KV cache / state"):
         check_fits(p, p.total - 1, "test")
+    q = plan_memory(tiny_rope(variant="alibi"), 65536, chunk_size=2048, impl="sdpa")  # a bias: the float mask
+    with pytest.raises(LctxError, match=r"needs about .* largest part: sdpa float mask"):
+        check_fits(q, q.total - 1, "test")
 
 
 def test_check_run_fits_with_a_loaded_model():
@@ -163,12 +181,13 @@ def test_lmeval_plan_matches_hand_computation():
     # hand: parameters = 172,352 - 1,024 x 64 + 32,768 x 64 = 2,203,968 (tied embedding); x 4 B = 8,815,872
     assert items["weights"] == 8_815_872
     # hand: rows 5 (5 requests < batch 8); the forward's working set at T = chunk = 100: KV 5 x 100 x 1,024 B =
-    # 512,000 + growth 256,000 + positions 5 x 100 x 17 = 8,500 + activations 5 x 100 x (8 x 64 + 4 x 192) x 4
-    # + 5 x 100 x 64 x 8 = 2,816,000 + pattern 2 x 5 x 100 x 100 = 100,000 + float mask x 4 = 400,000: 4,092,500
-    assert p.total - items["weights"] - items["lm-eval logits"] - items["lm-eval log-softmax"] == 4_092_500
+    # 512,000 + growth 256,000 + positions 5 x 100 x 17 = 8,500 + activations 5 x 100 x max(10 x 64, 2 x 64 + 3 x 192)
+    # x 4 + 5 x 100 x 64 x 8 = 1,664,000 + the mask-free attention (RoPE, kernels/chunk_attention.py) 5 x 4 heads x
+    # 100 x (3 x 16 x 4 + 2 x 16 x 4 + 8) = 656,000: 3,096,500
+    assert p.total - items["weights"] - items["lm-eval logits"] - items["lm-eval log-softmax"] == 3_096_500
     # hand: one copy of the logits 5 rows x 100 tokens x 32,768 vocab x 4 B (float32: an lctx model) = 65,536,000;
-    # the log-softmax is made after the forward's 4,092,500 B are freed: adds 65,536,000 - 4,092,500 = 61,443,500
-    assert items["lm-eval logits"] == 65_536_000 and items["lm-eval log-softmax"] == 61_443_500
+    # the log-softmax is made after the forward's 3,096,500 B are freed: adds 65,536,000 - 3,096,500 = 62,439,500
+    assert items["lm-eval logits"] == 65_536_000 and items["lm-eval log-softmax"] == 62_439_500
     assert p.total == 8_815_872 + 2 * 65_536_000  # weights + max(forward + copy, 2 copies)
     assert plan_lmeval(cfg, 100, batch=2, requests=5).get("lm-eval logits") == 2 * 100 * 32768 * 4  # 2 rows
 
@@ -219,10 +238,10 @@ class _FakeLMs:
 
 
 # hand: one request row of 2,000 tokens on the bundled model: forward working set KV 2,000 x 1,024 = 2,048,000 +
-# growth 1,024,000 + positions 34,000 + activations 2,000 x 5,632 = 11,264,000 + pattern 2 x 2,000^2 = 8,000,000 +
-# float mask 8 x 2,000^2 = 32,000,000 = 54,370,000 B, plus logits 2,000 x 1,024 x 4 = 8,192,000 (the log-softmax
-# copy fits in the freed working set: + 0), so b rows need 689,408 B of weights + b x 62,562,000 B
-ROW = 62_562_000
+# growth 1,024,000 + positions 34,000 + activations 2,000 x (704 x 4 + 512) = 6,656,000 + the mask-free attention
+# 4 heads x 2,000 x 328 = 2,624,000 = 12,386,000 B, plus logits 2,000 x 1,024 x 4 = 8,192,000 (the log-softmax copy
+# fits in the freed working set: + 0), so b rows need 689,408 B of weights + b x 20,578,000 B
+ROW = 20_578_000
 WEIGHTS = 172_352 * 4
 
 

@@ -15,10 +15,16 @@ KV cache growth         with a ``DynamicCache``, one layer's cache once more: ``
                         models when it has ``new_cache``) holds T + decode budget tokens from the start
                         and writes in place: no growth copy (a per-token state beside it still grows).
 positions               B x T x 17 bytes: k_pos (int64), its cumsum temporary (int64), key_valid (bool).
-activations             one decoder layer is live at a time: B x c x (8 d + 4 I) x bytes (residual,
-                        norm output, q/k/v, rotated q/k, attention output, o_proj; SwiGLU gate, up,
-                        activation, product) + B x c x d x 8 (RMSNorm's float32 temporaries).
+activations             one decoder layer is live at a time: B x c x max(10 d, 2 d + 3 I) x bytes, the larger
+                        of the attention half (residual, norm output, q/k/v, rotated q/k, attention output,
+                        o_proj) and the SwiGLU half (residual, norm output, gate, up, product), + B x c x d x 8
+                        (RMSNorm's float32 temporaries). Was 8 d + 4 I (both halves at once) until issue 28's
+                        measured peaks, in which the sdpa mask had hidden the overestimate.
 attention working set   depends on the path that runs (found by a probe forward, see :func:`probe_layer`):
+                        * chunk-split (variants without a bias on CPU, ``sdpa`` or ``fast``; Hugging Face
+                          models on ``lctx_sdpa``): :mod:`lctx.kernels.chunk_attention`, the past and own
+                          parts' outputs and their fp32 merge B x H x c x (3 D x bytes + 2 D x 4 + 8), no
+                          chunk x T buffer (+ grouped KV heads repeated, 2 x B x H x T x D x bytes);
                         * fused kernel (``attn_impl="fast"`` and the variant describes its prior to
                           the kernel through ``prior_spec``): B x H x c x D x 16 (float32 q tile, output
                           accumulator and row statistics): O(chunk x head_dim), no chunk x T buffer;
@@ -59,7 +65,7 @@ from pathlib import Path
 
 import torch
 
-from lctx.attn_impl import get_attn_impl
+from lctx.attn_impl import DEFAULT_ATTN_IMPL, get_attn_impl
 from lctx.errors import LctxError
 
 from lctx.models.adapters.devices import resolve_dtype
@@ -399,7 +405,7 @@ def plan_memory(config, length: int, chunk_size: int = 2048, dtype="float32", im
     dt = _dtype(dtype)
     b = torch.tensor([], dtype=dt).element_size()
     s = model_shape(config)
-    impl = impl or s.attn_impl
+    impl = impl or DEFAULT_ATTN_IMPL  # what load_lm runs without --attn-impl, lctx and Hugging Face alike
     path = get_attn_impl(impl)  # LctxError for an unknown name
     B, T, c = batch, length, min(chunk_size, length)
     L, H, D, d, I, V = s.layers, s.heads, s.head_dim, s.hidden, s.intermediate, s.vocab
@@ -415,7 +421,9 @@ def plan_memory(config, length: int, chunk_size: int = 2048, dtype="float32", im
         except Exception as e:  # noqa: BLE001 - a variant that cannot run on CPU: fall back to the formula
             plan.notes.append(f"probe forward failed ({type(e).__name__}: {str(e)[:120]}); softmax formula used")
             pr = LayerProbe(kv_formula, 0, kv_formula, True, not path.explicit, True, False, False)
-    else:
+    elif path.hf == "lctx_sdpa":  # models.adapters.hf_attention: no mask for an unpadded causal chunk
+        pr = LayerProbe(kv_formula, 0, kv_formula, False, False, True, False, False)
+    else:  # transformers' sdpa / eager: a [chunk, T] mask per later chunk
         pr = LayerProbe(kv_formula, 0, kv_formula, True, True, True, False, False)
     if kv_cache == "auto":
         kv_cache, auto_budget = default_kv_cache() if s.lctx else ("dynamic", 0)
@@ -432,17 +440,35 @@ def plan_memory(config, length: int, chunk_size: int = 2048, dtype="float32", im
                    f"x {L} layers (measured from the variant's cache)")
     if kv_cache == "preallocated":
         kv_text += f" ({kv_cache}: prompt + {cap - T} decode tokens)"
-    add("KV cache / state", L * B * (pr.kv_per_token * cap + st_tok * T + pr.fixed), kv_text)
+    n_slide, window = sliding_layers(config) if not s.lctx else (0, None)
+    if n_slide:  # DynamicSlidingWindowLayer: window - 1 kept keys + the chunk being attended
+        kept = min(cap, window - 1 + c)
+        add("KV cache / state", B * pr.kv_per_token * ((L - n_slide) * cap + n_slide * kept),
+            kv_text.replace(f"x {L} layers", f"x {L - n_slide} global layers") + f" + {n_slide} sliding layers "
+            f"x {kept:,} tokens (window {window} - 1 + chunk)")
+    else:
+        add("KV cache / state", L * B * (pr.kv_per_token * cap + st_tok * T + pr.fixed), kv_text)
     if kv_cache == "dynamic":
         add("KV cache growth", B * pr.per_token * T, "one layer's cache copied once (DynamicCache torch.cat)")
     else:
         add("KV cache growth", B * st_tok * T, "one layer's per-token state copied once (torch.cat); "
             "keys and values are written in place")
     add("positions", B * T * 17, "B x T x (8 + 8 + 1) B: k_pos, cumsum, key_valid")
-    add("activations", B * c * (8 * d + 4 * I) * b + B * c * d * 8,
-        f"chunk {c} x (8 x {d} + 4 x {I}) x {b} B + chunk x d x 8 (RMSNorm fp32)")
+    act = max(10 * d, 2 * d + 3 * I)  # per token at a block's peak: attention (x, norm, q k v, rotated q k,
+    # outputs, o_proj ~ 10 d) or the MLP (x, norm, gate, up, act: 2 d + 3 I), whichever is larger
+    add("activations", B * c * act * b + B * c * d * 8,
+        f"chunk {c} x max(10 x {d}, 2 x {d} + 3 x {I}) x {b} B + chunk x d x 8 (RMSNorm fp32)")
     cuda = torch.device(device).type == "cuda"
-    if path.kernels and pr.fused_ok:
+    split = pr.used_attend and not path.explicit and not pr.has_bias and not (cuda and path.kernels)
+    if split and (not pr.mask_asked or (path.kernels and pr.fused_ok)):  # kernels.chunk_attention: no mask
+        plan.attn_path = "chunk-split"
+        add("attention working set", B * H * c * (3 * D * b + 2 * D * 4 + 8),
+            f"B x H x chunk x (3 x D x {b} + 2 x D x 4 + 8) B: the past and own parts' outputs, the fp32 merge and "
+            "their log-sum-exps (kernels/chunk_attention.py)")
+        if s.heads != s.kv_heads:
+            add("grouped KV repeated", 2 * B * H * T * D * b, f"2 x B x H x T x D x {b} B: one layer's keys and "
+                f"values repeated to {H} heads for the CPU flash kernel")
+    elif path.kernels and pr.fused_ok:
         plan.attn_path = "fused"
         for item in fused_working_set(B, H, c, D, T, cuda, pr):
             add(*item)
@@ -481,8 +507,21 @@ def plan_memory(config, length: int, chunk_size: int = 2048, dtype="float32", im
     add("logits", logit_b, f"{kept_logits} kept positions x {V} vocab x " + ("20 B (fp32 + float64 scoring)"
                                                                              if kept_logits > 1 else "4 B"))
     if not s.lctx:
-        plan.notes.append("Hugging Face config: softmax KV formula and an sdpa float causal mask assumed")
+        plan.notes.append("Hugging Face config: softmax KV formula and " + (
+            "lctx_sdpa (no mask for an unpadded causal chunk)" if path.hf == "lctx_sdpa"
+            else "an sdpa float causal mask assumed"))
     return plan
+
+
+def sliding_layers(config) -> tuple[int, int | None]:
+    """(number of sliding-window layers, window in tokens) of a Hugging Face config: ``layer_types`` entries
+    ``"sliding_attention"`` with ``sliding_window`` set (Gemma 3, Qwen 2 / 3 with ``use_sliding_window``), the
+    layers whose ``DynamicSlidingWindowLayer`` keeps window - 1 keys; (0, None) otherwise."""
+    cfg = getattr(config, "get_text_config", lambda: config)()
+    w = getattr(cfg, "sliding_window", None)
+    types = getattr(cfg, "layer_types", None) or []
+    n = sum(1 for t in types if t == "sliding_attention")
+    return (n, int(w)) if n and w else (0, None)
 
 
 def _fla_importable() -> bool:
