@@ -199,19 +199,19 @@ def test_lmeval_plan_charges_continuation_logits_not_prompt_logits():
     cfg = tiny_rope(vocab_size=32768)
     p = plan_lmeval(cfg, 100, batch=8, requests=5, cont=1)
     items = {i.name: i.bytes for i in p.items}
-    # hand: no KV cache; positions 5 x 100 x 17 = 8,500 + activations 2,816,000 + pattern 100,000 + float mask
-    # 400,000 (an lctx model's sdpa path builds them) = 3,324,500, + the block's head output 5 x 1 x 32,768 x 4 =
-    # 655,360 (the 1 GiB block budget holds all 5 rows): 3,979,860
+    # hand: no KV cache; positions 5 x 100 x 17 = 8,500 + activations 1,664,000 + the mask-free attention 656,000
+    # (as in the test above) = 2,328,500, + the block's head output 5 x 1 x 32,768 x 4 = 655,360 (the 1 GiB block
+    # budget holds all 5 rows): 2,983,860
     assert "KV cache / state" not in items and items["row block logits"] == 655_360
-    assert p.total - items["weights"] - items["lm-eval logits"] - items["lm-eval log-softmax"] == 3_979_860
+    assert p.total - items["weights"] - items["lm-eval logits"] - items["lm-eval log-softmax"] == 2_983_860
     # hand: one copy 5 rows x 1 continuation token x 32,768 x 4 B = 655,360; the log-softmax fits in the freed forward
     assert items["lm-eval logits"] == 655_360 and items["lm-eval log-softmax"] == 0
     logits = lambda **kw: plan_lmeval(cfg, batch=8, requests=5, **kw).get("lm-eval logits")  # noqa: E731
     assert logits(longest=1000, cont=1) == logits(longest=100, cont=1)  # a 10x longer prompt: the same logits
     assert logits(longest=100, cont=7) == 7 * logits(longest=100, cont=1)  # 7x the continuation: 7x
     assert logits(longest=100) == 100 * logits(longest=100, cont=1)  # lm-eval's own HFLM: every position
-    # hand: a row plans 3,324,500 / 5 = 664,900 + 131,072 of head output = 795,972 B; a 2-row budget: blocks of 2
-    small = plan_lmeval(cfg, 100, batch=8, requests=5, cont=1, block_bytes=2 * 795_972)
+    # hand: a row plans 2,328,500 / 5 = 465,700 + 131,072 of head output = 596,772 B; a 2-row budget: blocks of 2
+    small = plan_lmeval(cfg, 100, batch=8, requests=5, cont=1, block_bytes=2 * 596_772)
     assert small.get("row block logits") == 2 * 131_072 and "row blocks of 2 of the 5 rows" in small.notes[-1]
     from transformers import LlamaConfig
 
@@ -220,8 +220,6 @@ def test_lmeval_plan_charges_continuation_logits_not_prompt_logits():
     hf._attn_implementation = "sdpa"  # lm-eval's rows have no mask: sdpa runs is_causal, no T x T mask is built
     names = {i.name for i in plan_lmeval(hf, 3000, batch=4, cont=1).items}
     assert "sdpa float mask" not in names and "attention pattern (bool)" not in names and "activations" in names
-    hf._attn_implementation = "eager"  # eager attention builds one
-    assert "sdpa float mask" in {i.name for i in plan_lmeval(hf, 3000, batch=4, cont=1).items}
 
 class _FakeLMs:
     """The bundled model loaded once (the shape of tiny_rope: 172,352 float32 parameters, vocab 1,024)."""
@@ -260,12 +258,12 @@ def test_lmeval_default_batch_is_lowered_to_fit_and_said():
     assert check_lmeval_fits([lm], lambda _lm: {"arc_easy": (2000, 3)}, 32, False, available=WEIGHTS + 3 * ROW)[0] == 32
 
     # with the continuation's length (what request_lengths gives): the bundled model's lean forward without a KV
-    # cache, hand: positions 34,000 + activations 11,264,000 + pattern 8,000,000 + float mask 32,000,000 + head
-    # output 1 x 1,024 x 4 = 51,302,096 B a row; a 1 GiB block holds 1,073,741,824 // 51,302,096 = 20 rows
+    # cache, hand: positions 34,000 + activations 6,656,000 + the mask-free attention 2,624,000 + head output
+    # 1 x 1,024 x 4 = 9,318,096 B a row; a 1 GiB block holds 1,073,741,824 // 9,318,096 = 115 rows: all 32
     lean = lambda _lm: {"mmlu/anatomy": (2000, 80, 1), "arc_easy": (40, 300, 9)}  # noqa: E731
     batch, note = check_lmeval_fits([lm], lean, 32, explicit=False, available=WEIGHTS + 32 * ROW)
     assert batch == 32 and "(mmlu/anatomy), logits at 1 continuation token x vocab 1,024 x 4 B x 2 copies" in note
-    assert "forward in row blocks of 20 of the 32 rows" in note
+    assert "forward in row blocks of 32 of the 32 rows" in note
 
 
 def test_lmeval_explicit_batch_that_does_not_fit_is_refused():

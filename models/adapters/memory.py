@@ -698,12 +698,12 @@ LMEVAL_LOGIT_COPIES = 2
 #: planned bytes of one row block's forward working set in lctx's lm-eval model (``LctxHFLM``,
 #: :func:`lctx.tasks.lmeval.lctx_hflm_class`): it runs a batch's rows through the model this many planned bytes at a
 #: time (:func:`lmeval_block_rows`; lm-eval's batch, its requests per ``_model_call``, stays as asked). SmolLM2-135M
-#: at 3,000 tokens plans 143 MB a row, so 7 rows a block (results/2026-12-02-lmeval-lean/README.md)
+#: at 3,094 tokens plans 136 MB a row, so 7 rows a block (results/2026-12-02-lmeval-lean/README.md)
 LMEVAL_BLOCK_BYTES = GIB
 #: HF attention implementations that, given no attention mask and no cache (lm-eval's right-padded causal rows),
 #: run causal attention without a T x T mask (transformers' ``sdpa_mask`` returns None and the kernel gets
 #: ``is_causal``; flash and flex take no float mask)
-_MASKLESS_HF_ATTN = ("sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
+_MASKLESS_HF_ATTN = ("sdpa", "lctx_sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
 
 
 def lmeval_logit_bytes(config, dtype) -> int:
@@ -724,7 +724,8 @@ def lmeval_forward_plan(config, length: int, rows: int, dtype="float32", name: s
     cache is made). Hugging Face models whose attention is one of :data:`_MASKLESS_HF_ATTN` also lose the sdpa
     pattern and float mask (no mask is built for mask-free causal rows). Measured on SmolLM2-135M (sdpa, float32,
     CPU): 2 and 4 rows x 1,500 tokens, 2 rows x 3,000 tokens held 32-40 KB per row-token above the loaded model;
-    this plan charges 47.6 KB (activations), an upper estimate.
+    this plan charges 43.9 KB at 3,000 tokens (activations, lctx_sdpa's attention working set and repeated KV
+    heads), an upper estimate.
 
     Raises:
         LctxError: non-positive sizes (as :func:`plan_memory`).
