@@ -61,8 +61,8 @@ from lctx.attn_impl import get_attn_impl
 from lctx.errors import LctxError
 
 from lctx.models.adapters.devices import resolve_dtype
-from lctx.models.adapters.gguf import _load_error
-from lctx.model_files import check_header, find_gguf, raise_if_remote_code
+from lctx.models.adapters.gguf import gguf_config
+from lctx.model_files import find_gguf, raise_if_remote_code
 
 GIB = 1024**3
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "kib": 1024, "m": 1024**2, "mb": 1024**2, "mib": 1024**2,
@@ -162,12 +162,15 @@ class ModelShape:
 
 
 def load_config(path: str, trust_remote_code: bool = False):
-    """The config of a checkpoint directory (lctx or Hugging Face), without loading weights. Code shipped
-    with the checkpoint (``auto_map``) runs only with ``trust_remote_code=True``.
+    """The config of a checkpoint directory (lctx or Hugging Face) or of a GGUF file, without loading weights.
+    A GGUF's config comes from its header (:func:`lctx.models.adapters.gguf.gguf_config`: nothing dequantised or
+    written, under a second for a 262K-token vocabulary). Code shipped with the checkpoint (``auto_map``) runs
+    only with ``trust_remote_code=True``.
 
     Raises:
         LctxError: not a directory, no config.json, an unreadable config, or one that needs remote code
-            without ``trust_remote_code``.
+            without ``trust_remote_code``; a GGUF file that is damaged or of an architecture transformers
+            cannot load from GGUF.
     """
     from lctx.models import register_with_transformers  # lazy: loads lctx.models and transformers
 
@@ -177,13 +180,8 @@ def load_config(path: str, trust_remote_code: bool = False):
     p = Path(path)
 
     gguf_file = find_gguf(p)
-    if gguf_file is not None:  # the config inside a GGUF file (read by transformers; no tensors dequantised)
-        check_header(gguf_file)
-        try:
-            return AutoConfig.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name)
-        except Exception as e:  # noqa: BLE001
-
-            raise _load_error(gguf_file, e) from None
+    if gguf_file is not None:  # the config in a GGUF file's header: no tensor read, no vocabulary parsed
+        return gguf_config(gguf_file)
     if not p.is_dir() or not (p / "config.json").is_file():
         raise LctxError(f"--model {path!r} is not a checkpoint directory with a config.json; pass a folder "
                         "written by `lctx train` or save_pretrained")
