@@ -59,7 +59,8 @@ def test_plan_matches_hand_computation():
     assert items["sdpa float mask"] == 64 * 2**20
     # hand: activations 1024 x (8 x 64 + 4 x 192) x 4 + 1024 x 64 x 8 = 5,242,880 + 524,288
     assert items["activations"] == 5_767_168
-    assert items["logits"] == 1024 * 4  # one kept position x vocab x float32
+    # hand: one kept row a chunk x vocab x float32, the previous chunk's and the new one's (8 chunks)
+    assert items["logits"] == 2 * 1024 * 4
     assert p.total == sum(items.values())
     assert p.attn_path == "sdpa"
 
@@ -131,10 +132,40 @@ def test_hf_config_uses_num_key_value_heads():
     assert any("Hugging Face" in n for n in p.notes)
 
 
-def test_ppl_kept_logits_are_counted():
-    p = plan_memory(tiny_rope(), 4096, kept_logits=4096)
-    # hand: 4096 positions x 1024 vocab x (4 B kept + 8 B float64 copy + 8 B log_softmax)
-    assert p.get("logits") == 4096 * 1024 * 20
+def test_ppl_logits_are_counted_per_chunk_and_block():
+    """Issue 28 item 4: logits come one chunk at a time (HFAdapter.prefill's on_logits) and are scored in 512-row
+    float64 blocks (token_nll), so the term is a chunk's worth, not kept positions x vocab x 20 B."""
+    V = 1024
+    # hand, ppl at 4K in chunks of 1024 (k = 1024 rows a chunk, m = 512 rows a block): scoring a chunk holds its
+    # float32 logits 1024 x 1024 x 4 = 4 MiB + the float64 block and its log-softmax 2 x 512 x 1024 x 8 = 8 MiB;
+    # a chunk's forward holds the previous chunk's logits and the new ones, 2 x 4 MiB: the larger is 12 MiB
+    p = plan_memory(tiny_rope(), 4096, chunk_size=1024, kept_logits=4096)
+    assert p.get("logits") == 1024 * V * 4 + 2 * 512 * V * 8 == 12 * 2**20
+    # control: the old charge, all kept positions at once x 20 B, is 80 MiB; kept positions past a chunk cost nothing
+    assert p.get("logits") < 4096 * V * 20
+    assert plan_memory(tiny_rope(), 8192, chunk_size=1024, kept_logits=8192).get("logits") == p.get("logits")
+    # hand, chunk 4096 (one chunk, 512-row blocks): 4096 x 1024 x 4 = 16 MiB + 8 MiB; no previous chunk
+    assert plan_memory(tiny_rope(), 4096, chunk_size=4096, kept_logits=4096).get("logits") == 24 * 2**20
+    # hand, chunk 256 (blocks of 256 rows): forward 2 x 256 x 1024 x 4 = 2 MiB;
+    # scoring 1 MiB + 2 x 256 x 1024 x 8 = 5 MiB
+    assert plan_memory(tiny_rope(), 4096, chunk_size=256, kept_logits=4096).get("logits") == 5 * 2**20
+    # hand, generation (passkey: one kept row a chunk): the previous chunk's row + the new one, 2 x 1024 x 4 B;
+    # one chunk: 1 x 1024 x 4 B
+    assert plan_memory(tiny_rope(), 4096, chunk_size=1024, kept_logits=1).get("logits") == 2 * V * 4
+    assert plan_memory(tiny_rope(), 1024, chunk_size=1024, kept_logits=1).get("logits") == V * 4
+
+
+def test_half_precision_and_softcapped_logits_add_their_copies():
+    from transformers import Gemma2Config
+
+    cfg = Gemma2Config(hidden_size=64, num_attention_heads=4, num_key_value_heads=1, head_dim=16, num_hidden_layers=1,
+                       intermediate_size=128, vocab_size=2048, final_logit_softcapping=30.0)
+    # hand, bfloat16 at 4K in chunks of 1024, generation: previous chunk's fp32 row 2048 x 4 + lm_head's row
+    # 2048 x 2 + its soft-capped copy 2048 x 2 + the float32 copy 2048 x 4 = 24,576 B
+    assert plan_memory(cfg, 4096, chunk_size=1024, dtype="bfloat16").get("logits") == 2048 * (4 + 2 + 2 + 4)
+    # control: without soft-capping one lm_head copy less
+    cfg.final_logit_softcapping = None
+    assert plan_memory(cfg, 4096, chunk_size=1024, dtype="bfloat16").get("logits") == 2048 * (4 + 2 + 4)
 
 
 def test_refusal_names_the_largest_part():

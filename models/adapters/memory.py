@@ -32,9 +32,12 @@ attention working set   depends on the path that runs (found by a probe forward,
                           queries' scores against all keys, B x H x 128 x T x 16;
                         * fixed-state mixers (no pattern asked for): B x H x c x D x 32 (chunk tables and
                           state updates of the chunked scan, an upper estimate).
-logits                  kept positions x vocab x 4 (float32, ``HFAdapter.prefill`` keeps them) and, when more than
-                        one position is scored (``HFAdapter.token_nll``: ppl scores every position of its first
-                        window), x 16 more for the float64 copy and its log-softmax.
+logits                  produced one chunk at a time, k = min(kept positions, chunk) rows: the larger of a
+                        chunk's forward (the previous chunk's float32 logits still bound, ``lm_head``'s output,
+                        a soft-capping copy, the float32 copy of half-precision logits) and, when more than one
+                        position is scored (``HFAdapter.token_nll``: ppl scores every position of its first
+                        window), the chunk's float32 logits + a 512-row float64 block and its log-softmax
+                        (:func:`logits_working_set`).
 lm-eval (MMLU/ARC)      one unchunked forward of min(batch, requests) rows x the longest request, then
                         the logits (rows x tokens x vocab x 4 for lctx models, the dtype's size for HF)
                         and their log-softmax, made once the forward's working set is freed
@@ -473,12 +476,47 @@ def plan_memory(config, length: int, chunk_size: int = 2048, dtype="float32", im
         plan.attn_path = "blockwise"
         add("attention pattern (bool)", B * c * T, f"B x chunk x T = {c} x {T:,} x 1 B")
         add("attention blocks (fp32)", B * H * 128 * T * 16, "B x H x 128 queries x T x 16 B (blockwise reference)")
-    logit_b = kept_logits * V * (4 + (16 if kept_logits > 1 else 0)) * B
-    add("logits", logit_b, f"{kept_logits} kept positions x {V} vocab x " + ("20 B (fp32 + float64 scoring)"
-                                                                             if kept_logits > 1 else "4 B"))
+    for item in logits_working_set(B, T, c, V, b, kept_logits, getattr(config, "final_logit_softcapping", None)):
+        add(*item)
     if not s.lctx:
         plan.notes.append("Hugging Face config: softmax KV formula and an sdpa float causal mask assumed")
     return plan
+
+
+#: rows of a chunk's logits :meth:`lctx.models.adapters.hf.HFAdapter.token_nll` reduces at a time in float64
+NLL_BLOCK_ROWS = 512
+
+
+def logits_working_set(B: int, T: int, c: int, V: int, b: int, kept: int, softcap=None) -> list[tuple]:
+    """(name, bytes, formula) of the logits of a chunked prefill of T tokens in chunks of c (vocabulary V, model
+    dtype of b bytes) that keeps the logits of ``kept`` positions, as
+    :meth:`lctx.models.adapters.hf.HFAdapter.prefill` and :meth:`~lctx.models.adapters.hf.HFAdapter.token_nll`
+    produce them: one chunk at a time, k = min(kept, c) rows (``logits_to_keep``; 1 row, the chunk's last, when
+    nothing is kept). Two moments hold the most:
+
+    * the forward of a chunk after the first: the previous chunk's float32 logits are still bound (``prefill``
+      rebinds them when the forward returns), k x V x 4, beside ``lm_head``'s output k x V x b, a second one
+      while a final soft-capping (``final_logit_softcapping``, Gemma 2: ``logits / cap``, ``tanh``, ``* cap``)
+      runs, and the float32 copy k x V x 4 when b < 4 (``.float()``);
+    * the scoring of a chunk when more than one position is kept (``token_nll``, the ppl task): the chunk's
+      float32 logits and, per block of m = min(k, 512) rows, the float64 copy and its log-softmax, 2 x m x V x 8.
+
+    The larger of the two, x B rows. Kept positions past one chunk's worth cost nothing more: a chunk's logits
+    are reduced and dropped before the next one comes.
+    """
+    k = max(1, min(int(kept), c))
+    m = min(k, NLL_BLOCK_ROWS)
+    prev = k * V * 4 if T > c else 0
+    forward = prev + k * V * b * (2 if softcap else 1) + (k * V * 4 if b < 4 else 0)
+    score = k * V * 4 + (2 * m * V * 8 if kept > 1 else 0)
+    if forward >= score:
+        rows = f"{k} row{'s' if k > 1 else ''}"
+        text = (f"forward of a chunk: {rows} x vocab {V:,} x ({'4 previous chunk + ' if prev else ''}{b} lm_head"
+                + (f" + {b} soft-capping" if softcap else "") + (" + 4 float32 copy" if b < 4 else "") + ") B")
+    else:
+        text = (f"scoring a chunk: {k} rows x vocab {V:,} x 4 B (float32) + 2 x {m} rows x {V:,} x 8 B "
+                f"(float64 block of {NLL_BLOCK_ROWS} and its log-softmax)")
+    return [("logits", B * max(forward, score), text)]
 
 
 def _fla_importable() -> bool:
