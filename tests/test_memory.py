@@ -337,3 +337,84 @@ def test_plan_on_cuda_without_a_gpu_suggests_device_memory(capsys):
         pytest.skip("this machine has a GPU: --device cuda is valid here")
     code, _, err = run_cli(["plan", "--length", "1k", "--device", "cuda"], capsys)
     assert_one_line_error(code, err, "--device-memory")
+
+
+def _llama(**kw):
+    from transformers import LlamaConfig
+
+    return LlamaConfig(**{"hidden_size": 256, "num_attention_heads": 8, "num_key_value_heads": 2,
+                          "num_hidden_layers": 3, "intermediate_size": 512, "vocab_size": 1000, **kw})
+
+
+def test_hf_attention_follows_the_transformers_attention_that_runs():
+    cfg = _llama()
+    p = plan_memory(cfg, 4096, chunk_size=1024, dtype="bfloat16")
+    assert (p.impl, p.attn_path) == ("sdpa", "sdpa")
+    # hand (sdpa): transformers' bool mask, its negation and SDPA's float copy, 1024 x 4096 x (1 + 1 + 2) B = 16 MiB;
+    # 8 heads over 2 kv heads with a mask: repeat_kv copies one layer's K and V, 2 x 8 x 4096 x 32 x 2 B = 4 MiB
+    assert p.get("attention mask") == 16 * 2**20 and p.get("GQA key/value copies") == 4 * 2**20
+    # hand (eager, --attn-impl reference): mask 1024 x 4096 x (1 + 2) = 12 MiB, scores and the float32 softmax
+    # 8 x 1024 x 4096 x (2 + 4) = 192 MiB
+    e = plan_memory(cfg, 4096, chunk_size=1024, dtype="bfloat16", impl="reference")
+    assert (e.impl, e.attn_path) == ("reference", "eager")
+    assert e.get("attention mask") == 12 * 2**20 and e.get("attention scores") == 192 * 2**20
+    # a loaded model's config says what runs (set_attn_implementation): eager again
+    cfg._attn_implementation = "eager"
+    assert plan_memory(cfg, 4096, chunk_size=1024, dtype="bfloat16").total == e.total
+    # control: fast applies to lctx checkpoints only while no transformers attention is registered for it
+    from lctx.attn_impl import get_attn_impl
+
+    if get_attn_impl("fast").hf is None:
+        with pytest.raises(LctxError, match="lctx checkpoints only"):
+            plan_memory(_llama(), 4096, impl="fast")
+
+
+def _refusal(plan) -> str:
+    with pytest.raises(LctxError) as e:
+        check_fits(plan, plan.total // 4, "test")
+    return str(e.value)
+
+
+def test_advice_names_what_lowers_the_plan_of_an_lctx_model():
+    # the bundled shape at 512K on sdpa: the chunk x T masks dominate, so every option lowers the plan
+    msg = _refusal(plan_memory(tiny_rope(), 524288, chunk_size=2048))
+    for option in ("shorter lengths", "--chunk-size", "--dtype bfloat16", "--attn-impl fast", "a bigger device"):
+        assert option in msg, msg
+    assert "--attn-impl reference" not in msg  # it needs more, never less
+    # on fast the working set is O(chunk): a smaller chunk or another path would not lower it by 5 %
+    fast = plan_memory(tiny_rope(), 524288, chunk_size=2048, impl="fast")
+    msg = _refusal(fast)
+    assert "--attn-impl" not in msg and "--chunk-size" not in msg and "--dtype bfloat16" in msg, msg
+    # control: each named change really gives the total it names (replanned, not guessed)
+    assert fast.replan(dtype="bfloat16").total < 0.95 * fast.total
+    # bfloat16 already: not named again
+    assert "--dtype" not in _refusal(plan_memory(tiny_rope(), 524288, chunk_size=2048, dtype="bfloat16"))
+
+
+def test_advice_for_a_hugging_face_model_names_only_paths_it_can_take(monkeypatch):
+    import dataclasses
+
+    from lctx.attn_impl import ATTN_IMPL_REGISTRY
+
+    cfg = _llama(num_hidden_layers=1)
+    plan = plan_memory(cfg, 262144, chunk_size=2048)
+    msg = _refusal(plan)
+    fast = ATTN_IMPL_REGISTRY["fast"]
+    if fast.hf is None:  # lctx refuses --attn-impl fast for Hugging Face checkpoints: never advised
+        assert "--attn-impl" not in msg, msg
+    assert "--chunk-size" in msg and "--dtype bfloat16" in msg, msg
+    # eager (--attn-impl reference) holds the scores: sdpa is advised
+    assert "--attn-impl sdpa" in _refusal(plan_memory(cfg, 262144, chunk_size=2048, impl="reference"))
+    # a fast path that applies to Hugging Face models (a transformers attention without the chunk x T mask) is
+    # advised when it lowers the plan
+    monkeypatch.setitem(ATTN_IMPL_REGISTRY, "fast", dataclasses.replace(fast, hf="lctx_sdpa"))
+    lean = plan_memory(cfg, 262144, chunk_size=2048, impl="fast")
+    assert lean.attn_path == "lctx_sdpa" and lean.get("attention mask") == 0
+    assert "--attn-impl fast" in _refusal(plan_memory(cfg, 262144, chunk_size=2048)), msg
+
+
+def test_advice_without_a_replan_is_generic():
+    from lctx.models.adapters.memory import MemoryItem, MemoryPlan
+
+    hand = MemoryPlan("m", 1024, 512, "float32", "sdpa", "sdpa", items=[MemoryItem("weights", 10 * GIB, "")])
+    assert "shorter lengths, a smaller --chunk-size or a bigger device" in _refusal(hand)

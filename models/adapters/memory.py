@@ -31,7 +31,11 @@ attention working set   depends on the path that runs (found by a probe forward,
                         * blockwise references (alibi_lsh, PaTH): the bool pattern + a block of 128
                           queries' scores against all keys, B x H x 128 x T x 16;
                         * fixed-state mixers (no pattern asked for): B x H x c x D x 32 (chunk tables and
-                          state updates of the chunked scan, an upper estimate).
+                          state updates of the chunked scan, an upper estimate);
+                        * Hugging Face models: by the transformers attention that runs (``sdpa``: its bool
+                          masks and SDPA's float copy, ``repeat_kv``'s copies of grouped K/V heads; ``eager``:
+                          the scores too; a path without a chunk x T mask: its partial outputs),
+                          :func:`hf_attention_working_set`.
 logits                  produced one chunk at a time, k = min(kept positions, chunk) rows: the larger of a
                         chunk's forward (the previous chunk's float32 logits still bound, ``lm_head``'s output,
                         a soft-capping copy, the float32 copy of half-precision logits) and, when more than one
@@ -44,9 +48,10 @@ lm-eval (MMLU/ARC)      one unchunked forward of min(batch, requests) rows x the
                         (:func:`plan_lmeval`, :func:`check_lmeval_fits`).
 ======================  ==========================================================================
 
-The model is an estimate from the shapes (no allocator overhead, no fragmentation); ``benchmarks/long_cpu.py``
-compares it with measured peaks. Hugging Face checkpoints (``num_key_value_heads`` etc.) get the softmax
-formula with an sdpa float causal mask. Source of the KV-cache formula: the usual per-token KV size
+The model is an estimate from the shapes (no allocator overhead, no fragmentation); ``lctx bench --model``
+and ``results/2026-12-02-memory-plan`` compare it with measured peaks. Hugging Face checkpoints
+(``num_key_value_heads`` etc.) get the softmax KV formula. A refusal names only the changes that lower the plan
+for that model (:func:`advice`, which plans each again). Source of the KV-cache formula: the usual per-token KV size
 2 n_layers n_kv_heads d_head bytes (e.g. Pope et al. 2022, "Efficiently Scaling Transformer Inference").
 """
 
@@ -60,7 +65,7 @@ from pathlib import Path
 
 import torch
 
-from lctx.attn_impl import get_attn_impl
+from lctx.attn_impl import ATTN_IMPL_REGISTRY, get_attn_impl
 from lctx.errors import LctxError
 
 from lctx.models.adapters.devices import resolve_dtype
@@ -105,8 +110,9 @@ class MemoryPlan:
     """The expected peak memory (bytes) of a chunked prefill of ``length`` tokens, as a list of items.
 
     ``attn_path``: which attention working set was counted (``fused``, ``sdpa``, ``reference``,
-    ``blockwise``, ``fixed-state``); ``notes``: caveats found while planning; ``device``: where it runs
-    (``"cpu"``, ``"cuda:0"``), whose memory :func:`check_run_fits` compares it with.
+    ``blockwise``, ``fixed-state``; for Hugging Face models the transformers attention, e.g. ``sdpa``, ``eager``);
+    ``notes``: caveats found while planning; ``device``: where it runs (``"cpu"``, ``"cuda:0"``), whose memory
+    :func:`check_run_fits` compares it with; ``lctx``, ``base_total``, ``replan``: what :func:`advice` needs.
     """
 
     model: str
@@ -119,6 +125,11 @@ class MemoryPlan:
     items: list[MemoryItem] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     device: str = "cpu"  # where the prefill runs (str of a torch device): the room the checks compare with
+    lctx: bool = True  # an lctx checkpoint (``--attn-impl`` names its kernels) or a Hugging Face one
+    base_total: int = 0  # the total :func:`plan_memory` made, before a caller added items (other models' weights)
+    #: the same plan with some of :func:`plan_memory`'s keyword arguments changed (``replan(dtype="bfloat16")``),
+    #: or None for a plan made by hand: what :func:`advice` tries
+    replan: object = field(default=None, repr=False, compare=False)
 
     @property
     def total(self) -> int:
@@ -376,7 +387,7 @@ def _dtype(dtype) -> torch.dtype:
 
 def plan_memory(config, length: int, chunk_size: int = 2048, dtype="float32", impl: str | None = None,
                 batch: int = 1, kept_logits: int = 1, name: str | None = None, kv_cache: str = "auto",
-                decode_budget: int | None = None, device="cpu") -> MemoryPlan:
+                decode_budget: int | None = None, device="cpu", shape: ModelShape | None = None) -> MemoryPlan:
     """The memory model (module docstring) for a chunked prefill of ``length`` tokens.
 
     config: an lctx ``LctxConfig`` or a Hugging Face config; length: tokens (T); chunk_size: prefill chunk
@@ -386,7 +397,8 @@ def plan_memory(config, length: int, chunk_size: int = 2048, dtype="float32", im
     concatenation, one layer is copied at a time), ``"preallocated"`` (buffers of length + ``decode_budget``
     tokens written in place) or ``"auto"`` (what ``HFAdapter`` uses for this config, :func:`default_kv_cache`);
     device: where it runs (the fast paths differ: Triton on CUDA, the blocked / vectorised PyTorch forms
-    on CPU). Returns a :class:`MemoryPlan` (bytes).
+    on CPU); shape: :func:`model_shape` of ``config`` when the caller has it (it counts parameters on the meta
+    device). Returns a :class:`MemoryPlan` (bytes) whose ``replan`` makes it again with some arguments changed.
 
     Raises:
         LctxError: non-positive length / chunk / batch, an unknown dtype or impl, or a config lctx cannot
@@ -397,13 +409,16 @@ def plan_memory(config, length: int, chunk_size: int = 2048, dtype="float32", im
                         "pass e.g. --length 512k --chunk-size 2048")
     dt = _dtype(dtype)
     b = torch.tensor([], dtype=dt).element_size()
-    s = model_shape(config)
-    impl = impl or s.attn_impl
-    path = get_attn_impl(impl)  # LctxError for an unknown name
+    s = shape or model_shape(config)
+    asked = dict(length=length, shape=s, chunk_size=chunk_size, dtype=dtype, impl=impl, batch=batch,
+                 kept_logits=kept_logits, name=name, kv_cache=kv_cache, decode_budget=decode_budget, device=device)
+    hf_attn = None if s.lctx else hf_attention(config, impl)
+    impl = impl or (s.attn_impl if s.lctx else _impl_name(hf_attn))
+    path = get_attn_impl(impl) if s.lctx or impl in ATTN_IMPL_REGISTRY else get_attn_impl("sdpa")
     B, T, c = batch, length, min(chunk_size, length)
     L, H, D, d, I, V = s.layers, s.heads, s.head_dim, s.hidden, s.intermediate, s.vocab
     plan = MemoryPlan(model=name or s.variant, length=T, chunk_size=chunk_size, dtype=str(dt).replace("torch.", ""),
-                      impl=impl, attn_path="sdpa", device=str(device))
+                      impl=impl, attn_path="sdpa", device=str(device), lctx=s.lctx)
     add = lambda n, v, f: plan.items.append(MemoryItem(n, int(v), f))  # noqa: E731
     add("weights", s.n_params * b, f"{s.n_params:,} parameters x {b} B")
     kv_formula = 2 * s.kv_heads * D * b  # per token per layer
@@ -441,7 +456,11 @@ def plan_memory(config, length: int, chunk_size: int = 2048, dtype="float32", im
     add("activations", B * c * (8 * d + 4 * I) * b + B * c * d * 8,
         f"chunk {c} x (8 x {d} + 4 x {I}) x {b} B + chunk x d x 8 (RMSNorm fp32)")
     cuda = torch.device(device).type == "cuda"
-    if path.kernels and pr.fused_ok:
+    if hf_attn is not None:
+        plan.attn_path = hf_attn
+        for item in hf_attention_working_set(config, hf_attn, B, H, s.kv_heads, c, T, D, b):
+            add(*item)
+    elif path.kernels and pr.fused_ok:
         plan.attn_path = "fused"
         for item in fused_working_set(B, H, c, D, T, cuda, pr):
             add(*item)
@@ -479,8 +498,73 @@ def plan_memory(config, length: int, chunk_size: int = 2048, dtype="float32", im
     for item in logits_working_set(B, T, c, V, b, kept_logits, getattr(config, "final_logit_softcapping", None)):
         add(*item)
     if not s.lctx:
-        plan.notes.append("Hugging Face config: softmax KV formula and an sdpa float causal mask assumed")
+        plan.notes.append(f"Hugging Face config: softmax KV formula; transformers' {hf_attn!r} attention counted")
+    plan.base_total = plan.total
+    plan.replan = lambda **change: plan_memory(config, **{**asked, **change})
     return plan
+
+
+#: the attention transformers runs for a Hugging Face model loaded without ``--attn-impl``
+#: (``from_pretrained``'s default where the architecture supports it)
+HF_DEFAULT_ATTENTION = "sdpa"
+
+
+def hf_attention(config, impl: str | None) -> str:
+    """The transformers attention (``attn_implementation``) a Hugging Face model runs: ``impl``'s
+    (:attr:`lctx.attn_impl.AttnImpl.hf`) when given, else the config's ``_attn_implementation`` (set on a loaded
+    model's config), else :data:`HF_DEFAULT_ATTENTION`.
+
+    Raises:
+        LctxError: an unknown ``impl``, or one that applies to lctx checkpoints only.
+    """
+    if impl is None:
+        return str(getattr(config, "_attn_implementation", None) or HF_DEFAULT_ATTENTION)
+    entry = get_attn_impl(impl)
+    if entry.hf is None:
+        raise LctxError(f"--attn-impl {impl} applies to lctx checkpoints only; this Hugging Face "
+                        f"{getattr(config, 'model_type', '?')} model runs transformers' attention: use "
+                        + " or ".join(n for n in ATTN_IMPL_REGISTRY if ATTN_IMPL_REGISTRY[n].hf) + ", or omit it")
+    return entry.hf
+
+
+def _impl_name(hf_attn: str) -> str:
+    """The ``--attn-impl`` name whose transformers attention is ``hf_attn`` (``sdpa`` for ``sdpa``), else
+    ``hf:<name>``."""
+    return next((n for n in ATTN_IMPL_REGISTRY if ATTN_IMPL_REGISTRY[n].hf == hf_attn), f"hf:{hf_attn}")
+
+
+def hf_attention_working_set(config, hf_attn: str, B: int, H: int, kv: int, c: int, T: int, D: int,
+                             b: int) -> list[tuple]:
+    """(name, bytes, formula) of a Hugging Face model's attention for a chunk of c queries against T keys, by the
+    transformers attention it runs (transformers ``masking_utils`` and ``integrations/sdpa_attention.py``, and
+    ``eager_attention_forward`` of its models):
+
+    * ``sdpa``: the chunk x T bool mask transformers builds once a forward per kind of layer (``layer_types``:
+      full and sliding), and in a layer's call its negation and SDPA's float copy (torch turns a bool mask into an
+      additive one), B x c x T x (kinds + 1 + b); with grouped-query heads and a mask, ``repeat_kv`` copies one
+      layer's keys and values to every head, 2 x B x H x T x D x b;
+    * ``eager``: the mask (bool and float, B x c x T x (1 + b) per kind), the scores and their float32 softmax
+      B x H x c x T x (b + 4), and the ``repeat_kv`` copies;
+    * any other (a kernel that takes no chunk x T mask, such as the one ``--attn-impl fast`` names): the
+      partial outputs and log-sum-exp merge of the chunk, 4 x B x H x c x D x 4 (an upper estimate).
+    """
+    kinds = len(set(getattr(config, "layer_types", None) or ["full"]))
+    rep = 2 * B * H * T * D * b if kv < H else 0
+    rep_text = f"repeat_kv: 2 x B x {H} heads x T x {D} x {b} B"
+    if hf_attn == "sdpa":
+        items = [("attention mask", B * c * T * (kinds + 1 + b),
+                  f"{kinds} bool mask(s) + negation + SDPA's float copy: B x chunk x T x ({kinds + 1} + {b}) B")]
+    elif hf_attn == "eager":
+        items = [("attention mask", B * c * T * (1 + b) * kinds,
+                  f"{kinds} x B x chunk x T x (1 + {b}) B (bool, float)"),
+                 ("attention scores", B * H * c * T * (b + 4), f"B x {H} heads x chunk x T x ({b} + 4) B (scores, "
+                                                               "float32 softmax)")]
+    else:
+        return [("attention working set", B * H * c * D * 16,
+                 f"{hf_attn}: no chunk x T mask; partial outputs and log-sum-exp merge 4 x B x H x chunk x D x 4 B")]
+    if rep:
+        items.append(("GQA key/value copies", rep, rep_text))
+    return items
 
 
 #: rows of a chunk's logits :meth:`lctx.models.adapters.hf.HFAdapter.token_nll` reduces at a time in float64
@@ -638,21 +722,80 @@ def device_memory(device, override: int | None = None) -> tuple[int, str]:
     return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")), "CPU physical memory"
 
 
+#: a change :func:`advice` names lowers the plan's total by at least this fraction
+ADVICE_MIN_SAVING = 0.05
+#: the smallest ``--chunk-size`` :func:`advice` tries
+ADVICE_MIN_CHUNK = 128
+
+
+def advice(plan: MemoryPlan, room: int | None = None) -> list[str]:
+    """What would lower ``plan``'s estimate for its model, each with the total it would give (e.g.
+    ``"--chunk-size 512 (about 3.10 GiB)"``), tried by making the plan again (``plan.replan``) with one change:
+
+    * half the length (``"shorter lengths"``);
+    * a smaller ``--chunk-size`` (halves down to :data:`ADVICE_MIN_CHUNK`): the largest that fits ``room``
+      bytes, else the one that needs the least;
+    * ``--dtype bfloat16`` when the plan is float32;
+    * another ``--attn-impl``: only those that apply to the model (every one for lctx checkpoints; for Hugging
+      Face ones those with a transformers attention, :attr:`lctx.attn_impl.AttnImpl.hf`), the one that needs
+      the least.
+
+    A change is named only when it lowers the total by :data:`ADVICE_MIN_SAVING` of it or more; the sizes
+    include what a caller added to the plan after :func:`plan_memory` (other models' weights). A plan made by
+    hand (no ``replan``) gets the generic ``"shorter lengths"`` and ``"a smaller --chunk-size"``.
+    """
+    if plan.replan is None:
+        return ["shorter lengths", "a smaller --chunk-size"]
+    extra = plan.total - plan.base_total  # items added after planning, the same under every change
+
+    def need(**change) -> int | None:
+        try:
+            return plan.replan(**change).total + extra
+        except LctxError:  # a change this model cannot take
+            return None
+
+    def worth(n: int | None) -> bool:
+        return n is not None and n <= plan.total * (1 - ADVICE_MIN_SAVING)
+
+    out = []
+    if plan.length > 1 and worth(n := need(length=max(1, plan.length // 2))):
+        out.append(f"shorter lengths (half: about {gib(n)})")
+    c, tried = min(plan.chunk_size, plan.length) // 2, []
+    while c >= ADVICE_MIN_CHUNK:
+        tried.append((c, need(chunk_size=c)))
+        c //= 2
+    tried = [(c, n) for c, n in tried if worth(n)]
+    if tried:
+        fits = [t for t in tried if room is not None and t[1] <= room]
+        c, n = fits[0] if fits else min(tried, key=lambda t: t[1])
+        out.append(f"--chunk-size {c} (about {gib(n)})")
+    if plan.dtype == "float32" and worth(n := need(dtype="bfloat16")):
+        out.append(f"--dtype bfloat16 (about {gib(n)})")
+    impls = [(name, need(impl=name)) for name in ATTN_IMPL_REGISTRY
+             if name != plan.impl and (plan.lctx or ATTN_IMPL_REGISTRY[name].hf is not None)]
+    impls = [t for t in impls if worth(t[1])]
+    if impls:
+        name, n = min(impls, key=lambda t: t[1])
+        out.append(f"--attn-impl {name} (about {gib(n)})")
+    return out
+
+
 def check_fits(plan: MemoryPlan, available: int, source: str, resident: int = 0, hint: str = "") -> None:
     """Refuse a plan whose total exceeds ``available + resident`` bytes (``resident``: bytes of the plan
     that are already allocated and so already missing from ``available``, e.g. loaded weights on CPU).
 
     Raises:
-        LctxError: one line with the need, the room, the largest part and what to change.
+        LctxError: one line with the need, the room, the largest part and what to change (:func:`advice`:
+            only options that apply to the model and lower the estimate).
     """
     room = available + resident
     if plan.total <= room:
         return
     big = plan.largest()
+    ways = advice(plan, room) + ["a bigger device"]
+    use = ways[0] if len(ways) == 1 else f"{', '.join(ways[:-1])} or {ways[-1]}"
     raise LctxError(f"a {plan.length:,}-token prefill of {plan.model} needs about {gib(plan.total)} but the device "
-                    f"has {gib(room)} ({source}); largest part: {big.name} {gib(big.bytes)}. Use shorter lengths, "
-                    f"a smaller --chunk-size, --dtype bfloat16{', --attn-impl fast' if plan.attn_path in ('sdpa', 'reference') else ''} "
-                    f"or a bigger device{hint}")
+                    f"has {gib(room)} ({source}); largest part: {big.name} {gib(big.bytes)}. Use {use}{hint}")
 
 
 def check_run_fits(lms: list, length: int, kept_logits: int = 1, available: int | None = None) -> list[MemoryPlan]:
