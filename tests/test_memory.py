@@ -418,3 +418,25 @@ def test_advice_without_a_replan_is_generic():
 
     hand = MemoryPlan("m", 1024, 512, "float32", "sdpa", "sdpa", items=[MemoryItem("weights", 10 * GIB, "")])
     assert "shorter lengths, a smaller --chunk-size or a bigger device" in _refusal(hand)
+
+
+def test_a_sliding_cache_keeps_the_window_of_its_sliding_layers():
+    from transformers import Gemma3TextConfig
+
+    cfg = Gemma3TextConfig(hidden_size=64, num_attention_heads=4, num_key_value_heads=1, head_dim=16,
+                           num_hidden_layers=6, intermediate_size=128, vocab_size=512, sliding_window=512)
+    assert [t for t in cfg.layer_types].count("sliding_attention") == 5  # every sixth layer is global
+    dyn = plan_memory(cfg, 16384, chunk_size=1024, kv_cache="dynamic")
+    sl = plan_memory(cfg, 16384, chunk_size=1024, kv_cache="sliding")
+    # hand: K and V per token per layer 2 x 1 kv head x 16 x 4 B = 128 B; DynamicCache keeps 16,384 tokens in all 6
+    # layers; a sliding cache keeps them in the global layer and, in the 5 sliding ones, the concatenation its view
+    # of the last 511 holds: 511 + 1,024 chunk tokens
+    assert dyn.get("KV cache / state") == 6 * 16384 * 128
+    assert sl.get("KV cache / state") == (16384 + 5 * 1535) * 128
+    # hand: sdpa masks chunk x keys: the global 1024 x 16,384 and the sliding one (1024 x 16,384 without a sliding
+    # cache, 1024 x 1,535 with one), + the negation and float copy of the largest 1024 x 16,384 x (1 + 4)
+    assert dyn.get("attention mask") == 1024 * (2 * 16384 + 5 * 16384)
+    assert sl.get("attention mask") == 1024 * (16384 + 1535 + 5 * 16384)
+    # control: a model without sliding layers cannot plan a sliding cache
+    with pytest.raises(LctxError, match="sliding"):
+        plan_memory(_llama(), 4096, kv_cache="sliding")

@@ -395,7 +395,9 @@ def plan_memory(config, length: int, chunk_size: int = 2048, dtype="float32", im
     (default: the config's); batch: rows (B); kept_logits: positions whose logits are kept (1 for
     generation; the window for ppl); kv_cache: ``"dynamic"`` (``DynamicCache``: the cache grows by
     concatenation, one layer is copied at a time), ``"preallocated"`` (buffers of length + ``decode_budget``
-    tokens written in place) or ``"auto"`` (what ``HFAdapter`` uses for this config, :func:`default_kv_cache`);
+    tokens written in place), ``"sliding"`` (a ``DynamicCache`` built from a Hugging Face config: its
+    ``sliding_attention`` layers keep their window, :func:`sliding_layers`) or ``"auto"`` (what ``HFAdapter``
+    uses for this config, :func:`default_kv_cache`);
     device: where it runs (the fast paths differ: Triton on CUDA, the blocked / vectorised PyTorch forms
     on CPU); shape: :func:`model_shape` of ``config`` when the caller has it (it counts parameters on the meta
     device). Returns a :class:`MemoryPlan` (bytes) whose ``replan`` makes it again with some arguments changed.
@@ -434,21 +436,34 @@ def plan_memory(config, length: int, chunk_size: int = 2048, dtype="float32", im
     if kv_cache == "auto":
         kv_cache, auto_budget = default_kv_cache() if s.lctx else ("dynamic", 0)
         decode_budget = auto_budget if decode_budget is None else decode_budget
-    if kv_cache not in ("dynamic", "preallocated"):
-        raise LctxError(f"unknown KV cache kind {kv_cache!r}; use auto, dynamic or preallocated")
+    if kv_cache not in ("dynamic", "preallocated", "sliding"):
+        raise LctxError(f"unknown KV cache kind {kv_cache!r}; use auto, dynamic, preallocated or sliding")
+    n_slide, window = sliding_layers(config) if kv_cache == "sliding" else (0, None)
+    if kv_cache == "sliding" and (s.lctx or not n_slide):
+        raise LctxError("KV cache kind 'sliding' applies to Hugging Face configs with sliding_attention layers "
+                        "and a sliding_window; use dynamic")
+    win_tok = min(T, window - 1 + c) if n_slide else T  # a sliding layer's keys: its window's, plus a chunk
     plan.kv_cache = kv_cache
     cap = T + (int(decode_budget or 0) if kv_cache == "preallocated" else 0)
     st_tok = pr.per_token - pr.kv_per_token  # per-token state beside the cache (PaTH's transported keys)
-    if pr.per_token == kv_formula and pr.fixed == 0:
+    if n_slide:
+        kv_text = (f"({L - n_slide} full layers x {T:,} + {n_slide} sliding layers x {win_tok:,} tokens: window "
+                   f"{window} - 1 + chunk, the concatenation its view keeps) x 2 (K,V) x {s.kv_heads} kv heads x "
+                   f"{D} head dim x {b} B")
+    elif pr.per_token == kv_formula and pr.fixed == 0:
         kv_text = f"{cap:,} tokens x 2 (K,V) x {L} layers x {s.kv_heads} kv heads x {D} head dim x {b} B"
     else:
         kv_text = (f"{pr.kv_per_token} B x {cap:,} tokens + {st_tok} B x {T:,} tokens + {pr.fixed} B fixed, per layer "
                    f"x {L} layers (measured from the variant's cache)")
     if kv_cache == "preallocated":
         kv_text += f" ({kv_cache}: prompt + {cap - T} decode tokens)"
-    add("KV cache / state", L * B * (pr.kv_per_token * cap + st_tok * T + pr.fixed), kv_text)
-    if kv_cache == "dynamic":
-        add("KV cache growth", B * pr.per_token * T, "one layer's cache copied once (DynamicCache torch.cat)")
+    if n_slide:
+        add("KV cache / state", B * pr.kv_per_token * ((L - n_slide) * T + n_slide * win_tok), kv_text)
+    else:
+        add("KV cache / state", L * B * (pr.kv_per_token * cap + st_tok * T + pr.fixed), kv_text)
+    if kv_cache in ("dynamic", "sliding"):
+        grown = T if n_slide < L else win_tok
+        add("KV cache growth", B * pr.per_token * grown, "one layer's cache copied once (DynamicCache torch.cat)")
     else:
         add("KV cache growth", B * st_tok * T, "one layer's per-token state copied once (torch.cat); "
             "keys and values are written in place")
@@ -458,7 +473,8 @@ def plan_memory(config, length: int, chunk_size: int = 2048, dtype="float32", im
     cuda = torch.device(device).type == "cuda"
     if hf_attn is not None:
         plan.attn_path = hf_attn
-        for item in hf_attention_working_set(config, hf_attn, B, H, s.kv_heads, c, T, D, b):
+        for item in hf_attention_working_set(config, hf_attn, B, H, s.kv_heads, c, T, D, b,
+                                             sliding_keys=win_tok if n_slide else None):
             add(*item)
     elif path.kernels and pr.fused_ok:
         plan.attn_path = "fused"
@@ -533,32 +549,47 @@ def _impl_name(hf_attn: str) -> str:
     return next((n for n in ATTN_IMPL_REGISTRY if ATTN_IMPL_REGISTRY[n].hf == hf_attn), f"hf:{hf_attn}")
 
 
+def sliding_layers(config) -> tuple[int, int | None]:
+    """(layers whose ``layer_types`` entry is ``"sliding_attention"``, the config's ``sliding_window``) of a
+    Hugging Face config; (0, None) when it has none or no window."""
+    window = getattr(config, "sliding_window", None)
+    n = sum(t == "sliding_attention" for t in (getattr(config, "layer_types", None) or []))
+    return (n, int(window)) if n and window else (0, None)
+
+
 def hf_attention_working_set(config, hf_attn: str, B: int, H: int, kv: int, c: int, T: int, D: int,
-                             b: int) -> list[tuple]:
+                             b: int, sliding_keys: int | None = None) -> list[tuple]:
     """(name, bytes, formula) of a Hugging Face model's attention for a chunk of c queries against T keys, by the
     transformers attention it runs (transformers ``masking_utils`` and ``integrations/sdpa_attention.py``, and
     ``eager_attention_forward`` of its models):
 
-    * ``sdpa``: the chunk x T bool mask transformers builds once a forward per kind of layer (``layer_types``:
+    * ``sdpa``: the chunk x keys bool mask transformers builds once a forward per kind of layer (``layer_types``:
       full and sliding), and in a layer's call its negation and SDPA's float copy (torch turns a bool mask into an
-      additive one), B x c x T x (kinds + 1 + b); with grouped-query heads and a mask, ``repeat_kv`` copies one
-      layer's keys and values to every head, 2 x B x H x T x D x b;
-    * ``eager``: the mask (bool and float, B x c x T x (1 + b) per kind), the scores and their float32 softmax
-      B x H x c x T x (b + 4), and the ``repeat_kv`` copies;
+      additive one), B x c x (sum of the kinds' keys + (1 + b) x the most keys); with grouped-query heads and a
+      mask, ``repeat_kv`` copies one layer's keys and values to every head, 2 x B x H x keys x D x b;
+    * ``eager``: the mask (bool and float, B x c x keys x (1 + b) per kind), the scores and their float32
+      softmax B x H x c x keys x (b + 4), and the ``repeat_kv`` copies;
     * any other (a kernel that takes no chunk x T mask, such as the one ``--attn-impl fast`` names): the
       partial outputs and log-sum-exp merge of the chunk, 4 x B x H x c x D x 4 (an upper estimate).
+
+    Keys: T for full layers; ``sliding_keys`` for sliding ones when the cache slides (``DynamicCache(config=...)``:
+    window - 1 + c), else T as well.
     """
-    kinds = len(set(getattr(config, "layer_types", None) or ["full"]))
-    rep = 2 * B * H * T * D * b if kv < H else 0
-    rep_text = f"repeat_kv: 2 x B x {H} heads x T x {D} x {b} B"
+    types = set(getattr(config, "layer_types", None) or ["full_attention"])
+    keys = [sliding_keys if (t == "sliding_attention" and sliding_keys) else T for t in sorted(types)]
+    most = max(keys)
+    rep = 2 * B * H * most * D * b if kv < H else 0
+    rep_text = f"repeat_kv: 2 x B x {H} heads x {most:,} keys x {D} x {b} B"
+    masks = " + ".join(f"{k:,}" for k in keys)
     if hf_attn == "sdpa":
-        items = [("attention mask", B * c * T * (kinds + 1 + b),
-                  f"{kinds} bool mask(s) + negation + SDPA's float copy: B x chunk x T x ({kinds + 1} + {b}) B")]
+        items = [("attention mask", B * c * (sum(keys) + (1 + b) * most),
+                  f"{len(keys)} bool mask(s) of chunk x ({masks}) keys + negation and SDPA's float copy of the "
+                  f"largest, chunk x {most:,} x (1 + {b}) B")]
     elif hf_attn == "eager":
-        items = [("attention mask", B * c * T * (1 + b) * kinds,
-                  f"{kinds} x B x chunk x T x (1 + {b}) B (bool, float)"),
-                 ("attention scores", B * H * c * T * (b + 4), f"B x {H} heads x chunk x T x ({b} + 4) B (scores, "
-                                                               "float32 softmax)")]
+        items = [("attention mask", B * c * sum(keys) * (1 + b),
+                  f"B x chunk x ({masks}) keys x (1 + {b}) B (bool, float)"),
+                 ("attention scores", B * H * c * most * (b + 4), f"B x {H} heads x chunk x {most:,} keys x ({b} "
+                                                                  "+ 4) B (scores, float32 softmax)")]
     else:
         return [("attention working set", B * H * c * D * 16,
                  f"{hf_attn}: no chunk x T mask; partial outputs and log-sum-exp merge 4 x B x H x chunk x D x 4 B")]
