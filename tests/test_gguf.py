@@ -193,3 +193,86 @@ def test_convert_gguf_missing_file_says_it_does_not_exist(capsys, tmp_path):
     """Trial 21 item 2: lctx convert gguf on a missing file says that it does not exist."""
     code, _, err = run_cli(["convert", "gguf", tmp_path / "nonexistent.gguf", "--out", tmp_path / "o"], capsys)
     assert_one_line_error(code, err, "does not exist")
+
+
+def write_gemma3_header(path, vocab: int = 300):
+    """A Gemma 3 GGUF that holds only the metadata a config needs and one tensor: a vocabulary longer than
+    read_gguf_header reads (GGUF_STRING_ARRAY_LIMIT), a sliding window, tied embeddings (no output.weight)."""
+    import gguf
+    import numpy as np
+
+    w = gguf.GGUFWriter(str(path), "gemma3")
+    w.add_context_length(32768)
+    w.add_block_count(3)
+    w.add_embedding_length(64)
+    w.add_feed_forward_length(128)
+    w.add_head_count(4)
+    w.add_head_count_kv(1)
+    w.add_key_length(16)
+    w.add_value_length(16)
+    w.add_rope_freq_base(1e6)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_sliding_window(512)
+    w.add_tokenizer_model("llama")
+    w.add_token_list([f"t{i}" for i in range(vocab)])
+    w.add_token_scores([0.0] * vocab)
+    w.add_token_types([1] * vocab)
+    w.add_bos_token_id(2)
+    w.add_eos_token_id(1)
+    w.add_tensor("token_embd.weight", np.zeros((vocab, 64), np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def test_gguf_config_from_the_header_equals_transformers(tiny_gguf, tmp_path):
+    """Issue 28 item 3: the config comes from the header alone, equal to the one transformers' GGUF reader builds
+    (which parses every vocabulary entry through gguf.GGUFReader: 5 s for SmolLM2, minutes for Gemma 3)."""
+    from transformers import AutoConfig
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+    from lctx.models.adapters.gguf import (GGUF_STRING_ARRAY_LIMIT, SkippedArray, gguf_config, gguf_config_dict,
+                                           read_gguf_header)
+
+    gemma = write_gemma3_header(tmp_path / "gemma.gguf")
+    for f in (tiny_gguf, gemma):
+        meta, names = read_gguf_header(f)
+        assert gguf_config_dict(meta, names) == load_gguf_checkpoint(str(f), return_tensors=False)["config"]
+        ours = gguf_config(f).to_dict()
+        assert ours == AutoConfig.from_pretrained(str(f.parent), gguf_file=f.name).to_dict()
+    meta, _ = read_gguf_header(gemma)
+    tokens = meta["tokenizer.ggml.tokens"]  # walked over, not read: its length only
+    assert isinstance(tokens, SkippedArray) and tokens == 300 > GGUF_STRING_ARRAY_LIMIT
+    cfg = gguf_config(gemma)
+    # control: the values are the file's, not a class's defaults
+    assert (cfg.model_type, cfg.vocab_size, cfg.sliding_window, cfg.head_dim, cfg.tie_word_embeddings) == (
+        "gemma3_text", 300, 512, 16, True)
+
+
+def test_plan_of_a_gguf_reads_its_header_only(tiny_gguf, tmp_path, monkeypatch, capsys):
+    """Issue 28 item 3: `lctx plan --model X.gguf` neither dequantises (no cache directory is made) nor parses the
+    header with gguf.GGUFReader, and answers in under 5 s."""
+    import time
+
+    import gguf
+
+    def refuse(*a, **kw):
+        raise AssertionError("lctx plan parsed the file with gguf.GGUFReader")
+
+    monkeypatch.setattr(gguf, "GGUFReader", refuse)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("LCTX_CACHE_DIR", str(tmp_path / "cache"))
+    t0 = time.perf_counter()
+    code, out, err = run_cli(["plan", "--model", tiny_gguf, "--length", "4k", "--device", "cpu"], capsys)
+    took = time.perf_counter() - t0
+    assert code == 0, err
+    assert "memory plan: tiny-llama.Q0" in out and "fits:" in out
+    assert took < 5, took
+    assert not (tmp_path / "cache").exists()
+    # control: a damaged header is one line, from the header reader
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(tiny_gguf.read_bytes()[:200])
+    code, _, err = run_cli(["plan", "--model", cut, "--length", "4k", "--device", "cpu"], capsys)
+    assert_one_line_error(code, err, "cut.gguf", "header")

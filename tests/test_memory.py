@@ -61,7 +61,8 @@ def test_plan_matches_hand_computation():
     assert items["sdpa float mask"] == (64 + 256) * 2**20
     # hand: activations 1024 x max(10 x 64, 2 x 64 + 3 x 192 = 704) x 4 + 1024 x 64 x 8 = 2,883,584 + 524,288
     assert items["activations"] == 3_407_872
-    assert items["logits"] == 1024 * 4  # one kept position x vocab x float32
+    # hand: one kept row a chunk x vocab x float32, the previous chunk's and the new one's (8 chunks)
+    assert items["logits"] == 2 * 1024 * 4
     assert p.total == sum(items.values())
     assert p.attn_path == "sdpa"
 
@@ -146,10 +147,40 @@ def test_hf_config_uses_num_key_value_heads():
     assert any("Hugging Face" in n for n in p.notes)
 
 
-def test_ppl_kept_logits_are_counted():
-    p = plan_memory(tiny_rope(), 4096, kept_logits=4096)
-    # hand: 4096 positions x 1024 vocab x (4 B kept + 8 B float64 copy + 8 B log_softmax)
-    assert p.get("logits") == 4096 * 1024 * 20
+def test_ppl_logits_are_counted_per_chunk_and_block():
+    """Issue 28 item 4: logits come one chunk at a time (HFAdapter.prefill's on_logits) and are scored in 512-row
+    float64 blocks (token_nll), so the term is a chunk's worth, not kept positions x vocab x 20 B."""
+    V = 1024
+    # hand, ppl at 4K in chunks of 1024 (k = 1024 rows a chunk, m = 512 rows a block): scoring a chunk holds its
+    # float32 logits 1024 x 1024 x 4 = 4 MiB + the float64 block and its log-softmax 2 x 512 x 1024 x 8 = 8 MiB;
+    # a chunk's forward holds the previous chunk's logits and the new ones, 2 x 4 MiB: the larger is 12 MiB
+    p = plan_memory(tiny_rope(), 4096, chunk_size=1024, kept_logits=4096)
+    assert p.get("logits") == 1024 * V * 4 + 2 * 512 * V * 8 == 12 * 2**20
+    # control: the old charge, all kept positions at once x 20 B, is 80 MiB; kept positions past a chunk cost nothing
+    assert p.get("logits") < 4096 * V * 20
+    assert plan_memory(tiny_rope(), 8192, chunk_size=1024, kept_logits=8192).get("logits") == p.get("logits")
+    # hand, chunk 4096 (one chunk, 512-row blocks): 4096 x 1024 x 4 = 16 MiB + 8 MiB; no previous chunk
+    assert plan_memory(tiny_rope(), 4096, chunk_size=4096, kept_logits=4096).get("logits") == 24 * 2**20
+    # hand, chunk 256 (blocks of 256 rows): forward 2 x 256 x 1024 x 4 = 2 MiB;
+    # scoring 1 MiB + 2 x 256 x 1024 x 8 = 5 MiB
+    assert plan_memory(tiny_rope(), 4096, chunk_size=256, kept_logits=4096).get("logits") == 5 * 2**20
+    # hand, generation (passkey: one kept row a chunk): the previous chunk's row + the new one, 2 x 1024 x 4 B;
+    # one chunk: 1 x 1024 x 4 B
+    assert plan_memory(tiny_rope(), 4096, chunk_size=1024, kept_logits=1).get("logits") == 2 * V * 4
+    assert plan_memory(tiny_rope(), 1024, chunk_size=1024, kept_logits=1).get("logits") == V * 4
+
+
+def test_half_precision_and_softcapped_logits_add_their_copies():
+    from transformers import Gemma2Config
+
+    cfg = Gemma2Config(hidden_size=64, num_attention_heads=4, num_key_value_heads=1, head_dim=16, num_hidden_layers=1,
+                       intermediate_size=128, vocab_size=2048, final_logit_softcapping=30.0)
+    # hand, bfloat16 at 4K in chunks of 1024, generation: previous chunk's fp32 row 2048 x 4 + lm_head's row
+    # 2048 x 2 + its soft-capped copy 2048 x 2 + the float32 copy 2048 x 4 = 24,576 B
+    assert plan_memory(cfg, 4096, chunk_size=1024, dtype="bfloat16").get("logits") == 2048 * (4 + 2 + 2 + 4)
+    # control: without soft-capping one lm_head copy less
+    cfg.final_logit_softcapping = None
+    assert plan_memory(cfg, 4096, chunk_size=1024, dtype="bfloat16").get("logits") == 2048 * (4 + 2 + 4)
 
 
 def test_refusal_names_the_largest_part():
@@ -362,3 +393,100 @@ def test_plan_on_cuda_without_a_gpu_suggests_device_memory(capsys):
         pytest.skip("this machine has a GPU: --device cuda is valid here")
     code, _, err = run_cli(["plan", "--length", "1k", "--device", "cuda"], capsys)
     assert_one_line_error(code, err, "--device-memory")
+
+
+def _llama(**kw):
+    from transformers import LlamaConfig
+
+    return LlamaConfig(**{"hidden_size": 256, "num_attention_heads": 8, "num_key_value_heads": 2,
+                          "num_hidden_layers": 3, "intermediate_size": 512, "vocab_size": 1000, **kw})
+
+
+def test_hf_attention_follows_the_transformers_attention_that_runs():
+    cfg = _llama()
+    # the default is lctx_sdpa (--attn-impl fast): no chunk x T mask
+    d = plan_memory(cfg, 4096, chunk_size=1024, dtype="bfloat16")
+    assert (d.impl, d.attn_path) == ("fast", "lctx_sdpa") and d.get("attention mask") == 0
+    p = plan_memory(cfg, 4096, chunk_size=1024, dtype="bfloat16", impl="sdpa")
+    assert (p.impl, p.attn_path) == ("sdpa", "sdpa")
+    # hand (sdpa): transformers' bool mask, its negation and SDPA's float copy, 1024 x 4096 x (1 + 1 + 2) B = 16 MiB;
+    # 8 heads over 2 kv heads with a mask: repeat_kv copies one layer's K and V, 2 x 8 x 4096 x 32 x 2 B = 4 MiB
+    assert p.get("attention mask") == 16 * 2**20 and p.get("GQA key/value copies") == 4 * 2**20
+    # hand (eager, --attn-impl reference): mask 1024 x 4096 x (1 + 2) = 12 MiB, scores and the float32 softmax
+    # 8 x 1024 x 4096 x (2 + 4) = 192 MiB
+    e = plan_memory(cfg, 4096, chunk_size=1024, dtype="bfloat16", impl="reference")
+    assert (e.impl, e.attn_path) == ("reference", "eager")
+    assert e.get("attention mask") == 12 * 2**20 and e.get("attention scores") == 192 * 2**20
+    # a loaded model's config says what runs (set_attn_implementation): eager again
+    cfg._attn_implementation = "eager"
+    assert plan_memory(cfg, 4096, chunk_size=1024, dtype="bfloat16").total == e.total
+    # control: fast applies to lctx checkpoints only while no transformers attention is registered for it
+    from lctx.attn_impl import get_attn_impl
+
+    if get_attn_impl("fast").hf is None:
+        with pytest.raises(LctxError, match="lctx checkpoints only"):
+            plan_memory(_llama(), 4096, impl="fast")
+
+
+def _refusal(plan) -> str:
+    with pytest.raises(LctxError) as e:
+        check_fits(plan, plan.total // 4, "test")
+    return str(e.value)
+
+
+def test_advice_names_what_lowers_the_plan_of_an_lctx_model():
+    # the bundled shape with ALiBi at 512K on sdpa: the chunk x T masks dominate, so every option lowers the plan
+    msg = _refusal(plan_memory(tiny_rope(variant="alibi"), 524288, chunk_size=2048, impl="sdpa"))
+    for option in ("shorter lengths", "--chunk-size", "--dtype bfloat16", "--attn-impl fast", "a bigger device"):
+        assert option in msg, msg
+    assert "--attn-impl reference" not in msg  # it needs more, never less
+    # on fast the working set is O(chunk): a smaller chunk or another path would not lower it by 5 %
+    fast = plan_memory(tiny_rope(), 524288, chunk_size=2048, impl="fast")
+    msg = _refusal(fast)
+    assert "--attn-impl" not in msg and "--chunk-size" not in msg and "--dtype bfloat16" in msg, msg
+    # control: each named change really gives the total it names (replanned, not guessed)
+    assert fast.replan(dtype="bfloat16").total < 0.95 * fast.total
+    # bfloat16 already: not named again
+    assert "--dtype" not in _refusal(plan_memory(tiny_rope(), 524288, chunk_size=2048, dtype="bfloat16"))
+
+
+def test_advice_for_a_hugging_face_model_names_only_paths_it_can_take():
+    cfg = _llama(num_hidden_layers=1)
+    lean = plan_memory(cfg, 262144, chunk_size=2048)  # the default: lctx_sdpa (--attn-impl fast), no chunk x T mask
+    assert lean.impl == "fast" and lean.attn_path == "lctx_sdpa" and lean.get("attention mask") == 0
+    msg = _refusal(lean)
+    assert "--attn-impl" not in msg and "--dtype bfloat16" in msg, msg  # no other path is leaner
+    # sdpa builds the chunk x T masks: fast is advised, with the total it gives
+    assert "--attn-impl fast" in _refusal(plan_memory(cfg, 262144, chunk_size=2048, impl="sdpa"))
+    # eager (--attn-impl reference) holds the scores: fast is advised, and a smaller chunk
+    msg = _refusal(plan_memory(cfg, 262144, chunk_size=2048, impl="reference"))
+    assert "--attn-impl fast" in msg and "--chunk-size" in msg, msg
+
+
+def test_advice_without_a_replan_is_generic():
+    from lctx.models.adapters.memory import MemoryItem, MemoryPlan
+
+    hand = MemoryPlan("m", 1024, 512, "float32", "sdpa", "sdpa", items=[MemoryItem("weights", 10 * GIB, "")])
+    assert "shorter lengths, a smaller --chunk-size or a bigger device" in _refusal(hand)
+
+
+def test_a_sliding_cache_keeps_the_window_of_its_sliding_layers():
+    from transformers import Gemma3TextConfig
+
+    cfg = Gemma3TextConfig(hidden_size=64, num_attention_heads=4, num_key_value_heads=1, head_dim=16,
+                           num_hidden_layers=6, intermediate_size=128, vocab_size=512, sliding_window=512)
+    assert [t for t in cfg.layer_types].count("sliding_attention") == 5  # every sixth layer is global
+    dyn = plan_memory(cfg, 16384, chunk_size=1024, kv_cache="dynamic", impl="sdpa")
+    sl = plan_memory(cfg, 16384, chunk_size=1024, kv_cache="sliding", impl="sdpa")
+    # hand: K and V per token per layer 2 x 1 kv head x 16 x 4 B = 128 B; DynamicCache keeps 16,384 tokens in all 6
+    # layers; a sliding cache keeps them in the global layer and, in the 5 sliding ones, the concatenation its view
+    # of the last 511 holds: 511 + 1,024 chunk tokens
+    assert dyn.get("KV cache / state") == 6 * 16384 * 128
+    assert sl.get("KV cache / state") == (16384 + 5 * 1535) * 128
+    # hand: sdpa masks chunk x keys: the global 1024 x 16,384 and the sliding one (1024 x 16,384 without a sliding
+    # cache, 1024 x 1,535 with one), + the negation and float copy of the largest 1024 x 16,384 x (1 + 4)
+    assert dyn.get("attention mask") == 1024 * (2 * 16384 + 5 * 16384)
+    assert sl.get("attention mask") == 1024 * (16384 + 1535 + 5 * 16384)
+    # control: a model without sliding layers cannot plan a sliding cache
+    with pytest.raises(LctxError, match="sliding"):
+        plan_memory(_llama(), 4096, kv_cache="sliding")

@@ -20,8 +20,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import mmap
 import os
 import shutil
+import struct
 import tempfile
 import time
 from pathlib import Path
@@ -30,6 +32,172 @@ from lctx.errors import LctxError
 from lctx.model_files import check_header, sha256_file, user_cache_root
 
 META_FILE = "lctx_gguf.json"  # provenance of a converted directory (source file, sha256, dtype)
+
+# GGUF metadata value types (ggml-org/ggml docs/gguf.md, ``gguf_metadata_value_type``): the fixed-size ones as
+# struct formats; 8 is a string (uint64 length + UTF-8 bytes), 9 an array (element type, uint64 count, elements)
+_GGUF_SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+#: string arrays up to this many entries are read; longer ones (a vocabulary, a merge table) are walked over and
+#: recorded as their length only (:class:`SkippedArray`)
+GGUF_STRING_ARRAY_LIMIT = 64
+#: architectures whose config transformers derives from more than the metadata keys (tensor shapes, special
+#: cases in ``load_gguf_checkpoint``) or through its own metadata reader: :func:`gguf_config` leaves them to
+#: ``AutoConfig.from_pretrained(..., gguf_file=...)``
+_GGUF_CONFIG_BY_TRANSFORMERS = ("t5", "t5encoder", "umt5", "stablelm", "gpt_oss", "gpt-oss", "lfm2",
+                                "minimax-m2", "qwen35", "qwen35moe")
+
+
+class SkippedArray(int):
+    """The length of a GGUF string array that :func:`read_gguf_header` walked over without reading (an int)."""
+
+
+def read_gguf_header(path: str | os.PathLike) -> tuple[dict, list[str]]:
+    """The metadata {key: value} and the tensor names of a GGUF file (v2 or v3), read from its header
+    without touching tensor data: a few ms for SmolLM2-135M, under a second for a 262K-token vocabulary
+    (``gguf.GGUFReader`` builds a numpy view per array element: 5 s for SmolLM2's 49K tokens and merges).
+
+    Values: int / float / bool / str for scalars; lists for numeric arrays and for string arrays of at most
+    :data:`GGUF_STRING_ARRAY_LIMIT` entries; a :class:`SkippedArray` (the count) for longer string arrays.
+    Format: ggml-org/ggml ``docs/gguf.md`` (magic, uint32 version, uint64 tensor and key counts, the key/value
+    pairs, then per tensor its name, uint32 dims, uint64 shape, uint32 type, uint64 offset).
+
+    Raises:
+        LctxError: not a GGUF file, a version other than 2 or 3, or a header cut short or holding an
+            unknown value type.
+    """
+    check_header(Path(path))
+    try:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            return _parse_gguf_header(buf, str(path))
+    except (struct.error, ValueError, UnicodeDecodeError, OSError) as e:
+        raise LctxError(f"GGUF file {str(path)!r} has a damaged or truncated header ({_first_line(e)}); "
+                        "download or copy it again") from None
+
+
+def _parse_gguf_header(buf, where: str) -> tuple[dict, list[str]]:
+    version, n_tensors, n_kv = struct.unpack_from("<IQQ", buf, 4)
+    if version not in (2, 3):
+        raise ValueError(f"GGUF version {version}; this reader handles 2 and 3")
+    pos = 24
+
+    def string(pos: int) -> tuple[str, int]:
+        (n,) = struct.unpack_from("<Q", buf, pos)
+        if pos + 8 + n > len(buf):
+            raise ValueError(f"a string of {n:,} bytes at offset {pos:,} runs past the end of the file")
+        return bytes(buf[pos + 8:pos + 8 + n]).decode("utf-8"), pos + 8 + n
+
+    def value(pos: int, kind: int):
+        if kind in _GGUF_SCALAR:
+            return struct.unpack_from(_GGUF_SCALAR[kind], buf, pos)[0], pos + struct.calcsize(_GGUF_SCALAR[kind])
+        if kind == 8:
+            return string(pos)
+        if kind != 9:
+            raise ValueError(f"unknown metadata value type {kind} at offset {pos:,}")
+        elem, count = struct.unpack_from("<IQ", buf, pos)
+        pos += 12
+        if elem in _GGUF_SCALAR:
+            fmt = _GGUF_SCALAR[elem]
+            return list(struct.unpack_from(f"<{count}{fmt[1]}", buf, pos)), pos + count * struct.calcsize(fmt)
+        if elem == 8 and count > GGUF_STRING_ARRAY_LIMIT:
+            for _ in range(count):  # variable-length entries: walk the lengths
+                pos += 8 + struct.unpack_from("<Q", buf, pos)[0]
+            return SkippedArray(count), pos
+        out = []
+        for _ in range(count):
+            v, pos = value(pos, elem)
+            out.append(v)
+        return out, pos
+
+    meta: dict = {}
+    for _ in range(n_kv):
+        key, pos = string(pos)
+        (kind,) = struct.unpack_from("<I", buf, pos)
+        meta[key], pos = value(pos + 4, kind)
+    names = []
+    for _ in range(n_tensors):
+        name, pos = string(pos)
+        (dims,) = struct.unpack_from("<I", buf, pos)
+        pos += 4 + 8 * dims + 4 + 8
+        names.append(name)
+    if "general.architecture" not in meta:
+        raise ValueError("no general.architecture key")
+    return meta, names
+
+
+def gguf_config_dict(meta: dict, tensor_names: list[str]) -> dict | None:
+    """The transformers config dict of a GGUF file from its header (:func:`read_gguf_header`), built as
+    transformers' ``load_gguf_checkpoint(path, return_tensors=False)["config"]`` builds it (transformers
+    ``modeling_gguf_pytorch_utils.py``: the architecture renames, ``tie_word_embeddings`` from the absence of
+    ``output.weight``, ``GGUF_CONFIG_DEFAULTS_MAPPING``, the keys renamed by ``GGUF_CONFIG_MAPPING``, Gemma 3/4's
+    text model types, ``vocab_size`` from the vocabulary's length) but without reading the vocabulary.
+    ``None`` for the architectures transformers treats specially (:data:`_GGUF_CONFIG_BY_TRANSFORMERS`).
+
+    Raises:
+        ValueError: an architecture transformers cannot load from GGUF (``... is not supported yet``, the
+            message :func:`_load_error` recognises).
+    """
+    from transformers.integrations.ggml import GGUF_CONFIG_MAPPING  # lazy: loads transformers
+
+    try:  # transformers >= 4.50
+        from transformers.integrations.ggml import GGUF_CONFIG_DEFAULTS_MAPPING  # lazy: loads transformers
+    except ImportError:
+        GGUF_CONFIG_DEFAULTS_MAPPING = {}
+    arch = str(meta["general.architecture"])
+    if arch in _GGUF_CONFIG_BY_TRANSFORMERS:
+        return None
+    name = meta.get("general.name")
+    updated = {"qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe"}.get(arch, arch)
+    if "llama" in arch and name == "mistral":  # transformers: `"mistral" in [general.name]`
+        updated = "mistral"
+    if arch not in GGUF_CONFIG_MAPPING and updated not in GGUF_CONFIG_MAPPING:
+        raise ValueError(f"GGUF model with architecture {arch} is not supported yet.")
+    config: dict = {"tie_word_embeddings": "output.weight" not in tensor_names or arch in ("falcon", "bloom")}
+    for k, v in (GGUF_CONFIG_DEFAULTS_MAPPING.get(updated) or GGUF_CONFIG_DEFAULTS_MAPPING.get(arch) or {}).items():
+        config.setdefault(k, v)
+    for key, v in meta.items():
+        prefix, _, sub = key.replace(arch, updated).partition(".")
+        renamed = GGUF_CONFIG_MAPPING.get(prefix, {}).get(sub, -1)
+        if renamed in (-1, None) or isinstance(v, SkippedArray):
+            continue
+        if isinstance(v, list) and len(v) == 1:
+            v = v[0]
+        if isinstance(v, str) and arch in v:
+            v = v.replace(arch, updated)
+        config[renamed] = v
+    if config.get("model_type") in ("gemma3", "gemma4"):  # the GGUF holds the text backbone only
+        config["model_type"] += "_text"
+        if config["model_type"] == "gemma4_text":
+            config["eos_token_id"] = [1, 106, 50]
+    if "vocab_size" not in config and "tokenizer.ggml.tokens" in meta:
+        config["vocab_size"] = int(meta["tokenizer.ggml.tokens"] if isinstance(meta["tokenizer.ggml.tokens"], int)
+                                   else len(meta["tokenizer.ggml.tokens"]))
+    return config
+
+
+def gguf_config(path: str | os.PathLike):
+    """The transformers config of a GGUF file, read from its header (:func:`read_gguf_header`,
+    :func:`gguf_config_dict`; well under a second, no tensor read, nothing written), as ``AutoConfig`` builds it
+    from the same dict. Architectures transformers treats specially go through
+    ``AutoConfig.from_pretrained(dir, gguf_file=name)`` (reads the whole header with ``gguf.GGUFReader``).
+
+    Raises:
+        LctxError: not a GGUF file, a damaged header, or an architecture transformers cannot load from GGUF.
+    """
+    from transformers import AutoConfig  # lazy: loads transformers
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING  # lazy: loads transformers
+
+    path = Path(path)
+    meta, names = read_gguf_header(path)
+    try:
+        config = gguf_config_dict(meta, names)
+        if config is None:
+            return AutoConfig.from_pretrained(path.parent, gguf_file=path.name)
+        out = CONFIG_MAPPING[config["model_type"]].from_dict(config)
+        out.name_or_path = str(path.parent)  # as AutoConfig.from_pretrained(path.parent, gguf_file=...) sets it
+        return out
+    except LctxError:
+        raise
+    except Exception as e:  # noqa: BLE001 - transformers raises many kinds; classify into one line
+        raise _load_error(path, e) from None
 
 
 def _first_line(e: BaseException) -> str:

@@ -242,7 +242,9 @@ class HFAdapter(TokenizerSide):
             impl = next((n for n in ATTN_IMPL_REGISTRY if ATTN_IMPL_REGISTRY.get(n).hf == hf), "sdpa")
         if batch > 1 and impl is not None:
             impl = get_attn_impl(impl).fallback  # padded rows: the masked SDPA path (the lean paths take unpadded rows)
-        kind = "preallocated" if type(self.new_cache(1)).__name__ == "PreallocatedKVCache" else "dynamic"
+        probe = self.new_cache(1)
+        kind = ("preallocated" if type(probe).__name__ == "PreallocatedKVCache"
+                else "sliding" if _sliding_layers(probe) else "dynamic")
         return plan_memory(cfg, length, chunk_size=self.chunk_size, dtype=self.dtype, impl=impl, batch=batch,
                            kept_logits=kept_logits, name=self.name, kv_cache=kind,
                            decode_budget=int(self.decode_budget or 0), device=self.device)

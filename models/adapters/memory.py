@@ -37,10 +37,17 @@ attention working set   depends on the path that runs (found by a probe forward,
                         * blockwise references (alibi_lsh, PaTH): the bool pattern + a block of 128
                           queries' scores against all keys, B x H x 128 x T x 16;
                         * fixed-state mixers (no pattern asked for): B x H x c x D x 32 (chunk tables and
-                          state updates of the chunked scan, an upper estimate).
-logits                  kept positions x vocab x 4 (float32, ``HFAdapter.prefill`` keeps them) and, when more than
-                        one position is scored (``HFAdapter.token_nll``: ppl scores every position of its first
-                        window), x 16 more for the float64 copy and its log-softmax.
+                          state updates of the chunked scan, an upper estimate);
+                        * Hugging Face models: by the transformers attention that runs (``sdpa``: its bool
+                          masks and SDPA's float copy, ``repeat_kv``'s copies of grouped K/V heads; ``eager``:
+                          the scores too; a path without a chunk x T mask: its partial outputs),
+                          :func:`hf_attention_working_set`.
+logits                  produced one chunk at a time, k = min(kept positions, chunk) rows: the larger of a
+                        chunk's forward (the previous chunk's float32 logits still bound, ``lm_head``'s output,
+                        a soft-capping copy, the float32 copy of half-precision logits) and, when more than one
+                        position is scored (``HFAdapter.token_nll``: ppl scores every position of its first
+                        window), the chunk's float32 logits + a 512-row float64 block and its log-softmax
+                        (:func:`logits_working_set`).
 lm-eval (MMLU/ARC)      lctx's lm-eval model runs min(batch, requests) rows x the longest request in row
                         blocks (one unchunked forward each, no KV cache, planned working set <=
                         :data:`LMEVAL_BLOCK_BYTES`) and computes logits at the continuation positions
@@ -49,14 +56,16 @@ lm-eval (MMLU/ARC)      lctx's lm-eval model runs min(batch, requests) rows x th
                         (:func:`plan_lmeval`, :func:`check_lmeval_fits`).
 ======================  ==========================================================================
 
-The model is an estimate from the shapes (no allocator overhead, no fragmentation); ``benchmarks/long_cpu.py``
-compares it with measured peaks. Hugging Face checkpoints (``num_key_value_heads`` etc.) get the softmax
-formula with an sdpa float causal mask. Source of the KV-cache formula: the usual per-token KV size
+The model is an estimate from the shapes (no allocator overhead, no fragmentation); ``lctx bench --model``
+and ``results/2026-12-02-memory-plan`` compare it with measured peaks. Hugging Face checkpoints
+(``num_key_value_heads`` etc.) get the softmax KV formula. A refusal names only the changes that lower the plan
+for that model (:func:`advice`, which plans each again). Source of the KV-cache formula: the usual per-token KV size
 2 n_layers n_kv_heads d_head bytes (e.g. Pope et al. 2022, "Efficiently Scaling Transformer Inference").
 """
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import os
 import re
@@ -65,12 +74,12 @@ from pathlib import Path
 
 import torch
 
-from lctx.attn_impl import DEFAULT_ATTN_IMPL, get_attn_impl
+from lctx.attn_impl import ATTN_IMPL_REGISTRY, DEFAULT_ATTN_IMPL, get_attn_impl
 from lctx.errors import LctxError
 
 from lctx.models.adapters.devices import resolve_dtype
-from lctx.models.adapters.gguf import _load_error
-from lctx.model_files import check_header, find_gguf, raise_if_remote_code
+from lctx.models.adapters.gguf import gguf_config
+from lctx.model_files import find_gguf, raise_if_remote_code
 
 GIB = 1024**3
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "kib": 1024, "m": 1024**2, "mb": 1024**2, "mib": 1024**2,
@@ -110,8 +119,9 @@ class MemoryPlan:
     """The expected peak memory (bytes) of a chunked prefill of ``length`` tokens, as a list of items.
 
     ``attn_path``: which attention working set was counted (``fused``, ``sdpa``, ``reference``,
-    ``blockwise``, ``fixed-state``); ``notes``: caveats found while planning; ``device``: where it runs
-    (``"cpu"``, ``"cuda:0"``), whose memory :func:`check_run_fits` compares it with.
+    ``blockwise``, ``fixed-state``; for Hugging Face models the transformers attention, e.g. ``sdpa``, ``eager``);
+    ``notes``: caveats found while planning; ``device``: where it runs (``"cpu"``, ``"cuda:0"``), whose memory
+    :func:`check_run_fits` compares it with; ``lctx``, ``base_total``, ``replan``: what :func:`advice` needs.
     """
 
     model: str
@@ -124,6 +134,11 @@ class MemoryPlan:
     items: list[MemoryItem] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     device: str = "cpu"  # where the prefill runs (str of a torch device): the room the checks compare with
+    lctx: bool = True  # an lctx checkpoint (``--attn-impl`` names its kernels) or a Hugging Face one
+    base_total: int = 0  # the total :func:`plan_memory` made, before a caller added items (other models' weights)
+    #: the same plan with some of :func:`plan_memory`'s keyword arguments changed (``replan(dtype="bfloat16")``),
+    #: or None for a plan made by hand: what :func:`advice` tries
+    replan: object = field(default=None, repr=False, compare=False)
 
     @property
     def total(self) -> int:
@@ -170,12 +185,15 @@ class ModelShape:
 
 
 def load_config(path: str, trust_remote_code: bool = False):
-    """The config of a checkpoint directory (lctx or Hugging Face), without loading weights. Code shipped
-    with the checkpoint (``auto_map``) runs only with ``trust_remote_code=True``.
+    """The config of a checkpoint directory (lctx or Hugging Face) or of a GGUF file, without loading weights.
+    A GGUF's config comes from its header (:func:`lctx.models.adapters.gguf.gguf_config`: nothing dequantised or
+    written, under a second for a 262K-token vocabulary). Code shipped with the checkpoint (``auto_map``) runs
+    only with ``trust_remote_code=True``.
 
     Raises:
         LctxError: not a directory, no config.json, an unreadable config, or one that needs remote code
-            without ``trust_remote_code``.
+            without ``trust_remote_code``; a GGUF file that is damaged or of an architecture transformers
+            cannot load from GGUF.
     """
     from lctx.models import register_with_transformers  # lazy: loads lctx.models and transformers
 
@@ -185,13 +203,8 @@ def load_config(path: str, trust_remote_code: bool = False):
     p = Path(path)
 
     gguf_file = find_gguf(p)
-    if gguf_file is not None:  # the config inside a GGUF file (read by transformers; no tensors dequantised)
-        check_header(gguf_file)
-        try:
-            return AutoConfig.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name)
-        except Exception as e:  # noqa: BLE001
-
-            raise _load_error(gguf_file, e) from None
+    if gguf_file is not None:  # the config in a GGUF file's header: no tensor read, no vocabulary parsed
+        return gguf_config(gguf_file)
     if not p.is_dir() or not (p / "config.json").is_file():
         raise LctxError(f"--model {path!r} is not a checkpoint directory with a config.json; pass a folder "
                         "written by `lctx train` or save_pretrained")
@@ -211,8 +224,8 @@ def count_parameters(config) -> int:
     from transformers import AutoModelForCausalLM  # lazy: loads transformers
 
     try:
-        with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(config)
+        with torch.device("meta"):  # a copy: building a model sets config._attn_implementation, which the plan reads
+            model = AutoModelForCausalLM.from_config(copy.deepcopy(config))
         seen = {}
         for t in model.parameters():  # buffers (e.g. rotary inv_freq) are a few floats: not counted
             seen[id(t)] = t.numel()
@@ -383,7 +396,7 @@ def _dtype(dtype) -> torch.dtype:
 
 def plan_memory(config, length: int, chunk_size: int = 2048, dtype="float32", impl: str | None = None,
                 batch: int = 1, kept_logits: int = 1, name: str | None = None, kv_cache: str = "auto",
-                decode_budget: int | None = None, device="cpu") -> MemoryPlan:
+                decode_budget: int | None = None, device="cpu", shape: ModelShape | None = None) -> MemoryPlan:
     """The memory model (module docstring) for a chunked prefill of ``length`` tokens.
 
     config: an lctx ``LctxConfig`` or a Hugging Face config; length: tokens (T); chunk_size: prefill chunk
@@ -391,9 +404,12 @@ def plan_memory(config, length: int, chunk_size: int = 2048, dtype="float32", im
     (default: the config's); batch: rows (B); kept_logits: positions whose logits are kept (1 for
     generation; the window for ppl); kv_cache: ``"dynamic"`` (``DynamicCache``: the cache grows by
     concatenation, one layer is copied at a time), ``"preallocated"`` (buffers of length + ``decode_budget``
-    tokens written in place) or ``"auto"`` (what ``HFAdapter`` uses for this config, :func:`default_kv_cache`);
+    tokens written in place), ``"sliding"`` (a ``DynamicCache`` built from a Hugging Face config: its
+    ``sliding_attention`` layers keep their window, :func:`sliding_layers`) or ``"auto"`` (what ``HFAdapter``
+    uses for this config, :func:`default_kv_cache`);
     device: where it runs (the fast paths differ: Triton on CUDA, the blocked / vectorised PyTorch forms
-    on CPU). Returns a :class:`MemoryPlan` (bytes).
+    on CPU); shape: :func:`model_shape` of ``config`` when the caller has it (it counts parameters on the meta
+    device). Returns a :class:`MemoryPlan` (bytes) whose ``replan`` makes it again with some arguments changed.
 
     Raises:
         LctxError: non-positive length / chunk / batch, an unknown dtype or impl, or a config lctx cannot
@@ -404,13 +420,16 @@ def plan_memory(config, length: int, chunk_size: int = 2048, dtype="float32", im
                         "pass e.g. --length 512k --chunk-size 2048")
     dt = _dtype(dtype)
     b = torch.tensor([], dtype=dt).element_size()
-    s = model_shape(config)
-    impl = impl or DEFAULT_ATTN_IMPL  # what load_lm runs without --attn-impl, lctx and Hugging Face alike
-    path = get_attn_impl(impl)  # LctxError for an unknown name
+    s = shape or model_shape(config)
+    asked = dict(length=length, shape=s, chunk_size=chunk_size, dtype=dtype, impl=impl, batch=batch,
+                 kept_logits=kept_logits, name=name, kv_cache=kv_cache, decode_budget=decode_budget, device=device)
+    hf_attn = None if s.lctx else hf_attention(config, impl)
+    impl = impl or (DEFAULT_ATTN_IMPL if s.lctx else _impl_name(hf_attn))  # lctx: what load_lm runs by default
+    path = get_attn_impl(impl) if s.lctx or impl in ATTN_IMPL_REGISTRY else get_attn_impl("sdpa")
     B, T, c = batch, length, min(chunk_size, length)
     L, H, D, d, I, V = s.layers, s.heads, s.head_dim, s.hidden, s.intermediate, s.vocab
     plan = MemoryPlan(model=name or s.variant, length=T, chunk_size=chunk_size, dtype=str(dt).replace("torch.", ""),
-                      impl=impl, attn_path="sdpa", device=str(device))
+                      impl=impl, attn_path="sdpa", device=str(device), lctx=s.lctx)
     add = lambda n, v, f: plan.items.append(MemoryItem(n, int(v), f))  # noqa: E731
     add("weights", s.n_params * b, f"{s.n_params:,} parameters x {b} B")
     kv_formula = 2 * s.kv_heads * D * b  # per token per layer
@@ -421,35 +440,39 @@ def plan_memory(config, length: int, chunk_size: int = 2048, dtype="float32", im
         except Exception as e:  # noqa: BLE001 - a variant that cannot run on CPU: fall back to the formula
             plan.notes.append(f"probe forward failed ({type(e).__name__}: {str(e)[:120]}); softmax formula used")
             pr = LayerProbe(kv_formula, 0, kv_formula, True, not path.explicit, True, False, False)
-    elif path.hf == "lctx_sdpa":  # models.adapters.hf_attention: no mask for an unpadded causal chunk
-        pr = LayerProbe(kv_formula, 0, kv_formula, False, False, True, False, False)
-    else:  # transformers' sdpa / eager: a [chunk, T] mask per later chunk
+    else:  # a Hugging Face model: its attention's working set is hf_attention_working_set's
         pr = LayerProbe(kv_formula, 0, kv_formula, True, True, True, False, False)
     if kv_cache == "auto":
         kv_cache, auto_budget = default_kv_cache() if s.lctx else ("dynamic", 0)
         decode_budget = auto_budget if decode_budget is None else decode_budget
-    if kv_cache not in ("dynamic", "preallocated"):
-        raise LctxError(f"unknown KV cache kind {kv_cache!r}; use auto, dynamic or preallocated")
+    if kv_cache not in ("dynamic", "preallocated", "sliding"):
+        raise LctxError(f"unknown KV cache kind {kv_cache!r}; use auto, dynamic, preallocated or sliding")
+    n_slide, window = sliding_layers(config) if kv_cache == "sliding" else (0, None)
+    if kv_cache == "sliding" and (s.lctx or not n_slide):
+        raise LctxError("KV cache kind 'sliding' applies to Hugging Face configs with sliding_attention layers "
+                        "and a sliding_window; use dynamic")
+    win_tok = min(T, window - 1 + c) if n_slide else T  # a sliding layer's keys: its window's, plus a chunk
     plan.kv_cache = kv_cache
     cap = T + (int(decode_budget or 0) if kv_cache == "preallocated" else 0)
     st_tok = pr.per_token - pr.kv_per_token  # per-token state beside the cache (PaTH's transported keys)
-    if pr.per_token == kv_formula and pr.fixed == 0:
+    if n_slide:
+        kv_text = (f"({L - n_slide} full layers x {T:,} + {n_slide} sliding layers x {win_tok:,} tokens: window "
+                   f"{window} - 1 + chunk, the concatenation its view keeps) x 2 (K,V) x {s.kv_heads} kv heads x "
+                   f"{D} head dim x {b} B")
+    elif pr.per_token == kv_formula and pr.fixed == 0:
         kv_text = f"{cap:,} tokens x 2 (K,V) x {L} layers x {s.kv_heads} kv heads x {D} head dim x {b} B"
     else:
         kv_text = (f"{pr.kv_per_token} B x {cap:,} tokens + {st_tok} B x {T:,} tokens + {pr.fixed} B fixed, per layer "
                    f"x {L} layers (measured from the variant's cache)")
     if kv_cache == "preallocated":
         kv_text += f" ({kv_cache}: prompt + {cap - T} decode tokens)"
-    n_slide, window = sliding_layers(config) if not s.lctx else (0, None)
-    if n_slide:  # DynamicSlidingWindowLayer: window - 1 kept keys + the chunk being attended
-        kept = min(cap, window - 1 + c)
-        add("KV cache / state", B * pr.kv_per_token * ((L - n_slide) * cap + n_slide * kept),
-            kv_text.replace(f"x {L} layers", f"x {L - n_slide} global layers") + f" + {n_slide} sliding layers "
-            f"x {kept:,} tokens (window {window} - 1 + chunk)")
+    if n_slide:
+        add("KV cache / state", B * pr.kv_per_token * ((L - n_slide) * T + n_slide * win_tok), kv_text)
     else:
         add("KV cache / state", L * B * (pr.kv_per_token * cap + st_tok * T + pr.fixed), kv_text)
-    if kv_cache == "dynamic":
-        add("KV cache growth", B * pr.per_token * T, "one layer's cache copied once (DynamicCache torch.cat)")
+    if kv_cache in ("dynamic", "sliding"):
+        grown = T if n_slide < L else win_tok
+        add("KV cache growth", B * pr.per_token * grown, "one layer's cache copied once (DynamicCache torch.cat)")
     else:
         add("KV cache growth", B * st_tok * T, "one layer's per-token state copied once (torch.cat); "
             "keys and values are written in place")
@@ -460,7 +483,12 @@ def plan_memory(config, length: int, chunk_size: int = 2048, dtype="float32", im
         f"chunk {c} x max(10 x {d}, 2 x {d} + 3 x {I}) x {b} B + chunk x d x 8 (RMSNorm fp32)")
     cuda = torch.device(device).type == "cuda"
     split = pr.used_attend and not path.explicit and not pr.has_bias and not (cuda and path.kernels)
-    if split and (not pr.mask_asked or (path.kernels and pr.fused_ok)):  # kernels.chunk_attention: no mask
+    if hf_attn is not None:
+        plan.attn_path = hf_attn
+        for item in hf_attention_working_set(config, hf_attn, B, H, s.kv_heads, c, T, D, b,
+                                             sliding_keys=win_tok if n_slide else None):
+            add(*item)
+    elif split and (not pr.mask_asked or (path.kernels and pr.fused_ok)):  # kernels.chunk_attention: no mask
         plan.attn_path = "chunk-split"
         add("attention working set", B * H * c * (3 * D * b + 2 * D * 4 + 8),
             f"B x H x chunk x (3 x D x {b} + 2 x D x 4 + 8) B: the past and own parts' outputs, the fp32 merge and "
@@ -503,25 +531,129 @@ def plan_memory(config, length: int, chunk_size: int = 2048, dtype="float32", im
         plan.attn_path = "blockwise"
         add("attention pattern (bool)", B * c * T, f"B x chunk x T = {c} x {T:,} x 1 B")
         add("attention blocks (fp32)", B * H * 128 * T * 16, "B x H x 128 queries x T x 16 B (blockwise reference)")
-    logit_b = kept_logits * V * (4 + (16 if kept_logits > 1 else 0)) * B
-    add("logits", logit_b, f"{kept_logits} kept positions x {V} vocab x " + ("20 B (fp32 + float64 scoring)"
-                                                                             if kept_logits > 1 else "4 B"))
+    for item in logits_working_set(B, T, c, V, b, kept_logits, getattr(config, "final_logit_softcapping", None)):
+        add(*item)
     if not s.lctx:
-        plan.notes.append("Hugging Face config: softmax KV formula and " + (
-            "lctx_sdpa (no mask for an unpadded causal chunk)" if path.hf == "lctx_sdpa"
-            else "an sdpa float causal mask assumed"))
+        plan.notes.append(f"Hugging Face config: softmax KV formula; transformers' {hf_attn!r} attention counted")
+    plan.base_total = plan.total
+    plan.replan = lambda **change: plan_memory(config, **{**asked, **change})
     return plan
 
 
+#: the attention transformers runs for a Hugging Face model loaded without ``--attn-impl``
+#: (``from_pretrained``'s default where the architecture supports it)
+HF_DEFAULT_ATTENTION = "lctx_sdpa"  # lctx's default (--attn-impl fast), load_lm's _default_attn_impl
+
+
+def hf_attention(config, impl: str | None) -> str:
+    """The transformers attention (``attn_implementation``) a Hugging Face model runs: ``impl``'s
+    (:attr:`lctx.attn_impl.AttnImpl.hf`) when given, else the config's ``_attn_implementation`` (set on a loaded
+    model's config), else :data:`HF_DEFAULT_ATTENTION`.
+
+    Raises:
+        LctxError: an unknown ``impl``, or one that applies to lctx checkpoints only.
+    """
+    if impl is None:
+        return str(getattr(config, "_attn_implementation", None) or HF_DEFAULT_ATTENTION)
+    entry = get_attn_impl(impl)
+    if entry.hf is None:
+        raise LctxError(f"--attn-impl {impl} applies to lctx checkpoints only; this Hugging Face "
+                        f"{getattr(config, 'model_type', '?')} model runs transformers' attention: use "
+                        + " or ".join(n for n in ATTN_IMPL_REGISTRY if ATTN_IMPL_REGISTRY[n].hf) + ", or omit it")
+    return entry.hf
+
+
+def _impl_name(hf_attn: str) -> str:
+    """The ``--attn-impl`` name whose transformers attention is ``hf_attn`` (``sdpa`` for ``sdpa``), else
+    ``hf:<name>``."""
+    return next((n for n in ATTN_IMPL_REGISTRY if ATTN_IMPL_REGISTRY[n].hf == hf_attn), f"hf:{hf_attn}")
+
+
 def sliding_layers(config) -> tuple[int, int | None]:
-    """(number of sliding-window layers, window in tokens) of a Hugging Face config: ``layer_types`` entries
-    ``"sliding_attention"`` with ``sliding_window`` set (Gemma 3, Qwen 2 / 3 with ``use_sliding_window``), the
-    layers whose ``DynamicSlidingWindowLayer`` keeps window - 1 keys; (0, None) otherwise."""
-    cfg = getattr(config, "get_text_config", lambda: config)()
-    w = getattr(cfg, "sliding_window", None)
-    types = getattr(cfg, "layer_types", None) or []
-    n = sum(1 for t in types if t == "sliding_attention")
-    return (n, int(w)) if n and w else (0, None)
+    """(layers whose ``layer_types`` entry is ``"sliding_attention"``, the config's ``sliding_window``) of a
+    Hugging Face config; (0, None) when it has none or no window."""
+    window = getattr(config, "sliding_window", None)
+    n = sum(t == "sliding_attention" for t in (getattr(config, "layer_types", None) or []))
+    return (n, int(window)) if n and window else (0, None)
+
+
+def hf_attention_working_set(config, hf_attn: str, B: int, H: int, kv: int, c: int, T: int, D: int,
+                             b: int, sliding_keys: int | None = None) -> list[tuple]:
+    """(name, bytes, formula) of a Hugging Face model's attention for a chunk of c queries against T keys, by the
+    transformers attention it runs (transformers ``masking_utils`` and ``integrations/sdpa_attention.py``, and
+    ``eager_attention_forward`` of its models):
+
+    * ``sdpa``: the chunk x keys bool mask transformers builds once a forward per kind of layer (``layer_types``:
+      full and sliding), and in a layer's call its negation and SDPA's float copy (torch turns a bool mask into an
+      additive one), B x c x (sum of the kinds' keys + (1 + b) x the most keys); with grouped-query heads and a
+      mask, ``repeat_kv`` copies one layer's keys and values to every head, 2 x B x H x keys x D x b;
+    * ``eager``: the mask (bool and float, B x c x keys x (1 + b) per kind), the scores and their float32
+      softmax B x H x c x keys x (b + 4), and the ``repeat_kv`` copies;
+    * any other (a kernel that takes no chunk x T mask, such as the one ``--attn-impl fast`` names): the
+      partial outputs and log-sum-exp merge of the chunk, 4 x B x H x c x D x 4 (an upper estimate).
+
+    Keys: T for full layers; ``sliding_keys`` for sliding ones when the cache slides (``DynamicCache(config=...)``:
+    window - 1 + c), else T as well.
+    """
+    types = set(getattr(config, "layer_types", None) or ["full_attention"])
+    keys = [sliding_keys if (t == "sliding_attention" and sliding_keys) else T for t in sorted(types)]
+    most = max(keys)
+    rep = 2 * B * H * most * D * b if kv < H else 0
+    rep_text = f"repeat_kv: 2 x B x {H} heads x {most:,} keys x {D} x {b} B"
+    masks = " + ".join(f"{k:,}" for k in keys)
+    if hf_attn == "sdpa":
+        items = [("attention mask", B * c * (sum(keys) + (1 + b) * most),
+                  f"{len(keys)} bool mask(s) of chunk x ({masks}) keys + negation and SDPA's float copy of the "
+                  f"largest, chunk x {most:,} x (1 + {b}) B")]
+    elif hf_attn == "eager":
+        items = [("attention mask", B * c * sum(keys) * (1 + b),
+                  f"B x chunk x ({masks}) keys x (1 + {b}) B (bool, float)"),
+                 ("attention scores", B * H * c * most * (b + 4), f"B x {H} heads x chunk x {most:,} keys x ({b} "
+                                                                  "+ 4) B (scores, float32 softmax)")]
+    else:
+        items = [("attention working set", B * H * c * D * 16,
+                  f"{hf_attn}: no chunk x T mask; partial outputs and log-sum-exp merge 4 x B x H x chunk x D x 4 B")]
+        if hf_attn != "lctx_sdpa":  # lctx_sdpa repeats grouped heads for the CPU flash kernel (below)
+            return items
+    if rep:
+        items.append(("GQA key/value copies", rep, rep_text))
+    return items
+
+
+#: rows of a chunk's logits :meth:`lctx.models.adapters.hf.HFAdapter.token_nll` reduces at a time in float64
+NLL_BLOCK_ROWS = 512
+
+
+def logits_working_set(B: int, T: int, c: int, V: int, b: int, kept: int, softcap=None) -> list[tuple]:
+    """(name, bytes, formula) of the logits of a chunked prefill of T tokens in chunks of c (vocabulary V, model
+    dtype of b bytes) that keeps the logits of ``kept`` positions, as
+    :meth:`lctx.models.adapters.hf.HFAdapter.prefill` and :meth:`~lctx.models.adapters.hf.HFAdapter.token_nll`
+    produce them: one chunk at a time, k = min(kept, c) rows (``logits_to_keep``; 1 row, the chunk's last, when
+    nothing is kept). Two moments hold the most:
+
+    * the forward of a chunk after the first: the previous chunk's float32 logits are still bound (``prefill``
+      rebinds them when the forward returns), k x V x 4, beside ``lm_head``'s output k x V x b, a second one
+      while a final soft-capping (``final_logit_softcapping``, Gemma 2: ``logits / cap``, ``tanh``, ``* cap``)
+      runs, and the float32 copy k x V x 4 when b < 4 (``.float()``);
+    * the scoring of a chunk when more than one position is kept (``token_nll``, the ppl task): the chunk's
+      float32 logits and, per block of m = min(k, 512) rows, the float64 copy and its log-softmax, 2 x m x V x 8.
+
+    The larger of the two, x B rows. Kept positions past one chunk's worth cost nothing more: a chunk's logits
+    are reduced and dropped before the next one comes.
+    """
+    k = max(1, min(int(kept), c))
+    m = min(k, NLL_BLOCK_ROWS)
+    prev = k * V * 4 if T > c else 0
+    forward = prev + k * V * b * (2 if softcap else 1) + (k * V * 4 if b < 4 else 0)
+    score = k * V * 4 + (2 * m * V * 8 if kept > 1 else 0)
+    if forward >= score:
+        rows = f"{k} row{'s' if k > 1 else ''}"
+        text = (f"forward of a chunk: {rows} x vocab {V:,} x ({'4 previous chunk + ' if prev else ''}{b} lm_head"
+                + (f" + {b} soft-capping" if softcap else "") + (" + 4 float32 copy" if b < 4 else "") + ") B")
+    else:
+        text = (f"scoring a chunk: {k} rows x vocab {V:,} x 4 B (float32) + 2 x {m} rows x {V:,} x 8 B "
+                f"(float64 block of {NLL_BLOCK_ROWS} and its log-softmax)")
+    return [("logits", B * max(forward, score), text)]
 
 
 def _fla_importable() -> bool:
@@ -643,21 +775,80 @@ def device_memory(device, override: int | None = None) -> tuple[int, str]:
     return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")), "CPU physical memory"
 
 
+#: a change :func:`advice` names lowers the plan's total by at least this fraction
+ADVICE_MIN_SAVING = 0.05
+#: the smallest ``--chunk-size`` :func:`advice` tries
+ADVICE_MIN_CHUNK = 128
+
+
+def advice(plan: MemoryPlan, room: int | None = None) -> list[str]:
+    """What would lower ``plan``'s estimate for its model, each with the total it would give (e.g.
+    ``"--chunk-size 512 (about 3.10 GiB)"``), tried by making the plan again (``plan.replan``) with one change:
+
+    * half the length (``"shorter lengths"``);
+    * a smaller ``--chunk-size`` (halves down to :data:`ADVICE_MIN_CHUNK`): the largest that fits ``room``
+      bytes, else the one that needs the least;
+    * ``--dtype bfloat16`` when the plan is float32;
+    * another ``--attn-impl``: only those that apply to the model (every one for lctx checkpoints; for Hugging
+      Face ones those with a transformers attention, :attr:`lctx.attn_impl.AttnImpl.hf`), the one that needs
+      the least.
+
+    A change is named only when it lowers the total by :data:`ADVICE_MIN_SAVING` of it or more; the sizes
+    include what a caller added to the plan after :func:`plan_memory` (other models' weights). A plan made by
+    hand (no ``replan``) gets the generic ``"shorter lengths"`` and ``"a smaller --chunk-size"``.
+    """
+    if plan.replan is None:
+        return ["shorter lengths", "a smaller --chunk-size"]
+    extra = plan.total - plan.base_total  # items added after planning, the same under every change
+
+    def need(**change) -> int | None:
+        try:
+            return plan.replan(**change).total + extra
+        except LctxError:  # a change this model cannot take
+            return None
+
+    def worth(n: int | None) -> bool:
+        return n is not None and n <= plan.total * (1 - ADVICE_MIN_SAVING)
+
+    out = []
+    if plan.length > 1 and worth(n := need(length=max(1, plan.length // 2))):
+        out.append(f"shorter lengths (half: about {gib(n)})")
+    c, tried = min(plan.chunk_size, plan.length) // 2, []
+    while c >= ADVICE_MIN_CHUNK:
+        tried.append((c, need(chunk_size=c)))
+        c //= 2
+    tried = [(c, n) for c, n in tried if worth(n)]
+    if tried:
+        fits = [t for t in tried if room is not None and t[1] <= room]
+        c, n = fits[0] if fits else min(tried, key=lambda t: t[1])
+        out.append(f"--chunk-size {c} (about {gib(n)})")
+    if plan.dtype == "float32" and worth(n := need(dtype="bfloat16")):
+        out.append(f"--dtype bfloat16 (about {gib(n)})")
+    impls = [(name, need(impl=name)) for name in ATTN_IMPL_REGISTRY
+             if name != plan.impl and (plan.lctx or ATTN_IMPL_REGISTRY[name].hf is not None)]
+    impls = [t for t in impls if worth(t[1])]
+    if impls:
+        name, n = min(impls, key=lambda t: t[1])
+        out.append(f"--attn-impl {name} (about {gib(n)})")
+    return out
+
+
 def check_fits(plan: MemoryPlan, available: int, source: str, resident: int = 0, hint: str = "") -> None:
     """Refuse a plan whose total exceeds ``available + resident`` bytes (``resident``: bytes of the plan
     that are already allocated and so already missing from ``available``, e.g. loaded weights on CPU).
 
     Raises:
-        LctxError: one line with the need, the room, the largest part and what to change.
+        LctxError: one line with the need, the room, the largest part and what to change (:func:`advice`:
+            only options that apply to the model and lower the estimate).
     """
     room = available + resident
     if plan.total <= room:
         return
     big = plan.largest()
+    ways = advice(plan, room) + ["a bigger device"]
+    use = ways[0] if len(ways) == 1 else f"{', '.join(ways[:-1])} or {ways[-1]}"
     raise LctxError(f"a {plan.length:,}-token prefill of {plan.model} needs about {gib(plan.total)} but the device "
-                    f"has {gib(room)} ({source}); largest part: {big.name} {gib(big.bytes)}. Use shorter lengths, "
-                    f"a smaller --chunk-size, --dtype bfloat16{', --attn-impl fast' if plan.attn_path in ('sdpa', 'reference') else ''} "
-                    f"or a bigger device{hint}")
+                    f"has {gib(room)} ({source}); largest part: {big.name} {gib(big.bytes)}. Use {use}{hint}")
 
 
 def check_run_fits(lms: list, length: int, kept_logits: int = 1, available: int | None = None) -> list[MemoryPlan]:
