@@ -21,7 +21,7 @@ mkdir -p "$OUT/logs" "$OUT/time"
     --no-progress --out "$OUT/ckpt/interdomain" > "$OUT/logs/train_interdomain.log" 2>&1
 one() {  # one NAME MODEL LENGTH
   local n="$1" m="$2" L="$3"
-  [ -f "$OUT/run/$n-$L/table.csv" ] && return 0
+  [ -f "$OUT/run/$n-$L/results.csv" ] && return 0
   /usr/bin/time -v -o "$OUT/time/$n-$L.txt" lctx run -m "$m" --tasks passkey --lengths "$L" --depths 0.5 \
     --samples 1 --no-progress --out "$OUT/run/$n-$L" > "$OUT/logs/run_$n-$L.log" 2>&1
 }

@@ -42,7 +42,7 @@ def main() -> None:
     rows = []
     for run in sorted((a.out_dir / "run").iterdir()):
         name, L = run.name.rsplit("-", 1)
-        tab = pd.read_csv(run / "table.csv")
+        tab = pd.read_csv(run / "results.csv")
         ex = tab[(tab["task"] == "passkey") & (tab["metric"] == "exact")].iloc[0]
         row = {"model": name, "length": L, "tokens": int(ex["n_tokens"]), "exact": ex["value"],
                "sample_wall_s": round(float(ex["wall_s"]), 1), "attn_kernel": ex.get("attn_kernel", "")}
