@@ -103,9 +103,8 @@ def main() -> None:
         raise SystemExit(f"unknown config {cfg!r}")
 
     rows = []
-    for T in lengths:  # warm-up: one untimed call per config (first-call allocations, llama.cpp's graph)
-        for cfg in configs:
-            run(cfg, T)
+    for cfg in configs:  # warm-up: one untimed call per config at the shortest length (first-call allocations)
+        run(cfg, lengths[0])
     for r in range(a.rounds):
         for T in lengths:
             for cfg in configs:
