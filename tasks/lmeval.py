@@ -442,10 +442,10 @@ def lctx_hflm_class():
     slices from the full logits (``logits[L_b - contlen:L_b]``). The rows go through the model in row blocks of
     :func:`lctx.models.adapters.memory.lmeval_block_rows` (planned working set ``block_bytes``, default
     :data:`~lctx.models.adapters.memory.LMEVAL_BLOCK_BYTES`), each at the batch's padded length P, as lm-eval
-    runs them (length-dependent RoPE sees the same length). lm-eval's rolling log-likelihood goes the same way (its
-    windows are requests whose continuation is the window: no saving, the same numbers). Where a row is not found (another caller of
-    ``_model_call``, e.g. lm-eval's batch-size detection; a row whose trailing real zeros make its length
-    ambiguous; seq2seq models) the batch takes lm-eval's own full-logit path. The numbers equal lm-eval's ``hf``
+    runs them (length-dependent RoPE sees the same length). lm-eval's rolling log-likelihood goes the same way
+    (its windows are requests whose continuation is the window: no saving, the same numbers). Where a row is not
+    found (another caller of ``_model_call``, e.g. lm-eval's batch-size detection; a row whose trailing real zeros
+    make its length ambiguous; seq2seq models) the batch takes lm-eval's own full-logit path. The numbers equal lm-eval's ``hf``
     model on the same weights up to float summation order (tests/test_lmeval.py;
     results/2026-12-02-lmeval-lean/README.md). Defined lazily because importing lm-eval takes seconds.
     """
@@ -517,6 +517,8 @@ def lctx_hflm_class():
             return lengths, max(conts)
 
         def _block_rows(self, P: int, K: int) -> int:
+            """Rows per block for a batch padded to P tokens with K scored positions a row
+            (:func:`lctx.models.adapters.memory.lmeval_block_rows` with :attr:`block_bytes`), planned once per (P, K)."""
             if (P, K) not in self._blocks:
                 self._blocks[(P, K)] = lmeval_block_rows(self.model.config, P, K, dtype=self.model.dtype,
                                                          budget=self.block_bytes, device=self.device)
