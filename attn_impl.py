@@ -4,7 +4,8 @@
 
 Each entry says how a variant computes attention on that path (:attr:`AttnImpl.kernels`,
 :attr:`AttnImpl.explicit`, :attr:`AttnImpl.fallback`) and whether it applies to Hugging Face checkpoints
-(:attr:`AttnImpl.hf`); code looks the entry up once (where a layer's forward starts, where a memory plan or a
+(:attr:`AttnImpl.hf`: ``eager``, ``sdpa``, or lctx's ``lctx_sdpa``, registered with transformers by
+:mod:`lctx.models.adapters.hf_attention`); code looks the entry up once (where a layer's forward starts, where a memory plan or a
 check begins: :func:`get_attn_impl`) and reads its attributes instead of comparing names. Registered here:
 ``reference``, ``sdpa``, ``fast``, in that order (:data:`lctx.ATTN_IMPLS` is their names).
 
@@ -26,7 +27,7 @@ class AttnImpl:
 
     name: the ``--attn-impl`` / ``config.attn_impl`` value; doc: one line for help and docs;
     hf: the ``attn_implementation`` transformers runs for a Hugging Face checkpoint under this name
-    (``"eager"``, ``"sdpa"``), or ``None`` when it applies to lctx checkpoints only;
+    (``"eager"``, ``"sdpa"``, ``"lctx_sdpa"``), or ``None`` when it applies to lctx checkpoints only;
     kernels: a layer first tries its variant's fast path from :mod:`lctx.kernels` (Triton, FlexAttention, the
     blocked / vectorised CPU forms; a variant or a call without one takes :attr:`fallback`);
     explicit: the source of truth: explicit fp32 softmax (:func:`lctx.models.variants.reference_attention`)
@@ -104,7 +105,13 @@ ATTN_IMPL_REGISTRY.register(AttnImpl(
     "softmax form run their blockwise / chunked PyTorch form", hf="sdpa"))
 ATTN_IMPL_REGISTRY.register(AttnImpl(
     "fast", "the variant's kernel from lctx.kernels (Triton / FlexAttention on GPU, the blocked / vectorised "
-    "forms on CPU); sdpa where a variant or a call has none", kernels=True, fallback="sdpa"))
+    "forms on CPU); sdpa where a variant or a call has none. Hugging Face checkpoints: lctx_sdpa (SDPA with "
+    "a chunked prefill's cached keys unmasked and its own keys causal, merged by log-sum-exp; sliding windows "
+    "per block of the window). The default", hf="lctx_sdpa", kernels=True, fallback="sdpa"))
+
+#: The ``--attn-impl`` a checkpoint runs when none is given (lctx and Hugging Face checkpoints alike): the lean
+#: path, which materialises no T x chunk mask (issue 28).
+DEFAULT_ATTN_IMPL = "fast"
 
 
 def get_attn_impl(name: str) -> AttnImpl:

@@ -150,7 +150,7 @@ def run(
     seed: int = typer.Option(0, "--seed", help="Seed of sample generation."),
     chunk_size: int = typer.Option(2048, "--chunk-size", min=1, help="Prefill chunk in tokens."),
     allow_beyond_max: bool = typer.Option(False, "--allow-beyond-max", help="Run lengths past a checkpoint's declared maximum."),
-    attn_impl: Optional[str] = typer.Option(None, "--attn-impl", help=f"lctx models: {', '.join(ATTN_IMPLS)} (fast: Triton / FlexAttention on GPU, the blocked path on CPU); default: the checkpoint's. Recorded in the table."),
+    attn_impl: Optional[str] = typer.Option(None, "--attn-impl", help=f"{', '.join(ATTN_IMPLS)}. fast (the default): lctx models' kernels (Triton / FlexAttention on GPU, the blocked path on CPU), Hugging Face models' lctx_sdpa (no masked rectangle in a chunked prefill); sdpa: torch SDPA with a float mask (transformers' sdpa); reference: explicit fp32 softmax (transformers' eager). Recorded in the table."),
     task_option: List[str] = typer.Option(None, "--task-option", help="Task option TASK.KEY=VALUE (repeatable; VALUE parsed as JSON when it can be), e.g. niah_single_1.match=digits."),
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", envvar="LCTX_CACHE_DIR", callback=_checked_cache_dir, help="Cache root: built samples of niah_* (default: OUT/sample_cache) and dequantised GGUF checkpoints (default: the user cache dir, ~/.cache/lctx)."),
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Run Python code shipped with a Hugging Face checkpoint (auto_map). Off by default."),
@@ -601,7 +601,7 @@ def plan(
     chunk_size: int = typer.Option(2048, "--chunk-size", min=1, help="Prefill chunk in tokens."),
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto: whose memory to compare with."),
-    attn_impl: Optional[str] = typer.Option(None, "--attn-impl", help="fast, sdpa or reference (default: the checkpoint's)."),
+    attn_impl: Optional[str] = typer.Option(None, "--attn-impl", help="fast, sdpa or reference (default: fast, the lean path)."),
     kept_logits: int = typer.Option(1, "--kept-logits", min=0, help="Positions whose logits are kept (1: generation; the window for ppl)."),
     batch: int = typer.Option(1, "--batch", min=1, help="Rows prefilled together."),
     device_memory: Optional[str] = typer.Option(None, "--device-memory", help="Plan for this much memory instead of the device's (e.g. 141g)."),
@@ -636,7 +636,7 @@ def plan(
     if attn_impl is not None:
         from lctx.models.adapters.hf import check_attn_impl  # lazy: loads torch, transformers
 
-        check_attn_impl(attn_impl, cfg, shown)  # fast on a Hugging Face model: refused
+        check_attn_impl(attn_impl, cfg, shown)  # e.g. SDPA on a soft-capped model: refused
     mp = P.plan_memory(cfg, T[0], chunk_size=chunk_size, dtype=dtype, impl=attn_impl, batch=batch,
                        kept_logits=kept_logits, name=shown,
                        device="cuda" if str(device).startswith("cuda") or (override is not None and device == "auto")

@@ -134,9 +134,9 @@ def _unique(values: list, what: str, warn) -> list:
 
 
 #: the most lm-eval requests per forward for MMLU/ARC when ``--batch-size`` is not given (or is auto); the memory
-#: check lowers it to the largest batch that fits (:func:`lctx.models.adapters.memory.check_lmeval_fits`). lm-eval keeps the
-#: whole batch's logits and their log-softmax: N x longest request x vocabulary x 4 bytes, each
-#: (docs/kernels-and-bench.md#batches---batch-size: 19 GB for SmolLM2-135M's 5-shot MMLU at 32)
+#: check lowers it to the largest batch that fits (:func:`lctx.models.adapters.memory.check_lmeval_fits`). lctx's lm-eval
+#: model keeps the batch's logits at the continuations only, and runs its rows in memory-sized blocks
+#: (docs/kernels-and-bench.md#batches---batch-size; lm-eval's own model: 19 GB for SmolLM2-135M's 5-shot MMLU at 32)
 LMEVAL_BATCH = 32
 
 

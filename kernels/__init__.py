@@ -57,12 +57,16 @@ def choose_kernel(variant: str, device: torch.device | str, *, needs_grad: bool,
 
     ``"triton"`` when no gradient is needed (the Triton kernels are forward-only), Triton runs on
     ``device`` (:func:`triton_runs`) and, off CUDA (the interpreter), ``dtype`` is float32 or not given
-    (bf16 ``tl.dot`` is broken in the interpreter); else ``"flex"`` (compiled FlexAttention) on CUDA when
+    (bf16 ``tl.dot`` is broken in the interpreter) and ``LCTX_INTERPRETED_KERNELS`` is not ``0`` (the test
+    suite sets it to 0 outside its kernel tests: with ``fast`` the default path, every model test would
+    otherwise run the interpreter, hundreds of times slower than the CPU forms); else ``"flex"`` (compiled FlexAttention) on CUDA when
     the variant has a Flex form (``flex``); else ``cpu``, the variant's PyTorch fast form (``"blocked"``,
     ``"vectorized"``). Returns the name chosen.
     """
     dev = torch.device(device)
-    if not needs_grad and triton_runs(dev) and (dev.type == "cuda" or dtype in (None, torch.float32)):
+    interpreted_ok = dev.type == "cuda" or (dtype in (None, torch.float32)
+                                            and os.environ.get("LCTX_INTERPRETED_KERNELS", "1") != "0")
+    if not needs_grad and triton_runs(dev) and interpreted_ok:
         impl = "triton"
     elif dev.type == "cuda" and flex:
         impl = "flex"

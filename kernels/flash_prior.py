@@ -57,6 +57,7 @@ import torch
 import torch.nn.functional as F
 
 from . import choose_kernel
+from .chunk_attention import chunk_attention
 
 try:  # triton is a Linux dependency; the module must import without it
     import triton
@@ -299,8 +300,9 @@ def flash_prior_blocked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec:
     """The fused kernel's maths in PyTorch on CPU: ``scaled_dot_product_attention`` per block of queries
     with the block's prior + causal mask as a strided view of the Toeplitz table (module docstring).
 
-    - No prior, no scaled bias, past = 0: one ``scaled_dot_product_attention(is_causal=True)`` call (with
-      SSMax, on the pre-scaled queries c_i q_i): exactly SDPA causal.
+    - No prior, no scaled bias: :func:`lctx.kernels.chunk_attention.chunk_attention` (with SSMax, on the
+      pre-scaled queries c_i q_i): past = 0 one ``scaled_dot_product_attention(is_causal=True)`` call, else the
+      cached keys unmasked and the chunk's own keys causal, merged by log-sum-exp (no mask at all).
     - Otherwise, per block of ``block`` queries (default :func:`default_block`): the queries reversed,
       keys 0 .. past + e, the mask :func:`hankel_mask` (a view, nothing materialised); with
       ``spec.scale_bias`` the block's mask is materialised once as c_i b + causal (one [rows, keys] tile).
@@ -324,8 +326,8 @@ def flash_prior_blocked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec:
     if s is not None:  # c_i = s_h log(past + i + 1): [H, Tq, 1]
         c = s[:, None, None] * torch.log(torch.arange(past + 1, Tk + 1, device=dev, dtype=torch.float32))[None, :, None]
         qf = qf * c
-    if spec.bias is None and past == 0 and not (spec.scale_bias and c is not None):
-        return F.scaled_dot_product_attention(qf, kf, vf, is_causal=True)
+    if spec.bias is None and not (spec.scale_bias and c is not None):  # causal only (queries pre-scaled by c)
+        return chunk_attention(qf, kf, vf)  # past 0: one causal SDPA call; else cached keys + own keys, LSE-merged
     step = block or default_block(Tq)
     rows = min(step, Tq)
     rt = reversed_table(spec, Tk, H, rows, dev)

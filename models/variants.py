@@ -302,6 +302,11 @@ class AttentionVariant(nn.Module):
             return torch.matmul(probs, v.float()).to(q.dtype)
         if impl.explicit:
             return reference_attention(q, k, v, ctx.mask(), bias)
+        if bias is None and not ctx.padded:  # causal only: no [Tq, Tk] float mask (issue 28)
+            from lctx.kernels.chunk_attention import chunk_attention  # lazy: kernels are imported on first use
+
+            record_impl(getattr(self, "variant_name", "?"), "sdpa")
+            return chunk_attention(q, k, v)
         key = ("mask", q.dtype)
         if key not in ctx.memo:  # one float mask per forward, shared by every layer
             ctx.memo[key] = torch.zeros(ctx.mask().shape, dtype=q.dtype, device=q.device).masked_fill(

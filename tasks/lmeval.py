@@ -21,9 +21,10 @@ Data:
 - without one, lm-eval's built-in tasks load ``cais/mmlu`` and ``allenai/ai2_arc`` from the hub.
 
 Models: an :class:`lctx.models.adapters.hf.HFAdapter` (native lctx or Hugging Face checkpoint, already loaded by
-``load_lm``) is wrapped in :class:`LctxHFLM`, lm-eval's ``hf`` backend (``HFLM``) with one change:
+``load_lm``) is wrapped in :class:`LctxHFLM`, lm-eval's ``hf`` backend (``HFLM``) with two changes:
 native lctx models get the BOS token their training always put first (their tokenizer does not add
-it); Hugging Face models keep lm-eval's default (whatever ``tokenizer.encode`` adds). ``LctxHFLM`` is
+it; Hugging Face models keep lm-eval's default, whatever ``tokenizer.encode`` adds), and logits are computed
+only at the continuation positions lm-eval scores, in row blocks (:func:`lctx_hflm_class`). ``LctxHFLM`` is
 registered in lm-eval's model registry as ``"lctx"``, so
 ``lm_eval.simple_evaluate(model="lctx", model_args={"pretrained": "ckpt/rope-256"})`` works too.
 A served model (:class:`lctx.models.adapters.server.ServerAdapter`, ``--model http://HOST:PORT/v1``) is wrapped in
@@ -44,8 +45,10 @@ A rerun into the same ``--out`` skips questions already recorded (resumable per 
 
 from __future__ import annotations
 
+import array
 import contextlib
 import csv
+import hashlib
 import importlib.util
 import json
 import logging
@@ -407,14 +410,44 @@ def write_task_configs(specs: list[LmEvalSpec], data_dir: str | Path, out_dir: s
 _LCTX_HFLM = None
 
 
-def lctx_hflm_class():
-    """lm-eval's ``HFLM`` with BOS handling for native lctx models, registered as lm-eval model ``"lctx"``.
+def _row_key(ids) -> tuple[int, bytes]:
+    """The key of one lm-eval input row (a list of token ids): (tokens without trailing zeros, a 16-byte
+    BLAKE2b digest of them as int64), as :class:`LctxHFLM` notes its requests and finds its batch's rows (lm-eval
+    right-pads with zeros). A digest instead of the tokens keeps the notes small (a run's requests, 16 bytes each)."""
+    n = len(ids)
+    while n and ids[n - 1] == 0:
+        n -= 1
+    return n, hashlib.blake2b(array.array("q", ids[:n]).tobytes(), digest_size=16).digest()
 
-    ``LctxHFLM(pretrained=model_or_dir, tokenizer=..., force_bos=None, chat_source=None, **HFLM kwargs)``: with
-    ``force_bos`` (default: the model's ``model_type`` is ``"lctx"``) every encoded context and
-    context + continuation starts with the tokenizer's BOS id, as in lctx training; its chat template renders
-    with lctx's limits (``chat_source`` names the template's source in their errors); otherwise it is
-    exactly lm-eval's ``HFLM``. Defined lazily because importing lm-eval takes seconds.
+
+def lctx_hflm_class():
+    """lm-eval's ``HFLM`` with BOS handling for native lctx models and continuation-only logits, registered as
+    lm-eval model ``"lctx"``.
+
+    ``LctxHFLM(pretrained=model_or_dir, tokenizer=..., force_bos=None, chat_source=None, block_bytes=None,
+    **HFLM kwargs)``: with ``force_bos`` (default: the model's ``model_type`` is ``"lctx"``) every encoded context
+    and context + continuation starts with the tokenizer's BOS id, as in lctx training; its chat template renders
+    with lctx's limits (``chat_source`` names the template's source in their errors).
+
+    Log-likelihoods: lm-eval stays the engine (its requests, ``Collator`` batches, padding, log-softmax, slicing,
+    metrics), but a batch's logits are computed only where lm-eval reads them. lm-eval's ``HFLM`` asks its model
+    for [B, P, V] logits of B right-padded rows of P tokens and keeps them plus a log-softmax copy (SmolLM2-135M,
+    5-shot MMLU at batch 32: 22.74 GiB peak RSS), while it scores only the last ``len(continuation)`` positions of
+    each row's real tokens. ``LctxHFLM._loglikelihood_tokens`` notes, per request, its input row (lm-eval's
+    ``(context + continuation)[-(max_length + 1):][:-1]``) and continuation length; ``_model_call`` finds each
+    row of the batch among them (its tokens less the right padding, zeros), runs the model without a KV cache to
+    its last hidden states, keeps for row b the K positions ending at its real length L_b (K = the batch's longest
+    continuation; a forward pre-hook on the output embeddings gathers them), and applies the output embeddings
+    there only: [B, K, V], which ``_select_cont_toks`` slices as ``logits[K - contlen:]``, the same positions lm-eval
+    slices from the full logits (``logits[L_b - contlen:L_b]``). The rows go through the model in row blocks of
+    :func:`lctx.models.adapters.memory.lmeval_block_rows` (planned working set ``block_bytes``, default
+    :data:`~lctx.models.adapters.memory.LMEVAL_BLOCK_BYTES`), each at the batch's padded length P, as lm-eval
+    runs them (length-dependent RoPE sees the same length). lm-eval's rolling log-likelihood goes the same way (its
+    windows are requests whose continuation is the window: no saving, the same numbers). Where a row is not found (another caller of
+    ``_model_call``, e.g. lm-eval's batch-size detection; a row whose trailing real zeros make its length
+    ambiguous; seq2seq models) the batch takes lm-eval's own full-logit path. The numbers equal lm-eval's ``hf``
+    model on the same weights up to float summation order (tests/test_lmeval.py;
+    results/2026-12-02-lmeval-lean/README.md). Defined lazily because importing lm-eval takes seconds.
     """
     global _LCTX_HFLM
     if _LCTX_HFLM is not None:
@@ -422,13 +455,18 @@ def lctx_hflm_class():
     from lctx.models import register_with_transformers  # lazy: loads lctx.models (its kernels load triton)
 
     register_with_transformers()  # model_type "lctx" for the Auto classes, also after a light import (cli)
+    import torch  # lazy: loads torch (lctx list tasks imports this module; tests/test_startup.py)
     from lm_eval.api.registry import register_model  # lazy: loads lm_eval (lctx list tasks imports this module; tests/test_startup.py)
     from lm_eval.models.huggingface import HFLM  # lazy: loads lm_eval, transformers
 
-    class LctxHFLM(HFLM):
-        """lm-eval ``hf`` backend; prepends BOS for native lctx checkpoints (see :func:`lctx_hflm_class`)."""
+    from lctx.models.adapters.memory import LMEVAL_BLOCK_BYTES, lmeval_block_rows  # lazy: loads torch
 
-        def __init__(self, pretrained, force_bos: bool | None = None, chat_source: str | None = None, **kwargs):
+    class LctxHFLM(HFLM):
+        """lm-eval ``hf`` backend; prepends BOS for native lctx checkpoints and computes logits at the scored
+        continuation positions only (see :func:`lctx_hflm_class`)."""
+
+        def __init__(self, pretrained, force_bos: bool | None = None, chat_source: str | None = None,
+                     block_bytes: int | None = None, **kwargs):
             kwargs.setdefault("backend", "causal")
             super().__init__(pretrained=pretrained, **kwargs)
             if force_bos is None:
@@ -436,12 +474,118 @@ def lctx_hflm_class():
             self.force_bos = bool(force_bos) and self.tokenizer.bos_token_id is not None
             self.chat_source = chat_source or "the model"  # where the chat template comes from, for messages
             self._rolling = False
+            self.block_bytes = int(block_bytes) if block_bytes else LMEVAL_BLOCK_BYTES
+            self._cont_rows = None  # {row key: {real length: longest continuation}} of the requests being scored
+            self._packed = False  # the last _model_call returned continuation-only logits
+            self._blocks: dict[tuple[int, int], int] = {}  # (padded length, K) -> rows per block
+            self.lean_calls = 0  # _model_call batches that took the continuation-only path (tests, diagnostics)
+
+        def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, override_bs=None):
+            """lm-eval's ``_loglikelihood_tokens``, with every request's input row noted first (row key ->
+            real length -> longest continuation), so that ``_model_call`` can compute its logits only at the
+            continuation (``requests``: lm-eval's ``((context, continuation), context ids, continuation ids)``)."""
+            rows: dict = {}
+            if self.backend == "causal":
+                for _, ctx, cont in requests:
+                    inp = (list(ctx) + list(cont))[-(self.max_length + 1):][:-1]  # lm-eval's input row
+                    lens = rows.setdefault(_row_key(inp), {})
+                    lens[len(inp)] = max(lens.get(len(inp), 0), len(cont))
+            outer, self._cont_rows = self._cont_rows, rows
+            try:
+                return super()._loglikelihood_tokens(requests, disable_tqdm=disable_tqdm, override_bs=override_bs)
+            finally:
+                self._cont_rows, self._packed = outer, False
+
+        def _cont_plan(self, inps) -> tuple[list[int], int] | None:
+            """(real length of each row, K = the longest continuation) of a batch whose every row is a noted
+            request (:meth:`_loglikelihood_tokens`), else None. A row is its real tokens then zeros (lm-eval's
+            right padding, ``pad_and_concat``); its key is its tokens without the trailing zeros, so a request that
+            itself ends in zeros is found too, and one whose key has two real lengths that fit is ambiguous: None."""
+            if not self._cont_rows or self.backend != "causal" or inps.dim() != 2:
+                return None
+            lengths, conts = [], []
+            for row in inps.cpu():
+                nz = torch.nonzero(row)
+                n = int(nz[-1]) + 1 if len(nz) else 0
+                lens = {L: c for L, c in self._cont_rows.get(_row_key(row[:n].tolist()), {}).items()
+                        if L <= inps.shape[1]}
+                if len(lens) != 1:
+                    return None
+                (L, c), = lens.items()
+                lengths.append(L)
+                conts.append(c)
+            return lengths, max(conts)
+
+        def _block_rows(self, P: int, K: int) -> int:
+            if (P, K) not in self._blocks:
+                self._blocks[(P, K)] = lmeval_block_rows(self.model.config, P, K, dtype=self.model.dtype,
+                                                         budget=self.block_bytes, device=self.device)
+            return self._blocks[(P, K)]
 
         def _model_call(self, inps, attn_mask=None, labels=None):
-            logits = super()._model_call(inps, attn_mask=attn_mask, labels=labels)
+            """The batch's logits: [B, K, V] at the K positions before each row's end (K = its longest
+            continuation; :func:`lctx_hflm_class`) when every row is a noted request, else lm-eval's full
+            [B, P, V] (seq2seq calls, other callers: lm-eval's own path).
 
+            Raises:
+                LctxError: NaN or infinite logits (:func:`lctx.errors.check_finite_logits`)."""
+            plan = self._cont_plan(inps) if attn_mask is None and labels is None else None
+            if plan is None:
+                self._packed = False
+                logits = super()._model_call(inps, attn_mask=attn_mask, labels=labels)
+            else:
+                logits = self._cont_logits(inps, *plan)
+                self._packed = True
+                self.lean_calls += 1
             check_finite_logits(logits, "lm-eval model call")  # the shared check of every task's logits
             return logits
+
+        def _cont_logits(self, inps, lengths: list[int], K: int):
+            """[B, K, V] logits of ``inps`` [B, P] (right-padded rows of real lengths ``lengths``) at positions
+            L_b - K .. L_b - 1 of row b (clamped at 0: a row shorter than K reads only its last contlen <= L_b),
+            computed in row blocks at the full padded length P with no KV cache; the output embeddings see only
+            those positions (a forward pre-hook gathers them). A model that does not call its output embeddings
+            module (no hook fired) gives full logits, from which the same positions are taken."""
+            B, P = inps.shape
+            idx = (torch.tensor(lengths)[:, None] - K + torch.arange(K)[None, :]).clamp_(min=0).to(inps.device)
+            head = self.model.get_output_embeddings()
+            step = self._block_rows(P, K)
+            out = None
+            for s in range(0, B, step):
+                sel = idx[s:s + step]
+                fired = []
+
+                def gather(module, args, sel=sel, fired=fired):
+                    h = args[0]
+                    if fired or h.dim() != 3 or h.shape[1] != P:  # once, on the full hidden states only
+                        return None
+                    fired.append(True)
+                    return (h.gather(1, sel.to(h.device)[..., None].expand(-1, -1, h.shape[-1])),) + tuple(args[1:])
+
+                handle = head.register_forward_pre_hook(gather) if head is not None else None
+                try:
+                    with torch.no_grad(), torch.autocast(device_type=self.device.type, dtype=self.mixed_precision_dtype,
+                                                         enabled=self.mixed_precision_dtype is not None):
+                        lg = self.model(inps[s:s + step], use_cache=False).logits
+                finally:
+                    if handle is not None:
+                        handle.remove()
+                if not fired:  # the head was not called as a module: the full logits, then the same positions
+                    lg = lg.gather(1, sel.to(lg.device)[..., None].expand(-1, -1, lg.shape[-1]))
+                if out is None:
+                    out = lg.new_empty((B, K, lg.shape[-1]))
+                out[s:s + len(lg)] = lg
+                del lg
+            return out
+
+        def _select_cont_toks(self, logits, contlen=None, inplen=None):
+            """lm-eval's slice of one row's continuation logits; on continuation-only logits ([K, V], the row's
+            last K positions) its last ``contlen`` rows, the positions lm-eval's ``logits[inplen - contlen:
+            inplen]`` takes from the full row (lm-eval's ``inplen`` argument is then shifted by K - P and not
+            needed)."""
+            if self._packed:
+                return logits[logits.shape[0] - contlen:]
+            return super()._select_cont_toks(logits, contlen=contlen, inplen=inplen)
 
         def tok_encode(self, string, add_special_tokens=None, left_truncate_len=None, **kwargs):
             ids = super().tok_encode(string, add_special_tokens=add_special_tokens, **kwargs)
@@ -859,11 +1003,14 @@ class LmEvalSuite:
             if not is_served(lm):  # a served model's requests go lm.concurrency at a time
                 hflm.batch_size_per_gpu = self.batch_size
 
-    def request_lengths(self, lm) -> dict[str, tuple[int, int]]:
-        """{task label (``mmlu/<subject>``, ``arc_easy``): (longest request in tokens, requests)} of every task's
-        questions (the first ``limit``) on ``lm``: the input rows lm-eval's ``HFLM._loglikelihood_tokens`` pads a
-        batch to, and how many rows there are (lm-eval's ``Collator``, ``group_by="contexts"``, runs the requests
-        that share context + continuation[:-1] in one row: MMLU's `` A``..`` D`` share one).
+    def request_lengths(self, lm) -> dict[str, tuple[int, int, int]]:
+        """{task label (``mmlu/<subject>``, ``arc_easy``): (longest request in tokens, requests, longest continuation
+        in tokens)} of every task's questions (the first ``limit``) on ``lm``: the input rows lm-eval's
+        ``HFLM._loglikelihood_tokens`` pads a batch to, how many rows there are (lm-eval's ``Collator``,
+        ``group_by="contexts"``, runs the requests that share context + continuation[:-1] in one row: MMLU's
+        `` A``..`` D`` share one), and the most positions of a row whose logits :class:`LctxHFLM` computes (its
+        continuation: 1 for MMLU's letters; a continuation encoded alone, an estimate of lm-eval's, which
+        encodes it after its context).
 
         The requests are lm-eval's own (``Task.build_all_requests`` with the few-shot count, sampler seed,
         chat template and system prompt that :meth:`LmEvalTask.score_all` gives ``simple_evaluate``); a
@@ -905,7 +1052,8 @@ class LmEvalSuite:
             ctx_tokens = context_tokens(list(per_ctx), hflm.tok_encode)
             longest = max((min(ctx_tokens[c] + n, hflm.max_length + 1) - 1 for c, n in per_ctx.items()), default=0)
             task._instances = None  # simple_evaluate builds its own; these strings need not stay in memory
-            out[f"{sp.task}/{sp.subject}" if sp.subject else sp.task] = (longest, len(rows))
+            cont = max(per_ctx.values(), default=0)
+            out[f"{sp.task}/{sp.subject}" if sp.subject else sp.task] = (longest, len(rows), cont)
         return out
 
 

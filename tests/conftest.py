@@ -11,6 +11,12 @@ import torch
 # kernel module is imported, because @triton.jit reads it at decoration time). With a GPU they compile.
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+# ... but only the kernel tests (KERNEL_TEST_MODULES) run attn_impl="fast" through the interpreter; every other
+# test's fast path (the default since issue 28) takes the CPU forms, as a CPU user's does
+# (lctx.kernels.choose_kernel reads LCTX_INTERPRETED_KERNELS per call).
+os.environ["LCTX_INTERPRETED_KERNELS"] = "0"
+KERNEL_TEST_MODULES = {"test_flash_prior", "test_interdomain_scan", "test_kernels", "test_attn_impl", "test_lsh",
+                       "test_interdomain", "test_bam", "test_path", "test_variants"}
 
 # One intra-op thread unless the caller chose a count: the tests' models are tiny, and on a shared 2-core
 # machine two OpenMP threads spin against the other processes (measured at load 5: test_runner's
@@ -94,3 +100,10 @@ def plain_console(monkeypatch):
     monkeypatch.delenv("LCTX_DATA_DIR", raising=False)
     monkeypatch.delenv("LCTX_TABLE_FORMAT", raising=False)
     monkeypatch.setenv("COLUMNS", "80")
+
+
+@pytest.fixture(autouse=True)
+def _interpreted_kernels(request, monkeypatch):
+    """The kernel test modules (KERNEL_TEST_MODULES) run attn_impl="fast" through the Triton interpreter."""
+    if request.module.__name__.rsplit(".", 1)[-1] in KERNEL_TEST_MODULES:
+        monkeypatch.setenv("LCTX_INTERPRETED_KERNELS", "1")

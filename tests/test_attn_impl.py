@@ -24,7 +24,7 @@ def test_lookup_and_names():
     ref, sdpa, fast = (get_attn_impl(n) for n in lctx.ATTN_IMPLS)
     assert (ref.explicit, ref.kernels, ref.fallback, ref.hf) == (True, False, "reference", "eager")
     assert (sdpa.explicit, sdpa.kernels, sdpa.fallback, sdpa.hf) == (False, False, "sdpa", "sdpa")
-    assert (fast.explicit, fast.kernels, fast.fallback, fast.hf) == (False, True, "sdpa", None)
+    assert (fast.explicit, fast.kernels, fast.fallback, fast.hf) == (False, True, "sdpa", "lctx_sdpa")
     assert [i.records_module_form for i in (ref, sdpa, fast)] == [False, True, False]
     assert all(i.doc and "\n" not in i.doc for i in (ref, sdpa, fast))
     assert ATTN_IMPL_REGISTRY.get_interface("fast") is fast

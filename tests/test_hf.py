@@ -14,6 +14,7 @@ import torch
 from helpers import (assert_one_line_error, edited_checkpoint, nan_checkpoint, ppl_task, ruler_data, run_cli, sweep,
                      tiny_config)
 from lctx.models.adapters.hf import HFAdapter, load_lm
+from lctx.errors import LctxError
 from lctx.tasks.passkey import Passkey
 
 BUNDLED = Path(__file__).resolve().parents[1] / "models" / "checkpoints" / "pydoc-tiny-rope"
@@ -207,18 +208,28 @@ def test_prompt_budget():
     assert HFAdapter.prompt_budget(_L(), 4096, 9) == 4096  # past the maximum (--allow-beyond-max): as given
 
 
-# -- e. --attn-impl fast on a Hugging Face checkpoint: refused in run and plan ----------------------------
-def test_attn_impl_fast_refused_for_hf_and_others_applied(dynamic_llama, tmp_path, capsys):
-    code, _, err = run_cli(["run", "-m", dynamic_llama, "--tasks", "passkey", "--lengths", "64", "--attn-impl",
-                            "fast", "--out", tmp_path / "o"], capsys)
-    assert_one_line_error(code, err, "--attn-impl fast", "Hugging Face", "sdpa")
-    code, _, err = run_cli(["plan", "-m", dynamic_llama, "--length", "1k", "--attn-impl", "fast"], capsys)
-    assert_one_line_error(code, err, "--attn-impl fast", "Hugging Face")
+# -- e. --attn-impl on a Hugging Face checkpoint: fast = lctx_sdpa (issue 28), the default ----------------------
+def test_attn_impl_names_map_for_hf_and_lctx(dynamic_llama):
     from lctx.models.adapters.hf import load_lm
 
     assert load_lm(str(dynamic_llama), device="cpu", attn_impl="reference").attn_impl == "hf:eager"
     assert load_lm(str(dynamic_llama), device="cpu", attn_impl="sdpa").attn_impl == "hf:sdpa"
-    assert load_lm(str(BUNDLED), device="cpu", attn_impl="fast").attn_impl == "fast"  # lctx: applied
+    assert load_lm(str(dynamic_llama), device="cpu", attn_impl="fast").attn_impl == "hf:lctx_sdpa"
+    assert load_lm(str(dynamic_llama), device="cpu").attn_impl == "hf:lctx_sdpa"  # the lean path by default
+    assert load_lm(str(BUNDLED), device="cpu", attn_impl="sdpa").attn_impl == "sdpa"  # lctx: applied
+    assert load_lm(str(BUNDLED), device="cpu").attn_impl == "fast"  # default, whatever config.json saved
+
+
+def test_sdpa_refused_for_a_softcapped_model(capsys):
+    from lctx.models.adapters.hf import check_attn_impl
+
+    class Gemma2Like:
+        model_type = "gemma2"
+        attn_logit_softcapping = 50.0
+
+    with pytest.raises(LctxError, match="soft-caps its attention logits.*--attn-impl reference"):
+        check_attn_impl("fast", Gemma2Like(), "g2")
+    check_attn_impl("reference", Gemma2Like(), "g2")  # eager computes the soft-cap: accepted
 
 
 @pytest.mark.parametrize("how", ["layer0", "embedding_inf"])

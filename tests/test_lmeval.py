@@ -288,9 +288,9 @@ def test_batch_size_reaches_lm_eval(tiny_data, tmp_path, monkeypatch):
 
 # hand (issue 25 item 3): one lm-eval row of 2,000 tokens on the bundled model (172,352 float32 parameters =
 # 689,408 B, vocab 1,024): forward working set KV 2,000 x 1,024 + growth 1,024,000 + positions 34,000 + activations
-# 2,000 x 5,632 + pattern 2 x 2,000^2 + float mask 8 x 2,000^2 = 54,370,000 B, plus logits 2,000 x 1,024 x 4 =
-# 8,192,000 (the log-softmax fits in the freed working set): 62,562,000 B a row (as tests/test_memory.py's ROW)
-ROW, WEIGHTS = 62_562_000, 172_352 * 4
+# 2,000 x (704 x 4 + 512) + the mask-free attention 4 heads x 2,000 x 328 = 12,386,000 B, plus logits 2,000 x 1,024
+# x 4 = 8,192,000 (the log-softmax fits in the freed working set): 20,578,000 B a row (as tests/test_memory.py's ROW)
+ROW, WEIGHTS = 20_578_000, 172_352 * 4
 
 
 @pytest.fixture
@@ -372,6 +372,9 @@ def test_request_lengths_are_lm_evals_rows(tiny_data, tmp_path, make_checkpoint,
     arc = max(len(lm.with_bos(lm.encode(f"Question: {r['question']['stem']}\nAnswer: {c['text']}"))) - 1
               for r in ARC_TEST for c in r["question"]["choices"])
     assert mmlu <= got["mmlu/anatomy"][0] <= mmlu + 2 and arc <= got["arc_easy"][0] <= arc + 2  # seams: context_tokens
+    # the third number: the longest continuation's tokens, where LctxHFLM computes logits (MMLU's " A".." D")
+    arc_cont = max(len(lm.encode(" " + c["text"])) for r in ARC_TEST for c in r["question"]["choices"])
+    assert got["mmlu/anatomy"][2] == max(len(lm.encode(" " + x)) for x in "ABCD") and got["arc_easy"][2] == arc_cont
     cls = lmeval.lctx_hflm_class()
     shapes, original = [], cls._model_call
 
@@ -645,3 +648,86 @@ def test_offline_hub_error_loads_no_torch(tmp_path):
     env = {**__import__("os").environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert "ERR lm-eval task 'arc_easy'" in p.stdout and p.stdout.strip().endswith("False"), p.stdout + p.stderr
+
+
+# -- continuation-only logits (issue 28 item 5) ------------------------------------------------------------------
+# Requests as lm-eval's _loglikelihood_tokens takes them: ((context, continuation), context ids, continuation ids).
+# Rows of different lengths and continuation lengths in one batch; four that share a context (MMLU's letters, one
+# lm-eval row); a long one cut from the left at max_length; one whose real last token is 0 (the padding id).
+_REQS = [((f"c{i}", f"x{i}"), ctx, cont) for i, (ctx, cont) in enumerate([
+    ([5, 17, 33, 2, 9, 41, 7, 8, 12, 3], [44]), ([5, 17, 33, 2, 9, 41, 7, 8, 12, 3], [45]),
+    ([5, 17, 33, 2, 9, 41, 7, 8, 12, 3], [46]), ([5, 17, 33, 2, 9, 41, 7, 8, 12, 3], [47]),
+    ([11, 12], [13, 14, 15, 16, 17, 18, 19]), ([30] * 3, [31, 32]), ([6, 0, 6, 0], [8, 0]),
+    (list(range(1, 90)), [90, 91, 92]), ([50, 51, 52, 53, 54, 55], [56, 57, 58, 59]), ([3], [4])])]
+# tolerance: both sides compute the same float32 ops on the same rows, but the lean path's matmuls see other shapes
+# (row blocks; the output embeddings on K gathered positions instead of all P), so BLAS may sum in another order:
+# each logit moves by a few ulp of its dot products (|logit| < 10, d = 32: ~1e-6), a log-probability by about
+# twice that, and a sum of <= 7 continuation tokens by < 2e-5 (measured: 0.0 on both models here).
+LL_TOL = 2e-5
+
+
+def _lm_pair(ck, **lean):
+    """lm-eval's plain HFLM and LctxHFLM over the same loaded model, batch 4, max_length 64 (one request is cut)."""
+    from lm_eval.models.huggingface import HFLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(str(ck)).eval()
+    tok = AutoTokenizer.from_pretrained(str(ck))
+    kw = dict(pretrained=model, tokenizer=tok, batch_size=4, max_length=64, device="cpu")
+    return HFLM(**kw), lmeval.lctx_hflm_class()(**kw, **lean)
+
+
+def _max_delta(a, b):
+    assert [g for _, g in a] == [g for _, g in b]  # is_greedy agrees too
+    return max(abs(x - y) for (x, _), (y, _) in zip(a, b))
+
+
+@pytest.mark.parametrize("variant", ["rope", "hf-llama"])
+def test_continuation_only_logits_equal_lm_evals(make_checkpoint, tmp_path, variant):
+    """LctxHFLM's log-likelihoods equal lm-eval's HFLM on the same tiny random model (an lctx checkpoint and a
+    Hugging Face Llama), with every batch on the continuation-only path, in row blocks of 1 and in one block; a
+    control that reads the logits one position early is caught."""
+    import torch
+
+    ck = make_checkpoint("rope")
+    if variant == "hf-llama":  # a transformers model (the sdpa path lm-eval direct runs), with the same tokenizer
+        from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+        torch.manual_seed(0)
+        LlamaForCausalLM(LlamaConfig(vocab_size=400, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+                         ).save_pretrained(tmp_path / "llama")
+        AutoTokenizer.from_pretrained(str(ck)).save_pretrained(tmp_path / "llama")
+        ck = tmp_path / "llama"
+    plain, lean = _lm_pair(ck, block_bytes=1)  # 1 byte: every row block is one row
+    want = plain._loglikelihood_tokens(_REQS, disable_tqdm=True)
+    got = lean._loglikelihood_tokens(_REQS, disable_tqdm=True)
+    assert lean.lean_calls == 2  # 2 lm-eval batches of 4 and 3 rows (the 4 letters share one), both lean
+    assert _max_delta(want, got) <= LL_TOL
+    lean.block_bytes, lean._blocks = 1 << 40, {}  # one block: the whole batch in one forward
+    assert _max_delta(want, lean._loglikelihood_tokens(_REQS, disable_tqdm=True)) <= LL_TOL
+    plan = lean._cont_plan  # control: positions one token early (off-by-one slicing) must show as a difference
+
+    def early(inps):
+        p = plan(inps)
+        return p and ([max(1, n - 1) for n in p[0]], p[1])
+
+    lean._cont_plan = early
+    assert _max_delta(want, lean._loglikelihood_tokens(_REQS, disable_tqdm=True)) > 1000 * LL_TOL
+
+
+def test_rows_not_noted_take_lm_evals_full_path(make_checkpoint):
+    """Fallback: a batch whose rows are not requests of the current call (another caller of _model_call), or whose
+    row is ambiguous (a request ending in the padding id 0 and one without it look alike padded), gets lm-eval's
+    own full [B, P, V] logits, and the same answers."""
+    import torch
+
+    plain, lean = _lm_pair(make_checkpoint("rope"))
+    x = torch.tensor([[5, 6, 7, 8], [9, 10, 0, 0]])
+    full = lean._model_call(x)
+    assert full.shape == (2, 4, 400) and lean.lean_calls == 0 and torch.equal(full, plain._model_call(x))
+    twins = [(("a", "b"), [5, 6], [0, 7]), (("a", "c"), [5, 6], [9]), (("d", "e"), [5, 6, 0], [9, 9])]
+    want = plain._loglikelihood_tokens(twins, disable_tqdm=True)
+    got = lean._loglikelihood_tokens(twins, disable_tqdm=True)
+    assert lean.lean_calls == 0 and _max_delta(want, got) <= LL_TOL  # one batch, ambiguous rows: the full path
+    assert lean._cont_rows is None and not lean._packed  # nothing noted outlives the call

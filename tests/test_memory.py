@@ -45,7 +45,8 @@ def test_parse_bytes():
 
 
 def test_plan_matches_hand_computation():
-    p = plan_memory(tiny_rope(), 8192, chunk_size=1024, dtype="float32", kv_cache="dynamic")
+    p = plan_memory(tiny_rope(variant="alibi"), 8192, chunk_size=1024, dtype="float32", kv_cache="dynamic",
+                    impl="sdpa")
     items = {i.name: i.bytes for i in p.items}
     # hand: parameters = embed 1024*64 (lm_head tied) = 65,536 + per layer (4*64*64 attention + 3*64*192 SwiGLU,
     # I = 32 * ceil((8*64//3) / 32) = 192, + 2*64 norms) = 53,376, x 2 layers, + 64 final norm = 172,352
@@ -54,15 +55,27 @@ def test_plan_matches_hand_computation():
     # hand: KV per token = 2 (K, V) x 2 layers x 4 heads x 16 dims x 4 B = 1,024 B; x 8,192 tokens = 8 MiB
     assert items["KV cache / state"] == 8192 * 1024
     assert items["KV cache growth"] == 8192 * 1024 // 2  # one of the two layers
-    # hand: sdpa at chunk 1024: bool pattern + negation 2 x 1024 x 8192 = 16 MiB; float mask 2 x 1024 x 8192 x 4 = 64 MiB
+    # hand: sdpa at chunk 1024: bool pattern + negation 2 x 1024 x 8192 = 16 MiB; float mask 2 x 1024 x 8192 x 4 = 64 MiB,
+    # + ALiBi's bias B x H x chunk x T x (4 + 4) = 4 x 1024 x 8192 x 8 = 256 MiB
     assert items["attention pattern (bool)"] == 16 * 2**20
-    assert items["sdpa float mask"] == 64 * 2**20
-    # hand: activations 1024 x (8 x 64 + 4 x 192) x 4 + 1024 x 64 x 8 = 5,242,880 + 524,288
-    assert items["activations"] == 5_767_168
+    assert items["sdpa float mask"] == (64 + 256) * 2**20
+    # hand: activations 1024 x max(10 x 64, 2 x 64 + 3 x 192 = 704) x 4 + 1024 x 64 x 8 = 2,883,584 + 524,288
+    assert items["activations"] == 3_407_872
     # hand: one kept row a chunk x vocab x float32, the previous chunk's and the new one's (8 chunks)
     assert items["logits"] == 2 * 1024 * 4
     assert p.total == sum(items.values())
     assert p.attn_path == "sdpa"
+
+
+def test_bias_free_variants_plan_no_mask_on_sdpa_and_fast():
+    """Issue 28: RoPE on sdpa and on the default fast path (CPU) runs kernels.chunk_attention: no [chunk, T] mask."""
+    for impl in ("sdpa", "fast", None):
+        p = plan_memory(tiny_rope(), 8192, chunk_size=1024, dtype="float32", impl=impl)
+        assert p.attn_path == "chunk-split", impl
+        assert p.get("sdpa float mask") == 0 and p.get("attention pattern (bool)") == 0
+        # hand: B x H x chunk x (3 x D x 4 + 2 x D x 4 + 8) = 4 x 1024 x (192 + 128 + 8) = 1,343,488 B
+        assert p.get("attention working set") == 1_343_488
+    assert plan_memory(tiny_rope(), 8192, chunk_size=1024).impl == "fast"  # the default path
 
 
 def test_preallocated_cache_holds_the_decode_budget_and_is_not_copied():
@@ -87,7 +100,9 @@ def test_probe_kv_per_token_equals_formula_for_softmax_variants():
     for v in ("rope", "alibi", "nope"):
         pr = probe_layer(tiny_rope(variant=v), torch.float32)
         assert pr.per_token == 2 * 4 * 16 * 4 and pr.fixed == 0, v  # 2 x heads x head dim x 4 B, per layer
-        assert pr.used_attend and pr.mask_asked and pr.float_mask
+        assert pr.used_attend
+        # a bias needs the float mask; without one the chunk runs kernels.chunk_attention, no mask (issue 28)
+        assert pr.mask_asked == pr.float_mask == (v == "alibi"), v
     assert probe_layer(tiny_rope(variant="alibi"), torch.float32).has_bias
     assert not probe_layer(tiny_rope(variant="rope"), torch.float32).has_bias
 
@@ -112,7 +127,7 @@ def test_fast_impl_counts_no_chunk_by_length_buffer():
     assert p.get("sdpa float mask") == 0 and p.get("attention pattern (bool)") == 0
     # hand (Triton): B x H x chunk x D x 16 = 4 x 1024 x 16 x 16 B = 1 MiB, + the table H x T x 4 = 1 MiB
     assert p.get("attention working set") == 2 * 2**20
-    cpu = plan_memory(tiny_rope(), 65536, chunk_size=1024, impl="fast", device="cpu")
+    cpu = plan_memory(tiny_rope(variant="alibi"), 65536, chunk_size=1024, impl="fast", device="cpu")
     # hand (blocked CPU path): 4 x B x H x chunk x D x 4 = 4 x 4 x 1024 x 16 x 4 = 1 MiB, + the table and its
     # reversed copy 2 x H x (T + 128 rows) x 4 = 2 x 4 x 65,664 x 4 = 2,101,248
     assert cpu.get("attention working set") == 2**20 + 2_101_248 and cpu.get("scaled-bias block mask") == 0
@@ -174,8 +189,11 @@ def test_half_precision_and_softcapped_logits_add_their_copies():
 def test_refusal_names_the_largest_part():
     p = plan_memory(tiny_rope(), 65536, chunk_size=2048)
     check_fits(p, p.total, "test")  # exactly enough: no error
-    with pytest.raises(LctxError, match=r"needs about .* largest part: sdpa float mask"):
+    with pytest.raises(LctxError, match=r"needs about .* largest part: KV cache / state"):
         check_fits(p, p.total - 1, "test")
+    q = plan_memory(tiny_rope(variant="alibi"), 65536, chunk_size=2048, impl="sdpa")  # a bias: the float mask
+    with pytest.raises(LctxError, match=r"needs about .* largest part: sdpa float mask"):
+        check_fits(q, q.total - 1, "test")
 
 
 def test_check_run_fits_with_a_loaded_model():
@@ -197,15 +215,45 @@ def test_lmeval_plan_matches_hand_computation():
     # hand: parameters = 172,352 - 1,024 x 64 + 32,768 x 64 = 2,203,968 (tied embedding); x 4 B = 8,815,872
     assert items["weights"] == 8_815_872
     # hand: rows 5 (5 requests < batch 8); the forward's working set at T = chunk = 100: KV 5 x 100 x 1,024 B =
-    # 512,000 + growth 256,000 + positions 5 x 100 x 17 = 8,500 + activations 5 x 100 x (8 x 64 + 4 x 192) x 4
-    # + 5 x 100 x 64 x 8 = 2,816,000 + pattern 2 x 5 x 100 x 100 = 100,000 + float mask x 4 = 400,000: 4,092,500
-    assert p.total - items["weights"] - items["lm-eval logits"] - items["lm-eval log-softmax"] == 4_092_500
+    # 512,000 + growth 256,000 + positions 5 x 100 x 17 = 8,500 + activations 5 x 100 x max(10 x 64, 2 x 64 + 3 x 192)
+    # x 4 + 5 x 100 x 64 x 8 = 1,664,000 + the mask-free attention (RoPE, kernels/chunk_attention.py) 5 x 4 heads x
+    # 100 x (3 x 16 x 4 + 2 x 16 x 4 + 8) = 656,000: 3,096,500
+    assert p.total - items["weights"] - items["lm-eval logits"] - items["lm-eval log-softmax"] == 3_096_500
     # hand: one copy of the logits 5 rows x 100 tokens x 32,768 vocab x 4 B (float32: an lctx model) = 65,536,000;
-    # the log-softmax is made after the forward's 4,092,500 B are freed: adds 65,536,000 - 4,092,500 = 61,443,500
-    assert items["lm-eval logits"] == 65_536_000 and items["lm-eval log-softmax"] == 61_443_500
+    # the log-softmax is made after the forward's 3,096,500 B are freed: adds 65,536,000 - 3,096,500 = 62,439,500
+    assert items["lm-eval logits"] == 65_536_000 and items["lm-eval log-softmax"] == 62_439_500
     assert p.total == 8_815_872 + 2 * 65_536_000  # weights + max(forward + copy, 2 copies)
     assert plan_lmeval(cfg, 100, batch=2, requests=5).get("lm-eval logits") == 2 * 100 * 32768 * 4  # 2 rows
 
+
+
+def test_lmeval_plan_charges_continuation_logits_not_prompt_logits():
+    """Issue 28 item 5: lctx's lm-eval model (LctxHFLM) computes logits at the continuation only and runs the rows
+    in row blocks without a KV cache, so the plan's logits scale with the continuation's tokens, not the prompt's."""
+    cfg = tiny_rope(vocab_size=32768)
+    p = plan_lmeval(cfg, 100, batch=8, requests=5, cont=1)
+    items = {i.name: i.bytes for i in p.items}
+    # hand: no KV cache; positions 5 x 100 x 17 = 8,500 + activations 1,664,000 + the mask-free attention 656,000
+    # (as in the test above) = 2,328,500, + the block's head output 5 x 1 x 32,768 x 4 = 655,360 (the 1 GiB block
+    # budget holds all 5 rows): 2,983,860
+    assert "KV cache / state" not in items and items["row block logits"] == 655_360
+    assert p.total - items["weights"] - items["lm-eval logits"] - items["lm-eval log-softmax"] == 2_983_860
+    # hand: one copy 5 rows x 1 continuation token x 32,768 x 4 B = 655,360; the log-softmax fits in the freed forward
+    assert items["lm-eval logits"] == 655_360 and items["lm-eval log-softmax"] == 0
+    logits = lambda **kw: plan_lmeval(cfg, batch=8, requests=5, **kw).get("lm-eval logits")  # noqa: E731
+    assert logits(longest=1000, cont=1) == logits(longest=100, cont=1)  # a 10x longer prompt: the same logits
+    assert logits(longest=100, cont=7) == 7 * logits(longest=100, cont=1)  # 7x the continuation: 7x
+    assert logits(longest=100) == 100 * logits(longest=100, cont=1)  # lm-eval's own HFLM: every position
+    # hand: a row plans 2,328,500 / 5 = 465,700 + 131,072 of head output = 596,772 B; a 2-row budget: blocks of 2
+    small = plan_lmeval(cfg, 100, batch=8, requests=5, cont=1, block_bytes=2 * 596_772)
+    assert small.get("row block logits") == 2 * 131_072 and "row blocks of 2 of the 5 rows" in small.notes[-1]
+    from transformers import LlamaConfig
+
+    hf = LlamaConfig(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                     num_attention_heads=4, num_key_value_heads=2)
+    hf._attn_implementation = "sdpa"  # lm-eval's rows have no mask: sdpa runs is_causal, no T x T mask is built
+    names = {i.name for i in plan_lmeval(hf, 3000, batch=4, cont=1).items}
+    assert "sdpa float mask" not in names and "attention pattern (bool)" not in names and "activations" in names
 
 class _FakeLMs:
     """The bundled model loaded once (the shape of tiny_rope: 172,352 float32 parameters, vocab 1,024)."""
@@ -222,10 +270,10 @@ class _FakeLMs:
 
 
 # hand: one request row of 2,000 tokens on the bundled model: forward working set KV 2,000 x 1,024 = 2,048,000 +
-# growth 1,024,000 + positions 34,000 + activations 2,000 x 5,632 = 11,264,000 + pattern 2 x 2,000^2 = 8,000,000 +
-# float mask 8 x 2,000^2 = 32,000,000 = 54,370,000 B, plus logits 2,000 x 1,024 x 4 = 8,192,000 (the log-softmax
-# copy fits in the freed working set: + 0), so b rows need 689,408 B of weights + b x 62,562,000 B
-ROW = 62_562_000
+# growth 1,024,000 + positions 34,000 + activations 2,000 x (704 x 4 + 512) = 6,656,000 + the mask-free attention
+# 4 heads x 2,000 x 328 = 2,624,000 = 12,386,000 B, plus logits 2,000 x 1,024 x 4 = 8,192,000 (the log-softmax copy
+# fits in the freed working set: + 0), so b rows need 689,408 B of weights + b x 20,578,000 B
+ROW = 20_578_000
 WEIGHTS = 172_352 * 4
 
 
@@ -242,6 +290,14 @@ def test_lmeval_default_batch_is_lowered_to_fit_and_said():
     assert check_lmeval_fits([lm], lengths, 32, explicit=False, available=WEIGHTS + 32 * ROW)[0] == 32
     # rows are capped by the requests: 3 requests of 2,000 tokens need at most 3 rows, so any batch fits 3 rows' room
     assert check_lmeval_fits([lm], lambda _lm: {"arc_easy": (2000, 3)}, 32, False, available=WEIGHTS + 3 * ROW)[0] == 32
+
+    # with the continuation's length (what request_lengths gives): the bundled model's lean forward without a KV
+    # cache, hand: positions 34,000 + activations 6,656,000 + the mask-free attention 2,624,000 + head output
+    # 1 x 1,024 x 4 = 9,318,096 B a row; a 1 GiB block holds 1,073,741,824 // 9,318,096 = 115 rows: all 32
+    lean = lambda _lm: {"mmlu/anatomy": (2000, 80, 1), "arc_easy": (40, 300, 9)}  # noqa: E731
+    batch, note = check_lmeval_fits([lm], lean, 32, explicit=False, available=WEIGHTS + 32 * ROW)
+    assert batch == 32 and "(mmlu/anatomy), logits at 1 continuation token x vocab 1,024 x 4 B x 2 copies" in note
+    assert "forward in row blocks of 32 of the 32 rows" in note
 
 
 def test_lmeval_explicit_batch_that_does_not_fit_is_refused():
@@ -351,7 +407,10 @@ def _llama(**kw):
 
 def test_hf_attention_follows_the_transformers_attention_that_runs():
     cfg = _llama()
-    p = plan_memory(cfg, 4096, chunk_size=1024, dtype="bfloat16")
+    # the default is lctx_sdpa (--attn-impl fast): no chunk x T mask
+    d = plan_memory(cfg, 4096, chunk_size=1024, dtype="bfloat16")
+    assert (d.impl, d.attn_path) == ("fast", "lctx_sdpa") and d.get("attention mask") == 0
+    p = plan_memory(cfg, 4096, chunk_size=1024, dtype="bfloat16", impl="sdpa")
     assert (p.impl, p.attn_path) == ("sdpa", "sdpa")
     # hand (sdpa): transformers' bool mask, its negation and SDPA's float copy, 1024 x 4096 x (1 + 1 + 2) B = 16 MiB;
     # 8 heads over 2 kv heads with a mask: repeat_kv copies one layer's K and V, 2 x 8 x 4096 x 32 x 2 B = 4 MiB
@@ -379,8 +438,8 @@ def _refusal(plan) -> str:
 
 
 def test_advice_names_what_lowers_the_plan_of_an_lctx_model():
-    # the bundled shape at 512K on sdpa: the chunk x T masks dominate, so every option lowers the plan
-    msg = _refusal(plan_memory(tiny_rope(), 524288, chunk_size=2048))
+    # the bundled shape with ALiBi at 512K on sdpa: the chunk x T masks dominate, so every option lowers the plan
+    msg = _refusal(plan_memory(tiny_rope(variant="alibi"), 524288, chunk_size=2048, impl="sdpa"))
     for option in ("shorter lengths", "--chunk-size", "--dtype bfloat16", "--attn-impl fast", "a bigger device"):
         assert option in msg, msg
     assert "--attn-impl reference" not in msg  # it needs more, never less
@@ -394,26 +453,17 @@ def test_advice_names_what_lowers_the_plan_of_an_lctx_model():
     assert "--dtype" not in _refusal(plan_memory(tiny_rope(), 524288, chunk_size=2048, dtype="bfloat16"))
 
 
-def test_advice_for_a_hugging_face_model_names_only_paths_it_can_take(monkeypatch):
-    import dataclasses
-
-    from lctx.attn_impl import ATTN_IMPL_REGISTRY
-
+def test_advice_for_a_hugging_face_model_names_only_paths_it_can_take():
     cfg = _llama(num_hidden_layers=1)
-    plan = plan_memory(cfg, 262144, chunk_size=2048)
-    msg = _refusal(plan)
-    fast = ATTN_IMPL_REGISTRY["fast"]
-    if fast.hf is None:  # lctx refuses --attn-impl fast for Hugging Face checkpoints: never advised
-        assert "--attn-impl" not in msg, msg
-    assert "--chunk-size" in msg and "--dtype bfloat16" in msg, msg
-    # eager (--attn-impl reference) holds the scores: sdpa is advised
-    assert "--attn-impl sdpa" in _refusal(plan_memory(cfg, 262144, chunk_size=2048, impl="reference"))
-    # a fast path that applies to Hugging Face models (a transformers attention without the chunk x T mask) is
-    # advised when it lowers the plan
-    monkeypatch.setitem(ATTN_IMPL_REGISTRY, "fast", dataclasses.replace(fast, hf="lctx_sdpa"))
-    lean = plan_memory(cfg, 262144, chunk_size=2048, impl="fast")
-    assert lean.attn_path == "lctx_sdpa" and lean.get("attention mask") == 0
-    assert "--attn-impl fast" in _refusal(plan_memory(cfg, 262144, chunk_size=2048)), msg
+    lean = plan_memory(cfg, 262144, chunk_size=2048)  # the default: lctx_sdpa (--attn-impl fast), no chunk x T mask
+    assert lean.impl == "fast" and lean.attn_path == "lctx_sdpa" and lean.get("attention mask") == 0
+    msg = _refusal(lean)
+    assert "--attn-impl" not in msg and "--dtype bfloat16" in msg, msg  # no other path is leaner
+    # sdpa builds the chunk x T masks: fast is advised, with the total it gives
+    assert "--attn-impl fast" in _refusal(plan_memory(cfg, 262144, chunk_size=2048, impl="sdpa"))
+    # eager (--attn-impl reference) holds the scores: fast is advised, and a smaller chunk
+    msg = _refusal(plan_memory(cfg, 262144, chunk_size=2048, impl="reference"))
+    assert "--attn-impl fast" in msg and "--chunk-size" in msg, msg
 
 
 def test_advice_without_a_replan_is_generic():
@@ -429,8 +479,8 @@ def test_a_sliding_cache_keeps_the_window_of_its_sliding_layers():
     cfg = Gemma3TextConfig(hidden_size=64, num_attention_heads=4, num_key_value_heads=1, head_dim=16,
                            num_hidden_layers=6, intermediate_size=128, vocab_size=512, sliding_window=512)
     assert [t for t in cfg.layer_types].count("sliding_attention") == 5  # every sixth layer is global
-    dyn = plan_memory(cfg, 16384, chunk_size=1024, kv_cache="dynamic")
-    sl = plan_memory(cfg, 16384, chunk_size=1024, kv_cache="sliding")
+    dyn = plan_memory(cfg, 16384, chunk_size=1024, kv_cache="dynamic", impl="sdpa")
+    sl = plan_memory(cfg, 16384, chunk_size=1024, kv_cache="sliding", impl="sdpa")
     # hand: K and V per token per layer 2 x 1 kv head x 16 x 4 B = 128 B; DynamicCache keeps 16,384 tokens in all 6
     # layers; a sliding cache keeps them in the global layer and, in the 5 sliding ones, the concatenation its view
     # of the last 511 holds: 511 + 1,024 chunk tokens

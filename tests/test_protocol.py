@@ -241,7 +241,9 @@ def test_hf_identity_is_the_old_lms(tmp_path):
     from lctx.models.adapters.hf import load_lm
     from lctx.models.fingerprint import digest_json
 
-    lm = load_lm(str(BUNDLED), device="cpu")
+    # attn_impl="sdpa": what the default was then (issue 28 made fast the default, a new key, so an old run
+    # directory recomputes its cells on the default path instead of mixing two paths' numbers)
+    lm = load_lm(str(BUNDLED), device="cpu", attn_impl="sdpa")
     assert model_inputs(lm) == {"path": str(BUNDLED.resolve()), "fingerprint": "4501e8a83f380a80", "files": {
         "config.json": "a35520a6fb26bf2e9f30336c67e0a5c91568b4073721a01b3be887bf7c7ed038",
         "generation_config.json": "ea3076142c27ad2d40e185d59184de05240cdcaa031eb12bdfdba8b814ce0a70",
@@ -351,7 +353,7 @@ def test_load_settings_that_are_the_adapters_own_are_accepted(tmp_path):
     res = _evaluate(_Bfloat16Toy(), [Passkey(key_digits=3)], tmp_path / "o", dtype="bfloat16", chunk_size=512,
                     device="cpu", attn_impl="sdpa")
     assert res.errors == 0 and res.ran == 1
-    lm = load_lm(str(BUNDLED), device="cpu", dtype="bfloat16")
+    lm = load_lm(str(BUNDLED), device="cpu", dtype="bfloat16", attn_impl="sdpa")
     given = dict(device=None, dtype=None, chunk_size=None, attn_impl=None, attn_override=None,
                  trust_remote_code=False, chat_template=False, system_prompt=None)
     _check_adapter_objects([lm], ["passkey"], [], **dict(given, dtype="bfloat16", attn_impl="sdpa", device="cpu",

@@ -29,13 +29,14 @@ from transformers.cache_utils import DynamicCache
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from transformers.utils import logging as hf_logging
 
-from lctx.attn_impl import ATTN_IMPL_REGISTRY, get_attn_impl
+from lctx.attn_impl import ATTN_IMPL_REGISTRY, DEFAULT_ATTN_IMPL, get_attn_impl
 from lctx.errors import CapturedLog, LctxError, check_finite_logits
 from lctx.models.adapters.devices import DTYPES, resolve_device, resolve_dtype  # noqa: F401  (lctx.models.adapters.hf.resolve_* kept)
 
 from lctx.models.adapters.gguf import cached_gguf_dir
 from lctx.models.adapters.memory import DECODE_BUDGET, plan_memory
 from lctx.models.adapters.protocol import ContinuationScores
+from lctx.models.adapters.hf_attention import LCTX_SDPA, register as register_lctx_sdpa
 from lctx.models.adapters.text import Prompt, TokenizerSide, _first_line, tokenizer_fingerprint  # noqa: F401  (kept as lctx.models.adapters.hf.*)
 from lctx.model_files import find_gguf, raise_if_remote_code as _raise_if_remote_code
 
@@ -234,10 +235,16 @@ class HFAdapter(TokenizerSide):
             LctxError: non-positive sizes, or a config the memory model cannot read.
         """
         cfg = self.model.config
-        impl = getattr(cfg, "attn_impl", None) if self.is_lctx else None
+        if self.is_lctx:
+            impl = getattr(cfg, "attn_impl", None)
+        else:  # "hf:<transformers attention>" -> the registry entry that runs it (hf:lctx_sdpa -> fast)
+            hf = str(self.attn_impl).removeprefix("hf:")
+            impl = next((n for n in ATTN_IMPL_REGISTRY if ATTN_IMPL_REGISTRY.get(n).hf == hf), "sdpa")
         if batch > 1 and impl is not None:
-            impl = get_attn_impl(impl).fallback  # padded rows: fast runs the masked SDPA path (unpadded kernels)
-        kind = "preallocated" if type(self.new_cache(1)).__name__ == "PreallocatedKVCache" else "dynamic"
+            impl = get_attn_impl(impl).fallback  # padded rows: the masked SDPA path (the lean paths take unpadded rows)
+        probe = self.new_cache(1)
+        kind = ("preallocated" if type(probe).__name__ == "PreallocatedKVCache"
+                else "sliding" if _sliding_layers(probe) else "dynamic")
         return plan_memory(cfg, length, chunk_size=self.chunk_size, dtype=self.dtype, impl=impl, batch=batch,
                            kept_logits=kept_logits, name=self.name, kv_cache=kind,
                            decode_budget=int(self.decode_budget or 0), device=self.device)
@@ -254,12 +261,20 @@ class HFAdapter(TokenizerSide):
     def new_cache(self, capacity: int):
         """An empty KV cache for ``capacity`` tokens: lctx models get a
         :class:`lctx.models.cache.PreallocatedKVCache` (chunks written in place, no concatenation),
-        other models transformers' ``DynamicCache``."""
-        if getattr(getattr(self.model, "config", None), "model_type", "") == "lctx":
+        other models transformers' ``DynamicCache`` built from the model's config, as ``generate`` builds it:
+        a sliding-window layer (Gemma 3's 512-token local layers) keeps only its last window - 1 keys
+        (``DynamicSlidingWindowLayer``), so its attention and KV memory are O(window), not O(T) (issue 28)."""
+        config = getattr(self.model, "config", None)
+        if getattr(config, "model_type", "") == "lctx":
             from lctx.models.cache import PreallocatedKVCache  # lazy: loads lctx.models (its kernels load triton)
 
             return PreallocatedKVCache(capacity)
-        return DynamicCache()
+        if config is None:
+            return DynamicCache()
+        cache = DynamicCache(config=config)
+        for layer in _sliding_layers(cache):  # keep decoded tokens' evicted keys until rewind crops them
+            layer.activate_past_recording()
+        return cache
 
     @property
     def is_lctx(self) -> bool:
@@ -328,6 +343,7 @@ class HFAdapter(TokenizerSide):
             idx = wanted[(wanted >= s) & (wanted < e)]
             keep = idx - s if len(idx) else torch.tensor([e - s - 1], device=self.device)
             logits, cache = self._forward(x[s:e], cache, keep)
+            trim_sliding(cache)
             pos = (idx if len(idx) else keep + s).tolist()
             if on_logits is not None and len(idx):
                 on_logits(pos, logits)
@@ -448,6 +464,7 @@ class HFAdapter(TokenizerSide):
         for s in range(0, W, self.chunk_size):
             e = min(s + self.chunk_size, W)
             logits, cache = self._fwd(x[:, s:e], cache, 1, mask[:, :e] if padded else None)
+            trim_sliding(cache)
         states = getattr(cache, "lctx_states", None)
         snapshot = {k: {n: t.clone() for n, t in st.items()} for k, st in states.items()} if states else None
         return BatchPrefix(cache=cache, mask=mask, last_logits=logits[:, -1], n_tokens=[len(r) for r in ids],
@@ -559,6 +576,21 @@ class HFAdapter(TokenizerSide):
                 torch.tensor([scored[p - 1][1] for p in targets], dtype=torch.bool))
 
 
+def _sliding_layers(cache) -> list:
+    """The sliding-window layers (``DynamicSlidingWindowLayer``) of a transformers cache; [] for other caches."""
+    return [layer for layer in getattr(cache, "layers", ()) or () if hasattr(layer, "activate_past_recording")]
+
+
+def trim_sliding(cache) -> None:
+    """After a prefill chunk, cut each sliding-window layer of ``cache`` back to the last window - 1 keys it
+    needs (transformers' ``crop(0)``). :meth:`HFAdapter.new_cache` turns on their past recording so a decode can
+    be rewound (``crop(-n)``; without it transformers refuses to crop a layer past its window), which would
+    otherwise keep every prompt key; decode steps are not trimmed (their keys are what a rewind removes)."""
+    for layer in _sliding_layers(cache):
+        if layer.get_seq_length() >= layer.sliding_window:
+            layer.crop(0)
+
+
 def load_lm(path: str, device: str = "auto", dtype: str = "float32", name: str | None = None,
             chunk_size: int = 2048, trust_remote_code: bool = False, attn_override: str | None = None,
             attn_impl: str | None = None, cache_dir: str | None = None, log=None, chat_template: bool = False,
@@ -575,9 +607,11 @@ def load_lm(path: str, device: str = "auto", dtype: str = "float32", name: str |
     Code shipped with a checkpoint (``auto_map``) runs only with ``trust_remote_code=True``.
     ``attn_override``: e.g. ``"ssmax:s=0.43"``, applied by :func:`lctx.models.adapters.overrides.apply_override`.
     ``attn_impl``: lctx checkpoints: ``"reference"``, ``"sdpa"`` or ``"fast"`` (the kernels of
-    :mod:`lctx.kernels`) replaces the checkpoint's ``config.attn_impl``; ``None`` keeps it. Hugging Face
-    checkpoints: ``"reference"`` runs transformers' ``eager`` attention, ``"sdpa"`` its ``sdpa``;
-    ``"fast"`` is refused (lctx's kernels implement lctx's variants, not transformers' attention classes).
+    :mod:`lctx.kernels`) replaces the checkpoint's ``config.attn_impl``; ``None``: ``"fast"``, the lean default
+    (:func:`_default_attn_impl`). Hugging Face checkpoints: ``"reference"`` runs transformers' ``eager``
+    attention, ``"sdpa"`` its ``sdpa``, ``"fast"`` lctx's ``lctx_sdpa``
+    (:mod:`lctx.models.adapters.hf_attention`: no masked rectangle in a chunked prefill); ``None``: ``lctx_sdpa``
+    where transformers would run ``sdpa``.
     ``chat_template`` / ``system_prompt``: see :meth:`HFAdapter.prompt` (``--chat-template on``, ``--system-prompt``).
     ``progress`` False (``--no-progress``): no de-quantising bar when a GGUF file is converted.
 
@@ -585,7 +619,7 @@ def load_lm(path: str, device: str = "auto", dtype: str = "float32", name: str |
     ``OWNER/NAME``; :func:`lctx.harness.args.resolve_model_path`: nothing is downloaded).
 
     Raises:
-        LctxError: ``attn_impl="fast"`` for a Hugging Face checkpoint; ``chat_template`` for a tokenizer without
+        LctxError: an SDPA ``attn_impl`` for a Hugging Face checkpoint that soft-caps its logits; ``chat_template`` for a tokenizer without
             one; the path does not exist (nor is a cached hub id), the folder has no tokenizer files, a directory has no ``config.json`` (nor one ``.gguf``), a GGUF
             file is truncated or of an architecture transformers cannot load from GGUF, a directory
             holds several ``.gguf`` files, a directory needs remote code without
@@ -609,6 +643,8 @@ def load_lm(path: str, device: str = "auto", dtype: str = "float32", name: str |
     model = _load_weights(p, path, dt, dev, trust_remote_code)
     if attn_impl is not None:
         _set_attn_impl(model, config, attn_impl, name or p.resolve().name)
+    else:
+        _default_attn_impl(model, config)
     impl = (model.config.attn_impl if config.model_type == "lctx"
             else "hf:" + str(getattr(model.config, "_attn_implementation", None) or "eager"))
     variant = getattr(config, "variant", None) or config.model_type
@@ -739,8 +775,28 @@ def _set_attn_impl(model, config, attn_impl: str, name: str) -> None:
     check_attn_impl(attn_impl, config, name)
     if config.model_type == "lctx":
         model.config.attn_impl = attn_impl
-    else:  # transformers' own attention: reference = eager, sdpa = sdpa (fast was refused above)
-        model.set_attn_implementation(get_attn_impl(attn_impl).hf)
+    else:  # transformers' attention: reference = eager, sdpa = sdpa, fast = lctx_sdpa (registered here)
+        hf = get_attn_impl(attn_impl).hf
+        if hf == LCTX_SDPA:
+            register_lctx_sdpa()
+        model.set_attn_implementation(hf)
+
+
+def _softcapped(config) -> bool:
+    """Whether a Hugging Face config asks for attention-logit soft-capping (Gemma 2), which SDPA cannot run."""
+    cfg = getattr(config, "get_text_config", lambda: config)()
+    return getattr(cfg, "attn_logit_softcapping", None) is not None
+
+
+def _default_attn_impl(model, config) -> None:
+    """The attention a checkpoint runs without ``--attn-impl`` (:data:`lctx.attn_impl.DEFAULT_ATTN_IMPL`, the lean
+    path): lctx models ``fast`` whatever their saved ``config.attn_impl`` (a training-time choice); Hugging Face
+    models ``lctx_sdpa`` where transformers chose ``sdpa`` and the model has no soft-capping (others keep the
+    attention transformers chose, e.g. ``eager`` for a model without SDPA support)."""
+    if config.model_type == "lctx":
+        model.config.attn_impl = DEFAULT_ATTN_IMPL
+    elif getattr(model.config, "_attn_implementation", None) == "sdpa" and not _softcapped(model.config):
+        model.set_attn_implementation(register_lctx_sdpa())
 
 
 def check_attn_impl(attn_impl: str, config, name: str) -> None:
@@ -753,10 +809,14 @@ def check_attn_impl(attn_impl: str, config, name: str) -> None:
     impl = ATTN_IMPL_REGISTRY.get_interface(attn_impl)
     if impl is None:
         raise LctxError(f"unknown --attn-impl {attn_impl!r}; use {', '.join(ATTN_IMPL_REGISTRY)}")
-    if impl.hf is None and getattr(config, "model_type", None) != "lctx":
-        raise LctxError(f"--attn-impl fast applies to lctx checkpoints (the kernels in lctx.kernels); model {name!r} "
-                        f"is a Hugging Face {getattr(config, 'model_type', '?')} checkpoint, which runs transformers' "
-                        "attention: use --attn-impl sdpa (transformers' sdpa) or reference (eager), or omit it")
+    if getattr(config, "model_type", None) == "lctx":
+        return
+    if impl.hf is None:
+        raise LctxError(f"--attn-impl {attn_impl} applies to lctx checkpoints only; model {name!r} is a Hugging Face "
+                        f"{getattr(config, 'model_type', '?')} checkpoint: use --attn-impl fast, sdpa or reference")
+    if impl.hf != "eager" and _softcapped(config):
+        raise LctxError(f"model {name!r} soft-caps its attention logits (attn_logit_softcapping), which SDPA cannot "
+                        f"compute: use --attn-impl reference (transformers' eager), or omit --attn-impl")
 
 
 def _tokenizer_adds_bos(tok, model_type: str | None) -> bool:

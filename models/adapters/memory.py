@@ -15,10 +15,16 @@ KV cache growth         with a ``DynamicCache``, one layer's cache once more: ``
                         models when it has ``new_cache``) holds T + decode budget tokens from the start
                         and writes in place: no growth copy (a per-token state beside it still grows).
 positions               B x T x 17 bytes: k_pos (int64), its cumsum temporary (int64), key_valid (bool).
-activations             one decoder layer is live at a time: B x c x (8 d + 4 I) x bytes (residual,
-                        norm output, q/k/v, rotated q/k, attention output, o_proj; SwiGLU gate, up,
-                        activation, product) + B x c x d x 8 (RMSNorm's float32 temporaries).
+activations             one decoder layer is live at a time: B x c x max(10 d, 2 d + 3 I) x bytes, the larger
+                        of the attention half (residual, norm output, q/k/v, rotated q/k, attention output,
+                        o_proj) and the SwiGLU half (residual, norm output, gate, up, product), + B x c x d x 8
+                        (RMSNorm's float32 temporaries). Was 8 d + 4 I (both halves at once) until issue 28's
+                        measured peaks, in which the sdpa mask had hidden the overestimate.
 attention working set   depends on the path that runs (found by a probe forward, see :func:`probe_layer`):
+                        * chunk-split (variants without a bias on CPU, ``sdpa`` or ``fast``; Hugging Face
+                          models on ``lctx_sdpa``): :mod:`lctx.kernels.chunk_attention`, the past and own
+                          parts' outputs and their fp32 merge B x H x c x (3 D x bytes + 2 D x 4 + 8), no
+                          chunk x T buffer (+ grouped KV heads repeated, 2 x B x H x T x D x bytes);
                         * fused kernel (``attn_impl="fast"`` and the variant describes its prior to
                           the kernel through ``prior_spec``): B x H x c x D x 16 (float32 q tile, output
                           accumulator and row statistics): O(chunk x head_dim), no chunk x T buffer;
@@ -42,9 +48,11 @@ logits                  produced one chunk at a time, k = min(kept positions, ch
                         position is scored (``HFAdapter.token_nll``: ppl scores every position of its first
                         window), the chunk's float32 logits + a 512-row float64 block and its log-softmax,
                         and ~256 B of Python objects per scored position (:func:`logits_working_set`).
-lm-eval (MMLU/ARC)      one unchunked forward of min(batch, requests) rows x the longest request, then
-                        the logits (rows x tokens x vocab x 4 for lctx models, the dtype's size for HF)
-                        and their log-softmax, made once the forward's working set is freed
+lm-eval (MMLU/ARC)      lctx's lm-eval model runs min(batch, requests) rows x the longest request in row
+                        blocks (one unchunked forward each, no KV cache, planned working set <=
+                        :data:`LMEVAL_BLOCK_BYTES`) and computes logits at the continuation positions
+                        only: rows x longest continuation x vocab x 4 for lctx models (the dtype's size
+                        for HF), and their log-softmax, made once the forward's working set is freed
                         (:func:`plan_lmeval`, :func:`check_lmeval_fits`).
 ======================  ==========================================================================
 
@@ -57,6 +65,7 @@ for that model (:func:`advice`, which plans each again). Source of the KV-cache 
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import os
 import re
@@ -65,7 +74,7 @@ from pathlib import Path
 
 import torch
 
-from lctx.attn_impl import ATTN_IMPL_REGISTRY, get_attn_impl
+from lctx.attn_impl import ATTN_IMPL_REGISTRY, DEFAULT_ATTN_IMPL, get_attn_impl
 from lctx.errors import LctxError
 
 from lctx.models.adapters.devices import resolve_dtype
@@ -215,8 +224,8 @@ def count_parameters(config) -> int:
     from transformers import AutoModelForCausalLM  # lazy: loads transformers
 
     try:
-        with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(config)
+        with torch.device("meta"):  # a copy: building a model sets config._attn_implementation, which the plan reads
+            model = AutoModelForCausalLM.from_config(copy.deepcopy(config))
         seen = {}
         for t in model.parameters():  # buffers (e.g. rotary inv_freq) are a few floats: not counted
             seen[id(t)] = t.numel()
@@ -415,7 +424,7 @@ def plan_memory(config, length: int, chunk_size: int = 2048, dtype="float32", im
     asked = dict(length=length, shape=s, chunk_size=chunk_size, dtype=dtype, impl=impl, batch=batch,
                  kept_logits=kept_logits, name=name, kv_cache=kv_cache, decode_budget=decode_budget, device=device)
     hf_attn = None if s.lctx else hf_attention(config, impl)
-    impl = impl or (s.attn_impl if s.lctx else _impl_name(hf_attn))
+    impl = impl or (DEFAULT_ATTN_IMPL if s.lctx else _impl_name(hf_attn))  # lctx: what load_lm runs by default
     path = get_attn_impl(impl) if s.lctx or impl in ATTN_IMPL_REGISTRY else get_attn_impl("sdpa")
     B, T, c = batch, length, min(chunk_size, length)
     L, H, D, d, I, V = s.layers, s.heads, s.head_dim, s.hidden, s.intermediate, s.vocab
@@ -431,7 +440,7 @@ def plan_memory(config, length: int, chunk_size: int = 2048, dtype="float32", im
         except Exception as e:  # noqa: BLE001 - a variant that cannot run on CPU: fall back to the formula
             plan.notes.append(f"probe forward failed ({type(e).__name__}: {str(e)[:120]}); softmax formula used")
             pr = LayerProbe(kv_formula, 0, kv_formula, True, not path.explicit, True, False, False)
-    else:
+    else:  # a Hugging Face model: its attention's working set is hf_attention_working_set's
         pr = LayerProbe(kv_formula, 0, kv_formula, True, True, True, False, False)
     if kv_cache == "auto":
         kv_cache, auto_budget = default_kv_cache() if s.lctx else ("dynamic", 0)
@@ -468,14 +477,25 @@ def plan_memory(config, length: int, chunk_size: int = 2048, dtype="float32", im
         add("KV cache growth", B * st_tok * T, "one layer's per-token state copied once (torch.cat); "
             "keys and values are written in place")
     add("positions", B * T * 17, "B x T x (8 + 8 + 1) B: k_pos, cumsum, key_valid")
-    add("activations", B * c * (8 * d + 4 * I) * b + B * c * d * 8,
-        f"chunk {c} x (8 x {d} + 4 x {I}) x {b} B + chunk x d x 8 (RMSNorm fp32)")
+    act = max(10 * d, 2 * d + 3 * I)  # per token at a block's peak: attention (x, norm, q k v, rotated q k,
+    # outputs, o_proj ~ 10 d) or the MLP (x, norm, gate, up, act: 2 d + 3 I), whichever is larger
+    add("activations", B * c * act * b + B * c * d * 8,
+        f"chunk {c} x max(10 x {d}, 2 x {d} + 3 x {I}) x {b} B + chunk x d x 8 (RMSNorm fp32)")
     cuda = torch.device(device).type == "cuda"
+    split = pr.used_attend and not path.explicit and not pr.has_bias and not (cuda and path.kernels)
     if hf_attn is not None:
         plan.attn_path = hf_attn
         for item in hf_attention_working_set(config, hf_attn, B, H, s.kv_heads, c, T, D, b,
                                              sliding_keys=win_tok if n_slide else None):
             add(*item)
+    elif split and (not pr.mask_asked or (path.kernels and pr.fused_ok)):  # kernels.chunk_attention: no mask
+        plan.attn_path = "chunk-split"
+        add("attention working set", B * H * c * (3 * D * b + 2 * D * 4 + 8),
+            f"B x H x chunk x (3 x D x {b} + 2 x D x 4 + 8) B: the past and own parts' outputs, the fp32 merge and "
+            "their log-sum-exps (kernels/chunk_attention.py)")
+        if s.heads != s.kv_heads:
+            add("grouped KV repeated", 2 * B * H * T * D * b, f"2 x B x H x T x D x {b} B: one layer's keys and "
+                f"values repeated to {H} heads for the CPU flash kernel")
     elif path.kernels and pr.fused_ok:
         plan.attn_path = "fused"
         for item in fused_working_set(B, H, c, D, T, cuda, pr):
@@ -522,7 +542,7 @@ def plan_memory(config, length: int, chunk_size: int = 2048, dtype="float32", im
 
 #: the attention transformers runs for a Hugging Face model loaded without ``--attn-impl``
 #: (``from_pretrained``'s default where the architecture supports it)
-HF_DEFAULT_ATTENTION = "sdpa"
+HF_DEFAULT_ATTENTION = "lctx_sdpa"  # lctx's default (--attn-impl fast), load_lm's _default_attn_impl
 
 
 def hf_attention(config, impl: str | None) -> str:
@@ -591,8 +611,10 @@ def hf_attention_working_set(config, hf_attn: str, B: int, H: int, kv: int, c: i
                  ("attention scores", B * H * c * most * (b + 4), f"B x {H} heads x chunk x {most:,} keys x ({b} "
                                                                   "+ 4) B (scores, float32 softmax)")]
     else:
-        return [("attention working set", B * H * c * D * 16,
-                 f"{hf_attn}: no chunk x T mask; partial outputs and log-sum-exp merge 4 x B x H x chunk x D x 4 B")]
+        items = [("attention working set", B * H * c * D * 16,
+                  f"{hf_attn}: no chunk x T mask; partial outputs and log-sum-exp merge 4 x B x H x chunk x D x 4 B")]
+        if hf_attn != "lctx_sdpa":  # lctx_sdpa repeats grouped heads for the CPU flash kernel (below)
+            return items
     if rep:
         items.append(("GQA key/value copies", rep, rep_text))
     return items
@@ -875,6 +897,15 @@ def check_run_fits(lms: list, length: int, kept_logits: int = 1, available: int 
 #: log-softmax (``F.log_softmax(self._model_call(batched_inps), dim=-1)``, lm-eval 0.4
 #: ``HFLM._loglikelihood_tokens``; the input is freed only after the call returns)
 LMEVAL_LOGIT_COPIES = 2
+#: planned bytes of one row block's forward working set in lctx's lm-eval model (``LctxHFLM``,
+#: :func:`lctx.tasks.lmeval.lctx_hflm_class`): it runs a batch's rows through the model this many planned bytes at a
+#: time (:func:`lmeval_block_rows`; lm-eval's batch, its requests per ``_model_call``, stays as asked). SmolLM2-135M
+#: at 3,094 tokens plans 136 MB a row, so 7 rows a block (results/2026-12-02-lmeval-lean/README.md)
+LMEVAL_BLOCK_BYTES = GIB
+#: HF attention implementations that, given no attention mask and no cache (lm-eval's right-padded causal rows),
+#: run causal attention without a T x T mask (transformers' ``sdpa_mask`` returns None and the kernel gets
+#: ``is_causal``; flash and flex take no float mask)
+_MASKLESS_HF_ATTN = ("sdpa", "lctx_sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
 
 
 def lmeval_logit_bytes(config, dtype) -> int:
@@ -887,32 +918,107 @@ def lmeval_logit_bytes(config, dtype) -> int:
     return torch.tensor([], dtype=_dtype(dtype)).element_size()
 
 
+def lmeval_forward_plan(config, length: int, rows: int, dtype="float32", name: str | None = None,
+                        device="cpu") -> MemoryPlan:
+    """The memory model of one forward of lctx's lm-eval model over ``rows`` right-padded rows of ``length``
+    tokens (``LctxHFLM``: ``model(ids, use_cache=False)`` and the output embeddings applied only at the scored
+    positions): :func:`plan_memory` with chunk = length, B = rows, no kept logits, and without the KV cache (no
+    cache is made). Hugging Face models whose attention is one of :data:`_MASKLESS_HF_ATTN` also lose the sdpa
+    pattern and float mask (no mask is built for mask-free causal rows). Measured on SmolLM2-135M (sdpa, float32,
+    CPU): 2 and 4 rows x 1,500 tokens, 2 rows x 3,000 tokens held 32-40 KB per row-token above the loaded model;
+    this plan charges 43.9 KB at 3,000 tokens (activations, lctx_sdpa's attention working set and repeated KV
+    heads), an upper estimate.
+
+    Raises:
+        LctxError: non-positive sizes (as :func:`plan_memory`).
+    """
+    plan = plan_memory(config, length, chunk_size=length, dtype=dtype, batch=rows, kept_logits=0, name=name,
+                       kv_cache="dynamic", device=device)
+    drop = {"KV cache / state", "KV cache growth", "logits"}
+    if (getattr(config, "model_type", "") != "lctx"
+            and getattr(config, "_attn_implementation", None) in _MASKLESS_HF_ATTN):
+        drop |= {"attention pattern (bool)", "sdpa float mask"}
+    plan.items = [i for i in plan.items if i.name not in drop]
+    return plan
+
+
+def lmeval_block_rows(config, length: int, cont: int, dtype="float32", budget: int = LMEVAL_BLOCK_BYTES,
+                      device="cpu") -> int:
+    """Rows of ``length`` tokens (the batch's padded length) that lctx's lm-eval model runs through the model at
+    once: the most whose planned working set, :func:`lmeval_forward_plan` less the weights plus each row's
+    ``cont`` scored positions x vocab x :func:`lmeval_logit_bytes` (the block's head output), stays within
+    ``budget`` bytes; at least 1. The working set is taken as linear in the rows (every item of one row's plan
+    scales with B).
+
+    Raises:
+        LctxError: non-positive sizes (as :func:`plan_memory`).
+    """
+    one = lmeval_forward_plan(config, length, 1, dtype=dtype, device=device)
+    per_row = one.total - one.get("weights") + int(cont) * model_shape(config).vocab * lmeval_logit_bytes(config, dtype)
+    return max(1, int(budget) // max(1, per_row))
+
+
 def plan_lmeval(config, longest: int, batch: int, requests: int | None = None, dtype="float32",
-                name: str | None = None, device="cpu") -> MemoryPlan:
+                name: str | None = None, device="cpu", cont: int | None = None,
+                block_bytes: int = LMEVAL_BLOCK_BYTES) -> MemoryPlan:
     """The memory model of one lm-eval forward (MMLU/ARC): rows = min(batch, requests) requests right-padded to
-    the ``longest`` (tokens) in one forward (no chunks: lm-eval calls the model directly), so :func:`plan_memory`
-    with chunk = length and B = rows (its kept positions dropped), plus the logits lm-eval keeps: one copy of
-    rows x longest x vocab x :func:`lmeval_logit_bytes` from the forward, and its log-softmax, a second copy made
-    after the forward's working set (KV cache, activations, masks) is freed, so it adds max(0, copy - working
-    set). Peak = weights + max(working set + copy, 2 copies). lm-eval sorts requests longest first, so its first
-    batch is the largest. Measured: SmolLM2-135M, 5-shot MMLU high_school_european_history, 20 rows of 3,039
-    tokens, float32 on CPU: planned 22.76 GiB, peak RSS 22.74 GiB (results/2026-12-01-smollm2-135m/README.md).
+    the ``longest`` (tokens) (no chunks: lm-eval calls the model directly), and the logits lm-eval keeps plus
+    their log-softmax, a second copy made after the forward's working set is freed, so it adds max(0, copy -
+    working set). Peak = weights + max(working set + copy, 2 copies). lm-eval sorts requests longest first, so
+    its first batch is the largest.
+
+    ``cont`` given (tokens of the longest continuation: lctx's own lm-eval model, ``LctxHFLM``, which computes
+    logits only where lm-eval scores): the working set is one row block's forward, :func:`lmeval_forward_plan` at
+    min(rows, :func:`lmeval_block_rows` with ``block_bytes``) rows plus the block's head output; a copy is rows x
+    cont x vocab x :func:`lmeval_logit_bytes`.
+
+    ``cont`` None (lm-eval's own ``hf`` model, ``HFLM``: full logits, one forward with a KV cache): the working
+    set is :func:`plan_memory` with chunk = length and B = rows (kept positions dropped); a copy is rows x
+    longest x vocab x :func:`lmeval_logit_bytes`. Measured: SmolLM2-135M, 5-shot MMLU
+    high_school_european_history, 20 rows of 3,039 tokens, float32 on CPU: planned 22.76 GiB, peak RSS 22.74 GiB
+    (results/2026-12-01-smollm2-135m/README.md).
 
     Raises:
         LctxError: non-positive sizes (as :func:`plan_memory`).
     """
     rows = max(1, min(int(batch), int(requests))) if requests else int(batch)
-    plan = plan_memory(config, longest, chunk_size=longest, dtype=dtype, batch=rows, kept_logits=0, name=name,
-                       kv_cache="dynamic", device=device)
-    plan.items = [i for i in plan.items if i.name != "logits"]
-    work = plan.total - plan.get("weights")
     V, b = model_shape(config).vocab, lmeval_logit_bytes(config, dtype)
-    copy = rows * longest * V * b
-    plan.items.append(MemoryItem("lm-eval logits", copy, f"{rows} requests x {longest:,} tokens x vocab {V:,} x {b} B"))
+    if cont is None:
+        plan = plan_memory(config, longest, chunk_size=longest, dtype=dtype, batch=rows, kept_logits=0, name=name,
+                           kv_cache="dynamic", device=device)
+        plan.items = [i for i in plan.items if i.name != "logits"]
+        scored, what = longest, f"{rows} requests x {longest:,} tokens x vocab {V:,} x {b} B"
+    else:
+        scored = max(1, min(int(cont), int(longest)))
+        blk = min(rows, lmeval_block_rows(config, longest, scored, dtype=dtype, budget=block_bytes, device=device))
+        plan = lmeval_forward_plan(config, longest, blk, dtype=dtype, name=name, device=device)
+        plan.items.append(MemoryItem("row block logits", blk * scored * V * b,
+                                     f"row block of {blk} x {scored} continuation tokens x vocab {V:,} x {b} B"))
+        plan.notes.append(f"forward in row blocks of {blk} of the {rows} rows (planned working set <= "
+                          f"{gib(block_bytes)} a block)")
+        what = f"{rows} requests x {scored} continuation tokens x vocab {V:,} x {b} B"
+    work = plan.total - plan.get("weights")
+    copy = rows * scored * V * b
+    plan.items.append(MemoryItem("lm-eval logits", copy, what))
     plan.items.append(MemoryItem("lm-eval log-softmax", max(0, copy - work),
                                  f"a second copy of the logits, made once the forward's {gib(work)} are freed: "
                                  "max(0, copy - forward working set)"))
     return plan
+
+
+def _pareto(lengths: dict) -> list[tuple]:
+    """(label, tokens, requests, cont) of the tasks of ``lengths`` ({label: (longest, requests[, cont])}) that no
+    other task dominates (a task with no more tokens, requests and continuation tokens than another never needs
+    more memory), longest first; cont None where the tuple has none (the full-logit plan)."""
+    items = sorted(((lb, int(v[0]), int(v[1]), (int(v[2]) if len(v) > 2 else None)) for lb, v in lengths.items()),
+                   key=lambda t: (-t[1], -t[2], -(t[3] or 0)))
+    keep = []
+    for lb, n_tok, n_req, n_cont in items:
+        if n_tok <= 0:
+            continue
+        if not any(k[1] >= n_tok and k[2] >= n_req and (k[3] or k[1]) >= (n_cont or n_tok) for k in keep):
+            keep.append((lb, n_tok, n_req, n_cont))
+    return keep
 
 
 def check_lmeval_fits(lms: list, request_lengths, batch: int, explicit: bool,
@@ -921,9 +1027,10 @@ def check_lmeval_fits(lms: list, request_lengths, batch: int, explicit: bool,
     :func:`plan_lmeval` at every task's longest request fits the device of every loaded model, beside the
     weights of the other models on it (the room as :func:`check_run_fits`: the device's memory, on CPU plus the
     loaded weights, already out of ``MemAvailable``). ``request_lengths(lm)`` gives ``{task label: (longest
-    request in tokens, requests)}`` (:meth:`lctx.tasks.lmeval.LmEvalSuite.request_lengths`; label ``mmlu/<subject>``
-    or the task). ``explicit``: ``batch`` is the user's ``--batch-size``, refused when it does not fit; else it is
-    the default's upper bound and lowered.
+    request in tokens, requests, longest continuation in tokens)}``
+    (:meth:`lctx.tasks.lmeval.LmEvalSuite.request_lengths`; label ``mmlu/<subject>`` or the task); a pair without
+    the continuation is planned with full logits (lm-eval's own ``HFLM``). ``explicit``: ``batch`` is the user's
+    ``--batch-size``, refused when it does not fit; else it is the default's upper bound and lowered.
 
     Returns (batch, one ``note:`` line that says the batch and the arithmetic behind it).
 
@@ -945,24 +1052,25 @@ def check_lmeval_fits(lms: list, request_lengths, batch: int, explicit: bool,
             cfg = models[id(lm)].config
             dtype = lm.settings()["dtype"]
             others = sum(weights.values()) - weights[id(lm)]
-            front, most = [], 0  # a task with a shorter longest request and no more requests never needs more
-            for label, (n_tok, n_req) in sorted(request_lengths(lm).items(), key=lambda kv: (-kv[1][0], -kv[1][1])):
-                if n_tok > 0 and n_req > most:
-                    front.append((label, n_tok, n_req))
-                    most = n_req
+            front = _pareto(request_lengths(lm))
             if not front:
                 continue
 
             def need(b, cfg=cfg, lm=lm, front=front, others=others, dtype=dtype):
-                plans = [(plan_lmeval(cfg, n_tok, b, n_req, dtype=dtype, name=lm.name, device=dev), label)
-                         for label, n_tok, n_req in front]
+                plans = [(plan_lmeval(cfg, n_tok, b, n_req, dtype=dtype, name=lm.name, device=dev, cont=n_cont),
+                          label) for label, n_tok, n_req, n_cont in front]
                 plan, label = max(plans, key=lambda p: p[0].total)
-                return plan.total + others, plan, label, min(b, next(n for lb, _, n in front if lb == label))
+                return plan.total + others, plan, label, min(b, next(t[2] for t in front if t[0] == label))
 
             V, eb = model_shape(cfg).vocab, lmeval_logit_bytes(cfg, dtype)
-            top, n_top, _ = front[0]
-            arith = (f"longest request {n_top:,} tokens ({top}) x vocab {V:,} x {eb} B x {LMEVAL_LOGIT_COPIES} "
-                     f"copies = {gib(n_top * V * eb * LMEVAL_LOGIT_COPIES)} per request")
+            top, n_top, _, c_top = front[0]
+            if c_top is None:
+                arith = (f"longest request {n_top:,} tokens ({top}) x vocab {V:,} x {eb} B x {LMEVAL_LOGIT_COPIES} "
+                         f"copies = {gib(n_top * V * eb * LMEVAL_LOGIT_COPIES)} per request")
+            else:
+                arith = (f"longest request {n_top:,} tokens ({top}), logits at {c_top} continuation "
+                         f"token{'s' if c_top != 1 else ''} x vocab {V:,} x {eb} B x {LMEVAL_LOGIT_COPIES} copies = "
+                         f"{gib(c_top * V * eb * LMEVAL_LOGIT_COPIES)} per request")
             total, plan, label, _ = need(best)
             task = label.split("/")[0]
             lo, hi = 0, best  # the largest b in [0, best] whose plan fits (the need grows with b)
@@ -986,8 +1094,10 @@ def check_lmeval_fits(lms: list, request_lengths, batch: int, explicit: bool,
                                 "less, or --no-memory-check")
             if lo < best or why is None:
                 best = lo
-                total, _, label, rows = need(lo)
-                why = (label.split("/")[0], lm.name, arith, total, rows, label, room, source)
+                total, plan, label, rows = need(lo)
+                blocks = next((n for n in plan.notes if n.startswith("forward in row blocks")), None)
+                why = (label.split("/")[0], lm.name, arith + (f"; {blocks}" if blocks else ""), total, rows, label,
+                       room, source)
     if why is None:
         return best, f"note: lm-eval batch {best} (no requests to plan)"
     task, name, arith, total, rows, label, room, source = why
