@@ -159,6 +159,9 @@ def test_ppl_logits_are_counted_per_chunk_and_block():
     # control: the old charge, all kept positions at once x 20 B, is 80 MiB; kept positions past a chunk cost nothing
     assert p.get("logits") < 4096 * V * 20
     assert plan_memory(tiny_rope(), 8192, chunk_size=1024, kept_logits=8192).get("logits") == p.get("logits")
+    # each scored position keeps its score and bookkeeping as Python objects: 4096 x 256 B (measured 247 B)
+    assert p.get("scores (Python objects)") == 4096 * 256
+    assert plan_memory(tiny_rope(), 4096, chunk_size=1024, kept_logits=1).get("scores (Python objects)") == 0
     # hand, chunk 4096 (one chunk, 512-row blocks): 4096 x 1024 x 4 = 16 MiB + 8 MiB; no previous chunk
     assert plan_memory(tiny_rope(), 4096, chunk_size=4096, kept_logits=4096).get("logits") == 24 * 2**20
     # hand, chunk 256 (blocks of 256 rows): forward 2 x 256 x 1024 x 4 = 2 MiB;

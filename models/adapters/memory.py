@@ -46,8 +46,8 @@ logits                  produced one chunk at a time, k = min(kept positions, ch
                         chunk's forward (the previous chunk's float32 logits still bound, ``lm_head``'s output,
                         a soft-capping copy, the float32 copy of half-precision logits) and, when more than one
                         position is scored (``HFAdapter.token_nll``: ppl scores every position of its first
-                        window), the chunk's float32 logits + a 512-row float64 block and its log-softmax
-                        (:func:`logits_working_set`).
+                        window), the chunk's float32 logits + a 512-row float64 block and its log-softmax,
+                        and ~256 B of Python objects per scored position (:func:`logits_working_set`).
 lm-eval (MMLU/ARC)      lctx's lm-eval model runs min(batch, requests) rows x the longest request in row
                         blocks (one unchunked forward each, no KV cache, planned working set <=
                         :data:`LMEVAL_BLOCK_BYTES`) and computes logits at the continuation positions
@@ -622,6 +622,12 @@ def hf_attention_working_set(config, hf_attn: str, B: int, H: int, kv: int, c: i
 
 #: rows of a chunk's logits :meth:`lctx.models.adapters.hf.HFAdapter.token_nll` reduces at a time in float64
 NLL_BLOCK_ROWS = 512
+#: Python objects per scored position of ``token_nll`` under the ppl task: its {position: (nll, top-1)} dict, the
+#: target and wanted-position lists with their int objects, ``prefill``'s sorted set of wanted positions, the
+#: window's id list. Measured with tracemalloc over ``sliding_nll`` on the bundled model: 247 B at a 16K window
+#: (527 B at 4K, where a fixed ~1 MB weighs in); the peak RSS of 64K-token ppl runs was 16-30 MiB over a plan
+#: without it (results/2026-12-02-memory-plan)
+NLL_PYTHON_BYTES = 256
 
 
 def logits_working_set(B: int, T: int, c: int, V: int, b: int, kept: int, softcap=None) -> list[tuple]:
@@ -638,8 +644,9 @@ def logits_working_set(B: int, T: int, c: int, V: int, b: int, kept: int, softca
     * the scoring of a chunk when more than one position is kept (``token_nll``, the ppl task): the chunk's
       float32 logits and, per block of m = min(k, 512) rows, the float64 copy and its log-softmax, 2 x m x V x 8.
 
-    The larger of the two, x B rows. Kept positions past one chunk's worth cost nothing more: a chunk's logits
-    are reduced and dropped before the next one comes.
+    The larger of the two, x B rows. Kept positions past one chunk's worth cost no more logits: a chunk's logits
+    are reduced and dropped before the next one comes; each scored position keeps :data:`NLL_PYTHON_BYTES` of
+    Python objects (its score and the bookkeeping), a second item when more than one position is kept.
     """
     k = max(1, min(int(kept), c))
     m = min(k, NLL_BLOCK_ROWS)
@@ -653,7 +660,11 @@ def logits_working_set(B: int, T: int, c: int, V: int, b: int, kept: int, softca
     else:
         text = (f"scoring a chunk: {k} rows x vocab {V:,} x 4 B (float32) + 2 x {m} rows x {V:,} x 8 B "
                 f"(float64 block of {NLL_BLOCK_ROWS} and its log-softmax)")
-    return [("logits", B * max(forward, score), text)]
+    items = [("logits", B * max(forward, score), text)]
+    if kept > 1:
+        items.append(("scores (Python objects)", B * min(int(kept), T) * NLL_PYTHON_BYTES,
+                      f"{min(int(kept), T):,} scored positions x {NLL_PYTHON_BYTES} B (token_nll's scores and lists)"))
+    return items
 
 
 def _fla_importable() -> bool:
