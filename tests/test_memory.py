@@ -490,6 +490,11 @@ def test_a_sliding_cache_keeps_the_window_of_its_sliding_layers():
     # cache, 1024 x 1,535 with one), + the negation and float copy of the largest 1024 x 16,384 x (1 + 4)
     assert dyn.get("attention mask") == 1024 * (2 * 16384 + 5 * 16384)
     assert sl.get("attention mask") == 1024 * (16384 + 1535 + 5 * 16384)
+    # "auto" plans what HFAdapter builds (DynamicCache(config=...)): the sliding cache, so lctx plan on a config
+    # equals lctx run's check on the loaded model
+    auto = plan_memory(cfg, 16384, chunk_size=1024, impl="sdpa")
+    assert auto.kv_cache == "sliding" and auto.total == sl.total
+    assert plan_memory(_llama(), 4096).kv_cache == "dynamic"
     # control: a model without sliding layers cannot plan a sliding cache
     with pytest.raises(LctxError, match="sliding"):
         plan_memory(_llama(), 4096, kv_cache="sliding")

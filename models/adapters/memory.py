@@ -406,7 +406,9 @@ def plan_memory(config, length: int, chunk_size: int = 2048, dtype="float32", im
     concatenation, one layer is copied at a time), ``"preallocated"`` (buffers of length + ``decode_budget``
     tokens written in place), ``"sliding"`` (a ``DynamicCache`` built from a Hugging Face config: its
     ``sliding_attention`` layers keep their window, :func:`sliding_layers`) or ``"auto"`` (what ``HFAdapter``
-    uses for this config, :func:`default_kv_cache`);
+    uses for this config: :func:`default_kv_cache` for lctx models; for Hugging Face ones ``"sliding"`` where
+    the config has sliding layers, as ``HFAdapter.new_cache`` builds ``DynamicCache(config=...)``, else
+    ``"dynamic"``, so ``lctx plan`` plans what ``lctx run``'s memory check plans);
     device: where it runs (the fast paths differ: Triton on CUDA, the blocked / vectorised PyTorch forms
     on CPU); shape: :func:`model_shape` of ``config`` when the caller has it (it counts parameters on the meta
     device). Returns a :class:`MemoryPlan` (bytes) whose ``replan`` makes it again with some arguments changed.
@@ -443,7 +445,8 @@ def plan_memory(config, length: int, chunk_size: int = 2048, dtype="float32", im
     else:  # a Hugging Face model: its attention's working set is hf_attention_working_set's
         pr = LayerProbe(kv_formula, 0, kv_formula, True, True, True, False, False)
     if kv_cache == "auto":
-        kv_cache, auto_budget = default_kv_cache() if s.lctx else ("dynamic", 0)
+        kv_cache, auto_budget = default_kv_cache() if s.lctx else (
+            "sliding" if sliding_layers(config)[0] else "dynamic", 0)  # HFAdapter.new_cache: DynamicCache(config=)
         decode_budget = auto_budget if decode_budget is None else decode_budget
     if kv_cache not in ("dynamic", "preallocated", "sliding"):
         raise LctxError(f"unknown KV cache kind {kv_cache!r}; use auto, dynamic, preallocated or sliding")
