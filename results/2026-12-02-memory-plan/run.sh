@@ -21,7 +21,7 @@ export LCTX_DATA_DIR="$DATA" OMP_NUM_THREADS="${THREADS:-1}" LCTX_NUM_THREADS="$
 SMOLLM2="$DATA/checkpoints/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf"
 PPL_DATA="${PPL_DATA:-books/pg2600_war_and_peace.txt}"  # under the data folder; pydoc's held-out text is < 16K tokens
 DEFAULT_ROWS="bundled:passkey:4k:default bundled:ppl:4k:default bundled:passkey:16k:default bundled:ppl:16k:default
-bundled:passkey:64k:default bundled:ppl:64k:default bundled:passkey:64k:fast bundled:ppl:64k:fast
+bundled:passkey:64k:default bundled:ppl:64k:default bundled:passkey:64k:sdpa
 smollm2:passkey:4k:default smollm2:ppl:4k:default smollm2:passkey:8k:default smollm2:ppl:8k:default
 gemma3:passkey:4k:default gemma3:ppl:4k:default gemma3:passkey:8k:default gemma3:ppl:8k:default
 gemma3:passkey:16k:default gemma3:ppl:16k:default"
