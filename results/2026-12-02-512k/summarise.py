@@ -9,11 +9,14 @@ Usage: python summarise.py OUT_DIR --out TABLE.md
 from __future__ import annotations
 
 import argparse
-import math
 import re
+import sys
 from pathlib import Path
 
 import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "2026-12-02-lean-prefill"))
+from summarise import slope as exponent  # noqa: E402  (one least-squares log-log slope for both folders)
 
 
 def _time_v(path: Path) -> dict:
@@ -25,13 +28,6 @@ def _time_v(path: Path) -> dict:
     w = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): ([\d:.]+)", t).group(1).split(":")
     wall = sum(float(x) * 60 ** i for i, x in enumerate(reversed(w)))
     return {"cmd_wall_s": round(wall, 1), "cmd_cpu_s": round(user + sys_, 1), "peak_rss_mib": round(rss / 1024)}
-
-
-def exponent(T: list[float], t: list[float]) -> float:
-    """Least-squares slope of log t on log T."""
-    x, y = [math.log(v) for v in T], [math.log(v) for v in t]
-    mx, my = sum(x) / len(x), sum(y) / len(y)
-    return sum((a - mx) * (b - my) for a, b in zip(x, y)) / sum((a - mx) ** 2 for a in x)
 
 
 def main() -> None:
