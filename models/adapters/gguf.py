@@ -29,98 +29,16 @@ import time
 from pathlib import Path
 
 from lctx.errors import LctxError
-from lctx.model_files import check_header, sha256_file, user_cache_root
+from lctx.model_files import (GGUF_STRING_ARRAY_LIMIT, SkippedArray, check_header, read_gguf_header,  # noqa: F401
+                               sha256_file, user_cache_root)  # the header reader lives below torch: lctx run's checks use it
 
 META_FILE = "lctx_gguf.json"  # provenance of a converted directory (source file, sha256, dtype)
 
-# GGUF metadata value types (ggml-org/ggml docs/gguf.md, ``gguf_metadata_value_type``): the fixed-size ones as
-# struct formats; 8 is a string (uint64 length + UTF-8 bytes), 9 an array (element type, uint64 count, elements)
-_GGUF_SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
-#: string arrays up to this many entries are read; longer ones (a vocabulary, a merge table) are walked over and
-#: recorded as their length only (:class:`SkippedArray`)
-GGUF_STRING_ARRAY_LIMIT = 64
 #: architectures whose config transformers derives from more than the metadata keys (tensor shapes, special
 #: cases in ``load_gguf_checkpoint``) or through its own metadata reader: :func:`gguf_config` leaves them to
 #: ``AutoConfig.from_pretrained(..., gguf_file=...)``
 _GGUF_CONFIG_BY_TRANSFORMERS = ("t5", "t5encoder", "umt5", "stablelm", "gpt_oss", "gpt-oss", "lfm2",
                                 "minimax-m2", "qwen35", "qwen35moe")
-
-
-class SkippedArray(int):
-    """The length of a GGUF string array that :func:`read_gguf_header` walked over without reading (an int)."""
-
-
-def read_gguf_header(path: str | os.PathLike) -> tuple[dict, list[str]]:
-    """The metadata {key: value} and the tensor names of a GGUF file (v2 or v3), read from its header
-    without touching tensor data: a few ms for SmolLM2-135M, under a second for a 262K-token vocabulary
-    (``gguf.GGUFReader`` builds a numpy view per array element: 5 s for SmolLM2's 49K tokens and merges).
-
-    Values: int / float / bool / str for scalars; lists for numeric arrays and for string arrays of at most
-    :data:`GGUF_STRING_ARRAY_LIMIT` entries; a :class:`SkippedArray` (the count) for longer string arrays.
-    Format: ggml-org/ggml ``docs/gguf.md`` (magic, uint32 version, uint64 tensor and key counts, the key/value
-    pairs, then per tensor its name, uint32 dims, uint64 shape, uint32 type, uint64 offset).
-
-    Raises:
-        LctxError: not a GGUF file, a version other than 2 or 3, or a header cut short or holding an
-            unknown value type.
-    """
-    check_header(Path(path))
-    try:
-        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            return _parse_gguf_header(buf, str(path))
-    except (struct.error, ValueError, UnicodeDecodeError, OSError) as e:
-        raise LctxError(f"GGUF file {str(path)!r} has a damaged or truncated header ({_first_line(e)}); "
-                        "download or copy it again") from None
-
-
-def _parse_gguf_header(buf, where: str) -> tuple[dict, list[str]]:
-    version, n_tensors, n_kv = struct.unpack_from("<IQQ", buf, 4)
-    if version not in (2, 3):
-        raise ValueError(f"GGUF version {version}; this reader handles 2 and 3")
-    pos = 24
-
-    def string(pos: int) -> tuple[str, int]:
-        (n,) = struct.unpack_from("<Q", buf, pos)
-        if pos + 8 + n > len(buf):
-            raise ValueError(f"a string of {n:,} bytes at offset {pos:,} runs past the end of the file")
-        return bytes(buf[pos + 8:pos + 8 + n]).decode("utf-8"), pos + 8 + n
-
-    def value(pos: int, kind: int):
-        if kind in _GGUF_SCALAR:
-            return struct.unpack_from(_GGUF_SCALAR[kind], buf, pos)[0], pos + struct.calcsize(_GGUF_SCALAR[kind])
-        if kind == 8:
-            return string(pos)
-        if kind != 9:
-            raise ValueError(f"unknown metadata value type {kind} at offset {pos:,}")
-        elem, count = struct.unpack_from("<IQ", buf, pos)
-        pos += 12
-        if elem in _GGUF_SCALAR:
-            fmt = _GGUF_SCALAR[elem]
-            return list(struct.unpack_from(f"<{count}{fmt[1]}", buf, pos)), pos + count * struct.calcsize(fmt)
-        if elem == 8 and count > GGUF_STRING_ARRAY_LIMIT:
-            for _ in range(count):  # variable-length entries: walk the lengths
-                pos += 8 + struct.unpack_from("<Q", buf, pos)[0]
-            return SkippedArray(count), pos
-        out = []
-        for _ in range(count):
-            v, pos = value(pos, elem)
-            out.append(v)
-        return out, pos
-
-    meta: dict = {}
-    for _ in range(n_kv):
-        key, pos = string(pos)
-        (kind,) = struct.unpack_from("<I", buf, pos)
-        meta[key], pos = value(pos + 4, kind)
-    names = []
-    for _ in range(n_tensors):
-        name, pos = string(pos)
-        (dims,) = struct.unpack_from("<I", buf, pos)
-        pos += 4 + 8 * dims + 4 + 8
-        names.append(name)
-    if "general.architecture" not in meta:
-        raise ValueError("no general.architecture key")
-    return meta, names
 
 
 def gguf_config_dict(meta: dict, tensor_names: list[str]) -> dict | None:
