@@ -46,10 +46,18 @@ job() {  # DIR=run-dir job NAME lctx run options...
 }
 T=(--train-length 32768)  # the context length the GGUF declares (gemma3.context_length): the report's 1x
 D5=(--depths 0,0.25,0.5,0.75,1)
+# Two lanes (this session: ONLY="passkey-1 beyond-1 ppl passkey-3" and ONLY="ruler-4k ruler-8k ruler-16k ruler-32k"
+# in two shells, one thread each). A run directory takes one lctx run at a time, so everything that the report's
+# flatness rows read (passkey and ppl) runs in one lane, into one directory.
 # passkey: every cell once first, then past the declared maximum (the global layers' RoPE beyond 32K), then the
-# second and third samples (resuming; a stop leaves every length with a score)
+# perplexity sweep, then the second and third samples (resuming; a stop leaves every length with a score)
 DIR=passkey job passkey-1 --tasks passkey "${T[@]}" "${D5[@]}" --samples 1 --lengths 1k,2k,4k,8k,16k,32k
 DIR=passkey job beyond-1 --tasks passkey "${T[@]}" --depths 0.5 --samples 1 --lengths 48k,64k --allow-beyond-max
+# perplexity on pg98 (A Tale of Two Cities; never used to train lctx's models; what SmolLM2's run scored): its first
+# 32,768 tokens, windows 1K-32K at a stride of half the window (each token scored once, with at least half a window
+# of context past the first window), in the passkey run directory so that the flatness rows come from one run
+PPL=(--tasks ppl "${T[@]}" --ppl-data books/pg98_a_tale_of_two_cities.txt --ppl-max-tokens 32768 --stride 0.5)
+DIR=passkey job ppl "${PPL[@]}" --lengths 1k,2k,4k,8k,16k,32k
 DIR=passkey job passkey-3 --tasks passkey "${T[@]}" "${D5[@]}" --samples 3 --lengths 1k,2k,4k,8k,16k,32k
 DIR=passkey job beyond-3 --tasks passkey "${T[@]}" --depths 0,0.5,1 --samples 1 --lengths 48k,64k --allow-beyond-max
 # RULER (lctx's group: its 13 tasks less qa_1 / qa_2, whose SQuAD / HotpotQA files are not in the shared data),
@@ -58,11 +66,6 @@ DIR=ruler job ruler-4k --tasks ruler "${T[@]}" "${D5[@]}" --samples 1 --lengths 
 DIR=ruler job ruler-8k --tasks ruler "${T[@]}" "${D5[@]}" --samples 1 --lengths 8k
 DIR=ruler job ruler-16k --tasks ruler "${T[@]}" --depths 0.5 --samples 1 --lengths 16k
 DIR=ruler job ruler-32k --tasks ruler "${T[@]}" --depths 0.5 --samples 1 --lengths 32k
-# perplexity on pg98 (A Tale of Two Cities; never used to train lctx's models; what SmolLM2's run scored): its first
-# 32,768 tokens, windows 1K-32K at a stride of half the window (each token scored once, with at least half a window
-# of context past the first window), in the passkey run directory so that the flatness rows come from one run
-PPL=(--tasks ppl "${T[@]}" --ppl-data books/pg98_a_tale_of_two_cities.txt --ppl-max-tokens 32768 --stride 0.5)
-DIR=passkey job ppl "${PPL[@]}" --lengths 1k,2k,4k,8k,16k,32k
 # MMLU (the first question of each of the 57 subjects, 5-shot) and ARC (the first 100 test questions of each,
 # 0-shot), lctx and lm-eval direct (lm-eval's own hf model on the same dequantised weights): lmeval_direct.sh
 DIR=arc job arc --tasks arc_easy,arc_challenge --num-fewshot 0 --limit 100
