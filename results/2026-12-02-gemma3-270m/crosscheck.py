@@ -19,11 +19,16 @@ sample 0):
 * ``max_abs_logprob_diff``: the largest |log p_llama.cpp - log p_lctx| over llama.cpp's generated tokens, lctx's
   teacher-forced on those same ids after the same prompt (float64 log-softmax on both sides), and where in the
   continuation it falls; ``first_diff``: the first generated position where the two greedy tokens differ.
+* where the greedy tokens differ, why: at ``first_diff`` each runtime's log-probability of both candidates
+  (``lctx_lp_lctx_tok`` / ``lctx_lp_cpp_tok``: lctx's of its own token and of llama.cpp's; ``cpp_lp_cpp_tok`` /
+  ``cpp_lp_lctx_tok``: llama.cpp's), so the margin by which each side prefers its token is in the table: a
+  near-tie that the two runtimes' rounding (float32 dequantised weights against Q4_K_M weights with quantised
+  activations) breaks differently, or not.
 
 Rows are appended to OUT/crosscheck.csv as each cell finishes (a stopped run resumes, skipping the cells done).
 
-Usage: python results/2026-12-02-gemma3-270m/crosscheck.py OUT [LENGTHS]   (LENGTHS: comma list, default
-1024,8192,32768; OMP_NUM_THREADS=1 LCTX_NUM_THREADS=1 for one thread on the lctx side)
+Usage: python results/2026-12-02-gemma3-270m/crosscheck.py OUT [LENGTHS [DEPTHS]]   (comma lists, default
+1024,8192,32768 and 0,0.5,1; OMP_NUM_THREADS=1 LCTX_NUM_THREADS=1 for one thread on the lctx side)
 """
 
 from __future__ import annotations
@@ -40,31 +45,37 @@ import numpy as np
 DATA = Path(os.environ.get("LCTX_DATA_DIR", Path(__file__).resolve().parents[3] / "shared" / "data"))
 KEYS = ["task", "length", "depth", "sample", "n_tokens", "ids_equal", "lctx_exact", "llama_cpp_exact",
         "tokens_equal", "first_diff", "max_abs_logprob_diff", "at_token", "n_logprobs", "lctx_answer",
-        "llama_cpp_answer", "lctx_s", "llama_cpp_s"]
+        "llama_cpp_answer", "lctx_s", "llama_cpp_s", "lctx_lp_lctx_tok", "lctx_lp_cpp_tok", "cpp_lp_cpp_tok",
+        "cpp_lp_lctx_tok"]
 
 
-def llama_greedy(llm, ids: list[int], n: int, stop: set[int]) -> tuple[list[int], list[float]]:
-    """llama.cpp's greedy continuation of ``ids`` (a fresh KV cache) and the float64 log-softmax of each
-    generated token at its step (the logits of the last position, ``llama_get_logits_ith(ctx, -1)``)."""
+def llama_greedy(llm, ids: list[int], n: int, stop: set[int], other: list[int] | None = None
+                 ) -> tuple[list[int], list[float], list[float]]:
+    """llama.cpp's greedy continuation of ``ids`` (a fresh KV cache), the float64 log-softmax of each generated
+    token at its step (the logits of the last position, ``llama_get_logits_ith(ctx, -1)``) and, at each step, that
+    of ``other``'s token at the same step (lctx's greedy ids: meaningful up to the first step where they differ)."""
     import llama_cpp
 
     llm.reset()
     llm.eval(ids)
-    out, lps = [], []
-    for _ in range(n):
+    out, lps, olps = [], [], []
+    for step in range(n):
         row = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1), shape=(llm.n_vocab(),))
         row = row.astype(np.float64)
         tok = int(np.argmax(row))
         m = row.max()
-        lps.append(float(row[tok] - m - np.log(np.exp(row - m).sum())))
+        lse = m + np.log(np.exp(row - m).sum())
+        lps.append(float(row[tok] - lse))
+        if other is not None and step < len(other):
+            olps.append(float(row[other[step]] - lse))
         out.append(tok)
         if tok in stop or len(out) == n:
             break
         llm.eval([tok])
-    return out, lps
+    return out, lps, olps
 
 
-def main(out: Path, lengths: list[int]) -> None:
+def main(out: Path, lengths: list[int], depths: tuple[float, ...] = (0.0, 0.5, 1.0)) -> None:
     out.mkdir(parents=True, exist_ok=True)
     path = out / "crosscheck.csv"
     done = set()
@@ -90,7 +101,7 @@ def main(out: Path, lengths: list[int]) -> None:
         if new:
             w.writeheader()
         for length in lengths:
-            for depth in (0.0, 0.5, 1.0):
+            for depth in depths:
                 if ("passkey", length, depth) in done:
                     continue
                 cell = Cell(length, depth, 0)
@@ -106,9 +117,10 @@ def main(out: Path, lengths: list[int]) -> None:
                 l_ids = local.greedy(pb, n, stop)
                 local.rewind(pb)
                 t1 = time.perf_counter()
-                c_ids, c_lps = llama_greedy(llm, b.input_ids, n, stop | {llm.token_eos()})
+                c_ids, c_lps, c_lps_of_l = llama_greedy(llm, b.input_ids, n, stop | {llm.token_eos()}, l_ids)
                 t2 = time.perf_counter()
                 l_lps = local.score_continuation(pb, c_ids).logprobs  # lctx teacher-forced on llama.cpp's ids
+                l_own = local.score_continuation(pb, l_ids).logprobs  # and on its own greedy ids
                 diffs = [abs(x - y) for x, y in zip(c_lps, l_lps)]
                 k = int(np.argmax(diffs))
                 first = next((i for i, (x, y) in enumerate(zip(l_ids, c_ids)) if x != y),
@@ -124,6 +136,9 @@ def main(out: Path, lengths: list[int]) -> None:
                        "max_abs_logprob_diff": round(diffs[k], 6), "at_token": k, "n_logprobs": len(diffs),
                        "lctx_answer": local.decode(l_ids), "llama_cpp_answer": local.decode(c_ids),
                        "lctx_s": round(t1 - t0, 1), "llama_cpp_s": round(t2 - t1, 1)}
+                if first is not None and first < min(len(l_ids), len(c_ids)):  # both sides' view of the two tokens
+                    row.update(lctx_lp_lctx_tok=round(l_own[first], 4), lctx_lp_cpp_tok=round(l_lps[first], 4),
+                               cpp_lp_cpp_tok=round(c_lps[first], 4), cpp_lp_lctx_tok=round(c_lps_of_l[first], 4))
                 w.writerow(row)
                 f.flush()
                 print(row, f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6:.2f} GB", flush=True)
@@ -132,4 +147,5 @@ def main(out: Path, lengths: list[int]) -> None:
 if __name__ == "__main__":
     if len(sys.argv) < 2:
         sys.exit("usage: crosscheck.py OUT [LENGTHS]")
-    main(Path(sys.argv[1]), [int(x) for x in (sys.argv[2] if len(sys.argv) > 2 else "1024,8192,32768").split(",")])
+    main(Path(sys.argv[1]), [int(x) for x in (sys.argv[2] if len(sys.argv) > 2 else "1024,8192,32768").split(",")],
+         tuple(float(x) for x in (sys.argv[3] if len(sys.argv) > 3 else "0,0.5,1").split(",")))
