@@ -170,15 +170,21 @@ def accuracy_tables(root: Path) -> list[str]:
 
 
 def crosscheck_table(root: Path) -> list[str]:
-    p = root / "crosscheck" / "crosscheck.csv"
-    if not p.exists():
-        return []
-    t = pd.read_csv(p)
-    t["length"] = t["length"].map(fmt_len)
-    for c in ("lctx_answer", "llama_cpp_answer"):
-        t[c] = t[c].map(json.dumps)
-    return ["### lctx against llama.cpp (crosscheck.py): same GGUF, same prompt ids, greedy\n\n"
-            + t.to_markdown(index=False) + "\n"]
+    out = []
+    for sub, title in (("crosscheck", "lctx against llama.cpp (crosscheck.py): same GGUF, same prompt ids, greedy"),
+                       ("crosscheck-explain", "the 32K cells again, with each side's log-probability of both "
+                        "candidate tokens where the greedy continuations part (first_diff)")):
+        p = root / sub / "crosscheck.csv"
+        if not p.exists():
+            continue
+        t = pd.read_csv(p)
+        t["length"] = t["length"].map(fmt_len)
+        for c in ("lctx_answer", "llama_cpp_answer"):
+            t[c] = t[c].map(json.dumps)
+        if sub == "crosscheck":
+            t = t.drop(columns=[c for c in t.columns if c.startswith(("lctx_lp", "cpp_lp"))])
+        out.append(f"### {title}\n\n" + t.to_markdown(index=False) + "\n")
+    return out
 
 
 def cost_tables(root: Path) -> list[str]:
