@@ -241,8 +241,8 @@ def _declared_directions(out) -> dict[str, str]:
 
 
 def _print_summary(summary, directions: dict[str, str] | None = None) -> None:
-    """Print per (model, task, metric) and length the mean over depths and samples with its standard error
-    and n, and, under a metric scored at several depths, its worst depth (issue 24: SmolLM2's passkey exact read
+    """Print per (model, task, metric) and length the mean over depths and samples with its 95 % interval
+    (:func:`lctx.harness.run.tables.over_depths`) and n, and, under a metric scored at several depths, its worst depth (issue 24: SmolLM2's passkey exact read
     0.667 at every length, when depth 1.0 always failed): a rich table on a terminal, a Markdown table off one
     (every cell whole; see :mod:`lctx.harness.run.console`). Cells of different options (a model run with two
     ``--stride`` values) are separate rows, named by the options; a teacher-forced metric says so
@@ -266,9 +266,9 @@ def _print_summary(summary, directions: dict[str, str] | None = None) -> None:
         return f"{v:.0f}" if metric == "n_tokens" else f"{v:.3f}"
 
     def mean_cell(r) -> str:
-        if direction_of(r.metric) == "equal" or not math.isfinite(r.stderr):  # bookkeeping; one sample
-            return num(r.mean, r.metric)
-        return f"{num(r.mean, r.metric)} ± {num(r.stderr, r.metric)}"
+        if direction_of(r.metric) == "equal" or not (math.isfinite(r.ci_low) and math.isfinite(r.ci_high)):
+            return num(r.mean, r.metric)  # bookkeeping; one sample of a continuous metric
+        return f"{num(r.mean, r.metric)} [{num(r.ci_low, r.metric)}, {num(r.ci_high, r.metric)}]"
 
     def worst_cell(r) -> str:
         if not r.worst_depths:
@@ -301,8 +301,8 @@ def _print_summary(summary, directions: dict[str, str] | None = None) -> None:
             rows.append(row_of((model, task, f"{metric}: worst depth"), w, worst_cell, lambda r: r.worst_n))
     cols = [str(L) for L in lengths]
     print_table(["model", "task", "metric", "n"] + cols, rows, right=["n"] + cols,
-                title="mean ± stderr over depths and samples (n: samples); worst depth: the depth d (0 = start "
-                      "of the prompt) with the worst mean, n: its samples")
+                title="mean [95 % interval: Wilson for 0/1 scores, t otherwise] over depths and samples (n: samples); "
+                      "worst depth: the depth d (0 = start of the prompt) with the worst mean, n: its samples")
     for line in notes:
         typer.echo(line)
 
@@ -443,7 +443,7 @@ def compare(
     run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="Run directory to check (written by lctx run)."),
     baseline: Path = typer.Option(..., "--baseline", "-b", help="Baseline run directory (summary.csv at least)."),
     rules: Optional[Path] = typer.Option(None, "--rules", help="TOML rules file: tolerances, per-metric directions and tolerances, aliases (see \"The rules file\" in docs/compare-ci.md)."),
-    tolerance: List[str] = typer.Option(None, "--tolerance", help="[METRIC:]abs=X,rel=X,stderr=K (repeatable); a difference counts only when it exceeds each."),
+    tolerance: List[str] = typer.Option(None, "--tolerance", help="[METRIC:]abs=X,rel=X,stderr=K,interval=on (repeatable); a difference counts only when it exceeds each (and, with interval=on, the run's 95 % interval excludes the baseline mean)."),
     alias: List[str] = typer.Option(None, "--alias", help="NEW=OLD: run model NEW is baseline model OLD (repeatable)."),
     allow_missing: bool = typer.Option(False, "--allow-missing", help="Baseline cells absent from the run do not fail the gate."),
     allow_option_changes: bool = typer.Option(False, "--allow-option-changes", help="Judge cells whose options (task options, dtype, attn_impl, seed) differ from the baseline's instead of refusing them as not comparable (exit 2)."),

@@ -2,7 +2,7 @@
 
 Built-in tasks register on import: ``passkey`` (:mod:`lctx.tasks.passkey`), ``ppl``
 (:mod:`lctx.tasks.ppl`), RULER's eight NIAH tasks ``niah_*`` (:mod:`lctx.tasks.niah`) and its other five,
-``vt``, ``cwe``, ``fwe`` (:mod:`lctx.tasks.ruler`), ``qa_1``, ``qa_2`` (:mod:`lctx.tasks.ruler_qa`). A custom task subclasses :class:`Task` and is decorated with
+``vt``, ``cwe``, ``fwe`` (:mod:`lctx.tasks.ruler`), ``qa_1``, ``qa_2`` (:mod:`lctx.tasks.ruler_qa`), ``json_kv`` (:mod:`lctx.tasks.json_kv`, HELMET's key-value recall). A custom task subclasses :class:`Task` and is decorated with
 :func:`register_task`; see docs/custom-tasks.md. What the runner and the outputs need of a task (its
 run-wide flags, its own lengths, its data check, its figures, its extra tables) it declares on its class
 (:class:`Task`'s docstring); names that are not one class (lm-eval's ``mmlu``/``arc_*``, the derived ``flatness`` and
@@ -13,7 +13,7 @@ from .base import (GROUPS, PLOT_KINDS, TASKS, Cell, Heatmap, RunOption, Sample, 
                    TaskMeta, Unavailable, all_run_options, declared, default_tasks, extra_tables, get_task, group_of,
                    group_of_label, load_entry_point_tasks, load_task_file, optional_metrics, pooled_label,
                    register_group, register_task, task_catalog, task_meta)
-from . import lmeval, niah, passkey, ppl, ruler, ruler_qa  # noqa: F401,E402  (register the built-in tasks)
+from . import json_kv, lmeval, niah, passkey, ppl, ruler, ruler_qa  # noqa: F401,E402  (register the built-in tasks)
 
 __all__ = ["TASKS", "Cell", "Sample", "Task", "TaskInfo", "get_task", "load_entry_point_tasks", "load_task_file",
            "register_group", "register_task", "task_catalog", "GROUPS", "TaskMeta", "task_meta", "RunOption", "Heatmap",

@@ -541,13 +541,12 @@ def _depth_varying_summary():
 
 
 @pytest.mark.parametrize("fmt", ["markdown", "rich"])
-def test_run_summary_shows_the_worst_depth_and_stderr_and_n(capsys, monkeypatch, fmt):
+def test_run_summary_shows_the_worst_depth_and_interval_and_n(capsys, monkeypatch, fmt):
     """`lctx run`'s closing table printed passkey exact 0.667 at every length, "mean over depths and samples",
-    when depth 1.0 always failed: it now prints each mean's stderr and n, and the worst depth under it, on a
+    when depth 1.0 always failed: it now prints each mean's 95 % interval and n, and the worst depth under it, on a
     terminal (rich) and off one (Markdown) alike."""
-    import math
-
     from lctx.cli import _print_summary
+    from lctx.harness.run.intervals import wilson
 
     monkeypatch.setenv("LCTX_TABLE_FORMAT", fmt)
     monkeypatch.setenv("COLUMNS", "100")
@@ -558,14 +557,17 @@ def test_run_summary_shows_the_worst_depth_and_stderr_and_n(capsys, monkeypatch,
     exact = table[table["metric"] == "exact"]
     for L in (256, 512):
         v = exact[exact["length"] == L]["value"]
-        cell = f"{v.mean():.3f} ± {v.std(ddof=1) / math.sqrt(len(v)):.3f}"  # every sample of every depth
+        # every sample of every depth: exact is 0/1, so its 95 % interval is Wilson's (intervals.wilson; the
+        # hand-checked values are in tests/test_intervals.py)
+        lo, hi = wilson(int(v.sum()), len(v))
+        cell = f"{v.mean():.3f} [{lo:.3f}, {hi:.3f}]"
         assert any(cell in ln and "exact" in ln and f" {len(v)} " in ln for ln in lines), (cell, out)
     worst = next(ln for ln in lines if "worst" in ln and "depth" in ln and "0.000 @ d=1" in ln)
     assert worst.count("0.000 @ d=1") == 2 and " 2 " in worst  # both lengths; n: depth 1.0's two samples
     assert "digit_acc" in out and "teacher-forced" in out
     assert not any("digit_acc" in ln and "worst" in ln for ln in lines)  # every depth at 1.0: nothing to add
     ppl = next(ln for ln in lines if " ppl " in ln)
-    assert f"{30 + 256 / 100:.3f}" in ppl and "±" not in ppl  # one sample: no stderr
+    assert f"{30 + 256 / 100:.3f}" in ppl and "[" not in ppl  # one sample of a continuous metric: no interval
     assert "…" not in out
 
 

@@ -757,3 +757,43 @@ def test_two_run_models_on_one_baseline_model_are_refused(tmp_path, capsys):
     run = write_run(tmp_path / "run", pd.concat([cells("tiny"), cells("tiny-v2")]))
     code, _, err = run_cli(["compare", run, "--baseline", base, "--alias", "tiny-v2=tiny"], capsys)
     assert_one_line_error(code, err, "two run models map to baseline model 'tiny'")
+
+
+# ------------------------------------------------------------------------------------------ intervals (issue 30)
+
+def test_interval_gate_needs_the_run_interval_to_exclude_the_baseline(tmp_path):
+    """tolerance interval = on: a drop beyond the thresholds counts only when the run's 95 % interval (summary.csv
+    ci_low / ci_high, Wilson for a 0/1 score) excludes the baseline mean. Baseline passkey exact 0.75; a run of 5
+    samples at 0.4 has Wilson [0.118, 0.769] (intervals.wilson(2, 5)), which holds 0.75: same with the gate on,
+    a regression without it (the control). A run of 20 samples at 0.4, [0.219, 0.613], excludes it: a regression
+    either way."""
+    from lctx.harness.outputs.compare import compare_dirs, parse_tolerances
+    from lctx.harness.run.intervals import wilson
+
+    base = write_run(tmp_path / "base", cells())
+    for n, expect_on in ((5, "same"), (20, "regression")):
+        lo, hi = wilson(round(0.4 * n), n)
+        run = write_run(tmp_path / f"run{n}", set_cell(cells(), "passkey", "exact", 256, mean=0.4, stderr=0.11, n=n)
+                        .assign(ci_low=math.nan, ci_high=math.nan))
+        df = pd.read_csv(run / "summary.csv")
+        sel = (df["metric"] == "exact") & (df["length"] == 256)
+        df.loc[sel, "ci_low"], df.loc[sel, "ci_high"] = lo, hi
+        df.to_csv(run / "summary.csv", index=False)
+        on = compare_dirs(run, base, rules=parse_tolerances(["stderr=0,interval=on"]))
+        off = compare_dirs(run, base, rules=parse_tolerances(["stderr=0"]))
+        assert statuses(on)[("passkey", "exact", 256)] == expect_on, (n, lo, hi)
+        assert statuses(off)[("passkey", "exact", 256)] == "regression"
+        if expect_on == "same":
+            assert on.table.set_index(["task", "metric", "length"]).loc[("passkey", "exact", 256), "bound_by"] == "interval"
+
+
+def test_interval_tolerance_values_are_checked(tmp_path):
+    from lctx.errors import LctxError
+    from lctx.harness.outputs.compare import parse_tolerances
+
+    assert parse_tolerances(["interval=on"]).tolerance["interval"] == 1.0
+    with pytest.raises(LctxError, match="interval = 'maybe'"):
+        parse_tolerances(["interval=maybe"])
+    p = tmp_path / "rules.toml"
+    p.write_text("[tolerance]\ninterval = true\n")
+    assert load_rules(p).tolerance["interval"] == 1.0

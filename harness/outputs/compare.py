@@ -14,7 +14,11 @@ difference must be to count:
 - tolerance: ``abs`` (metric units), ``rel`` (fraction of |baseline mean|) and ``stderr`` (k: the
   difference must exceed k standard errors of the difference, sqrt(se_run^2 + se_base^2), the usual
   two-sample z criterion; a cell with n = 1 has no standard error and contributes 0). Combined, a
-  difference counts only when it exceeds all of them: threshold = max(abs, rel |base|, k se).
+  difference counts only when it exceeds all of them: threshold = max(abs, rel |base|, k se). ``interval``
+  (on / off, default off) adds one more condition: the run's 95 % interval (summary.csv's ``ci_low``,
+  ``ci_high``: Wilson for 0/1 scores, t otherwise; :mod:`lctx.harness.run.intervals`) must exclude the baseline's
+  mean; a run cell without an interval (one sample of a continuous metric, a summary from before intervals) is
+  judged by the thresholds alone.
 
 A matched cell whose two sides were made with different options (the label columns :data:`LABEL_COLUMNS`:
 task options such as ppl's ``max_tokens`` or ``stride``, dtype, attn_impl, seed) measured different things:
@@ -53,6 +57,8 @@ from lctx.harness.run.tables import name_foreign_records, read_records, summariz
 
 KEYS = ["model", "task", "metric", "length", "depth"]
 SUMMARY_COLUMNS = ["model", "variant", "task", "metric", "length", "depth", "mean", "stderr", "n", "n_error"]
+#: the 95 % interval of a cell (summary.csv since issue 30; NaN when a summary has none)
+INTERVAL_COLUMNS = ["ci_low", "ci_high"]
 VALID_DIRECTIONS = ("higher", "lower", "equal", "ignore")
 
 # Which way is better, by metric name (a ",filter" suffix as in lm-eval's "acc,none" is dropped first): every
@@ -75,16 +81,18 @@ FAILING = ("regression", "error")
 class Tolerance:
     """How large a difference must be to count (all >= 0; a difference counts when it exceeds each).
 
-    abs: metric units; rel: fraction of |baseline mean|; stderr: k, in standard errors of the difference.
+    abs: metric units; rel: fraction of |baseline mean|; stderr: k, in standard errors of the difference;
+    interval: 1 (on) = a difference counts only when the run's 95 % interval also excludes the baseline mean.
     """
 
     abs: float = 0.0
     rel: float = 1e-6  # float-noise floor
     stderr: float = 2.0
+    interval: float = 0.0
 
     def threshold(self, base: float, se_diff: float) -> tuple[float, str]:
         """(threshold in metric units, which tolerance sets it: "abs", "rel" or "stderr")."""
-        parts = {"abs": self.abs, "rel": self.rel * abs(base),
+        parts = {"abs": self.abs, "rel": self.rel * abs(base),  # interval is a condition, not a threshold
                  "stderr": self.stderr * se_diff if math.isfinite(se_diff) else 0.0}
         which = max(parts, key=parts.get)
         return parts[which], which
@@ -180,8 +188,15 @@ def _check_tolerance_fields(fields: dict, where: str, typed: bool = False) -> di
     booleans (``abs = "1e9"`` or ``abs = true`` would otherwise pass as 1e9 / 1.0)."""
     out = {}
     for k, v in fields.items():
-        if k not in ("abs", "rel", "stderr"):
-            raise LctxError(f"{where}: unknown tolerance {k!r}; use abs, rel or stderr")
+        if k not in ("abs", "rel", "stderr", "interval"):
+            raise LctxError(f"{where}: unknown tolerance {k!r}; use abs, rel, stderr or interval")
+        if k == "interval":  # on / off: true / false in a rules file, 1 / 0 (or true / false) on the command line
+            text = str(v).strip().lower()
+            if isinstance(v, bool) or text in ("true", "false", "1", "0", "on", "off", "1.0", "0.0"):
+                out[k] = 1.0 if (v is True or text in ("true", "1", "on", "1.0")) else 0.0
+                continue
+            raise LctxError(f"{where}: tolerance interval = {v!r}; write interval = true (gate only where the "
+                            "run's 95 % interval excludes the baseline) or false")
         if typed and (isinstance(v, bool) or not isinstance(v, (int, float))):
             kind = "a boolean" if isinstance(v, bool) else ("a string" if isinstance(v, str) else type(v).__name__)
             raise LctxError(f"{where}: tolerance {k} = {v!r} is {kind}, not a number; write a bare number, "
@@ -420,7 +435,8 @@ def _checked_summary(df: pd.DataFrame, where: str) -> pd.DataFrame:
             bad(i, col, v, "a number")
         return x
 
-    out = {c: [] for c in SUMMARY_COLUMNS + UNAVAILABLE_COLUMNS + [c for c in LABEL_COLUMNS if c in df.columns]}
+    out = {c: [] for c in SUMMARY_COLUMNS + INTERVAL_COLUMNS + UNAVAILABLE_COLUMNS
+           + [c for c in LABEL_COLUMNS if c in df.columns]}
     for i, r in enumerate(df.to_dict("records")):
         for col in ("model", "task", "metric"):
             if _blank(r.get(col)):
@@ -435,6 +451,8 @@ def _checked_summary(df: pd.DataFrame, where: str) -> pd.DataFrame:
         out["depth"].append(d)
         out["mean"].append(number(i, "mean", r.get("mean")))
         out["stderr"].append(number(i, "stderr", r.get("stderr")))
+        for col in INTERVAL_COLUMNS:
+            out[col].append(number(i, col, r.get(col)))
         for col, blank_ok in (("n", False), ("n_error", True), ("n_unavailable", True)):
             v = r.get(col)
             x = 0.0 if (blank_ok and _blank(v)) else number(i, col, v, blank_ok=False)
@@ -490,7 +508,8 @@ class Comparison:
 
 TABLE_COLUMNS = ["status", "model", "baseline_model", "variant", "task", "metric", "length", "depth", "direction",
                  "base_mean", "base_stderr", "base_n", "run_mean", "run_stderr", "run_n", "diff", "rel_diff", "z",
-                 "threshold", "bound_by", "run_n_error", "base_n_error", "options", "option_set", "unavailable"]
+                 "threshold", "bound_by", "run_n_error", "base_n_error", "options", "option_set", "unavailable",
+                 "run_ci_low", "run_ci_high", "base_ci_low", "base_ci_high"]
 
 
 def _near(name: str, known) -> str:
@@ -594,6 +613,8 @@ def compare_runs(run: pd.DataFrame, base: pd.DataFrame, rules: Rules | None = No
                "direction": direction, "base_mean": b_.get("mean", math.nan), "base_stderr": b_.get("stderr", math.nan),
                "base_n": b_.get("n", math.nan), "run_mean": r_.get("mean", math.nan),
                "run_stderr": r_.get("stderr", math.nan), "run_n": r_.get("n", math.nan),
+               "run_ci_low": r_.get("ci_low", math.nan), "run_ci_high": r_.get("ci_high", math.nan),
+               "base_ci_low": b_.get("ci_low", math.nan), "base_ci_high": b_.get("ci_high", math.nan),
                "run_n_error": r_.get("n_error", math.nan), "base_n_error": b_.get("n_error", math.nan),
                "diff": math.nan, "rel_diff": math.nan, "z": math.nan, "threshold": math.nan, "bound_by": "",
                "options": "", "option_set": r_.get("_set") or b_.get("_set", "")}
@@ -790,6 +811,10 @@ def _judge(row: dict, direction: str, tol: Tolerance) -> str:
     row["threshold"], row["bound_by"] = tol.threshold(b, se)
     if abs(diff) <= row["threshold"]:
         return "same"
+    lo, hi = row.get("run_ci_low", math.nan), row.get("run_ci_high", math.nan)
+    if tol.interval and math.isfinite(lo) and math.isfinite(hi) and lo <= b <= hi:
+        row["bound_by"] = "interval"  # beyond the thresholds, but the baseline lies inside the run's interval
+        return "same"
     if direction == "equal":
         return "regression"
     better = diff > 0 if direction == "higher" else diff < 0
@@ -798,10 +823,13 @@ def _judge(row: dict, direction: str, tol: Tolerance) -> str:
 
 # ---------------------------------------------------------------------------------------------- output
 
-def _fmt(v, se=None) -> str:
+def _fmt(v, se=None, lo=None, hi=None) -> str:
+    """``mean [lo, hi]`` (the 95 % interval, where the summary has one), else ``mean ± se``, else ``mean``."""
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return ""
     s = f"{v:.4g}"
+    if isinstance(lo, float) and isinstance(hi, float) and math.isfinite(lo) and math.isfinite(hi):
+        return s + f" [{lo:.3g}, {hi:.3g}]"
     if se is not None and isinstance(se, float) and math.isfinite(se) and se > 0:
         s += f" ± {se:.2g}"
     return s
@@ -822,7 +850,8 @@ def _display_rows(cmp: Comparison, include_same: bool = False) -> list[list[str]
         if isinstance(r.option_set, str) and r.option_set:  # a run or baseline of several option sets: which one
             note = f"[{r.option_set}] {note}".rstrip()
         out.append([r.status, model, r.task, r.metric, _fmt_len(r.length), "" if r.depth != r.depth else f"{r.depth:g}",
-                    r.direction, _fmt(r.base_mean, r.base_stderr), _fmt(r.run_mean, r.run_stderr),
+                    r.direction, _fmt(r.base_mean, r.base_stderr, r.base_ci_low, r.base_ci_high),
+                    _fmt(r.run_mean, r.run_stderr, r.run_ci_low, r.run_ci_high),
                     _fmt(r.diff), rel, tol, note])
     return out
 

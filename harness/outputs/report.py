@@ -433,6 +433,30 @@ def _fmt_len(v, T=None, max_tested=None, zero="–") -> str:
     return ("≥ " + s) if max_tested is not None and v >= max_tested else s
 
 
+def _mean_ci(values: pd.Series) -> tuple[float, float, float, int]:
+    """(mean, 95 % interval low, high, n) of a cell's sample values: Wilson when every value is 0 or 1, else t
+    (:mod:`lctx.harness.run.intervals`); NaNs for no values (and the interval for one continuous value)."""
+    from lctx.harness.run.intervals import interval, is_binary
+
+    v = pd.to_numeric(values, errors="coerce").dropna()
+    n = len(v)
+    if not n:
+        return math.nan, math.nan, math.nan, 0
+    mean = float(v.mean())
+    se = float(v.std(ddof=1) / math.sqrt(n)) if n > 1 else math.nan
+    lo, hi = interval(mean, se, n, "wilson" if is_binary(v) else "t")
+    return mean, lo, hi, n
+
+
+def _with_ci(text: str, lo: float, hi: float, n: int) -> str:
+    """``0.80 [0.38, 0.96] n=5``: a summary cell with its 95 % interval and n (the interval left out where there
+    is none)."""
+    if not n:
+        return text
+    ci = f" [{lo:.2f}, {hi:.2f}]" if math.isfinite(lo) and math.isfinite(hi) else ""
+    return f"{text}{ci} n={n}"
+
+
 def summary_table(table: pd.DataFrame, at: list[tuple[str, float]] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """One row per model label: (display table of strings, numeric table for ``summary.csv``).
 
@@ -440,7 +464,8 @@ def summary_table(table: pd.DataFrame, at: list[tuple[str, float]] | None = None
     it is the longest length tested, i.e. flat as far as the sweep looked), effective length (tokens;
     "<L" when the shortest tested length L already falls below the threshold), the headline metric of each
     retrieval task and each other task with a length axis (:func:`other_tasks`) at each ``at`` length, and
-    MMLU/ARC ``acc`` (mean over questions).
+    MMLU/ARC ``acc`` (mean over questions). Every mean carries its 95 % interval and n (:func:`_mean_ci`; the
+    numeric table: ``<column> ci_low`` / ``ci_high`` / ``n``).
     """
     at = at or [("rel", 1.0), ("rel", 2.0), ("rel", 8.0)]
     labels = list(dict.fromkeys(table["label"]))
@@ -500,13 +525,14 @@ def summary_table(table: pd.DataFrame, at: list[tuple[str, float]] | None = None
             for kind, x in at:
                 L = x * T if kind == "rel" and T else (x if kind == "abs" else None)
                 name = f"{task} {m} @ {f'{x:g}×' if kind == 'rel' else format_length(x)}"
-                v = r[np.isclose(r["length"], L)]["value"].mean() if L and len(r) else float("nan")
-                d[name], n[name] = (shown(v, "{:.2f}", task, m, lbl, L) if L else "–"), v
+                v, lo, hi, k = _mean_ci(r[np.isclose(r["length"], L)]["value"]) if L and len(r) else (math.nan,) * 3 + (0,)
+                d[name] = _with_ci(shown(v, "{:.2f}", task, m, lbl, L), lo, hi, k) if L else "–"
+                n[name], n[f"{name} ci_low"], n[f"{name} ci_high"], n[f"{name} n"] = v, lo, hi, k
         for task in btasks:
             r = okr[(okr["task"] == task) & (okr["metric"] == "acc")]
-            v = r["value"].mean() if len(r) else float("nan")
-            d[f"acc (mean over questions) @ {task}"] = f"{v:.3f}" if len(r) else "–"
-            n[f"{task}_acc"] = v
+            v, lo, hi, k = _mean_ci(r["value"])
+            d[f"acc (mean over questions) @ {task}"] = _with_ci(f"{v:.3f}", lo, hi, k) if len(r) else "–"
+            n[f"{task}_acc"], n[f"{task}_acc ci_low"], n[f"{task}_acc ci_high"], n[f"{task}_acc n"] = v, lo, hi, k
         disp.append(d)
         num.append(n)
     return pd.DataFrame(disp).fillna("–"), pd.DataFrame(num)

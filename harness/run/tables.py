@@ -33,6 +33,7 @@ import pandas as pd
 
 from lctx.errors import LctxError
 from lctx.harness.run.console import count
+from lctx.harness.run.intervals import interval, is_binary
 
 from lctx.harness.run.rundir import DIGEST, SALT, atomic_write, check_regular, read_json, read_records as _read, record_digest
 
@@ -48,8 +49,8 @@ KEY = ["model", "task", "fingerprint", "task_options", "length", "depth", "sampl
 LABEL = ["model", "variant", "task", "task_options", "dtype", "attn_impl", "seed"]
 SUMMARY_KEYS = ["model", "variant", "task", "metric", "length", "depth", "task_options", "dtype", "attn_impl",
                 "seed"]
-SUMMARY_COLUMNS = SUMMARY_KEYS + ["mean", "stderr", "n", "n_error", "n_unavailable", "n_depth_off", "fingerprint",
-                                  "unavailable"]
+SUMMARY_COLUMNS = SUMMARY_KEYS + ["mean", "stderr", "n", "ci_low", "ci_high", "interval", "n_error", "n_unavailable",
+                                  "n_depth_off", "fingerprint", "unavailable"]
 #: a row's ``status`` for a metric the model could not give (the record's ``unavailable``; its ``reason`` column
 #: says why): no value, no failure, left out of every mean
 UNAVAILABLE = "unavailable"
@@ -334,7 +335,8 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
     :data:`UNAVAILABLE`: not in the mean, not failures) and ``unavailable`` (their reason, the first one with
     ``(+N other reasons)`` when they differ; empty when none: a cell of only such samples has no mean, n 0 and
     its reason here), n_depth_off (ok samples whose needle is off its depth,
-    :data:`DEPTH_TOLERANCE`) and the cell's fingerprint (its samples' fingerprint, or a hash of their
+    :data:`DEPTH_TOLERANCE`), the 95 % interval of the mean (``ci_low``, ``ci_high``; ``interval`` names its kind:
+    ``wilson`` when every value is 0 or 1, else ``t``, NaN for n < 2: :mod:`lctx.harness.run.intervals`) and the cell's fingerprint (its samples' fingerprint, or a hash of their
     sorted fingerprints when pooled sub-tasks bring several). Tables written before a column existed get it
     empty."""
     df = df.copy()
@@ -349,8 +351,13 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
     df["_off"] = df["depth_off"].astype("string").isin(["True", "true", "1", "1.0"]).astype(int)
     ok = df[df["status"] == "ok"]
     out = ok.groupby(keys, dropna=False).agg(mean=("value", "mean"), std=("value", "std"), n=("value", "count"),
-                                              n_depth_off=("_off", "sum")).reset_index()
+                                              n_depth_off=("_off", "sum"),
+                                              interval=("value", lambda v: "wilson" if is_binary(v) else "t")
+                                              ).reset_index()
     out["stderr"] = out["std"] / out["n"].map(lambda n: math.sqrt(n) if n > 0 else float("nan"))
+    ci = [interval(m, se, n, k) for m, se, n, k in zip(out["mean"], out["stderr"], out["n"], out["interval"])]
+    out["ci_low"] = [lo for lo, _ in ci]
+    out["ci_high"] = [hi for _, hi in ci]
     err = (df[~df["status"].isin(["ok", UNAVAILABLE])].groupby(keys, dropna=False).size().rename("n_error")
            .reset_index())
     out = out.merge(err, on=keys, how="outer") if len(err) else out.assign(n_error=0)
@@ -364,6 +371,7 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
     out["n_error"] = out["n_error"].fillna(0).astype(int)
     out["n"] = out["n"].fillna(0).astype(int)
     out["n_depth_off"] = out["n_depth_off"].fillna(0).astype(int)
+    out["interval"] = out["interval"].astype(object).where(out["interval"].notna(), "")  # a cell with no ok sample
     fps = df.groupby(keys, dropna=False)["fingerprint"].agg(_cell_fingerprint).rename("fingerprint").reset_index()
     out = out.merge(fps, on=keys, how="left") if len(out) else out.assign(fingerprint="")
     return out[SUMMARY_COLUMNS].sort_values(keys, na_position="first").reset_index(drop=True)
@@ -500,6 +508,8 @@ def over_depths(summary: pd.DataFrame, directions: dict[str, str] | None = None)
     - ``mean``, ``stderr``, ``n``: of every ok sample of the cell's depths, as one sample: the mean weighted
       by each depth's n, the sample standard error (std over all n samples, ddof 1, / sqrt(n); NaN for n = 1)
       rebuilt exactly from each depth's mean, stderr and n;
+    - ``ci_low``, ``ci_high``, ``interval``: the pooled mean's 95 % interval (Wilson when every depth's cell is a
+      proportion, k = mean · n; else t on the pooled stderr; :mod:`lctx.harness.run.intervals`);
     - ``worst``, ``worst_depths``, ``worst_n``: the worst depth's mean (lowest for a metric better higher,
       highest for one better lower), the depths that share it (a list; all of them when every depth ties)
       and their samples, NaN / [] / 0 where the cell has fewer than two depths or the metric no direction
@@ -512,7 +522,8 @@ def over_depths(summary: pd.DataFrame, directions: dict[str, str] | None = None)
     from lctx.metrics import direction_of  # lazy: a leaf module
 
     keys = ["model", "task", "metric", "length"]
-    cols = keys + ["mean", "stderr", "n", "worst", "worst_depths", "worst_n", "n_depths"]
+    cols = keys + ["mean", "stderr", "n", "ci_low", "ci_high", "interval", "worst", "worst_depths", "worst_n",
+                   "n_depths"]
     s = summary[pd.to_numeric(summary["n"], errors="coerce").fillna(0) > 0]
     out = []
     for key, d in s.groupby(keys, dropna=False, sort=True):
@@ -523,7 +534,13 @@ def over_depths(summary: pd.DataFrame, directions: dict[str, str] | None = None)
         s2 = (pd.to_numeric(d["stderr"], errors="coerce") ** 2 * n).fillna(0.0)  # s_i^2 (0 where n_i = 1)
         ss = float(((n - 1) * s2).sum() + (n * (d["mean"] - mean) ** 2).sum())
         se = math.sqrt(ss / (N - 1) / N) if N > 1 else math.nan
-        row = dict(zip(keys, key), mean=mean, stderr=se, n=int(N), worst=math.nan, worst_depths=[], worst_n=0)
+        # the pooled cell is a proportion when each depth's was (a summary from before intervals: by its mean)
+        kinds = d["interval"] if "interval" in d.columns else pd.Series([""] * len(d), index=d.index)
+        kind = "wilson" if all(k == "wilson" or (not k and m in (0.0, 1.0)) for k, m in zip(kinds.fillna(""), d["mean"])) \
+            else "t"
+        lo, hi = interval(mean, se, int(N), kind)
+        row = dict(zip(keys, key), mean=mean, stderr=se, n=int(N), ci_low=lo, ci_high=hi, interval=kind,
+                   worst=math.nan, worst_depths=[], worst_n=0)
         depths = d[pd.to_numeric(d["depth"], errors="coerce").notna()]
         row["n_depths"] = int(depths["depth"].nunique())
         direction = (directions or {}).get(str(key[2])) or direction_of(str(key[2]))

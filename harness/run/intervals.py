@@ -1,0 +1,84 @@
+"""95 % intervals for the means of lctx's tables (issue 30 item 4).
+
+Two kinds, chosen per cell by its values, and named in the tables' ``interval`` column:
+
+- ``wilson``: every value of the cell is 0 or 1 (exact match, a passkey, a NIAH string_match_all over one
+  needle, accuracy on a question): the Wilson score interval of k successes in n trials (Wilson 1927, "Probable
+  inference, the law of succession, and statistical inference", JASA 22; the form of Brown, Cai and DasGupta
+  2001, "Interval estimation for a binomial proportion", Statistical Science 16, eq. 4). Unlike mean ± 1.96 se
+  it is never wider than [0, 1] and not empty at 0 / n or n / n: one exact sample out of one is [0.21, 1].
+- ``t``: any other metric (perplexity, digit_acc, string_match_part, a sequence-match ratio): Student's t interval
+  mean ± t(0.975, n - 1) · stderr, stderr = sample std / sqrt(n); none (NaN) for n < 2, where a spread cannot be
+  estimated.
+
+Imports scipy (a dependency: RULER's fwe uses it too) only for the t quantile.
+"""
+
+from __future__ import annotations
+
+import math
+
+#: the two-sided coverage of every interval lctx reports
+LEVEL = 0.95
+Z = 1.959963984540054  # the standard normal's 0.975 quantile (scipy.stats.norm.ppf(0.975))
+
+
+def wilson(k: float, n: int, z: float = Z) -> tuple[float, float]:
+    """Wilson score interval of ``k`` successes in ``n`` trials: (low, high), proportions in [0, 1].
+
+    centre = (k + z²/2) / (n + z²), half-width = z / (n + z²) · sqrt(k (n - k) / n + z²/4) (Brown, Cai and
+    DasGupta 2001, eq. 4). Hand check: k = 4, n = 5 gives [0.376, 0.964]; k = n = 1 gives [0.207, 1].
+
+    Raises:
+        ValueError: n < 1, or k outside [0, n].
+    """
+    if n < 1:
+        raise ValueError(f"wilson: n = {n}; need at least one trial")
+    if not 0 <= k <= n:
+        raise ValueError(f"wilson: k = {k} outside [0, n = {n}]")
+    z2 = z * z
+    centre = (k + z2 / 2) / (n + z2)
+    half = z / (n + z2) * math.sqrt(k * (n - k) / n + z2 / 4)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def t_interval(mean: float, stderr: float, n: int) -> tuple[float, float]:
+    """Student's t interval mean ± t(0.975, n - 1) · stderr; (NaN, NaN) for n < 2 or a non-finite stderr.
+
+    Hand check: mean 10, stderr 1, n = 5 gives t(0.975, 4) = 2.776, so [7.224, 12.776].
+    """
+    if n < 2 or stderr is None or not math.isfinite(stderr):
+        return math.nan, math.nan
+    from scipy.stats import t  # lazy: ~0.3 s; only when a continuous cell has n >= 2
+
+    h = float(t.ppf(0.5 + LEVEL / 2, n - 1)) * stderr
+    return mean - h, mean + h
+
+
+def is_binary(values) -> bool:
+    """True when every value is 0 or 1 (the cell is a proportion, so its interval is Wilson's)."""
+    vals = [float(v) for v in values]
+    return bool(vals) and all(v in (0.0, 1.0) for v in vals)
+
+
+def interval(mean: float, stderr: float, n: int, kind: str) -> tuple[float, float]:
+    """The 95 % interval of a cell of ``kind`` ``wilson`` (k = round(mean · n)) or ``t``; (NaN, NaN) for an empty
+    cell or another kind.
+
+    Raises:
+        ValueError: as :func:`wilson`.
+    """
+    if not n or n < 1 or mean is None or not math.isfinite(mean):
+        return math.nan, math.nan
+    if kind == "wilson":
+        return wilson(round(mean * n), int(n))
+    if kind == "t":
+        return t_interval(mean, stderr, int(n))
+    return math.nan, math.nan
+
+
+def fmt_interval(lo: float, hi: float, digits: int = 2) -> str:
+    """``[lo, hi]`` with ``digits`` decimals, or empty when the interval is undefined (n < 2 for a t interval)."""
+    if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
+        return ""
+    return f"[{lo:.{digits}f}, {hi:.{digits}f}]"

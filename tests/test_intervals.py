@@ -1,0 +1,70 @@
+"""The 95 % intervals of lctx's tables (harness/run/intervals.py, issue 30 item 4)."""
+
+import math
+
+import pandas as pd
+import pytest
+
+from lctx.harness.run.intervals import fmt_interval, interval, is_binary, t_interval, wilson
+
+
+def test_wilson_matches_hand_computed_values():
+    """Wilson score interval, Brown-Cai-DasGupta 2001 eq. 4, z = 1.95996. Hand computation for k = 4, n = 5:
+    centre (4 + 1.9207) / 8.8415 = 0.66965, half 1.96 / 8.8415 * sqrt(0.8 + 0.9604) = 0.29413, so
+    [0.3755, 0.9638]; k = n = 1: centre 0.60327, half 0.39673, so [0.2065, 1]. Tolerance 5e-4: the hand values
+    carry 4 decimals."""
+    lo, hi = wilson(4, 5)
+    assert lo == pytest.approx(0.3755, abs=5e-4) and hi == pytest.approx(0.9638, abs=5e-4)
+    lo, hi = wilson(1, 1)
+    assert lo == pytest.approx(0.2065, abs=5e-4) and hi == 1.0
+    assert wilson(0, 1) == pytest.approx((0.0, 1 - 0.2065), abs=5e-4)  # symmetric: k -> n - k mirrors it
+    # control: one more success moves both ends by more than the tolerance, so the check can fail
+    lo5, hi5 = wilson(5, 5)
+    assert lo5 - 0.3755 > 0.1 and hi5 - 0.9638 > 5e-4
+
+
+def test_wilson_refuses_impossible_counts():
+    with pytest.raises(ValueError, match="n = 0"):
+        wilson(0, 0)
+    with pytest.raises(ValueError, match="outside"):
+        wilson(3, 2)
+
+
+def test_t_interval_hand_value_and_undefined_for_one_sample():
+    """mean 10, stderr 1, n 5: t(0.975, 4) = 2.7764 (Student's table), so [7.2236, 12.7764]; tolerance 1e-4
+    (the table's 4 decimals). n = 1: no spread, so no interval (NaN), not a zero-width one."""
+    lo, hi = t_interval(10.0, 1.0, 5)
+    assert lo == pytest.approx(7.2236, abs=1e-4) and hi == pytest.approx(12.7764, abs=1e-4)
+    assert all(math.isnan(v) for v in t_interval(10.0, float("nan"), 1))
+    assert fmt_interval(*t_interval(10.0, float("nan"), 1)) == ""
+
+
+def test_interval_kind_by_values():
+    assert is_binary([0, 1, 1.0]) and not is_binary([0.8, 1.0]) and not is_binary([])
+    assert interval(0.8, 0.2, 5, "wilson") == wilson(4, 5)
+    assert interval(float("nan"), 0.0, 0, "wilson") != interval(0.8, 0.2, 5, "wilson")
+
+
+def test_summary_carries_n_and_interval_per_cell():
+    """summary.csv: a 0/1 metric's cell gets Wilson's interval of its k / n, a continuous one Student's t on its
+    stderr, and the pooled-over-depths cell of the printed table pools k and n."""
+    from lctx.harness.run.tables import over_depths, summarize
+
+    rows = []
+    for depth, vals in ((0.0, [1, 1, 1]), (1.0, [0, 1, 0])):
+        for s, v in enumerate(vals):
+            for metric, value in (("exact", float(v)), ("digit_acc", 0.2 + 0.2 * v + 0.1 * s)):
+                rows.append({"model": "m", "variant": "v", "task": "passkey", "metric": metric, "length": 256,
+                             "depth": depth, "sample": s, "value": value, "status": "ok", "task_options": "{}",
+                             "dtype": "float32", "attn_impl": "sdpa", "seed": 0})
+    summ = summarize(pd.DataFrame(rows))
+    ex = summ[(summ["metric"] == "exact") & (summ["depth"] == 1.0)].iloc[0]
+    assert ex["interval"] == "wilson" and ex["n"] == 3
+    assert (ex["ci_low"], ex["ci_high"]) == pytest.approx(wilson(1, 3))
+    da = summ[(summ["metric"] == "digit_acc") & (summ["depth"] == 0.0)].iloc[0]
+    assert da["interval"] == "t"
+    assert (da["ci_low"], da["ci_high"]) == pytest.approx(t_interval(da["mean"], da["stderr"], 3))
+    pooled = over_depths(summ)
+    pe = pooled[pooled["metric"] == "exact"].iloc[0]
+    assert pe["interval"] == "wilson" and pe["n"] == 6
+    assert (pe["ci_low"], pe["ci_high"]) == pytest.approx(wilson(4, 6))

@@ -1,0 +1,68 @@
+"""lctx.tasks.json_kv: token budgeting, the asked pair's depth, per-sample objects, scoring (issue 30 item 1)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lctx.tasks import Cell, get_task
+from lctx.tasks.json_kv import ANSWER_PREFIX, INSTRUCTION, make_pairs
+
+
+@pytest.fixture
+def lm(make_checkpoint):
+    from lctx.models.adapters.hf import load_lm
+
+    return load_lm(str(make_checkpoint("rope")), device="cpu")
+
+
+@pytest.mark.parametrize("length", [600, 1500])
+@pytest.mark.parametrize("depth", [0.0, 0.5, 1.0])
+def test_json_kv_budget_is_exact_and_the_asked_pair_sits_at_its_depth(lm, length, depth):
+    """The prompt fits the budget and one more pair would not (exact budgeting); the object parses as JSON and
+    holds the asked key once, at pair round(depth * (N - 1))."""
+    task = get_task("json_kv")()
+    s = task.build(lm, Cell(length, depth, 0), seed=3)
+    assert s.n_tokens == len(s.input_ids) <= lm.prompt_budget(length, task._budget_new(lm))
+    n = s.meta["n_pairs"]
+    assert n >= 2
+    pairs = make_pairs(3, Cell(length, depth, 0), n + 1)
+    more = task._user(pairs, int(round(depth * n)))[0]
+    assert len(lm.prompt(more, ANSWER_PREFIX).ids) > lm.prompt_budget(length, task._budget_new(lm))
+    text = s.meta["prompt_text"]
+    body = text[text.index(INSTRUCTION) + len(INSTRUCTION):text.index('\n\nKey: "')]
+    obj = json.loads(body)
+    assert len(obj) == n and obj[s.meta["key"]] == s.meta["answer"]
+    assert list(obj).index(s.meta["key"]) == s.meta["asked"] == int(round(depth * (n - 1)))
+    if depth == 0.0:
+        assert s.depth < 0.2
+    if depth == 1.0:  # the last pair, before the question (its key repeated): ~0.77 of a 600-token prompt
+        assert s.depth > 0.6
+
+
+def test_json_kv_samples_of_a_cell_never_share_a_prompt(lm):
+    """Issue 30 item 6: each sample of a cell gets its own object (so prefix caching or memorisation cannot carry
+    one sample's answer into the next); the same (seed, cell) gives the same prompt."""
+    task = get_task("json_kv")()
+    prompts = [tuple(task.build(lm, Cell(600, 0.5, k), seed=0).input_ids) for k in range(4)]
+    assert len(set(prompts)) == 4
+    assert prompts[0] == tuple(task.build(lm, Cell(600, 0.5, 0), seed=0).input_ids)
+
+
+def test_json_kv_scores_the_value_by_substring(lm):
+    """string_match_all is 1 when the asked value occurs in the continuation, 0 for another pair's value (the
+    control), with the substring mode named in the task's options."""
+    task = get_task("json_kv")()
+    s = task.build(lm, Cell(600, 0.5, 0), seed=0)
+    other = next(v for k, v in make_pairs(0, Cell(600, 0.5, 0), s.meta["n_pairs"]) if k != s.meta["key"])
+    assert task.score_generated(lm, s, None, lm.encode(" " + s.meta["answer"] + '"'))["string_match_all"] == 1.0
+    assert task.score_generated(lm, s, None, lm.encode(" " + other))["string_match_all"] == 0.0
+    assert task.options["match"] == "substring"
+
+
+def test_json_kv_refuses_bad_options_and_too_short_lengths(lm):
+    with pytest.raises(ValueError, match="match must be one of"):
+        get_task("json_kv")(match="fuzzy")
+    with pytest.raises(ValueError, match="shorter than the json_kv template"):
+        get_task("json_kv")().build(lm, Cell(30, 0.5, 0), seed=0)
