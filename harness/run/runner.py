@@ -737,26 +737,29 @@ def _all_unavailable(rec: dict, task: Task, e: MetricUnavailable) -> None:
     rec.update(metrics={}, unavailable={str(m): reason for m in task.metrics}, extra={}, status="ok", error="")
 
 
-def _start(lm: ModelAdapter) -> float:
+def _start(lm: ModelAdapter) -> tuple[float, float]:
     """Before a sample (or a batch, a whole task): reset the adapter's peak-memory counter and the kernel log;
-    returns the start time (``time.perf_counter``)."""
+    returns the start times (``time.perf_counter``, and ``time.process_time``: this process's CPU seconds, every
+    thread's)."""
     lm.reset_peak_memory()
     impls_used(reset=True)
-    return time.perf_counter()
+    return time.perf_counter(), time.process_time()
 
 
-def _finish(recs: list[dict], lm: ModelAdapter, t0: float) -> None:
-    """Kernels that ran, time (the group's, shared equally by its rows), peak memory (the adapter's
-    :meth:`~lctx.models.adapters.protocol.ModelAdapter.peak_memory_bytes`; None where it cannot tell) and
-    timestamp."""
+def _finish(recs: list[dict], lm: ModelAdapter, t0: tuple[float, float]) -> None:
+    """Kernels that ran, time (the group's, shared equally by its rows: ``wall_s``, and ``cpu_s``, this process's
+    CPU seconds over all its threads, so a sample's cost can be read apart from the machine's load), peak memory
+    (the adapter's :meth:`~lctx.models.adapters.protocol.ModelAdapter.peak_memory_bytes`; None where it cannot
+    tell) and timestamp."""
     used = sorted(set(impls_used().values()))
-    wall = (time.perf_counter() - t0) / max(len(recs), 1)
+    wall = (time.perf_counter() - t0[0]) / max(len(recs), 1)
+    cpu = (time.process_time() - t0[1]) / max(len(recs), 1)
     peak = lm.peak_memory_bytes()
     stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
     for rec in recs:
         if used:  # the fast path says which kernel ran (triton / flex / chunked ...)
             rec["attn_kernel"] = "+".join(used)
-        rec["wall_s"], rec["peak_mem_bytes"], rec["timestamp"] = wall, peak, stamp
+        rec["wall_s"], rec["cpu_s"], rec["peak_mem_bytes"], rec["timestamp"] = wall, cpu, peak, stamp
 
 
 def _run_one(lm: ModelAdapter, task: Task, cell, base: dict, seed: int) -> dict:
