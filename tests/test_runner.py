@@ -585,3 +585,27 @@ def test_auto_batch_size_is_told_once_per_model_and_length(monkeypatch):
     got = runner.batches(work, "auto", log=lines.append)
     assert [len(b) for b in got] == [3, 3, 2, 2, 2, 1]  # 6 cells per length in batches of 3 and 2; ppl alone
     assert len(lines) == 2 and "3 for tiny at 100 tokens" in lines[0] and "2 for tiny at 200 tokens" in lines[1]
+
+
+def test_samples_of_a_cell_never_share_a_prompt(make_checkpoint, tmp_path):
+    """Issue 30 item 6: every record carries its prompt's digest (prompt_sha256); the samples of one cell of the
+    generated tasks have different prompts (their keys and values are drawn per sample), and a rerun into a fresh
+    directory builds the same prompts (the digest is a function of the ids, so the check can fail)."""
+    import json
+
+    from helpers import sweep
+    from lctx.harness.run.runner import prompt_digest
+    from lctx.tasks import get_task
+
+    ck = make_checkpoint("rope")
+    tasks = [get_task("passkey")(), get_task("json_kv")()]
+    digests = {}
+    for run in ("a", "b"):
+        sweep(ck, tasks, tmp_path / run, lengths=(400,), depths=(0.5,), samples=3)
+        recs = [json.loads(x) for x in (tmp_path / run / "records.jsonl").read_text().splitlines()]
+        digests[run] = {(r["task"], r["sample"]): r["prompt_sha256"] for r in recs}
+    for task in ("passkey", "json_kv"):
+        per_sample = [digests["a"][(task, k)] for k in range(3)]
+        assert len(set(per_sample)) == 3 and all(per_sample), (task, per_sample)
+    assert digests["a"] == digests["b"]
+    assert prompt_digest([1, 2, 3]) != prompt_digest([1, 2, 4])  # control: one token changes it

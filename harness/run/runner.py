@@ -17,6 +17,7 @@ locked while a sweep writes it (:mod:`lctx.harness.run.rundir`).
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import json
 import math
@@ -687,11 +688,22 @@ def _record_error(rec: dict, e: BaseException) -> None:
         rec["status"], rec["error"] = "error", f"{type(e).__name__}: {str(e)[:300]}{where}"
 
 
+def prompt_digest(ids) -> str:
+    """The first 16 hex digits of the SHA-256 of a prompt's token ids (each as a little-endian int64): recorded
+    per sample (``prompt_sha256``) so that two samples that share a prompt, which prefix caching or memorisation
+    would reward, can be seen in the records (issue 30 item 6). None for a prompt without ids."""
+    if ids is None:
+        return None
+    return hashlib.sha256(b"".join(int(t).to_bytes(8, "little", signed=True) for t in ids)).hexdigest()[:16]
+
+
 def _build(task: Task, lm: ModelAdapter, cell, seed: int, rec: dict):
-    """Build the sample of ``cell`` and note its size on ``rec``. Raises what the task raises, or
-    ValueError for a sample longer than the cell."""
+    """Build the sample of ``cell`` and note its size (``n_tokens``, ``depth_actual``) and its prompt's digest
+    (:func:`prompt_digest`) on ``rec``. Raises what the task raises, or ValueError for a sample longer than the
+    cell."""
     sample = task.build(lm, cell, seed)
     rec["n_tokens"], rec["depth_actual"] = sample.n_tokens, sample.depth
+    rec["prompt_sha256"] = prompt_digest(sample.input_ids)
     if sample.n_tokens > cell.length:
         raise ValueError(f"task built {sample.n_tokens} tokens for a length of {cell.length}")
     return sample

@@ -38,7 +38,7 @@ from lctx.harness.run.intervals import interval, is_binary
 from lctx.harness.run.rundir import DIGEST, SALT, atomic_write, check_regular, read_json, read_records as _read, record_digest
 
 COLUMNS = ["run_id", "model", "variant", "task", "metric", "length", "n_tokens", "depth", "depth_actual",
-           "depth_off", "sample", "value", "seed", "status", "error", "reason", "wall_s", "cpu_s", "peak_mem_bytes", "device",
+           "depth_off", "sample", "value", "seed", "status", "error", "reason", "wall_s", "cpu_s", "peak_mem_bytes", "prompt_sha256", "device",
            "dtype", "attn_impl", "attn_kernel", "chunk_size", "batch_size", "threads", "lctx_version", "git_rev",
            "torch_version", "transformers_version", "timestamp", "train_length", "task_options", "fingerprint",
            "model_fingerprint", "data_fingerprint", "task_version", "code_fingerprint"]

@@ -193,22 +193,31 @@ def cost_tables(root: Path) -> list[str]:
         recs = [r for r in records(root, run) if r.get("status") == "ok" and (task is None or r["task"] == task)]
         if not recs:
             continue
-        df = pd.DataFrame([{"length": r["length"], "wall_s": r["wall_s"], "peak": r.get("peak_mem_bytes") or 0,
+        df = pd.DataFrame([{"length": r["length"], "wall_s": r["wall_s"], "cpu_s": r.get("cpu_s", math.nan),
+                            "peak": r.get("peak_mem_bytes") or 0,
                             "n_tokens": r.get("n_tokens"), "rev": str(r.get("git_rev"))[:7]} for r in recs])
         g = df.groupby("length").agg(samples=("wall_s", "size"), wall_med=("wall_s", "median"),
+                                     cpu_n=("cpu_s", "count"), cpu_med=("cpu_s", "median"),
                                      peak=("peak", "max"), tokens=("n_tokens", "median"))
         label = "passkey" if task else "RULER (all tasks)"
         for L, r in g.iterrows():
             rows.append({"task": label, "length": fmt_len(L), "samples": int(r.samples),
-                         "wall s per sample (median)": round(r.wall_med, 1), "peak RSS GiB (max)": round(r.peak / 2**30, 2)})
+                         "wall s per sample (median)": round(r.wall_med, 1),
+                         "CPU s per sample (median (samples))": f"{r.cpu_med:.1f} ({int(r.cpu_n)})" if r.cpu_n else "-",
+                         "peak RSS GiB (max)": round(r.peak / 2**30, 2)})
         sel = g.loc[[L for L in g.index if 4096 <= L <= 32768]]
         if len(sel) >= 2 and task:
+            cpu = sel[sel.cpu_n > 0]
             rows.append({"task": label, "length": "exponent 4K-32K", "samples": int(sel.samples.sum()),
-                         "wall s per sample (median)": round(slope(sel.index, sel.wall_med), 2), "peak RSS GiB (max)": ""})
+                         "wall s per sample (median)": round(slope(sel.index, sel.wall_med), 2),
+                         "CPU s per sample (median (samples))": (f"{slope(cpu.index, cpu.cpu_med):.2f}"
+                                                                 if len(cpu) >= 2 else "-"),
+                         "peak RSS GiB (max)": ""})
     out = []
     if rows:
-        out.append("### cost per sample (records' wall_s: the runner's time per sample, one thread; peak_mem_bytes: the "
-                   "process's peak RSS so far); exponent: least-squares slope of log wall on log length\n\n"
+        out.append("### cost per sample (records' wall_s: the runner's time per sample, one thread, on a loaded machine; "
+                   "cpu_s: the process's CPU seconds for the sample, recorded from the second session's code on; "
+                   "peak_mem_bytes: the process's peak RSS so far); exponent: least-squares slope of log wall on log length\n\n"
                    + pd.DataFrame(rows).to_markdown(index=False) + "\n")
     jobs = []
     tim = root / "timings.tsv"
