@@ -8,9 +8,10 @@
 # Usage: bash lmeval_direct.sh OUT   (run.sh's `direct` job; OUT/arc and OUT/mmlu hold lctx's runs)
 # Batch sizes are small because lm-eval's hf model keeps every position's logits: 262,144 float32 per token.
 set -uo pipefail
-OUT=${1:?usage: lmeval_direct.sh OUT}
 HERE=$(cd "$(dirname "$0")" && pwd)
 DATA=${LCTX_DATA_DIR:-../shared/data}
+source "$HERE/../out_lib.sh"
+out_init gemma3-270m-direct "${1:?usage: lmeval_direct.sh OUT}"  # refuses an OUT inside the repository; provenance
 L="$HERE/../2026-12-01-smollm2-135m/lmeval_direct.py"
 GG=$(python -c "from lctx.model_files import resolve_model_path; print(resolve_model_path('gemma3-270m')[0])") || exit 2
 [ -f "$OUT/gemma3-hf/config.json" ] || lctx convert gguf "$GG" --out "$OUT/gemma3-hf" || exit 1
