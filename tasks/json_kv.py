@@ -91,12 +91,18 @@ class JsonKV(Task):
         return INSTRUCTION + body + QUESTION.format(key=pairs[asked][0]), at
 
     def _budget_new(self, lm) -> int:
-        return self.max_new_tokens or 32  # a uuid is 20-30 tokens in common tokenizers; the sample's own is used
+        """The answer's allowance that the prompt budget holds back: ``max_new_tokens``, else 48 tokens (a uuid is
+        20-45 tokens in common tokenizers: Gemma 3's 33-34, a character-level one's 37; the greedy budget of a
+        sample, its value's tokens + 8, is capped at this, so no answer runs past a model's last position)."""
+        return self.max_new_tokens or 48
 
     def min_length(self, lm) -> int:
-        """Tokens of the prompt with one pair (the fewest a prompt can have)."""
-        pairs = make_pairs(0, Cell(0, 0.5, 0), 1)
-        return len(lm.prompt(self._user(pairs, 0)[0], ANSWER_PREFIX).ids)
+        """Tokens of a one-pair prompt, the largest over 16 draws of the pair (random uuids take a varying number
+        of tokens), plus 4: a length at least this holds one pair whatever the sample draws, so the run's up-front
+        check (:meth:`Task.min_length`) refuses what :meth:`build` would (an upper bound, unlike passkey's)."""
+        sizes = [len(lm.prompt(self._user(make_pairs(0, Cell(0, 0.5, k), 1), 0)[0], ANSWER_PREFIX).ids)
+                 for k in range(16)]
+        return max(sizes) + 4
 
     def cost(self, lm, cell: Cell) -> float:
         """Prefill of the prompt plus the greedy decode steps, in prefill tokens (:data:`DECODE_STEP_TOKENS`)."""
@@ -135,10 +141,11 @@ class JsonKV(Task):
         key, value = pool[asked]
         return Sample(cell=cell, input_ids=p.ids, n_tokens=len(p.ids), depth=p.marks[0] / len(p.ids),
                       meta={"key": key, "answer": value, "n_pairs": n, "asked": asked, "prompt_text": p.text,
-                            "max_new_tokens": self.max_new_tokens or len(lm.encode(" " + value)) + 8})
+                            "max_new_tokens": self.max_new_tokens
+                            or min(len(lm.encode(" " + value)) + 8, self._budget_new(lm))})
 
     def max_new_tokens_for(self, sample: Sample) -> int:
-        """The value's own tokens + 8 (or ``max_new_tokens``)."""
+        """The value's own tokens + 8, at most the budget held back (:meth:`_budget_new`); or ``max_new_tokens``."""
         return int(sample.meta.get("max_new_tokens") or self._budget_new(None))
 
     def score_generated(self, lm, sample: Sample, prefix, cont: list[int]) -> dict:

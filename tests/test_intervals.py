@@ -18,6 +18,8 @@ def test_wilson_matches_hand_computed_values():
     lo, hi = wilson(1, 1)
     assert lo == pytest.approx(0.2065, abs=5e-4) and hi == 1.0
     assert wilson(0, 1) == pytest.approx((0.0, 1 - 0.2065), abs=5e-4)  # symmetric: k -> n - k mirrors it
+    for n in (3, 6, 9, 12, 17, 19, 20):  # the ends are exact at 0 / n and n / n (no 5.55e-17 of rounding)
+        assert wilson(0, n)[0] == 0.0 and wilson(n, n)[1] == 1.0
     # control: one more success moves both ends by more than the tolerance, so the check can fail
     lo5, hi5 = wilson(5, 5)
     assert lo5 - 0.3755 > 0.1 and hi5 - 0.9638 > 5e-4

@@ -66,3 +66,16 @@ def test_json_kv_refuses_bad_options_and_too_short_lengths(lm):
         get_task("json_kv")(match="fuzzy")
     with pytest.raises(ValueError, match="shorter than the json_kv template"):
         get_task("json_kv")().build(lm, Cell(30, 0.5, 0), seed=0)
+
+
+def test_json_kv_min_length_holds_every_draw_and_answers_stay_in_budget(lm):
+    """The run's up-front check passes a length only when every sample can hold one pair there (uuids take a
+    varying number of tokens: a bound from one draw let 170 through where a sample needed 172), and a sample's
+    greedy budget never exceeds what the prompt budget held back (an answer past the model's last position)."""
+    task = get_task("json_kv")()
+    L = task.min_length(lm)
+    for k in range(12):
+        s = task.build(lm, Cell(L, 0.5, k), seed=0)
+        assert s.meta["n_pairs"] >= 1 and task.max_new_tokens_for(s) <= task._budget_new(lm)
+    with pytest.raises(ValueError, match="shorter than the json_kv template"):  # control: well below the bound
+        task.build(lm, Cell(L - 40, 0.5, 0), seed=0)

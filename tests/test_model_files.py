@@ -134,6 +134,11 @@ def test_packaged_model_joins_once_into_the_cache(packaged):
     target.write_bytes(b"GGUF")  # a truncated file (another size than the chunks): joined again
     resolve_model_path("fake-model")
     assert len(lctx_fake_weights.CALLS) == 2 and target.read_bytes() == b"GGUF\x03\0\0\0abcd"
+    target.write_bytes(b"GGUF\x03\0\0\0abce")  # one byte flipped, same size: its SHA-256 is checked, joined again
+    resolve_model_path("fake-model")
+    assert len(lctx_fake_weights.CALLS) == 3 and target.read_bytes() == b"GGUF\x03\0\0\0abcd"
+    resolve_model_path("fake-model")
+    assert len(lctx_fake_weights.CALLS) == 3  # control: the checked file, untouched, is not joined again
 
 
 def test_a_local_path_wins_over_a_packaged_name(packaged, tmp_path, monkeypatch):

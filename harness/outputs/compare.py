@@ -191,12 +191,16 @@ def _check_tolerance_fields(fields: dict, where: str, typed: bool = False) -> di
         if k not in ("abs", "rel", "stderr", "interval"):
             raise LctxError(f"{where}: unknown tolerance {k!r}; use abs, rel, stderr or interval")
         if k == "interval":  # on / off: true / false in a rules file, 1 / 0 (or true / false) on the command line
+            if typed and not isinstance(v, bool):
+                raise LctxError(f"{where}: tolerance interval = {v!r} is not a boolean; write interval = true "
+                                "(gate only where the run's 95 % interval excludes the baseline) or false")
             text = str(v).strip().lower()
             if isinstance(v, bool) or text in ("true", "false", "1", "0", "on", "off", "1.0", "0.0"):
                 out[k] = 1.0 if (v is True or text in ("true", "1", "on", "1.0")) else 0.0
                 continue
-            raise LctxError(f"{where}: tolerance interval = {v!r}; write interval = true (gate only where the "
-                            "run's 95 % interval excludes the baseline) or false")
+            raise LctxError(f"{where}: tolerance interval = {v!r}; write interval=on or interval=off on the command "
+                            "line, interval = true or false in a rules file (on: gate only where the run's 95 % "
+                            "interval excludes the baseline)")
         if typed and (isinstance(v, bool) or not isinstance(v, (int, float))):
             kind = "a boolean" if isinstance(v, bool) else ("a string" if isinstance(v, str) else type(v).__name__)
             raise LctxError(f"{where}: tolerance {k} = {v!r} is {kind}, not a number; write a bare number, "

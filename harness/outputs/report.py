@@ -788,7 +788,8 @@ def _criteria_note(table: pd.DataFrame) -> str:
             f"criterion at every tested length up to L (“≥” = flat at every length tested). Effective length: the "
             f"largest length with the retrieval score ({crits['effective_length']}) at or above the threshold at every tested length up to it "
             f"(RULER's effective length; “< L” = below it already at the shortest length L). Retrieval columns: the "
-            f"headline metric (passkey exact match, NIAH string_match_all) averaged over depths and samples.")
+            f"headline metric (passkey exact match, NIAH string_match_all) averaged over depths and samples, with its "
+            f"95 % interval in brackets (Wilson when every value is 0 or 1, Student's t otherwise) and n, the samples.")
 
 
 def _summary_notes(table: pd.DataFrame, metas: list[dict], at_note: str | None) -> list[str]:

@@ -7,9 +7,13 @@ Two kinds, chosen per cell by its values, and named in the tables' ``interval`` 
   inference, the law of succession, and statistical inference", JASA 22; the form of Brown, Cai and DasGupta
   2001, "Interval estimation for a binomial proportion", Statistical Science 16, eq. 4). Unlike mean ± 1.96 se
   it is never wider than [0, 1] and not empty at 0 / n or n / n: one exact sample out of one is [0.21, 1].
-- ``t``: any other metric (perplexity, digit_acc, string_match_part, a sequence-match ratio): Student's t interval
+- ``t``: any cell with another value (perplexity, a digit_acc of 0.8, a sequence-match ratio): Student's t interval
   mean ± t(0.975, n - 1) · stderr, stderr = sample std / sqrt(n); none (NaN) for n < 2, where a spread cannot be
   estimated.
+
+The kind follows the cell's values, not the metric's name: a cell whose values are all 0 or 1 is a proportion
+(a digit_acc of 1.0 for every sample gets Wilson's interval, another cell of the same metric t's). A t interval is
+not clipped to a metric's range (a mean near 0 of a [0, 1] metric can show a negative low end).
 
 Imports scipy (a dependency: RULER's fwe uses it too) only for the t quantile.
 """
@@ -39,7 +43,8 @@ def wilson(k: float, n: int, z: float = Z) -> tuple[float, float]:
     z2 = z * z
     centre = (k + z2 / 2) / (n + z2)
     half = z / (n + z2) * math.sqrt(k * (n - k) / n + z2 / 4)
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # at k = 0 (k = n) the low (high) end is 0 (1) exactly; the formula leaves ~1e-17 of rounding there
+    return (0.0 if k == 0 else max(0.0, centre - half)), (1.0 if k == n else min(1.0, centre + half))
 
 
 def t_interval(mean: float, stderr: float, n: int) -> tuple[float, float]:

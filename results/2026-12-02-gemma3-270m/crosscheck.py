@@ -1,7 +1,8 @@
 """Gemma 3 270M through lctx against llama.cpp on the same GGUF and the same prompt ids (issue 29 item 3).
 
 The independent runtime is llama.cpp through its Python bindings (llama-cpp-python 0.3.36, the portable CPU
-build of ``.ci/run``): ``Llama(n_ctx=33,024, n_batch=512, flash_attn=True, logits_all=False, 1 thread)``. Flash
+build of ``.ci/run``): ``Llama(n_ctx=max(LENGTHS) + 256, n_batch=512, flash_attn=True, logits_all=False,
+1 thread)``. Flash
 attention on (llama.cpp's own default is "auto"; the bindings' is off): without it one 8K prompt took 171 s against
 lctx's 35 s on this machine, and 32K would take over 20 minutes per cell. ``logits_all`` stays off:
 at 32K it would hold 32K x 262,144 float32 logits (34 GB); the last position's logits are read with
@@ -9,8 +10,8 @@ at 32K it would hold 32K x 262,144 float32 logits (34 GB); the last position's l
 log-probabilities need. lctx's side is ``lctx run``'s in-process adapter (``--model gemma3-270m``: the GGUF
 dequantised to float32 by transformers, lctx's chunked prefill and sliding-window KV cache).
 
-Per cell (passkey at 1K, 8K and 32K, depths 0 / 0.5 / 1, sample 0 of seed 0: the prompts of the run directory's
-sample 0):
+Per cell (passkey at 1K, 8K and 32K, depths 0 / 0.5 / 1, sample 0 of seed 0: built here by lctx's passkey task
+from the seed, so the same prompts as sample 0 of run.sh's passkey run, whose records hold the same keys):
 
 * ``ids_equal``: llama.cpp's tokenisation of the prompt text (``tokenize(text, add_bos=True, special=True)``)
   against lctx's prompt ids; either way llama.cpp is then fed lctx's ids, so both runtimes see one prompt.
@@ -42,7 +43,6 @@ from pathlib import Path
 
 import numpy as np
 
-DATA = Path(os.environ.get("LCTX_DATA_DIR", Path(__file__).resolve().parents[3] / "shared" / "data"))
 KEYS = ["task", "length", "depth", "sample", "n_tokens", "ids_equal", "lctx_exact", "llama_cpp_exact",
         "tokens_equal", "first_diff", "max_abs_logprob_diff", "at_token", "n_logprobs", "lctx_answer",
         "llama_cpp_answer", "lctx_s", "llama_cpp_s", "lctx_lp_lctx_tok", "lctx_lp_cpp_tok", "cpp_lp_cpp_tok",
@@ -146,6 +146,6 @@ def main(out: Path, lengths: list[int], depths: tuple[float, ...] = (0.0, 0.5, 1
 
 if __name__ == "__main__":
     if len(sys.argv) < 2:
-        sys.exit("usage: crosscheck.py OUT [LENGTHS]")
+        sys.exit("usage: crosscheck.py OUT [LENGTHS [DEPTHS]]   (comma lists; default 1024,8192,32768 and 0,0.5,1)")
     main(Path(sys.argv[1]), [int(x) for x in (sys.argv[2] if len(sys.argv) > 2 else "1024,8192,32768").split(",")],
          tuple(float(x) for x in (sys.argv[3] if len(sys.argv) > 3 else "0,0.5,1").split(",")))

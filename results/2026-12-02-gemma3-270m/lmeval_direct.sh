@@ -23,4 +23,7 @@ D=(lm_eval --model hf --model_args "pretrained=$OUT/gemma3-hf,dtype=float32" --d
 "${D[@]}" --batch_size 2 --tasks "$(cat "$OUT/direct/mmlu_tasks.txt")" --num_fewshot 5 --limit 1 \
   --output_path "$OUT/direct/out-mmlu" || exit 1
 R=(); for d in arc mmlu; do [ -f "$OUT/$d/records.jsonl" ] && R+=("$OUT/$d"); done
-[ ${#R[@]} -gt 0 ] && python "$L" compare --work "$OUT/direct" --lctx "${R[@]}" --out "$OUT/direct-compare"
+if [ ${#R[@]} -eq 0 ]; then
+  echo "lm-eval direct done; no lctx arc / mmlu run in $OUT to compare with (run.sh's arc and mmlu jobs)"; exit 0
+fi
+python "$L" compare --work "$OUT/direct" --lctx "${R[@]}" --out "$OUT/direct-compare"
