@@ -33,7 +33,7 @@ import pandas as pd
 REPO = Path(__file__).resolve().parent.parent
 BUNDLED = REPO / "models" / "checkpoints" / "pydoc-tiny-rope"
 LCTX = [sys.executable, "-m", "lctx.cli"]
-VOLATILE = ["run_id", "wall_s", "peak_mem_bytes", "timestamp", "git_rev"]
+VOLATILE = ["run_id", "wall_s", "cpu_s", "peak_mem_bytes", "timestamp", "git_rev"]
 TEXT = ("Every module documents the functions it exports. A function takes arguments and returns a value, "
         "which may be None when nothing is returned. The examples below show a call and its result. ") * 20
 

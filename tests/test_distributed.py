@@ -16,7 +16,7 @@ from lctx.errors import LctxError
 from lctx.harness.run.tables import record_key
 
 # columns that differ between any two runs (time, memory, clock, run id)
-VOLATILE = ["run_id", "wall_s", "peak_mem_bytes", "timestamp", "threads"]  # torchrun gives each rank OMP_NUM_THREADS=1
+VOLATILE = ["run_id", "wall_s", "cpu_s", "peak_mem_bytes", "timestamp", "threads"]  # torchrun gives each rank OMP_NUM_THREADS=1
 ROW = ["model", "task", "metric", "length", "depth", "sample"]
 
 

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from helpers import assert_one_line_error, run_cli
 
 #: columns that differ between two runs of the same inputs (when and how long, which process)
-RUN_SPECIFIC = ["run_id", "wall_s", "peak_mem_bytes", "timestamp"]
+RUN_SPECIFIC = ["run_id", "wall_s", "cpu_s", "peak_mem_bytes", "timestamp"]
 
 
 def _comparable(table: pd.DataFrame) -> pd.DataFrame:

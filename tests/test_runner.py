@@ -27,7 +27,7 @@ from lctx.tasks import TASKS, Task, register_task
 from lctx.tasks.passkey import Passkey
 from lctx.tasks.ppl import Perplexity
 
-VOLATILE = ["run_id", "wall_s", "peak_mem_bytes", "timestamp", "git_rev"]
+VOLATILE = ["run_id", "wall_s", "cpu_s", "peak_mem_bytes", "timestamp", "git_rev"]
 
 
 class Interrupting(Passkey):
