@@ -45,6 +45,7 @@ from lctx.metrics import TEACHER_FORCED, is_teacher_forced
 from lctx.tasks import TASKS, group_of_label
 from lctx.tasks import GROUPS  # flatness, ruler (imported above: registered)
 
+from lctx.harness.run.intervals import interval, is_binary
 from lctx.harness.steps.flatness import TASK as FLATNESS, derive_table
 from lctx.harness.outputs.plots import (accuracy_figure, bench_figure, format_length, ok_values, palette,
                                        perplexity_figure, ruler_figure, safe_filename, series_label, task_heatmaps,
@@ -436,8 +437,6 @@ def _fmt_len(v, T=None, max_tested=None, zero="–") -> str:
 def _mean_ci(values: pd.Series) -> tuple[float, float, float, int]:
     """(mean, 95 % interval low, high, n) of a cell's sample values: Wilson when every value is 0 or 1, else t
     (:mod:`lctx.harness.run.intervals`); NaNs for no values (and the interval for one continuous value)."""
-    from lctx.harness.run.intervals import interval, is_binary
-
     v = pd.to_numeric(values, errors="coerce").dropna()
     n = len(v)
     if not n:

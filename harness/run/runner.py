@@ -668,8 +668,8 @@ def _new_record(lm: ModelAdapter, base: dict) -> dict:
     process's torch threads."""
     st = lm.settings()
     return dict(base, variant=lm.variant, device=st.get("device"), dtype=st.get("dtype"),
-                train_length=lm.train_length, n_tokens=None, depth_actual=None, metrics={}, status="ok",
-                error="", batch_size=1, threads=torch.get_num_threads())
+                train_length=lm.train_length, n_tokens=None, depth_actual=None, prompt_sha256=None, metrics={},
+                status="ok", error="", batch_size=1, threads=torch.get_num_threads())
 
 
 def _record_error(rec: dict, e: BaseException) -> None:
