@@ -10,8 +10,8 @@
 #   LCTX_DATA_DIR  data root (default ../shared/data)
 #   ONLY / SKIP    space-separated job names (as in timings.tsv) to run only / to leave out; two shells with
 #                  disjoint ONLY lists run two lanes at once (each job writes its own run directory)
-#   STOP_AT        HH:MM (UTC): a job still running then is stopped (lctx keeps its finished samples; rerunning
-#                  resumes), later ones are skipped (default: none)
+#   STOP_AT        HH:MM (UTC, today): a job still running then is stopped (lctx keeps its finished samples;
+#                  rerunning resumes), later ones are skipped (default: none)
 # Each job writes an lctx run directory OUT/<dir>/, OUT/<job>.log (/usr/bin/time -v: wall, CPU, peak RSS) and a
 # line "job start end rc" in OUT/timings.tsv. Jobs resume: rerunning skips the finished samples.
 set -uo pipefail
@@ -46,9 +46,11 @@ job() {  # DIR=run-dir job NAME lctx run options...
 }
 T=(--train-length 32768)  # the context length the GGUF declares (gemma3.context_length): the report's 1x
 D5=(--depths 0,0.25,0.5,0.75,1)
-# Two lanes (this session: ONLY="passkey-1 beyond-1 ppl passkey-3" and ONLY="ruler-4k ruler-8k ruler-16k ruler-32k"
-# in two shells, one thread each). A run directory takes one lctx run at a time, so everything that the report's
-# flatness rows read (passkey and ppl) runs in one lane, into one directory.
+# Lanes (this session, one thread each: ONLY="passkey-1 beyond-1 ppl passkey-3" and ONLY="ruler-4k ruler-8k
+# ruler-16k ruler-32k" in two shells, then ONLY="arc mmlu direct", then ONLY=report; beyond-3 was not run; without
+# ONLY every job runs in turn). A run directory takes one lctx run at a time, so everything that the report's
+# flatness rows read (passkey and ppl) runs in one lane, into one directory. The llama.cpp cross-check is its own
+# script: python crosscheck.py OUT/crosscheck, then crosscheck.py OUT/crosscheck-explain 32768 (README).
 # passkey: every cell once first, then past the declared maximum (the global layers' RoPE beyond 32K), then the
 # perplexity sweep, then the second and third samples (resuming; a stop leaves every length with a score)
 DIR=passkey job passkey-1 --tasks passkey "${T[@]}" "${D5[@]}" --samples 1 --lengths 1k,2k,4k,8k,16k,32k
@@ -59,7 +61,7 @@ DIR=passkey job beyond-1 --tasks passkey "${T[@]}" --depths 0.5 --samples 1 --le
 PPL=(--tasks ppl "${T[@]}" --ppl-data books/pg98_a_tale_of_two_cities.txt --ppl-max-tokens 32768 --stride 0.5)
 DIR=passkey job ppl "${PPL[@]}" --lengths 1k,2k,4k,8k,16k,32k
 DIR=passkey job passkey-3 --tasks passkey "${T[@]}" "${D5[@]}" --samples 3 --lengths 1k,2k,4k,8k,16k,32k
-DIR=passkey job beyond-3 --tasks passkey "${T[@]}" --depths 0,0.5,1 --samples 1 --lengths 48k,64k --allow-beyond-max
+DIR=passkey job beyond-3 --tasks passkey "${T[@]}" --depths 0,0.5,1 --samples 3 --lengths 48k,64k --allow-beyond-max
 # RULER (lctx's group: its 13 tasks less qa_1 / qa_2, whose SQuAD / HotpotQA files are not in the shared data),
 # no chat template (a base model), 5 depths x 1 sample per task at 4K and 8K, 1 at 16K and 32K (depth 0.5)
 DIR=ruler job ruler-4k --tasks ruler "${T[@]}" "${D5[@]}" --samples 1 --lengths 4k
