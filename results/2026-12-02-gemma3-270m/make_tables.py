@@ -95,8 +95,10 @@ def ruler_tables(root: Path) -> list[str]:
     out = []
     per = s[(s["task"] != "ruler") & s["task"].astype(str).str.match(r"(niah|vt|cwe|fwe|qa)")]
     rows = []
+    from lctx.harness.steps.ruler import task_metric  # RULER's own metric per task (string_match_all / _part)
+
     for (task, metric), g in per.groupby(["task", "metric"]):
-        if metric not in ("string_match_all", "string_match_part"):
+        if metric != task_metric(task):
             continue
         g = g.assign(w=g["mean"] * g["n"]).groupby("length").agg(w=("w", "sum"), n=("n", "sum"))
         rows.append(pd.Series({fmt_len(L): f"{100 * r.w / r.n:.1f} ({int(r.n)})" for L, r in g.iterrows()},
@@ -110,7 +112,8 @@ def ruler_tables(root: Path) -> list[str]:
         eff = agg[agg["metric"] == "effective_length"]
         line = " | ".join(f"{fmt_len(L)}: {v:.1f}" for L, v in zip(avg["length"], avg["mean"]))
         e = eff["mean"].dropna()
-        out.append("### RULER average over its tasks (percent) and effective length\n\n"
+        out.append("### RULER average over the tasks run (percent; 11 of RULER's 13: qa_1 / qa_2 need SQuAD / HotpotQA files "
+                   "the shared data does not have) and effective length\n\n"
                    f"average by length: {line}\n\neffective length (the longest tested length up to which the "
                    "average stays above RULER's threshold 85.6, Llama-2-7B's at 4K): "
                    f"**{fmt_len(e.iloc[-1]) if len(e) and e.iloc[-1] > 0 else 'below the threshold at every length'}**\n")
@@ -162,6 +165,10 @@ def accuracy_tables(root: Path) -> list[str]:
         c = c.groupby(["task", "metric"]).agg(lm_eval=("lm_eval", "mean"), differing=("questions_differing", "sum"),
                                               max_ll_diff=("max_ll_diff", "max")).reset_index()
         t = t.merge(c, on=["task", "metric"], how="left")
+    from lctx.harness.run.intervals import wilson  # acc is 0/1 per question
+
+    t["lctx 95 % interval"] = [f"[{lo:.2f}, {hi:.2f}]" for lo, hi in
+                               (wilson(round(m * n), int(n)) for m, n in zip(t["lctx"], t["questions"]))]
     t["published (model card)"] = [f"{PUBLISHED[k][1]} ({PUBLISHED[k][0]}-shot)" if k in PUBLISHED else "-"
                                    for k in t["task"]]
     return ["### ARC (first 100 test questions of each, 0-shot) and MMLU (first question of each subject, 5-shot): "
@@ -175,7 +182,7 @@ def crosscheck_table(root: Path) -> list[str]:
                        ("crosscheck-explain", "the 32K cells again, with each side's log-probability of both "
                         "candidate tokens where the greedy continuations part (first_diff)")):
         p = root / sub / "crosscheck.csv"
-        if not p.exists():
+        if not p.exists() or p.stat().st_size == 0:  # not run, or no cell finished yet
             continue
         t = pd.read_csv(p)
         t["length"] = t["length"].map(fmt_len)
