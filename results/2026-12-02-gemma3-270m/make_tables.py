@@ -223,24 +223,31 @@ def cost_tables(root: Path) -> list[str]:
     out = []
     if rows:
         out.append("### cost per sample (records' wall_s: the runner's time per sample, one thread, on a loaded machine; "
-                   "cpu_s: the process's CPU seconds for the sample, recorded from the second session's code on; "
+                   "cpu_s: the process's CPU seconds for the sample, in the records lctx wrote from a89e875 on (passkey-3, "
+                   "ruler-16k); "
                    "peak_mem_bytes: the process's peak RSS so far); exponent: least-squares slope of log wall on log length\n\n"
                    + pd.DataFrame(rows).to_markdown(index=False) + "\n")
     jobs = []
     tim = root / "timings.tsv"
+    seen: dict[str, int] = {}
     for line in tim.read_text().splitlines() if tim.exists() else []:
         name, t0, t1, rc = line.split("\t")
+        k = seen[name] = seen.get(name, -1) + 1  # the job's k-th line owns the log's k-th /usr/bin/time block
         log = (root / f"{name}.log").read_text(errors="replace") if (root / f"{name}.log").exists() else ""
         wall = re.findall(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (\S+)", log)
         user = re.findall(r"User time \(seconds\): (\S+)", log)
         syst = re.findall(r"System time \(seconds\): (\S+)", log)
         rss = re.findall(r"Maximum resident set size \(kbytes\): (\d+)", log)
+        has = k < min(len(wall), len(user), len(syst), len(rss))  # a job killed by timeout prints no block
         jobs.append({"job": name, "start (UTC)": t0[11:19], "end (UTC)": t1[11:19], "rc": rc,
-                     "wall": wall[-1] if wall else "",
-                     "CPU s": round(float(user[-1]) + float(syst[-1]), 1) if user and syst else "",
-                     "peak RSS GiB": round(int(rss[-1]) / 2**20, 2) if rss else ""})
+                     "wall": wall[k] if has else "",
+                     "CPU s": round(float(user[k]) + float(syst[k]), 1) if has else "",
+                     "peak RSS GiB": round(int(rss[k]) / 2**20, 2) if has else ""})
     if jobs:
-        out.append("### each job (/usr/bin/time -v; rc 124: stopped at STOP_AT, resumable)\n\n"
+        out.append("### each job (/usr/bin/time -v; rc 124: stopped at STOP_AT, resumable, no time block; rc 137 at 13:19: the "
+                   "job's `timeout` was killed by hand so that the job could run past STOP_AT: it did, and its wall / "
+                   "CPU / RSS are its own, its end is later than the column says; rc 2: refused, the run directory "
+                   "was in use by that job)\n\n"
                    + pd.DataFrame(jobs).to_markdown(index=False) + "\n")
     return out
 
