@@ -587,6 +587,7 @@ def test_auto_batch_size_is_told_once_per_model_and_length(monkeypatch):
     assert len(lines) == 2 and "3 for tiny at 100 tokens" in lines[0] and "2 for tiny at 200 tokens" in lines[1]
 
 
+@pytest.mark.slow  # two sweeps of two tasks x 3 samples (~10 s quiet)
 def test_samples_of_a_cell_never_share_a_prompt(make_checkpoint, tmp_path):
     """Issue 30 item 6: every record carries its prompt's digest (prompt_sha256); the samples of one cell of the
     generated tasks have different prompts (their keys and values are drawn per sample), and a rerun into a fresh
