@@ -18,7 +18,23 @@ import re
 import sys
 from pathlib import Path
 
+import importlib.util
+
 import pandas as pd
+
+_HERE = Path(__file__).resolve().parent
+
+
+def _sibling(folder: str, name: str):
+    """A module of another results folder, loaded by path (the folders are scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(f"{folder}_{name}".replace("-", "_"), _HERE.parent / folder / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+grid = _sibling("2026-12-01-smollm2-135m", "make_tables").grid  # depth x length cells "mean (n)"
+slope = _sibling("2026-12-02-lean-prefill", "summarise").slope  # least-squares log-log slope (the time exponent)
 
 # Gemma 3 model card, table "Gemma 3 270M" (pre-trained): benchmark -> (n-shot, score in percent)
 PUBLISHED = {"arc_easy": (0, 57.7), "arc_challenge": (25, 29.0)}
@@ -39,31 +55,12 @@ def records(root: Path, run: str) -> list[dict]:
     return [json.loads(x) for x in p.read_text().splitlines() if x.strip()] if p.exists() else []
 
 
-def grid(s: pd.DataFrame, task: str, metric: str) -> pd.DataFrame:
-    """Rows: depth, columns: length; cells 'mean (n)'; '-' where not run."""
-    s = s[(s["task"] == task) & (s["metric"] == metric)].dropna(subset=["length", "depth"])
-    if s.empty:
-        return pd.DataFrame()
-    s = s.assign(cell=s["mean"].map(lambda v: f"{v:.2f}") + " (" + s["n"].astype(int).astype(str) + ")")
-    g = s.pivot_table(index="depth", columns="length", values="cell", aggfunc="last").fillna("-")
-    g.columns = [fmt_len(c) for c in g.columns]
-    g.index = [f"depth {d:g}" for d in g.index]
-    return g
-
-
 def over_depths(s: pd.DataFrame, task: str, metric: str) -> pd.Series:
     """Mean over every sample of a length (depths pooled, weighted by n): 'mean (n)'."""
     s = s[(s["task"] == task) & (s["metric"] == metric)].dropna(subset=["length", "depth"])
     s = s.assign(w=s["mean"] * s["n"])
     g = s.groupby("length").agg(w=("w", "sum"), n=("n", "sum"))
     return pd.Series({fmt_len(L): f"{r.w / r.n:.2f} ({int(r.n)})" for L, r in g.iterrows()})
-
-
-def slope(x, y) -> float:
-    """Least-squares slope of log y on log x (the time exponent b of t ~ a L^b)."""
-    lx, ly = [math.log(v) for v in x], [math.log(v) for v in y]
-    mx, my = sum(lx) / len(lx), sum(ly) / len(ly)
-    return sum((a - mx) * (b - my) for a, b in zip(lx, ly)) / sum((a - mx) ** 2 for a in lx)
 
 
 def passkey_tables(root: Path) -> list[str]:
