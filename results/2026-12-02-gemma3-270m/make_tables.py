@@ -12,13 +12,12 @@ logs. Every number printed comes from those files; the published numbers are quo
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import re
 import sys
 from pathlib import Path
-
-import importlib.util
 
 import pandas as pd
 
