@@ -46,13 +46,15 @@ job() {  # DIR=run-dir job NAME lctx run options...
 }
 T=(--train-length 32768)  # the context length the GGUF declares (gemma3.context_length): the report's 1x
 D5=(--depths 0,0.25,0.5,0.75,1)
-# Lanes (this session, one thread each: ONLY="passkey-1 beyond-1 ppl passkey-3" and ONLY="ruler-4k ruler-8k
-# ruler-16k ruler-32k" in two shells, then ONLY="arc mmlu direct", then ONLY=report; beyond-3 was not run; without
+# Lanes (one thread each): session 1 ran ONLY="passkey-1 beyond-1 ppl passkey-3" and ONLY="ruler-4k ruler-8k
+# ruler-16k ruler-32k" in two shells, then ONLY="arc mmlu direct", then ONLY=report; session 2 resumed with
+# ONLY="passkey-3 beyond-d3 beyond-3" and ONLY="ruler-32k ruler-16k-5" (STOP_AT set), then ONLY=report; without
 # ONLY every job runs in turn). A run directory takes one lctx run at a time, so everything that the report's
 # flatness rows read (passkey and ppl) runs in one lane, into one directory. The llama.cpp cross-check is its own
 # script: python crosscheck.py OUT/crosscheck, then crosscheck.py OUT/crosscheck-explain 32768 (README).
 # passkey: every cell once first, then past the declared maximum (the global layers' RoPE beyond 32K), then the
-# perplexity sweep, then the second and third samples (resuming; a stop leaves every length with a score)
+# perplexity sweep, then the second and third samples (resuming; a stop leaves every length with a score); past
+# the maximum at 3 depths once (beyond-d3), then 3 samples each (beyond-3)
 DIR=passkey job passkey-1 --tasks passkey "${T[@]}" "${D5[@]}" --samples 1 --lengths 1k,2k,4k,8k,16k,32k
 DIR=passkey job beyond-1 --tasks passkey "${T[@]}" --depths 0.5 --samples 1 --lengths 48k,64k --allow-beyond-max
 # perplexity on pg98 (A Tale of Two Cities; never used to train lctx's models; what SmolLM2's run scored): its first
@@ -61,13 +63,16 @@ DIR=passkey job beyond-1 --tasks passkey "${T[@]}" --depths 0.5 --samples 1 --le
 PPL=(--tasks ppl "${T[@]}" --ppl-data books/pg98_a_tale_of_two_cities.txt --ppl-max-tokens 32768 --stride 0.5)
 DIR=passkey job ppl "${PPL[@]}" --lengths 1k,2k,4k,8k,16k,32k
 DIR=passkey job passkey-3 --tasks passkey "${T[@]}" "${D5[@]}" --samples 3 --lengths 1k,2k,4k,8k,16k,32k
+DIR=passkey job beyond-d3 --tasks passkey "${T[@]}" --depths 0,0.5,1 --samples 1 --lengths 48k,64k --allow-beyond-max
 DIR=passkey job beyond-3 --tasks passkey "${T[@]}" --depths 0,0.5,1 --samples 3 --lengths 48k,64k --allow-beyond-max
 # RULER (lctx's group: its 13 tasks less qa_1 / qa_2, whose SQuAD / HotpotQA files are not in the shared data),
-# no chat template (a base model), 5 depths x 1 sample per task at 4K and 8K, 1 at 16K and 32K (depth 0.5)
+# no chat template (a base model), 5 depths x 1 sample per task at 4K and 8K, 1 at 32K (depth 0.5); 16K first at
+# depth 0.5 (ruler-16k), then after 32K at all 5 depths (ruler-16k-5 resumes it: 5 samples per task)
 DIR=ruler job ruler-4k --tasks ruler "${T[@]}" "${D5[@]}" --samples 1 --lengths 4k
 DIR=ruler job ruler-8k --tasks ruler "${T[@]}" "${D5[@]}" --samples 1 --lengths 8k
 DIR=ruler job ruler-16k --tasks ruler "${T[@]}" --depths 0.5 --samples 1 --lengths 16k
 DIR=ruler job ruler-32k --tasks ruler "${T[@]}" --depths 0.5 --samples 1 --lengths 32k
+DIR=ruler job ruler-16k-5 --tasks ruler "${T[@]}" "${D5[@]}" --samples 1 --lengths 16k
 # MMLU (the first question of each of the 57 subjects, 5-shot) and ARC (the first 100 test questions of each,
 # 0-shot), lctx and lm-eval direct (lm-eval's own hf model on the same dequantised weights): lmeval_direct.sh
 DIR=arc job arc --tasks arc_easy,arc_challenge --num-fewshot 0 --limit 100
