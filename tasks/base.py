@@ -30,6 +30,13 @@ TASKS: Registry[type["Task"]] = Registry("task", replace=True)  # a task file ma
 #: :meth:`Task.cost`, so a sweep's progress bar does not under-count generation.
 DECODE_STEP_TOKENS = 64
 
+#: The task categories (:attr:`Task.category`), in the report's column order: RULER's (Hsieh et al. 2024,
+#: "RULER: What's the Real Context Size of Your Long-Context Language Models?", section 3: retrieval, multi-hop
+#: tracing, aggregation, question answering; its retrieval split into one needle and several), then the kinds
+#: HELMET / MRCR (multi-round coreference) and BABILong (reasoning over scattered facts) add.
+CATEGORIES = ("single retrieval", "multi retrieval", "multi-hop tracing", "aggregation", "QA", "multi-round",
+              "reasoning")
+
 
 @dataclass(frozen=True)
 class Cell:
@@ -160,6 +167,9 @@ class Task:
             threshold, and usable as the retrieval task of a flatness sweep's effective length (default False).
         secondary_metric: a metric drawn beside the headline one (passkey's digit_acc, NIAH's teacher-forced
             tf_top1; default none).
+        category: what ability the task measures, one of :data:`CATEGORIES` (RULER's grouping, Hsieh et al. 2024
+            section 3, widened by HELMET's, MRCR's and BABILong's kinds): the report's length x category table
+            averages each category's tasks (default None: in no category).
         description: one line for ``lctx list tasks``; when a class sets none, the first paragraph of its
             docstring is used.
         requires: the data the task reads, for ``lctx list tasks`` (e.g. ``ruler/ under --data-dir``).
@@ -249,6 +259,7 @@ class Task:
     uses_seed: ClassVar[bool] = True
     retrieval: ClassVar[bool] = False
     secondary_metric: ClassVar[str | None] = None
+    category: ClassVar[str | None] = None
     whole: ClassVar[bool] = False
     chunked: ClassVar[bool] = True
     adapter_needs: ClassVar[dict] = {}
@@ -282,7 +293,7 @@ class Task:
         a ``--task-file`` need not be there afterwards, :func:`task_meta`): ``name``, ``version``, ``metrics``,
         ``headline_metric`` (:meth:`headline`), ``higher_is_better`` as {metric: bool} (a bool is the headline
         metric's; {} when it declares nothing), ``retrieval``, ``secondary_metric``, ``axes``, ``uses_seed`` and
-        ``heatmap_metrics`` (None when not declared). JSON-ready."""
+        ``heatmap_metrics`` (None when not declared) and ``category`` (None when not declared). JSON-ready."""
         metrics = [str(m) for m in self.metrics]
         headline = self.headline_metric or (metrics[0] if metrics else "")
         hib = self.higher_is_better
@@ -292,7 +303,8 @@ class Task:
         return {"name": self.name, "version": getattr(self, "version", 1), "metrics": metrics,
                 "headline_metric": headline, "higher_is_better": hib, "retrieval": bool(self.retrieval),
                 "secondary_metric": self.secondary_metric, "axes": [str(a) for a in self.axes],
-                "uses_seed": bool(self.uses_seed), "heatmap_metrics": [str(m) for m in heat] if heat else None}
+                "uses_seed": bool(self.uses_seed), "heatmap_metrics": [str(m) for m in heat] if heat else None,
+                "category": self.category}
 
     @classmethod
     def run_option(cls, option: str) -> RunOption | None:
@@ -803,13 +815,14 @@ def extra_tables(table) -> dict:
 class TaskMeta:
     """What the report, the plots and ``lctx compare`` know of a task by name (see :class:`Task`'s attributes):
     headline metric, whether higher is better (None: unknown), retrieval or not, the secondary metric, and
-    whether it has a depth axis."""
+    whether it has a depth axis, and its category (:data:`CATEGORIES`, None: none)."""
 
     headline: str
     higher_is_better: bool | None
     retrieval: bool
     secondary: str | None
     has_depth: bool
+    category: str | None = None
 
 
 def task_meta(name: str, metrics: tuple[str, ...] | list[str] = (), has_depth: bool = False,
@@ -818,17 +831,20 @@ def task_meta(name: str, metrics: tuple[str, ...] | list[str] = (), has_depth: b
     (``declared``: ``run.json``'s ``task_meta[name]``, :meth:`Task.declaration`; a ``--task-file`` task needs no
     task file afterwards), else its class attributes when it is registered; for a task neither records nor
     registers (a run directory written before ``task_meta`` was recorded): the first of ``metrics`` as headline,
-    direction unknown, not retrieval, ``has_depth`` as the table shows it."""
+    direction unknown, not retrieval, ``has_depth`` as the table shows it. A run recorded before tasks declared a
+    ``category`` takes the registered class's (None for a task lctx does not register)."""
+    cls = TASKS.get(str(name))
     if isinstance(declared, dict) and declared.get("headline_metric"):
         hib = declared.get("higher_is_better")
         hib = hib.get(declared["headline_metric"]) if isinstance(hib, dict) else hib
         axes = declared.get("axes")
+        cat = declared["category"] if "category" in declared else getattr(cls, "category", None)
         return TaskMeta(str(declared["headline_metric"]), hib if isinstance(hib, bool) else None,
                         bool(declared.get("retrieval")), declared.get("secondary_metric") or None,
-                        "depth" in axes if isinstance(axes, list) else bool(has_depth))
-    cls = TASKS.get(str(name))
+                        "depth" in axes if isinstance(axes, list) else bool(has_depth),
+                        cat if cat in CATEGORIES else None)
     if cls is None:
         return TaskMeta(str(metrics[0]) if len(metrics) else "", None, False, None, bool(has_depth))
     hib = cls.higher_is_better
     hib = hib.get(cls.headline()) if isinstance(hib, dict) else hib
-    return TaskMeta(cls.headline(), hib, cls.retrieval, cls.secondary_metric, "depth" in cls.axes)
+    return TaskMeta(cls.headline(), hib, cls.retrieval, cls.secondary_metric, "depth" in cls.axes, cls.category)

@@ -66,6 +66,7 @@ class JsonKV(Task):
     metrics = ("string_match_all",)
     headline_metric = "string_match_all"
     retrieval = True
+    category = "single retrieval"
     description = "JSON key-value retrieval (HELMET json_kv; Liu et al. 2023): uuid pairs fill the length"
     requires = "none (generated)"
     option_hints = {"match": "one of " + ", ".join(MATCH_MODES), "max_new_tokens": "a whole number of tokens >= 1"}

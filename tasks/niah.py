@@ -734,6 +734,7 @@ def _register(name: str) -> type[RulerNIAH]:
     cls_name = "".join(p.capitalize() for p in name.split("_"))
     cls = type(cls_name, (RulerNIAH,), {
         "name": name, "config": RULER_CONFIGS[name], "description": _DESCRIPTIONS[name], "__module__": __name__,
+        "category": "single retrieval" if name.startswith("niah_single") else "multi retrieval",  # RULER's split
         "requires": ", ".join(sorted({f.rsplit("/", 1)[0] + "/" if "wonderwords" in f else f
                                       for f in data_files(RULER_CONFIGS[name])})) or "none (generated)",
         "__doc__": f"RULER ``{name}`` ({RULER_CONFIGS[name]}); see :class:`RulerNIAH`."})

@@ -69,6 +69,7 @@ class Passkey(Task):
     metrics = ("exact", "digit_acc")
     headline_metric = "exact"
     retrieval = True
+    category = "single retrieval"
     secondary_metric = "digit_acc"  # teacher-forced
     description = "passkey retrieval (exact + teacher-forced digit accuracy) over length x depth"
     requires = "none (generated)"

@@ -562,6 +562,7 @@ class VariableTracking(RulerTask):
     """
 
     name = "vt"
+    category = "multi-hop tracing"
     requires = "none (generated)"
     description = "RULER variable tracking: 1 chain of 4 hops in the noise haystack (+1 solved example)"
     axes = ("depth", "sample")
@@ -652,6 +653,7 @@ class CommonWordsExtraction(RulerTask):
     """
 
     name = "cwe"
+    category = "aggregation"
     min_length_probe = 2048
     requires = "ruler/wonderwords/ (and ruler/PaulGrahamEssays.json past ~120K tokens)"
     description = "RULER common words extraction: 10 words x30 among words x3 (x6/x1 below 4K), +1 solved example"
@@ -781,6 +783,7 @@ class FrequentWordsExtraction(RulerTask):
     """
 
     name = "fwe"
+    category = "aggregation"
     requires = "none (generated)"
     description = "RULER frequent words extraction: top-3 coded words of a Zipf(alpha=2) text"
     axes = ("sample",)

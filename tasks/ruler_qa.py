@@ -176,6 +176,8 @@ class RulerQA(RulerTask):
         LctxError: no file given or found, or a file :func:`load_qa` refuses.
     """
 
+    category = "QA"
+
     dataset: str = "squad"
     axes = ("depth", "sample")
     metrics = ("string_match_part",)

@@ -422,3 +422,32 @@ def test_report_prints_its_summary_whole(tmp_path, capsys):
     for col in ("train length", "PPL at train length", "flat until", "effective length", "passkey exact @ 1×"):
         assert col in header, header
     assert "…" not in out
+
+
+def _cat_rows(spec):
+    """A results table of (task, length, values) rows for one model (status ok, depth 0.5)."""
+    rows = [{"label": "m", "model": "m", "task": t, "metric": metric, "length": L, "depth": 0.5, "sample": i,
+             "value": float(v), "status": "ok"}
+            for t, metric, L, vals in spec for i, v in enumerate(vals)]
+    return pd.DataFrame(rows)
+
+
+def test_category_table_averages_tasks_not_samples():
+    """Issue 30 item 7: a category's score is the mean of its tasks' means (RULER's average), not of the pooled
+    samples: passkey 1/4 and niah_single_1 2/2 give single retrieval (25 + 100) / 2 = 62.5 (pooled: 3/6 = 50, the
+    control that the test tells them apart); vt alone 0; ppl (no category) left out; RULER's average beside them;
+    a length where one of the two ran says (1/2)."""
+    from lctx.harness.outputs.report import category_blocks, category_table
+
+    t = _cat_rows([("passkey", "exact", 1024, [1, 0, 0, 0]), ("niah_single_1", "string_match_all", 1024, [1, 1]),
+                   ("vt", "string_match_all", 1024, [0]), ("ppl", "ppl", 1024, [12.5]),
+                   ("ruler", "average", 1024, [40.0]), ("passkey", "exact", 2048, [1, 1])])
+    grid, cats = category_table(t)
+    assert cats == {"single retrieval": ["niah_single_1", "passkey"], "multi-hop tracing": ["vt"]}
+    assert grid.loc[1024, "single retrieval"] == pytest.approx(62.5) != 50.0  # hand computation, above
+    assert grid.loc[1024, "multi-hop tracing"] == 0.0 and grid.loc[1024, "RULER average"] == 40.0
+    assert grid.loc[2048, "single retrieval"] == 100.0 and grid.attrs["counts"][(2048, "single retrieval")] == 1
+    (_, text), (_, disp, _) = category_blocks(t)
+    assert "100.0 (1/2)" in list(disp["single retrieval"]) and "62.5" in list(disp["single retrieval"])
+    assert "single retrieval: niah_single_1, passkey" in text
+    assert category_blocks(_cat_rows([("passkey", "exact", 1024, [1])])) == []  # one category: the summary says it

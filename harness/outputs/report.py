@@ -339,6 +339,74 @@ def ruler_blocks(table: pd.DataFrame, out_dir: Path) -> tuple[list, list[Path]]:
     return blocks, paths
 
 
+def category_table(rows: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
+    """One model's length x category table (issue 30 item 7) from its rows of a results table: per length, each
+    category's score in percent, the mean over the category's tasks of each task's headline metric (mean over ok
+    samples and depths, x100), as RULER averages its tasks; a task counts where it has a score at that length; and
+    ``RULER average`` beside them when the rows hold the ``ruler`` group's. Categories come from the tasks'
+    declarations (:attr:`lctx.tasks.Task.category`, :data:`lctx.tasks.CATEGORIES` order); tasks without one (ppl,
+    MMLU) are left out. Returns (the table: index the lengths, columns the categories present, ``attrs["counts"]``
+    {(length, category): the tasks scored there}; {category: its tasks})."""
+    from lctx.tasks import CATEGORIES  # the column order
+
+    ok = ok_values(rows)
+    ok = ok[ok["length"].notna() & ~ok["task"].isin(list(GROUPS))]
+    cats: dict[str, list[str]] = {}
+    for task in dict.fromkeys(ok["task"].astype(str)):
+        cat = meta_of(task, rows).category
+        if cat is not None and not is_bench_task(task):
+            cats.setdefault(cat, []).append(task)
+    cats = {c: sorted(cats[c]) for c in CATEGORIES if c in cats}
+    lengths = sorted({int(x) for x in pd.to_numeric(ok.loc[ok["task"].isin([t for ts in cats.values() for t in ts]),
+                                                           "length"], errors="coerce").dropna()})
+    grid = pd.DataFrame(float("nan"), index=lengths, columns=list(cats))
+    counts: dict = {}
+    for cat, tasks in cats.items():
+        for L in lengths:
+            scores = []
+            for t in tasks:
+                r = ok[(ok["task"] == t) & (ok["metric"] == meta_of(t, rows).headline)
+                       & (ok["length"].astype("int64") == L)]
+                if len(r):
+                    scores.append(100.0 * float(r["value"].astype(float).mean()))
+            if scores:
+                grid.loc[L, cat] = float(np.mean(scores))
+                counts[(L, cat)] = len(scores)
+    avg = rows[(rows["task"] == RULER) & (rows["metric"] == "average")]
+    if len(avg) and len(cats):
+        av = dict(zip(pd.to_numeric(avg["length"]).astype("int64"), pd.to_numeric(avg["value"], errors="coerce")))
+        grid["RULER average"] = [float(av.get(L, float("nan"))) for L in grid.index]
+    grid.attrs["counts"] = counts
+    return grid, cats
+
+
+def category_blocks(table: pd.DataFrame) -> list:
+    """The report's "By category" section: per model label whose tasks fall in two categories or more, or that ran
+    RULER's group, its :func:`category_table` (scores in percent, the tasks each category averages named)."""
+    blocks: list = []
+    for lbl in dict.fromkeys(table["label"]):
+        rows = table[table["label"] == lbl]
+        grid, cats = category_table(rows)
+        if not cats or (len(cats) < 2 and "RULER average" not in grid.columns):
+            continue
+        counts = grid.attrs.get("counts", {})
+
+        def cell(L, c, v):
+            if not np.isfinite(v):
+                return "–"
+            k = counts.get((L, c))
+            return f"{v:.1f}" + (f" ({k}/{len(cats[c])})" if k is not None and k < len(cats[c]) else "")
+
+        disp = pd.DataFrame({c: [cell(L, c, v) for L, v in grid[c].items()] for c in grid.columns})
+        disp.insert(0, "length", [format_length(L) for L in grid.index])
+        named = "; ".join(f"{c}: {', '.join(ts)}" for c, ts in cats.items())
+        blocks.append(("p", f"{lbl}: score by category and length in percent (each task's headline metric, mean "
+                            f"over samples and depths, then the mean over the category's tasks that ran at that "
+                            f"length; (k/n): only k of its n tasks ran there; {named})."))
+        blocks.append(("table", disp.reset_index(drop=True), ""))
+    return blocks
+
+
 def teacher_forced_note(table: pd.DataFrame, task: str) -> str | None:
     """The line a task's section carries when a metric it shows (its secondary metric, its heatmap panels) is
     teacher-forced (:attr:`lctx.metrics.Metric.teacher_forced`: passkey digit_acc, NIAH tf_*), or None: such a
@@ -747,6 +815,9 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, at: str | None
     sections: list[tuple[str, str, list]] = [
         ("summary", "Summary", [("table", disp, "summary"), ("p", _criteria_note(table))] + [("p", n) for n in notes])]
     plots: list[Path] = []
+    cblocks = category_blocks(table)
+    if cblocks:
+        sections.append(("categories", "By category", cblocks))
     for secs, paths in (_ruler_sections(table, out), _perplexity_sections(table, out, pal, max_ratio),
                         _task_sections(table, out, pal, threshold), _bench_sections(table, out, pal)):  # drawn in order
         sections += secs
