@@ -132,7 +132,7 @@ def run(
     lengths: str = typer.Option("256,512,1k,2k", "--lengths", "-l", help="Context lengths in tokens (k = 1024)."),
     relative: Optional[str] = typer.Option(None, "--relative", help="Lengths as multiples of each model's training length, e.g. 0.5,1,2,4,8 (instead of --lengths; default for flatness)."),
     train_length: Optional[int] = typer.Option(None, "--train-length", help="Training length in tokens, for checkpoints whose config records none (overrides the config's)."),
-    depths: str = typer.Option(DEFAULT_DEPTHS, "--depths", "-d", help="Needle depths, fractions in [0, 1]."),
+    depths: str = typer.Option(DEFAULT_DEPTHS, "--depths", "-d", help="Needle depths, fractions in [0, 1], or random:N (N depths drawn uniformly, seeded by --seed)."),
     samples: int = typer.Option(2, "--samples", "-n", min=1, help="Samples per (length, depth) cell."),
     stride: float = typer.Option(0.5, "--stride", help="ppl: tokens between windows, or a fraction (<= 1) of the window."),
     window: Optional[str] = typer.Option(None, "--window", help="ppl: window sizes in tokens (default: the --lengths)."),

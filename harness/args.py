@@ -10,6 +10,7 @@ import inspect
 import json
 import math
 import os
+import random
 import re
 import sys
 from pathlib import Path
@@ -56,12 +57,35 @@ def parse_lengths(text: str) -> list[int]:
     return out
 
 
-def parse_depths(text: str) -> list[float]:
-    """Parse "0,0.25,0.5" into fractions in [0, 1].
+#: The most depths ``--depths random:N`` draws (each is a row of every task's grid).
+MAX_RANDOM_DEPTHS = 1000
+
+
+def random_depths(n: int, seed: int = 0) -> list[float]:
+    """``n`` needle depths drawn uniformly from [0, 1] (``--depths random:N``), as RULER samples a depth per prompt
+    instead of a fixed grid (Hsieh et al. 2024; its ``niah.py`` draws each sample's depth at random): a pure function
+    of (n, seed), ``random.Random(f"depths|{n}|{seed}")``, each rounded to 4 decimals (so a table's depth is the
+    depth run), sorted, repeats dropped. With ``lctx run --seed S`` the draw is seeded by S; ``run.json`` records the
+    drawn list (``depths``) and the seed."""
+    rng = random.Random(f"depths|{n}|{seed}")
+    return sorted({round(rng.random(), 4) for _ in range(n)})
+
+
+def parse_depths(text: str, seed: int = 0) -> list[float]:
+    """Parse "0,0.25,0.5" into fractions in [0, 1]; "random:N" draws N depths (:func:`random_depths`, seeded by
+    ``seed``).
 
     Raises:
-        LctxError: an entry is not a number in [0, 1], or is empty ("0,,1").
+        LctxError: an entry is not a number in [0, 1], or is empty ("0,,1"); N is not a whole number from 1 to
+            :data:`MAX_RANDOM_DEPTHS`.
     """
+    t = str(text).strip()
+    if t.lower().startswith("random"):
+        n = t.split(":", 1)[1].strip() if ":" in t else ""
+        if not n.isdigit() or not 1 <= int(n) <= MAX_RANDOM_DEPTHS:
+            raise LctxError(f"--depths {t!r}: write random:N with N a whole number from 1 to {MAX_RANDOM_DEPTHS} "
+                            "(e.g. --depths random:10), or a list like 0,0.5,1")
+        return random_depths(int(n), seed)
     out = []
     for part in split_list(text, "the depth list", "--depths 0,0.5,1"):
         try:

@@ -219,7 +219,7 @@ def evaluate(models=None, tasks=None,
     call = _check_call(models, tasks, task_files, lengths=lengths, depths=depths, samples=samples, relative=relative,
                        batch_size=batch_size, data_dir=data_dir, cache_dir=cache_dir, out=out,
                        train_length=train_length, chat_template=chat_template, system_prompt=system_prompt, warn=warn,
-                       device=device, dtype=dtype, chunk_size=chunk_size, attn_impl=attn_impl,
+                       seed=seed, device=device, dtype=dtype, chunk_size=chunk_size, attn_impl=attn_impl,
                        attn_override=attn_override, trust_remote_code=trust_remote_code)
     # a checkpoint path's load defaults; beside an adapter object these were given only if not None (checked above)
     device, dtype, chunk_size = (v if v is not None else _PATH_DEFAULTS[k]
@@ -301,7 +301,7 @@ class _Call:
 
 
 def _check_call(models, tasks, task_files, *, lengths, depths, samples, relative, batch_size, data_dir, cache_dir,
-                out, train_length, chat_template, system_prompt, warn, **load) -> _Call:
+                out, train_length, chat_template, system_prompt, warn, seed=0, **load) -> _Call:
     """The checks of :func:`evaluate`'s arguments that cost no torch import, in the order their errors come:
     ``samples`` and ``chunk_size`` whole numbers; the lengths, depths and batch size parsed (the one place they are);
     ``data_dir`` a directory; not both ``lengths`` and ``relative``; repeated lengths, depths and tasks dropped (a
@@ -332,7 +332,7 @@ def _check_call(models, tasks, task_files, *, lengths, depths, samples, relative
                             f"(--{name.replace('_', '-')})")
     explicit_lengths = lengths is not None  # the one place --lengths, --depths and --batch-size are parsed
     length_list = _as_list(lengths if explicit_lengths else DEFAULT_LENGTHS, parse_lengths, "lengths")
-    depth_list = _as_list(depths, parse_depths, "depths")
+    depth_list = _as_list(depths, partial(parse_depths, seed=seed if isinstance(seed, int) else 0), "depths")
     batch = parse_batch_size(batch_size) if batch_size is not None else 1
     if data_dir is not None:
         data_dir = Path(data_dir)
