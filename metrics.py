@@ -10,6 +10,7 @@ report a metric that is not registered (the report and compare then go by its na
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import math
 import re
@@ -161,6 +162,29 @@ def string_match_part(pred: str, refs: list[str], match: str = "substring") -> f
     """RULER's ``string_match_part`` for one sample (scripts/eval/synthetic/constants.py): 1.0 if any of
     ``refs`` is found in ``pred``, else 0.0."""
     return float(max(value_found(pred, r, match) for r in refs))
+
+
+@metric("mrcr", "higher")
+def mrcr_grade(response: str, answer: str, prefix: str) -> float:
+    """OpenAI MRCR's grade for one sample (openai/mrcr on Hugging Face, its ``grade`` function): 0 unless the
+    response starts with the random string it was asked to prepend; then ``difflib.SequenceMatcher`` ratio
+    (0..1) of the response and the expected answer, both without that string. lctx strips the response's leading
+    whitespace first (a continuation starts with whatever the tokenizer puts before a word)."""
+    response = response.lstrip()
+    if not response.startswith(prefix):
+        return 0.0
+    return float(difflib.SequenceMatcher(None, response[len(prefix):], answer).ratio())
+
+
+@metric("sequence_ratio", "higher")
+def sequence_ratio(response: str, answer: str, prefix: str = "") -> float:
+    """lctx's lenient companion of ``mrcr``: the ``difflib.SequenceMatcher`` ratio (0..1) of the response (leading
+    whitespace and, when present, the prefix removed) and the expected answer, whether or not the prefix was
+    written: how much of the right earlier answer a model reproduces when it ignores the instruction."""
+    response = response.lstrip()
+    if prefix and response.startswith(prefix):
+        response = response[len(prefix):]
+    return float(difflib.SequenceMatcher(None, response, answer).ratio())
 
 
 # --- NIAH teacher-forced scores (lctx's; the expected values fed after the prompt) ------------------

@@ -232,6 +232,23 @@ def load_book(path: str | os.PathLike) -> Book:
     return _load_book(str(path), content_key(path))
 
 
+def book_files(task: str, haystack: str | os.PathLike, data_dir: str | os.PathLike | None) -> list[Path]:
+    """The book files of a task's ``haystack`` option: a ``.txt`` file or a folder of them, relative to
+    ``data_dir`` (else ``$LCTX_DATA_DIR``) or absolute (:func:`lctx.tasks.textdata.corpus_files`).
+
+    Raises:
+        LctxError: a relative path with no data dir, a path that does not exist, a folder without ``*.txt``.
+    """
+    raw = data_dir if data_dir not in (None, "") else os.environ.get("LCTX_DATA_DIR")
+    hp = Path(haystack)
+    if not hp.is_absolute():
+        if not raw:
+            raise LctxError(f"task {task!r} reads books: pass --data-dir DIR (the folder holding {haystack}/) or "
+                            f"set LCTX_DATA_DIR, or give an absolute --task-option {task}.haystack=PATH")
+        hp = Path(raw) / hp
+    return corpus_files(hp)  # LctxError: missing path or an empty folder
+
+
 class BabiQA(Task):
     """Base of ``babi_qa1``-``babi_qa3`` (subclasses set ``name`` and ``hops``): bAbI-style facts of a simulated
     world hidden in book text at a target length and depth (the last supporting fact's place).
@@ -271,15 +288,7 @@ class BabiQA(Task):
         super().__init__(facts=facts, haystack=haystack, max_new_tokens=max_new_tokens, **options)
         self.n_facts = int(facts) if facts is not None else DEFAULT_FACTS[self.hops]
         self.max_new_tokens = None if max_new_tokens is None else int(max_new_tokens)
-        raw = data_dir if data_dir not in (None, "") else os.environ.get("LCTX_DATA_DIR")
-        hp = Path(haystack)
-        if not hp.is_absolute():
-            if not raw:
-                raise LctxError(f"task {self.name!r} hides its facts in books: pass --data-dir DIR (the folder "
-                                f"holding {haystack}/) or set LCTX_DATA_DIR, or give an absolute "
-                                f"--task-option {self.name}.haystack=PATH")
-            hp = Path(raw) / hp
-        self.books = corpus_files(hp)  # LctxError: missing path or an empty folder
+        self.books = book_files(self.name, haystack, data_dir)
 
     def data_files(self) -> dict[str, Path]:
         """The books a sample may draw (their content is the run's data fingerprint)."""

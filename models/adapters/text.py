@@ -164,6 +164,32 @@ class TokenizerSide:
         pos = [len(head) + len(self.encode(text[: start + m])) if start + m > 0 else len(head) for m in marks]
         return Prompt(ids=ids, text=text, marks=pos)
 
+    def chat_prompt(self, messages: list[dict], answer_prefix: str = "") -> "Prompt":
+        """The token ids of a whole conversation in the model's chat template, whatever ``--chat-template`` says
+        (a multi-turn task, ``mrcr``, is a conversation or nothing): [system (``system_prompt``, when given)] +
+        ``messages`` ({"role": "user" | "assistant", "content": str}) rendered with limits
+        (:func:`lctx.chat.render_chat`) with the generation prompt, then ``answer_prefix``; ids = ``encode(text)``
+        (the template writes any BOS as text). ``marks`` is empty: a task finds its offsets in ``text``.
+
+        Raises:
+            LctxError: the tokenizer has no chat template, the template cannot format the conversation, or
+                rendering it goes past a limit (:mod:`lctx.chat`).
+        """
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise LctxError(f"model {self.name!r} has no chat template, and a multi-turn task (mrcr) is a "
+                            "conversation; run it on a chat model (e.g. SmolLM2-135M-Instruct) or drop the task")
+        msgs = ([{"role": "system", "content": self.system_prompt}] if self.system_prompt is not None else [])
+        try:
+            text = render_chat(self.tokenizer, msgs + list(messages), add_generation_prompt=True,
+                               source=self.chat_source())
+        except LctxError:
+            raise
+        except Exception as e:  # noqa: BLE001 - e.g. a template that refuses a system turn or alternation
+            raise LctxError(f"the chat template of {self.chat_source()} cannot format this conversation "
+                            f"({_first_line(e)}); drop the multi-turn task for this model") from None
+        text += answer_prefix
+        return Prompt(ids=self.encode(text), text=text, marks=[])
+
     def bos_prefix(self) -> list[int]:
         """The ids put before an encoded prompt: ``[BOS]`` when the model takes one, except with the chat
         template on (the template writes any BOS it wants as text)."""

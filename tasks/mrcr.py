@@ -1,0 +1,200 @@
+"""Multi-round coreference resolution, after OpenAI's MRCR (issue 30 item 2).
+
+OpenAI MRCR (``openai/mrcr`` on Hugging Face, 2025; after Gemini's MRCR, Vodrahalli et al. 2024, "Michelangelo:
+Long Context Evaluations Beyond Haystacks via Latent Structure Queries") is a long conversation of user requests
+("write a poem about tapirs") and assistant answers in which 2, 4 or 8 requests are the same; the last turn asks
+the model to reproduce the k-th answer to that request, starting with a random string. lctx builds it from local
+data:
+
+* requests ``Write a STYLE about TOPIC.`` from 8 styles x 24 topics; ``needles`` of them (default 2; MRCR's 2, 4
+  or 8) are one and the same request, the others any other (style, topic);
+* each assistant answer is a passage of a Project Gutenberg book (``books/`` under the data dir: ``answer_words``
+  words from a seeded sentence start), so the answers are real text and the needles' answers differ;
+* the final user turn: ``Prepend RANDOM to the K-th (1st, 2nd, ...) STYLE about TOPIC. Do not include any other
+  text in your response.``, RANDOM 10 random letters and digits, as MRCR's ``random_string_to_prepend``.
+
+The whole conversation goes through the model's chat template (a model without one is refused in one line),
+budgeted exactly: the most turns whose prompt fits the length with the answer's tokens held back. The **depth**
+is the place of the asked (k-th) needle among the turns; k is drawn among the values the depth allows (k - 1
+needles before it, the rest after).
+
+Scored as MRCR: ``mrcr`` is 0 unless the response starts with RANDOM, else the ``difflib.SequenceMatcher`` ratio
+of the rest and the expected answer (:func:`lctx.metrics.mrcr_grade`); ``sequence_ratio`` is the same ratio
+without the prefix rule (:func:`lctx.metrics.sequence_ratio`), for models that find the answer but do not follow
+the instruction. These are lctx's conversations, not MRCR's files: not comparable with MRCR's numbers one for one.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import string
+from pathlib import Path
+
+from lctx import metrics
+
+from .babi import book_files, load_book
+from .base import DECODE_STEP_TOKENS, Cell, Heatmap, Sample, Task, register_task
+
+STYLES = ("poem", "short story", "riddle", "letter", "speech", "diary entry", "dialogue", "song")
+TOPICS = ("tapirs", "lighthouses", "the moon", "bread", "winter", "a lost key", "trains", "bees", "the ocean",
+          "a market", "clocks", "foxes", "rain", "a library", "bridges", "tea", "mountains", "a kite", "owls",
+          "a garden", "candles", "rivers", "snow", "a violin")
+ORDINALS = ("1st", "2nd", "3rd", "4th", "5th", "6th", "7th", "8th")
+FINAL = "Prepend {prefix} to the {ordinal} {style} about {topic}. Do not include any other text in your response."
+
+
+def request(style: str, topic: str) -> str:
+    """A user turn: ``Write a poem about tapirs.`` (``an`` before a vowel)."""
+    return f"Write {'an' if style[0] in 'aeiou' else 'a'} {style} about {topic}."
+
+
+@register_task
+class MRCR(Task):
+    """Multi-round coreference (OpenAI MRCR's format) at a target length and depth (the asked needle's turn).
+
+    Options (``--task-option mrcr.KEY=VALUE``):
+        needles: how many requests repeat (2, 4 or 8 as MRCR; any whole number from 2 to 8).
+        answer_words: words of book text per assistant answer (default 60).
+        haystack: a book or a folder of ``*.txt`` books, relative to the data dir or absolute (default ``books``).
+        data_dir: the data root (default ``$LCTX_DATA_DIR``; ``lctx run --data-dir``).
+
+    Metrics:
+        mrcr: MRCR's grade (prefix required, then the sequence-match ratio), 0..1.
+        sequence_ratio: the sequence-match ratio without the prefix rule, 0..1.
+
+    Raises (constructor):
+        ValueError: ``needles`` outside 2..8 or ``answer_words`` not a whole number >= 1.
+        LctxError: no data dir, or no book at ``haystack``.
+    """
+
+    name = "mrcr"
+    batched = True
+    axes = ("depth", "sample")
+    metrics = ("mrcr", "sequence_ratio")
+    headline_metric = "mrcr"
+    secondary_metric = "sequence_ratio"
+    category = "multi-round"
+    description = "multi-round coreference (OpenAI MRCR's format): reproduce the k-th of repeated requests"
+    requires = "books/ under --data-dir (any *.txt books); a model with a chat template"
+    adapter_needs = {"chat_prompt": "renders the conversation with the model's chat template"}
+    option_hints = {"needles": "a whole number from 2 to 8", "answer_words": "a whole number of words >= 1",
+                    "haystack": "a .txt book or a folder of them"}
+    plots = ("depth_heatmap",)
+    heatmap = Heatmap(title="MRCR (multi-round coreference)", depth_label="Asked needle's turn (0% = first)",
+                      panels={"mrcr": "MRCR grade", "sequence_ratio": "Sequence ratio"}, narrow=True)
+
+    def __init__(self, needles: int = 2, answer_words: int = 60, haystack: str = "books",
+                 data_dir: str | os.PathLike | None = None, **options):
+        if isinstance(needles, bool) or not float(needles).is_integer() or not 2 <= int(needles) <= 8:
+            raise ValueError(f"needles must be a whole number from 2 to 8 (MRCR: 2, 4 or 8), got {needles!r}")
+        if isinstance(answer_words, bool) or not float(answer_words).is_integer() or int(answer_words) < 1:
+            raise ValueError(f"answer_words must be a whole number >= 1, got {answer_words!r}")
+        super().__init__(needles=needles, answer_words=answer_words, haystack=haystack, **options)
+        self.needles, self.answer_words = int(needles), int(answer_words)
+        self.books = book_files(self.name, haystack, data_dir)
+
+    def data_files(self) -> dict[str, Path]:
+        """The books the answers come from (their content is the run's data fingerprint)."""
+        return {p.name: p for p in self.books}
+
+    def _answer(self, rng: random.Random) -> str:
+        """An assistant answer: ``answer_words`` words of a book from a seeded sentence start."""
+        book = load_book(self.books[rng.randrange(len(self.books))])
+        start = int(book.starts[rng.randrange(len(book.starts))])
+        return " ".join(book.window(start, self.answer_words))
+
+    def conversation(self, seed: int, cell: Cell, n_turns: int) -> tuple[list[dict], dict]:
+        """The messages of ``n_turns`` request/answer pairs and the final question, deterministic in (seed, cell,
+        n_turns); and {"prefix", "answer", "k", "turn", "style", "topic"}: the random string, the expected answer
+        (the k-th needle's), k, the asked needle's turn (0-based)."""
+        rng = random.Random(f"mrcr|{seed}|{cell.length}|{cell.depth}|{cell.sample}|{n_turns}")
+        depth = 0.5 if cell.depth is None else float(cell.depth)
+        style, topic = rng.choice(STYLES), rng.choice(TOPICS)
+        turn = int(round(depth * (n_turns - 1)))
+        n = self.needles
+        k = rng.randint(max(1, n - (n_turns - 1 - turn)), min(n, turn + 1))  # k - 1 before, n - k after
+        before = sorted(rng.sample(range(turn), k - 1))
+        after = sorted(rng.sample(range(turn + 1, n_turns), n - k))
+        needle_turns = set(before) | {turn} | set(after)
+        others = [(s, t) for s in STYLES for t in TOPICS if (s, t) != (style, topic)]
+        msgs, answers = [], []
+        for i in range(n_turns):
+            s, t = (style, topic) if i in needle_turns else rng.choice(others)
+            a = self._answer(rng)
+            msgs += [{"role": "user", "content": request(s, t)}, {"role": "assistant", "content": a}]
+            if i in needle_turns:
+                answers.append(a)
+        prefix = "".join(rng.choice(string.ascii_letters + string.digits) for _ in range(10))
+        msgs.append({"role": "user", "content": FINAL.format(prefix=prefix, ordinal=ORDINALS[k - 1], style=style,
+                                                              topic=topic)})
+        return msgs, {"prefix": prefix, "answer": answers[k - 1], "k": k, "turn": turn, "style": style,
+                      "topic": topic}
+
+    def _new(self, lm, info: dict) -> int:
+        """Greedy budget of a conversation: the expected response's tokens (prefix and answer) + 16."""
+        return len(lm.encode(info["prefix"] + info["answer"])) + 16
+
+    def _prompt(self, lm, seed: int, cell: Cell, t: int):
+        """(prompt, info, its greedy budget) of the conversation of ``t`` turns."""
+        msgs, info = self.conversation(seed, cell, t)
+        return lm.chat_prompt(msgs), msgs, info, self._new(lm, info)
+
+    def min_length(self, lm) -> int:
+        """Tokens of a conversation of ``needles`` turns plus its answer's budget, the fewest over 4 draws; raises
+        the one-line error of :meth:`lctx.models.adapters.text.TokenizerSide.chat_prompt` for a model without a
+        chat template (so the run refuses before its sweep)."""
+        sizes = []
+        for s in range(4):
+            p, _, _, new = self._prompt(lm, 0, Cell(1 << 30, 0.5, s), self.needles)
+            sizes.append(len(p.ids) + new)
+        return min(sizes)
+
+    def cost(self, lm, cell: Cell) -> float:
+        """Prefill plus the greedy decode steps (about 2 tokens per answer word), in prefill tokens
+        (:data:`DECODE_STEP_TOKENS`)."""
+        return float(cell.length + 2 * self.answer_words * DECODE_STEP_TOKENS)
+
+    def build(self, lm, cell: Cell, seed: int) -> Sample:
+        """The most turns T whose conversation fits ``lm.prompt_budget(length, its greedy budget)`` tokens
+        (bisection on T), the asked needle at turn ``round(depth * (T - 1))``.
+
+        Raises:
+            ValueError: the length cannot hold ``needles`` turns.
+        """
+        def fits(t: int) -> bool:
+            p, _, _, new = self._prompt(lm, seed, cell, t)
+            return len(p.ids) <= lm.prompt_budget(cell.length, new)
+
+        n = self.needles
+        if not fits(n):
+            p, _, _, new = self._prompt(lm, seed, cell, n)
+            raise ValueError(f"length {cell.length} is shorter than an mrcr conversation of {n} turns "
+                             f"({len(p.ids)} tokens + {new} for the answer); use a longer length or fewer "
+                             "answer_words")
+        hi = 2 * n
+        while fits(hi):
+            hi *= 2
+        lo = n
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+        p, msgs, info, new = self._prompt(lm, seed, cell, lo)
+        # the asked needle's answer: its token position (the conversation's text up to it, encoded)
+        at = p.text.index(msgs[2 * info["turn"] + 1]["content"])
+        return Sample(cell=cell, input_ids=p.ids, n_tokens=len(p.ids), depth=len(lm.encode(p.text[:at])) / len(p.ids),
+                      meta={**info, "n_turns": lo, "max_new_tokens": new})
+
+    def max_new_tokens_for(self, sample: Sample) -> int:
+        """The expected response's tokens + 16 (the budget its prompt held back)."""
+        return int(sample.meta["max_new_tokens"])
+
+    def score_generated(self, lm, sample: Sample, prefix, cont: list[int]) -> dict:
+        """mrcr and sequence_ratio of the greedy continuation (:func:`lctx.metrics.mrcr_grade`,
+        :func:`lctx.metrics.sequence_ratio`)."""
+        text = lm.decode(cont)
+        sample.meta["continuation"] = text[:200]
+        answer, rand = sample.meta["answer"], sample.meta["prefix"]
+        sample.meta["answer"] = answer[:60]  # its start (book text, rebuilt from the seed), not the whole passage
+        return {"mrcr": metrics.mrcr_grade(text, answer, rand),
+                "sequence_ratio": metrics.sequence_ratio(text, answer, rand)}
