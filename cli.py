@@ -447,6 +447,7 @@ def compare(
     alias: List[str] = typer.Option(None, "--alias", help="NEW=OLD: run model NEW is baseline model OLD (repeatable)."),
     allow_missing: bool = typer.Option(False, "--allow-missing", help="Baseline cells absent from the run do not fail the gate."),
     allow_option_changes: bool = typer.Option(False, "--allow-option-changes", help="Judge cells whose options (task options, dtype, attn_impl, seed) differ from the baseline's instead of refusing them as not comparable (exit 2)."),
+    across_seeds: bool = typer.Option(False, "--across-seeds", help="The run and the baseline used different --seed on purpose (a reproduction check): a different seed does not make cells incomparable; other options still do. Pair it with --tolerance interval=on."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", parser=_out_arg, callback=_results_out("compare"), help="Where compare.csv and compare.md go (default: RUN_DIR/compare)."),
 ):
     """Gate a run on a baseline: exit 0 when nothing regressed, 1 on a regression, 2 on bad input or cells whose options differ from the baseline's."""
@@ -457,7 +458,7 @@ def compare(
         cli_rules = parse_tolerances(tolerance or [])
         cli_rules.alias = parse_aliases(alias or [])
         cmp = compare_dirs(run_dir, baseline, r.merged(cli_rules), allow_missing=allow_missing,
-                           allow_option_changes=allow_option_changes)
+                           allow_option_changes=allow_option_changes, across_seeds=across_seeds)
         out = out if out is not None else run_dir / "compare"
         check_writable_dir(out)
         print_report(cmp)

@@ -797,3 +797,25 @@ def test_interval_tolerance_values_are_checked(tmp_path):
     p = tmp_path / "rules.toml"
     p.write_text("[tolerance]\ninterval = true\n")
     assert load_rules(p).tolerance["interval"] == 1.0
+
+
+def test_across_seeds_judges_other_seeds_with_the_interval_rule(tmp_path, capsys):
+    """Issue 30: a run made with another --seed (other samples of the same measurement) is not comparable by
+    default (exit 2: seed differs), and with --across-seeds is judged: passkey exact 0.70 over 20 samples (Wilson
+    [0.481, 0.855], intervals.wilson(14, 20)) against a baseline of 0.75 passes with interval=on; a planted
+    regression, 0.20 over 20 ([0.081, 0.416]), fails (exit 1). The seed column still tells ppl cells apart only
+    where the task uses its seed (ppl does not)."""
+    from lctx.harness.run.intervals import wilson
+
+    base = write_run(tmp_path / "base", cells().assign(seed=0, n=20))
+    for name, k, code in (("same", 14, 0), ("planted", 4, 1)):
+        lo, hi = wilson(k, 20)
+        df = set_cell(cells().assign(seed=1, n=20), "passkey", "exact", 256, mean=k / 20, ci_low=lo, ci_high=hi)
+        run = write_run(tmp_path / name, df)
+        c0, _, err0 = run_cli(["compare", run, "--baseline", base, "--tolerance", "interval=on"], capsys)
+        assert c0 == 2 and "seed: run 1, baseline 0" in err0  # without the flag: another seed, not comparable
+        c, out, err = run_cli(["compare", run, "--baseline", base, "--tolerance", "stderr=0,interval=on",
+                               "--across-seeds"], capsys)
+        assert c == code, (name, out, err)
+        st = pd.read_csv(run / "compare" / "compare.csv").set_index(["task", "metric", "length"])["status"]
+        assert st[("passkey", "exact", 256)] == ("same" if code == 0 else "regression")

@@ -556,7 +556,7 @@ def check_rule_names(rules: Rules, run: pd.DataFrame, base: pd.DataFrame) -> Non
 
 def compare_runs(run: pd.DataFrame, base: pd.DataFrame, rules: Rules | None = None,
                  allow_missing: bool = False, allow_option_changes: bool = False,
-                 declared: dict | None = None) -> Comparison:
+                 declared: dict | None = None, across_seeds: bool = False) -> Comparison:
     """Match the cells of ``run`` and ``base`` (summary tables, :func:`load_summary`) and judge each one.
 
     diff = run mean - baseline mean (metric units); rel_diff = diff / |baseline mean|;
@@ -564,7 +564,9 @@ def compare_runs(run: pd.DataFrame, base: pd.DataFrame, rules: Rules | None = No
     columns that differ between the two sides (:func:`option_differences`); such a cell is ``incomparable``
     unless ``allow_option_changes``, which judges it all the same. ``declared``: {task: metadata} the run
     directories recorded (run.json's ``task_meta``, :func:`lctx.harness.run.rundir.declared_tasks`): the tasks'
-    directions and ``uses_seed`` without their task files (:func:`compare_dirs` passes it).
+    directions and ``uses_seed`` without their task files (:func:`compare_dirs` passes it). ``across_seeds``: the
+    two sides were made with different ``--seed`` on purpose (a reproduction check: other samples, the same
+    measurement), so a seed that differs does not make a cell incomparable; every other option still does.
 
     Raises:
         LctxError: no task or no model in common (mismatched runs; the message suggests ``--alias``),
@@ -605,7 +607,7 @@ def compare_runs(run: pd.DataFrame, base: pd.DataFrame, rules: Rules | None = No
         directions[(task, metric)] = d
 
     rows = []
-    for r, b, used in _match_cells(run, base, labels, declared):
+    for r, b, used in _match_cells(run, base, labels, declared, across_seeds):
         task, metric = (r or b)["task"], (r or b)["metric"]
         direction = directions[(task, metric)]
         tol = rules.tolerance_for(task, metric)
@@ -657,7 +659,8 @@ def _unavailable_note(run: dict, base: dict) -> str:
     return "; ".join(f"{side}: {why}" for side, why in parts.items())
 
 
-def _match_cells(run: pd.DataFrame, base: pd.DataFrame, labels: list[str], declared: dict | None):
+def _match_cells(run: pd.DataFrame, base: pd.DataFrame, labels: list[str], declared: dict | None,
+                 across_seeds: bool = False):
     """Pair the run's rows with the baseline's, cell by cell (:data:`KEYS`, the run's model through the aliases):
     yields (run row or None, baseline row or None, the label columns compared), each row a dict with ``_set``
     (:func:`_option_sets`).
@@ -671,7 +674,7 @@ def _match_cells(run: pd.DataFrame, base: pd.DataFrame, labels: list[str], decla
     runs, bases = _by_cell(run, labels), _by_cell(base, labels)
     for key in list(runs) + [k for k in bases if k not in runs]:
         R, B = runs.get(key, []), bases.get(key, [])
-        used = [c for c in labels if c != "seed" or _task_uses_seed(key[1], declared)]
+        used = [c for c in labels if c != "seed" or (not across_seeds and _task_uses_seed(key[1], declared))]
         pairs, left_r, left_b = [], list(range(len(R))), list(range(len(B)))
         if R and B:
             ndiff = {(i, j): len(option_differences({c: R[i][c] for c in used}, {c: B[j][c] for c in used}))
@@ -917,7 +920,8 @@ def write_report(cmp: Comparison, out_dir: Path) -> tuple[Path, Path]:
 
 
 def compare_dirs(run_dir: Path, baseline_dir: Path, rules: Rules | None = None,
-                 allow_missing: bool = False, allow_option_changes: bool = False) -> Comparison:
+                 allow_missing: bool = False, allow_option_changes: bool = False,
+                 across_seeds: bool = False) -> Comparison:
     """:func:`compare_runs` on two run directories (see :func:`load_summary` for what is read).
 
     Raises:
@@ -934,6 +938,6 @@ def compare_dirs(run_dir: Path, baseline_dir: Path, rules: Rules | None = None,
             declared.update(declared_tasks(read_json(Path(d) / "run.json")))
         except LctxError as e:
             print(f"warning: {e}; lctx compare does not read it (the verdict stands)", file=sys.stderr)
-    cmp = compare_runs(run, base, rules, allow_missing, allow_option_changes, declared)
+    cmp = compare_runs(run, base, rules, allow_missing, allow_option_changes, declared, across_seeds)
     cmp.run_dir, cmp.baseline_dir = str(run_dir), str(baseline_dir)
     return cmp
