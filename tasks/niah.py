@@ -395,16 +395,36 @@ class NIAHBuilder:
             self._distractors.append(RULER_NEEDLE.format(type_needle_v=cfg.type_needle_v, key=k, value=v))
         return self._distractors[i]
 
+    def start_word(self, essay: "Essay") -> int:
+        """The essay word the haystack starts at: 0 (RULER's; ``haystack_start=first``), or with
+        ``haystack_start=random`` a sentence start drawn from (task, seed, length, depth, sample), so the samples
+        of a cell read different windows of the essay (issue 30 item 6: a shared haystack lets prefix caching and
+        memorisation carry over between samples)."""
+        if self.task.haystack_start != "random":
+            return 0
+        if not hasattr(self, "_start"):
+            rng = random.Random(f"lctx-niah|{self.task.name}|{self.seed}|{self.cell.length}|{self.depth:.6g}|"
+                                f"{self.cell.sample}|start")
+            starts = essay.sentence_starts(essay.W)
+            self._start = int(starts[rng.randrange(len(starts))]) if len(starts) else 0
+        return self._start
+
     # the haystack of n units -----------------------------------------------------------------------------
     def _units(self, n: int) -> tuple[Callable[[int, int], str], str, np.ndarray, np.ndarray]:
         """(text of units a..b-1, joiner, allowed insertion indices, their char offsets, incl. n)."""
         kind = self.task.config.type_haystack
         if kind == "essay":
             essay = self.task.essay()
-            allowed = np.concatenate([[0], essay.sentence_starts(n), [n]]).astype(np.int64)
-            allowed = np.unique(allowed)
-            offsets = essay.char_offsets(allowed)
-            return essay.text, " ", allowed, offsets
+            s = self.start_word(essay)
+            if s == 0:  # RULER's: every haystack starts at the essay's first word
+                allowed = np.concatenate([[0], essay.sentence_starts(n), [n]]).astype(np.int64)
+                allowed = np.unique(allowed)
+                return essay.text, " ", allowed, essay.char_offsets(allowed)
+            starts = essay.sentence_starts(s + n)
+            rel = starts[starts > s] - s
+            allowed = np.unique(np.concatenate([[0], rel, [n]]).astype(np.int64))
+            offsets = essay.char_offsets(allowed + s) - essay.char_offsets(np.array([s]))[0]
+            return (lambda a, b: essay.text(s + a, s + b)), " ", allowed, offsets
         if kind == "noise":
             allowed = np.arange(n + 1, dtype=np.int64)
             return (lambda a, b: "\n".join([RULER_NOISE] * (b - a))), "\n", allowed, allowed * (len(RULER_NOISE) + 1)
@@ -554,6 +574,10 @@ class RulerNIAH(Task):
             ``$LCTX_DATA_DIR``).
         cache_dir: where built samples are kept (default :func:`default_cache_dir`; ``lctx run`` passes
             ``OUT/sample_cache`` or ``--cache-dir``); ``cache=False`` turns the cache off.
+        haystack_start: ``first`` (RULER's, default): every essay haystack starts at the essay's first word;
+            ``random``: each sample starts at its own seeded sentence (:meth:`NIAHBuilder.start_word`). Only the
+            essay haystack has a window (noise repeats one sentence; the needle haystack draws its distractors
+            per sample already).
 
     A sample is cached as ``cache_dir/<task>/<length>_<depth>_<sample>_<seed>_<hash>.json``, the hash over
     (task config, generation budget option, tokenizer fingerprint, data file digests, length, depth, sample,
@@ -579,7 +603,7 @@ class RulerNIAH(Task):
 
     def __init__(self, match: str = "substring", max_new_tokens: int | None = None,
                  data_dir: str | os.PathLike | None = None, cache_dir: str | os.PathLike | None = None,
-                 cache: bool = True):
+                 cache: bool = True, haystack_start: str = "first"):
         if match not in MATCH_MODES:
             raise LctxError(f"task {self.name!r}: match={match!r} is not a match mode; use one of "
                             f"{', '.join(MATCH_MODES)}")
@@ -587,8 +611,15 @@ class RulerNIAH(Task):
                                            or max_new_tokens < 1):
             raise LctxError(f"task {self.name!r}: max_new_tokens={max_new_tokens!r} is not a positive integer; "
                             "write e.g. max_new_tokens=128")
-        super().__init__(match=match, max_new_tokens=max_new_tokens)
+        if haystack_start not in ("first", "random"):
+            raise LctxError(f"task {self.name!r}: haystack_start={haystack_start!r} is not first or random; write "
+                            f"--task-option {self.name}.haystack_start=random")
+        if haystack_start == "first":  # RULER's default, left out of the options so older records still match
+            super().__init__(match=match, max_new_tokens=max_new_tokens)
+        else:
+            super().__init__(match=match, max_new_tokens=max_new_tokens, haystack_start=haystack_start)
         self.match, self.max_new_tokens = match, max_new_tokens
+        self.haystack_start = haystack_start
         self.data_dir = resolve_data_dir(data_dir, self.name)
         self.use_cache = bool(cache)
         self.cache_dir = Path(cache_dir) if cache_dir not in (None, "") else default_cache_dir()
@@ -636,7 +667,8 @@ class RulerNIAH(Task):
                 "max_new_tokens": self.max_new_tokens, "tokenizer": lm.tokenizer_fingerprint(),
                 "data": {rel: _file_digest(str(self.data_dir / rel)) for rel in self._needed},
                 "length": int(cell.length), "depth": None if cell.depth is None else float(cell.depth),
-                "sample": int(cell.sample), "seed": int(seed)} | self._prompt_key(lm)
+                "sample": int(cell.sample), "seed": int(seed)} | self._prompt_key(lm) | (
+                    {"haystack_start": self.haystack_start} if self.haystack_start != "first" else {})
 
     @staticmethod
     def _prompt_key(lm) -> dict:

@@ -487,3 +487,30 @@ def test_niah_min_length_is_its_empty_haystack(data_dir, lm):
             task.build(lm, c, 0)
     for c in cells:  # word keys and answers vary by up to ~30 tokens between draws
         assert task.build(lm, Cell(m + 40, c.depth, c.sample), 0).n_tokens <= m + 40
+
+
+def test_haystack_start_random_gives_each_sample_its_own_window(lm, fake_data):
+    """Issue 30 item 6: with haystack_start=random the samples of one cell start the essay at different sentences
+    (RULER's default, first, starts them all at the essay's first words: the control), the budget stays exact, the needle sits
+    at its depth on a sentence boundary, and a rerun builds the same prompt."""
+    rnd = make("niah_single_2", fake_data, haystack_start="random")
+    first = make("niah_single_2", fake_data)
+    heads = set()
+    for k in range(4):
+        cell = Cell(1000, 0.5, k)
+        b = NIAHBuilder(rnd, lm, cell, 0)
+        n = b.fit()
+        assert b.total(n) <= 1000 < b.total(n + 1)
+        text, pos, _ = b.prompt(n)
+        ctx = text[len(b.head):]
+        heads.add(ctx[:40])
+        assert re.search(r"[.?!]$", text[:pos[0]].rstrip())  # a sentence boundary before the needle
+        rel = (pos[0] - len(b.head)) / (len(text) - len(b.head) - len(b.tail))
+        assert abs(rel - 0.5) <= 120 / (len(text) - len(b.head) - len(b.tail)) + 0.02
+        assert rnd.build(lm, cell, 0).input_ids == rnd.build(lm, cell, 0).input_ids
+        f = NIAHBuilder(first, lm, cell, 0)
+        assert f.prompt(f.fit())[0][len(f.head):].lstrip().startswith("Is this line 0 a question?")
+    assert len(heads) == 4
+    assert rnd.options["haystack_start"] == "random" and "haystack_start" not in first.options
+    with pytest.raises(LctxError, match="haystack_start='middle' is not first or random"):
+        make("niah_single_2", fake_data, haystack_start="middle")
