@@ -29,13 +29,16 @@ class Metric:
     its unit and its source: paper, reference repository file), ``fn``: the per-sample function lctx computes
     it with (``None`` where another engine computes it, e.g. lm-eval's ``acc``, or a derived step does);
     ``teacher_forced``: scored on the expected answer fed after the prompt, not on what the model generates
-    (passkey ``digit_acc``, NIAH ``tf_*``): it can be 1.0 where greedy decoding fails (:func:`label`)."""
+    (passkey ``digit_acc``, NIAH ``tf_*``): it can be 1.0 where greedy decoding fails (:func:`label`);
+    ``bounds``: the (low, high) range every value lies in (0..1 scores), or None: the tables clip a mean's t
+    interval to it (:func:`bounds_of`)."""
 
     name: str
     direction: str
     doc: str
     fn: Optional[Callable] = None
     teacher_forced: bool = False
+    bounds: Optional[tuple] = None
 
     @property
     def summary(self) -> str:
@@ -47,7 +50,7 @@ METRICS: Registry[Metric] = Registry("metric")
 
 
 def register_metric(name: str, direction: str, doc: str, fn: Optional[Callable] = None,
-                    teacher_forced: bool = False) -> Metric:
+                    teacher_forced: bool = False, bounds: Optional[tuple] = None) -> Metric:
     """Register metric ``name``: its direction, its doc (what, unit, source), its per-sample function
     (``None`` when another engine or a derived step computes it) and whether it is teacher-forced
     (:attr:`Metric.teacher_forced`); returns its :class:`Metric`.
@@ -57,19 +60,21 @@ def register_metric(name: str, direction: str, doc: str, fn: Optional[Callable] 
     """
     if direction not in DIRECTIONS:
         raise ValueError(f"metric {name!r}: direction {direction!r} is not one of {', '.join(DIRECTIONS)}")
-    return METRICS.add(name, Metric(name, direction, inspect.cleandoc(doc), fn, teacher_forced))
+    return METRICS.add(name, Metric(name, direction, inspect.cleandoc(doc), fn, teacher_forced,
+                                    None if bounds is None else (float(bounds[0]), float(bounds[1]))))
 
 
-def metric(name: str, direction: str, teacher_forced: bool = False) -> Callable[[Callable], Callable]:
+def metric(name: str, direction: str, teacher_forced: bool = False,
+           bounds: Optional[tuple] = None) -> Callable[[Callable], Callable]:
     """Decorator: register the decorated per-sample function as metric ``name`` (its docstring is the doc;
-    ``teacher_forced`` as :func:`register_metric`); returns the function unchanged.
+    ``teacher_forced`` and ``bounds`` as :func:`register_metric`); returns the function unchanged.
 
     Raises:
         ValueError: as :func:`register_metric`.
     """
 
     def deco(fn: Callable) -> Callable:
-        register_metric(name, direction, fn.__doc__ or name, fn, teacher_forced)
+        register_metric(name, direction, fn.__doc__ or name, fn, teacher_forced, bounds)
         return fn
 
     return deco
@@ -93,6 +98,12 @@ def label(name: str, text: Optional[str] = None) -> str:
     return f"{text} ({TEACHER_FORCED})" if is_teacher_forced(name) and TEACHER_FORCED not in text.lower() else text
 
 
+def bounds_of(name: str) -> Optional[tuple]:
+    """The registered (low, high) range of metric ``name`` (an lm-eval ``",filter"`` suffix dropped), or None."""
+    m = METRICS.get(str(name).split(",", 1)[0])
+    return m.bounds if m else None
+
+
 def direction_of(name: str) -> Optional[str]:
     """The registered direction of metric ``name`` (an lm-eval ``",filter"`` suffix dropped), or None."""
     m = METRICS.get(name.split(",", 1)[0])
@@ -100,7 +111,7 @@ def direction_of(name: str) -> Optional[str]:
 
 
 # --- passkey ----------------------------------------------------------------------------------------
-@metric("exact", "higher")
+@metric("exact", "higher", bounds=(0, 1))
 def exact(answer: Optional[str], key: str) -> float:
     """Passkey retrieval accuracy: 1.0 when the number parsed from the greedy continuation equals the key,
     else 0.0 (Mohtashami & Jaggi 2023, "Landmark Attention", appendix: the passkey retrieval task).
@@ -109,7 +120,7 @@ def exact(answer: Optional[str], key: str) -> float:
     return float(answer == key)
 
 
-@metric("digit_acc", "higher", teacher_forced=True)
+@metric("digit_acc", "higher", teacher_forced=True, bounds=(0, 1))
 def digit_acc(top1: Sequence[bool]) -> float:
     """Teacher-forced digit accuracy (lctx's, for models too small to generate the key): the fraction of the
     key's digit-bearing tokens, fed after the prompt, that the model ranks first. Each token is scored after
@@ -150,21 +161,21 @@ def value_found(pred: str, value: str, match: str = "substring") -> bool:
     raise ValueError(f"unknown match mode {match!r}; use one of {', '.join(MATCH_MODES)}")
 
 
-@metric("string_match_all", "higher")
+@metric("string_match_all", "higher", bounds=(0, 1))
 def string_match_all(pred: str, refs: list[str], match: str = "substring") -> float:
     """RULER's ``string_match_all`` for one sample (scripts/eval/synthetic/constants.py): the fraction of
     ``refs`` found in ``pred`` (0..1; RULER reports x100 averaged over samples)."""
     return sum(value_found(pred, r, match) for r in refs) / len(refs)
 
 
-@metric("string_match_part", "higher")
+@metric("string_match_part", "higher", bounds=(0, 1))
 def string_match_part(pred: str, refs: list[str], match: str = "substring") -> float:
     """RULER's ``string_match_part`` for one sample (scripts/eval/synthetic/constants.py): 1.0 if any of
     ``refs`` is found in ``pred``, else 0.0."""
     return float(max(value_found(pred, r, match) for r in refs))
 
 
-@metric("mrcr", "higher")
+@metric("mrcr", "higher", bounds=(0, 1))
 def mrcr_grade(response: str, answer: str, prefix: str) -> float:
     """OpenAI MRCR's grade for one sample (openai/mrcr on Hugging Face, its ``grade`` function): 0 unless the
     response starts with the random string it was asked to prepend; then ``difflib.SequenceMatcher`` ratio
@@ -176,7 +187,7 @@ def mrcr_grade(response: str, answer: str, prefix: str) -> float:
     return float(difflib.SequenceMatcher(None, response[len(prefix):], answer).ratio())
 
 
-@metric("sequence_ratio", "higher")
+@metric("sequence_ratio", "higher", bounds=(0, 1))
 def sequence_ratio(response: str, answer: str, prefix: str = "") -> float:
     """lctx's lenient companion of ``mrcr``: the ``difflib.SequenceMatcher`` ratio (0..1) of the response (leading
     whitespace and, when present, the prefix removed) and the expected answer, whether or not the prefix was
@@ -188,7 +199,7 @@ def sequence_ratio(response: str, answer: str, prefix: str = "") -> float:
 
 
 # --- NIAH teacher-forced scores (lctx's; the expected values fed after the prompt) ------------------
-@metric("tf_top1", "higher", teacher_forced=True)
+@metric("tf_top1", "higher", teacher_forced=True, bounds=(0, 1))
 def tf_top1(ranks: Sequence[int]) -> float:
     """Teacher-forced top-1 (lctx's NIAH score): the fraction of the expected values' tokens, fed after the
     prompt, that the model ranks first.
@@ -197,7 +208,7 @@ def tf_top1(ranks: Sequence[int]) -> float:
     return sum(r == 1 for r in ranks) / len(ranks) if len(ranks) else math.nan
 
 
-@metric("tf_mrr", "higher", teacher_forced=True)
+@metric("tf_mrr", "higher", teacher_forced=True, bounds=(0, 1))
 def tf_mrr(ranks: Sequence[int]) -> float:
     """Teacher-forced mean reciprocal rank (lctx's NIAH score) of the expected values' tokens (0..1); NaN for
     none."""
@@ -235,10 +246,10 @@ register_metric("n_tokens", "equal", "Tokens scored by a ppl record (bookkeeping
 register_metric("n_docs", "equal", "Documents read by a ppl record (bookkeeping: the same inputs read the same count).")
 
 # --- lm-eval (computed by lm-eval's evaluator, lctx.tasks.lmeval) ------------------------------------
-register_metric("acc", "higher", """Multiple-choice accuracy as lm-eval computes it (``Task.process_results``
+register_metric("acc", "higher", bounds=(0, 1), doc="""Multiple-choice accuracy as lm-eval computes it (``Task.process_results``
     for ``multiple_choice``): 1 when the choice with the largest summed log-likelihood is the gold one (MMLU,
     Hendrycks et al. 2021; ARC, Clark et al. 2018).""")
-register_metric("acc_norm", "higher", """lm-eval's length-normalised multiple-choice accuracy: the argmax of
+register_metric("acc_norm", "higher", bounds=(0, 1), doc="""lm-eval's length-normalised multiple-choice accuracy: the argmax of
     each choice's log-likelihood divided by its length in characters (ARC).""")
 
 # --- derived steps (lctx.harness.steps.flatness, lctx.harness.steps.ruler) ---------------------------------------

@@ -70,3 +70,18 @@ def test_summary_carries_n_and_interval_per_cell():
     pe = pooled[pooled["metric"] == "exact"].iloc[0]
     assert pe["interval"] == "wilson" and pe["n"] == 6
     assert (pe["ci_low"], pe["ci_high"]) == pytest.approx(wilson(4, 6))
+
+
+def test_t_interval_is_clipped_to_a_registered_range():
+    """A [0, 1] score (registered bounds) with mean 0.017, stderr 0.0068, n = 3 (SmolLM2's mrcr sequence_ratio at
+    1K): the t interval 0.017 -+ 4.303 * 0.0068 = [-0.0123, 0.0463] (hand computation, t(0.975, 2) = 4.303) is
+    clipped to [0, 0.0463]; ppl has no bounds and keeps its t interval (the control)."""
+    from lctx.harness.run.intervals import interval, t_interval
+    from lctx.metrics import bounds_of
+
+    raw = t_interval(0.017, 0.0068, 3)
+    assert raw[0] == pytest.approx(-0.01226, abs=1e-4) and raw[1] == pytest.approx(0.04626, abs=1e-4)
+    lo, hi = interval(0.017, 0.0068, 3, "t", bounds_of("sequence_ratio"))
+    assert lo == 0.0 and hi == pytest.approx(raw[1])
+    assert bounds_of("ppl") is None and interval(-0.5, 1.0, 3, "t", bounds_of("ppl"))[0] < -0.5
+    assert bounds_of("exact") == bounds_of("acc") == (0.0, 1.0)

@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 
 from lctx.errors import LctxError
-from lctx.metrics import TEACHER_FORCED, is_teacher_forced
+from lctx.metrics import TEACHER_FORCED, bounds_of, is_teacher_forced
 from lctx.tasks import TASKS, group_of_label
 from lctx.tasks import GROUPS  # flatness, ruler (imported above: registered)
 
@@ -502,16 +502,17 @@ def _fmt_len(v, T=None, max_tested=None, zero="–") -> str:
     return ("≥ " + s) if max_tested is not None and v >= max_tested else s
 
 
-def _mean_ci(values: pd.Series) -> tuple[float, float, float, int]:
+def _mean_ci(values: pd.Series, metric: str | None = None) -> tuple[float, float, float, int]:
     """(mean, 95 % interval low, high, n) of a cell's sample values: Wilson when every value is 0 or 1, else t
-    (:mod:`lctx.harness.run.intervals`); NaNs for no values (and the interval for one continuous value)."""
+    (:mod:`lctx.harness.run.intervals`), clipped to ``metric``'s registered range; NaNs for no values (and the
+    interval for one continuous value)."""
     v = pd.to_numeric(values, errors="coerce").dropna()
     n = len(v)
     if not n:
         return math.nan, math.nan, math.nan, 0
     mean = float(v.mean())
     se = float(v.std(ddof=1) / math.sqrt(n)) if n > 1 else math.nan
-    lo, hi = interval(mean, se, n, "wilson" if is_binary(v) else "t")
+    lo, hi = interval(mean, se, n, "wilson" if is_binary(v) else "t", bounds_of(metric) if metric else None)
     return mean, lo, hi, n
 
 
@@ -592,12 +593,12 @@ def summary_table(table: pd.DataFrame, at: list[tuple[str, float]] | None = None
             for kind, x in at:
                 L = x * T if kind == "rel" and T else (x if kind == "abs" else None)
                 name = f"{task} {m} @ {f'{x:g}×' if kind == 'rel' else format_length(x)}"
-                v, lo, hi, k = _mean_ci(r[np.isclose(r["length"], L)]["value"]) if L and len(r) else (math.nan,) * 3 + (0,)
+                v, lo, hi, k = _mean_ci(r[np.isclose(r["length"], L)]["value"], m) if L and len(r) else (math.nan,) * 3 + (0,)
                 d[name] = _with_ci(shown(v, "{:.2f}", task, m, lbl, L), lo, hi, k) if L else "–"
                 n[name], n[f"{name} ci_low"], n[f"{name} ci_high"], n[f"{name} n"] = v, lo, hi, k
         for task in btasks:
             r = okr[(okr["task"] == task) & (okr["metric"] == "acc")]
-            v, lo, hi, k = _mean_ci(r["value"])
+            v, lo, hi, k = _mean_ci(r["value"], "acc")
             d[f"acc (mean over questions) @ {task}"] = _with_ci(f"{v:.3f}", lo, hi, k) if len(r) else "–"
             n[f"{task}_acc"], n[f"{task}_acc ci_low"], n[f"{task}_acc ci_high"], n[f"{task}_acc n"] = v, lo, hi, k
         disp.append(d)

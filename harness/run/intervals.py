@@ -13,7 +13,8 @@ Two kinds, chosen per cell by its values, and named in the tables' ``interval`` 
 
 The kind follows the cell's values, not the metric's name: a cell whose values are all 0 or 1 is a proportion
 (a digit_acc of 1.0 for every sample gets Wilson's interval, another cell of the same metric t's). A t interval is
-not clipped to a metric's range (a mean near 0 of a [0, 1] metric can show a negative low end).
+clipped to the metric's registered range (:attr:`lctx.metrics.Metric.bounds`: a mean near 0 of a [0, 1] score
+would otherwise show a negative low end); a metric without one (ppl, a custom task's) is not clipped.
 
 Imports scipy (a dependency: RULER's fwe uses it too) only for the t quantile.
 """
@@ -66,9 +67,11 @@ def is_binary(values) -> bool:
     return bool(vals) and all(v in (0.0, 1.0) for v in vals)
 
 
-def interval(mean: float, stderr: float, n: int, kind: str) -> tuple[float, float]:
+def interval(mean: float, stderr: float, n: int, kind: str, bounds: tuple | None = None) -> tuple[float, float]:
     """The 95 % interval of a cell of ``kind`` ``wilson`` (k = round(mean · n)) or ``t``; (NaN, NaN) for an empty
-    cell or another kind.
+    cell or another kind. ``bounds``: the metric's range (:func:`lctx.metrics.bounds_of`, e.g. (0, 1)): a t
+    interval is clipped to it, so a [0, 1] score with a mean near 0 does not show a negative low end (the ends
+    inside the range are the t interval's; Wilson's never leave [0, 1]).
 
     Raises:
         ValueError: as :func:`wilson`.
@@ -78,7 +81,10 @@ def interval(mean: float, stderr: float, n: int, kind: str) -> tuple[float, floa
     if kind == "wilson":
         return wilson(round(mean * n), int(n))
     if kind == "t":
-        return t_interval(mean, stderr, int(n))
+        lo, hi = t_interval(mean, stderr, int(n))
+        if bounds is not None and math.isfinite(lo):
+            lo, hi = max(lo, float(bounds[0])), min(hi, float(bounds[1]))
+        return lo, hi
     return math.nan, math.nan
 
 

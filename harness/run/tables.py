@@ -34,6 +34,7 @@ import pandas as pd
 from lctx.errors import LctxError
 from lctx.harness.run.console import count
 from lctx.harness.run.intervals import interval, is_binary
+from lctx.metrics import bounds_of
 
 from lctx.harness.run.rundir import DIGEST, SALT, atomic_write, check_regular, read_json, read_records as _read, record_digest
 
@@ -355,7 +356,8 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
                                               interval=("value", lambda v: "wilson" if is_binary(v) else "t")
                                               ).reset_index()
     out["stderr"] = out["std"] / out["n"].map(lambda n: math.sqrt(n) if n > 0 else float("nan"))
-    ci = [interval(m, se, n, k) for m, se, n, k in zip(out["mean"], out["stderr"], out["n"], out["interval"])]
+    ci = [interval(m, se, n, k, bounds_of(met))
+          for m, se, n, k, met in zip(out["mean"], out["stderr"], out["n"], out["interval"], out["metric"])]
     out["ci_low"] = [lo for lo, _ in ci]
     out["ci_high"] = [hi for _, hi in ci]
     err = (df[~df["status"].isin(["ok", UNAVAILABLE])].groupby(keys, dropna=False).size().rename("n_error")
@@ -538,7 +540,7 @@ def over_depths(summary: pd.DataFrame, directions: dict[str, str] | None = None)
         kinds = d["interval"] if "interval" in d.columns else pd.Series([""] * len(d), index=d.index)
         kind = "wilson" if all(k == "wilson" or (not k and m in (0.0, 1.0)) for k, m in zip(kinds.fillna(""), d["mean"])) \
             else "t"
-        lo, hi = interval(mean, se, int(N), kind)
+        lo, hi = interval(mean, se, int(N), kind, bounds_of(key[keys.index("metric")]))
         row = dict(zip(keys, key), mean=mean, stderr=se, n=int(N), ci_low=lo, ci_high=hi, interval=kind,
                    worst=math.nan, worst_depths=[], worst_n=0)
         depths = d[pd.to_numeric(d["depth"], errors="coerce").notna()]
