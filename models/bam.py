@@ -39,6 +39,8 @@ trained with.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
@@ -64,6 +66,45 @@ def ggd_bias(dist: torch.Tensor, amp: torch.Tensor, ainv: torch.Tensor, beta: to
     Differentiable in all parameters.
     """
     return -amp * torch.pow((dist - mu).abs() * ainv + eps, beta)
+
+
+def fall_distance(amp: float, ainv: float, beta: float, mu: float, eps: float, delta: float = 1.0) -> float:
+    """The causal distance (tokens) at which the GGD prior :func:`ggd_bias` has fallen ``delta`` nats below its
+    largest value over distances d >= 0: meaningful for any shape beta, where alpha is a length only at beta = 1
+    (issue 31 item 5). Closed form: b(d) = -amp (|d - mu| ainv + eps)^beta peaks on d >= 0 at d* = max(mu, 0),
+    where x0 = |d* - mu| ainv + eps; it is ``delta`` lower where (|d - mu| ainv + eps)^beta = x0^beta +
+    delta / amp, i.e. d = mu + ((x0^beta + delta / amp)^(1 / beta) - eps) / ainv. ``inf`` when it never falls that
+    far (beta <= 0: the inverted priors of seed 000, whose bias rises with distance; amp = 0: no prior).
+
+    Arguments: one head's :meth:`GGDPrior.kernel_params` (floats), its ``eps``; ``delta`` > 0 in nats.
+    Hand check: reference form, alpha = 450, beta = 0.5, mu = 0 (amp = 1/450, ainv = 1): d = ((eps^0.5 + 450)^2
+    - eps) = 450^2 = 202,500 tokens to within eps (the bias is -sqrt(d)/450).
+
+    Raises:
+        ValueError: ``delta`` <= 0.
+    """
+    if not delta > 0:
+        raise ValueError(f"delta must be > 0 nats, got {delta!r}")
+    if beta <= 0 or amp <= 0 or ainv <= 0:
+        return float("inf")
+    x0 = abs(max(mu, 0.0) - mu) * ainv + eps
+    x = (x0 ** beta + delta / amp) ** (1.0 / beta)
+    return float(mu + (x - eps) / ainv) if math.isfinite(x) else float("inf")
+
+
+def fall_distance_of(alpha: float, beta: float, mu: float, form: str, eps: float = 1e-5, delta: float = 1.0) -> float:
+    """:func:`fall_distance` from one head's (alpha, beta, mu, form) as ``lctx diagnose prior`` writes them to
+    ``prior_params.csv`` (the kernel parameters of :meth:`GGDPrior.kernel_params`: reference amp = 1/alpha,
+    ainv = 1, mu_k = -mu; paper amp = 1, ainv = 1/alpha, mu_k = -mu; legacy the same with mu_k = mu).
+
+    Raises:
+        ValueError: an unknown form, or ``delta`` <= 0.
+    """
+    if form not in GGD_FORMS:
+        raise ValueError(f"ggd form must be one of {', '.join(GGD_FORMS)}, got {form!r}")
+    if form == "reference":
+        return fall_distance(1.0 / alpha, 1.0, beta, -mu, eps, delta)
+    return fall_distance(1.0, 1.0 / alpha, beta, -mu if form == "paper" else mu, eps, delta)
 
 
 class GGDPrior(nn.Module):

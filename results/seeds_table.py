@@ -62,13 +62,22 @@ def far_mass_table(path: Path) -> str:
 
 
 def prior_table(paths: list[Path]) -> str:
+    """The learned priors per layer and head: beta / alpha / d1, d1 the distance (tokens) at which the bias has
+    fallen 1 nat below its peak (``fall_1nat`` of ``lctx diagnose prior``, or :func:`lctx.models.bam.fall_distance_of`
+    from alpha, beta, mu and form for a csv written before that column): a length for any beta, where alpha is one
+    only at beta = 1 (issue 31 item 5)."""
+    from lctx.models.bam import fall_distance_of  # lazy: loads torch (only with --prior)
+
     p = pd.concat([pd.read_csv(x) for x in paths])
-    lines = ["**learned GGD priors** (beta / alpha in tokens, per layer and head)", "",
+    if "fall_1nat" not in p.columns:
+        p["fall_1nat"] = [fall_distance_of(a, b, m, f) for a, b, m, f in zip(p.alpha, p.beta, p.mu, p.form)]
+    lines = ["**learned GGD priors** (beta / alpha / d1 in tokens per layer and head; d1: the distance at which the "
+             "bias has fallen 1 nat below its peak)", "",
              "| model | layer | " + " | ".join(f"h{h}" for h in sorted(p["head"].unique())) + " | beta <= 0 |",
              "|---|---|" + "---|" * (p["head"].nunique() + 1)]
     for (m, layer), g in p.groupby(["model", "layer"], sort=False):
         g = g.sort_values("head")
-        cells = [f"{b:.2f} / {a:.3g}" for b, a in zip(g.beta, g.alpha)]
+        cells = [f"{b:.2f} / {a:.3g} / {d:.3g}" for b, a, d in zip(g.beta, g.alpha, g.fall_1nat)]
         lines.append(f"| {m} | {layer} | " + " | ".join(cells) + f" | {(g.beta <= 0).sum()} of {len(g)} |")
     return "\n".join(lines) + "\n"
 

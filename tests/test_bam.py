@@ -416,3 +416,35 @@ def test_whole_model_reference_form_matches_the_port_layer_by_layer():
     pos = torch.arange(30)[None]
     got = blk.attn(x, AttnContext(q_pos=pos, k_pos=pos, allowed=causal(30)[None, None]))
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("form,alpha,beta,mu", [("reference", 450.0, 0.51, 0.0), ("reference", 8.0, 1.0, 0.0),
+                                                  ("paper", 30.0, 2.0, 0.0), ("paper", 16.0, 0.7, 5.0),
+                                                  ("legacy", 4.0, 1.5, -3.0)])
+def test_fall_distance_is_where_the_bias_table_drops_delta(form, alpha, beta, mu):
+    """Issue 31 item 5: fall_distance is the smallest causal distance whose bias is delta nats below the peak
+    over d >= 0, checked against GGDPrior.bias on a table of distances (float64 comparisons; the table's step is
+    1 token, so the closed form lies between the last distance above and the first at or below peak - delta).
+    Hand value: reference form, alpha 450, beta 0.5, mu 0 falls 1 nat at 450^2 = 202,500 tokens."""
+    import math
+
+    import torch
+
+    from lctx.models.bam import GGDPrior, fall_distance
+
+    p = GGDPrior(1, learn_mu=True, form=form)
+    with torch.no_grad():
+        p.theta_alpha.fill_(-math.log(alpha))
+        p.beta.fill_(beta)
+        p.theta_mu.fill_(math.asinh(mu / 2))
+    amp, ainv, b, m = (float(t.detach().double()[0]) for t in p.kernel_params())
+    for delta in (0.5, 1.0, 3.0):
+        d = fall_distance(amp, ainv, b, m, p.eps, delta)
+        table = p.bias(torch.arange(int(d) + 3, dtype=torch.float64))[0].double()
+        peak = float(table.max())
+        first = int(torch.nonzero(table <= peak - delta + 1e-9)[0])
+        assert first - 1 <= d <= first + 1e-6, (form, delta, d, first)
+    assert fall_distance(1 / 450, 1.0, 0.5, 0.0, 1e-5) == pytest.approx(202500.0, rel=1e-4)
+    assert fall_distance(1 / 450, 1.0, 0.0, 0.0, 1e-5) == math.inf == fall_distance(1.0, 1.0, -0.4, 0.0, 1e-5)
+    with pytest.raises(ValueError, match="delta must be > 0"):
+        fall_distance(1.0, 1.0, 1.0, 0.0, 1e-5, 0.0)

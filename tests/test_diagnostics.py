@@ -54,6 +54,8 @@ def test_prior_table_and_plot(make_checkpoint, tmp_path):
     t = prior_table(lm)
     assert len(t) == 2 * 4 and set(t["layer"]) == {0, 1}
     assert t["beta"].tolist() == pytest.approx([1.0] * 8)  # ALiBi initialisation
+    # beta = 1: the bias falls 1 nat after alpha tokens (its ALiBi slope 1/alpha), to within eps
+    assert t["fall_1nat"].tolist() == pytest.approx(t["alpha"].tolist(), rel=1e-4)
     assert plot_priors(lm, tmp_path, max_distance=128).stat().st_size > 5000
     with pytest.raises(LctxError, match="no GGD-BAM prior"):
         prior_table(load_lm(str(make_checkpoint("rope")), device="cpu"))

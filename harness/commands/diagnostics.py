@@ -16,7 +16,7 @@ import torch
 from transformers.cache_utils import DynamicCache
 
 from lctx.errors import LctxError
-from lctx.models.bam import GGDPrior
+from lctx.models.bam import GGDPrior, fall_distance
 
 from lctx.models.adapters.hf import HFAdapter
 
@@ -42,19 +42,25 @@ def _priors(lm: HFAdapter):
     return found
 
 
-def prior_table(lm: HFAdapter) -> pd.DataFrame:
+def prior_table(lm: HFAdapter, delta: float = 1.0) -> pd.DataFrame:
     """One row per (layer, head): alpha (tokens; 1/alpha = e^theta_alpha), beta, mu (tokens) of the learned
-    GGD prior and its ``form`` (``reference``: b = -(1/alpha) (|j-i-mu| + eps)^beta; ``paper``/``legacy``:
-    b = -(|(j-i-mu)/alpha| + eps)^beta, see :mod:`lctx.models.bam`).
+    GGD prior, its ``form`` (``reference``: b = -(1/alpha) (|j-i-mu| + eps)^beta; ``paper``/``legacy``:
+    b = -(|(j-i-mu)/alpha| + eps)^beta, see :mod:`lctx.models.bam`) and ``fall_1nat`` (with ``delta`` other
+    than 1: ``fall_<delta>nat``): the distance in tokens at which the bias has fallen ``delta`` nats below its
+    peak (:func:`lctx.models.bam.fall_distance`; inf for beta <= 0), a length for any beta where alpha is one
+    only at beta = 1.
 
     Raises:
         LctxError: not a ggd_bam checkpoint.
     """
+    col = "fall_1nat" if delta == 1.0 else f"fall_{delta:g}nat"
     rows = []
     for layer, p in _priors(lm):
+        amp, ainv, beta, mu_k = (t.detach().double().tolist() for t in p.kernel_params())
         for h, (a, b, mu) in enumerate(zip(p.alpha.detach().tolist(), p.beta.detach().tolist(), p.mu.detach().tolist())):
             rows.append({"model": lm.name, "layer": layer, "head": h, "alpha": a, "beta": b, "mu": mu,
-                         "form": getattr(p, "form", "legacy")})
+                         "form": getattr(p, "form", "legacy"),
+                         col: fall_distance(amp[h], ainv[h], beta[h], mu_k[h], p.eps, delta)})
     return pd.DataFrame(rows)
 
 
