@@ -104,6 +104,14 @@ def bounds_of(name: str) -> Optional[tuple]:
     return m.bounds if m else None
 
 
+def may_be_proportion(name: str) -> bool:
+    """Whether a cell of metric ``name`` whose values are all 0 or 1 is a proportion (a Wilson interval): a metric
+    registered with bounds (0, 1), or one lctx does not register (a custom task's, judged by its values); not a
+    registered metric of another range (ppl_ratio 1.0 at the training length, n_docs 1)."""
+    m = METRICS.get(str(name).split(",", 1)[0])
+    return m is None or m.bounds == (0.0, 1.0)
+
+
 def direction_of(name: str) -> Optional[str]:
     """The registered direction of metric ``name`` (an lm-eval ``",filter"`` suffix dropped), or None."""
     m = METRICS.get(name.split(",", 1)[0])
@@ -255,6 +263,9 @@ register_metric("acc_norm", "higher", bounds=(0, 1), doc="""lm-eval's length-nor
 # --- derived steps (lctx.harness.steps.flatness, lctx.harness.steps.ruler) ---------------------------------------
 register_metric("ppl_ratio", "lower", """Flatness (lctx.harness.steps.flatness): PPL(L) / PPL(T), ppl at length L over
     ppl at the training length T (seed 004 reports RoPE 16.2x at 16T and ALiBi 0.96x at 128T).""")
+register_metric("ppl_ratio_low", "lower", """Flatness: the low end of ppl_ratio's 95 % interval, where the ppl task scored
+    several windows per length (its ``windows`` option): exp(nll(L) - nll(T) - 1.96 se), se over the windows.""")
+register_metric("ppl_ratio_high", "lower", """Flatness: the high end of ppl_ratio's 95 % interval (see ppl_ratio_low).""")
 register_metric("flat_until", "higher", """Flatness (lctx.harness.steps.flatness): the largest length L >= T (tokens)
     such that every tested length in [T, L] has ppl_ratio <= max_ratio (default 1.1; seed 002 calls a model
     "flat" to 3.5T).""")

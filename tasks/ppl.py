@@ -86,9 +86,16 @@ class Perplexity(Task):
         max_tokens: score at most the first ``max_tokens`` tokens of each document (default 32768;
             0 for all).
         concat: join all documents (separated by a blank line) into one before windowing.
+        windows: instead of the sweep, score ``windows`` windows per length at seeded places (issue 31 item 3):
+            sample s is one window of ``length`` tokens starting at a token drawn from (seed, length, s) in a
+            document drawn in proportion to its number of starts, scoring its last ``stride`` tokens (those with
+            at least ``length - stride`` tokens of context, as in the sweep), so each length has ``windows``
+            records and its mean an interval, where one sweep over a corpus no longer than the window is a
+            single number. Needs a corpus of at least ``windows`` starts per length (``--ppl-max-tokens 0``
+            keeps whole books); the records name each window's document and start.
 
-    Metrics (one record per length): ppl = exp(nll), nll (mean nats per scored token), n_tokens
-    (scored tokens), n_docs (documents scored).
+    Metrics (one record per length, or per window with ``windows``): ppl = exp(nll), nll (mean nats per scored
+    token), n_tokens (scored tokens), n_docs (documents scored).
     """
 
     name = "ppl"
@@ -114,7 +121,7 @@ class Perplexity(Task):
 
     def __init__(self, data: list[str] | None = None, stride: float = 0.5, bos: str = "prepend",
                  short_docs: str = "drop", max_tokens: int = 32768, concat: bool | None = None,
-                 data_dir: str | os.PathLike | None = None, **options):
+                 data_dir: str | os.PathLike | None = None, windows: int | None = None, **options):
         if bos not in ("prepend", "none"):
             raise ValueError(f"bos must be 'prepend' or 'none', got {bos!r}")
         if short_docs not in ("drop", "count"):
@@ -125,6 +132,9 @@ class Perplexity(Task):
             raise ValueError(f"stride {stride} is neither a whole number of tokens nor a fraction <= 1 of the window")
         if int(max_tokens) < 0:
             raise ValueError(f"max_tokens must be >= 0 (0 = all), got {max_tokens}")
+        if windows is not None and (isinstance(windows, bool) or not float(windows).is_integer()
+                                    or not 2 <= int(windows) <= 10_000):
+            raise ValueError(f"windows must be a whole number from 2 to 10000 (windows per length), got {windows!r}")
         concat = (data is None) if concat is None else concat
         if data:
             from lctx.paths import data_key, data_path  # lazy: only a run with --ppl-data needs it
@@ -138,8 +148,12 @@ class Perplexity(Task):
             twice = sorted({k for k in keys if keys.count(k) > 1})
             if twice:  # it would be scored twice, and weigh double in the mean
                 raise ValueError(f"--ppl-data names {twice[0]!r} twice; give each file once")
+        extra = {"windows": int(windows)} if windows is not None else {}  # absent: the sweep's records unchanged
         super().__init__(data=keys if data else None, stride=stride, bos=bos, short_docs=short_docs,
-                         max_tokens=max_tokens, concat=concat, **options)
+                         max_tokens=max_tokens, concat=concat, **extra, **options)
+        self.windows = int(windows) if windows is not None else None
+        if self.windows:  # a sample axis of its own (the windows), drawn from the seed
+            self.axes, self.uses_seed = ("sample",), True
         self.data, self.stride, self.bos = data, stride, bos
         self.short_docs, self.max_tokens, self.concat = short_docs, int(max_tokens), concat
         self._docs: list[tuple[str, str]] | None = None
@@ -224,6 +238,8 @@ class Perplexity(Task):
         """Tokens fed to the model over every window of every scored document (:func:`window_plan`,
         BOS included): about ``window / stride`` times the scored tokens."""
         window, stride = self.window_stride(cell.length)
+        if self.windows:
+            return float(window)  # one window per sample
         bos = self.bos == "prepend"
         need = window - (1 if bos else 0)
         total = 0
@@ -232,7 +248,45 @@ class Perplexity(Task):
                 total += sum(end - begin + bos for begin, end, _ in window_plan(len(d), window, stride, bos))
         return float(max(total, 1))
 
+    def cells(self, lengths: list[int], depths: list[float], samples: int) -> list[Cell]:
+        """One cell per length (the sweep), or ``windows`` per length (sample = the window's index; ``--samples``
+        does not apply)."""
+        return [Cell(int(L), None, s) for L in lengths for s in range(self.windows or 1)]
+
+    def _starts(self, lm, window: int) -> list[int]:
+        """Per document, the number of places a full window can start (0 for one shorter than the window)."""
+        span = window - (1 if self.bos == "prepend" else 0)
+        return [max(0, len(d) - span + 1) for d in self._doc_tokens(lm)]
+
+    def _build_window(self, lm, cell: Cell, seed: int) -> Sample:
+        """The sample of window ``cell.sample`` (the ``windows`` option): a seeded document and start.
+
+        Raises:
+            ValueError: the corpus has fewer than ``windows`` places for a window of this length.
+        """
+        import random  # light
+
+        window, stride = self.window_stride(cell.length)
+        starts = self._starts(lm, window)
+        total = sum(starts)
+        if total < self.windows:
+            raise ValueError(f"the ppl data has {total} place{'s' if total != 1 else ''} for a {window}-token window "
+                             f"and windows={self.windows} were asked; use --ppl-max-tokens 0 (whole documents), "
+                             "longer or more documents, or fewer windows")
+        rng = random.Random(f"ppl-window|{seed}|{cell.length}|{cell.sample}")
+        k = rng.randrange(total)
+        doc = 0
+        while k >= starts[doc]:
+            k -= starts[doc]
+            doc += 1
+        name = self.documents()[doc][0] if len(self.documents()) == len(starts) else str(doc)
+        return Sample(cell=cell, input_ids=[], n_tokens=window,
+                      meta={"window": window, "stride": stride, "bos": self.bos, "doc": name, "begin": k,
+                            "n_starts": total, "_doc": doc})
+
     def build(self, lm, cell: Cell, seed: int) -> Sample:
+        if self.windows:
+            return self._build_window(lm, cell, seed)
         window, stride = self.window_stride(cell.length)
         docs = self._doc_tokens(lm)
         need = window - (1 if self.bos == "prepend" else 0)
@@ -243,6 +297,8 @@ class Perplexity(Task):
 
     def score(self, lm, sample: Sample) -> dict[str, float]:
         """Raises: ValueError when no document is long enough for this window (short_docs='drop')."""
+        if self.windows:
+            return self._score_window(lm, sample)
         docs = sample.meta.pop("docs")
         if not docs:
             raise ValueError(f"no document has {sample.meta['window']} tokens; use --ppl-short-docs count or "
@@ -258,3 +314,16 @@ class Perplexity(Task):
             total, count = total + t, count + c
         nll = total / count
         return {"ppl": ppl(nll), "nll": nll, "n_tokens": float(count), "n_docs": float(len(docs))}
+
+    def _score_window(self, lm, sample: Sample) -> dict[str, float]:
+        """NLL of one window's last ``stride`` tokens (context: the ``window - stride`` tokens before them, and
+        BOS with ``bos=prepend``)."""
+        m = sample.meta
+        doc = self._doc_tokens(lm)[m.pop("_doc")]
+        bos = self.bos == "prepend"
+        span = m["window"] - (1 if bos else 0)
+        ids = ([lm.bos_id] if bos else []) + doc[m["begin"]:m["begin"] + span]
+        first = len(ids) - min(m["stride"], len(ids) - 1)
+        nll_values = lm.token_nll(ids, list(range(first, len(ids))))[0]
+        nll = float(sum(float(x) for x in nll_values)) / len(nll_values)
+        return {"ppl": ppl(nll), "nll": nll, "n_tokens": float(len(nll_values)), "n_docs": 1.0}

@@ -85,3 +85,24 @@ def test_t_interval_is_clipped_to_a_registered_range():
     assert lo == 0.0 and hi == pytest.approx(raw[1])
     assert bounds_of("ppl") is None and interval(-0.5, 1.0, 3, "t", bounds_of("ppl"))[0] < -0.5
     assert bounds_of("exact") == bounds_of("acc") == (0.0, 1.0)
+
+
+def test_a_ratio_of_one_is_not_a_proportion(tmp_path):
+    """A cell whose values are all 1.0 gets Wilson's interval only for a metric that can be a proportion: exact
+    (bounds [0, 1]) and an unregistered custom metric do; ppl_ratio (1.0 at the training length) and n_docs do
+    not (t: no interval from one value). Found on a flatness run whose ppl_ratio read 1.000 [0.207, 1.000]."""
+    import pandas as pd
+
+    from lctx.harness.run.tables import summarize
+    from lctx.metrics import may_be_proportion
+
+    assert may_be_proportion("exact") and may_be_proportion("my_custom_score")
+    assert not may_be_proportion("ppl_ratio") and not may_be_proportion("n_docs")
+    rows = [{"model": "m", "variant": "v", "task": t, "metric": m, "length": 256, "depth": None, "sample": 0,
+             "value": 1.0, "status": "ok", "task_options": "{}", "dtype": "float32", "attn_impl": "fast", "seed": 0,
+             "fingerprint": "f", "depth_off": False}
+            for t, m in (("passkey", "exact"), ("flatness", "ppl_ratio"), ("ppl", "n_docs"), ("mine", "my_custom_score"))]
+    s = summarize(pd.DataFrame(rows)).set_index("metric")
+    assert s.loc["exact", "interval"] == "wilson" and s.loc["my_custom_score", "interval"] == "wilson"
+    assert s.loc["ppl_ratio", "interval"] == "t" and math.isnan(s.loc["ppl_ratio", "ci_low"])
+    assert s.loc["n_docs", "interval"] == "t"

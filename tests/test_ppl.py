@@ -160,3 +160,63 @@ def test_ppl_bos_policy_scores_first_token(tokenizer, make_checkpoint):
     t_bos, c_bos = sliding_nll(lambda i, t: lm.token_nll(i, t)[0], doc, 32, 16, lm.bos_id)
     t_no, c_no = sliding_nll(lambda i, t: lm.token_nll(i, t)[0], doc, 32, 16, None)
     assert c_bos == len(doc) and c_no == len(doc) - 1
+
+
+def test_ppl_windows_draw_seeded_windows_and_score_their_last_stride(lm, tmp_path):
+    """Issue 31 item 3: windows=N gives N records per length, each one window at a seeded place scoring its last
+    ``stride`` tokens; the score equals token_nll of those tokens fed directly (the same context); the same seed
+    draws the same windows and another seed others; a corpus with fewer places than N is refused with the fix."""
+    from lctx.tasks import Cell
+
+    doc = tmp_path / "doc.txt"
+    doc.write_text(TEXT * 4)
+    t = Perplexity(data=[str(doc)], windows=4, stride=0.5, max_tokens=0)
+    assert t.axes == ("sample",) and t.uses_seed and t.options["windows"] == 4
+    cells = t.cells([64, 128], [0.5], 2)
+    assert [(c.length, c.sample) for c in cells] == [(64, s) for s in range(4)] + [(128, s) for s in range(4)]
+    ss = [t.build(lm, c, seed=0) for c in cells[:4]]
+    assert len({s.meta["begin"] for s in ss}) > 1
+    assert [s.meta["begin"] for s in ss] == [t.build(lm, c, seed=0).meta["begin"] for c in cells[:4]]
+    assert [s.meta["begin"] for s in ss] != [t.build(lm, c, seed=1).meta["begin"] for c in cells[:4]]
+    s = ss[0]
+    toks = t._doc_tokens(lm)[s.meta["_doc"]]
+    ids = [lm.bos_id] + toks[s.meta["begin"]:s.meta["begin"] + 63]
+    direct = lm.token_nll(ids, list(range(64 - 32, 64)))[0]
+    got = t.score(lm, s)
+    assert got["n_tokens"] == 32 == s.meta["stride"] and got["n_docs"] == 1.0
+    assert got["nll"] == pytest.approx(float(sum(direct)) / 32, rel=1e-6)  # the same forward, summed in float64
+    assert got["ppl"] == pytest.approx(math.exp(got["nll"]))
+    short = Perplexity(data=[str(doc)], windows=10_000, max_tokens=0)
+    with pytest.raises(ValueError, match=r"places for a 128-token window and windows=10000 were asked; use "
+                                         r"--ppl-max-tokens 0"):
+        short.build(lm, Cell(128, None, 0), seed=0)
+    with pytest.raises(ValueError, match="windows must be a whole number from 2 to 10000"):
+        Perplexity(windows=1)
+    assert "windows" not in Perplexity().options  # the sweep's records keep their options
+
+
+def test_flatness_pools_windows_by_nll_and_gives_the_ratio_an_interval():
+    """PPL per length is exp(token-weighted mean nll), not the mean of per-window ppl (the control: windows of
+    nll 1 and 3 give exp(2) = 7.39, the mean of e and e^3 is 11.4); the ratio's interval is exp(d -+ 1.96 se)
+    with se = sqrt(se_L^2 + se_T^2), hand-computed here."""
+    import pandas as pd
+
+    from lctx.harness.steps.flatness import ppl_by_length, ratio_interval
+
+    rows = []
+    for L, nlls in ((256, [1.0, 3.0]), (512, [2.0, 2.5, 3.0])):
+        for s, v in enumerate(nlls):
+            for metric, value in (("ppl", math.exp(v)), ("nll", v), ("n_tokens", 128.0)):
+                rows.append({"task": "ppl", "metric": metric, "length": L, "sample": s, "depth": None,
+                             "value": value, "status": "ok", "task_options": "{}", "run_id": "r"})
+    df = pd.DataFrame(rows)
+    means, spread = ppl_by_length(df, df[df["metric"] == "ppl"])
+    assert means[256] == pytest.approx(math.exp(2.0)) and means[256] != pytest.approx((math.e + math.e ** 3) / 2)
+    assert spread[256] == pytest.approx((2.0, math.sqrt(2.0) / math.sqrt(2), 2))  # std of (1, 3) = sqrt 2
+    assert spread[512] == pytest.approx((2.5, 0.5 / math.sqrt(3), 3))
+    iv = ratio_interval(spread, 512, 256)
+    se = math.sqrt(1.0 + 0.25 / 3)
+    assert iv["ppl_ratio_low"] == pytest.approx(math.exp(0.5 - 1.959964 * se), rel=1e-5)
+    assert iv["ppl_ratio_high"] == pytest.approx(math.exp(0.5 + 1.959964 * se), rel=1e-5)
+    assert ratio_interval(spread, 256, 256) == {"ppl_ratio_low": 1.0, "ppl_ratio_high": 1.0}
+    assert ratio_interval({}, 512, 256) == {}

@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 
 from lctx.errors import LctxError
-from lctx.metrics import TEACHER_FORCED, bounds_of, is_teacher_forced
+from lctx.metrics import TEACHER_FORCED, bounds_of, is_teacher_forced, may_be_proportion
 from lctx.tasks import TASKS, group_of_label
 from lctx.tasks import GROUPS  # flatness, ruler (imported above: registered)
 
@@ -512,7 +512,8 @@ def _mean_ci(values: pd.Series, metric: str | None = None) -> tuple[float, float
         return math.nan, math.nan, math.nan, 0
     mean = float(v.mean())
     se = float(v.std(ddof=1) / math.sqrt(n)) if n > 1 else math.nan
-    lo, hi = interval(mean, se, n, "wilson" if is_binary(v) else "t", bounds_of(metric) if metric else None)
+    kind = "wilson" if is_binary(v) and (metric is None or may_be_proportion(metric)) else "t"
+    lo, hi = interval(mean, se, n, kind, bounds_of(metric) if metric else None)
     return mean, lo, hi, n
 
 

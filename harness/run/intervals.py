@@ -11,8 +11,10 @@ Two kinds, chosen per cell by its values, and named in the tables' ``interval`` 
   mean ± t(0.975, n - 1) · stderr, stderr = sample std / sqrt(n); none (NaN) for n < 2, where a spread cannot be
   estimated.
 
-The kind follows the cell's values, not the metric's name: a cell whose values are all 0 or 1 is a proportion
-(a digit_acc of 1.0 for every sample gets Wilson's interval, another cell of the same metric t's). A t interval is
+The kind follows the cell's values: a cell whose values are all 0 or 1 is a proportion (a digit_acc of 1.0 for
+every sample gets Wilson's interval, another cell of the same metric t's), for a metric that can be one
+(:func:`lctx.metrics.may_be_proportion`: registered with the range [0, 1], or not registered); a ppl_ratio of
+exactly 1.0 or an n_docs of 1 is not a proportion, and gets t's. A t interval is
 clipped to the metric's registered range (:attr:`lctx.metrics.Metric.bounds`: a mean near 0 of a [0, 1] score
 would otherwise show a negative low end); a metric without one (ppl, a custom task's) is not clipped.
 

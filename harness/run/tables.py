@@ -34,7 +34,7 @@ import pandas as pd
 from lctx.errors import LctxError
 from lctx.harness.run.console import count
 from lctx.harness.run.intervals import interval, is_binary
-from lctx.metrics import bounds_of
+from lctx.metrics import bounds_of, may_be_proportion
 
 from lctx.harness.run.rundir import DIGEST, SALT, atomic_write, check_regular, read_json, read_records as _read, record_digest
 
@@ -356,6 +356,9 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
                                               interval=("value", lambda v: "wilson" if is_binary(v) else "t")
                                               ).reset_index()
     out["stderr"] = out["std"] / out["n"].map(lambda n: math.sqrt(n) if n > 0 else float("nan"))
+    # a 0/1 cell is a proportion only for a metric that can be one (a ppl_ratio of 1.0 or one n_docs is not)
+    out["interval"] = [("t" if k == "wilson" and not may_be_proportion(m) else k)
+                       for k, m in zip(out["interval"], out["metric"])]
     ci = [interval(m, se, n, k, bounds_of(met))
           for m, se, n, k, met in zip(out["mean"], out["stderr"], out["n"], out["interval"], out["metric"])]
     out["ci_low"] = [lo for lo, _ in ci]
@@ -539,7 +542,7 @@ def over_depths(summary: pd.DataFrame, directions: dict[str, str] | None = None)
         # the pooled cell is a proportion when each depth's was (a summary from before intervals: by its mean)
         kinds = d["interval"] if "interval" in d.columns else pd.Series([""] * len(d), index=d.index)
         kind = "wilson" if all(k == "wilson" or (not k and m in (0.0, 1.0)) for k, m in zip(kinds.fillna(""), d["mean"])) \
-            else "t"
+            and may_be_proportion(key[keys.index("metric")]) else "t"
         lo, hi = interval(mean, se, int(N), kind, bounds_of(key[keys.index("metric")]))
         row = dict(zip(keys, key), mean=mean, stderr=se, n=int(N), ci_low=lo, ci_high=hi, interval=kind,
                    worst=math.nan, worst_depths=[], worst_n=0)

@@ -42,7 +42,7 @@ from lctx.tasks import TaskInfo, get_task, register_group
 from lctx.harness.run.rundir import atomic_write_json, declared_tasks, read_json
 
 TASK = "flatness"
-METRICS = ("ppl_ratio", "flat_until", "effective_length")
+METRICS = ("ppl_ratio", "flat_until", "effective_length", "ppl_ratio_low", "ppl_ratio_high")
 DESCRIPTION = ("ppl + a retrieval task at lengths relative to the training length (--relative), "
                "derived per model")
 DEFAULT_RELATIVE = (0.5, 1.0, 2.0, 4.0, 8.0)
@@ -261,6 +261,61 @@ def _most_common_options(rows: pd.DataFrame) -> pd.DataFrame:
     return rows[opts == opts.value_counts().index[0]]
 
 
+def ppl_by_length(rows: pd.DataFrame, ppl: pd.DataFrame) -> tuple[dict, dict]:
+    """({length: PPL}, {length: (mean nll, its standard error, n windows)}) of one model's ok ppl records:
+    PPL = exp(token-weighted mean nll) over the length's records (``nll`` and ``n_tokens`` rows of the same
+    records), so several windows per length (ppl's ``windows`` option) pool as one sweep would, not as a mean of
+    per-window perplexities; a record without its nll row counts by its ppl (exp of the mean of log ppl). The
+    second map has an entry where a length has two windows or more (the nll's standard error over windows)."""
+    import pandas as pd  # lazy: loads pandas
+
+    ok = ok_rows(ppl)
+    key = [c for c in ("run_id", "length", "depth", "sample", "fingerprint") if c in ok.columns]
+    opts = ppl["task_options"].astype("string").iloc[0] if "task_options" in ppl.columns and len(ppl) else None
+
+    def metric_rows(name):
+        r = rows[(rows["task"] == "ppl") & (rows["metric"] == name)]
+        if opts is not None and "task_options" in r.columns:
+            r = r[r["task_options"].astype("string") == opts]
+        r = ok_rows(r)
+        return r.set_index(key)["value"].astype(float) if len(r) else pd.Series(dtype=float)
+
+    logp = ok.set_index(key)["value"].astype(float).map(math.log)
+    nll, ntok = metric_rows("nll"), metric_rows("n_tokens")
+    nll = nll.reindex(logp.index).fillna(logp)
+    w = ntok.reindex(logp.index).fillna(1.0)
+    L = pd.Series([int(i[key.index("length")]) for i in logp.index], index=logp.index)
+    means, spread = {}, {}
+    for length in sorted(set(L)):
+        sel = L == length
+        m = float((nll[sel] * w[sel]).sum() / w[sel].sum())
+        means[length] = math.exp(m)
+        n = int(sel.sum())
+        if n >= 2:
+            spread[length] = (m, float(nll[sel].std(ddof=1)) / math.sqrt(n), n)
+    return means, spread
+
+
+def ratio_interval(spread: dict, L: int, T: int | None) -> dict:
+    """{"ppl_ratio_low", "ppl_ratio_high"}: the 95 % interval of PPL(L) / PPL(T) where length L (and T, if it
+    has them) was scored on several windows (:func:`ppl_by_length`'s spread): log ratio = nll(L) - nll(T), its
+    standard error sqrt(se_L^2 + se_T^2) (the two lengths' windows drawn independently; a T scored once counts as
+    exact), exp(log ratio -+ 1.96 se) (the normal approximation); [1, 1] at L = T (the same windows). {} where L
+    has fewer than two windows, T is unknown, or T was scored once while L is another length with windows and T
+    none (then T's error is unknown)."""
+    if T is None or L not in spread or (T not in spread and L != T):
+        return {}
+    from lctx.harness.run.intervals import Z  # light
+
+    mL, seL, nL = spread[L]
+    mT, seT, nT = spread.get(T, (mL, 0.0, 0))
+    if L == T:
+        return {"ppl_ratio_low": 1.0, "ppl_ratio_high": 1.0}
+    se = math.sqrt(seL ** 2 + seT ** 2)
+    d = mL - mT
+    return {"ppl_ratio_low": math.exp(d - Z * se), "ppl_ratio_high": math.exp(d + Z * se)}
+
+
 def _unavailable_lengths(ppl: pd.DataFrame, means: dict) -> dict:
     """{length: reason} of the ppl rows the model could not give (status ``unavailable``) at lengths with no value."""
     if "status" not in ppl.columns:
@@ -303,8 +358,7 @@ def derive_records(table: pd.DataFrame, spec: FlatnessSpec | None = None) -> lis
         if len(ppl):
             crit = {"criterion": f"ppl_ratio <= {spec.max_ratio:g}", "max_ratio": spec.max_ratio,
                     "ppl_options": json_cell(ppl["task_options"].iloc[0])}
-            ok = ok_rows(ppl)
-            means = ok.groupby(ok["length"].astype("int64"))["value"].mean().to_dict()
+            means, spread = ppl_by_length(rows, ppl)
             every = rows[rows["task"] == "ppl"]  # a failed sample may carry no metric name: all its lengths
             lengths = sorted({int(x) for x in pd.to_numeric(every["length"], errors="coerce").dropna()})
             ref = means.get(T, float("nan")) if T else float("nan")
@@ -317,7 +371,7 @@ def derive_records(table: pd.DataFrame, spec: FlatnessSpec | None = None) -> lis
                 ratios[L] = r
                 rec = dict(base, length=L, task_options={"criterion": "ppl(L) / ppl(train_length)",
                                                          "ppl_options": crit["ppl_options"]},
-                           metrics={"ppl_ratio": r})
+                           metrics={"ppl_ratio": r, **ratio_interval(spread, L, T)})
                 na = unav.get(T) or unav.get(L)
                 if not math.isfinite(r) and na:
                     rec.update(metrics={}, unavailable={"ppl_ratio": f"ppl unavailable: {na}"})
