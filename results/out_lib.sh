@@ -6,7 +6,8 @@
 #       (lctx-NAME.XXXXXX under $TMPDIR or /tmp), and prints it; refuses (exit 2) an OUT inside the
 #       repository's work tree that git does not ignore, unless FORCE=1; appends the git revision and dirty
 #       state (`git rev-parse HEAD`, `git status --porcelain`) to OUT/provenance.txt (one block per start, so a
-#       resumed run lists every revision that wrote into it). Sets PUB, the folder the script copies its
+#       resumed run lists every revision that wrote into it). Refuses (exit 2) a work tree with uncommitted
+#       changes unless ALLOW_DIRTY=1 (issue 31: a number must trace to a revision that holds the code that made it). Sets PUB, the folder the script copies its
 #       tables and plots into: OUT/results (the names of the committed folder, so `diff -r` compares them),
 #       or the script's own folder $HERE (overwriting the committed copies) when FORCE=1.
 #   out_guard PATH   out_init's refusal, for any folder
@@ -47,11 +48,25 @@ provenance() {  # provenance DIR: append the git revision, dirty state and comma
       echo "revision: unknown (not a git checkout)"
     fi
     echo "FORCE: ${FORCE:-0}"
+    echo "ALLOW_DIRTY: ${ALLOW_DIRTY:-0}"
   } >> "$1/provenance.txt"
+}
+
+out_dirty_guard() {  # exit 2 when the work tree has uncommitted changes, unless ALLOW_DIRTY=1
+  local top status
+  top="$(_out_repo)"
+  [ -n "$top" ] && [ "${ALLOW_DIRTY:-0}" != 1 ] || return 0
+  status="$(git -C "$top" status --porcelain)"
+  [ -z "$status" ] && return 0
+  echo "error: the work tree has uncommitted changes ($(printf '%s\n' "$status" | head -3 | cut -c4- | tr '\n' ' ' \
+    | sed 's/ $//')): commit them first, so that provenance.txt's revision names the code that ran, or" \
+    "ALLOW_DIRTY=1 to run anyway (recorded as dirty)" >&2
+  exit 2
 }
 
 out_init() {  # out_init NAME [OUT] [script args for the record ...]: sets and prepares OUT (see above)
   local name="$1"; shift
+  out_dirty_guard
   OUT="${1:-${OUT:-}}"
   if [ -z "$OUT" ]; then OUT="$(mktemp -d "${TMPDIR:-/tmp}/lctx-$name.XXXXXX")"; fi
   out_guard "$OUT"

@@ -79,11 +79,16 @@ def test_default_out_is_outside_the_repository_with_provenance(fake_repo, tmp_pa
     assert (fake_repo / "results" / "exp" / "table.md").read_text() == "committed\n"
     prov = (out / "provenance.txt").read_text()
     assert f"revision: {_git(fake_repo, 'rev-parse', 'HEAD')}" in prov and "dirty: no" in prov
-    # a resumed run in a dirty tree appends its own block, naming the changed file
+    # a dirty tree is refused before anything runs (issue 31 item 4), naming the changed file and the way out
     (fake_repo / "results" / "exp" / "run.sh").write_text(FAKE_RUN + "# edited\n")
-    assert _run(fake_repo, tmp_path, str(out)).returncode == 0
+    r = _run(fake_repo, tmp_path, str(out))
+    assert r.returncode == 2 and "uncommitted changes (results/exp/run.sh)" in r.stderr and "ALLOW_DIRTY=1" in r.stderr
+    assert len((out / "provenance.txt").read_text().split("# ")[1:]) == 1  # nothing appended
+    # with ALLOW_DIRTY=1 a resumed run appends its own block, naming the changed file
+    assert _run(fake_repo, tmp_path, str(out), ALLOW_DIRTY="1").returncode == 0
     blocks = (out / "provenance.txt").read_text().split("# ")[1:]
     assert len(blocks) == 2 and "dirty: yes" in blocks[1] and "results/exp/run.sh" in blocks[1]
+    assert "ALLOW_DIRTY: 1" in blocks[1]
 
 
 def test_force_writes_the_committed_copies(fake_repo, tmp_path):
@@ -91,8 +96,9 @@ def test_force_writes_the_committed_copies(fake_repo, tmp_path):
     assert r.returncode == 0, r.stderr
     assert (fake_repo / "results" / "exp" / "table.md").read_text() == "new\n"
     assert "FORCE: 1" in (tmp_path / "out" / "provenance.txt").read_text()
-    # and FORCE=1 lets an OUT inside the repository through
-    assert _run(fake_repo, tmp_path, "results/exp/out", FORCE="1").returncode == 0
+    # and FORCE=1 lets an OUT inside the repository through (the tree is dirty now: the copy above changed it)
+    assert _run(fake_repo, tmp_path, "results/exp/out", FORCE="1").returncode == 2
+    assert _run(fake_repo, tmp_path, "results/exp/out", FORCE="1", ALLOW_DIRTY="1").returncode == 0
 
 
 def _fake_lctx(tmp_path):
@@ -108,7 +114,7 @@ def _fake_lctx(tmp_path):
         (books / f"{b}.txt").write_text("")
     (tmp_path / "tmp").mkdir()
     return {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}", "LCTX_DATA_DIR": str(tmp_path / "data"),
-            "TMPDIR": str(tmp_path / "tmp"), "FORCE": "0"}
+            "TMPDIR": str(tmp_path / "tmp"), "FORCE": "0", "ALLOW_DIRTY": "1"}  # the checkout under test may be dirty
 
 
 def test_seed_script_refuses_its_own_folder_before_training(tmp_path):
