@@ -185,7 +185,7 @@ def test_task_metadata_is_recorded_and_merged_over_runs(lm, tmp_path):
     assert tm["declared_test"] == {"name": "declared_test", "version": 1, "metrics": ["b_score", "a_loss"],
                                    "headline_metric": "b_score", "higher_is_better": {"b_score": True, "a_loss": False},
                                    "retrieval": True, "secondary_metric": None, "axes": ["depth", "sample"],
-                                   "uses_seed": False, "heatmap_metrics": None}
+                                   "uses_seed": False, "heatmap_metrics": None, "category": None}
     assert tm["declared_other"]["retrieval"] is False
 
 
