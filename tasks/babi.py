@@ -249,6 +249,29 @@ def book_files(task: str, haystack: str | os.PathLike, data_dir: str | os.PathLi
     return corpus_files(hp)  # LctxError: missing path or an empty folder
 
 
+#: The fewest sentence starts a haystack book must have: fewer cannot place a story's facts between sentences
+#: (nor give mrcr answers that differ).
+MIN_BOOK_SENTENCES = 100
+
+
+def check_books(task: str, books: list[Path]) -> None:
+    """Read every book now (:func:`load_book`): a binary, empty or too-short one is refused in one line before
+    the sweep, not as a failed sample each time it is drawn.
+
+    Raises:
+        LctxError: a book is not text (:func:`lctx.tasks.textdata.read_text`) or has fewer than
+            :data:`MIN_BOOK_SENTENCES` sentences.
+    """
+    for p in books:
+        try:
+            b = load_book(p)
+        except LctxError as e:
+            raise LctxError(f"task {task!r}: {e}") from None
+        if len(b.starts) < MIN_BOOK_SENTENCES:
+            raise LctxError(f"task {task!r}: book '{p}' has {len(b.starts)} sentences, fewer than "
+                            f"{MIN_BOOK_SENTENCES}; give a real book (--task-option {task}.haystack=PATH)")
+
+
 class BabiQA(Task):
     """Base of ``babi_qa1``-``babi_qa3`` (subclasses set ``name`` and ``hops``): bAbI-style facts of a simulated
     world hidden in book text at a target length and depth (the last supporting fact's place).
@@ -293,6 +316,14 @@ class BabiQA(Task):
     def data_files(self) -> dict[str, Path]:
         """The books a sample may draw (their content is the run's data fingerprint)."""
         return {p.name: p for p in self.books}
+
+    def check_data(self) -> None:
+        """:func:`check_books` before any model loads.
+
+        Raises:
+            LctxError: a book that is not text or too short.
+        """
+        check_books(self.name, self.books)
 
     def _user(self, book: Book, start: int, n: int, story: Story, pos: list[float]) -> tuple[str, int]:
         """(user text, character offset of the last supporting fact) with ``n`` book words from ``start`` and the

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from lctx import metrics
 
-from .babi import book_files, load_book
+from .babi import book_files, check_books, load_book
 from .base import DECODE_STEP_TOKENS, Cell, Heatmap, Sample, Task, register_task
 
 STYLES = ("poem", "short story", "riddle", "letter", "speech", "diary entry", "dialogue", "song")
@@ -97,6 +97,14 @@ class MRCR(Task):
     def data_files(self) -> dict[str, Path]:
         """The books the answers come from (their content is the run's data fingerprint)."""
         return {p.name: p for p in self.books}
+
+    def check_data(self) -> None:
+        """:func:`lctx.tasks.babi.check_books` before any model loads.
+
+        Raises:
+            LctxError: a book that is not text or too short.
+        """
+        check_books(self.name, self.books)
 
     def _answer(self, rng: random.Random) -> str:
         """An assistant answer: ``answer_words`` words of a book from a seeded sentence start."""

@@ -614,6 +614,10 @@ class RulerNIAH(Task):
         if haystack_start not in ("first", "random"):
             raise LctxError(f"task {self.name!r}: haystack_start={haystack_start!r} is not first or random; write "
                             f"--task-option {self.name}.haystack_start=random")
+        if haystack_start == "random" and self.config.type_haystack != "essay":
+            raise LctxError(f"task {self.name!r}: haystack_start=random needs the essay haystack, and this task's "
+                            f"is {self.config.type_haystack!r} (already drawn per sample, or one repeated sentence); "
+                            "drop the option for it")
         if haystack_start == "first":  # RULER's default, left out of the options so older records still match
             super().__init__(match=match, max_new_tokens=max_new_tokens)
         else:

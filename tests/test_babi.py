@@ -203,3 +203,18 @@ def test_runs_end_to_end_with_a_category_in_run_json(make_checkpoint, books, tmp
     assert set(res.table[res.table["metric"] == "exact"]["value"]) <= {0.0, 1.0}
     meta = json.loads((tmp_path / "run" / "run.json").read_text())["task_meta"]
     assert {meta[f"babi_qa{k}"]["category"] for k in (1, 2, 3)} == {"reasoning"}
+
+
+def test_books_are_checked_before_the_sweep(books, tmp_path):
+    """A binary or too-short book in the haystack folder is refused in one line by check_data (before any model
+    loads), not as a failed sample each time it is drawn (found by a new-user trial: exit 0 with 4 errors);
+    the real books pass (the control)."""
+    get_task("babi_qa1")(data_dir=books).check_data()
+    get_task("mrcr")(data_dir=books).check_data()
+    (books / "books" / "a.txt").write_bytes(bytes(range(256)) * 8)
+    with pytest.raises(LctxError, match=r"task 'babi_qa1': .*a.txt' is not a text file"):
+        get_task("babi_qa1")(data_dir=books).check_data()
+    short = tmp_path / "short.txt"
+    short.write_text("Word. " * 5)
+    with pytest.raises(LctxError, match=r"task 'mrcr': book .* has \d+ sentences, fewer than 100"):
+        get_task("mrcr")(haystack=str(short)).check_data()

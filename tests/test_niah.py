@@ -514,3 +514,6 @@ def test_haystack_start_random_gives_each_sample_its_own_window(lm, fake_data):
     assert rnd.options["haystack_start"] == "random" and "haystack_start" not in first.options
     with pytest.raises(LctxError, match="haystack_start='middle' is not first or random"):
         make("niah_single_2", fake_data, haystack_start="middle")
+    for name in ("niah_single_1", "niah_multikey_2"):  # noise / needle haystacks: the option would do nothing
+        with pytest.raises(LctxError, match="haystack_start=random needs the essay haystack"):
+            make(name, fake_data, haystack_start="random")
