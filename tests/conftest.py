@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
-import torch
+# The repository root must not be on sys.path (``python -m pytest`` puts the working directory there): its
+# top-level ``kernels/`` folder would shadow the ``kernels`` package transformers >= 5.25 depends on and imports
+# at start-up (found on a fresh CI install, 2026-12-03: 34 modules failed to import). lctx itself is imported as
+# installed (``lctx.kernels``), never from the folder's own name.
+_REPO = Path(__file__).resolve().parents[1]
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _REPO]
+
+import torch  # noqa: E402
 
 # Without a GPU, Triton kernels run under Triton's interpreter (fp32; it must be chosen before any
 # kernel module is imported, because @triton.jit reads it at decoration time). With a GPU they compile.
