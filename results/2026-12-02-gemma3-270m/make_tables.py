@@ -228,13 +228,15 @@ def cost_tables(root: Path) -> list[str]:
     seen: dict[str, int] = {}
     for line in tim.read_text().splitlines() if tim.exists() else []:
         name, t0, t1, rc = line.split("\t")
-        k = seen[name] = seen.get(name, -1) + 1  # the job's k-th line owns the log's k-th /usr/bin/time block
+        # the job's k-th line that ended on its own owns the log's k-th /usr/bin/time block (a job stopped by
+        # timeout, rc 124, prints none)
+        k = seen[name] = seen.get(name, -1) + (rc != "124")
         log = (root / f"{name}.log").read_text(errors="replace") if (root / f"{name}.log").exists() else ""
         wall = re.findall(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (\S+)", log)
         user = re.findall(r"User time \(seconds\): (\S+)", log)
         syst = re.findall(r"System time \(seconds\): (\S+)", log)
         rss = re.findall(r"Maximum resident set size \(kbytes\): (\d+)", log)
-        has = k < min(len(wall), len(user), len(syst), len(rss))  # a job killed by timeout prints no block
+        has = rc != "124" and 0 <= k < min(len(wall), len(user), len(syst), len(rss))
         jobs.append({"job": name, "start (UTC)": t0[11:19], "end (UTC)": t1[11:19], "rc": rc,
                      "wall": wall[k] if has else "",
                      "CPU s": round(float(user[k]) + float(syst[k]), 1) if has else "",
