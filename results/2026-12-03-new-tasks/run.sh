@@ -34,8 +34,8 @@ timed() {  # timed NAME CMD...: CMD under /usr/bin/time -v; a line "name start e
 # SmolLM2: the five tasks (mrcr through its chat template), seed 0, and passkey (which it retrieves at 1K-4K:
 # the cells where a planted regression can be told from noise)
 timed smollm2 lctx run --model "$G" "${G5[@]}" --lengths 1k,2k,4k "${C[@]}" --out "$OUT/smollm2"
-# the bundled model (trained at 256 tokens, no chat template): four tasks at 1K; mrcr is refused in one line
-timed bundled lctx run --tasks json_kv,babi_qa1,babi_qa2,babi_qa3 --depths 0,0.5,1 --samples 4 --lengths 1k \
+# the bundled model (trained at 256 tokens, no chat template): four tasks at 1K-4K; mrcr is refused in one line
+timed bundled lctx run --tasks json_kv,babi_qa1,babi_qa2,babi_qa3 --depths 0,0.5,1 --samples 4 --lengths 1k,2k,4k \
   "${C[@]}" --out "$OUT/bundled"
 wanted bundled-mrcr && { lctx run --tasks mrcr --lengths 1k "${C[@]}" --out "$OUT/bundled-mrcr" \
   > "$OUT/bundled-mrcr.log" 2>&1; echo "exit $?" >> "$OUT/bundled-mrcr.log"; }
