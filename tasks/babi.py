@@ -272,7 +272,34 @@ def check_books(task: str, books: list[Path]) -> None:
                             f"{MIN_BOOK_SENTENCES}; give a real book (--task-option {task}.haystack=PATH)")
 
 
-class BabiQA(Task):
+class BookTask(Task):
+    """What babi_qa* and mrcr share: a ``haystack`` of PG books (:func:`book_files`, set by :meth:`_set_books`),
+    their content the run's data fingerprint, every book read before the sweep (:func:`check_books`)."""
+
+    books: list[Path]
+
+    def _set_books(self, haystack: str | os.PathLike, data_dir: str | os.PathLike | None) -> None:
+        """Resolve the ``haystack`` option (:func:`book_files`).
+
+        Raises:
+            LctxError: as :func:`book_files`.
+        """
+        self.books = book_files(self.name, haystack, data_dir)
+
+    def data_files(self) -> dict[str, Path]:
+        """The books a sample may draw (their content is the run's data fingerprint)."""
+        return {p.name: p for p in self.books}
+
+    def check_data(self) -> None:
+        """:func:`check_books` before any model loads.
+
+        Raises:
+            LctxError: a book that is not text or too short.
+        """
+        check_books(self.name, self.books)
+
+
+class BabiQA(BookTask):
     """Base of ``babi_qa1``-``babi_qa3`` (subclasses set ``name`` and ``hops``): bAbI-style facts of a simulated
     world hidden in book text at a target length and depth (the last supporting fact's place).
 
@@ -311,19 +338,7 @@ class BabiQA(Task):
         super().__init__(facts=facts, haystack=haystack, max_new_tokens=max_new_tokens, **options)
         self.n_facts = int(facts) if facts is not None else DEFAULT_FACTS[self.hops]
         self.max_new_tokens = None if max_new_tokens is None else int(max_new_tokens)
-        self.books = book_files(self.name, haystack, data_dir)
-
-    def data_files(self) -> dict[str, Path]:
-        """The books a sample may draw (their content is the run's data fingerprint)."""
-        return {p.name: p for p in self.books}
-
-    def check_data(self) -> None:
-        """:func:`check_books` before any model loads.
-
-        Raises:
-            LctxError: a book that is not text or too short.
-        """
-        check_books(self.name, self.books)
+        self._set_books(haystack, data_dir)
 
     def _user(self, book: Book, start: int, n: int, story: Story, pos: list[float]) -> tuple[str, int]:
         """(user text, character offset of the last supporting fact) with ``n`` book words from ``start`` and the

@@ -29,12 +29,11 @@ from __future__ import annotations
 import os
 import random
 import string
-from pathlib import Path
 
 from lctx import metrics
 
-from .babi import book_files, check_books, load_book
-from .base import DECODE_STEP_TOKENS, Cell, Heatmap, Sample, Task, register_task
+from .babi import BookTask, load_book
+from .base import DECODE_STEP_TOKENS, Cell, Heatmap, Sample, register_task
 
 STYLES = ("poem", "short story", "riddle", "letter", "speech", "diary entry", "dialogue", "song")
 TOPICS = ("tapirs", "lighthouses", "the moon", "bread", "winter", "a lost key", "trains", "bees", "the ocean",
@@ -50,7 +49,7 @@ def request(style: str, topic: str) -> str:
 
 
 @register_task
-class MRCR(Task):
+class MRCR(BookTask):
     """Multi-round coreference (OpenAI MRCR's format) at a target length and depth (the asked needle's turn).
 
     Options (``--task-option mrcr.KEY=VALUE``):
@@ -92,19 +91,7 @@ class MRCR(Task):
             raise ValueError(f"answer_words must be a whole number >= 1, got {answer_words!r}")
         super().__init__(needles=needles, answer_words=answer_words, haystack=haystack, **options)
         self.needles, self.answer_words = int(needles), int(answer_words)
-        self.books = book_files(self.name, haystack, data_dir)
-
-    def data_files(self) -> dict[str, Path]:
-        """The books the answers come from (their content is the run's data fingerprint)."""
-        return {p.name: p for p in self.books}
-
-    def check_data(self) -> None:
-        """:func:`lctx.tasks.babi.check_books` before any model loads.
-
-        Raises:
-            LctxError: a book that is not text or too short.
-        """
-        check_books(self.name, self.books)
+        self._set_books(haystack, data_dir)
 
     def _answer(self, rng: random.Random) -> str:
         """An assistant answer: ``answer_words`` words of a book from a seeded sentence start."""

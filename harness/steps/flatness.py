@@ -299,18 +299,17 @@ def ppl_by_length(rows: pd.DataFrame, ppl: pd.DataFrame) -> tuple[dict, dict]:
 def ratio_interval(spread: dict, L: int, T: int | None) -> dict:
     """{"ppl_ratio_low", "ppl_ratio_high"}: the 95 % interval of PPL(L) / PPL(T) where length L (and T, if it
     has them) was scored on several windows (:func:`ppl_by_length`'s spread): log ratio = nll(L) - nll(T), its
-    standard error sqrt(se_L^2 + se_T^2) (the two lengths' windows drawn independently; a T scored once counts as
-    exact), exp(log ratio -+ 1.96 se) (the normal approximation); [1, 1] at L = T (the same windows). {} where L
-    has fewer than two windows, T is unknown, or T was scored once while L is another length with windows and T
-    none (then T's error is unknown)."""
-    if T is None or L not in spread or (T not in spread and L != T):
+    standard error sqrt(se_L^2 + se_T^2) (the two lengths' windows drawn independently), exp(log ratio -+ 1.96 se)
+    (the normal approximation); [1, 1] at L = T (the same windows). {} where T is unknown or either length has
+    fewer than two windows (a length scored once has no error to combine)."""
+    if T is None or L not in spread or T not in spread:
         return {}
-    from lctx.harness.run.intervals import Z  # light
-
-    mL, seL, nL = spread[L]
-    mT, seT, nT = spread.get(T, (mL, 0.0, 0))
     if L == T:
         return {"ppl_ratio_low": 1.0, "ppl_ratio_high": 1.0}
+    from lctx.harness.run.intervals import Z  # light
+
+    mL, seL, _ = spread[L]
+    mT, seT, _ = spread[T]
     se = math.sqrt(seL ** 2 + seT ** 2)
     d = mL - mT
     return {"ppl_ratio_low": math.exp(d - Z * se), "ppl_ratio_high": math.exp(d + Z * se)}
