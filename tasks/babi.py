@@ -246,7 +246,10 @@ def book_files(task: str, haystack: str | os.PathLike, data_dir: str | os.PathLi
             raise LctxError(f"task {task!r} reads books: pass --data-dir DIR (the folder holding {haystack}/) or "
                             f"set LCTX_DATA_DIR, or give an absolute --task-option {task}.haystack=PATH")
         hp = Path(raw) / hp
-    return corpus_files(hp)  # LctxError: missing path or an empty folder
+    if not hp.exists():  # name the task and both ways to point it at books (corpus_files would name only a path)
+        raise LctxError(f"task {task!r} reads its books from '{hp}', which does not exist; pass the --data-dir "
+                        f"holding {haystack}/ (e.g. ../shared/data) or --task-option {task}.haystack=PATH")
+    return corpus_files(hp)  # LctxError: an empty folder
 
 
 #: The fewest sentence starts a haystack book must have: fewer cannot place a story's facts between sentences

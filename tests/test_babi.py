@@ -179,6 +179,9 @@ def test_refuses_bad_options_missing_books_and_short_lengths(lm, books, tmp_path
         get_task("babi_qa1")(facts=0, data_dir=books)
     with pytest.raises(LctxError, match="does not exist"):
         get_task("babi_qa1")(data_dir=tmp_path / "nowhere")
+    with pytest.raises(LctxError, match=r"task 'babi_qa1' reads its books from .*nowhere/books', which does not exist; "
+                                        r"pass the --data-dir holding books/"):
+        get_task("babi_qa1")(data_dir=tmp_path / "nowhere")
     monkeypatch.delenv("LCTX_DATA_DIR", raising=False)
     with pytest.raises(LctxError, match="pass --data-dir DIR"):
         get_task("babi_qa1")()
