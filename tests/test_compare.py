@@ -787,6 +787,36 @@ def test_interval_gate_needs_the_run_interval_to_exclude_the_baseline(tmp_path):
             assert on.table.set_index(["task", "metric", "length"]).loc[("passkey", "exact", 256), "bound_by"] == "interval"
 
 
+def test_zero_width_interval_gets_the_widest_one_its_range_allows(tmp_path):
+    """A run cell whose samples all have one value has a t interval of zero width; the interval rule must not read
+    it as certainty (issue 30's new-user trial: two identical digit_acc samples were called an improvement).
+    Baseline digit_acc 0.85 at 256 (cells()). A run of 2 samples both at 0.5: with the floor, Wilson(1, 2) on
+    [0, 1] = [0.095, 0.905] (intervals.wilson(1, 2), Bhatia-Davis: the largest variance of a [0, 1] variable
+    with mean 0.5) holds 0.85: same, bound by the interval. Control: 40 samples all at 0.5, Wilson(20, 40) =
+    [0.352, 0.648], excludes it: a regression. And ppl (no registered range): a zero-width cell is judged by the
+    thresholds alone, as one without an interval."""
+    from lctx.harness.outputs.compare import compare_dirs, parse_tolerances, rule_interval
+    from lctx.harness.run.intervals import wilson
+
+    base = write_run(tmp_path / "base", cells())
+    rules = parse_tolerances(["stderr=0,interval=on"])
+    for n, expect in ((2, "same"), (40, "regression")):
+        run = write_run(tmp_path / f"run{n}", set_cell(cells(), "passkey", "digit_acc", 256, mean=0.5, stderr=0.0, n=n,
+                                                       ci_low=0.5, ci_high=0.5))
+        cmp = compare_dirs(run, base, rules=rules)
+        assert statuses(cmp)[("passkey", "digit_acc", 256)] == expect, n
+        row = cmp.table.set_index(["task", "metric", "length"]).loc[("passkey", "digit_acc", 256)]
+        assert (row["bound_by"] == "interval") == (expect == "same")
+    assert rule_interval({"run_ci_low": 0.5, "run_ci_high": 0.5, "run_mean": 0.5, "run_n": 2,
+                          "metric": "digit_acc"}) == pytest.approx(wilson(1, 2), abs=1e-12)
+    # a real interval is used as it is (no floor): [0.4, 0.6] stays [0.4, 0.6]
+    assert rule_interval({"run_ci_low": 0.4, "run_ci_high": 0.6, "run_mean": 0.5, "run_n": 2,
+                          "metric": "digit_acc"}) == (0.4, 0.6)
+    run = write_run(tmp_path / "ppl", set_cell(cells(), "ppl", "ppl", 256, mean=25.0, stderr=0.0, n=3, ci_low=25.0,
+                                               ci_high=25.0))
+    assert statuses(compare_dirs(run, base, rules=rules))[("ppl", "ppl", 256)] == "regression"
+
+
 def test_interval_tolerance_values_are_checked(tmp_path):
     from lctx.errors import LctxError
     from lctx.harness.outputs.compare import parse_tolerances

@@ -18,7 +18,8 @@ difference must be to count:
   (on / off, default off) adds one more condition: the run's 95 % interval (summary.csv's ``ci_low``,
   ``ci_high``: Wilson for 0/1 scores, t otherwise; :mod:`lctx.harness.run.intervals`) must exclude the baseline's
   mean; a run cell without an interval (one sample of a continuous metric, a summary from before intervals) is
-  judged by the thresholds alone.
+  judged by the thresholds alone, and a zero-width one (every sample the same value) by the widest interval its
+  metric's range allows (:func:`rule_interval`).
 
 A matched cell whose two sides were made with different options (the label columns :data:`LABEL_COLUMNS`:
 task options such as ppl's ``max_tokens`` or ``stride``, dtype, attn_impl, seed) measured different things:
@@ -795,6 +796,34 @@ def _fmt_len(v) -> str:
     return "" if v is None else str(v)
 
 
+def rule_interval(row: dict) -> tuple[float, float]:
+    """The run's 95 % interval as the ``interval`` rule tests it: summary.csv's ``ci_low``, ``ci_high``, except for
+    a degenerate cell, a t interval of zero width (every sample the same value: two digit_acc of 0.6), whose sample
+    variance 0 says nothing about the spread. There the rule uses the widest spread the metric's range allows:
+    a variable in [a, c] with mean m has variance <= (c - m)(m - a) (Bhatia and Davis 2000, "A better bound on the
+    variance", Amer. Math. Monthly 107), a Bernoulli's with that mean, so the floor is the Wilson interval of
+    (m - a) / (c - a) over the cell's n, mapped back to [a, c] (two samples at 0.6 of [0, 1]: [0.13, 0.94], intervals.wilson(1.2, 2)). A metric
+    without a registered range (ppl) gets no interval there (NaN, NaN): the thresholds alone judge it, as a
+    cell of one sample. Returns (low, high) in metric units, NaN where the rule has none.
+
+    Source: issue 30's new-user trial (a zero-width interval let ``--across-seeds`` call noise an improvement).
+    """
+    from lctx.harness.run.intervals import wilson  # lazy: a leaf module (scipy only for t quantiles)
+    from lctx.metrics import bounds_of  # lazy: a leaf module
+
+    lo, hi = row.get("run_ci_low", math.nan), row.get("run_ci_high", math.nan)
+    m, n = row.get("run_mean", math.nan), _int_or_none(row.get("run_n"))
+    if not (math.isfinite(lo) and math.isfinite(hi) and math.isfinite(m)) or hi - lo > 1e-12 * max(1.0, abs(m)):
+        return lo, hi
+    bounds = bounds_of(str(row.get("metric", "")))
+    if not n or not bounds or not all(math.isfinite(float(x)) for x in bounds) or not bounds[0] <= m <= bounds[1] \
+            or bounds[1] <= bounds[0]:
+        return math.nan, math.nan
+    a, c = (float(x) for x in bounds)
+    w_lo, w_hi = wilson((m - a) / (c - a) * n, n)
+    return a + w_lo * (c - a), a + w_hi * (c - a)
+
+
 def _judge(row: dict, direction: str, tol: Tolerance) -> str:
     """Status of one matched cell; fills diff, rel_diff, z, threshold and bound_by in ``row``."""
     b, r = row["base_mean"], row["run_mean"]
@@ -818,7 +847,7 @@ def _judge(row: dict, direction: str, tol: Tolerance) -> str:
     row["threshold"], row["bound_by"] = tol.threshold(b, se)
     if abs(diff) <= row["threshold"]:
         return "same"
-    lo, hi = row.get("run_ci_low", math.nan), row.get("run_ci_high", math.nan)
+    lo, hi = rule_interval(row)
     if tol.interval and math.isfinite(lo) and math.isfinite(hi) and lo <= b <= hi:
         row["bound_by"] = "interval"  # beyond the thresholds, but the baseline lies inside the run's interval
         return "same"
