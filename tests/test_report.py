@@ -163,6 +163,24 @@ def test_custom_task_without_depth_axis_is_reported(tmp_path):
     assert s.loc["rope", "last_token_nll nll @ 2×"] == pytest.approx(2.5)  # mean of 3 and 2 at 512
 
 
+def test_criteria_note_names_the_runs_own_metrics_and_a_metric_named_as_its_task_once(tmp_path):
+    """The summary's paragraph names the headline metric of each task the report has (not a fixed "passkey, NIAH")
+    and says when no flatness rows give a criterion (it showed "(–)"); a task whose metric has the task's name
+    (mrcr's mrcr) heads its column once ("mrcr @ 1×", not "mrcr mrcr @ 1×")."""
+    recs = [_base("rope", task="mrcr", length=L, depth=0.5, sample=i, task_options={}, metrics={"mrcr": v})
+            for L, vals in {256: [1.0, 0.0], 512: [0.0, 0.0]}.items() for i, v in enumerate(vals)]
+    run = tmp_path / "mrcr"
+    run.mkdir()
+    (run / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    write_tables(recs, run)
+    res = build_report([run], tmp_path / "rep", at="1x,2x")
+    md = res["markdown"].read_text()
+    assert "Flat until (no flatness rows in these runs)" in md and "(–)" not in md
+    assert "headline metric (mrcr) averaged" in md and "passkey exact match" not in md
+    s = pd.read_csv(tmp_path / "rep" / "summary.csv").set_index("model")
+    assert s.loc["rope", "mrcr @ 1×"] == pytest.approx(0.5) and "mrcr mrcr @ 1×" not in s.columns
+
+
 @pytest.mark.slow  # five reports drawn (figures included): 2.6-4.4 s at load 3-5 on 2 cores
 def test_unknown_train_length_has_a_hint_and_the_declared_maximum(tmp_path, capsys):
     # a GGUF model records no training length: the summary's "–" gets a note saying how to give one, and the

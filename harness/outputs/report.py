@@ -593,7 +593,8 @@ def summary_table(table: pd.DataFrame, at: list[tuple[str, float]] | None = None
             r = okr[(okr["task"] == task) & (okr["metric"] == m)]
             for kind, x in at:
                 L = x * T if kind == "rel" and T else (x if kind == "abs" else None)
-                name = f"{task} {m} @ {f'{x:g}×' if kind == 'rel' else format_length(x)}"
+                # "mrcr @ 1K", not "mrcr mrcr @ 1K": a metric named as its task is said once
+                name = f"{task}{'' if m == task else ' ' + m} @ {f'{x:g}×' if kind == 'rel' else format_length(x)}"
                 v, lo, hi, k = _mean_ci(r[np.isclose(r["length"], L)]["value"], m) if L and len(r) else (math.nan,) * 3 + (0,)
                 d[name] = _with_ci(shown(v, "{:.2f}", task, m, lbl, L), lo, hi, k) if L else "–"
                 n[name], n[f"{name} ci_low"], n[f"{name} ci_high"], n[f"{name} n"] = v, lo, hi, k
@@ -852,15 +853,20 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, at: str | None
 
 def _criteria_note(table: pd.DataFrame) -> str:
     """The paragraph under the summary that says what flat-until, the effective length and the retrieval columns
-    mean, with the criteria the runs' flatness rows record (``–`` when none)."""
+    mean, with the criteria the runs' flatness rows record ("no flatness rows" when none) and the headline metric
+    of each task that has a column (``primary_metric``; passkey and NIAH when the runs have none)."""
     fl = table[table["task"] == FLATNESS]
-    crits = {m: ", ".join(sorted({c for c in (_criterion(g.iloc[[i]]) for i in range(len(g))) if c})) or "–"
+    crits = {m: ", ".join(sorted({c for c in (_criterion(g.iloc[[i]]) for i in range(len(g))) if c}))
+             or "no flatness rows in these runs"
              for m, g in ((m, fl[fl["metric"] == m]) for m in ("flat_until", "effective_length"))}
+    tasks = retrieval_tasks(table) + other_tasks(table)
+    heads = ", ".join(t if (m := primary_metric(t, table)) == t else f"{t} {m}" for t in tasks[:6]) + (", ..." if len(tasks) > 6 else "") \
+        if tasks else "passkey exact match, NIAH string_match_all"
     return (f"Flat until ({crits['flat_until']}): the largest length L ≥ the training length with PPL(L)/PPL(train length) within the "
             f"criterion at every tested length up to L (“≥” = flat at every length tested). Effective length: the "
             f"largest length with the retrieval score ({crits['effective_length']}) at or above the threshold at every tested length up to it "
             f"(RULER's effective length; “< L” = below it already at the shortest length L). Retrieval columns: the "
-            f"headline metric (passkey exact match, NIAH string_match_all) averaged over depths and samples, with its "
+            f"headline metric ({heads}) averaged over depths and samples, with its "
             f"95 % interval in brackets (Wilson when every value is 0 or 1, Student's t otherwise) and n, the samples.")
 
 
