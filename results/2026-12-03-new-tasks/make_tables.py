@@ -4,7 +4,7 @@ them).
 
     python results/2026-12-03-new-tasks/make_tables.py RUNS_DIR > results/2026-12-03-new-tasks/tables.md
 
-RUNS_DIR holds smollm2/, bundled/, smollm2-seed1/ (each an lctx run directory) and compare-*.log.
+RUNS_DIR holds smollm2/, gemma3/, bundled/, smollm2-seed1/ (each an lctx run directory) and compare-*.log.
 """
 
 from __future__ import annotations
@@ -56,10 +56,11 @@ def main(root: Path) -> None:
     print("mean [95 % interval: Wilson for 0/1 scores, t otherwise, clipped to [0, 1]] (n samples: 3 depths x 4)\n")
     for name, title in (("smollm2", "SmolLM2-135M-Instruct (Q4_1 GGUF), seed 0"),
                         ("smollm2-seed1", "SmolLM2-135M-Instruct, seed 1 (json_kv, babi_qa1, passkey)"),
+                        ("gemma3", "Gemma 3 270M (base, Q4_K_M GGUF, 32K; no chat template: no mrcr)"),
                         ("bundled", "bundled pydoc-tiny-rope (trained at 256 tokens; no chat template: no mrcr)")):
         if (root / name / "summary.csv").is_file():
             print(table(root / name, title))
-    for name in ("bundled-mrcr", "compare-seeds", "compare-planted"):
+    for name in ("bundled-mrcr", "gemma3-mrcr", "compare-seeds", "compare-planted"):
         p = root / f"{name}.log"
         if p.is_file():
             text = [ln for ln in p.read_text().splitlines() if ln.strip()]

@@ -295,12 +295,18 @@ def claims_block(root: Path) -> str:
 def cell_tables(root: Path) -> str:
     """Per set and headline metric: variant x relative length, mean [min, max] (seeds)."""
     df = load(root)
-    heads = [("passkey", "exact"), ("passkey", "digit_acc"), ("flatness", "ppl_ratio"), ("ppl", "ppl")]
+    heads = [("passkey", "exact"), ("passkey", "digit_acc"), ("flatness", "ppl_ratio"), ("flatness", "ppl_ratio_low"),
+             ("flatness", "ppl_ratio_high"), ("ppl", "ppl")]
     out = []
     for set_, g in df.groupby("set", sort=False):
+        windows = (g.metric == "ppl_ratio_high").any()  # ppl.windows=N: the ratio pools windows by nll
         for task, metric in heads:
             h = g[(g.task == task) & (g.metric == metric)]
             if h.empty:
+                continue
+            if windows and (task, metric) == ("ppl", "ppl"):  # the mean of the windows' ppl, not the pooled one
+                out += [f"({set_}: ppl left out: in windows mode lctx's ppl cell is the mean of the windows' "
+                        "perplexities, while ppl_ratio and its interval pool them by nll)", ""]
                 continue
             rels = sorted(h.rel.unique())
             out += [f"### {set_}: {task} {metric}", "", "| variant | " + " | ".join(f"{r:g}×" for r in rels) + " |",
