@@ -187,6 +187,13 @@ def c_id_flat(df, pr):
     return txt, holds
 
 
+def _per_spread(holds: list) -> str:
+    """'holds in k of n at spread 0.25, k of n at 0.5' from a list ordered spread 0.25's seeds, then 0.5's."""
+    h = len(holds) // 2
+    a, b = [x for x in holds[:h] if x is not None], [x for x in holds[h:] if x is not None]
+    return f"holds in {sum(a)} of {len(a)} seeds at spread 0.25, {sum(b)} of {len(b)} at 0.5"
+
+
 def _rot(df, variant, rel):
     return [value(df, "rot", variant, "flatness", "ppl_ratio", rel, s) for s in seeds_of(df, "rot", variant)]
 
@@ -209,7 +216,7 @@ def c_rot_beats_rope(df, pr):
                 value(df, "rot", "rope", "flatness", "ppl_ratio", 16, s)
             holds.append(a < r if _ok(a) and _ok(r) else None)
         parts.append(f"QK spread {sp} ratio at 16×: {spread(_rot(df, f'qk_sp{sp}', 16))}")
-    return "; ".join(parts) + f" (rope {spread(_rot(df, 'rope', 16))}); per seed and spread", holds
+    return "; ".join(parts) + f" (rope {spread(_rot(df, 'rope', 16))}); {_per_spread(holds)}", holds
 
 
 def c_values_help(df, pr):
@@ -221,7 +228,7 @@ def c_values_help(df, pr):
             holds.append(qkv < qk if _ok(qk) and _ok(qkv) else None)
         parts.append(f"spread {sp} at 128×: QK {spread(_rot(df, f'qk_sp{sp}', 128))}, "
                      f"QK+V {spread(_rot(df, f'qkv_sp{sp}', 128))}")
-    return "; ".join(parts) + "; per seed and spread", holds
+    return "; ".join(parts) + f"; {_per_spread(holds)}", holds
 
 
 def c_rot_degrades(df, pr):
@@ -232,7 +239,7 @@ def c_rot_degrades(df, pr):
             holds.append(b > a if _ok(a) and _ok(b) else None)
     return ("QK ratio 16× → 128×: spread 0.25 " + spread(_rot(df, "qk_sp0.25", 16)) + " → "
             + spread(_rot(df, "qk_sp0.25", 128)) + "; spread 0.5 " + spread(_rot(df, "qk_sp0.5", 16)) + " → "
-            + spread(_rot(df, "qk_sp0.5", 128)) + "; per seed and spread"), holds
+            + spread(_rot(df, "qk_sp0.5", 128)) + f"; {_per_spread(holds)}"), holds
 
 
 def c_lsh(df, pr):
