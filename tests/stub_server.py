@@ -247,6 +247,7 @@ class StubServer:
         self.echo_fault, self.delay_s, self.retry_after, self.hang_s = echo_fault, delay_s, retry_after, hang_s
         self.props = props
         self.penalty = penalty
+        self.delayed = 0  # requests held for delay_s (counted, so a test needs no wall-clock bound on the others)
         self._port = port
         self._lock = threading.Lock()
         self._log: list[Seen] = []
@@ -533,6 +534,8 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             stub._gate.wait()
             if stub.delay_s:
+                with stub._lock:
+                    stub.delayed += 1
                 stub._closing.wait(stub.delay_s)
             status, payload = self._complete(body)
         finally:

@@ -253,7 +253,7 @@ def test_gguf_config_from_the_header_equals_transformers(tiny_gguf, tmp_path):
 
 def test_plan_of_a_gguf_reads_its_header_only(tiny_gguf, tmp_path, monkeypatch, capsys):
     """Issue 28 item 3: `lctx plan --model X.gguf` neither dequantises (no cache directory is made) nor parses the
-    header with gguf.GGUFReader, and answers in under 5 s."""
+    header with gguf.GGUFReader, and answers in under 5 s of CPU."""
     import time
 
     import gguf
@@ -264,9 +264,9 @@ def test_plan_of_a_gguf_reads_its_header_only(tiny_gguf, tmp_path, monkeypatch, 
     monkeypatch.setattr(gguf, "GGUFReader", refuse)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setenv("LCTX_CACHE_DIR", str(tmp_path / "cache"))
-    t0 = time.perf_counter()
+    t0 = time.process_time()  # CPU time: a busy machine stretches wall time, not the work done (issue 42)
     code, out, err = run_cli(["plan", "--model", tiny_gguf, "--length", "4k", "--device", "cpu"], capsys)
-    took = time.perf_counter() - t0
+    took = time.process_time() - t0
     assert code == 0, err
     assert "memory plan: tiny-llama.Q0" in out and "fits:" in out
     assert took < 5, took

@@ -289,9 +289,9 @@ def test_delay_slows_each_completion():
         t0 = time.monotonic()
         assert complete(client(s), "ab", max_tokens=1).status_code == 200
         assert time.monotonic() - t0 >= 0.3
-        t0 = time.monotonic()
+        assert s.delayed == 1
         assert client(s).post("/extras/tokenize", json={"input": "a"}).status_code == 200  # control: not delayed
-        assert time.monotonic() - t0 < 0.3
+        assert s.delayed == 1  # counted, not timed: a wall-clock upper bound fails on a busy machine (issue 42)
 
 
 # ------------------------------------------------------------------------------------------------ one-shot faults
