@@ -125,6 +125,22 @@ def quote(text: Any, limit: int = QUOTE_LIMIT) -> str:
     return s
 
 
+#: the longest line a sink prints or writes of one message (:func:`cap`'s default), characters: a bound on an
+#: ``error:`` or ``warning:`` line however much outside text reached it, far above any message lctx writes itself
+LINE_LIMIT = 2000
+
+
+def cap(text: Any, limit: int = LINE_LIMIT) -> str:
+    """A whole message as a sink prints it (an ``error:`` or ``warning:`` line): ``str(text)`` redacted, control
+    characters escaped (tabs and newlines kept: a message lctx wrote on several lines stays so), and cut to ``limit``
+    characters with ``"... (N more characters left out)"``. The second line of defence behind :func:`quote`: a
+    message that quoted outside text without it is still bounded, redacted and harmless to a terminal."""
+    s = safe(str(text))
+    if len(s) > limit:
+        s = s[:limit] + f"... ({len(s) - limit} more characters left out)"
+    return s
+
+
 def quote_list(items, limit: int = 8, each: int = 80) -> str:
     """A list of outside names for a message: the first ``limit`` as :func:`quote` ``repr``-like strings of at
     most ``each`` characters, then ``"and N more"``."""

@@ -185,3 +185,68 @@ def test_counts_in_messages_agree_with_their_number():
 
     assert [count(0, "sample"), count(1, "sample"), count(2, "error"), count(1, "row")] == \
         ["0 samples", "1 sample", "2 errors", "1 row"]
+
+
+# ---------------------------------------------------------------------------------------------- outside text (issue 42)
+
+#: a hostile cell: OSC 0 (set the title) ended by BEL, CSI (recolour), a C1 CSI, a bidi override, rich markup
+HOSTILE = "id\x1b]0;PWNED\x07\x1b[31m\x9b2J\u202e [bold]b[/bold] [/x]"
+#: any control character a terminal acts on (tab and newline aside)
+RAW_CONTROL = __import__("re").compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+@pytest.fixture
+def secret():
+    from lctx import outside
+
+    outside.forget_secrets()
+    outside.register_secret("planted-key-0123456789")
+    yield "planted-key-0123456789"
+    outside.forget_secrets()
+
+
+@pytest.mark.parametrize("fmt", ["rich", "markdown"])
+def test_outside_text_in_a_table_is_escaped_redacted_and_never_markup(monkeypatch, secret, fmt):
+    """Issue 42 items 1 and 5: a cell, a header and a title holding terminal controls, rich markup and a registered
+    key: both layouts print no raw control character and no key; the controls show as ``\\x1b``-style escapes, the
+    markup as typed (``[/x]`` no longer raises rich's MarkupError), a line break in a cell as a space. Control: the
+    cell's plain text is there."""
+    monkeypatch.setenv("LCTX_TABLE_FORMAT", fmt)
+    out = _print(monkeypatch, 200, ["model", f"n{HOSTILE}"], [[HOSTILE + f"\nkey {secret}", "1"]],
+                 title=f"t {HOSTILE}", right=("n",))
+    assert RAW_CONTROL.search(out) is None, repr(out)
+    assert secret not in out and "[redacted]" in out
+    assert "id\\x1b]0;PWNED\\x07\\x1b[31m\\x9b2J\\u202e [bold]b[/bold] [/x] key [redacted]" in out, out
+
+
+def test_print_line_and_say_are_escaped_redacted_and_capped(secret):
+    """A status line and a warning quoting outside text: escaped, redacted, and a huge one cut with the count of
+    what was left out (lctx.outside.LINE_LIMIT); newlines a message has of its own are kept (control)."""
+    import io
+
+    from lctx.harness.run.console import print_line, say
+    from lctx.outside import LINE_LIMIT
+
+    buf = io.StringIO()
+    print_line(f"verdict {HOSTILE} {secret}", file=buf)
+    say(f"warning: {HOSTILE}\nsecond line {secret}", file=buf)
+    say("x" * (LINE_LIMIT + 500), file=buf)
+    say("a whole table\n" * 300, file=buf, limit=None)  # lctx's own long text: not cut
+    out = buf.getvalue()
+    assert RAW_CONTROL.search(out) is None and secret not in out
+    assert "warning: id\\x1b]0;PWNED" in out and "\nsecond line [redacted]\n" in out
+    assert f"{'x' * LINE_LIMIT}... (500 more characters left out)\n" in out
+    assert out.count("a whole table\n") == 300
+
+
+def test_the_progress_label_escapes_a_served_model_id():
+    """The progress bar's label names the model: a served id's controls are escaped there too (it is on stderr
+    all through a sweep)."""
+    import io
+
+    from lctx.harness.run.console import SweepProgress
+
+    with SweepProgress([1.0], file=io.StringIO()) as bar:
+        bar.start(f"{HOSTILE} passkey L=256")
+        desc = bar.bar.desc
+    assert RAW_CONTROL.search(desc) is None and "id\\x1b]0;PWNED\\x07" in desc, repr(desc)

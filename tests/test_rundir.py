@@ -203,3 +203,80 @@ def test_one_run_with_two_sweeps_is_one_invocation(capsys, make_checkpoint, tmp_
     invs = json.loads((out / "run.json").read_text())["invocations"]
     assert len(invs) == 1 and invs[0]["tasks"] == ["passkey", "ppl"] and invs[0]["lengths"] == [200, 64]
     assert {r["invocation"] for r in _records(out)} == {invs[0]["id"]}
+
+
+# ---------------------------------------------------------------------------------------------- outside text (issue 42)
+
+PLANTED = "planted-key-9f8e7d6c5b4a"
+
+
+@pytest.fixture
+def planted():
+    from lctx import outside
+
+    outside.forget_secrets()
+    outside.register_secret(PLANTED)
+    yield PLANTED
+    outside.forget_secrets()
+
+
+def test_a_signed_record_is_redacted_and_its_digest_matches_the_line(tmp_path, planted):
+    """Issue 42 item 1: a record whose error quotes a server echoing the key, whose task option and model id hold it:
+    the line written holds no key, and the digest was taken of what was written, so the tables still vouch for it
+    (vet_records keeps it). Control: a record edited after signing is still caught."""
+    from lctx.harness.run.rundir import DIGEST, RecordWriter, read_records, record_digest, sign_record
+    from lctx.harness.run.tables import vet_records
+
+    rec = {"model": f"m-{planted}", "task": "passkey", "status": "error", "metrics": {"exact": None}, "sample": 0,
+           "length": 256, "depth": 0.5, "invocation": "inv", "task_options": {"haystack": f"/data/{planted}.txt"},
+           "error": f"http://h/v1: a greedy completion failed with HTTP 401 (Incorrect API key provided: {planted})"}
+    with RecordWriter(tmp_path / "records.jsonl") as w:
+        w.write(sign_record(rec, "salt"))
+    raw = (tmp_path / "records.jsonl").read_bytes()
+    assert planted.encode() not in raw and b"[redacted]" in raw
+    back = read_records(tmp_path / "records.jsonl")
+    assert back[0][DIGEST] == record_digest(back[0], "salt")
+    meta = {"invocations": [{"id": "inv", "record_salt": "salt"}]}
+    assert vet_records(back, meta) == back
+    edited = dict(back[0], error="edited")
+    assert vet_records([edited], meta) == []
+
+
+def test_record_writer_redacts_even_an_unsigned_record(tmp_path, planted):
+    """The writer is the last sink: a record that reached it without sign_record is redacted all the same."""
+    from lctx.harness.run.rundir import RecordWriter
+
+    with RecordWriter(tmp_path / "records.jsonl") as w:
+        w.write({"error": f"Bearer {planted}", "reason": "sk-" + "a" * 30})
+    raw = (tmp_path / "records.jsonl").read_text()
+    assert planted not in raw and "sk-aaaa" not in raw and raw.count("[redacted]") == 2
+
+
+def test_run_json_and_the_lock_file_hold_no_key(tmp_path, planted, monkeypatch):
+    """run.json (atomic_write_json): the trust probe's reason quoting the key, a key in a dict key and in a value JSON
+    cannot hold; the lock file's command line (argv) too. Control: the rest of run.json is as given."""
+    from lctx.harness.run.rundir import LOCK_NAME, atomic_write_json, run_dir_lock
+
+    class Odd:
+        def __str__(self):
+            return f"odd {planted}"
+
+    meta = {"inputs": {"models": {"m": {"server": {"trust_probe": {"ok": False, "reason": f"HTTP 403 ({planted})"}}}}},
+            planted: 1, "odd": Odd(), "lengths": [256]}
+    atomic_write_json(tmp_path / "run.json", meta)
+    text = (tmp_path / "run.json").read_text()
+    assert planted not in text and json.loads(text)["lengths"] == [256] and "odd [redacted]" in text
+    monkeypatch.setattr(sys, "argv", ["lctx", "run", "--model", f"http://h/v1?key={planted}"])
+    with run_dir_lock(tmp_path / "out"):
+        assert planted not in (tmp_path / "out" / LOCK_NAME).read_text()
+
+
+def test_a_hostile_lock_file_is_quoted_capped(tmp_path):
+    """A lock file's holder fields are outside text (another process, or anyone, wrote them): the refusal quotes each
+    capped and escaped, never a megabyte or a terminal control."""
+    from lctx.harness.run.rundir import LOCK_NAME, _holder
+
+    (tmp_path / LOCK_NAME).write_text(json.dumps({"pid": "1\x1b]0;x\x07" + "9" * 100_000, "host": "h" * 10_000,
+                                                  "started": "\x1b[2J now"}))
+    got = _holder(tmp_path / LOCK_NAME)
+    assert len(got) < 400 and "\x1b" not in got and "\x07" not in got and "left out" in got, got[:300]

@@ -13,6 +13,12 @@ through :func:`print_table`:
   straight into a Markdown page (e.g. ``$GITHUB_STEP_SUMMARY``).
 
 ``LCTX_TABLE_FORMAT=rich`` or ``=markdown`` overrides the choice (e.g. Markdown in a terminal to copy from).
+
+Nothing from outside reaches the terminal raw (issue 42 items 1 and 5): every cell, header and title of a table, every
+status line (:func:`print_line`, :func:`say`) and the progress bar's label pass through :mod:`lctx.outside` (a
+registered API key or a ``Bearer``/``sk-`` token redacted, control characters such as ESC, BEL, C1 and the
+bidirectional overrides written as visible ``\\x1b``-style escapes), and a table's cells are plain text to rich,
+never markup (a model id ``[/x]`` is shown as typed, not parsed as a closing tag).
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ import os
 import sys
 from collections.abc import Sequence
 from typing import IO
+
+from lctx.outside import LINE_LIMIT, cap, printable, redact, safe
 
 #: Environment variable that forces the table format: ``rich`` or ``markdown``.
 FORMAT_ENV = "LCTX_TABLE_FORMAT"
@@ -68,14 +76,25 @@ def table_format(stream: IO | None = None) -> str:
     return "rich" if is_terminal(stream) else "markdown"
 
 
+def cell_text(v: object) -> str:
+    """What a table shows of one cell: ``""`` for None, else ``str(v)`` redacted (:func:`lctx.outside.redact`), its
+    line breaks and tabs as spaces and every other control character escaped (:func:`lctx.outside.printable`): a
+    cell is one line, and outside text in it (a served model id, a server's error, a generated answer) cannot
+    drive the terminal or break the table."""
+    if v is None:
+        return ""
+    s = redact(str(v))
+    return printable(s.replace("\r\n", " ").replace("\n", " ").replace("\t", " "), one_line=True)
+
+
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]], right: Sequence[str] = ()) -> str:
     """A GitHub-flavoured pipe table: columns padded to their widest cell, ``right``-named columns
-    right-aligned (``---:``), cells printed as given (``str()``; never re-parsed as numbers), ``|`` in a
-    cell escaped. No width limit: every cell is whole."""
+    right-aligned (``---:``), cells printed as given (``str()``; never re-parsed as numbers; :func:`cell_text`:
+    redacted, one line, control characters escaped), ``|`` in a cell escaped. No width limit: every cell is whole."""
     from tabulate import tabulate  # lazy: loads tabulate (-X importtime: ~75 ms after lctx.cli)
 
     def cell(v: object) -> str:
-        return "" if v is None else str(v).replace("|", "\\|").replace("\n", " ")
+        return cell_text(v).replace("|", "\\|")
 
     body = [[cell(v) for v in r] for r in rows]
     align = ["right" if h in right else "left" for h in header]
@@ -132,8 +151,9 @@ def print_table(header: Sequence[str], rows: Sequence[Sequence[object]], title: 
             then falls back to the Markdown layout (:func:`rich_fits`).
     """
     file = sys.stdout if file is None else file
-    header = [str(h) for h in header]
-    cells = [["" if v is None else str(v) for v in r] for r in rows]
+    header = [cell_text(h) for h in header]
+    cells = [[cell_text(v) for v in r] for r in rows]
+    title = cell_text(title) if title else title
     no_wrap = list(right if no_wrap is None else no_wrap)
     markdown = table_format(file) == "markdown"
     if not markdown:
@@ -156,14 +176,14 @@ def print_table(header: Sequence[str], rows: Sequence[Sequence[object]], title: 
     from rich.table import Table  # lazy: loads rich.table (~80 ms after lctx.cli)
     from rich.text import Text  # lazy: loads rich
 
-    table = Table(title=title)
+    table = Table(title=Text(title) if title else None)  # Text: plain, never parsed as rich markup
     for h in header:
         # a header wraps at its spaces, over a no_wrap column too (at most as wide as its cells or longest word)
         table.add_column(Text(h, no_wrap=False, overflow="fold"), justify="right" if h in right else "left",
                          overflow="fold", no_wrap=h in no_wrap,
                          max_width=_no_wrap_width(h, cells, len(table.columns)) if h in no_wrap else None)
     for i, r in enumerate(cells):
-        table.add_row(*r, style=row_styles[i] if row_styles is not None else None)
+        table.add_row(*(Text(c) for c in r), style=row_styles[i] if row_styles is not None else None)
     console.print(table)
 
 
@@ -188,8 +208,10 @@ def print_frame(df, title: str | None = None, float_format: str = ".3f", right: 
 
 
 def print_line(text: str, style: str | None = None, file: IO | None = None) -> None:
-    """Print one line whole: styled through rich on a terminal, plain (never wrapped) off one."""
+    """Print one line whole: styled through rich on a terminal, plain (never wrapped) off one; redacted, control
+    characters escaped and at most :data:`lctx.outside.LINE_LIMIT` characters (:func:`lctx.outside.cap`)."""
     file = sys.stdout if file is None else file
+    text = cap(text)
     if not is_terminal(file):
         file.write(text + "\n")
         file.flush()
@@ -197,6 +219,17 @@ def print_line(text: str, style: str | None = None, file: IO | None = None) -> N
     from rich.console import Console  # lazy: loads rich (~30 ms after lctx.cli)
 
     Console(file=file, highlight=False, soft_wrap=True).print(text, style=style, markup=False)
+
+
+def say(text: object, err: bool = False, file: IO | None = None, limit: int | None = LINE_LIMIT) -> None:
+    """Print one message of lctx's (a status line, a ``warning:``, ``note:`` or ``error:`` line) on stdout (``err``:
+    stderr; or ``file``) as :func:`lctx.outside.cap` makes it: a registered secret and credential patterns redacted,
+    control characters escaped (newlines kept), at most ``limit`` characters with the count of what was left out
+    (``None``: no cap, for a whole table of lctx's own, e.g. a report's text). The console sink of every message
+    that may quote outside text (issue 42)."""
+    file = file if file is not None else (sys.stderr if err else sys.stdout)
+    file.write((cap(text, limit) if limit else safe(str(text))) + "\n")
+    file.flush()
 
 
 class SweepProgress:
@@ -229,6 +262,7 @@ class SweepProgress:
         so the count is in samples against the total of samples also under ``--batch-size``."""
         first, self.i = self.i + 1, self.i + n
         where = f"{first}" if n == 1 else f"{first}-{self.i}"
+        label = safe(label, one_line=True)  # a served model's id is outside text
         self.bar.set_description_str(f"{self.desc} [sample {where}/{self.n_samples}] {label}", refresh=False)
 
     def done(self, cost: float) -> None:

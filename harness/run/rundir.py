@@ -17,6 +17,13 @@ a traceback and never lost results.
 - :func:`sign_record` / :func:`record_digest`: each record carries a digest binding it to its invocation's
   entry in ``run.json`` (:data:`SALT`), so a line appended or edited by hand is told apart from the runner's
   (:func:`lctx.harness.run.tables.vet_records` leaves it out of the tables).
+
+Nothing written here holds a secret (issue 42): a record is redacted (:func:`lctx.outside.clean`: the API key and
+credential patterns in every string, keys included) before it is signed and again as it is written, ``run.json`` and
+every JSON written through :func:`atomic_write_json` likewise, and the lock file's command line too. Their raw control
+characters are left to JSON, which writes C0 as ``\\u001b``-style escapes and, ASCII-only, every C1 and bidi
+character too. Outside text quoted in a message here (a lock file's holder, a symlink's target, a damaged record's
+field) is capped (:func:`lctx.outside.quote`).
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from lctx.errors import LctxError
+from lctx.outside import clean, quote, redact
 
 LOCK_NAME = ".lctx.lock"
 _KINDS = {stat.S_IFDIR: "a directory", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
@@ -63,7 +71,7 @@ def check_regular(path: Path, what: str | None = None, fix: str | None = None) -
         st = os.stat(path)
     except FileNotFoundError:
         if os.path.islink(path):
-            raise LctxError(f"{what} is a symlink to a missing file ({os.readlink(path)!r}); remove it or "
+            raise LctxError(f"{what} is a symlink to a missing file ({quote(repr(os.readlink(path)), 200)}); remove it or "
                             "point it at a regular file") from None
         return False
     except OSError as e:
@@ -198,7 +206,7 @@ def read_records(path: Path, report: Callable[[str], None] | None = None) -> lis
             continue
         out.append(rec)
     if bad and report is not None:
-        shown = ", ".join(f"{i} ({why})" for i, why in bad[:5])
+        shown = ", ".join(f"{i} ({quote(why, 120)})" for i, why in bad[:5])  # a reason can quote the line's keys
         more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
         report(f"warning: {path}: {len(bad)} line{'s' if len(bad) != 1 else ''} could not be read and "
                f"{'are' if len(bad) != 1 else 'is'} skipped (line {shown}{more}); their samples rerun")
@@ -234,8 +242,13 @@ def record_digest(rec: dict, salt: str) -> str:
 
 
 def sign_record(rec: dict, salt: str) -> dict:
-    """Set ``rec[DIGEST]`` to :func:`record_digest` (``rec`` complete: invocation and every other field set);
-    returns ``rec``."""
+    """Redact ``rec`` in place (:func:`lctx.outside.clean`: a sample's error that quotes a server echoing the API key,
+    a task option or a model id holding it), then set ``rec[DIGEST]`` to :func:`record_digest` of what is left
+    (``rec`` complete: invocation and every other field set), so the digest matches the line written; returns
+    ``rec``."""
+    cleaned = clean(rec)
+    rec.clear()
+    rec.update(cleaned)
     rec[DIGEST] = record_digest(rec, salt)
     return rec
 
@@ -279,9 +292,10 @@ class RecordWriter:
                          "kept: free space (or fix the permissions) and rerun the same command to resume")
 
     def write(self, rec: dict) -> None:
-        """Append ``rec`` as one JSON line and fsync it."""
+        """Append ``rec`` as one JSON line and fsync it, redacted (:func:`lctx.outside.clean`; a record
+        :func:`sign_record` signed is redacted already, so its digest still matches)."""
         try:
-            self._write((json.dumps(rec) + "\n").encode())
+            self._write((json.dumps(clean(rec)) + "\n").encode())
             os.fsync(self.fd)
         except OSError as e:
             raise self._error(e) from None
@@ -342,8 +356,10 @@ def atomic_write_text(path: Path, text: str, what: str | None = None) -> Path:
 
 
 def atomic_write_json(path: Path, obj: dict, what: str | None = None) -> Path:
-    """:func:`atomic_write` of a JSON object (indented)."""
-    return atomic_write_text(path, json.dumps(obj, indent=2, default=str), what)
+    """:func:`atomic_write` of a JSON object (indented), redacted (:func:`lctx.outside.clean`: ``run.json``'s trust
+    probe reason that quotes a server echoing the API key, an argv or a model id holding it); a value JSON cannot
+    hold is written as its ``str()``, redacted too."""
+    return atomic_write_text(path, json.dumps(clean(obj), indent=2, default=lambda o: redact(str(o))), what)
 
 
 # ---------------------------------------------------------------------------------------------- lock
@@ -357,11 +373,11 @@ def _holder(path: Path) -> str:
             info = json.loads(Path(path).read_text() or "null")
         except (OSError, ValueError):
             info = None
-        if isinstance(info, dict) and info.get("pid"):
+        if isinstance(info, dict) and info.get("pid"):  # the lock file is outside text: each field quoted
             host = info.get("host")
             here = host in (None, socket.gethostname())
-            return (f"PID {info['pid']}{'' if here else ' on ' + str(host)}"
-                    + (f", started {info['started']}" if info.get("started") else ""))
+            return (f"PID {quote(info['pid'], 20)}{'' if here else ' on ' + quote(host, 80)}"
+                    + (f", started {quote(info['started'], 40)}" if info.get("started") else ""))
         time.sleep(0.05)
     return "PID unknown"
 
@@ -386,7 +402,7 @@ def _acquire(out_dir: Path):
     try:
         info = {"pid": os.getpid(), "host": socket.gethostname(),
                 "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                "command": " ".join(sys.argv)[:500], "python": platform.python_version()}
+                "command": redact(" ".join(sys.argv))[:500], "python": platform.python_version()}
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(info).encode(), 0)
     except OSError:
