@@ -57,23 +57,47 @@ def parse_lengths(text: str) -> list[int]:
     return out
 
 
-#: The most depths ``--depths random:N`` draws (each is a row of every task's grid).
+#: The most depths ``--depths random:N`` draws (each is a row of every task's grid); at most :data:`DEPTH_VALUES`, the
+#: distinct depths a draw can give at :data:`DEPTH_DECIMALS` decimals.
 MAX_RANDOM_DEPTHS = 1000
+#: the decimals a random depth is rounded to (so a table's depth is the depth run)
+DEPTH_DECIMALS = 4
+#: the distinct depths a random draw can give: 0, 0.0001, ..., 1
+DEPTH_VALUES = 10**DEPTH_DECIMALS + 1
+
+#: The most samples per cell (``--samples``, ``lctx.evaluate(samples=)``): at 10 000 samples the 95 % interval of a
+#: 0/1 metric's mean is at most +-1 percentage point (1.96 * sqrt(0.25 / 10 000) = 0.0098); more buys nothing a
+#: table shows, and ``--samples 1000000000`` took 6 GB in 33 s before any check (issue 42 item 5). A run's grid as a
+#: whole is bounded too (:data:`lctx.tasks.base.MAX_CELLS`).
+MAX_SAMPLES = 10_000
 
 
 def random_depths(n: int, seed: int = 0) -> list[float]:
-    """``n`` needle depths drawn uniformly from [0, 1] (``--depths random:N``), as RULER samples a depth per prompt
-    instead of a fixed grid (Hsieh et al. 2024; its ``niah.py`` draws each sample's depth at random): a pure function
-    of (n, seed), ``random.Random(f"depths|{n}|{seed}")``, each rounded to 4 decimals (so a table's depth is the
-    depth run), sorted, repeats dropped. With ``lctx run --seed S`` the draw is seeded by S; ``run.json`` records the
-    drawn list (``depths``) and the seed."""
+    """``n`` distinct needle depths drawn uniformly from [0, 1] (``--depths random:N``), as RULER samples a depth per
+    prompt instead of a fixed grid (Hsieh et al. 2024; its ``niah.py`` draws each sample's depth at random): a pure
+    function of (n, seed), ``random.Random(f"depths|{n}|{seed}")``, each draw rounded to :data:`DEPTH_DECIMALS`
+    decimals (so a table's depth is the depth run), drawn until ``n`` distinct ones are found (a repeat is drawn
+    again: two draws that round alike would otherwise leave fewer than ``n``), sorted. With ``lctx run --seed S`` the
+    draw is seeded by S; ``run.json`` records the drawn list (``depths``) and the seed. A seed whose ``n`` first draws
+    are distinct gives those (the list drawn before repeats were drawn again).
+
+    Raises:
+        LctxError: ``n`` is not a whole number from 1 to :data:`DEPTH_VALUES` (more distinct depths than the rounding
+            has).
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= DEPTH_VALUES:
+        raise LctxError(f"random:{n!r}: a random depth list holds 1 to {DEPTH_VALUES} distinct depths (depths are "
+                        f"rounded to {DEPTH_DECIMALS} decimals); write e.g. --depths random:10")
     rng = random.Random(f"depths|{n}|{seed}")
-    return sorted({round(rng.random(), 4) for _ in range(n)})
+    out: set[float] = set()
+    while len(out) < n:  # ends: n <= DEPTH_VALUES, and every value has a chance of at least 1/20000 a draw
+        out.add(round(rng.random(), DEPTH_DECIMALS))
+    return sorted(out)
 
 
 def parse_depths(text: str, seed: int = 0) -> list[float]:
-    """Parse "0,0.25,0.5" into fractions in [0, 1]; "random:N" draws N depths (:func:`random_depths`, seeded by
-    ``seed``).
+    """Parse "0,0.25,0.5" into fractions in [0, 1]; "random:N" draws N distinct depths (:func:`random_depths`, seeded
+    by ``seed``).
 
     Raises:
         LctxError: an entry is not a number in [0, 1], or is empty ("0,,1"); N is not a whole number from 1 to

@@ -16,6 +16,7 @@ tasks; a derived step registers its expander, :data:`lctx.harness.steps.derived.
 from __future__ import annotations
 
 import json
+import numbers
 import os
 import sys
 from dataclasses import dataclass, field
@@ -24,9 +25,9 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence, Union
 
 from lctx.model_files import check_model_path, check_tokenizer_files, is_server_url
-from lctx.harness.args import (check_results_out, check_run_options, check_task_options, check_writable_dir,
-                               chat_options, parse_batch_size, parse_depths, parse_lengths, parse_task_options,
-                               task_option_names)
+from lctx.harness.args import (MAX_SAMPLES, check_results_out, check_run_options, check_task_options,
+                               check_writable_dir, chat_options, parse_batch_size, parse_depths, parse_lengths,
+                               parse_task_options, task_option_names)
 from lctx.errors import LctxError, split_list
 
 DEFAULT_LENGTHS = (256, 512, 1024, 2048)
@@ -108,11 +109,39 @@ def parse_flag_lengths(text: str, flag: str = "--lengths", hint: str = "lengths 
 
 
 def _as_list(x, parse, what: str) -> list:
+    """``x`` (a str as the CLI writes it, one number, or a list of them: numpy numbers and arrays too) parsed by
+    ``parse``; a bool is written as the text it is ("True"), which ``parse`` refuses."""
     if isinstance(x, str):
         return parse(x)
-    if isinstance(x, (int, float)):
-        return parse(str(x))
-    return parse(",".join(str(v) for v in x)) if x is not None else []
+    if isinstance(x, numbers.Real) or type(x).__name__ == "bool_":  # numpy.int64(256), numpy.bool_: one value
+        return parse(str(_plain(x)))
+    return parse(",".join(str(_plain(v)) for v in x)) if x is not None else []
+
+
+def _plain(v):
+    """``v`` as a Python number when it is a numpy (or other ``numbers``) one: an integer as int, a real as float; a
+    bool (Python's or numpy's) and anything else as it is. lctx records its arguments in run.json and seeds draws
+    with them, and ``numpy.int64(3)`` is neither JSON nor an ``int`` (issue 42 item 9)."""
+    if isinstance(v, bool) or type(v).__name__ == "bool_":
+        return v
+    if isinstance(v, numbers.Integral):
+        return int(v)
+    if isinstance(v, numbers.Real) and type(v) is not float:  # numpy.float64 is a float subclass: made plain too
+        return float(v)
+    return v
+
+
+def _plain_numbers(**values) -> dict:
+    """The numeric arguments of :func:`evaluate` as Python numbers (:func:`_plain`); ``seed`` a whole number.
+
+    Raises:
+        LctxError: a ``seed`` that is not a whole number (a bool counts as none), in one line.
+    """
+    out = {k: _plain(v) for k, v in values.items()}
+    seed = out.get("seed")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise LctxError(f"seed={values.get('seed')!r} is not a whole number; pass an integer, e.g. seed=0 (--seed)")
+    return out
 
 
 def _task_option_items(task_options) -> list[str]:
@@ -216,6 +245,16 @@ def evaluate(models=None, tasks=None,
             ``lmeval_model()`` or ``lmeval_api_model()``).
     """
     warn = warn or log
+    nums = _plain_numbers(samples=samples, seed=seed, chunk_size=chunk_size, train_length=train_length,
+                          key_digits=key_digits, ppl_max_tokens=ppl_max_tokens, limit=limit, num_fewshot=num_fewshot,
+                          concurrency=concurrency, retries=retries, think_budget=think_budget, stride=stride,
+                          request_timeout=request_timeout, batch_size=batch_size)  # numpy numbers as Python's
+    samples, seed, chunk_size, train_length, key_digits = (nums[k] for k in ("samples", "seed", "chunk_size",
+                                                                             "train_length", "key_digits"))
+    ppl_max_tokens, limit, num_fewshot, concurrency = (nums[k] for k in ("ppl_max_tokens", "limit", "num_fewshot",
+                                                                        "concurrency"))
+    retries, think_budget, stride, request_timeout, batch_size = (nums[k] for k in ("retries", "think_budget", "stride",
+                                                                                   "request_timeout", "batch_size"))
     call = _check_call(models, tasks, task_files, lengths=lengths, depths=depths, samples=samples, relative=relative,
                        batch_size=batch_size, data_dir=data_dir, cache_dir=cache_dir, out=out,
                        train_length=train_length, chat_template=chat_template, system_prompt=system_prompt, warn=warn,
@@ -231,7 +270,7 @@ def evaluate(models=None, tasks=None,
     own_lengths = _check_before_torch(call.models, call.task_names, task_options,
                                       None if call.relative else call.lengths, values, allow_beyond_max, device,
                                       call.explicit_lengths, build=build, data_dir=call.data_dir, samples=samples,
-                                      depths=call.depths, given_tasks=call.given_tasks)
+                                      depths=call.depths, given_tasks=call.given_tasks, n_lengths=call.n_lengths)
 
     dinfo, device = _start_torch(device)
     if system_prompt is not None and not chat_template:
@@ -283,7 +322,8 @@ class _Call:
     repeats dropped; explicit_lengths: ``lengths`` was given; relative: ``--relative``'s multiples as text ("1,2,4")
     or as given when not a list (None, ""); batch: the length sweeps' batch (an int or ``"auto"``; 1 when not
     given); explicit_batch: a whole-number batch was given (lm-eval's is then checked, not fitted); lmeval_batch:
-    lm-eval's batch (the given one, else :data:`LMEVAL_BATCH`); data_dir, cache_dir: as Paths, or None.
+    lm-eval's batch (the given one, else :data:`LMEVAL_BATCH`); data_dir, cache_dir: as Paths, or None; n_lengths:
+    how many lengths each model runs at (``--relative``'s multiples, or the lengths).
     """
 
     models: list
@@ -298,6 +338,7 @@ class _Call:
     lmeval_batch: int
     data_dir: Optional[Path]
     cache_dir: Optional[Path]
+    n_lengths: int = 0
 
 
 def _check_call(models, tasks, task_files, *, lengths, depths, samples, relative, batch_size, data_dir, cache_dir,
@@ -330,9 +371,12 @@ def _check_call(models, tasks, task_files, *, lengths, depths, samples, relative
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise LctxError(f"{name}={value!r} is not a whole number >= 1; pass {name}=1 or more "
                             f"(--{name.replace('_', '-')})")
+    if samples > MAX_SAMPLES:  # before anything is built: 1e9 samples took 6 GB in 33 s (issue 42 item 5)
+        raise LctxError(f"samples={samples} is above {MAX_SAMPLES}, the most samples per cell lctx runs (the 95% "
+                        f"interval of a 0/1 metric's mean is +-1 point there); pass --samples {MAX_SAMPLES} or fewer")
     explicit_lengths = lengths is not None  # the one place --lengths, --depths and --batch-size are parsed
     length_list = _as_list(lengths if explicit_lengths else DEFAULT_LENGTHS, parse_lengths, "lengths")
-    depth_list = _as_list(depths, partial(parse_depths, seed=seed if isinstance(seed, int) else 0), "depths")
+    depth_list = _as_list(depths, partial(parse_depths, seed=seed), "depths")  # seed: an int (_plain_numbers)
     batch = parse_batch_size(batch_size) if batch_size is not None else 1
     if data_dir is not None:
         data_dir = Path(data_dir)
@@ -361,15 +405,37 @@ def _check_call(models, tasks, task_files, *, lengths, depths, samples, relative
     _check_out_dirs(out, cache_dir)
     check_run_options(dtype=load["dtype"], device=load["device"], attn_impl=load["attn_impl"],
                       attn_override=load["attn_override"], train_length=train_length)  # before torch (docs/troubleshooting.md)
+    n_lengths = len(length_list)
     if relative:
         from lctx.harness.steps.flatness import parse_relative  # light: lctx.tasks and numpy, no torch
 
-        parse_relative(relative)
+        n_lengths = len(parse_relative(relative))
+    check_grid(n_lengths, len(depth_list), samples)  # one task's grid; the run's, tasks summed: _check_before_torch
     _check_families(task_names, data_dir)
     return _Call(models=models, task_names=task_names, given_tasks=given_tasks, lengths=length_list,
                  depths=depth_list, explicit_lengths=explicit_lengths, relative=relative, batch=batch,
                  explicit_batch=explicit_batch, lmeval_batch=batch if explicit_batch else LMEVAL_BATCH,
-                 data_dir=data_dir, cache_dir=cache_dir)
+                 data_dir=data_dir, cache_dir=cache_dir, n_lengths=n_lengths)
+
+
+def check_grid(n_lengths: int, n_depths: int, samples: int, n_cells: Optional[int] = None,
+               tasks: str = "") -> None:
+    """Refuse a run whose grid is past :data:`lctx.tasks.base.MAX_CELLS` cells, before anything is built: ``n_cells``
+    (the run's cells, summed over its tasks: :meth:`lctx.tasks.Task.n_cells`; ``tasks`` names them) or, when None,
+    one task's grid, ``n_lengths`` x ``n_depths`` x ``samples``.
+
+    Raises:
+        LctxError: too many cells (one line with the arithmetic and the fix).
+    """
+    from lctx.tasks.base import MAX_CELLS  # lazy: loads lctx.tasks and numpy (_check_names loads them next anyway)
+
+    grid = n_lengths * n_depths * samples
+    cells = grid if n_cells is None else n_cells
+    if cells > MAX_CELLS:
+        what = (f"{n_lengths} lengths x {n_depths} depths x {samples} samples = {grid} cells a task" if n_cells is None
+                else f"{cells} cells in all ({tasks})")
+        raise LctxError(f"this run's grid is {what}, above {MAX_CELLS}, the most one run may have (a record each); "
+                        "pass fewer --samples, --depths or --lengths, or split the run")
 
 
 def _check_out_dirs(out, cache_dir: Optional[Path]) -> None:
@@ -651,7 +717,7 @@ def _check_families(task_names: list[str], data_dir) -> None:
 
 def _check_before_torch(models, task_names: list[str], task_options, lengths: Optional[list[int]], values: dict,
                         allow_beyond_max: bool, device: str, explicit_lengths: bool, build: Callable,
-                        given_tasks: Sequence = (), **run) -> dict[str, list[int]]:
+                        given_tasks: Sequence = (), n_lengths: Optional[int] = None, **run) -> dict[str, list[int]]:
     """The checks of a run that need no model, before torch and the weights load (issue 24.6; they came after
     15-31 s; issue 25 item 4, 40-150 s on a busy machine): a CUDA ``device`` on a machine without one
     (:func:`lctx.harness.args.check_device_present`); every task option, run-wide (``--stride``, ``--key-digits``,
@@ -667,8 +733,11 @@ def _check_before_torch(models, task_names: list[str], task_options, lengths: Op
     (:func:`lctx.harness.args.declared_max`). The same checks run again on the loaded models and built tasks
     (:func:`_check_before_run`). A task's shortest prompt needs the model's tokenizer: that check stays after
     loading. ``given_tasks`` (task objects) check their lengths too; a model adapter object declares its maximum
-    itself (``max_length``). Returns the own lengths given, parsed once: {:attr:`lctx.tasks.RunOption.param`:
-    lengths}.
+    itself (``max_length``). The size options of every task (:attr:`lctx.tasks.Task.option_bounds`) against the
+    longest length (:func:`lctx.tasks.base.check_bounds_at`), and the run's grid, its tasks' cells summed
+    (:meth:`lctx.tasks.Task.n_cells`; ``n_lengths`` lengths a model, ``run``'s ``depths`` and ``samples``), at most
+    :data:`lctx.tasks.base.MAX_CELLS` (:func:`check_grid`). Returns the own lengths given, parsed once:
+    {:attr:`lctx.tasks.RunOption.param`: lengths}.
 
     Raises:
         LctxError: the first problem found (one line naming the fix).
@@ -692,15 +761,26 @@ def _check_before_torch(models, task_names: list[str], task_options, lengths: Op
                                                 ro.flag)
                 own[name] = parsed[ro.param]
     relative = lengths is None or (any(st.relative for st in steps) and not explicit_lengths)
-    build(plain, parse_task_options(items, plain), {n: own.get(n) or (None if relative else list(lengths)) for n in plain})
+    built = build(plain, parse_task_options(items, plain),
+                  {n: own.get(n) or (None if relative else list(lengths)) for n in plain}) or []
+    from lctx.tasks.base import check_bounds_at  # lazy: loads lctx.tasks and numpy (loaded above)
+
     for t in own_objs:  # as _build_tasks checks the tasks given by name
         lens = own.get(t.key) or (None if relative else list(lengths))
         if lens:
             try:
+                check_bounds_at(t, lens)
                 t.check_lengths(lens)
             except ValueError as e:
                 raise LctxError(f"task object {t.name!r} cannot run at these lengths ({e}); change its options "
                                 "or the lengths") from None
+    if run.get("samples") is not None and run.get("depths") is not None:  # the run's grid, its tasks' cells summed
+        n_len = n_lengths or len(lengths or ()) or 1
+        objs = list(built) + list(own_objs)
+        cells = sum(t.n_cells(len(own.get(getattr(t, "key", t.name)) or ()) or n_len, len(run["depths"]),
+                              run["samples"]) for t in objs)
+        check_grid(n_len, len(run["depths"]), run["samples"], n_cells=cells,
+                   tasks=", ".join(getattr(t, "key", t.name) for t in objs))
     for fam in families:
         fam.check_settings(values)
     if relative or not (plain or own_objs):
@@ -1008,6 +1088,7 @@ def _check_before_run(groups, task_objs: list, own_lengths: Optional[dict] = Non
     """
     from lctx.harness.args import check_max_length  # light
     from lctx.harness.run.runner import check_lengths, check_min_lengths  # lazy: loads torch, transformers, pandas
+    from lctx.tasks.base import check_bounds_at  # lazy: loads lctx.tasks and numpy (loaded by the runner)
 
     own = own_lengths or {}
     own_all = [L for lens in own.values() for L in lens]
@@ -1020,19 +1101,24 @@ def _check_before_run(groups, task_objs: list, own_lengths: Optional[dict] = Non
         check_max_length(length_list)  # --relative's lengths (typed ones were checked when parsed)
         for lm in lms_g if task_objs else []:
             check_lengths(lm, length_list + own_all, allow_beyond_max)
+            room = getattr(lm, "check_answer_room", None)  # a served model's --think-budget within its context
+            if room is not None and any(not t.keeps_logits and not t.whole for t in task_objs if t.key not in own):
+                room(length_list)  # the generating tasks' lengths (not ppl's, not lm-eval's)
+        for t in task_objs if relative else []:  # lengths or own lengths given: checked before torch
+            if t.key in own:
+                continue
+            try:  # before the template check below builds a prompt with the task's options
+                check_bounds_at(t, length_list)
+                t.check_lengths(length_list)
+            except ValueError as e:
+                declared = {ro.option: t.options.get(ro.option) for ro in type(t).run_options if ro.option}
+                own_opts = {k: v for k, v in t.options.items() if k not in declared}  # --task-option's (or the object's)
+                raise _bad_option(type(t), t.name, e, own_opts, declared) from None
         skip, lines = check_min_lengths(lms_g, [t for t in task_objs if t.key not in own], length_list, drop=relative)
         skip_below.update(skip)
         notes += lines
         for lens, objs in by_own.items():
             check_min_lengths(lms_g, objs, list(lens))
-        for t in task_objs if relative else []:  # lengths or own lengths given: checked before torch
-            if t.key in own:
-                continue
-            try:
-                t.check_lengths(length_list)
-            except ValueError as e:
-                declared = {ro.option: t.options.get(ro.option) for ro in type(t).run_options if ro.option}
-                raise _bad_option(type(t), t.name, e, {}, declared) from None
         if memory_check and task_objs:  # the memory model of `lctx plan`, for the longest prefill
             from lctx.models.adapters.memory import check_run_fits  # lazy: loads torch
 
@@ -1098,9 +1184,11 @@ def _build_tasks(task_names: list[str], task_opts: dict, get_task, out: Path, da
     (``lctx run`` builds them once before torch loads to check the values, :func:`_check_before_torch`).
 
     Raises:
-        LctxError: an option the task does not name, a value its constructor or length check refuses (naming
-            the flag that set it), or a task's missing data.
+        LctxError: an option the task does not name, a value its constructor, its :attr:`lctx.tasks.Task.option_bounds`
+            or length check refuses (naming the flag that set it), or a task's missing data.
     """
+    from lctx.tasks.base import check_bounds_at  # lazy: loads lctx.tasks and numpy (get_task has loaded them)
+
     objs = []
     for name in task_names:
         cls = get_task(name)
@@ -1114,6 +1202,7 @@ def _build_tasks(task_names: list[str], task_opts: dict, get_task, out: Path, da
         try:
             objs.append(cls(**{**defaults, **opts}))
             if run_lengths:
+                check_bounds_at(objs[-1], run_lengths)  # a size option the longest length cannot hold
                 objs[-1].check_lengths(run_lengths)
         except (ValueError, TypeError) as e:
             raise _bad_option(cls, name, e, opts, defaults) from None
@@ -1142,5 +1231,7 @@ def _bad_option(cls, name: str, e: Exception, opts: dict, defaults: dict) -> Lct
                          "tasks; --task-option TASK.KEY=VALUE sets one)")
     if "invalid literal" in msg or "could not convert" in msg:
         msg = f"{value!r} is not a number"
+    if "; pass " in msg:  # the message names its own fix (an option the run's lengths cannot hold)
+        return LctxError(f"bad {flag} for task {name!r}: {msg}")
     hint = cls.option_hint(key)
     return LctxError(f"bad {flag} for task {name!r}: {msg}; pass {hint or 'a valid value'}")

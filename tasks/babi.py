@@ -39,9 +39,9 @@ import numpy as np
 from lctx import metrics
 from lctx.errors import LctxError
 
-from .base import DECODE_STEP_TOKENS, Cell, Heatmap, Sample, Task, register_task
+from .base import DECODE_STEP_TOKENS, Bound, Cell, Heatmap, Sample, Task, budget_bound, register_task
 from .niah import content_key, sentence_start_words
-from .textdata import corpus_files, read_text
+from .textdata import MAX_TEXT_BYTES, check_file_size, corpus_files, read_text
 
 PEOPLE = ("Mary", "John", "Daniel", "Sandra")  # bAbI tasks 1-3's actors
 ROOMS = ("bathroom", "bedroom", "garden", "hallway", "kitchen", "office")  # BABILong's qa1-qa3 labels
@@ -56,6 +56,9 @@ INSTRUCTION = ("Below is a passage from a book. Hidden in it are short facts abo
 CONTEXT_END = "\n</context>\n\n"
 DEFAULT_FACTS = {1: 10, 2: 16, 3: 24}  # facts per story (bAbI's stories of tasks 1-3 run 2-15, 2-45, 2-130)
 MAX_TRIES = 1000  # stories drawn until one has a question of the task's kind
+#: the most facts a story may have (``facts``): 10 000, 77 times bAbI's longest story (130 facts, task 3), ~60 K tokens
+#: of facts; a story of that many is drawn in well under a second
+MAX_FACTS = 10_000
 
 
 @dataclass
@@ -224,11 +227,17 @@ class Book:
 
 @functools.lru_cache(maxsize=16)
 def _load_book(path: str, content: tuple[str, ...]) -> Book:
-    return Book(read_text(path))
+    return Book(read_text(path, MAX_TEXT_BYTES, "haystack book"))
 
 
 def load_book(path: str | os.PathLike) -> Book:
-    """The :class:`Book` of a text file (Gutenberg header and footer stripped), cached in memory by content."""
+    """The :class:`Book` of a text file (Gutenberg header and footer stripped), cached in memory by content.
+
+    Raises:
+        LctxError: the file is larger than :data:`lctx.tasks.textdata.MAX_TEXT_BYTES` (refused by its size, before
+            it is hashed or read), or :func:`lctx.tasks.textdata.read_text` refuses it.
+    """
+    check_file_size(path, MAX_TEXT_BYTES, "haystack book")
     return _load_book(str(path), content_key(path))
 
 
@@ -285,9 +294,12 @@ class BookTask(Task):
         """Resolve the ``haystack`` option (:func:`book_files`).
 
         Raises:
-            LctxError: as :func:`book_files`.
+            LctxError: as :func:`book_files`; a book larger than :data:`lctx.tasks.textdata.MAX_TEXT_BYTES` (by its
+                size, nothing read: a prompt uses a window of one book).
         """
         self.books = book_files(self.name, haystack, data_dir)
+        for p in self.books:
+            check_file_size(p, MAX_TEXT_BYTES, f"{self.name}'s haystack book")
 
     def data_files(self) -> dict[str, Path]:
         """The books a sample may draw (their content is the run's data fingerprint)."""
@@ -307,7 +319,8 @@ class BabiQA(BookTask):
     world hidden in book text at a target length and depth (the last supporting fact's place).
 
     Options (``--task-option babi_qa2.KEY=VALUE``):
-        facts: facts per story (default 10, 16, 24 for qa1, qa2, qa3).
+        facts: facts per story (default 10, 16, 24 for qa1, qa2, qa3; at most :data:`MAX_FACTS`, and 4 tokens
+            each below the run's longest length).
         haystack: the book file, or a folder of ``*.txt`` books (one drawn per sample, seeded), relative to the
             data dir or absolute (default ``books``: the PG books of ``../shared/data``).
         data_dir: the data root (default ``$LCTX_DATA_DIR``; ``lctx run --data-dir``).
@@ -319,7 +332,7 @@ class BabiQA(BookTask):
 
     Raises (constructor):
         LctxError: no data dir, or no book at ``haystack``.
-        ValueError: a facts count or budget that is not a whole number >= 1.
+        ValueError: a facts count or budget outside its :attr:`option_bounds` (a whole number from 1 to the cap).
     """
 
     hops: int = 1
@@ -329,18 +342,20 @@ class BabiQA(BookTask):
     headline_metric = "exact"
     category = "reasoning"
     requires = "books/ under --data-dir (any *.txt books)"
-    option_hints = {"facts": "a whole number of facts >= 1", "haystack": "a .txt book or a folder of them",
-                    "max_new_tokens": "a whole number of tokens >= 1"}
+    option_hints = {"haystack": "a .txt book or a folder of them"}
+    #: facts: a fact ("Mary got the milk.") is at least 4 tokens, so the facts must stay below the longest length / 4;
+    #: capped at :data:`MAX_FACTS`
+    option_bounds = {"facts": Bound(1, MAX_FACTS, per_length=4, unit="facts",
+                                    why="77 times bAbI's longest story, task 3's 130 facts"),
+                     "max_new_tokens": budget_bound()}
     plots = ("depth_heatmap",)
 
     def __init__(self, facts: int | None = None, haystack: str = "books", data_dir: str | os.PathLike | None = None,
                  max_new_tokens: int | None = None, **options):
-        for k, v in (("facts", facts), ("max_new_tokens", max_new_tokens)):
-            if v is not None and (isinstance(v, bool) or not float(v).is_integer() or int(v) < 1):
-                raise ValueError(f"{k} must be a whole number >= 1, got {v!r}")
+        # facts, max_new_tokens: checked against option_bounds before this runs (Task.__new__)
         super().__init__(facts=facts, haystack=haystack, max_new_tokens=max_new_tokens, **options)
-        self.n_facts = int(facts) if facts is not None else DEFAULT_FACTS[self.hops]
-        self.max_new_tokens = None if max_new_tokens is None else int(max_new_tokens)
+        self.n_facts = int(float(facts)) if facts is not None else DEFAULT_FACTS[self.hops]
+        self.max_new_tokens = None if max_new_tokens is None else int(float(max_new_tokens))
         self._set_books(haystack, data_dir)
 
     def _user(self, book: Book, start: int, n: int, story: Story, pos: list[float]) -> tuple[str, int]:

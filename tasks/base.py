@@ -13,6 +13,8 @@ import importlib.metadata
 import importlib.util
 import inspect
 import itertools
+import math
+import numbers
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -140,6 +142,127 @@ class Heatmap:
     narrow: bool = False
 
 
+#: The largest greedy answer budget (``max_new_tokens`` of any task), tokens. A budget is counted in the length (prompt
+#: + answer <= length), so a run refuses one that alone fills its longest length (:func:`check_bounds_at`); this cap
+#: holds whatever the lengths: 64 K tokens, 512 times RULER's largest budget (128, NIAH's) and above any answer a task
+#: scores (an MRCR reply of 10 000 words is ~13 K tokens). A reasoning model's thinking has its own ``--think-budget``.
+MAX_NEW_TOKENS = 1 << 16
+
+#: The most cells (length x depth x sample, summed over the run's tasks) one run may have: each cell is a record
+#: (~1 KB in ``records.jsonl``) and an entry of the sweep's plan, so a run stays under ~1 GB of records and its plan
+#: under ~100 MB of memory. Checked before any work (:func:`lctx.harness.evaluate.evaluate`).
+MAX_CELLS = 1_000_000
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The bounds of a size option of a task (:attr:`Task.option_bounds`): what values it may take, checked on the
+    keywords given before the constructor runs (:func:`check_option_bounds`, from :meth:`Task.__new__`) and against the
+    run's longest length before any sample is built (:func:`check_bounds_at`), each a one-line error naming the bound.
+
+    lo, hi: the smallest and largest value (``hi`` a stated cap, derived from what the option is for: ``why``);
+    whole: only whole numbers; per_length: tokens one unit of the option takes at least in a sample (a budget's
+    token: 1; a bAbI fact: 4), so that ``value * per_length`` must stay below the run's longest length (0: no
+    relation to the length); unit: what the option counts, for messages ("tokens", "facts").
+    """
+
+    lo: float = 1
+    hi: float | None = None
+    whole: bool = True
+    per_length: float = 0.0
+    unit: str = ""
+    why: str = ""
+
+    def hint(self) -> str:
+        """What a valid value looks like, for an error's fix: "a whole number of tokens from 1 to 65536"."""
+        kind = "a whole number" if self.whole else "a number"
+        unit = f" of {self.unit}" if self.unit else ""
+        lo = _num(self.lo)
+        return f"{kind}{unit} from {lo} to {_num(self.hi)}" if self.hi is not None else f"{kind}{unit} >= {lo}"
+
+    def check(self, name: str, value: Any) -> None:
+        """Refuse ``value`` (the option ``name``'s) outside these bounds, before anything is built with it.
+
+        Raises:
+            ValueError: not a number (a bool counts as none), not finite, not whole where ``whole``, below ``lo`` or
+                above ``hi`` (one line naming the option, the bound and ``why``).
+        """
+        if isinstance(value, bool) or not isinstance(value, (numbers.Real, str)):
+            raise ValueError(f"{name}={value!r} is not a number")
+        try:
+            v = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{name}={value!r} is not a number") from None
+        if not math.isfinite(v) or (self.whole and not v.is_integer()):
+            raise ValueError(f"{name}={value!r} is not {'a whole' if self.whole else 'a finite'} number")
+        if v < self.lo:
+            what = ("not a positive whole number" if self.whole and self.lo == 1 else "negative" if self.lo == 0
+                    else f"below {_num(self.lo)}")
+            raise ValueError(f"{name}={value!r} is {what}")
+        if self.hi is not None and v > self.hi:
+            why = f" ({self.why})" if self.why else ""
+            raise ValueError(f"{name}={value!r} is above {_num(self.hi)}{' ' + self.unit if self.unit else ''}, the "
+                             f"most it may be{why}")
+
+
+def _num(x) -> str:
+    """A bound as a message writes it: a whole number without a decimal point (65536, not 65536.0 or 6.6e+04)."""
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
+def budget_bound(why: str = "") -> Bound:
+    """The :class:`Bound` of a greedy answer budget (``max_new_tokens``): a whole number of tokens from 1 to
+    :data:`MAX_NEW_TOKENS`, below the run's longest length (it is counted in the length)."""
+    return Bound(1, MAX_NEW_TOKENS, per_length=1, unit="tokens",
+                 why=why or "a greedy answer budget: 512 times RULER's largest, 128")
+
+
+def check_option_bounds(cls, options: dict) -> None:
+    """Check the keyword options given to task class ``cls`` (``None``: the default, not checked) against its
+    :attr:`Task.option_bounds`, before its constructor runs: a value far out of range (``babi_qa1.facts=1e8``,
+    ``mrcr.answer_words=99999999``) is refused here, not after it filled memory.
+
+    Raises:
+        ValueError: a value out of its bounds (:meth:`Bound.check`; ``lctx run`` names the flag that set it).
+    """
+    for key, bound in (getattr(cls, "option_bounds", None) or {}).items():
+        value = options.get(key)
+        if value is not None:
+            bound.check(key, value)
+
+
+def check_bounds_at(task: "Task", lengths) -> None:
+    """Refuse a task's size option that the run's longest length cannot hold: ``value * per_length`` of each
+    :attr:`Task.option_bounds` entry with a ``per_length`` (its given value, ``task.options``) at or above
+    ``max(lengths)`` tokens (a ``max_new_tokens`` of 1e9 at 2K, 1e8 bAbI facts), before any sample is built. ``lctx run``
+    calls it with the lengths each task runs at (:func:`lctx.harness.evaluate.evaluate`), then
+    :meth:`Task.check_lengths`.
+
+    Raises:
+        ValueError: an option the longest length cannot hold (names it, the length and the fix).
+    """
+    lengths = [int(L) for L in lengths or ()]
+    if not lengths:
+        return
+    longest = max(lengths)
+    for key, bound in (getattr(type(task), "option_bounds", None) or {}).items():
+        value = (getattr(task, "options", None) or {}).get(key)
+        if not bound.per_length or value is None or isinstance(value, bool):
+            continue
+        try:
+            need = float(value) * bound.per_length
+        except (TypeError, ValueError):
+            continue
+        if need >= longest:
+            each = (f" of at least {_num(bound.per_length)} token{'s' if bound.per_length != 1 else ''} each"
+                    if bound.unit != "tokens" else "")
+            most = math.ceil(longest / bound.per_length) - 1  # the largest value whose need stays below the length
+            fix = (f"pass {key}={most} or less, or longer --lengths" if most >= bound.lo
+                   else "pass longer --lengths")
+            raise ValueError(f"{key}={value!r} ({bound.unit or 'units'}{each}) cannot fit in {longest} tokens, the "
+                             f"longest length of this run; {fix}")
+
+
 #: The figure kinds a task may declare in :attr:`Task.plots` (drawn by :mod:`lctx.harness.outputs.plots`):
 #: ``depth_heatmap``: a depth x length heatmap per model (:class:`Heatmap`); ``perplexity_vs_length``: the headline
 #: metric against length on log axes, one line per model (``plots/<task>_vs_length.png``).
@@ -210,8 +333,12 @@ class Task:
             :class:`RunOption` with ``lengths=True`` gives the task lengths of its own (``ppl``'s ``--window``):
             it then runs in a sweep of its own at those lengths.
         option_hints: {option: what a valid value looks like} for the one-line error of a bad
-            ``--task-option TASK.KEY=VALUE`` (``passkey.max_new_tokens``: "a whole number of tokens >= 1"); a
+            ``--task-option TASK.KEY=VALUE`` (``mrcr.haystack``: "a .txt book or a folder of them"); a
             run option's hint serves its option too.
+        option_bounds: {option: :class:`Bound`} of every option with a size (answer budgets, fact counts, answer
+            words, samples): its smallest and largest value, checked on the keywords given before the constructor
+            runs (:func:`check_option_bounds`), and, with ``per_length``, against the run's longest length before
+            any sample is built (:func:`check_bounds_at`); its :meth:`Bound.hint` is the option's hint.
         default_run: the task runs when ``--tasks`` is not given (``passkey``, ``ppl``: :func:`default_tasks`).
         keeps_logits: scoring keeps the logits of every scored position of a prefill (``ppl``): the memory check
             counts a vocabulary-wide logits tensor of the longest length, not one row.
@@ -267,6 +394,7 @@ class Task:
     state_dir: Path | None = None
     run_options: ClassVar[tuple[RunOption, ...]] = ()
     option_hints: ClassVar[dict[str, str]] = {}
+    option_bounds: ClassVar[dict[str, Bound]] = {}
     default_run: ClassVar[bool] = False
     keeps_logits: ClassVar[bool] = False
     plots: ClassVar[tuple[str, ...] | None] = None
@@ -277,6 +405,7 @@ class Task:
         # the caller's keywords, before any constructor runs: a misspelt option (``Passkey(key_digit=3)``) would
         # otherwise land in ``options`` through a ``**options`` catch-all and run with the defaults (issue 26)
         check_option_names(cls, options)
+        check_option_bounds(cls, options)  # a size far out of range: refused before the constructor builds with it
         return super().__new__(cls)
 
     def __init__(self, **options: Any):
@@ -314,9 +443,11 @@ class Task:
     @classmethod
     def option_hint(cls, option: str) -> str | None:
         """What a valid value of constructor option ``option`` looks like (:attr:`option_hints`, else its run
-        option's hint), or None."""
+        option's hint, else its :attr:`option_bounds` entry's :meth:`Bound.hint`), or None."""
         ro = cls.run_option(option)
-        return cls.option_hints.get(option) or (ro.hint if ro else None) or None
+        bound = (cls.option_bounds or {}).get(option)
+        return (cls.option_hints.get(option) or (ro.hint if ro else None) or (bound.hint() if bound else None)
+                or None)
 
     @classmethod
     def extra_tables(cls, table) -> dict:
@@ -406,6 +537,12 @@ class Task:
         estimate are weighted by it. Default: one prefill of ``cell.length`` tokens. Override when a sample
         costs more (several passes, many windows, generation)."""
         return float(cell.length)
+
+    def n_cells(self, n_lengths: int, n_depths: int, samples: int) -> int:
+        """How many cells :meth:`cells` makes for ``n_lengths`` lengths, ``n_depths`` depths and ``samples``, counted
+        without making them (the run's bound on its grid, :data:`MAX_CELLS`). Override with :meth:`cells`."""
+        return int(n_lengths) * (int(n_depths) if "depth" in self.axes else 1) * (
+            int(samples) if "sample" in self.axes else 1)
 
     def cells(self, lengths: list[int], depths: list[float], samples: int) -> list[Cell]:
         """The grid: lengths x (depths if "depth" in axes) x (range(samples) if "sample" in axes)."""

@@ -26,7 +26,7 @@ import uuid
 
 from lctx.metrics import MATCH_MODES, postprocess_pred, string_match_all
 
-from .base import DECODE_STEP_TOKENS, Cell, Heatmap, Sample, Task, register_task
+from .base import DECODE_STEP_TOKENS, Cell, Heatmap, Sample, Task, budget_bound, register_task
 
 INSTRUCTION = "Extract the value corresponding to the specified key in the JSON object below.\n\nJSON data:\n"
 QUESTION = '\n\nKey: "{key}"'
@@ -69,7 +69,8 @@ class JsonKV(Task):
     category = "single retrieval"
     description = "JSON key-value retrieval (HELMET json_kv; Liu et al. 2023): uuid pairs fill the length"
     requires = "none (generated)"
-    option_hints = {"match": "one of " + ", ".join(MATCH_MODES), "max_new_tokens": "a whole number of tokens >= 1"}
+    option_hints = {"match": "one of " + ", ".join(MATCH_MODES)}
+    option_bounds = {"max_new_tokens": budget_bound()}
     plots = ("depth_heatmap",)
     heatmap = Heatmap(title="JSON key-value retrieval", depth_label="Asked pair's depth (0% = first pair)",
                       panels={"string_match_all": "Value found"}, narrow=True)
@@ -77,12 +78,9 @@ class JsonKV(Task):
     def __init__(self, match: str = "substring", max_new_tokens: int | None = None, **options):
         if match not in MATCH_MODES:
             raise ValueError(f"match must be one of {', '.join(MATCH_MODES)}, got {match!r}")
-        if max_new_tokens is not None and (isinstance(max_new_tokens, bool) or not float(max_new_tokens).is_integer()
-                                           or int(max_new_tokens) < 1):
-            raise ValueError(f"max_new_tokens must be a whole number >= 1, got {max_new_tokens!r}")
-        super().__init__(match=match, max_new_tokens=max_new_tokens, **options)
+        super().__init__(match=match, max_new_tokens=max_new_tokens, **options)  # max_new_tokens: option_bounds
         self.match = match
-        self.max_new_tokens = None if max_new_tokens is None else int(max_new_tokens)
+        self.max_new_tokens = None if max_new_tokens is None else int(float(max_new_tokens))
 
     @staticmethod
     def _user(pairs: list[tuple[str, str]], asked: int) -> tuple[str, int]:

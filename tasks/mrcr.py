@@ -33,7 +33,7 @@ import string
 from lctx import metrics
 
 from .babi import BookTask, load_book
-from .base import DECODE_STEP_TOKENS, Cell, Heatmap, Sample, register_task
+from .base import DECODE_STEP_TOKENS, Bound, Cell, Heatmap, Sample, register_task
 
 STYLES = ("poem", "short story", "riddle", "letter", "speech", "diary entry", "dialogue", "song")
 TOPICS = ("tapirs", "lighthouses", "the moon", "bread", "winter", "a lost key", "trains", "bees", "the ocean",
@@ -54,7 +54,8 @@ class MRCR(BookTask):
 
     Options (``--task-option mrcr.KEY=VALUE``):
         needles: how many requests repeat (2, 4 or 8 as MRCR; any whole number from 2 to 8).
-        answer_words: words of book text per assistant answer (default 60).
+        answer_words: words of book text per assistant answer (default 60; at most 10 000, and 3 per word below
+            the run's longest length).
         haystack: a book or a folder of ``*.txt`` books, relative to the data dir or absolute (default ``books``).
         data_dir: the data root (default ``$LCTX_DATA_DIR``; ``lctx run --data-dir``).
 
@@ -63,7 +64,7 @@ class MRCR(BookTask):
         sequence_ratio: the sequence-match ratio without the prefix rule, 0..1.
 
     Raises (constructor):
-        ValueError: ``needles`` outside 2..8 or ``answer_words`` not a whole number >= 1.
+        ValueError: ``needles`` outside 2..8 or ``answer_words`` outside 1..10 000 (:attr:`option_bounds`).
         LctxError: no data dir, or no book at ``haystack``.
     """
 
@@ -77,20 +78,22 @@ class MRCR(BookTask):
     description = "multi-round coreference (OpenAI MRCR's format): reproduce the k-th of repeated requests"
     requires = "books/ under --data-dir (any *.txt books); a model with a chat template"
     adapter_needs = {"chat_prompt": "renders the conversation with the model's chat template"}
-    option_hints = {"needles": "a whole number from 2 to 8", "answer_words": "a whole number of words >= 1",
-                    "haystack": "a .txt book or a folder of them"}
+    option_hints = {"haystack": "a .txt book or a folder of them"}
+    #: needles: MRCR's 2, 4 or 8 (:data:`ORDINALS` names 8); answer_words: the prompt holds at least two needles'
+    #: answers and the reply budget a third, each word at least a token (3 per word); capped at 10 000 words (a
+    #: 40-page chapter; MRCR's answers are a few hundred words), so a far-off value never fills memory
+    option_bounds = {"needles": Bound(2, 8, why="MRCR's 2, 4 or 8 repeated requests"),
+                     "answer_words": Bound(1, 10_000, per_length=3, unit="words",
+                                           why="a 40-page chapter; MRCR's answers run a few hundred words")}
     plots = ("depth_heatmap",)
     heatmap = Heatmap(title="MRCR (multi-round coreference)", depth_label="Asked needle's turn (0% = first)",
                       panels={"mrcr": "MRCR grade", "sequence_ratio": "Sequence ratio"}, narrow=True)
 
     def __init__(self, needles: int = 2, answer_words: int = 60, haystack: str = "books",
                  data_dir: str | os.PathLike | None = None, **options):
-        if isinstance(needles, bool) or not float(needles).is_integer() or not 2 <= int(needles) <= 8:
-            raise ValueError(f"needles must be a whole number from 2 to 8 (MRCR: 2, 4 or 8), got {needles!r}")
-        if isinstance(answer_words, bool) or not float(answer_words).is_integer() or int(answer_words) < 1:
-            raise ValueError(f"answer_words must be a whole number >= 1, got {answer_words!r}")
+        # needles, answer_words: checked against option_bounds before this runs (Task.__new__)
         super().__init__(needles=needles, answer_words=answer_words, haystack=haystack, **options)
-        self.needles, self.answer_words = int(needles), int(answer_words)
+        self.needles, self.answer_words = int(float(needles)), int(float(answer_words))
         self._set_books(haystack, data_dir)
 
     def _answer(self, rng: random.Random) -> str:

@@ -74,7 +74,8 @@ from lctx.errors import LctxError
 from lctx.metrics import (MATCH_MODES, postprocess_pred, string_match_all, string_match_part, tf_gain,  # noqa: F401
                           tf_logprob, tf_mrr, tf_top1, value_found)
 
-from .base import DECODE_STEP_TOKENS, Cell, Sample, Task, optional_metrics, register_task
+from .base import DECODE_STEP_TOKENS, Cell, Sample, Task, budget_bound, optional_metrics, register_task
+from .textdata import MAX_TEXT_BYTES, check_file_size
 
 
 def content_key(*paths: str | os.PathLike) -> tuple[str, ...]:
@@ -589,7 +590,9 @@ class RulerNIAH(Task):
     teacher-forced (see the module docstring). The heatmaps show :attr:`heatmap_metrics`.
 
     Raises (constructor):
-        LctxError: unknown match mode, a budget that is not a positive integer, or RULER's data missing.
+        LctxError: unknown match mode, a budget that is not an integer, or RULER's data missing (or a file of it
+            past :data:`lctx.tasks.textdata.MAX_TEXT_BYTES`).
+        ValueError: ``max_new_tokens`` outside its :attr:`option_bounds` (1 to 65536; checked before this runs).
     """
 
     config: NIAHConfig
@@ -600,6 +603,7 @@ class RulerNIAH(Task):
     retrieval = True
     secondary_metric = "tf_top1"  # teacher-forced
     heatmap_metrics = ("string_match_all", "string_match_part", "tf_top1", "tf_mrr")
+    option_bounds = {"max_new_tokens": budget_bound()}  # RULER's 128 at most 2**16, below the longest length
 
     def __init__(self, match: str = "substring", max_new_tokens: int | None = None,
                  data_dir: str | os.PathLike | None = None, cache_dir: str | os.PathLike | None = None,
@@ -632,6 +636,8 @@ class RulerNIAH(Task):
             if not (self.data_dir / rel).is_file():
                 raise LctxError(f"task {self.name!r}: {rel} not found under data dir {str(self.data_dir)!r} "
                                 "(--data-dir / LCTX_DATA_DIR); point it at the folder holding ruler/")
+            check_file_size(self.data_dir / rel, MAX_TEXT_BYTES, f"task {self.name!r}'s {rel}",
+                            "5 times RULER's essays, 3.1 MB")  # read whole: refused by its size first
         self._needed = needed
 
     # pre-flight and progress ------------------------------------------------------------------------------

@@ -14,7 +14,8 @@ import re
 
 from lctx import metrics
 
-from .base import DECODE_STEP_TOKENS, Cell, Heatmap, RunOption, Sample, Task, optional_metrics, register_task
+from .base import (DECODE_STEP_TOKENS, Bound, Cell, Heatmap, RunOption, Sample, Task, budget_bound, optional_metrics,
+                   register_task)
 
 INSTRUCTION = ("There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. "
                "I will quiz you about the important information there.")
@@ -75,20 +76,17 @@ class Passkey(Task):
     requires = "none (generated)"
     default_run = True  # `lctx run` without --tasks runs passkey and ppl
     run_options = (RunOption("--key-digits", "key_digits", "key_digits", 5, "a whole number from 1 to 30"),)
-    option_hints = {"max_new_tokens": "a whole number of tokens >= 1"}
+    option_bounds = {"key_digits": Bound(1, 30, unit="digits", why="a key of 30 digits is past any model's recall"),
+                     "max_new_tokens": budget_bound()}
     plots = ("depth_heatmap",)
     heatmap = Heatmap(title="Passkey retrieval", depth_label="Passkey depth (0% = start)",
                       panels={"exact": "Exact match", "digit_acc": "Digit accuracy"}, narrow=True)
 
     def __init__(self, key_digits: int = 5, max_new_tokens: int | None = None, **options):
-        if isinstance(key_digits, bool) or not float(key_digits).is_integer() or not 1 <= int(key_digits) <= 30:
-            raise ValueError(f"key_digits must be a whole number of digits from 1 to 30, got {key_digits!r}")
-        if max_new_tokens is not None and (isinstance(max_new_tokens, bool) or not float(max_new_tokens).is_integer()
-                                           or int(max_new_tokens) < 1):
-            raise ValueError(f"max_new_tokens must be a whole number >= 1, got {max_new_tokens!r}")
+        # key_digits and max_new_tokens: checked against option_bounds before this runs (Task.__new__)
         super().__init__(key_digits=key_digits, max_new_tokens=max_new_tokens, **options)
-        self.key_digits = int(key_digits)
-        self.max_new_tokens = max_new_tokens or self.key_digits + 4
+        self.key_digits = int(float(key_digits))
+        self.max_new_tokens = int(float(max_new_tokens)) if max_new_tokens else self.key_digits + 4
 
     def _prompt(self, n_filler: int, depth: float, key: str) -> tuple[str, str]:
         """(user text, character offset of the needle in it) with ``n_filler`` filler sentences."""

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from lctx.metrics import ppl
 
-from .base import Cell, RunOption, Sample, Task, register_task
+from .base import Bound, Cell, RunOption, Sample, Task, register_task
 
 
 def window_plan(n: int, window: int, stride: int, bos: bool) -> list[tuple[int, int, int]]:
@@ -118,6 +118,9 @@ class Perplexity(Task):
         RunOption("--ppl-short-docs", "ppl_short_docs", "short_docs", "drop", "drop or count"),
         RunOption("--ppl-max-tokens", "ppl_max_tokens", "max_tokens", 32768, "0 (all) or a positive number of tokens"),
     )
+    #: max_tokens: tokens kept per document (0: all), at most 2**31 (the longest length lctx runs); ``windows`` is
+    #: bounded by the constructor (2 to 10 000 windows per length)
+    option_bounds = {"max_tokens": Bound(0, 1 << 31, unit="tokens", why="the longest length lctx runs, 2**31")}
 
     def __init__(self, data: list[str] | None = None, stride: float = 0.5, bos: str = "prepend",
                  short_docs: str = "drop", max_tokens: int = 32768, concat: bool | None = None,
@@ -138,12 +141,13 @@ class Perplexity(Task):
         concat = (data is None) if concat is None else concat
         if data:
             from lctx.paths import data_key, data_path  # lazy: only a run with --ppl-data needs it
-            from lctx.tasks.textdata import corpus_files  # light
+            from lctx.tasks.textdata import MAX_TEXT_BYTES, check_file_size, corpus_files  # light
 
             root = Path(data_dir) if data_dir is not None else None
             data = [data_path(str(p), root) for p in data]
-            for p in data:
-                corpus_files(p)  # a missing path or an empty folder: refused now, before torch (not only once read)
+            for p in data:  # a missing path, an empty folder or a file past the cap: refused now, before torch
+                for f in corpus_files(p):
+                    check_file_size(f, MAX_TEXT_BYTES, "--ppl-data file")
             keys = [data_key(p, root) for p in data]
             twice = sorted({k for k in keys if keys.count(k) > 1})
             if twice:  # it would be scored twice, and weigh double in the mean
@@ -168,7 +172,8 @@ class Perplexity(Task):
         if self._docs is None:
             from lctx.tasks import textdata  # lazy: loads torch
 
-            docs = textdata.load_corpus(self.data) if self.data else textdata.pydoc_corpus("heldout")
+            docs = (textdata.load_corpus(self.data, textdata.MAX_TEXT_BYTES) if self.data
+                    else textdata.pydoc_corpus("heldout"))
             if self.concat:
                 docs = [("+".join(n for n, _ in docs), "\n\n".join(t for _, t in docs))]
             self._docs = docs
@@ -252,6 +257,10 @@ class Perplexity(Task):
         """One cell per length (the sweep), or ``windows`` per length (sample = the window's index; ``--samples``
         does not apply)."""
         return [Cell(int(L), None, s) for L in lengths for s in range(self.windows or 1)]
+
+    def n_cells(self, n_lengths: int, n_depths: int, samples: int) -> int:
+        """As :meth:`cells` counts them: ``windows`` (or 1) per length."""
+        return int(n_lengths) * (self.windows or 1)
 
     def _starts(self, lm, window: int) -> list[int]:
         """Per document, the number of places a full window can start (0 for one shorter than the window)."""

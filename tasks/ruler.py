@@ -84,7 +84,8 @@ import numpy as np
 
 from lctx.errors import LctxError
 
-from .base import DECODE_STEP_TOKENS, Cell, Sample, Task, register_task
+from .base import DECODE_STEP_TOKENS, MAX_CELLS, Bound, Cell, Sample, Task, budget_bound, register_task
+from .textdata import MAX_TEXT_BYTES, check_file_size
 from .niah import (ADJ_FILE, ESSAY_FILE, MATCH_MODES, NOUN_FILE, RULER_NOISE, RulerNIAH, _file_digest, content_key,
                    cached_sample_record, default_cache_dir, postprocess_pred, resolve_data_dir, sample_cache_path,
                    string_match_all, string_match_part)
@@ -201,6 +202,7 @@ class RulerTask(Task):
 
     Raises (constructor):
         LctxError: an unknown match mode or a budget that is not a positive integer.
+        ValueError: an option outside its :attr:`option_bounds` (checked before the constructor runs).
     """
 
     tokens_to_generate: ClassVar[int] = 32
@@ -208,6 +210,11 @@ class RulerTask(Task):
     batched = True  # prompt -> greedy -> metrics (lctx run --batch-size)
     retrieval = True  # headline: RULER's metric, the first of ``metrics``
     heatmap_metrics = ("string_match_all", "string_match_part")
+    #: max_new_tokens: a budget (:func:`lctx.tasks.base.budget_bound`); samples (cwe/fwe: per length, instead of
+    #: ``--samples``; the ``ruler`` group sets samples x depths): at most a run's grid, :data:`lctx.tasks.base.MAX_CELLS`
+    option_bounds: ClassVar[dict[str, Bound]] = {
+        "max_new_tokens": budget_bound(),
+        "samples": Bound(1, MAX_CELLS, unit="samples", why="the most cells one run may have")}
 
     def _setup(self, match: str, max_new_tokens: int | None, cache_dir, cache: bool, samples: int | None = None,
                **options: Any) -> None:
@@ -264,6 +271,10 @@ class RulerTask(Task):
     def cells(self, lengths: list[int], depths: list[float], samples: int) -> list[Cell]:
         """As :meth:`Task.cells`; the ``samples`` option (tasks without a depth axis) overrides ``--samples``."""
         return super().cells(lengths, depths, self.samples or samples)
+
+    def n_cells(self, n_lengths: int, n_depths: int, samples: int) -> int:
+        """As :meth:`Task.n_cells`, with the ``samples`` option as :meth:`cells` takes it."""
+        return super().n_cells(n_lengths, n_depths, self.samples or samples)
 
     # prompt -> ids -----------------------------------------------------------------------------------
     @staticmethod
@@ -345,6 +356,8 @@ class RulerTask(Task):
             if not (root / rel).is_file():
                 raise LctxError(f"task {self.name!r}: {rel} not found under data dir {str(root)!r} "
                                 "(--data-dir / LCTX_DATA_DIR); point it at the folder holding ruler/")
+            check_file_size(root / rel, MAX_TEXT_BYTES, f"task {self.name!r}'s {rel}",
+                            "5 times RULER's essays, 3.1 MB")  # read whole: refused by its size first
             self._files[rel] = root / rel
         return root
 
@@ -567,6 +580,11 @@ class VariableTracking(RulerTask):
     description = "RULER variable tracking: 1 chain of 4 hops in the noise haystack (+1 solved example)"
     axes = ("depth", "sample")
     tokens_to_generate = VT_TOKENS_TO_GENERATE
+    #: a hop is a statement ("VAR ABCDE = VAR FGHIJ") of at least 4 tokens, a chain at least 2 of them; both capped at
+    #: 1000 (RULER's synthetic.yaml: 1 chain of 4 hops)
+    option_bounds = {**RulerTask.option_bounds,
+                     "num_chains": Bound(1, 1000, per_length=8, unit="chains", why="RULER runs 1"),
+                     "num_hops": Bound(1, 1000, per_length=4, unit="hops", why="RULER runs 4")}
 
     def __init__(self, num_chains: int = 1, num_hops: int = 4, match: str = "substring",
                  max_new_tokens: int | None = None, cache_dir: str | os.PathLike | None = None, cache: bool = True):
@@ -659,6 +677,13 @@ class CommonWordsExtraction(RulerTask):
     description = "RULER common words extraction: 10 words x30 among words x3 (x6/x1 below 4K), +1 solved example"
     axes = ("sample",)
     tokens_to_generate = CWE_TOKENS_TO_GENERATE
+    #: each list entry ("12. word") is at least 2 tokens: a common word appears >= 2 times (4 tokens), each repeat of
+    #: one 2 tokens; caps: RULER's values (30, 3, 10, 1) times a few hundred, num_cw at the wonderwords pool's order
+    option_bounds = {**RulerTask.option_bounds,
+                     "freq_cw": Bound(1, 10_000, per_length=2, unit="repeats", why="RULER repeats 30 times"),
+                     "freq_ucw": Bound(1, 10_000, per_length=2, unit="repeats", why="RULER repeats 3 times"),
+                     "num_cw": Bound(1, 1000, per_length=4, unit="words", why="RULER asks for 10"),
+                     "num_fewshot": Bound(0, 16, unit="examples", why="RULER gives 1")}
 
     def __init__(self, freq_cw: int = 30, freq_ucw: int = 3, num_cw: int = 10, num_fewshot: int = 1,
                  match: str = "substring", max_new_tokens: int | None = None, data_dir: str | os.PathLike | None = None,
@@ -675,6 +700,8 @@ class CommonWordsExtraction(RulerTask):
         self.freq_cw, self.freq_ucw, self.num_cw, self.num_fewshot = freq_cw, freq_ucw, num_cw, num_fewshot
         self.data_dir = self._need(data_dir, [NOUN_FILE, ADJ_FILE, VERB_FILE])
         if (self.data_dir / ESSAY_FILE).is_file():  # the extra word pool past wonderwords' (long lengths)
+            check_file_size(self.data_dir / ESSAY_FILE, MAX_TEXT_BYTES, f"task {self.name!r}'s {ESSAY_FILE}",
+                            "5 times RULER's essays, 3.1 MB")
             self._files[ESSAY_FILE] = self.data_dir / ESSAY_FILE
         self.template = (CWE_TEMPLATE + CWE_ANSWER_PREFIX).replace("10", str(num_cw))  # of the solved example
         self.question = CWE_TEMPLATE.replace("10", str(num_cw))
@@ -788,6 +815,11 @@ class FrequentWordsExtraction(RulerTask):
     description = "RULER frequent words extraction: top-3 coded words of a Zipf(alpha=2) text"
     axes = ("sample",)
     tokens_to_generate = FWE_TOKENS_TO_GENERATE
+    #: vocab_size: RULER's default is (length - budget) // 50; capped at 100 000 (that default at a 5M-token length);
+    #: coded_wordlen: letters per coded word, capped at 32 (RULER's is 6)
+    option_bounds = {**RulerTask.option_bounds,
+                     "vocab_size": Bound(5, 100_000, unit="words", why="RULER's (length - budget) // 50 at 5M tokens"),
+                     "coded_wordlen": Bound(2, 32, unit="letters", why="RULER's is 6")}
 
     def __init__(self, alpha: float = 2.0, coded_wordlen: int = 6, vocab_size: int | None = None,
                  match: str = "substring", max_new_tokens: int | None = None,

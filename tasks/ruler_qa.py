@@ -48,6 +48,7 @@ import numpy as np
 from lctx.errors import LctxError
 
 from .base import Cell, register_task
+from .textdata import check_file_size
 from .niah import content_key
 from .ruler import HaystackBuilder, RulerTask
 
@@ -63,6 +64,9 @@ DOCUMENT_PROMPT = "Document {i}:\n{document}"
 #: Where lctx looks for the data under the data dir, first match wins: RULER's own name, then the official one.
 SQUAD_FILES = ("ruler/squad.json", "squad/dev-v2.0.json", "squad_v2/dev-v2.0.json", "dev-v2.0.json")
 HOTPOT_FILES = ("ruler/hotpotqa.json", "hotpotqa/hotpot_dev_distractor_v1.json", "hotpot_dev_distractor_v1.json")
+#: the largest question file read (it is parsed whole): 128 MiB, 2.8 times HotpotQA's dev distractor file (46 MB;
+#: SQuAD 2.0's dev file is 4.4 MB); refused by its size before it is read
+MAX_QA_BYTES = 128 << 20
 
 
 @dataclass(frozen=True)
@@ -194,6 +198,7 @@ class RulerQA(RulerTask):
             raise LctxError(self.missing_data_message(data_dir, files))
         self.path = p
         self._files["qa"] = p
+        check_file_size(p, MAX_QA_BYTES, f"task {self.name!r}'s question file", "2.8 times HotpotQA's dev file")
         self.data = load_qa(p, self.dataset, self.name)
 
     @classmethod

@@ -50,6 +50,38 @@ def decode_bytes(data: bytes) -> str:
 
 _WS_CONTROLS = frozenset("\t\n\r\f\v")
 
+#: The largest text file a task reads whole (a haystack book of babi/mrcr, a ``--ppl-data`` document, RULER's essay
+#: and word lists), bytes: 16 MiB, about 5 times the longest book of the bundled data (War and Peace, 3.4 MB). A
+#: prompt uses a window of its longest length, so a bigger file is a mistake (a dump, a whole corpus in one file):
+#: a 1.2 GB book took 6 GB in 50 s, split into words for a 1K prompt (issue 42 item 5). Refused by its size
+#: (:func:`check_file_size`) before a byte is read.
+MAX_TEXT_BYTES = 16 << 20
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB"
+
+
+def check_file_size(path: str | os.PathLike, cap: int = MAX_TEXT_BYTES, what: str = "text file",
+                    why: str = "5 times the longest bundled book") -> int:
+    """The size of ``path`` in bytes, refused past ``cap`` before it is read (``what``: how the message names the
+    file, e.g. "babi_qa1's haystack book"; ``why``: where the cap comes from). A path that is no regular file is
+    left to the reader's own error.
+
+    Raises:
+        LctxError: the file is larger than ``cap`` (one line naming the file, its size, the cap and the fix).
+    """
+    p = Path(path)
+    try:
+        size = p.stat().st_size if p.is_file() else 0
+    except OSError:
+        return 0
+    if size > cap:
+        raise LctxError(f"{what} '{p}' is {_mib(size)} ({size} bytes), above the {_mib(cap)} lctx reads of one file "
+                        f"({why}); a prompt uses a small window of it: pass a smaller file (e.g. its first part, "
+                        f"head -c {cap} FILE > part.txt)")
+    return size
+
 
 def binary_reason(data: bytes, text: str) -> str | None:
     """Why bytes that decoded to ``text`` are not a text file, or None: a NUL byte (binary, or UTF-16/32
@@ -88,17 +120,19 @@ def strip_gutenberg(text: str) -> str:
     return body.strip("\n").rstrip() + "\n" if body.strip() else ""
 
 
-def read_text(path: str | os.PathLike) -> str:
+def read_text(path: str | os.PathLike, max_bytes: int | None = None, what: str = "text file") -> str:
     """Read a text file as clean LF text; a Project Gutenberg e-text is reduced to its body.
 
     Decoding: UTF-8, else latin-1 (:func:`decode_bytes`); a UTF-8 BOM is stripped; CRLF and CR become
-    LF; Gutenberg header/footer removed by :func:`strip_gutenberg`.
+    LF; Gutenberg header/footer removed by :func:`strip_gutenberg`. ``max_bytes`` (None: no cap): a file larger is
+    refused by its size before it is read (:func:`check_file_size`, naming it as ``what``), and at most
+    ``max_bytes + 1`` bytes are ever read (a file that grows, or reports no size, is refused as well).
 
     Returns:
         The text (``str``, LF line endings, never empty or whitespace-only).
 
     Raises:
-        LctxError: the file does not exist, is a directory, cannot be read, is binary
+        LctxError: the file does not exist, is a directory, cannot be read, is larger than ``max_bytes``, is binary
             (:func:`binary_reason`), or holds no text (after stripping the Gutenberg boilerplate).
     """
     p = Path(path)
@@ -108,10 +142,19 @@ def read_text(path: str | os.PathLike) -> str:
         raise LctxError(f"'{p}' is a directory, not a text file; use load_corpus for directories")
     if not p.is_file():  # a device or FIFO: reading it may never end
         raise LctxError(f"'{p}' is not a regular file (a device, FIFO or socket); pass a text file")
+    if max_bytes is not None:
+        check_file_size(p, max_bytes, what)
     try:
-        data = p.read_bytes()
+        if max_bytes is None:
+            data = p.read_bytes()
+        else:
+            with open(p, "rb") as f:
+                data = f.read(max_bytes + 1)
     except OSError as e:
         raise LctxError(f"cannot read text file '{p}' ({e.strerror or e}); check its permissions") from e
+    if max_bytes is not None and len(data) > max_bytes:  # it grew since its size was checked
+        raise LctxError(f"{what} '{p}' holds more than {_mib(max_bytes)}, the most lctx reads of one file; pass a "
+                        f"smaller file (e.g. head -c {max_bytes} FILE > part.txt)")
     decoded = decode_bytes(data)
     why = binary_reason(data, decoded)
     if why:
@@ -145,20 +188,22 @@ def corpus_files(raw: str | os.PathLike) -> list[Path]:
     return files
 
 
-def load_corpus(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[tuple[str, str]]:
+def load_corpus(paths: str | os.PathLike | Iterable[str | os.PathLike],
+                max_bytes: int | None = None) -> list[tuple[str, str]]:
     """Documents from text files and directories.
 
     Args:
         paths: one path or several. A file is one document named by its file name; a directory
             contributes every ``*.txt`` file below it (recursively, sorted by relative path), each
             named ``<directory name>/<relative path>``.
+        max_bytes: the largest file read (:func:`read_text`); None: no cap.
 
     Returns:
         ``[(name, text), ...]`` in the order given (text as from :func:`read_text`).
 
     Raises:
-        LctxError: a path does not exist, a directory holds no ``*.txt`` file, a file is unreadable or
-            empty, or ``paths`` is empty.
+        LctxError: a path does not exist, a directory holds no ``*.txt`` file, a file is unreadable, empty or
+            larger than ``max_bytes``, or ``paths`` is empty.
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
@@ -168,9 +213,10 @@ def load_corpus(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[
         n_paths += 1
         p, files = Path(raw), corpus_files(raw)
         if p.is_dir():
-            docs.extend((f"{p.name or p.resolve().name}/{f.relative_to(p).as_posix()}", read_text(f)) for f in files)
+            docs.extend((f"{p.name or p.resolve().name}/{f.relative_to(p).as_posix()}", read_text(f, max_bytes))
+                        for f in files)
         else:
-            docs.append((p.name, read_text(p)))
+            docs.append((p.name, read_text(p, max_bytes)))
     if not n_paths:
         raise LctxError("no corpus paths given; pass at least one text file or directory")
     return docs

@@ -175,7 +175,7 @@ def test_first_word():
 
 
 def test_refuses_bad_options_missing_books_and_short_lengths(lm, books, tmp_path, monkeypatch):
-    with pytest.raises(ValueError, match="facts must be a whole number"):
+    with pytest.raises(ValueError, match="facts=0 is not a positive whole number"):
         get_task("babi_qa1")(facts=0, data_dir=books)
     with pytest.raises(LctxError, match="does not exist"):
         get_task("babi_qa1")(data_dir=tmp_path / "nowhere")

@@ -373,7 +373,7 @@ def test_constructor_errors(fake_data, monkeypatch, tmp_path):
         get_task("niah_single_2")(data_dir=tmp_path)
     with pytest.raises(LctxError, match="match mode"):
         get_task("niah_single_1")(data_dir=fake_data, match="fuzzy")
-    with pytest.raises(LctxError, match="positive integer"):
+    with pytest.raises(ValueError, match="max_new_tokens=0 is not a positive whole number"):  # option_bounds
         get_task("niah_single_1")(data_dir=fake_data, max_new_tokens=0)
     monkeypatch.setenv("LCTX_DATA_DIR", str(fake_data))
     assert get_task("niah_single_2")().data_dir == fake_data  # the env var is the default

@@ -483,7 +483,7 @@ def test_options_and_errors(fake_data, monkeypatch):
     monkeypatch.delenv("LCTX_DATA_DIR", raising=False)
     with pytest.raises(LctxError, match="LCTX_DATA_DIR"):
         get_task("cwe")()
-    with pytest.raises(LctxError, match="num_hops=0 is not a positive integer"):
+    with pytest.raises(ValueError, match="num_hops=0 is not a positive whole number"):  # option_bounds (issue 42)
         get_task("vt")(num_hops=0)
     with pytest.raises(LctxError, match="freq_cw=3 must exceed"):
         get_task("cwe")(data_dir=fake_data, freq_cw=3)
@@ -491,7 +491,7 @@ def test_options_and_errors(fake_data, monkeypatch):
         get_task("fwe")(alpha=1.0)
     with pytest.raises(LctxError, match="match mode"):
         get_task("fwe")(match="fuzzy")
-    with pytest.raises(LctxError, match="max_new_tokens=0"):
+    with pytest.raises(ValueError, match="max_new_tokens=0"):
         get_task("vt")(max_new_tokens=0)
     # samples= runs that many samples per length (the ruler group's way to match the depth tasks' count)
     assert len(make("cwe", fake_data, samples=10).cells([1024, 2048], [0, 0.5, 1], 2)) == 20

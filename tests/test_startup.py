@@ -144,7 +144,7 @@ def test_checks_that_need_no_model_answer_before_torch_loads(tmp_path):
              "huge-window": (["run", "--tasks", "ppl", "--relative", "1", "--window", "4096m"],
                              "--window 4294967296 is above 2147483648 tokens"),
              "max-tokens": (["run", "--ppl-max-tokens", "-1"], "bad --ppl-max-tokens for task 'ppl'"),
-             "key-digits": (["run", "--key-digits", "40"], "key_digits must be a whole number of digits from 1 to 30"),
+             "key-digits": (["run", "--key-digits", "40"], "key_digits=40 is above 30 digits"),
              "max-new-tokens": (["run", "--task-option", "passkey.max_new_tokens=0"],
                                 "bad --task-option passkey.max_new_tokens"),
              "niah-match": (["run", "--tasks", "niah_single_1", "--task-option", "niah_single_1.match=foo"],

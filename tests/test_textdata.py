@@ -137,3 +137,55 @@ def test_binary_detection_keeps_real_text():
     assert binary_reason(latin1.encode("latin-1"), latin1) is None
     assert binary_reason(b"tab\tand\r\nlines\f", "tab\tand\r\nlines\f") is None
     assert "NUL" in binary_reason("hi".encode("utf-16"), "x")
+
+
+def test_a_file_past_the_cap_is_refused_by_its_size_before_it_is_read(tmp_path):
+    """Issue 42 item 5: a 1.2 GB book took 6 GB in 50 s. read_text(max_bytes=) refuses a file past the cap by its
+    size, naming the file, its size and the cap, having read nothing (a sparse 1.2 GB file: tracemalloc's peak stays
+    under 1 MB); a file within the cap reads as before (control), and one that holds more than its size said (it
+    grew) is refused after reading at most cap + 1 bytes."""
+    import tracemalloc
+
+    from lctx.tasks.textdata import MAX_TEXT_BYTES, check_file_size
+
+    huge = tmp_path / "huge.txt"
+    with open(huge, "wb") as f:
+        f.truncate(1200 << 20)  # sparse: 1.2 GB of size, no disk
+    tracemalloc.start()
+    try:
+        with pytest.raises(LctxError) as e:
+            read_text(huge, MAX_TEXT_BYTES, "haystack book")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert str(e.value).startswith(f"haystack book '{huge}' is 1200.0 MiB (1258291200 bytes), above the 16.0 MiB")
+    assert "\n" not in str(e.value) and peak < 1 << 20
+    ok = tmp_path / "ok.txt"
+    ok.write_text("Some words.\n" * 100)
+    assert read_text(ok, 2000) == "Some words.\n" * 100 and check_file_size(ok, 2000) == 1200
+    with pytest.raises(LctxError, match=r"\(1200 bytes\), above the"):
+        read_text(ok, 1000)
+    assert load_corpus([ok], max_bytes=2000) == [("ok.txt", "Some words.\n" * 100)]
+    with pytest.raises(LctxError, match="above the"):
+        load_corpus([tmp_path], max_bytes=2000)  # the folder's huge.txt
+
+
+def test_a_haystack_book_past_the_cap_is_refused_when_the_task_is_built(tmp_path):
+    """babi/mrcr check their books' sizes in the constructor (before torch, before any book is hashed or read) and
+    ppl its --ppl-data files: one line naming the file and the cap; control: the same folder without it builds."""
+    import lctx
+    from lctx.tasks import get_task
+
+    books = tmp_path / "books"
+    books.mkdir()
+    (books / "a.txt").write_text("A sentence. " * 500)
+    get_task("babi_qa1")(data_dir=tmp_path)  # control
+    with open(books / "huge.txt", "wb") as f:
+        f.truncate(1200 << 20)
+    for task in ("babi_qa1", "mrcr"):
+        with pytest.raises(LctxError, match=rf"^{task}'s haystack book '.*huge.txt' is 1200.0 MiB \(1258291200 bytes\), "
+                                            r"above the 16.0 MiB lctx reads of one file"):
+            get_task(task)(data_dir=tmp_path)
+    with pytest.raises(LctxError, match=r"^--ppl-data file '.*huge.txt' is 1200.0 MiB"):
+        lctx.evaluate(None, "ppl", ppl_data=[str(books)], out=tmp_path / "o", log=lambda m: None)
+    assert not (tmp_path / "o").exists()
