@@ -590,6 +590,13 @@ def lctx_hflm_class():
             return super()._select_cont_toks(logits, contlen=contlen, inplen=inplen)
 
         def tok_encode(self, string, add_special_tokens=None, left_truncate_len=None, **kwargs):
+            """lm-eval's ``tok_encode`` (a text that starts with the BOS's text, a chat template's ``{{ bos_token }}``,
+            gets no second one: lm-eval's ``has_bos_prefix``), with a native lctx model's BOS first (``force_bos``);
+            inside :meth:`loglikelihood_rolling` without any special token (the windows are conditioned on
+            ``prefix_token_id`` already: a tokenizer that adds BOS, Llama's, Gemma's, would have a second BOS scored
+            after it, lm-eval #3333's behaviour, which lm-eval 0.4.13 still has)."""
+            if self._rolling and add_special_tokens is None:
+                add_special_tokens = False  # BOS exactly once: prefix_token_id is the rolling windows' context
             ids = super().tok_encode(string, add_special_tokens=add_special_tokens, **kwargs)
             bos = self.tokenizer.bos_token_id
             if (self.force_bos and not self._rolling and add_special_tokens is not False
@@ -612,9 +619,10 @@ def lctx_hflm_class():
                 return render_chat(self.tokenizer, [m for m in chat_history if m["role"] != "system"], **kw)
 
         def loglikelihood_rolling(self, requests, disable_tqdm: bool = False):
-            """lm-eval's rolling log-likelihood, with the text's tokens encoded *without* the forced BOS:
-            lm-eval already conditions the first window on ``prefix_token_id`` (BOS), so a BOS in the
-            token list would be scored as the first token after BOS (counted twice, issue 11 c)."""
+            """lm-eval's rolling log-likelihood, with the text's tokens encoded *without* a BOS, neither the forced
+            one nor the one a tokenizer adds (:meth:`tok_encode`): lm-eval already conditions the first window on
+            ``prefix_token_id`` (BOS), so a BOS in the token list would be scored as the first token after BOS
+            (counted twice: issue 11 c, lm-eval #3333)."""
             self._rolling = True
             try:
                 return super().loglikelihood_rolling(requests, disable_tqdm=disable_tqdm)
@@ -691,13 +699,27 @@ def served_lmeval_class():
         # -- text: the adapter's tokenizer
         def tok_encode(self, string, left_truncate_len=None, add_special_tokens=None, **kwargs):
             """``lm.encode(string)`` with the model's BOS first (``add_special_tokens`` not False), as the server
-            counts a prompt."""
+            counts a prompt, and exactly once: a text that starts with the BOS's own text (a chat template that
+            writes ``{{ bos_token }}``) is encoded without it (:meth:`sent_text`), as the server, which puts its
+            BOS before every text prompt, is sent it (lm-eval's ``has_bos_prefix``; lm-eval 0.4.9's vLLM model sent
+            two, ``[2, 2, 105, ...]`` for Gemma)."""
             if not isinstance(string, str):
                 return [self.tok_encode(x, left_truncate_len, add_special_tokens) for x in string]
-            ids = list(self.lm.encode(string))
-            if add_special_tokens is not False and self.lm.bos_id is not None:
-                ids = [self.lm.bos_id] + ids
+            bos = self.lm.bos_id
+            if add_special_tokens is not False and bos is not None:
+                ids = list(self.lm.encode(self.sent_text(string)))
+                ids = ids if ids[:1] == [bos] else [bos] + ids  # a tokenizer that wrote one itself: kept, not doubled
+            else:
+                ids = list(self.lm.encode(string))
             return ids[-left_truncate_len:] if left_truncate_len else ids
+
+        def sent_text(self, text: str) -> str:
+            """``text`` as the server is sent it: without a leading BOS text (the tokenizer's ``bos_token``, e.g.
+            ``<s>``, ``<bos>``, ``<|begin_of_text|>``) when the model takes a BOS, which the server puts first
+            itself (and :meth:`tok_encode` counts)."""
+            bos = self.lm.bos_id
+            bos_text = _bos_text(self.lm.tokenizer) if bos is not None else None
+            return text[len(bos_text):] if bos_text and text.startswith(bos_text) else text
 
         def decode_batch(self, tokens):
             """The adapter's text of each row."""
@@ -752,6 +774,7 @@ def served_lmeval_class():
                 send = ids
             else:  # a server that takes text tokenises the whole text: score its tokens (the continuation's are
                 send = self.tok_encode(text)  # lm-eval's own: _encode_pair cuts them from the whole text's)
+                text = self.sent_text(text)  # its BOS text left out: the server puts its own BOS first
                 if send[len(send) - n_cont:] != ids[len(ids) - n_cont:]:
                     from lctx.errors import ServerReplyError  # noqa: PLC0415
 
@@ -810,6 +833,15 @@ def served_lmeval_class():
 
     _SERVED_LM = LctxCompletionsLM
     return _SERVED_LM
+
+
+def _bos_text(tok) -> str | None:
+    """The text of a tokenizer's BOS token (``bos_token``, else its ``special_tokens_map``'s: a served model's
+    ``/props``), or None."""
+    text = getattr(tok, "bos_token", None)
+    if not isinstance(text, str) or not text:
+        text = (getattr(tok, "special_tokens_map", None) or {}).get("bos_token")
+    return text if isinstance(text, str) and text else None
 
 
 class _AdapterTokenizer:

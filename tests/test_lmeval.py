@@ -731,3 +731,59 @@ def test_rows_not_noted_take_lm_evals_full_path(make_checkpoint):
     got = lean._loglikelihood_tokens(twins, disable_tqdm=True)
     assert lean.lean_calls == 0 and _max_delta(want, got) <= LL_TOL  # one batch, ambiguous rows: the full path
     assert lean._cont_rows is None and not lean._packed  # nothing noted outlives the call
+
+
+@pytest.mark.slow  # 3.4 s of CPU alone (lm-eval's HFLM twice; most of it lm-eval's import)
+def test_rolling_loglikelihood_scores_no_doubled_bos(make_checkpoint, tmp_path):
+    """Issue 42 item 8 (lm-eval #3333's behaviour, still in lm-eval 0.4.13): with a tokenizer that adds BOS itself
+    (Llama's, Gemma's), lm-eval's rolling log-likelihood conditions the first window on ``prefix_token_id`` (BOS) and
+    then scores the tokenizer's BOS after it. LctxHFLM's windows hold one BOS (the context), and score exactly the
+    text's tokens. Control: lm-eval's own HFLM over the same model and tokenizer holds two and scores one more
+    token (the BOS); and LctxHFLM's rolling value equals its per-token sum computed by hand through the same model."""
+    import torch
+    from lm_eval.api.instance import Instance
+    from lm_eval.models.huggingface import HFLM
+    from tokenizers import processors
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    ck = make_checkpoint("rope")
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=400, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2,
+                                         max_position_embeddings=128)).eval()
+    tok = AutoTokenizer.from_pretrained(str(ck))
+    bos = tok.bos_token_id
+    tok._tokenizer.post_processor = processors.TemplateProcessing(single=f"{tok.bos_token} $A",
+                                                                  special_tokens=[(tok.bos_token, bos)])
+    text = "Perplexity of a short document, scored in rolling windows of the model's length."
+    plain_ids = tok(text, add_special_tokens=False).input_ids
+    assert tok(text).input_ids == [bos] + plain_ids  # the tokenizer adds BOS (the premise)
+    kw = dict(pretrained=model, tokenizer=tok, batch_size=4, max_length=64, device="cpu")
+    req = [Instance("loglikelihood_rolling", {}, (text,), 0)]
+
+    def windows(lm):
+        seen = []
+        inner = lm._loglikelihood_tokens
+
+        def spy(requests, **k):
+            seen.extend(requests)
+            return inner(requests, **k)
+
+        lm._loglikelihood_tokens = spy
+        total = lm.loglikelihood_rolling(req, disable_tqdm=True)[0]
+        return total, seen
+
+    ours, got = windows(lmeval.lctx_hflm_class()(**kw))
+    theirs, their_windows = windows(HFLM(**kw))
+    scored = [t for _, _, cont in got for t in cont]
+    assert list(got[0][1]) == [bos] and scored == plain_ids  # BOS once, as the context; the text's tokens scored
+    assert sum(list(c).count(bos) + list(x).count(bos) for _, c, x in got) == 1
+    first = list(their_windows[0][1]) + list(their_windows[0][2])
+    assert first[:2] == [bos, bos] and len([t for *_, c in their_windows for t in c]) == len(plain_ids) + 1  # control
+    with torch.no_grad():  # by hand: one window holds the whole text (its tokens + BOS <= max_length + 1)
+        assert len(plain_ids) + 1 <= 65
+        ids = torch.tensor([[bos] + plain_ids])
+        lp = torch.log_softmax(model(ids).logits[0, :-1].float(), -1)
+        hand = float(lp[torch.arange(len(plain_ids)), torch.tensor(plain_ids)].sum())
+    assert ours == pytest.approx(hand, abs=LL_TOL * len(plain_ids))  # LL_TOL per token, summed
+    assert abs(theirs - ours) > 1e-3  # the doubled BOS changes the value (the control's effect is visible)

@@ -230,3 +230,47 @@ def test_untrusted_echo_makes_every_cell_unavailable(data_dir, tmp_path):
     assert any("unavailable" in w and "acc" in w for w in warnings)
     with StubServer() as good:
         assert S.load_server(good.url, log=lambda m: None).trust.ok
+
+
+# ------------------------------------------------------------------------------------------------- BOS once
+
+#: a chat template that writes the BOS's own text first, as Llama 2's, Gemma's and Llama 3's do ("{{ bos_token }}")
+BOS_TEMPLATE = ("{{ bos_token }}{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+                "{% if add_generation_prompt %}assistant:{% endif %}")
+
+
+@pytest.mark.parametrize("token_prompts", [True, False])
+def test_chat_template_with_bos_text_sends_one_bos(data_dir, char_tokenizer, tmp_path, token_prompts):
+    """Issue 42 item 8: arc_easy through a served model whose chat template writes ``{{ bos_token }}`` sends the BOS
+    exactly once. With token-id prompts (vLLM) every lm-eval request's ids start with one BOS id and hold no other
+    (the BOS the tokenizer parses from the template's "<s>" is the one lctx counts; before, lctx put another before it:
+    [0, 0, ...]); with text prompts (llama-cpp-python, which puts its own BOS before every text) the text sent holds
+    no "<s>" (before, the server read BOS + "<s>": its prompt count disagreed with lctx's, and every question was an
+    error). Control: the rendered context does start with "<s>", and lctx's ids of it hold one BOS."""
+    from tokenizers import processors
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(char_tokenizer))
+    tok._tokenizer.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", toy.BOS)])
+    tok.chat_template = BOS_TEMPLATE  # the model takes a BOS (its tokenizer adds one), and the template writes it too
+    tok.save_pretrained(tmp_path / "tok")
+    with StubServer(token_prompts=token_prompts) as stub:
+        lm = S.load_server(stub.url, tokenizer=str(tmp_path / "tok"), chat_template=True, log=lambda m: None)
+        assert lm.bos_id == toy.BOS and lm.token_prompts is token_prompts
+        res = run(lm, tmp_path / "o", data_dir, chat_template=True)
+        sent = [r.body["prompt"] for r in stub.requests if r.path == "/v1/completions"
+                and isinstance(r.body, dict) and r.body.get("logprobs") == 1]
+    recs = records(res.out)
+    assert [r["status"] for r in recs] == ["ok"] * 3, [r.get("error") for r in recs]
+    assert all(set(r["metrics"]) == {"acc", "acc_norm"} for r in recs), recs[0].get("unavailable")
+    assert len(sent) == sum(len(d["choices"]["text"]) for d in arc_docs(data_dir))
+    for p in sent:
+        if token_prompts:
+            assert p[0] == toy.BOS and p.count(toy.BOS) == 1, p[:4]
+        else:
+            text = p if isinstance(p, str) else p[0]
+            assert "<s>" not in text and text.startswith("user: "), text[:20]
+    served = lmeval.served_lmeval_class()(lm)
+    ctx = served.apply_chat_template([{"role": "user", "content": "Question: x\nAnswer:"}])
+    assert ctx.startswith("<s>user: ")
+    assert served.tok_encode(ctx).count(toy.BOS) == 1 and served.tok_encode(ctx)[0] == toy.BOS

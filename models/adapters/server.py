@@ -465,6 +465,11 @@ class ServerAdapter(TokenizerSide):
         if text is None:
             body = ids[1:] if self.bos_id is not None and ids[:1] == [self.bos_id] else ids
             text = self.tokenizer.decode(body, skip_special_tokens=False)  # special tokens kept: the server parses them
+        elif self.bos_id is not None and ids[:1] == [self.bos_id]:  # BOS exactly once (issue 42 item 8): a chat
+            bos = getattr(self.tokenizer, "bos_token", None) or (  # template's "{{ bos_token }}" text is the BOS
+                getattr(self.tokenizer, "special_tokens_map", None) or {}).get("bos_token")  # the server puts first
+            if isinstance(bos, str) and bos and text.startswith(bos):
+                text = text[len(bos):]
         return text
 
     def _request(self, what: str, ids: list, text: Optional[str], retries: Optional[int] = None,
