@@ -22,9 +22,10 @@ import typer
 import lctx
 from lctx import ATTN_IMPLS
 from lctx.attn_impl import ATTN_IMPL_REGISTRY
-from lctx.harness.run.console import count, print_frame, print_table, table_format
+from lctx.harness.run.console import count, print_frame, print_table, say, table_format
 from lctx.harness.args import (check_checkpoint_out, check_results_out, check_train_args, check_writable_dir, data_path, parse_lengths, parse_options)
 from lctx.errors import EXIT_ALL_FAILED, EXIT_USAGE, LctxError, split_list
+from lctx.outside import cap, quote, redact
 from lctx.harness.evaluate import DEFAULT_MODEL, evaluate, passive_omp_wait
 
 class _WholeHelp:
@@ -178,6 +179,7 @@ def run(
     env_cache_dir = getattr(ctx.get_parameter_source("cache_dir"), "name", "") == "ENVIRONMENT"  # LCTX_CACHE_DIR
     explicit_tasks = getattr(ctx.get_parameter_source("tasks"), "name", "DEFAULT") != "DEFAULT"  # --tasks given
     # without --tasks: the default tasks (lctx.tasks.default_tasks), and a note names a --task-file's tasks
+    warned = _Warnings()  # printed redacted, escaped and capped (issue 42); kept for the notes under the table
     result = evaluate(
         list(model) if model else None, tasks if explicit_tasks else None,
         lengths=lengths if explicit_lengths else None, depths=depths,
@@ -190,35 +192,34 @@ def run(
         ppl_data=ppl_data or None, ppl_bos=ppl_bos, ppl_short_docs=ppl_short_docs, ppl_max_tokens=ppl_max_tokens,
         key_digits=key_digits, limit=limit, num_fewshot=num_fewshot, concurrency=concurrency, tokenizer=tokenizer,
         api_key_env=api_key_env, served_model=served_model, request_timeout=request_timeout, retries=retries,
-        think_end=think_end, think_budget=think_budget, log=typer.echo,
-        warn=lambda m: typer.echo(m, err=True))
+        think_end=think_end, think_budget=think_budget, log=say, warn=warned)
     if not result.is_main or result.table is None:
         return
     for name, text in result.reports.items():  # lm-eval's table, flatness; the ruler group's grid comes last
         if name not in result.late_reports:
-            typer.echo(text)
-    _print_summary(result.summary, _declared_directions(result.out))
+            say(text, limit=None)
+    _print_summary(result.summary, _declared_directions(result.out), said=warned.lines)
     failed = result.failed
     if len(failed):
         msgs = failed.drop_duplicates(["model", "task", "length", "depth", "sample"])["error"].value_counts()
         for msg, n in msgs.head(5).items():
-            typer.echo(f"failed ({count(n, 'sample')}): {msg}", err=True)
+            say(f"failed ({count(n, 'sample')}): {quote(msg)}", err=True)
         if len(msgs) > 5:
             rest = int(msgs.iloc[5:].sum())
-            typer.echo(f"... and {len(msgs) - 5} more distinct error messages ({count(rest, 'sample')}) not shown; "
-                       f"see the error column of {out}/results.csv", err=True)
+            say(f"... and {len(msgs) - 5} more distinct error messages ({count(rest, 'sample')}) not shown; "
+                f"see the error column of {out}/results.csv", err=True)
     if result.superseded:
-        typer.echo(f"note: {count(result.superseded, 'record')} of earlier inputs (other weights, data, settings or versions) "
-                   f"are kept in {out}/records.jsonl but left out of the tables", err=True)
-    typer.echo(f"wrote {out}/results.parquet, results.csv, summary.csv ({count(len(result.table), 'row')}; "
-               f"{count(result.ran, 'sample')} run, {result.skipped} resumed, {count(result.errors, 'error')})")
+        say(f"note: {count(result.superseded, 'record')} of earlier inputs (other weights, data, settings or versions) "
+            f"are kept in {out}/records.jsonl but left out of the tables", err=True)
+    say(f"wrote {out}/results.parquet, results.csv, summary.csv ({count(len(result.table), 'row')}; "
+        f"{count(result.ran, 'sample')} run, {result.skipped} resumed, {count(result.errors, 'error')})")
     for p in result.plots:
-        typer.echo(f"plot: {p}")
+        say(f"plot: {p}")
     for name in result.late_reports:  # after the plots (DerivedStep.report_after_plots)
-        typer.echo(result.reports[name])
+        say(result.reports[name], limit=None)
     if result.ok == 0 and result.errors > 0:
-        typer.echo(f"error: every sample of this run failed ({count(result.errors, 'error')}; see above and "
-                   f"{out}/results.csv); exit status {EXIT_ALL_FAILED}", err=True)
+        say(f"error: every sample of this run failed ({count(result.errors, 'error')}; see above and "
+            f"{out}/results.csv); exit status {EXIT_ALL_FAILED}", err=True)
         raise typer.Exit(EXIT_ALL_FAILED)
 
 
@@ -240,14 +241,29 @@ def _declared_directions(out) -> dict[str, str]:
     return dirs
 
 
-def _print_summary(summary, directions: dict[str, str] | None = None) -> None:
+class _Warnings:
+    """``lctx run``'s warning sink: each line printed on stderr through :func:`lctx.harness.run.console.say`
+    (redacted, escaped, capped) and kept in ``lines``, so that a note after the sweep refers to a long reason a
+    warning gave (the trust probe's) instead of printing it again (issue 42 item 4)."""
+
+    def __init__(self):
+        self.lines: list[str] = []
+
+    def __call__(self, msg) -> None:
+        self.lines.append(str(msg))
+        say(msg, err=True)
+
+
+def _print_summary(summary, directions: dict[str, str] | None = None, said=()) -> None:
     """Print per (model, task, metric) and length the mean over depths and samples with its 95 % interval
     (:func:`lctx.harness.run.tables.over_depths`) and n, and, under a metric scored at several depths, its worst depth (issue 24: SmolLM2's passkey exact read
     0.667 at every length, when depth 1.0 always failed): a rich table on a terminal, a Markdown table off one
     (every cell whole; see :mod:`lctx.harness.run.console`). Cells of different options (a model run with two
     ``--stride`` values) are separate rows, named by the options; a teacher-forced metric says so
     (:func:`lctx.metrics.label`). ``directions``: {metric: "higher" | "lower"} the tasks declared
-    (:func:`_declared_directions`), over the metric registry's, for the worst depth."""
+    (:func:`_declared_directions`), over the metric registry's, for the worst depth. ``said``: the warnings printed
+    before it: a long reason one of them gave is not repeated in the notes under the table
+    (:func:`lctx.harness.run.tables.unavailable_cells`)."""
     from lctx.harness.run.tables import label_names, over_depths, unavailable_cells  # lazy: loads pandas
     from lctx.metrics import direction_of, label  # lazy: a leaf module
 
@@ -256,7 +272,7 @@ def _print_summary(summary, directions: dict[str, str] | None = None) -> None:
         return
     summary = summary.assign(model=label_names(summary))
     cells = over_depths(summary[summary["metric"] != "n_docs"], directions)
-    unav, notes = unavailable_cells(summary[summary["metric"] != "n_docs"])
+    unav, notes = unavailable_cells(summary[summary["metric"] != "n_docs"], said=said)
     if cells.empty and not unav:
         return
     cells["length"] = cells["length"].astype(int)  # 256, not 256.0, when rows without a length made it float
@@ -304,7 +320,7 @@ def _print_summary(summary, directions: dict[str, str] | None = None) -> None:
                 title="mean [95 % interval: Wilson for 0/1 scores, t otherwise] over depths and samples (n: samples); "
                       "worst depth: the depth d (0 = start of the prompt) with the worst mean, n: its samples")
     for line in notes:
-        typer.echo(line)
+        say(line)
 
 
 @app.command()
@@ -469,7 +485,7 @@ def compare(
         first = (str(e).strip().splitlines() or [""])[0][:200]
         raise LctxError(f"lctx compare could not compare {str(run_dir)!r} with {str(baseline)!r} "
                         f"({type(e).__name__}: {first}); check both run directories' summary.csv") from None
-    typer.echo(f"wrote {csv} and {md}")
+    say(f"wrote {csv} and {md}")
     if cmp.exit_code == EXIT_USAGE:  # nothing regressed, but cells measured other things than the baseline's
         raise LctxError(f"{count(cmp.counts['incomparable'], 'cell')} not comparable with the baseline, made with other "
                         f"options ({' | '.join(cmp.option_notes())}); rerun with the baseline's options (its run.json, "
@@ -670,8 +686,8 @@ def report(
     disp = res["summary_table"].drop(columns=["runs"], errors="ignore")  # the runs: summary.csv and the page
     print_frame(disp, right=[c for c in disp.columns if c != "model"])
     for note in res["notes"]:
-        typer.echo(f"note: {note}")
-    typer.echo(f"wrote {res['html']}, {res['markdown']}, {res['summary']}, {res['failures']} and {len(res['plots'])} plots")
+        say(f"note: {note}")
+    say(f"wrote {res['html']}, {res['markdown']}, {res['summary']}, {res['failures']} and {len(res['plots'])} plots")
 
 
 @app.command("list")
@@ -824,7 +840,9 @@ def _help_of(e: Exception) -> str:
 
 
 class _PipeSafe:
-    """A text stream (``sys.stdout`` / ``sys.stderr``) whose reader may go away (``lctx report ... | head -1``): the
+    """A text stream (``sys.stdout`` / ``sys.stderr``) that redacts every write (:func:`lctx.outside.redact`: the API
+    key and credential patterns, whichever code printed them: the second line of defence behind the sinks' own
+    redaction, issue 42) and whose reader may go away (``lctx report ... | head -1``): the
     first write or flush that meets a closed pipe (BrokenPipeError) points the stream's file descriptor at
     /dev/null (Python's recipe: https://docs.python.org/3/library/signal.html#note-on-sigpipe) and the command
     goes on quietly: its files are written and it exits with its own status. A stream with no file descriptor
@@ -847,7 +865,8 @@ class _PipeSafe:
         if self.broken and not self._has_fd():
             return len(text)
         try:
-            return self._stream.write(text)
+            self._stream.write(redact(text))  # every secret lctx holds, whatever printed it (issue 42)
+            return len(text)
         except BrokenPipeError:
             self._closed()
             return len(text)
@@ -871,6 +890,22 @@ class _PipeSafe:
         return getattr(self._stream, name)
 
 
+def uncaught_text(exc: BaseException) -> str:
+    """What the ``lctx`` console script prints of an exception no handler caught (a bug): Python's traceback of it,
+    redacted, control characters escaped and capped (:func:`lctx.outside.cap`), since its message may quote a
+    server's reply or a file (issue 42)."""
+    import traceback  # lazy: only a crash needs it
+
+    return cap("".join(traceback.format_exception(exc)), 20_000)
+
+
+def _redacted_excepthook(kind, exc, tb) -> None:
+    """``sys.excepthook`` of the console script: :func:`uncaught_text` on stderr (exit status 1, as Python's)."""
+    if exc.__traceback__ is None:
+        exc = exc.with_traceback(tb)
+    sys.stderr.write(uncaught_text(exc) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``lctx`` console script: run the typer app, turn user errors into one line.
 
@@ -882,6 +917,8 @@ def main(argv: list[str] | None = None) -> int:
     """
     if argv is None and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _on_sigterm)
+    if argv is None:  # the console script: a bug's traceback is printed redacted, escaped and bounded
+        sys.excepthook = _redacted_excepthook
     _SIGNAL["term"] = False
     passive_omp_wait()  # every command, before any loads torch (docs/kernels-and-bench.md#threads)
     _help_format()
@@ -908,7 +945,7 @@ def _main(argv: list[str] | None) -> int:
         if code == 130:  # typer turns Ctrl-C (and our SIGTERM) into a returned 130: say what was kept
             code = _interrupted(_command_of(argv))
     except LctxError as e:
-        print(f"error: {e}", file=sys.stderr)
+        say(f"error: {e}", err=True)  # redacted, control characters escaped, capped (issue 42)
         code = EXIT_USAGE
     except (typer.Exit, click.exceptions.Exit) as e:
         code = _interrupted(_command_of(argv)) if e.exit_code == 130 else e.exit_code
@@ -920,7 +957,7 @@ def _main(argv: list[str] | None) -> int:
             print(msg, file=sys.stderr)  # the help text
         else:
             line = _bad_value(e) or f"{' '.join(msg.split()).rstrip('.')}; see `{_help_of(e)}`"
-            print(f"error: {line}", file=sys.stderr)
+            say(f"error: {line}", err=True)
         code = EXIT_USAGE
     return code
 

@@ -244,7 +244,7 @@ def evaluate(models=None, tasks=None,
             two tasks of one name; a task on an adapter that lacks a method the task needs (mmlu/arc without
             ``lmeval_model()`` or ``lmeval_api_model()``).
     """
-    warn = warn or log
+    warn, said = _kept(warn or log)  # this call's warnings: a long reason one gave is not repeated (issue 42 item 4)
     nums = _plain_numbers(samples=samples, seed=seed, chunk_size=chunk_size, train_length=train_length,
                           key_digits=key_digits, ppl_max_tokens=ppl_max_tokens, limit=limit, num_fewshot=num_fewshot,
                           concurrency=concurrency, retries=retries, think_budget=think_budget, stride=stride,
@@ -304,9 +304,22 @@ def evaluate(models=None, tasks=None,
     if res.table is not None:  # metrics the models could not give: one line per (model, metric), once per call
         from lctx.harness.run.tables import unavailable_lines  # lazy: loads pandas (loaded by the run already)
 
-        for line in unavailable_lines(res.table):
+        for line in unavailable_lines(res.table, said=said):
             warn(line)
     return res
+
+
+def _kept(warn):
+    """(``warn`` that also keeps each line, the list it keeps them in): :func:`evaluate`'s warnings, so the closing
+    unavailable lines refer to a long reason a warning gave before (the trust probe's at load) instead of printing it
+    again (:func:`lctx.harness.run.tables.unavailable_lines`)."""
+    said: list[str] = []
+
+    def kept(msg) -> None:
+        said.append(str(msg))
+        if warn is not None:
+            warn(msg)
+    return kept, said
 
 
 # ---------------------------------------------------------------------------------------------------------------

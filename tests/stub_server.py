@@ -100,9 +100,13 @@ FAULTS = {
     "reset": "the connection reset (TCP RST) after the request is read, no reply",
     "cut": "the status line, headers and half the body, then a reset",
     "hang": "no reply for hang_s seconds (a client timeout fires first), then the true reply",
+    # an OpenAI-style gateway's "Incorrect API key provided: sk-..." (issue 42 item 1): the presented key echoed
+    "401-key": "401 whose OpenAI-style error body quotes the API key the request presented (Authorization: Bearer)",
+    "403-key": "403 whose OpenAI-style error body quotes the API key the request presented",
+    "500-key": "500 whose error body quotes the API key the request presented and its Authorization header",
 }
 #: the faults that answer in the server's place; the others (hang, wrong-model, empty-choices) reach the model
-_REPLYING = ("429", "500", "503", "502-html", "200-html", "malformed", "reset", "cut")
+_REPLYING = ("429", "500", "503", "502-html", "200-html", "malformed", "reset", "cut", "401-key", "403-key", "500-key")
 RULES = ("reader", "control", "unigram")
 #: llama-cpp-python's default context, the cap on ``max_tokens`` 0 or null when no ``n_ctx`` is set
 DEFAULT_N_CTX = 2048
@@ -670,6 +674,16 @@ class _Handler(BaseHTTPRequestHandler):
         elif fault == "malformed":
             self._send(seen, 200, b'{"id": "cmpl-1", "object": "text_completion", "choices": [{"text": " 1',
                        "application/json")
+        elif fault in ("401-key", "403-key", "500-key"):  # the presented key echoed (never kept in the record)
+            got = self.headers.get("Authorization") or ""
+            key = got[len("Bearer "):] if got.startswith("Bearer ") else got
+            msg = f"Incorrect API key provided: {key}. You can find your API key at https://platform.openai.com/account/api-keys."
+            if fault == "500-key":
+                msg = f"upstream auth failed for Authorization: {got} (key {key})"
+            self._json(seen, int(fault[:3]), {"error": {"message": msg, "type": "invalid_request_error", "param": None,
+                                                        "code": "invalid_api_key"}})
+        elif fault in ("huge", "huge-stream"):
+            self._huge(seen, chunked=fault == "huge-stream")
         elif fault == "reset":
             seen.status = "reset"
             self._reset()

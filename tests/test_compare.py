@@ -849,3 +849,59 @@ def test_across_seeds_judges_other_seeds_with_the_interval_rule(tmp_path, capsys
         assert c == code, (name, out, err)
         st = pd.read_csv(run / "compare" / "compare.csv").set_index(["task", "metric", "length"])["status"]
         assert st[("passkey", "exact", 256)] == ("same" if code == 0 else "regression")
+
+
+# ---------------------------------------------------------------------------------------------- outside text (issue 42)
+
+PLANTED = "planted-key-0f1e2d3c4b5a"
+CONTROLS = "\x1b]0;PWNED\x07\x1b[31m\x9b2J\u202e"
+RAW_CONTROL = __import__("re").compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+#: a trust probe's reason of the length issue 45 saw repeated in every row of the table
+LONG_REASON = ("the server's echoed prompt log-probabilities fail lctx's trust probe (echoed vs generated up to 6.77 "
+               "nats, tolerance 0.05; a certain continuation beat its first statement by 0.01 nats per token, "
+               "margin 0.5) (docs/serving.md#teacher-forced-metrics-and-the-trust-probe)")
+
+
+def test_a_long_unavailable_reason_is_printed_once_above_the_table(tmp_path, capsys):
+    """Issue 42 item 4 (issue 45): a 270-character reason shared by every unavailable cell is printed once, capped,
+    above the table (and compare.md's), each row naming it ``[1]``; a short reason stays in its row (control)."""
+    na = cells()
+    na["n_unavailable"], na["unavailable"] = 0, ""
+    sel = na["metric"].isin(["digit_acc", "nll"])
+    na.loc[sel, ["mean", "stderr", "n", "n_unavailable"]] = [math.nan, math.nan, 0, 4]
+    na.loc[na["metric"] == "digit_acc", "unavailable"] = LONG_REASON
+    na.loc[na["metric"] == "nll", "unavailable"] = "no echo"
+    base = write_run(tmp_path / "base", cells())
+    run = write_run(tmp_path / "run", na)
+    code, out, err = run_cli(["compare", run, "--baseline", base], capsys)
+    assert code == 0, err
+    assert out.count(LONG_REASON[:200]) == 1 and "unavailable [1]: run: the server's echoed" in out
+    rows = [ln for ln in out.splitlines() if "digit_acc" in ln]
+    assert len(rows) == 2 and all("not comparable (unavailable [1], above the table)" in ln for ln in rows), rows
+    assert sum("not comparable (unavailable: run: no echo)" in ln for ln in out.splitlines()) == 2
+    md = (run / "compare" / "compare.md").read_text()
+    assert md.count(LONG_REASON[:200]) == 1 and "(unavailable [1], above the table)" in md
+
+
+def test_compare_outputs_hold_no_key_and_no_raw_control(tmp_path, capsys):
+    """Issue 42 items 1 and 5: summaries whose model id holds the planted key and terminal controls (written before
+    lctx redacted them): what compare prints, compare.csv and compare.md hold neither the key nor a raw control;
+    the id is shown escaped (control)."""
+    from lctx import outside
+
+    model = f"tiny{CONTROLS}-{PLANTED}"
+    outside.forget_secrets()
+    outside.register_secret(PLANTED)
+    try:
+        base = write_run(tmp_path / "base", cells(model=model))
+        run = write_run(tmp_path / "run", set_cell(cells(model=model), "ppl", "ppl", 512, mean=60.0))
+        code, out, err = run_cli(["compare", run, "--baseline", base], capsys)
+    finally:
+        outside.forget_secrets()
+    assert code == 1 and "regression" in out, err
+    printed = out + err
+    assert PLANTED not in printed and RAW_CONTROL.search(printed) is None, repr(printed)
+    assert "tiny\\x1b]0;PWNED\\x07" in out
+    for name in ("compare.csv", "compare.md"):
+        text = (run / "compare" / name).read_text()
+        assert PLANTED not in text and RAW_CONTROL.search(text.replace("\n", "")) is None, name

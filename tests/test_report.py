@@ -469,3 +469,49 @@ def test_category_table_averages_tasks_not_samples():
     assert "100.0 (1/2)" in list(disp["single retrieval"]) and "62.5" in list(disp["single retrieval"])
     assert "single retrieval: niah_single_1, passkey" in text
     assert category_blocks(_cat_rows([("passkey", "exact", 1024, [1])])) == []  # one category: the summary says it
+
+
+# ---------------------------------------------------------------------------------------------- outside text (issue 42)
+
+PLANTED = "planted-key-5e6f7a8b9c0d"
+CONTROLS = "\x1b]0;PWNED\x07\x1b[31m\x9b2J\u202e"
+RAW_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def test_report_of_outside_text_holds_no_key_and_no_raw_control(tmp_path):
+    """Issue 42 items 1 and 5: a run directory written before lctx redacted anything (its results.parquet and
+    run.json hold the planted key in a model id, an error and a trust-probe reason, and terminal controls): the
+    report redacts as it reads, and report.md, report.html, summary.csv and failures.csv hold neither the key nor a
+    raw control character (html.escape leaves those: they are escaped visibly), and its figures draw the escapes (no
+    missing-glyph warning quoting a raw byte on stderr). Control: the escaped id is there."""
+    from lctx import outside
+    from lctx.harness.run.tables import to_table
+
+    outside.forget_secrets()
+    outside.register_secret(PLANTED)
+    try:
+        model = f"toy{CONTROLS}-{PLANTED}"
+        recs = [_base(model, task="passkey", length=L, depth=0.5, sample=s, task_options={},
+                      metrics={"exact": 1.0}, unavailable={"digit_acc": f"probe failed: HTTP 401 ({PLANTED})"})
+                for L in (256, 512) for s in (0, 1)]
+        recs.append(_base(model, task="passkey", length=1024, depth=0.5, sample=0, task_options={}, metrics={},
+                          status="error", error=f"HTTP 401 (Incorrect API key provided: {PLANTED}\x1b[2J)"))
+        run = tmp_path / "legacy"
+        run.mkdir()
+        to_table(recs, {"passkey": ("exact", "digit_acc")}).to_parquet(run / "results.parquet", index=False)
+        (run / "run.json").write_text(json.dumps({"run_id": "r", "host": f"h{CONTROLS}", "lengths": [256, 512, 1024],
+                                                  "models": [f"http://x/v1?k={PLANTED}"]}))
+        assert PLANTED.encode() in (run / "results.parquet").read_bytes()  # control: the input holds it
+        import warnings
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            res = build_report([run], tmp_path / "report")
+        # the figures' titles and legends drew the escapes, not missing glyphs (whose warning quoted the raw byte)
+        assert not [w for w in caught if "Glyph" in str(w.message)], [str(w.message) for w in caught]
+    finally:
+        outside.forget_secrets()
+    for name in ("report.md", "report.html", "summary.csv", "failures.csv"):
+        text = (tmp_path / "report" / name).read_text()
+        assert PLANTED not in text and RAW_CONTROL.search(text.replace("\n", "").replace("\t", "")) is None, name
+    assert "toy\\x1b]0;PWNED\\x07" in res["markdown"].read_text()

@@ -320,3 +320,102 @@ def test_record_unavailable_field_is_checked(unavailable, problem):
          "depth": 0.0, "unavailable": unavailable}
     got = record_problem(r)
     assert got is None if problem is None else problem in got
+
+
+# ---------------------------------------------------------------------------------------------- outside text (issue 42)
+
+PLANTED = "planted-key-1a2b3c4d5e6f"
+#: a served model id's controls: OSC 0 ended by BEL, CSI, a C1 CSI, a bidi override
+CONTROLS = "\x1b]0;PWNED\x07\x1b[31m\x9b2J\u202e"
+RAW_CONTROL = __import__("re").compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+#: a trust probe's reason as long as the ones that were printed three times (issue 45)
+LONG_REASON = ("the server's echoed prompt log-probabilities fail lctx's trust probe (echoed vs generated up to 6.77 "
+               "nats, tolerance 0.05; a certain continuation beat its first statement by 0.01 nats per token, margin "
+               "0.5) (docs/serving.md#teacher-forced-metrics-and-the-trust-probe)")
+
+
+@pytest.fixture
+def planted():
+    from lctx import outside
+
+    outside.forget_secrets()
+    outside.register_secret(PLANTED)
+    yield PLANTED
+    outside.forget_secrets()
+
+
+def _outside_records() -> list[dict]:
+    """Two samples of a served model whose id holds terminal controls and the planted key: one ok (its digit_acc
+    unavailable for a long reason that quotes the key), one failed with an error quoting it."""
+    base = dict(model=f"toy{CONTROLS}-{PLANTED}", task="passkey", length=256, depth=0.5, task_options={}, seed=0,
+                fingerprint="f", variant="served", dtype="float32", attn_impl="server")
+    return [dict(base, sample=0, status="ok", error="", metrics={"exact": 1.0},
+                 unavailable={"digit_acc": f"{LONG_REASON} ({PLANTED})"}),
+            dict(base, sample=1, status="error", metrics={}, error=f"HTTP 401 (Incorrect API key provided: {PLANTED}"
+                                                                    f"\x1b[2J)")]
+
+
+def test_written_tables_are_redacted_and_the_csvs_escaped(tmp_path, planted):
+    """Issue 42 items 1 and 5: the tables of records holding the key (model id, error, reason) and terminal
+    controls: results.parquet and the returned tables hold no key but keep the raw text (a reader gets the id as
+    served); results.csv and summary.csv hold no key and no raw control, the controls escaped visibly."""
+    from lctx.harness.run.tables import write_tables
+
+    table, summary = write_tables(_outside_records(), tmp_path, {"passkey": ("exact", "digit_acc")})
+    pq = pd.read_parquet(tmp_path / "results.parquet")
+    for df in (table, summary, pq):
+        text = df.astype(str).to_string()
+        assert PLANTED not in text and "[redacted]" in text
+    assert pq["model"].iloc[0] == f"toy{CONTROLS}-[redacted]"  # raw, redacted
+    for name in ("results.csv", "summary.csv"):
+        raw = (tmp_path / name).read_text()
+        assert PLANTED not in raw and RAW_CONTROL.search(raw) is None, name
+        assert "toy\\x1b]0;PWNED\\x07\\x1b[31m\\x9b2J\\u202e-[redacted]" in raw, name
+
+
+def test_clean_frame_keeps_numbers_lists_and_attrs(planted):
+    """clean_frame touches str cells only: numbers, NaN, lists and the frame's attrs are as they were."""
+    from lctx.harness.run.tables import clean_frame
+
+    df = pd.DataFrame({"a": [PLANTED, "x\x1b", None], "n": [1.0, float("nan"), 3.0], "l": [[1], [PLANTED], []]})
+    df.attrs["superseded"] = 2
+    out = clean_frame(df, escape=True)
+    assert list(out["a"][:2]) == ["[redacted]", "x\\x1b"] and pd.isna(out["a"][2])
+    assert out["n"].equals(df["n"]) and out.attrs == {"superseded": 2}
+    assert list(out["l"]) == [[1], ["[redacted]"], []]
+
+
+def test_a_long_reason_said_before_is_not_repeated():
+    """Issue 42 item 4 (issue 45): a long reason a warning gave already (the trust probe's at load) is referred to in
+    the unavailable line and the table's note, not printed again; not said before, it is quoted capped; a short one
+    is always inline (control)."""
+    from lctx.harness.run.tables import REASON_ABOVE, summarize, unavailable_cells, unavailable_lines
+
+    t = pd.DataFrame({"model": ["m", "m"], "task": ["passkey", "ppl"], "metric": ["digit_acc", "ppl"],
+                      "status": ["unavailable"] * 2, "reason": [LONG_REASON, "no echo"]})
+    load = [f"warning: m: teacher-forced metrics will be unavailable through http://h/v1: {LONG_REASON[:240]}"]
+    said = sorted(unavailable_lines(t, said=load))  # digit_acc's line first
+    assert said[0].endswith(f"is unavailable ({REASON_ABOVE}); recorded as unavailable, never 0")
+    assert said[1].endswith("is unavailable: no echo; recorded as unavailable, never 0")
+    fresh = sorted(unavailable_lines(t))
+    assert LONG_REASON[:200] in fresh[0]  # quoted (capped at 240)
+    huge = sorted(unavailable_lines(t.assign(reason=[LONG_REASON * 20, "no echo"])))
+    assert len(huge[0]) < 400 and "more characters left out" in huge[0]
+    rows = t.assign(variant="v", length=256, depth=0.5, sample=0, value=float("nan"), task_options="{}", dtype="f",
+                    attn_impl="s", seed=0, fingerprint="f", depth_off=None)
+    _, notes = unavailable_cells(summarize(rows), said=load + said)  # every warning lctx run printed
+    assert [n for n in notes if "passkey digit_acc" in n][0].endswith(f"({REASON_ABOVE})")
+    _, notes = unavailable_cells(summarize(rows))
+    assert any(LONG_REASON[:200] in n for n in notes)
+
+
+def test_a_forged_record_is_named_capped(tmp_path):
+    """A record appended by hand is outside text: the warning that leaves it out quotes its fields capped and
+    escaped (a 100,000-character model name, terminal controls)."""
+    from lctx.harness.run.tables import vet_records
+
+    forged = {"model": "m\x1b[2J" + "x" * 100_000, "task": "passkey", "status": "ok", "metrics": {"exact": 1.0},
+              "sample": 0, "invocation": "nobody\x07"}
+    said = []
+    assert vet_records([forged], {"invocations": [{"id": "inv"}]}, said.append) == []
+    assert len(said) == 1 and len(said[0]) < 600 and RAW_CONTROL.search(said[0]) is None, said[0][:300]

@@ -35,6 +35,12 @@ not), ``incomparable`` (options differ), ``missing`` (in the baseline, not in th
 log-probabilities: not comparable, the reason in the note; never a regression or an improvement, and it does not
 fail the gate) or ``same`` (within tolerance). The gate fails on regression or error (exit 1),
 on missing unless allowed (exit 1), and on incomparable cells (exit 2: the gate compared the wrong runs).
+
+Outside text (issue 42): the summaries read are redacted (:func:`lctx.harness.run.tables.clean_frame`), what is
+printed goes through :mod:`lctx.harness.run.console` (redacted, control characters escaped), ``compare.csv`` and
+``compare.md`` are written redacted and escaped, and a reason too long for a table cell (a served model's trust probe
+reason, hundreds of characters) is printed once above the table, capped (:func:`lctx.outside.quote`), its cells
+naming it by number (:func:`long_reasons`).
 """
 
 from __future__ import annotations
@@ -43,7 +49,6 @@ import difflib
 import json
 import math
 import posixpath
-import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -52,9 +57,11 @@ import pandas as pd
 from lctx.errors import LctxError
 from lctx.metrics import METRICS, direction_of
 
-from lctx.harness.run.console import print_line, print_table
+from lctx.harness.run.console import print_line, print_table, say
 from lctx.harness.run.rundir import check_regular, declared_tasks, read_json
-from lctx.harness.run.tables import name_foreign_records, read_records, summarize, to_table, vet_records
+from lctx.harness.run.tables import (SHORT_REASON, clean_frame, name_foreign_records, read_records, summarize, to_table,
+                                     vet_records)
+from lctx.outside import quote, safe
 
 KEYS = ["model", "task", "metric", "length", "depth"]
 SUMMARY_COLUMNS = ["model", "variant", "task", "metric", "length", "depth", "mean", "stderr", "n", "n_error"]
@@ -323,7 +330,7 @@ def load_rules(path: Path) -> Rules:
 # ---------------------------------------------------------------------------------------------- reading
 
 def _warn(msg: str) -> None:
-    print(msg, file=sys.stderr)
+    say(msg, err=True)
 
 
 def load_summary(run_dir: Path, what: str = "run") -> pd.DataFrame:
@@ -367,7 +374,7 @@ def load_summary(run_dir: Path, what: str = "run") -> pd.DataFrame:
     except pd.errors.EmptyDataError:
         raise LctxError(f"{what} {str(run_dir)!r} has an empty summary.csv; rerun lctx run into it") from None
     except Exception as e:  # noqa: BLE001 - a corrupt table is the user's input, not our bug
-        raise LctxError(f"{what} {str(run_dir)!r}: unreadable table ({type(e).__name__}: {str(e)[:120]}); "
+        raise LctxError(f"{what} {str(run_dir)!r}: unreadable table ({type(e).__name__}: {quote(e, 120)}); "
                         "rerun lctx run into it") from None
     if src != "records.jsonl":  # lctx run wrote the tables from the records run.json vouches for: name the others
         name_foreign_records(run_dir, _warn)
@@ -377,6 +384,7 @@ def load_summary(run_dir: Path, what: str = "run") -> pd.DataFrame:
                         "pass a run directory written by lctx run")
     if df.empty:
         raise LctxError(f"{what} {str(run_dir)!r} has no results (empty summary); run lctx run into it first")
+    df = clean_frame(df)  # redacted as read: a summary written before lctx redacted keys too (issue 42)
     df = _checked_summary(df.reset_index(drop=True), f"{what} {str(run_dir)!r}: {src}")
     if src == "summary.csv" and any(c not in df.columns for c in LABEL_COLUMNS):
         df = _labels_from_results(run_dir, df)
@@ -871,8 +879,24 @@ def _fmt(v, se=None, lo=None, hi=None) -> str:
     return s
 
 
+def long_reasons(cmp: Comparison, include_same: bool = False) -> list[str]:
+    """The distinct ``unavailable`` notes of the shown cells (all of them with ``include_same``) longer than
+    :data:`lctx.harness.run.tables.SHORT_REASON` characters, in table order: each is printed once above the table
+    (capped) and its cells' notes name it as ``reason [k]``, instead of a 400-character reason in every row (issue 42
+    item 4, issue 45)."""
+    t = cmp.table if include_same else cmp.table[~cmp.table["status"].isin(["same", "ignored"])]
+    notes = [r for r in t.loc[t["status"] == "unavailable", "unavailable"] if isinstance(r, str)]
+    return [r for r in dict.fromkeys(notes) if len(r) > SHORT_REASON]
+
+
+def _reason_lines(cmp: Comparison) -> list[str]:
+    """The lines above the table: ``unavailable [k]: reason`` per :func:`long_reasons`, capped."""
+    return [f"unavailable [{k}]: {quote(why)}" for k, why in enumerate(long_reasons(cmp), 1)]
+
+
 def _display_rows(cmp: Comparison, include_same: bool = False) -> list[list[str]]:
     t = cmp.table if include_same else cmp.table[~cmp.table["status"].isin(["same", "ignored"])]
+    ref = {why: k for k, why in enumerate(long_reasons(cmp, include_same), 1)}
     out = []
     for r in t.itertuples(index=False):
         model = r.model if not isinstance(r.baseline_model, str) or r.baseline_model == r.model \
@@ -882,7 +906,8 @@ def _display_rows(cmp: Comparison, include_same: bool = False) -> list[list[str]
         note = (f"{'not comparable' if r.status == 'incomparable' else 'options differ'}: {r.options}"
                 if isinstance(r.options, str) and r.options else "")
         if r.status == "unavailable":
-            note = f"not comparable (unavailable: {r.unavailable})"
+            note = (f"not comparable (unavailable [{ref[r.unavailable]}], above the table)" if r.unavailable in ref
+                    else f"not comparable (unavailable: {quote(r.unavailable)})")
         if isinstance(r.option_set, str) and r.option_set:  # a run or baseline of several option sets: which one
             note = f"[{r.option_set}] {note}".rstrip()
         out.append([r.status, model, r.task, r.metric, _fmt_len(r.length), "" if r.depth != r.depth else f"{r.depth:g}",
@@ -912,6 +937,8 @@ def print_report(cmp: Comparison, file=None) -> None:
     too wide for the terminal drops its empty columns or prints as Markdown), then the verdict line."""
 
     rows = _display_rows(cmp)
+    for line in _reason_lines(cmp):  # a long reason once, above the table (issue 45)
+        print_line(line, file=file)
     if rows:
         style = {"regression": "bold red", "error": "bold red", "incomparable": "bold yellow", "missing": "yellow",
                  "improvement": "green", "new": "cyan", "unavailable": "dim"}
@@ -932,17 +959,18 @@ def write_report(cmp: Comparison, out_dir: Path) -> tuple[Path, Path]:
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         csv = out_dir / "compare.csv"
-        cmp.table.to_csv(csv, index=False)
+        clean_frame(cmp.table, escape=True).to_csv(csv, index=False)
         md = out_dir / "compare.md"
         lines = ["# lctx compare", "", f"- run: `{cmp.run_dir}`", f"- baseline: `{cmp.baseline_dir}`", "",
                  f"**{verdict(cmp)}**", ""]
         rows = _display_rows(cmp)
+        lines += [f"- {line}" for line in _reason_lines(cmp)] + ([""] if _reason_lines(cmp) else [])
         if rows:
             lines += ["| " + " | ".join(DISPLAY_HEADER) + " |", "|" + "---|" * len(DISPLAY_HEADER)]
-            lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
+            lines += ["| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in row) + " |" for row in rows]
         else:
             lines.append("Every matched cell is within tolerance.")
-        md.write_text("\n".join(lines) + "\n")
+        md.write_text(safe("\n".join(lines) + "\n"))  # redacted, control characters escaped (issue 42)
     except OSError as e:
         raise LctxError(f"cannot write to --out {str(out_dir)!r} ({e.strerror or e}); pass a writable directory") from None
     return csv, md
@@ -966,7 +994,7 @@ def compare_dirs(run_dir: Path, baseline_dir: Path, rules: Rules | None = None,
         try:
             declared.update(declared_tasks(read_json(Path(d) / "run.json")))
         except LctxError as e:
-            print(f"warning: {e}; lctx compare does not read it (the verdict stands)", file=sys.stderr)
+            say(f"warning: {e}; lctx compare does not read it (the verdict stands)", err=True)
     cmp = compare_runs(run, base, rules, allow_missing, allow_option_changes, declared, across_seeds)
     cmp.run_dir, cmp.baseline_dir = str(run_dir), str(baseline_dir)
     return cmp

@@ -39,6 +39,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
+from matplotlib.text import Text
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator
 
 from lctx.errors import LctxError
@@ -49,6 +50,7 @@ from lctx.harness.run.console import format_length
 from lctx.harness.run.tables import DEPTH_TOLERANCE, UNAVAILABLE, label_names
 from lctx.harness.steps.derived import write_run_tables
 from lctx.harness.steps.ruler import ruler_table
+from lctx.outside import quote, safe
 
 __all__ = [
     "FIGURES",
@@ -109,6 +111,24 @@ def safe_filename(name: object) -> str:
     return stem[:120] or "model"
 
 
+def clean_texts(fig) -> None:
+    """Every text of ``fig`` (titles, labels, legend entries, tick labels, annotations) as :func:`lctx.outside.safe`
+    writes it: a model id or reason from outside is redacted and its control characters are drawn as visible
+    ``\\x1b``-style escapes, never as missing glyphs (issue 42 item 5). Called by every save."""
+    for t in fig.findobj(Text):
+        s = t.get_text()
+        if isinstance(s, str) and s:
+            c = safe(s)
+            if c != s:
+                t.set_text(c)
+
+
+def _savefig(fig, path) -> None:
+    """``fig.savefig(path)`` at the figures' resolution, its texts cleaned first (:func:`clean_texts`)."""
+    clean_texts(fig)
+    fig.savefig(path, dpi=_DPI)
+
+
 def _shorten(text: str, n: int) -> str:
     """``text`` cut to ``n`` characters with an ellipsis in the middle (names differ at both ends)."""
     if len(text) <= n:
@@ -141,6 +161,7 @@ def wrap_to_width(parts: list[str], width_in: float, fontsize: float, weight: st
                 lines.append(piece)
         return lines
 
+    parts = [safe(p, one_line=True) for p in parts]  # measured as drawn (clean_texts): no control glyph to miss
     atoms = [a for part in parts for a in ([part] if fits(part) else join(part.split(" "), " "))]
     return join(atoms, sep) or [""]
 
@@ -507,7 +528,7 @@ def _heatmap_figure(df: pd.DataFrame, model: object, variant: object, title_vari
 
     for m in metrics:  # a metric the model could not give: its reason, once (its cells read n/a)
         if nas[m].to_numpy().any():
-            why = "; ".join(unavailable_reasons(df, task, m, model, variant))
+            why = "; ".join(quote(r, 120) for r in unavailable_reasons(df, task, m, model, variant))
             parts.append(f"n/a: {m} unavailable ({why})")
     n_off = int(functools.reduce(lambda a, b: a | b, list(offs.values())).to_numpy().sum()) if offs else 0
     if n_off:
@@ -615,7 +636,7 @@ def _write_heatmaps(df: pd.DataFrame, out_dir: str | Path, task: str, metrics: d
         # One variant per model: use all of its rows; several: one figure per variant.
         fig = _heatmap_figure(df, model, variant if per_model[str(model)] > 1 else None, variant, task, metrics,
                               title_prefix, ylabel)
-        fig.savefig(path, dpi=_DPI)
+        _savefig(fig, path)
         written.append(path)
     return written
 
@@ -746,7 +767,7 @@ def ppl_vs_length(df: pd.DataFrame, out_dir: str | Path, task: str | None = None
     plot_dir = Path(out_dir) / "plots"
     plot_dir.mkdir(parents=True, exist_ok=True)
     path = plot_dir / f"{safe_filename(task)}_vs_length.png"
-    fig.savefig(path, dpi=_DPI)
+    _savefig(fig, path)
     return path
 
 
@@ -812,7 +833,7 @@ def ruler_figure(grid: pd.DataFrame, info: dict, name: str, path: str | Path) ->
     fig.suptitle(f"RULER: {_shorten(str(name), 80)}", fontsize=13, fontweight="bold")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=_DPI)
+    _savefig(fig, path)
     return path
 
 
@@ -1001,7 +1022,7 @@ def _save(fig, out_dir: Path, name: str) -> Path:
     plot_dir = Path(out_dir) / "plots"
     plot_dir.mkdir(parents=True, exist_ok=True)
     path = plot_dir / name
-    fig.savefig(path, dpi=_DPI)
+    _savefig(fig, path)
     return path
 
 

@@ -21,6 +21,12 @@ A metric a model could not give (rows with status ``unavailable``: a server with
 summary and in its task's section, "unavailable" in the summary's cells, "n/a" cells in its heatmap panel, and a
 section that lists every such metric. It is never drawn as 0 and never counted as a failure.
 
+Outside text (a served model id, a server's error, a reason; issue 42): the tables and ``run.json`` read are redacted
+as they are loaded (:func:`lctx.harness.run.tables.clean_frame`, :func:`lctx.outside.clean`: a run written before
+lctx redacted keys is no exception), and every file written passes through :func:`lctx.outside.safe` once more:
+``report.md``, ``report.html`` (whose ``html.escape`` leaves control characters: they are written as visible
+``\\x1b``-style escapes), ``summary.csv`` and ``failures.csv``. A reason is quoted capped (:func:`lctx.outside.quote`).
+
 Which task goes where comes from the declarations (:func:`lctx.tasks.task_meta`, :attr:`lctx.tasks.Task.plots`,
 :attr:`lctx.tasks.TaskGroup.benchmark`), not from task names; the derived steps' rows are found by their steps'
 names (:data:`lctx.harness.steps.flatness.TASK`, :data:`lctx.harness.steps.ruler.GROUP`).
@@ -33,7 +39,6 @@ import html
 import json
 import math
 import re
-import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -51,8 +56,10 @@ from lctx.harness.outputs.plots import (accuracy_figure, bench_figure, format_le
                                        perplexity_figure, ruler_figure, safe_filename, series_label, task_heatmaps,
                                        task_meta_of, tasks_with_kind)
 from lctx.harness.steps.ruler import GROUP as RULER, ruler_table
+from lctx.harness.run.console import say
 from lctx.harness.run.rundir import declared_tasks, read_json
-from lctx.harness.run.tables import UNAVAILABLE, label_names, name_foreign_records, pooled_task_names
+from lctx.harness.run.tables import UNAVAILABLE, clean_frame, label_names, name_foreign_records, pooled_task_names
+from lctx.outside import clean, quote, safe
 
 #: The chance accuracy drawn on the benchmarks' bars (4 answer choices; a few ARC questions have 3 or 5, so 0.25
 #: is the usual reference line).
@@ -108,16 +115,17 @@ def load_run(run_dir: str | Path) -> tuple[pd.DataFrame, dict]:
     except LctxError:
         raise
     except Exception as e:  # noqa: BLE001 - a corrupt file is a user problem, not a crash
-        raise LctxError(f"cannot read the results of {str(d)!r} ({type(e).__name__}: {e}); rerun `lctx run` "
+        raise LctxError(f"cannot read the results of {str(d)!r} ({type(e).__name__}: {quote(e)}); rerun `lctx run` "
                         "with the same --out to rewrite them") from None
     if table.empty or not {"model", "task", "metric", "value", "status"} <= set(table.columns):
         raise LctxError(f"the results table of {str(d)!r} is empty or lacks model/task/metric/value/status columns")
 
+    table = clean_frame(table)  # redacted as read: a run written before lctx redacted keys too (issue 42)
     table = table.assign(model=label_names(table))  # one model run with two option sets: two series, not a mean
     # run.json gives the page its provenance (weights' hashes, git_rev, options) and max_positions: a damaged one
     # is refused as `lctx run` refuses it, never left out of the report without a word (trial21 item 7)
-    meta = read_json(d / "run.json") or {}
-    name_foreign_records(d, lambda m: print(m, file=sys.stderr))  # lines run.json does not vouch for (issue 25)
+    meta = clean(read_json(d / "run.json") or {})
+    name_foreign_records(d, lambda m: say(m, err=True))  # lines run.json does not vouch for (issue 25)
     return table, meta
 
 
@@ -684,7 +692,8 @@ def unavailable_notes(table: pd.DataFrame, task: str | None = None) -> list[str]
     notes = []
     for (lbl, why), g in t.groupby(["model", "reason"], sort=False):
         what = "; ".join(f"{r.task} {r.metrics}" for r in g.itertuples(index=False))
-        notes.append(f"Unavailable for {lbl} (no value, never 0; left out of every mean and figure): {what}: {why}.")
+        notes.append(f"Unavailable for {lbl} (no value, never 0; left out of every mean and figure): {what}: "
+                     f"{quote(why)}.")
     return notes
 
 
@@ -839,10 +848,11 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, at: str | None
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     sub = f"{len(metas)} run{'s' if len(metas) != 1 else ''}, {len(labels)} model{'s' if len(labels) != 1 else ''}; generated {stamp}"
     html_path, md_path = out / "report.html", out / "report.md"
-    html_path.write_text(_html_page(sections, title, sub))
-    md_path.write_text(_markdown_page(sections, title, sub, out))
-    num.to_csv(out / "summary.csv", index=False)
-    fails.to_csv(out / "failures.csv", index=False)
+    # every file once more through lctx.outside (redacted, control characters escaped: issue 42)
+    html_path.write_text(safe(_html_page(sections, title, sub)))
+    md_path.write_text(safe(_markdown_page(sections, title, sub, out)))
+    clean_frame(num, escape=True).to_csv(out / "summary.csv", index=False)
+    clean_frame(fails, escape=True).to_csv(out / "failures.csv", index=False)
     return {"html": html_path, "markdown": md_path, "summary": out / "summary.csv", "failures": out / "failures.csv",
             "plots": plots, "table": table, "summary_table": disp, "notes": notes}
 

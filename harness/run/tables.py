@@ -20,6 +20,11 @@ Which records are tabulated (never a mean over different inputs):
   written by each run for the labels it ran; for a label no run has mapped, the fingerprint of its last
   record). Records of older inputs (weights retrained, data edited, another chunk size or library
   version) stay in ``records.jsonl`` but are left out of ``results.parquet``/``summary.csv``.
+
+What the tables hold of outside text (a served model id, a server's error, a reason; issue 42): every string is
+redacted (:func:`clean_frame`: the API key and credential patterns) in ``results.parquet`` and in the tables returned;
+``results.csv`` and ``summary.csv`` also have their control characters escaped (``\\x1b``), so a spreadsheet or a
+``cat`` of them drives no terminal. A warning line quotes outside text capped (:func:`lctx.outside.quote`).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from lctx.errors import LctxError
 from lctx.harness.run.console import count
 from lctx.harness.run.intervals import interval, is_binary
 from lctx.metrics import bounds_of, may_be_proportion
+from lctx.outside import clean, printable, quote, redact, safe
 
 from lctx.harness.run.rundir import DIGEST, SALT, atomic_write, check_regular, read_json, read_records as _read, record_digest
 
@@ -140,9 +146,10 @@ def _invocations(meta: dict) -> dict[str, dict] | None:
 
 
 def _which(rec: dict) -> str:
-    where = " ".join(f"{k} {rec[k]}" for k in ("length", "depth") if rec.get(k) is not None)
-    return (f"{rec.get('model')} {rec.get('task')} {where + ' ' if where else ''}sample {rec.get('sample')}, "
-            f"invocation {rec.get('invocation') or rec.get('run_id')!r}")
+    # a record left out is outside text (appended or edited by hand): each field quoted, capped
+    where = " ".join(f"{k} {quote(rec[k], 40)}" for k in ("length", "depth") if rec.get(k) is not None)
+    return (f"{quote(rec.get('model'), 80)} {quote(rec.get('task'), 80)} {where + ' ' if where else ''}sample "
+            f"{quote(rec.get('sample'), 40)}, invocation {quote(repr(rec.get('invocation') or rec.get('run_id')), 80)}")
 
 
 def vet_records(records: list[dict], meta: dict | None, report=None, where: str = "records.jsonl") -> list[dict]:
@@ -391,13 +398,33 @@ def _reasons(reasons) -> str:
     return u[0] + (f" (+{len(u) - 1} other reason{'s' if len(u) > 2 else ''})" if len(u) > 1 else "")
 
 
-def unavailable_lines(table: pd.DataFrame) -> list[str]:
+#: a reason longer than this (characters) is printed once: a later line that would repeat it refers to it instead
+#: (:func:`said_before`)
+SHORT_REASON = 80
+#: what a line says in place of a long reason printed before it
+REASON_ABOVE = "the reason is in the warning above"
+
+
+def said_before(reason: str, said=()) -> bool:
+    """Whether ``reason`` is long (over :data:`SHORT_REASON` characters) and one of the lines ``said`` (printed
+    before) holds it: its first 60 characters, whitespace collapsed, as they are or as :func:`lctx.outside.quote`
+    writes them (a warning that quoted it capped). A short reason is never "said": repeating it costs nothing."""
+    text = " ".join(str(reason).split())
+    if len(text) <= SHORT_REASON:
+        return False
+    heads = {text[:60], printable(redact(text), one_line=True)[:60]}
+    return any(h in " ".join(str(line).split()) for line in said for h in heads)
+
+
+def unavailable_lines(table: pd.DataFrame, said=()) -> list[str]:
     """One warning line per (model, reason) of a results table with rows the model could not give (status
     :data:`UNAVAILABLE`): its metrics, each with its tasks and how many samples, and the reason once, e.g. ``warning:
     digit_acc (passkey, 4 samples), ppl (ppl, 1 sample) of model 'm' are unavailable: no prompt log-probs; recorded as
     unavailable, never 0``. What ``lctx run`` (:func:`lctx.harness.evaluate.evaluate`) warns once per run (a served
     model whose log-probabilities fail the trust probe: one line, not one per metric); [] when every metric was
-    given."""
+    given. The reason is quoted capped (:func:`lctx.outside.quote`), and a long one that a line of ``said`` (the
+    warnings printed before, e.g. the trust probe's at load) gave already is referred to, not repeated
+    (:func:`said_before`; issue 42 item 4)."""
     if table is None or "status" not in table.columns or not (table["status"] == UNAVAILABLE).any():
         return []
     na = table[table["status"] == UNAVAILABLE]
@@ -407,17 +434,19 @@ def unavailable_lines(table: pd.DataFrame) -> list[str]:
     for (model, why), g in na.groupby(["model", "reason"], sort=True):
         parts = [f"{metric} ({', '.join(dict.fromkeys(gm['task'].astype(str)))}, {count(len(gm), 'sample')})"
                  for metric, gm in g.groupby("metric", sort=True)]
-        lines.append(f"warning: {', '.join(parts)} of model {model!r} {'is' if len(parts) == 1 else 'are'} "
-                     f"unavailable: {why}; recorded as unavailable, never 0")
+        because = f" ({REASON_ABOVE})" if said_before(why, said) else f": {quote(why)}"
+        lines.append(f"warning: {', '.join(parts)} of model {quote(model, 80)!r} {'is' if len(parts) == 1 else 'are'} "
+                     f"unavailable{because}; recorded as unavailable, never 0")
     return lines
 
 
-def unavailable_cells(summary: pd.DataFrame) -> tuple[dict, list[str]]:
+def unavailable_cells(summary: pd.DataFrame, said=()) -> tuple[dict, list[str]]:
     """The cells of a summary (:func:`summarize`'s, ``model`` as shown) whose metric the model
     could not give at a length (no value at any depth, ``n_unavailable`` > 0): ({(model, task, metric): {length:
     reason}}, one note line per reason naming the model's metrics, e.g. ``unavailable (no value, never 0):
     toy: passkey digit_acc; ppl nll, ppl: no prompt log-probs``). ({}, []) for a summary written before
-    unavailable metrics were recorded."""
+    unavailable metrics were recorded. A note quotes its reason capped, or refers to it when it is long and one of
+    the lines ``said`` (printed before) gave it (:func:`said_before`)."""
     if "n_unavailable" not in summary.columns:
         return {}, []
     n = pd.to_numeric(summary["n"], errors="coerce").fillna(0)
@@ -434,7 +463,8 @@ def unavailable_cells(summary: pd.DataFrame) -> tuple[dict, list[str]]:
             by_reason.setdefault(reason, {}).setdefault(model, {}).setdefault(task, []).append(metric)
     notes = [f"unavailable (no value, never 0): "
              + "; ".join(f"{model}: " + "; ".join(f"{task} {', '.join(ms)}" for task, ms in tasks.items())
-                         for model, tasks in models.items()) + f": {reason}"
+                         for model, tasks in models.items())
+             + (f" ({REASON_ABOVE})" if said_before(reason, said) else f": {quote(reason)}")
              for reason, models in by_reason.items()]
     return cells, notes
 
@@ -451,10 +481,36 @@ def current_map(out_dir: Path) -> dict:
     return cur if isinstance(cur, dict) else {}
 
 
+def clean_frame(df: pd.DataFrame, escape: bool = False) -> pd.DataFrame:
+    """A copy of ``df`` (``attrs`` kept) whose str cells and column names are redacted (:func:`lctx.outside.redact`)
+    and, with ``escape``, their control characters escaped too (:func:`lctx.outside.safe`; tabs and newlines kept,
+    which CSV quotes): what a table written to disk holds of outside text. Other cells (numbers, lists, None) are kept;
+    each distinct string is cleaned once (a table repeats its model and task names on every row)."""
+    fix = safe if escape else redact
+    out = df.copy()
+    for c in out.columns:
+        col = out[c]
+        if not (col.dtype == object or pd.api.types.is_string_dtype(col)):
+            continue
+        try:
+            uniq = pd.unique(col.dropna())
+        except TypeError:  # unhashable cells (lists, dicts): each one walked
+            out[c] = col.map(lambda v: clean(v, escape))
+            continue
+        change = {v: fix(v) for v in uniq if isinstance(v, str)}
+        change = {k: v for k, v in change.items() if k != v}
+        if change:  # only the cells that change: None stays None, not NaN
+            hit = col.isin(list(change))
+            out[c] = col.mask(hit, col[hit].map(change))
+    out.columns = [fix(c) if isinstance(c, str) else c for c in out.columns]
+    return out
+
+
 def write_tables(records: list[dict], out_dir: Path, metrics_of=None,
                  current: dict | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Write ``results.parquet``, ``results.csv`` and ``summary.csv`` into ``out_dir`` (each atomically:
-    a failed write leaves the previous file) from the current inputs' records; return (table, summary).
+    a failed write leaves the previous file) from the current inputs' records; return (table, summary), both
+    redacted (:func:`clean_frame`; the CSVs escape control characters too).
 
     ``current``: {label: fingerprint}; default ``run.json``'s ``current`` map.
 
@@ -463,11 +519,11 @@ def write_tables(records: list[dict], out_dir: Path, metrics_of=None,
     """
 
     out_dir = Path(out_dir)
-    df = to_table(records, metrics_of, current if current is not None else current_map(out_dir))
+    df = clean_frame(to_table(records, metrics_of, current if current is not None else current_map(out_dir)))
     atomic_write(out_dir / "results.parquet", lambda p: df.to_parquet(p, index=False))
-    atomic_write(out_dir / "results.csv", lambda p: df.to_csv(p, index=False))
+    atomic_write(out_dir / "results.csv", lambda p: clean_frame(df, escape=True).to_csv(p, index=False))
     summ = summarize(df)
-    atomic_write(out_dir / "summary.csv", lambda p: summ.to_csv(p, index=False))
+    atomic_write(out_dir / "summary.csv", lambda p: clean_frame(summ, escape=True).to_csv(p, index=False))
     return df, summ
 
 
