@@ -14,6 +14,7 @@ import difflib
 import inspect
 import math
 import re
+import string
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
@@ -121,10 +122,15 @@ def direction_of(name: str) -> Optional[str]:
 # --- passkey ----------------------------------------------------------------------------------------
 @metric("exact", "higher", bounds=(0, 1))
 def exact(answer: Optional[str], key: str) -> float:
-    """Passkey retrieval accuracy: 1.0 when the number parsed from the greedy continuation equals the key,
-    else 0.0 (Mohtashami & Jaggi 2023, "Landmark Attention", appendix: the passkey retrieval task).
+    """lctx's exact match: 1.0 when the answer parsed from the greedy continuation equals the expected one as a
+    string, else 0.0. passkey parses the first run of digits (the passkey retrieval task of Mohtashami & Jaggi
+    2023, "Landmark Attention", appendix); babi_qa* the first run of letters, lower-cased.
 
-    ``answer``: the parsed number (None when the continuation has none); ``key``: the key's digits."""
+    Not an anchor's scorer: Landmark Attention's ``llama/run_test.py`` (epfml/landmark-attention) compares
+    ``int()`` of the first digit run with the key, so it also counts "048213" or non-ASCII digits for 48213;
+    BABILong's label match is ``babilong_match``.
+
+    ``answer``: the parsed answer (None when the continuation has none); ``key``: the expected answer."""
     return float(answer == key)
 
 
@@ -172,32 +178,191 @@ def value_found(pred: str, value: str, match: str = "substring") -> bool:
 @metric("string_match_all", "higher", bounds=(0, 1))
 def string_match_all(pred: str, refs: list[str], match: str = "substring") -> float:
     """RULER's ``string_match_all`` for one sample (scripts/eval/synthetic/constants.py): the fraction of
-    ``refs`` found in ``pred`` (0..1; RULER reports x100 averaged over samples)."""
+    ``refs`` found in ``pred`` (0..1; RULER reports x100 averaged over samples), each ``r.lower() in
+    pred.lower()``, on the prediction after RULER's ``postprocess_pred``. RULER's only with ``match="substring"``
+    (the default); the stricter modes are lctx's and are recorded as ``string_match_all_digits`` /
+    ``string_match_all_word`` (:func:`match_metric`)."""
     return sum(value_found(pred, r, match) for r in refs) / len(refs)
 
 
 @metric("string_match_part", "higher", bounds=(0, 1))
 def string_match_part(pred: str, refs: list[str], match: str = "substring") -> float:
     """RULER's ``string_match_part`` for one sample (scripts/eval/synthetic/constants.py): 1.0 if any of
-    ``refs`` is found in ``pred``, else 0.0."""
+    ``refs`` is found in ``pred`` (case-insensitive substring), else 0.0. RULER's only with
+    ``match="substring"``; the stricter modes are recorded as ``string_match_part_digits`` /
+    ``string_match_part_word`` (:func:`match_metric`)."""
     return float(max(value_found(pred, r, match) for r in refs))
 
 
-@metric("mrcr", "higher", bounds=(0, 1))
+#: RULER's metrics that take a ``match`` mode (:func:`match_metric`).
+RULER_MATCH_METRICS = ("string_match_all", "string_match_part")
+
+
+def match_metric(name: str, match: str) -> str:
+    """The name a RULER metric scored with match mode ``match`` is recorded under: ``name`` itself for
+    ``substring`` (RULER's own scorer), ``{name}_{match}`` for lctx's stricter ``digits`` / ``word`` (not
+    RULER's numbers, so not under RULER's name: issue 42 item 6); any other metric name unchanged.
+
+    Raises:
+        ValueError: an unknown match mode.
+    """
+    if match not in MATCH_MODES:
+        raise ValueError(f"unknown match mode {match!r}; use one of {', '.join(MATCH_MODES)}")
+    return name if match == "substring" or name not in RULER_MATCH_METRICS else f"{name}_{match}"
+
+
+def match_metrics(names, match: str) -> Optional[tuple]:
+    """:func:`match_metric` of each of ``names`` (a tuple; None stays None)."""
+    return None if names is None else tuple(match_metric(str(n), match) for n in names)
+
+
+def _register_match_variants() -> None:
+    """Register ``string_match_{all,part}_{digits,word}``: lctx's stricter matching under names of their own."""
+    what = {"digits": "the value must not touch another digit (1234567 is not found in 91234567 nor in 12345678)",
+            "word": "the value must not touch a letter, digit or underscore"}
+    for base, fn in (("string_match_all", string_match_all), ("string_match_part", string_match_part)):
+        for mode in ("digits", "word"):
+            def score(pred: str, refs: list[str], _fn=fn, _mode=mode) -> float:
+                return _fn(pred, refs, _mode)
+
+            register_metric(match_metric(base, mode), "higher", bounds=(0, 1), fn=score, doc=f"""lctx's stricter
+                variant of RULER's ``{base}`` (``--task-option TASK.match={mode}``): the same fraction / any-of
+                rule, case-insensitive, but {what[mode]}. Not RULER's scorer, so not under its name: it does not
+                enter RULER's average.""")
+
+
+_register_match_variants()
+
+
+# --- HELMET (princeton-nlp/HELMET, utils.py and data.py) -------------------------------------------------
+_ASCII_PUNCT = frozenset(string.punctuation)
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+
+
+def helmet_normalize_answer(s: str) -> str:
+    """HELMET's ``normalize_answer`` (utils.py, from DensePhrases / the SQuAD script): lower-case, drop every
+    ASCII punctuation character (``string.punctuation``), replace the whole words a / an / the by a space,
+    collapse whitespace (``" ".join(s.split())``). Returns the normalised text."""
+    s = "".join(ch for ch in s.lower() if ch not in _ASCII_PUNCT)
+    return " ".join(_ARTICLES.sub(" ", s).split())
+
+
+def helmet_parse_output(output: str, prefix: str = "Answer:") -> Optional[str]:
+    """HELMET's ``parse_output`` (utils.py): the rest of the first line after ``prefix`` (a regular expression,
+    case-insensitive, as HELMET writes it unescaped), else the first line; stripped, with a repeated ``prefix``
+    at its start removed (escaped there, as HELMET's ``lstrip_string``). None only if neither pattern matches
+    (the second always does)."""
+    patterns = [re.compile(f"(?:{prefix})(.*)(?:\n|$)", flags=re.IGNORECASE), re.compile(r"(?:^)(.*)(?:\n|$)")]
+    for pat in patterns:
+        m = pat.search(output)
+        if m is not None:
+            return re.sub(f"^{re.escape(prefix)}", "", m[1].strip(), flags=re.IGNORECASE).strip()
+    return None
+
+
+def _ground_truths(answers) -> list[str]:
+    """HELMET's ``drqa_metric_max_over_ground_truths`` flattening: a string, a list, or a list of lists."""
+    if isinstance(answers, str):
+        return [answers]
+    answers = list(answers)
+    if answers and isinstance(answers[0], list):
+        return [a for group in answers for a in group]
+    return answers
+
+
+def helmet_substring_exact_match(prediction: str, answers) -> float:
+    """HELMET's ``substring_exact_match`` of one prediction (utils.py ``calculate_metrics``): 1.0 when, for any
+    of ``answers`` (a string, a list, or a list of lists), ``normalize_answer(answer) in
+    normalize_answer(prediction)`` (:func:`helmet_normalize_answer`), else 0.0."""
+    pred = helmet_normalize_answer(prediction)
+    return float(max(helmet_normalize_answer(a) in pred for a in _ground_truths(answers)))
+
+
+#: HELMET's json_kv answer prefix, as its ``post_process`` parses the output (data.py ``load_json_kv``).
+HELMET_JSON_KV_PREFIX = "corresponding value:"
+
+
+@metric("substring_exact_match", "higher", bounds=(0, 1))
+def substring_exact_match(output: str, answers, prefix: str = HELMET_JSON_KV_PREFIX) -> float:
+    """HELMET's ``substring_exact_match`` as its json_kv task scores a generation (princeton-nlp/HELMET,
+    data.py ``load_json_kv``'s ``post_process``; utils.py ``normalize_answer``, ``parse_output``,
+    ``calculate_metrics``): the larger of :func:`helmet_substring_exact_match` on the raw output and on the
+    output parsed after ``prefix`` (:func:`helmet_parse_output`). Normalisation: lower case, ASCII punctuation
+    removed (a uuid's hyphens too: "3f2b...9f01" written without them counts), articles removed, whitespace
+    collapsed. ``output``: the generated text as decoded (no other post-processing); ``answers``: the expected
+    value(s). 0..1."""
+    score = helmet_substring_exact_match(output, answers)
+    parsed = helmet_parse_output(output, prefix)
+    return max(score, helmet_substring_exact_match(parsed, answers)) if parsed is not None else score
+
+
+# --- BABILong (booydar/babilong, babilong/metrics.py) ------------------------------------------------------
+def babilong_preprocess_output(output: str) -> str:
+    """BABILong's ``preprocess_output`` (babilong/metrics.py): lower-case, keep the text before the first ".",
+    then before ``<context>``, ``<example>`` and ``Question`` (that last split never cuts, the text being lower
+    case already: kept as BABILong has it)."""
+    output = output.lower().split(".")[0]
+    for cut in ("<context>", "<example>", "Question"):
+        output = output.split(cut)[0]
+    return output
+
+
+def babilong_compare_answers(target: str, output: str, question: str, task_labels: Sequence[str]) -> bool:
+    """BABILong's ``compare_answers`` (babilong/metrics.py): the labels of the task's vocabulary ``task_labels``
+    that occur (plain substring, lower case) in the preprocessed output (:func:`babilong_preprocess_output`),
+    less those that occur in ``question``, must be exactly the target: the one label, or for a target of
+    several comma-separated labels longer than 3 characters (qa8's "apple,football"), all of them and no
+    other. True when they are."""
+    output = babilong_preprocess_output(output)
+    target = target.lower()
+    labels = {label.lower() for label in task_labels}
+    in_question = {label for label in labels if label in question.lower()}
+    in_output = {label for label in labels if label in output} - in_question
+    if "," in target and len(target) > 3:
+        subtargets = target.split(",")
+        return all(t in in_output for t in subtargets) and len(in_output) == len(subtargets)
+    return target in in_output and len(in_output) == 1
+
+
+@metric("babilong_match", "higher", bounds=(0, 1))
+def babilong_match(output: str, target: str, question: str, task_labels: Sequence[str]) -> float:
+    """BABILong's label match for one sample (booydar/babilong, babilong/metrics.py ``compare_answers``, with
+    the task's label vocabulary ``TASK_LABELS``; its accuracy is the mean): 1.0 when the answer names exactly
+    the target among the task's labels (first sentence only, case-insensitive substring, labels named in the
+    question not counted), else 0.0. A hedged answer that names two rooms scores 0; "the kitchen" scores 1."""
+    return float(babilong_compare_answers(target, output, question, task_labels))
+
+
+@metric("mrcr_grade", "higher", bounds=(0, 1))
 def mrcr_grade(response: str, answer: str, prefix: str) -> float:
-    """OpenAI MRCR's grade for one sample (openai/mrcr on Hugging Face, its ``grade`` function): 0 unless the
-    response starts with the random string it was asked to prepend; then ``difflib.SequenceMatcher`` ratio
-    (0..1) of the response and the expected answer, both without that string. lctx strips the response's leading
-    whitespace first (a continuation starts with whatever the tokenizer puts before a word)."""
-    response = response.lstrip()
+    """OpenAI MRCR's ``grade`` for one sample (the openai/mrcr dataset card, README.md at 204b0d4, as HELM's
+    ``OpenAIMRCRMetric`` cites it), character for character: 0 unless the response starts with the random string
+    it was asked to prepend (case- and whitespace-sensitive: a leading space or newline scores 0); then the
+    ``difflib.SequenceMatcher(None, response, answer).ratio()`` (0..1) of the response and the expected answer,
+    each with that string removed from its start (``str.removeprefix``: MRCR's answers carry it, lctx's do not;
+    either gives the same score)."""
     if not response.startswith(prefix):
         return 0.0
-    return float(difflib.SequenceMatcher(None, response[len(prefix):], answer).ratio())
+    return float(difflib.SequenceMatcher(None, response.removeprefix(prefix), answer.removeprefix(prefix)).ratio())
+
+
+@metric("mrcr_stripped", "higher", bounds=(0, 1))
+def mrcr_stripped(response: str, answer: str, prefix: str) -> float:
+    """lctx's variant of MRCR's grade (:func:`mrcr_grade`) on the response with its leading whitespace removed
+    first: a continuation may start with a space or newline that a tokenizer puts before the first word, which
+    MRCR's grade scores 0. Equal to ``mrcr_grade`` whenever the response starts without whitespace. (This is what
+    lctx recorded as ``mrcr`` before issue 42.)"""
+    return mrcr_grade(response.lstrip(), answer, prefix)
+
+
+register_metric("mrcr", "higher", bounds=(0, 1), doc="""Retired name, kept so that run directories written
+    before issue 42 still read: what is now ``mrcr_stripped`` (MRCR's grade after the response's leading whitespace
+    is removed), which is not MRCR's own ``grade``. New runs record ``mrcr_grade`` (MRCR's) and ``mrcr_stripped``.""")
 
 
 @metric("sequence_ratio", "higher", bounds=(0, 1))
 def sequence_ratio(response: str, answer: str, prefix: str = "") -> float:
-    """lctx's lenient companion of ``mrcr``: the ``difflib.SequenceMatcher`` ratio (0..1) of the response (leading
+    """lctx's lenient companion of ``mrcr_grade``: the ``difflib.SequenceMatcher`` ratio (0..1) of the response (leading
     whitespace and, when present, the prefix removed) and the expected answer, whether or not the prefix was
     written: how much of the right earlier answer a model reproduces when it ignores the instruction."""
     response = response.lstrip()

@@ -18,10 +18,13 @@ budgeted exactly: the most turns whose prompt fits the length with the answer's 
 is the place of the asked (k-th) needle among the turns; k is drawn among the values the depth allows (k - 1
 needles before it, the rest after).
 
-Scored as MRCR: ``mrcr`` is 0 unless the response starts with RANDOM, else the ``difflib.SequenceMatcher`` ratio
-of the rest and the expected answer (:func:`lctx.metrics.mrcr_grade`); ``sequence_ratio`` is the same ratio
-without the prefix rule (:func:`lctx.metrics.sequence_ratio`), for models that find the answer but do not follow
-the instruction. These are lctx's conversations, not MRCR's files: not comparable with MRCR's numbers one for one.
+Scored as MRCR: ``mrcr_grade`` is MRCR's ``grade`` character for character, 0 unless the response starts with
+RANDOM (a leading space or newline included), else the ``difflib.SequenceMatcher`` ratio of the rest and the
+expected answer (:func:`lctx.metrics.mrcr_grade`); ``mrcr_stripped`` is lctx's: the same after the response's
+leading whitespace is removed (:func:`lctx.metrics.mrcr_stripped`; what lctx recorded as ``mrcr`` before issue
+42); ``sequence_ratio`` is the ratio without the prefix rule (:func:`lctx.metrics.sequence_ratio`), for models
+that find the answer but do not follow the instruction. These are lctx's conversations, not MRCR's files: not
+comparable with MRCR's numbers one for one.
 """
 
 from __future__ import annotations
@@ -60,8 +63,12 @@ class MRCR(BookTask):
         data_dir: the data root (default ``$LCTX_DATA_DIR``; ``lctx run --data-dir``).
 
     Metrics:
-        mrcr: MRCR's grade (prefix required, then the sequence-match ratio), 0..1.
+        mrcr_grade: MRCR's grade (the prefix first, character for character, then the sequence-match ratio), 0..1.
+        mrcr_stripped: lctx's: MRCR's grade of the response without its leading whitespace, 0..1.
         sequence_ratio: the sequence-match ratio without the prefix rule, 0..1.
+
+    Version 2 (issue 42): ``mrcr`` (MRCR's grade after stripping leading whitespace, which MRCR's grade does not
+    do) is now ``mrcr_stripped``, beside MRCR's own ``mrcr_grade``.
 
     Raises (constructor):
         ValueError: ``needles`` outside 2..8 or ``answer_words`` outside 1..10 000 (:attr:`option_bounds`).
@@ -71,8 +78,9 @@ class MRCR(BookTask):
     name = "mrcr"
     batched = True
     axes = ("depth", "sample")
-    metrics = ("mrcr", "sequence_ratio")
-    headline_metric = "mrcr"
+    metrics = ("mrcr_grade", "mrcr_stripped", "sequence_ratio")
+    headline_metric = "mrcr_grade"
+    version = 2  # mrcr -> mrcr_grade (MRCR's) + mrcr_stripped: records of version 1 are not resumed into a new run
     secondary_metric = "sequence_ratio"
     category = "multi-round"
     description = "multi-round coreference (OpenAI MRCR's format): reproduce the k-th of repeated requests"
@@ -87,7 +95,8 @@ class MRCR(BookTask):
                                            why="a 40-page chapter; MRCR's answers run a few hundred words")}
     plots = ("depth_heatmap",)
     heatmap = Heatmap(title="MRCR (multi-round coreference)", depth_label="Asked needle's turn (0% = first)",
-                      panels={"mrcr": "MRCR grade", "sequence_ratio": "Sequence ratio"}, narrow=True)
+                      panels={"mrcr_grade": "MRCR grade", "mrcr_stripped": "MRCR grade, leading space removed",
+                              "sequence_ratio": "Sequence ratio"}, narrow=True)
 
     def __init__(self, needles: int = 2, answer_words: int = 60, haystack: str = "books",
                  data_dir: str | os.PathLike | None = None, **options):
@@ -188,11 +197,12 @@ class MRCR(BookTask):
         return int(sample.meta["max_new_tokens"])
 
     def score_generated(self, lm, sample: Sample, prefix, cont: list[int]) -> dict:
-        """mrcr and sequence_ratio of the greedy continuation (:func:`lctx.metrics.mrcr_grade`,
-        :func:`lctx.metrics.sequence_ratio`)."""
+        """mrcr_grade, mrcr_stripped and sequence_ratio of the greedy continuation as decoded
+        (:func:`lctx.metrics.mrcr_grade`, :func:`lctx.metrics.mrcr_stripped`, :func:`lctx.metrics.sequence_ratio`)."""
         text = lm.decode(cont)
         sample.meta["continuation"] = text[:200]
         answer, rand = sample.meta["answer"], sample.meta["prefix"]
         sample.meta["answer"] = answer[:60]  # its start (book text, rebuilt from the seed), not the whole passage
-        return {"mrcr": metrics.mrcr_grade(text, answer, rand),
+        return {"mrcr_grade": metrics.mrcr_grade(text, answer, rand),
+                "mrcr_stripped": metrics.mrcr_stripped(text, answer, rand),
                 "sequence_ratio": metrics.sequence_ratio(text, answer, rand)}

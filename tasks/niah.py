@@ -71,11 +71,26 @@ from typing import Any, Callable
 import numpy as np
 
 from lctx.errors import LctxError
-from lctx.metrics import (MATCH_MODES, postprocess_pred, string_match_all, string_match_part, tf_gain,  # noqa: F401
-                          tf_logprob, tf_mrr, tf_top1, value_found)
+from lctx.metrics import (MATCH_MODES, match_metric, match_metrics, postprocess_pred, string_match_all,  # noqa: F401
+                          string_match_part, tf_gain, tf_logprob, tf_mrr, tf_top1, value_found)
 
 from .base import DECODE_STEP_TOKENS, Cell, Sample, Task, budget_bound, optional_metrics, register_task
 from .textdata import MAX_TEXT_BYTES, check_file_size
+
+
+def use_match_names(task: Task, match: str) -> None:
+    """Give ``task`` (a RULER task object) the metric names of match mode ``match``
+    (:func:`lctx.metrics.match_metric`): RULER's ``string_match_all`` / ``string_match_part`` for ``substring``;
+    for lctx's stricter ``digits`` / ``word`` their own names (``string_match_all_digits``, ...) in ``metrics``,
+    ``headline_metric`` and ``heatmap_metrics``, and task version 2, so that a run directory's records of that
+    mode made before issue 42 (under RULER's names) are not resumed beside the renamed ones."""
+    if match == "substring":
+        return
+    cls = type(task)
+    task.metrics = match_metrics(cls.metrics, match)
+    task.headline_metric = match_metric(cls.headline(), match)
+    task.heatmap_metrics = match_metrics(cls.heatmap_metrics, match)
+    task.version = 2
 
 
 def content_key(*paths: str | os.PathLike) -> tuple[str, ...]:
@@ -627,6 +642,7 @@ class RulerNIAH(Task):
         else:
             super().__init__(match=match, max_new_tokens=max_new_tokens, haystack_start=haystack_start)
         self.match, self.max_new_tokens = match, max_new_tokens
+        use_match_names(self, match)  # lctx's stricter modes: not under RULER's metric names (issue 42)
         self.haystack_start = haystack_start
         self.data_dir = resolve_data_dir(data_dir, self.name)
         self.use_cache = bool(cache)
@@ -740,8 +756,8 @@ class RulerNIAH(Task):
             return {"tf_top1": tf_top1(ranks), "tf_mrr": tf_mrr(ranks), "tf_logprob": tf_logprob(logps),
                     "tf_gain": tf_gain(logps, tf_logprob(c_logps))}
 
-        return {"string_match_all": string_match_all(pred, answers, self.match),
-                "string_match_part": string_match_part(pred, answers, self.match),
+        return {match_metric("string_match_all", self.match): string_match_all(pred, answers, self.match),
+                match_metric("string_match_part", self.match): string_match_part(pred, answers, self.match),
                 **optional_metrics(TEACHER_FORCED_METRICS, forced)}
 
 

@@ -87,8 +87,8 @@ from lctx.errors import LctxError
 from .base import DECODE_STEP_TOKENS, MAX_CELLS, Bound, Cell, Sample, Task, budget_bound, register_task
 from .textdata import MAX_TEXT_BYTES, check_file_size
 from .niah import (ADJ_FILE, ESSAY_FILE, MATCH_MODES, NOUN_FILE, RULER_NOISE, RulerNIAH, _file_digest, content_key,
-                   cached_sample_record, default_cache_dir, postprocess_pred, resolve_data_dir, sample_cache_path,
-                   string_match_all, string_match_part)
+                   cached_sample_record, default_cache_dir, match_metric, postprocess_pred, resolve_data_dir,
+                   sample_cache_path, string_match_all, string_match_part, use_match_names)
 
 VERB_FILE = "ruler/wonderwords/verblist.txt"
 
@@ -229,6 +229,7 @@ class RulerTask(Task):
         # the samples already run instead of rerunning them as new inputs beside the old ones
         Task.__init__(self, match=match, max_new_tokens=max_new_tokens, **options)
         self.match = match
+        use_match_names(self, match)  # lctx's stricter modes: not under RULER's metric names (issue 42)
         self.max_new_tokens = max_new_tokens
         self.samples = samples
         self.use_cache = bool(cache)
@@ -331,12 +332,13 @@ class RulerTask(Task):
     def score_generated(self, lm, sample: Sample, prefix, cont: list[int]) -> dict[str, float]:
         """From the greedy continuation ``cont`` of at most the generation budget (``meta["max_new_tokens"]``):
         RULER's ``postprocess_pred``, then ``string_match_all`` / ``string_match_part`` against
-        ``meta["answers"]`` (0..1; RULER reports x100). Batched with ``lctx run --batch-size``."""
+        ``meta["answers"]`` (0..1; RULER reports x100), under their names for ``match``
+        (:func:`lctx.metrics.match_metric`). Batched with ``lctx run --batch-size``."""
         pred = postprocess_pred(lm.decode(cont))
         sample.meta["continuation"] = pred
         answers = sample.meta["answers"]
         fns = {"string_match_all": string_match_all, "string_match_part": string_match_part}
-        return {m: fns[m](pred, answers, self.match) for m in self.metrics}
+        return {match_metric(m, self.match): fns[m](pred, answers, self.match) for m in type(self).metrics}
 
     def _record(self, lm, cell: Cell, ids: list[int], text: str, answers: list[str], depth: float | None,
                 **meta) -> dict:

@@ -170,6 +170,45 @@ def test_scoring_is_the_first_word_exactly(lm, books, pred, score):
     assert t.score_generated(lm, s, None, lm.encode(pred))["exact"] == score
 
 
+@pytest.mark.parametrize("pred, babilong, first", [
+    (" kitchen.", 1.0, 1.0),                         # ordinary
+    (" Kitchen\n", 1.0, 1.0),                        # case, whitespace
+    (' "**kitchen**".', 1.0, 1.0),                   # quotes, markdown
+    (" the kitchen", 1.0, 0.0),                      # an article first: BABILong 1 (lctx's old headline 0)
+    (" kitchens", 1.0, 0.0),                         # BABILong matches labels as substrings
+    (" kitchen, or maybe the garden.", 0.0, 1.0),    # hedged, two rooms: BABILong 0 (lctx's old headline 1)
+    (" kitchen or the garden", 0.0, 1.0),
+    (" kitchen. Then the garden.", 1.0, 1.0),        # the first sentence only
+    (" garden", 0.0, 0.0),
+    ("", 0.0, 0.0),
+])
+def test_headline_is_babilongs_label_match(lm, books, pred, babilong, first):
+    """Issue 42 item 6: the headline is BABILong's ``compare_answers`` with the task's labels (booydar/babilong,
+    babilong/metrics.py, commit 93d7bfe67ad008b5825b56e728ecf0fbec60a6b0: the first sentence, lower-cased, must
+    name exactly the target among ``TASK_LABELS["qa1"]``, the six rooms, those in the question not counted);
+    lctx's first-word ``exact`` stays beside it. The two disagree on hedges and on an article first."""
+    t = get_task("babi_qa1")(data_dir=books)
+    s = t.build(lm, Cell(400, 0.5, 0), seed=0)
+    s.meta["answer"] = "kitchen"
+    assert lm.decode(lm.encode(pred)) == pred  # the tokenizer round-trips the reply
+    got = t.score_generated(lm, s, None, lm.encode(pred))
+    assert t.headline() == "babilong_match" and t.version == 2 and set(got) == set(t.metrics)
+    assert got[t.headline()] == babilong and got["exact"] == first
+
+
+def test_babilong_match_leaves_out_the_rooms_of_the_question(lm, books):
+    """babi_qa3 asks "Where was the O before the R?": R is no answer, so BABILong does not count it in the reply
+    (" garden, not the office" names one room besides the question's)."""
+    t = get_task("babi_qa3")(data_dir=books)
+    s = t.build(lm, Cell(1024, 0.5, 0), seed=0)
+    asked = s.meta["question"].rstrip("?").split()[-1]
+    answer = s.meta["answer"]
+    assert asked in ROOMS and answer in ROOMS and asked != answer
+    reply = f" {answer}, not the {asked}."
+    assert t.score_generated(lm, s, None, lm.encode(reply))["babilong_match"] == 1.0
+    assert t.score_generated(lm, s, None, lm.encode(f" {asked}"))["babilong_match"] == 0.0  # control
+
+
 def test_first_word():
     assert first_word(" Office. ") == "office" and first_word("...") is None
 
@@ -204,6 +243,7 @@ def test_runs_end_to_end_with_a_category_in_run_json(make_checkpoint, books, tmp
                         log=lambda m: None)
     assert res.errors == 0 and res.ok == 3
     assert set(res.table[res.table["metric"] == "exact"]["value"]) <= {0.0, 1.0}
+    assert set(res.table[res.table["metric"] == "babilong_match"]["value"]) <= {0.0, 1.0}
     meta = json.loads((tmp_path / "run" / "run.json").read_text())["task_meta"]
     assert {meta[f"babi_qa{k}"]["category"] for k in (1, 2, 3)} == {"reasoning"}
 

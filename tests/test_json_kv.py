@@ -61,6 +61,42 @@ def test_json_kv_scores_the_value_by_substring(lm):
     assert task.options["match"] == "substring"
 
 
+@pytest.mark.parametrize("reply, helmet, ruler", [
+    (" {v}", 1.0, 1.0),                              # ordinary
+    (' "{V}"', 1.0, 1.0),                            # case and quotes
+    (" **{v}**", 1.0, 1.0),                          # markdown
+    (" the value is {v}, or maybe {o}", 1.0, 1.0),   # hedged
+    (" {nohyphen}", 1.0, 0.0),                       # hyphens dropped: HELMET's normalisation removes them
+    (" {underscore}", 1.0, 0.0),                     # other ASCII punctuation between the groups
+    (" {o}", 0.0, 0.0),                              # another pair's value
+])
+def test_json_kv_headline_is_helmets_substring_exact_match(lm, reply, helmet, ruler):
+    """Issue 42 item 6: json_kv's headline is HELMET's json_kv score, ``substring_exact_match`` with its
+    ``normalize_answer`` (princeton-nlp/HELMET, data.py ``load_json_kv.post_process`` and utils.py, commit
+    13344b78a2e37f700136b84a1c1071583349fe00), scored on the decoded continuation; RULER's substring
+    ``string_match_all`` of the value as written stays beside it. A value written without its hyphens is HELMET's
+    1 and RULER's 0 (lctx's old headline, which called itself HELMET's)."""
+    task = get_task("json_kv")()
+    s = task.build(lm, Cell(600, 0.5, 0), seed=0)
+    v = s.meta["answer"]
+    o = next(x for k, x in make_pairs(0, Cell(600, 0.5, 0), s.meta["n_pairs"]) if k != s.meta["key"])
+    text = reply.format(v=v, V=v.upper(), o=o, nohyphen=v.replace("-", ""), underscore=v.replace("-", "_"))
+    assert lm.decode(lm.encode(text)).strip() == text.strip()  # the tokenizer round-trips the reply
+    got = task.score_generated(lm, s, None, lm.encode(text))
+    assert task.headline() == "substring_exact_match" and task.version == 2
+    assert got[task.headline()] == helmet and got["string_match_all"] == ruler
+
+
+def test_json_kv_match_modes_keep_off_rulers_name(lm):
+    """``match=digits|word`` is lctx's, not RULER's substring: its score is recorded as ``string_match_all_digits``
+    (declared in the task's metrics), HELMET's headline unchanged."""
+    task = get_task("json_kv")(match="word")
+    s = task.build(lm, Cell(600, 0.5, 0), seed=0)
+    got = task.score_generated(lm, s, None, lm.encode(" " + s.meta["answer"]))
+    assert set(got) == set(task.metrics) == {"substring_exact_match", "string_match_all_word"}
+    assert task.declaration()["metrics"] == ["substring_exact_match", "string_match_all_word"]
+
+
 def test_json_kv_refuses_bad_options_and_too_short_lengths(lm):
     with pytest.raises(ValueError, match="match must be one of"):
         get_task("json_kv")(match="fuzzy")

@@ -9,7 +9,7 @@ import pytest
 
 from gguf_tiny import CHAT_TEMPLATE
 from lctx.errors import LctxError
-from lctx.metrics import mrcr_grade, sequence_ratio
+from lctx.metrics import mrcr_grade, mrcr_stripped, sequence_ratio
 from lctx.tasks import Cell, get_task
 from lctx.tasks.mrcr import FINAL, ORDINALS, request
 
@@ -43,7 +43,8 @@ def test_grade_is_mrcrs_on_hand_written_responses():
     ans = "the cat sat"
     assert mrcr_grade("Zq81 the cat sat"[5:], ans, "Zq81") == 0.0  # prefix missing
     assert mrcr_grade("Zq81the cat sat", ans, "Zq81") == 1.0
-    assert mrcr_grade(" Zq81the cat sat", ans, "Zq81") == 1.0  # leading whitespace stripped (documented)
+    assert mrcr_grade(" Zq81the cat sat", ans, "Zq81") == 0.0  # MRCR's grade strips nothing: a space first is 0
+    assert mrcr_stripped(" Zq81the cat sat", ans, "Zq81") == 1.0  # lctx's variant strips it (its own name)
     assert mrcr_grade("Zq81the cat sit", ans, "Zq81") == pytest.approx(20 / 22)
     assert mrcr_grade("zq81the cat sat", ans, "Zq81") == 0.0  # the prefix is case-sensitive, as MRCR's
     assert sequence_ratio("the cat sat", ans, "Zq81") == 1.0  # the lenient score: no prefix needed
@@ -103,12 +104,13 @@ def test_scores_a_perfect_and_a_wrong_response(chat_lm, books):
     s = t.build(chat_lm, Cell(1500, 0.5, 0), seed=0)
     msgs, info = t.conversation(0, Cell(1500, 0.5, 0), s.meta["n_turns"])
     good = chat_lm.encode(info["prefix"] + info["answer"])
-    assert t.score_generated(chat_lm, dict_copy(s), None, good) == {"mrcr": 1.0, "sequence_ratio": 1.0}
+    assert t.score_generated(chat_lm, dict_copy(s), None, good) == {"mrcr_grade": 1.0, "mrcr_stripped": 1.0,
+                                                                     "sequence_ratio": 1.0}
     need = msgs[2 * info["turn"]]["content"]
     other = next(msgs[2 * i + 1]["content"] for i in range(s.meta["n_turns"])
                  if msgs[2 * i]["content"] == need and i != info["turn"])
     bad = t.score_generated(chat_lm, dict_copy(s), None, chat_lm.encode(info["prefix"] + other))
-    assert bad["mrcr"] < 0.9
+    assert bad["mrcr_grade"] < 0.9
 
 
 def dict_copy(s):
@@ -132,3 +134,43 @@ def test_refuses_a_model_without_a_chat_template_and_bad_options(make_checkpoint
     lm.tokenizer.chat_template = CHAT_TEMPLATE
     with pytest.raises(ValueError, match="shorter than an mrcr conversation of 2 turns"):
         t.build(lm, Cell(300, 0.5, 0), seed=0)
+
+
+def test_the_headline_is_mrcrs_grade_and_a_leading_space_scores_0(chat_lm, books):
+    """Issue 42 item 6: the task's headline is MRCR's own ``grade`` (openai/mrcr dataset card, README.md at
+    204b0d4e8d9ca5c0a90bf942fdb2a5969094adc0), which strips nothing, so a continuation that starts with a newline
+    before the string scores 0 there (lctx's old ``mrcr`` scored it 1.0); lctx's whitespace-stripping variant is
+    ``mrcr_stripped``, and the old name is not recorded any more (records of version 1 carry it)."""
+    t = get_task("mrcr")(data_dir=books, answer_words=20)
+    s = t.build(chat_lm, Cell(1500, 0.5, 0), seed=0)
+    _, info = t.conversation(0, Cell(1500, 0.5, 0), s.meta["n_turns"])
+    got = t.score_generated(chat_lm, dict_copy(s), None, chat_lm.encode("\n" + info["prefix"] + info["answer"]))
+    assert chat_lm.decode(chat_lm.encode("\n" + info["prefix"])).startswith("\n")  # the tokenizer keeps it
+    assert got[t.headline()] == 0.0 and got["mrcr_stripped"] == 1.0 and "mrcr" not in got
+    assert t.headline() == "mrcr_grade" and t.version == 2 and "mrcr" not in t.metrics
+
+
+def test_an_old_runs_mrcr_is_never_compared_as_equal_to_the_new_grade():
+    """Issue 42 item 6: ``mrcr`` meant MRCR's grade after stripping the reply's leading whitespace; MRCR's own grade
+    is now ``mrcr_grade`` and the old meaning ``mrcr_stripped``. Compared with a committed run of version 1
+    (results/2026-12-03-new-tasks, SmolLM2), a new run's mrcr cells are missing / new, so the gate fails
+    instead of judging two meanings equal, even where the numbers happen to agree; the control: the old run
+    against itself passes."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    from lctx.harness.outputs.compare import compare_runs, load_summary, verdict
+
+    old = Path(__file__).resolve().parents[1] / "results" / "2026-12-03-new-tasks" / "runs" / "smollm2"
+    base = load_summary(old, "baseline")
+    base = base[base["task"] == "mrcr"]
+    assert set(base["metric"]) == {"mrcr", "sequence_ratio"}
+    kept = base[base["metric"] == "sequence_ratio"]  # unchanged meaning: the same name
+    renamed = [base[base["metric"] == "mrcr"].assign(metric=m) for m in ("mrcr_grade", "mrcr_stripped")]
+    cmp = compare_runs(pd.concat([kept, *renamed]), base)
+    status = cmp.table.groupby("metric")["status"].agg(set).to_dict()
+    assert status["mrcr"] == {"missing"} and status["mrcr_grade"] == status["mrcr_stripped"] == {"new"}
+    assert status["sequence_ratio"] == {"same"}  # its meaning did not change, nor its name
+    assert verdict(cmp).startswith("FAIL") and cmp.exit_code != 0
+    assert verdict(compare_runs(base, base)).startswith("PASS")

@@ -22,8 +22,8 @@ from lctx.harness.run.tables import DEPTH_TOLERANCE
 from lctx.models.adapters.hf import load_lm
 from lctx.tasks import Cell, get_task
 from lctx.tasks import niah
-from lctx.tasks.niah import (NIAHBuilder, RULER_CONFIGS, join_queries, postprocess_pred, ruler_template,
-                             string_match_all, string_match_part, value_found)
+from lctx.tasks.niah import (NIAHBuilder, RULER_CONFIGS, join_queries, match_metric, postprocess_pred,
+                             ruler_template, string_match_all, string_match_part, value_found)
 
 # ---------------------------------------------------------------------------------------------------
 # RULER's source text, copied verbatim from NVIDIA/RULER (read through a mirror of the repository):
@@ -320,7 +320,9 @@ def test_score_metrics_and_teacher_forcing(lm, fake_data):
     s = task.build(lm, Cell(500, 0.5, 0), 0)
     m = task.score(lm, s)
     assert set(m) == set(task.metrics)
-    assert 0 <= m["string_match_all"] <= m["string_match_part"] <= 1
+    # match=digits is lctx's, not RULER's substring: recorded under its own names (issue 42 item 6)
+    assert "string_match_all" not in m and task.headline_metric == "string_match_all_digits"
+    assert 0 <= m["string_match_all_digits"] <= m["string_match_part_digits"] <= 1
     assert 0 <= m["tf_top1"] <= m["tf_mrr"] <= 1 and m["tf_mrr"] > 0 and m["tf_logprob"] < 0
     assert isinstance(s.meta["continuation"], str)
     # the teacher-forced log-probs equal a one-pass prefill of prompt + value (another code path than the
@@ -413,7 +415,11 @@ def test_cli_run_end_to_end_with_heatmap(lm, fake_data, tmp_path, capsys, monkey
     assert main(args) == 0, capsys.readouterr().err
     table = pd.read_csv(out / "results.csv")
     ok = table[table["status"] == "ok"]
-    assert set(ok["metric"]) == set(niah.METRICS) and len(ok) == 4 * len(niah.METRICS)
+    digits = {match_metric(m, "digits") for m in niah.METRICS}  # lctx's mode, not under RULER's names
+    assert set(ok["metric"]) == digits and len(ok) == 4 * len(niah.METRICS)
+    declared = json.loads((out / "run.json").read_text())["task_meta"]["niah_single_1"]
+    assert declared["headline_metric"] == "string_match_all_digits" and declared["version"] == 2
+    assert "string_match_all_digits" in declared["heatmap_metrics"]
     assert (ok["n_tokens"] + 12 <= ok["length"]).all() and ok["depth_actual"].between(0, 1).all()
     assert all(json.loads(o.replace("'", '"'))["match"] == "digits" for o in ok["task_options"].astype(str))
     assert (out / "plots" / "niah_single_1_heatmap_tiny.png").is_file()

@@ -172,6 +172,10 @@ def test_criteria_note_names_the_runs_own_metrics_and_a_metric_named_as_its_task
     run = tmp_path / "mrcr"
     run.mkdir()
     (run / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    # a run of mrcr version 1, whose metric was "mrcr" (issue 42 renamed it): its run.json declares it, as lctx run did
+    (run / "run.json").write_text(json.dumps({"run_id": "id", "task_meta": {"mrcr": {
+        "name": "mrcr", "version": 1, "metrics": ["mrcr", "sequence_ratio"], "headline_metric": "mrcr",
+        "axes": ["depth", "sample"], "category": "multi-round"}}}))
     write_tables(recs, run)
     res = build_report([run], tmp_path / "rep", at="1x,2x")
     md = res["markdown"].read_text()

@@ -469,6 +469,23 @@ def test_qa_metric_is_string_match_part(lm, fake_data):
     assert task.score(Scripted(lm, "I do not know"), s) == {"string_match_part": 0.0}
 
 
+@pytest.mark.parametrize("name, match", [("vt", "digits"), ("cwe", "word"), ("qa_1", "digits")])
+def test_stricter_match_modes_keep_off_rulers_metric_names(lm, fake_data, name, match):
+    """Issue 42 item 6: RULER scores by plain substring (scripts/eval/synthetic/constants.py, commit
+    4f6507ee054935417007791211b1f33e2fa2ab68); lctx's ``digits`` / ``word`` modes are stricter, so their scores are
+    recorded as ``string_match_*_{mode}`` (declared as the task's metrics and headline, version 2), never under
+    RULER's names, which the ruler group's average reads; ``substring`` keeps RULER's names (version 1)."""
+    task = make(name, fake_data, match=match)
+    s = task.build(lm, Cell(2000 if name != "qa_1" else 900, 0.5 if "depth" in task.axes else None, 0), 0)
+    m = task.score(Scripted(lm, " ".join(s.meta["answers"])), s)
+    assert set(m) == set(task.metrics) == {f"{b}_{match}" for b in type(task).metrics}
+    assert all(v == 1.0 for v in m.values())
+    assert task.declaration()["headline_metric"] == f"{type(task).headline()}_{match}" and task.version == 2
+    plain = make(name, fake_data)
+    assert set(plain.score(Scripted(lm, " ".join(s.meta["answers"])), s)) == set(type(task).metrics)
+    assert plain.version == 1
+
+
 def test_score_runs_the_model(lm, fake_data):
     task = make("fwe", fake_data, max_new_tokens=6)
     s = task.build(lm, Cell(700, None, 0), 0)
