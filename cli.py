@@ -121,7 +121,7 @@ def _configure_threads(device: str = "cpu") -> None:
     configure_threads()
     note = busy_note() if str(device).startswith("cpu") else None
     if note:
-        typer.echo(note, err=True)
+        say(note, err=True)
 
 
 @app.command()
@@ -384,7 +384,7 @@ def train(
                                                tasks=tuple(t.strip() for t in retrieval.split(",") if t.strip()),
                                                min_length=retrieval_min_length, data_dir=data_dir)
                                   if retrieval_fraction > 0 else None),
-                       log=typer.echo, warn=lambda m: typer.echo(m, err=True))
+                       log=say, warn=lambda m: say(m, err=True))
 
 
 diagnose_app = typer.Typer(cls=_Group, help="Diagnostics: learned GGD prior shapes, attention far-mass.", no_args_is_help=True)
@@ -578,7 +578,7 @@ def bench(
             impls = ["sdpa", "fast"]
         table, exps = run_prefill_bench(model, impls, length_list, chunk=chunk_size, warmup_tokens=warmup_tokens,
                                         threads=thread_list[0] if thread_list else None,
-                                        log=lambda s: typer.echo(s, err=True))
+                                        log=lambda s: say(s, err=True))
         print_prefill(table, exps)
         out.mkdir(parents=True, exist_ok=True)  # after the measurements: a rejected command leaves nothing
         table.to_csv(out / "prefill.csv", index=False)
@@ -605,7 +605,7 @@ def bench(
                             dtype=dtype, repeats=repeats, warmup=warmup, options=parse_options(option or []),
                             isolate=isolate, mem_limit=parse_bytes(mem_limit) if mem_limit else None,
                             time_budget=time_budget, threads=thread_list, busy=busy, min_time=min_time,
-                            log=lambda s: typer.echo(s, err=True))
+                            log=lambda s: say(s, err=True))
     print_bench(table, exps)
     for p in write_bench(table, exps, out):
         typer.echo(f"wrote {p}")
@@ -664,7 +664,7 @@ def plan(
                 title=f"memory plan: {mp.model}, {mp.length:,} tokens, chunk {mp.chunk_size}, {mp.dtype}, "
                       f"attn_impl {mp.impl} ({mp.attn_path})")
     for note in mp.notes:
-        typer.echo(f"note: {note}")
+        say(f"note: {note}")
     typer.echo(f"device: {P.gib(room)} ({source})")
     P.check_fits(mp, room, source)
     typer.echo(f"fits: {P.gib(mp.total)} of {P.gib(room)}")
