@@ -905,3 +905,21 @@ def test_compare_outputs_hold_no_key_and_no_raw_control(tmp_path, capsys):
     for name in ("compare.csv", "compare.md"):
         text = (run / "compare" / name).read_text()
         assert PLANTED not in text and RAW_CONTROL.search(text.replace("\n", "")) is None, name
+
+
+def test_a_bad_value_in_a_summary_or_rules_file_is_quoted_capped(tmp_path, capsys):
+    """Issue 42 item 4: a summary.csv cell or a rules file's value is outside text: the one error line quotes it
+    capped (saying how many characters were left out) and escaped, not 100,000 characters and a terminal control."""
+    df = cells()
+    df["mean"] = df["mean"].astype(object)
+    df.loc[0, "mean"] = "x\x1b[2J" + "9" * 100_000
+    base = write_run(tmp_path / "base", cells())
+    run = write_run(tmp_path / "run", df)
+    code, out, err = run_cli(["compare", run, "--baseline", base], capsys)
+    assert_one_line_error(code, err, "row 1", "more characters left out")
+    assert len(err) < 800 and "\x1b" not in err
+    rules = tmp_path / "rules.toml"
+    rules.write_text('[tolerance]\nabs = "' + "\\u001b[2J" + "y" * 100_000 + '"\n')
+    code, out, err = run_cli(["compare", run, "--baseline", base, "--rules", rules], capsys)
+    assert_one_line_error(code, err, "is a string, not a number", "more characters left out")
+    assert len(err) < 800 and "\x1b" not in err

@@ -197,26 +197,26 @@ def _check_tolerance_fields(fields: dict, where: str, typed: bool = False) -> di
     out = {}
     for k, v in fields.items():
         if k not in ("abs", "rel", "stderr", "interval"):
-            raise LctxError(f"{where}: unknown tolerance {k!r}; use abs, rel, stderr or interval")
+            raise LctxError(f"{where}: unknown tolerance {quote(repr(k), 80)}; use abs, rel, stderr or interval")
         if k == "interval":  # on / off: true / false in a rules file, 1 / 0 (or true / false) on the command line
             if typed and not isinstance(v, bool):
-                raise LctxError(f"{where}: tolerance interval = {v!r} is not a boolean; write interval = true "
+                raise LctxError(f"{where}: tolerance interval = {quote(repr(v), 80)} is not a boolean; write interval = true "
                                 "(gate only where the run's 95 % interval excludes the baseline) or false")
             text = str(v).strip().lower()
             if isinstance(v, bool) or text in ("true", "false", "1", "0", "on", "off", "1.0", "0.0"):
                 out[k] = 1.0 if (v is True or text in ("true", "1", "on", "1.0")) else 0.0
                 continue
-            raise LctxError(f"{where}: tolerance interval = {v!r}; write interval=on or interval=off on the command "
+            raise LctxError(f"{where}: tolerance interval = {quote(repr(v), 80)}; write interval=on or interval=off on the command "
                             "line, interval = true or false in a rules file (on: gate only where the run's 95 % "
                             "interval excludes the baseline)")
         if typed and (isinstance(v, bool) or not isinstance(v, (int, float))):
             kind = "a boolean" if isinstance(v, bool) else ("a string" if isinstance(v, str) else type(v).__name__)
-            raise LctxError(f"{where}: tolerance {k} = {v!r} is {kind}, not a number; write a bare number, "
+            raise LctxError(f"{where}: tolerance {k} = {quote(repr(v), 80)} is {kind}, not a number; write a bare number, "
                             f"e.g. {k} = 0.01")
         try:
             v = float(v)
         except (TypeError, ValueError):
-            raise LctxError(f"{where}: tolerance {k} = {v!r} is not a number; write e.g. {k} = 0.01") from None
+            raise LctxError(f"{where}: tolerance {k} = {quote(repr(v), 80)} is not a number; write e.g. {k} = 0.01") from None
         if not (v >= 0 and math.isfinite(v)):
             raise LctxError(f"{where}: tolerance {k} = {v} must be a finite number >= 0")
         out[k] = v
@@ -296,7 +296,7 @@ def load_rules(path: Path) -> Rules:
     except UnicodeDecodeError:
         raise LctxError(f"--rules {str(path)!r} is not a text file; pass a TOML rules file") from None
     except tomllib.TOMLDecodeError as e:
-        raise LctxError(f"--rules {str(path)!r} is not valid TOML ({e}); fix the file "
+        raise LctxError(f"--rules {str(path)!r} is not valid TOML ({quote(e)}); fix the file "
                         "(see docs/compare-ci.md#the-rules-file)") from None
     except (RecursionError, MemoryError):
         raise LctxError(f"--rules {str(path)!r} is nested too deeply to read; a rules file has tables two levels "
@@ -304,7 +304,7 @@ def load_rules(path: Path) -> Rules:
     where = f"--rules {str(path)!r}"
     unknown = set(data) - {"tolerance", "metrics", "alias"}
     if unknown:
-        raise LctxError(f"{where}: unknown table {min(unknown)!r}; use [tolerance], [metrics.NAME] or [alias]")
+        raise LctxError(f"{where}: unknown table {quote(repr(min(unknown)), 80)}; use [tolerance], [metrics.NAME] or [alias]")
     for name in ("tolerance", "metrics", "alias"):
         if name in data and not isinstance(data[name], dict):
             raise LctxError(f"{where}: {name!r} must be a table, e.g. [{name}]")
@@ -317,12 +317,13 @@ def load_rules(path: Path) -> Rules:
         entry = _check_tolerance_fields(spec, f"{where} [metrics.{metric}]", typed=True)
         if d is not None:
             if not isinstance(d, str) or d not in VALID_DIRECTIONS:
-                raise LctxError(f"{where}: metrics.{metric}.direction = {d!r}; use one of {', '.join(VALID_DIRECTIONS)}")
+                raise LctxError(f"{where}: metrics.{quote(metric, 80)}.direction = {quote(repr(d), 80)}; use one of "
+                                f"{', '.join(VALID_DIRECTIONS)}")
             entry["direction"] = d
         rules.metrics[metric] = entry
     for new, old in data.get("alias", {}).items():
         if not isinstance(old, str) or not old:
-            raise LctxError(f"{where}: alias {new!r} must map to a baseline model name (a string)")
+            raise LctxError(f"{where}: alias {quote(repr(new), 80)} must map to a baseline model name (a string)")
         rules.alias[new] = old
     return rules
 
@@ -434,7 +435,7 @@ def _checked_summary(df: pd.DataFrame, where: str) -> pd.DataFrame:
     """Typed summary columns, or an LctxError naming the first bad row (row 1 = the first data row)."""
 
     def bad(i, col, v, want):
-        raise LctxError(f"{where} row {i + 1}: {col} {v!r} is not {want}; fix the row or rewrite the file with "
+        raise LctxError(f"{where} row {i + 1}: {col} {quote(repr(v), 80)} is not {want}; fix the row or rewrite the file with "
                         "lctx run")
 
     def number(i, col, v, blank_ok=True):
@@ -550,17 +551,17 @@ def check_rule_names(rules: Rules, run: pd.DataFrame, base: pd.DataFrame) -> Non
         if "." in name:
             task, metric = name.split(".", 1)
             tasks = set(run["task"]) | set(base["task"])
-            what = (f"task {task!r} is in neither the run nor the baseline (tasks: {', '.join(sorted(tasks))})"
+            what = (f"task {task!r} is in neither the run nor the baseline (tasks: {quote(', '.join(sorted(tasks)))})"
                     if task not in tasks else f"task {task!r} has no metric {metric!r} there")
             raise LctxError(f"rule for metric {name!r} would never apply: {what}{_near(name, scoped)}; fix the "
                             "name in --rules / --tolerance")
         raise LctxError(f"unknown metric {name!r} in --rules / --tolerance{_near(name, plain)} (known: "
-                        f"{', '.join(sorted(plain))}; `lctx list metrics`); fix the name")
+                        f"{quote(', '.join(sorted(plain)), 600)}; `lctx list metrics`); fix the name")
     models = set(run["model"])
     for new in rules.alias:
         if new not in models:
             raise LctxError(f"--alias {new}={rules.alias[new]}: the run has no model {new!r}{_near(new, models)} "
-                            f"(its models: {', '.join(sorted(map(str, models)))}); alias a run model to a baseline model")
+                            f"(its models: {quote(', '.join(sorted(map(str, models))))}); alias a run model to a baseline model")
 
 
 def compare_runs(run: pd.DataFrame, base: pd.DataFrame, rules: Rules | None = None,
