@@ -24,7 +24,7 @@ from lctx import ATTN_IMPLS
 from lctx.attn_impl import ATTN_IMPL_REGISTRY
 from lctx.harness.run.console import count, print_frame, print_table, say, table_format
 from lctx.harness.args import (check_checkpoint_out, check_results_out, check_train_args, check_writable_dir, data_path, parse_lengths, parse_options)
-from lctx.errors import EXIT_ALL_FAILED, EXIT_USAGE, LctxError, split_list
+from lctx.errors import EXIT_ALL_FAILED, EXIT_USAGE, LctxError, ServerReplyError, split_list
 from lctx.outside import cap, quote, redact
 from lctx.harness.evaluate import DEFAULT_MODEL, evaluate, passive_omp_wait
 
@@ -221,6 +221,10 @@ def run(
         say(f"error: every sample of this run failed ({count(result.errors, 'error')}; see above and "
             f"{out}/results.csv); exit status {EXIT_ALL_FAILED}", err=True)
         raise typer.Exit(EXIT_ALL_FAILED)
+    if result.exit_status:  # some samples failed, the others were scored: docs/troubleshooting.md#exit-codes
+        typer.echo(f"error: {count(result.errors, 'sample')} of this run failed (see above and {out}/results.csv); the "
+                   f"others are scored; exit status {result.exit_status}", err=True)
+        raise typer.Exit(result.exit_status)
 
 
 def _declared_directions(out) -> dict[str, str]:
@@ -944,7 +948,7 @@ def _main(argv: list[str] | None) -> int:
         code = rv if isinstance(rv, int) else 0
         if code == 130:  # typer turns Ctrl-C (and our SIGTERM) into a returned 130: say what was kept
             code = _interrupted(_command_of(argv))
-    except LctxError as e:
+    except (LctxError, ServerReplyError) as e:  # a served model's reply outside any sample: one line too
         say(f"error: {e}", err=True)  # redacted, control characters escaped, capped (issue 42)
         code = EXIT_USAGE
     except (typer.Exit, click.exceptions.Exit) as e:

@@ -9,6 +9,7 @@ EXIT_OK = 0
 EXIT_REGRESSION = 1  # lctx compare: the gate failed (a regression, an error or a missing cell)
 EXIT_USAGE = 2  # a user mistake or damaged input: one ``error: ...`` line on stderr, nothing lost
 EXIT_ALL_FAILED = 3  # lctx run: every sample of the run failed (status error); the records say why
+EXIT_SOME_FAILED = 4  # lctx run: some samples of this run failed (status error), the others were scored
 EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT); 143 for SIGTERM: what finished is kept, rerun to resume
 
 
@@ -30,6 +31,14 @@ class ServerReplyError(ValueError):
     JSON where a completion was due, no choices, another model's name, a prompt the server counted otherwise than
     lctx sent it: cut or re-tokenised). The message names the server and what came back in one line; the runner
     records it as the sample's error as it is (no traceback location)."""
+
+
+class ServerValueError(ServerReplyError):
+    """A served model's reply with a value that cannot be (issue 42 item 3): a log-probability that is NaN, infinite
+    or above 0 by more than rounding (:data:`lctx.models.adapters.server.LOGPROB_TOL`), a ``usage`` count that is not
+    a whole number >= 0 (a string, NaN, a bool, a fraction, a negative). Like any :class:`ServerReplyError` it makes
+    the sample an error record, never a score; met by the trust probe or the tokenizer's fingerprint while the model
+    loads, it ends the run in one line (exit 2)."""
 
 
 class ServerUnreachable(LctxError):

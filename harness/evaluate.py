@@ -28,7 +28,7 @@ from lctx.model_files import check_model_path, check_tokenizer_files, is_server_
 from lctx.harness.args import (MAX_SAMPLES, check_results_out, check_run_options, check_task_options,
                                check_writable_dir, chat_options, parse_batch_size, parse_depths, parse_lengths,
                                parse_task_options, task_option_names)
-from lctx.errors import LctxError, split_list
+from lctx.errors import EXIT_ALL_FAILED, EXIT_OK, EXIT_SOME_FAILED, LctxError, split_list
 
 DEFAULT_LENGTHS = (256, 512, 1024, 2048)
 DEFAULT_DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -74,6 +74,16 @@ class Result:
         """The rows of ``table`` whose status is error (an empty frame when none is; a metric the model could not
         give, status ``unavailable``, is no failure: :meth:`unavailable`)."""
         return self.table[self.table["status"] == "error"]
+
+    @property
+    def exit_status(self) -> int:
+        """What ``lctx run`` exits with after this call (docs/troubleshooting.md#exit-codes): :data:`EXIT_OK` (0) when
+        no sample of this call failed, :data:`EXIT_ALL_FAILED` (3) when every one did, :data:`EXIT_SOME_FAILED` (4)
+        when some did (served or not; a metric the model could not give is no failure). :func:`evaluate` itself
+        returns normally either way: a script checks this, ``errors`` or :attr:`failed`."""
+        if self.errors > 0:
+            return EXIT_ALL_FAILED if self.ok == 0 else EXIT_SOME_FAILED
+        return EXIT_OK
 
     @property
     def unavailable(self):
@@ -298,6 +308,7 @@ def evaluate(models=None, tasks=None,
     note = _busy_note(lms, dinfo)
     if note:
         warn(note)
+    unclosed = {id(lm): getattr(lm, "think_unclosed", 0) for lm in lms}  # a served model's count, before the sweep
     res = _sweep_and_write(groups, run_tasks, out, dinfo, depths=call.depths, samples=samples, seed=seed,
                            skip_below=skips["skip_below"], batch=call.batch, relative=relative, lms=lms,
                            progress=progress, log=log)
@@ -306,6 +317,12 @@ def evaluate(models=None, tasks=None,
 
         for line in unavailable_lines(res.table, said=said):
             warn(line)
+    for lm in lms if dinfo.is_main else []:  # a served reasoning model's thinking that never closed (issue 42 item 7)
+        n = getattr(lm, "think_unclosed", 0) - unclosed.get(id(lm), 0)
+        if n:
+            warn(f"warning: {lm.name}: in {n} greedy repl{'y' if n == 1 else 'ies'} the thinking never closed (no "
+                 f"{lm.think_end} in the text, or --think-budget cut it): scored as empty answers, as vLLM's reasoning "
+                 "parser gives none; their records say so (extra.think_unclosed)")
     return res
 
 

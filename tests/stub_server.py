@@ -64,6 +64,15 @@ Faults, each countable in :attr:`StubServer.requests`:
   wait at a gate, so a test sees how many are in flight at once: :attr:`StubServer.in_flight`).
 * one-shot faults scheduled with :meth:`StubServer.fail`: :data:`FAULTS` (those that answer in the server's place,
   as a proxy or a rate limiter would, come before the API key check).
+* bound faults (:data:`BOUND_FAULTS`, issue 42 item 2), scheduled with :meth:`StubServer.fail` on any path: a
+  2 GB reply with or without a Content-Length (``huge_bytes``; written piece by piece, never held; :attr:`Seen.sent`
+  counts what went out before the client left), and a reply dripped one byte every ``drip_s`` seconds from its
+  status line on.
+* value faults (issue 42 item 3), settings: ``logprob_fault`` (a value, e.g. 3.0, NaN, inf, 1e300, that every
+  reported log-probability becomes: ``logprob_fault_in="token"``, the token's own in ``token_logprobs`` and
+  ``top_logprobs``; ``"top"``, the other alternatives only), ``usage_fault`` (``usage[usage_field]`` as a string,
+  NaN, ``true``, -1 or a fraction: :data:`USAGE_FAULTS`), ``extra_models`` (``/v1/models`` lists that many more
+  models), ``tokenize_fail_after`` (``/extras/tokenize`` answers 400 after that many requests).
 * :meth:`StubServer.die_after`: the server stops after n more completions (connections refused, open ones
   reset); :meth:`StubServer.revive` starts it again on the same port.
 
@@ -115,6 +124,17 @@ _HTML_502 = ("<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\
              "</center>\r\n<hr><center>nginx/1.24.0</center>\r\n</body>\r\n</html>\r\n")
 _HTML_200 = ("<!DOCTYPE html>\n<html><head><title>Sign in</title></head><body><h1>Network login</h1>"
              "<p>Sign in to continue.</p></body></html>\n")
+#: reply-size and time faults (issue 42 item 2), on any path (``fail(fault, path=...)``)
+BOUND_FAULTS = {
+    "huge": "200 OK, application/json, Content-Length huge_bytes (default 2 GiB), the body written in 64 KiB pieces "
+            "until the client goes away (a 2 GB reply)",
+    "huge-stream": "the same without a Content-Length (chunked): the size is known only by reading it",
+    "drip": "the true reply, status line and headers included, one byte every drip_s seconds",
+}
+FAULTS.update(BOUND_FAULTS)
+#: ``usage_fault``: what the reply's ``usage[usage_field]`` becomes (issue 42 item 3)
+USAGE_FAULTS = {"str": lambda n: str(n), "nan": lambda n: float("nan"), "bool": lambda n: True,
+                "negative": lambda n: -1, "float": lambda n: n + 0.5}
 
 
 # ----------------------------------------------------------------------------------------------- the model
@@ -223,6 +243,7 @@ class Seen:
     status: int | str | None = None
     t_start: float = field(default_factory=time.monotonic)
     t_end: float | None = None
+    sent: int = 0  # bytes of the reply written so far (the bound faults: what the client took before it went away)
 
 
 class _Dropped(Exception):
@@ -239,13 +260,25 @@ class StubServer:
                  n_ctx: int | None = None, overflow: str = "truncate", logits_all: bool = True,
                  token_prompts: bool = False, strict_model: bool = False, echo_fault: float | str | None = None,
                  delay_s: float = 0.0, retry_after: str | None = "0", hang_s: float = 30.0, penalty: bool = False,
-                 props: dict | None = None, port: int = 0):
+                 props: dict | None = None, port: int = 0, extra_models: int = 0, logprob_fault=None,
+                 logprob_fault_in: str = "token", usage_fault: str | None = None,
+                 usage_field: str = "prompt_tokens", tokenize_fail_after: int | None = None,
+                 huge_bytes: int = 2 << 30, drip_s: float = 0.05):
         if overflow not in ("truncate", "error"):
             raise ValueError(f"overflow {overflow!r}: use truncate or error")
         if echo_fault not in (None, "shift", "next") and not isinstance(echo_fault, (int, float)):
             raise ValueError(f"echo_fault {echo_fault!r}: a number of nats, 'shift' or 'next'")
         self.model = StubModel(rule)
         self.model_id = model_id or f"toy-{rule}"
+        # value faults (issue 42 items 2-3): see the module docstring
+        if logprob_fault_in not in ("token", "top"):
+            raise ValueError(f"logprob_fault_in {logprob_fault_in!r}: token or top")
+        if usage_fault not in (None, *USAGE_FAULTS):
+            raise ValueError(f"usage_fault {usage_fault!r}: one of {', '.join(USAGE_FAULTS)}")
+        self.extra_models, self.logprob_fault, self.logprob_fault_in = extra_models, logprob_fault, logprob_fault_in
+        self.usage_fault, self.usage_field, self.tokenize_fail_after = usage_fault, usage_field, tokenize_fail_after
+        self.huge_bytes, self.drip_s = huge_bytes, drip_s
+        self._tokenized = 0
         self.api_key, self.n_ctx, self.overflow = api_key, n_ctx, overflow
         self.logits_all, self.token_prompts, self.strict_model = logits_all, token_prompts, strict_model
         self.echo_fault, self.delay_s, self.retry_after, self.hang_s = echo_fault, delay_s, retry_after, hang_s
@@ -469,7 +502,8 @@ class _Handler(BaseHTTPRequestHandler):
             if stub._dead:
                 seen.status = "dead"
                 self._reset()
-            if seen.fault in _REPLYING:  # in front of the server (a proxy, a rate limiter, the network)
+            if seen.fault in _REPLYING or seen.fault in ("huge", "huge-stream"):  # in front of the server (a proxy,
+                # a rate limiter, the network)
                 return self._fault(seen)
             if seen.fault == "hang":
                 stub._closing.wait(stub.hang_s)
@@ -507,13 +541,20 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- endpoints
     def _models(self, seen: Seen, body) -> None:
+        extra = [{"id": f"{self.stub.model_id}-copy-{i:06d}", "object": "model"} for i in range(self.stub.extra_models)]
         self._json(seen, 200, {"object": "list", "data": [{"id": self.stub.model_id, "object": "model",
-                                                           "owned_by": "me", "permissions": []}]})
+                                                           "owned_by": "me", "permissions": []}] + extra})
 
     def _tokenize(self, seen: Seen, body: dict) -> None:
         if not isinstance(body.get("input"), str):
             return self._invalid(seen, "input", "Field required" if "input" not in body else "Input should be a "
                                  "valid string")
+        with self.stub._lock:
+            self.stub._tokenized += 1
+            failing = self.stub.tokenize_fail_after is not None and self.stub._tokenized > self.stub.tokenize_fail_after
+        if failing:  # a tokenizer endpoint that starts refusing part-way through a run
+            return self._json(seen, 400, {"error": {"message": "tokenizer unavailable", "type": "invalid_request_error",
+                                                    "param": None, "code": None}})
         self._json(seen, 200, {"tokens": [toy.BOS] + self.stub.model.encode(body["input"])})
 
     def _count(self, seen: Seen, body: dict) -> None:
@@ -611,8 +652,15 @@ class _Handler(BaseHTTPRequestHandler):
                   "finish_reason": finish}
         return 200, {"id": f"cmpl-{uuid.uuid4()}", "object": "text_completion", "created": int(time.time()),
                      "model": stub.model_id, "choices": [choice],
-                     "usage": {"prompt_tokens": len(ids), "completion_tokens": len(out),
-                               "total_tokens": len(ids) + len(out)}}
+                     "usage": self._usage({"prompt_tokens": len(ids), "completion_tokens": len(out),
+                                           "total_tokens": len(ids) + len(out)})}
+
+    def _usage(self, usage: dict) -> dict:
+        """``usage`` with :attr:`StubServer.usage_fault` applied to its ``usage_field``."""
+        stub = self.stub
+        if stub.usage_fault is not None:
+            usage[stub.usage_field] = USAGE_FAULTS[stub.usage_fault](usage[stub.usage_field])
+        return usage
 
     def _logprobs(self, ids: list[int], text: str, out: list[int], favs: list[int], k: int, echo: bool) -> dict:
         """The OpenAI completions ``logprobs`` object, llama-cpp-python's way: with echo the prompt's tokens (BOS
@@ -649,9 +697,12 @@ class _Handler(BaseHTTPRequestHandler):
                 lps.append(None)
                 tops.append(None)
                 continue
-            lps.append(reported[i])
-            top = {model.piece(a): lp for a, lp in model.top(all_favs[i], k)}
-            top[piece] = reported[i]
+            bad = stub.logprob_fault
+            value = reported[i] if bad is None or stub.logprob_fault_in == "top" else bad
+            lps.append(value)
+            top = {model.piece(a): (lp if bad is None or stub.logprob_fault_in == "token" else bad)
+                   for a, lp in model.top(all_favs[i], k)}
+            top[piece] = value
             tops.append(top)
         return {"tokens": tokens, "text_offset": offsets, "token_logprobs": lps, "top_logprobs": tops}
 
@@ -701,6 +752,33 @@ class _Handler(BaseHTTPRequestHandler):
     def _body(self, seen: Seen) -> dict:
         return seen.body if isinstance(seen.body, dict) else {}
 
+    def _huge(self, seen: Seen, chunked: bool) -> None:
+        """A 200 JSON reply of ``huge_bytes`` (declared, or chunked without a length), written in 64 KiB pieces made
+        once, until it is all written or the client goes away (a write fails): never held whole."""
+        total = self.stub.huge_bytes
+        piece = (b'{"id": "filler-model", "object": "model"}, ' * 1600)[: 64 * 1024]
+        seen.status = 200
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        if chunked:
+            self.send_header("Transfer-Encoding", "chunked")
+        else:
+            self.send_header("Content-Length", str(total))
+        self.end_headers()
+        head = b'{"object": "list", "data": ['
+        left = total
+        first = True
+        while left > 0 and not self.stub._closing.is_set():
+            data = (head + piece)[: min(len(piece), left)] if first else piece[: min(len(piece), left)]
+            first = False
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data) if chunked else data)
+            self.wfile.flush()
+            seen.sent += len(data)
+            left -= len(data)
+        if chunked and left <= 0:
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+
     # -- writing
     def _invalid(self, seen: Seen, where: str, msg: str) -> None:
         self._json(seen, 500, _validation(where, msg))
@@ -713,6 +791,8 @@ class _Handler(BaseHTTPRequestHandler):
             seen.status = "dead"
             self._reset()
         seen.status = status  # recorded before the client can see the reply
+        if seen.fault == "drip":
+            return self._drip(seen, status, data, ctype, headers)
         self.send_response(status)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(data)))
@@ -721,6 +801,19 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
         self.wfile.flush()
+
+    def _drip(self, seen: Seen, status: int, data: bytes, ctype: str, headers: dict | None) -> None:
+        """The reply written one byte every ``drip_s`` seconds, from the status line on (each byte alone: a client's
+        inactivity timeout never fires)."""
+        lines = [f"HTTP/1.1 {status} {self.responses.get(status, ('',))[0]}", f"Content-Type: {ctype}",
+                 f"Content-Length: {len(data)}"] + [f"{k}: {v}" for k, v in (headers or {}).items()]
+        raw = ("\r\n".join(lines) + "\r\n\r\n").encode() + data
+        for i in range(len(raw)):
+            if self.stub._closing.wait(self.stub.drip_s):
+                return
+            self.wfile.write(raw[i:i + 1])
+            self.wfile.flush()
+            seen.sent += 1
 
     def _reset(self) -> None:
         """Reset the connection (an RST, no reply and no FIN before it) and stop handling it."""

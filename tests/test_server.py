@@ -114,11 +114,12 @@ def test_token_id_prompts_are_sent_where_the_server_takes_them(tmp_path):
 
 # ---------------------------------------------------------------------------------------------- the trust probe
 
-@pytest.mark.parametrize("fault", ["next", "shift", 0.5])
+@pytest.mark.parametrize("fault", ["next", "shift", -0.5])
 def test_trust_probe_refuses_misaligned_echoes(fault, tmp_path):
     """Echoed prompt log-probabilities that disagree with the server's own generation (llama-cpp-python 0.3.36's
-    'next', a shift by one, a constant 0.5 nats off): digit_acc is unavailable with the measured disagreement in the
-    reason (never 0), exact is still scored, and run.json holds the measurement."""
+    'next', a shift by one, a constant 0.5 nats low): digit_acc is unavailable with the measured disagreement in the
+    reason (never 0), exact is still scored, and run.json holds the measurement. (0.5 nats *high* would put the
+    favourite's log 0.9 above 0: a value that cannot be, refused at load: test_impossible_logprobs_at_load.)"""
     with StubServer(echo_fault=fault) as s:
         res = run(s.url, tmp_path)
     recs = records(res.out)
@@ -396,3 +397,250 @@ def test_setup_mistakes_are_one_line_naming_the_fix(tmp_path):
         with pytest.raises(LctxError, match="not a .gguf"):
             S.load_server(s.url, tokenizer=str(tmp_path / "notes.txt"), log=lambda m: None)
         assert S.split_server_urls(s.url) == [s.url]  # control: the URL itself is good (http:// loads elsewhere)
+
+
+# ---------------------------------------------------------------------------------------------- issue 42: replies
+
+def _load(s, **kw):
+    return S.load_server(s.url, log=lambda m: None, **kw)
+
+
+def _passkey_ids(lm):
+    return lm.prompt("The pass key is 42. What?", " The pass key is").ids
+
+
+def test_a_huge_models_listing_is_one_short_line():
+    """Issue 42 item 6: a server listing 20,000 models (2.6 MB of error line for 100,000 before) gives one line of a
+    few hundred characters: eight ids, quoted, and how many more were left out."""
+    with StubServer(extra_models=20_000) as s:
+        with pytest.raises(LctxError) as e:
+            _load(s)
+    msg = str(e.value)
+    assert "serves several models" in msg and "and 19993 more" in msg  # 20,001 listed, 8 shown
+    assert len(msg) < 1000 and "\n" not in msg
+
+
+@pytest.mark.parametrize("fault", ["huge", "huge-stream"])
+def test_a_2gb_models_reply_stops_at_its_bound(fault):
+    """Issue 42 item 2: a 2 GiB reply to /v1/models (declared by Content-Length, or chunked with no length) is refused
+    at load in one line naming the bound, having read at most the bound: the stub sent at most MODELS_BOUND plus what
+    loopback socket buffers hold (< 16 MiB on Linux: net.core.wmem_max + rmem_max defaults are 208 KiB each, and
+    autotuning caps at tcp_wmem/tcp_rmem's 4 MiB / 6 MiB), and the allocation peak (tracemalloc, the openai client
+    imported first) stays under twice the bound: the bytes kept and one join of them; reading it whole took 6 GB."""
+    import tracemalloc
+
+    with StubServer() as warm:
+        _load(warm)  # the openai client and its modules imported: not counted in the peak
+    with StubServer() as s:
+        s.fail(fault, times=None, path="/v1/models")
+        tracemalloc.start()
+        try:
+            with pytest.raises(LctxError) as e:
+                _load(s, retries=0)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        sent = max(r.sent for r in s.requests if r.path == "/v1/models")
+    msg = str(e.value)
+    assert "GET /v1/models" in msg and "8 MiB" in msg and "\n" not in msg, msg
+    if fault == "huge":
+        assert "declares 2 GiB (Content-Length)" in msg and sent < 16 << 20
+    else:
+        assert "passed its bound" in msg and sent < S.MODELS_BOUND + (16 << 20)
+    assert peak < 2 * S.MODELS_BOUND, peak
+
+
+def test_a_huge_completion_is_that_samples_error_and_not_retried(tmp_path):
+    """Issue 42 item 2: a completion past its bound (a 2 GiB reply to a greedy request of a few tokens) is that
+    sample's error record naming the bound, not retried (the same request would get it again; the openai client must
+    not call it a server that stopped answering), and the sweep goes on: the other sample is scored."""
+    with StubServer() as s:
+        lm = _load(s, retries=3)
+        s.fail("huge", times=1)
+        res = lctx.evaluate(lm, ["passkey"], out=tmp_path / "o", log=lambda m: None, warn=lambda m: None, **GRID)
+        huge = [r for r in s.requests if r.fault == "huge"]
+    recs = sorted(records(res.out), key=lambda r: r["sample"])
+    assert recs[0]["status"] == "error" and "more than its bound of" in recs[0]["error"], recs[0]["error"]
+    assert recs[0]["metrics"] == {} and recs[1]["status"] == "ok"
+    assert len(huge) == 1  # no retry
+    assert res.exit_status == 4  # some samples failed (EXIT_SOME_FAILED)
+
+
+def test_completion_bound_leaves_a_margin_over_a_real_echo(stub):
+    """The completion bound's margin: the stub's echo of a 300-token prompt with 5 alternatives per token (as
+    llama-cpp-python writes it) is under half of completion_bound for that request, so a true reply is never cut; the
+    bound still grows with the echo (proportional, not a constant)."""
+    import httpx2
+
+    text = "The pass key is 123. " + "x y " * 70
+    body = {"prompt": text, "max_tokens": 1, "echo": True, "logprobs": S.TOP_K, "temperature": 0}
+    size = len(httpx2.post(stub.url + "/completions", json=body).content)
+    n = len(text) + 1  # the stub's tokens: one per character, and its BOS
+    assert size * 2 < S.completion_bound(1, n, echo=True, top_k=S.TOP_K), size
+    assert S.completion_bound(1, 2 * n, echo=True, top_k=5) > S.completion_bound(1, n, echo=True, top_k=5)
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/models"])
+def test_request_timeout_is_a_deadline_for_a_dripping_server(path):
+    """Issue 42 item 3: a server that drips its reply one byte every 0.05 s (status line and headers included) never
+    lets an inactivity timeout fire; --request-timeout 0.5 now cuts it at the deadline (it took the whole reply
+    before, 18 s for one completion with --request-timeout 1 --retries 0). A completion: that request's one-line
+    error naming the deadline; /v1/models at load (each try): one LctxError line. Each time the stub sent fewer than
+    100 bytes, less than the status line and headers alone (the client went away early; no wall-clock bound
+    asserted)."""
+    with StubServer() as s:
+        if path == "/v1/completions":
+            lm = _load(s, retries=0, timeout_s=0.5)
+            s.fail("drip", times=1)
+            with pytest.raises(ServerReplyError, match=r"request deadline \(0.5 s from connect to last byte; "
+                                                       r"--request-timeout\)"):
+                lm.greedy(lm.prefix(_passkey_ids(lm)), 5)
+        else:
+            s.fail("drip", times=None, path=path)  # every try (the listing is asked with one retry)
+            with pytest.raises(LctxError, match="request deadline"):
+                _load(s, retries=0, timeout_s=0.5)
+        dripped = [r for r in s.requests if r.fault == "drip"]
+    assert dripped and all(r.sent < 100 for r in dripped), [r.sent for r in dripped]
+
+
+@pytest.mark.parametrize("value,where", [(3.0, "token"), (float("nan"), "token"), (float("inf"), "token"),
+                                         (1e300, "token"), (float("-inf"), "token"), (0.5, "top")])
+def test_impossible_logprobs_are_error_records_never_scores(value, where, tmp_path):
+    """Issue 42 item 4: echoed log-probabilities above 0, NaN, +-inf or 1e300 (at the answer's tokens or among the
+    alternatives) make the sample an error record naming the value: never a digit_acc (NaN, +inf and positive
+    values got rank 1 and counted correct before) and never a mean. Control: 5e-4 (within LOGPROB_TOL, rounding)
+    is scored."""
+    with StubServer() as s:
+        lm = _load(s)
+        s.logprob_fault, s.logprob_fault_in = value, where
+        bad = lctx.evaluate(lm, ["passkey"], out=tmp_path / "bad", log=lambda m: None, warn=lambda m: None, **GRID)
+        s.logprob_fault, s.logprob_fault_in = 5e-4, "token"
+        ok = lctx.evaluate(lm, ["passkey"], out=tmp_path / "ok", log=lambda m: None, warn=lambda m: None, **GRID)
+    for r in records(bad.out):
+        assert r["status"] == "error" and r["metrics"] == {} and "log-probability of" in r["error"], r
+        assert ("top_logprobs" in r["error"]) == (where == "top") or value != value or where == "token"
+    assert bad.table["value"].isna().all() and set(bad.table["status"]) == {"error"} and bad.exit_status == 3
+    assert [r["status"] for r in records(ok.out)] == ["ok", "ok"]
+
+
+@pytest.mark.parametrize("value", [3.0, 1e300])
+def test_impossible_logprobs_give_no_perplexity(value, tmp_path):
+    """Issue 42 item 4: ppl from echoed log-probabilities of +3.0 (ppl 0.05 before) or 1e300 (ppl 0.0 before): the
+    window is an error record and no ppl is averaged."""
+    text = tmp_path / "book.txt"
+    text.write_text(" ".join(f"word{i % 97} and more text." for i in range(400)))
+    with StubServer(token_prompts=True) as s:
+        lm = _load(s)
+        s.logprob_fault = value
+        res = lctx.evaluate(lm, ["ppl"], out=tmp_path / "o", log=lambda m: None, warn=lambda m: None, lengths=[256],
+                            samples=1, ppl_data=[str(text)], ppl_bos="none", progress=False)
+    assert all(r["status"] == "error" and "log-probability" in r["error"] for r in records(res.out))
+    assert res.table["value"].isna().all() and set(res.table["status"]) == {"error"}
+
+
+def test_impossible_logprobs_in_the_trust_probe_end_the_load(tmp_path, capsys):
+    """Issue 42 item 4: the trust probe at load meeting a NaN log-probability is one error line and exit 2 from the
+    CLI (no traceback, nothing run), not a probe that quietly fails."""
+    from helpers import assert_one_line_error, run_cli
+
+    with StubServer(logprob_fault=float("nan")) as s:
+        with pytest.raises(LctxError, match="log-probability of nan.*trust probe.*while loading"):
+            _load(s)
+        code, _, err = run_cli(["run", "--model", s.url, "--tasks", "passkey", "--lengths", 300, "--samples", 1,
+                                "--no-progress", "--out", tmp_path / "o"], capsys)
+    assert_one_line_error(code, err, "log-probability of nan")
+    assert not (tmp_path / "o" / "records.jsonl").exists()
+
+
+@pytest.mark.parametrize("fault", ["str", "nan", "bool", "negative", "float"])
+@pytest.mark.parametrize("field_name", ["prompt_tokens", "completion_tokens"])
+def test_usage_counts_must_be_whole_numbers(fault, field_name, tmp_path):
+    """Issue 42 item 4: usage.prompt_tokens / completion_tokens as "57", NaN, true, -1 or 57.5 (a str passed as the
+    count before; NaN was a ValueError with a traceback location) make the sample an error record naming the field,
+    read from the raw JSON (the openai client's model reads "57" and true as counts)."""
+    with StubServer() as s:
+        lm = _load(s)
+        s.usage_fault, s.usage_field = fault, field_name
+        res = lctx.evaluate(lm, ["passkey"], out=tmp_path / "o", log=lambda m: None, warn=lambda m: None, **GRID)
+    for r in records(res.out):
+        assert r["status"] == "error" and f"usage.{field_name} is" in r["error"] and " at " not in r["error"], r
+
+
+def test_a_tokenizer_failing_mid_run_is_no_traceback(tmp_path, capsys):
+    """Issue 42 item 4: a tokenizer endpoint that starts answering 400 during the load (its fingerprint used to be
+    asked only when the sweep began: a traceback there) or before the sweep (a template's length) is one line, exit
+    2; one that starts during the sweep (its last request fails) makes that sample an error record and the run exits
+    4 (some samples failed), never a traceback."""
+    from helpers import assert_one_line_error, run_cli
+
+    args = ["run", "--tasks", "passkey", "--lengths", 300, "--depths", 0.5, "--samples", 2, "--no-progress"]
+    with StubServer() as s:
+        _load(s)
+        at_load = s._tokenized  # the tokenize requests a load makes
+    with StubServer() as s:
+        assert run_cli(args + ["--model", s.url, "--out", tmp_path / "dry"], capsys)[0] == 0
+        total = s._tokenized  # ... and a whole run
+    with StubServer(tokenize_fail_after=at_load - 1) as s:
+        code, _, err = run_cli(args + ["--model", s.url, "--out", tmp_path / "load"], capsys)
+    assert_one_line_error(code, err, "HTTP 400", "while loading the served model")
+    with StubServer(tokenize_fail_after=at_load) as s:
+        code, _, err = run_cli(args + ["--model", s.url, "--out", tmp_path / "before"], capsys)
+    assert_one_line_error(code, err, "HTTP 400")
+    with StubServer(tokenize_fail_after=total - 1) as s:
+        code, _, err = run_cli(args + ["--model", s.url, "--out", tmp_path / "sweep"], capsys)
+    assert code == 4 and "Traceback" not in err, err
+    assert sorted(r["status"] for r in records(tmp_path / "sweep")) == ["error", "ok"]
+    assert all("HTTP 400" in r["error"] for r in records(tmp_path / "sweep") if r["status"] == "error")
+
+
+# ---------------------------------------------------------------------------------------------- issue 42: budgets
+
+def test_think_budget_is_inside_the_served_context(tmp_path):
+    """Issue 42 item 7: a server reporting a 512-token context (llama-server's /props n_ctx): every greedy request's
+    prompt + max_tokens (passkey's 9 answer tokens + --think-budget) is at most 512 (at length 500 with a budget of 10
+    the prompt is held to 493; before, 500 + 19 = 519 went out), and a length that leaves no room for the thinking
+    budget is refused before the sweep with the arithmetic."""
+    props = {"default_generation_settings": {"n_ctx": 512}}
+    with StubServer(props=props) as s:
+        with pytest.raises(LctxError, match=r"300 prompt \+ 300 --think-budget \+ at least 1 answer token = 601 "
+                                            r"tokens > 512.*lengths up to 211"):
+            run(s.url, tmp_path, name="refused", lengths=[300], think_end="4", think_budget=300)
+        assert not (tmp_path / "refused" / "records.jsonl").exists()
+        start = len(s.requests)
+        run(s.url, tmp_path, name="fits", lengths=[500], think_end="</think>", think_budget=10)
+        sent = [r.body for r in s.requests[start:] if r.path == "/v1/completions" and r.body.get("max_tokens") == 19]
+    assert len(sent) == 2 and all(len(b["prompt"]) + 1 + b["max_tokens"] <= 512 for b in sent)  # a token a character
+    assert max(len(b["prompt"]) + 1 for b in sent) > 493 - 8  # the prompt near its budget of 493, not cut further
+
+
+def test_unclosed_thinking_is_an_empty_answer_flagged_and_counted(tmp_path):
+    """Issue 42 item 7: --think-end that never comes in the reply (the stub's model never writes it; or the budget
+    cut the thinking) makes the answer empty (vLLM's reasoning parser gives no content then): exact 0 instead of the
+    1.0 the same text scored as an answer, each record flagged in extra.think_unclosed, and one warning counting
+    them. Control: the same run without --think-end scores 1.0."""
+    with StubServer() as s:
+        plain = run(s.url, tmp_path, name="plain")
+        res = run(s.url, tmp_path, name="think", think_end="</think>")
+    assert [r["metrics"]["exact"] for r in records(plain.out)] == [1.0, 1.0]
+    recs = records(res.out)
+    assert [r["metrics"]["exact"] for r in recs] == [0.0, 0.0] and all(r["status"] == "ok" for r in recs)
+    assert all(r["extra"]["think_unclosed"] == "no </think> in the reply" for r in recs)
+    said = [w for w in res.warnings if "thinking never closed" in w]
+    assert len(said) == 1 and "in 2 greedy replies" in said[0]
+
+
+def test_thinking_cut_by_the_budget_is_named(stub, monkeypatch):
+    """A reply cut by max_tokens inside its thinking (finish_reason "length", no --think-end) is noted as cut by
+    the budget, for the sample's record; a closed one is not noted."""
+    lm = S.load_server(stub.url, think_end="</think>", think_budget=4, log=lambda m: None)
+
+    def reply(text, finish):
+        choice = type("C", (), {"text": text, "finish_reason": finish})()
+        return type("R", (), {"choices": [choice]})()
+
+    monkeypatch.setattr(lm, "_request", lambda what, ids, text, **body: reply("<think>the key is", "length"))
+    assert lm.greedy(lm.prefix([toy.BOS, 5]), 8) == [] and lm.think_unclosed == 1
+    assert lm.sample_notes([toy.BOS, 5]) == {"think_unclosed": "cut by the token budget"}
+    assert lm.sample_notes([toy.BOS, 5]) == {}  # taken once
+    monkeypatch.setattr(lm, "_request", lambda what, ids, text, **body: reply("<think>x</think> 42.", "stop"))
+    assert lm.decode(lm.greedy(lm.prefix([toy.BOS, 6]), 8)) == " 42." and lm.sample_notes([toy.BOS, 6]) == {}

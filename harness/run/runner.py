@@ -740,6 +740,15 @@ def _take_metrics(rec: dict, task: Task, sample, got: dict) -> None:
         rec["status"], rec["error"] = "error", f"non-finite {', '.join(bad)} (NaN/inf logits?)"
 
 
+def _adapter_notes(rec: dict, lm: ModelAdapter, sample) -> None:
+    """Add to ``rec["extra"]`` what the adapter noted of the sample (an optional member, ``lm.sample_notes(ids)``:
+    a served model's thinking that never closed, scored as an empty answer: ``{"think_unclosed": why}``)."""
+    take = getattr(lm, "sample_notes", None)
+    notes = take(sample.input_ids) if take is not None and getattr(sample, "input_ids", None) is not None else None
+    if notes:
+        rec.setdefault("extra", {}).update(notes)
+
+
 def _all_unavailable(rec: dict, task: Task, e: MetricUnavailable) -> None:
     """Every metric of the sample unavailable, with ``e``'s reason: what a :class:`lctx.errors.MetricUnavailable`
     that a task's build or score lets out means (ppl, whose every metric needs the model's log-probabilities; a task
@@ -781,6 +790,7 @@ def _run_one(lm: ModelAdapter, task: Task, cell, base: dict, seed: int) -> dict:
     try:
         sample = _build(task, lm, cell, seed, rec)
         _take_metrics(rec, task, sample, task.score(lm, sample))
+        _adapter_notes(rec, lm, sample)
     except MetricUnavailable as e:  # the model cannot give this task's metrics: finished, not failed
         _all_unavailable(rec, task, e)
     except ServerUnreachable:  # the server stopped answering: end the run (what finished is recorded; rerun resumes)
@@ -827,6 +837,7 @@ def _run_batch(lm: ModelAdapter, task: Task, items: list[tuple], seed: int) -> l
             if isinstance(got, BaseException):
                 raise got
             _take_metrics(rec, task, smp, got)
+            _adapter_notes(rec, lm, smp)
         except MetricUnavailable as e:
             _all_unavailable(rec, task, e)
         except ServerUnreachable:  # the server stopped answering: end the run

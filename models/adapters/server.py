@@ -26,6 +26,15 @@ What it checks, so that a served number is as trustworthy as an in-process one:
   prompt) is the sample's error (:class:`lctx.errors.ServerReplyError`, one line); a server that stops answering
   after the retries ends the run (:class:`lctx.errors.ServerUnreachable`) with every finished sample recorded, and
   the same command resumes.
+* **Nothing from the server is trusted** (issue 42): every reply is read with a byte bound derived from its request
+  (:func:`completion_bound`, :func:`tokenize_bound`, :data:`MODELS_BOUND`, ...: the reading stops as soon as the
+  bound is passed, so a 2 GB reply costs at most the bound), and ``--request-timeout`` is a deadline on each request
+  from connect to last byte (:class:`_DeadlineStream`: every socket read waits at most what is left, so a server that
+  drips a byte a second is cut at the deadline, headers included). Log-probabilities must be finite and at most
+  :data:`LOGPROB_TOL` above 0, usage counts whole numbers >= 0 (:class:`lctx.errors.ServerValueError`). Every
+  message that quotes a reply goes through :func:`lctx.outside.quote` (the API key redacted, control characters
+  escaped, capped), and the key read by :func:`api_key_from_env` is registered with
+  :func:`lctx.outside.register_secret`.
 
 Several servers of one model (``--model URL1,URL2``) share the requests (each goes to the server with the fewest in
 flight); ``--concurrency N`` keeps at most N in flight over all of them (the runner's batches of the generating tasks,
@@ -37,11 +46,15 @@ Source: the OpenAI completions API (``echo``, ``logprobs``, ``usage``); RULER's 
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
+import importlib
 import json
 import math
 import os
 import threading
+import time
+import urllib.request
 from collections import OrderedDict
 from importlib.metadata import version
 from pathlib import Path
@@ -50,7 +63,8 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
-from lctx.errors import LctxError, MetricUnavailable, ServerReplyError, ServerUnreachable
+from lctx.errors import LctxError, MetricUnavailable, ServerReplyError, ServerUnreachable, ServerValueError
+from lctx.outside import quote, quote_list, register_secret
 from lctx.model_files import is_server_url, redact_url, split_server_urls  # noqa: F401  (kept as lctx.models.adapters.server.*)
 from lctx.models.adapters.protocol import ContinuationScores
 from lctx.models.adapters.text import Prompt, TokenizerSide, _first_line, tokenizer_fingerprint
@@ -84,10 +98,220 @@ FINGERPRINT_TEXTS = ("The pass key is 48213. Remember it.", "  leading spaces,\t
                      "0123456789 3.14159 -42 1e-5 #$%&*+/<=>@[]^_`{|}~", "naïve café Ünïcödé Ελληνικά русский",
                      "日本語の文章と中文句子", "emoji 🙂🚀 and a uuid 123e4567-e89b-12d3-a456-426614174000")
 _ENCODE_CACHE = 512  # prompts kept tokenised (a task's budgeting encodes the same text a few times)
+#: the most a log-probability a server reports may lie above 0 and still be read as rounding, in nats. A probability
+#: is at most 1, so log p <= 0; a server computes log_softmax in float32 (vLLM, SGLang, llama.cpp), whose rounding near
+#: 0 is below 1e-6 for logits of magnitude < 100 (float32's spacing at 100 is 7.6e-6, and log_softmax subtracts two
+#: such numbers). 1e-3 nats is far above that and far below anything a score could feel (a factor e^0.001 on a
+#: probability). Anything above it, and NaN or an infinity, makes the reply unusable (:class:`ServerValueError`).
+LOGPROB_TOL = 1e-3
+
+# ---------------------------------------------------------------------------------------------------------------
+# bounded replies (issue 42 item 2): the most bytes read of each reply, derived from its request
+# ---------------------------------------------------------------------------------------------------------------
+
+#: bytes allowed for a reply's envelope beside what scales with its tokens: ids, the model name, ``usage``, the
+#: finish reason and the fields a server adds (vLLM's ``prompt_logprobs``: null, ``kv_transfer_params``, ...);
+#: measured replies carry under 1 KiB of it, and an HTTP error body (an nginx page, a FastAPI detail) is a few KiB
+REPLY_ENVELOPE = 64 * 1024
+#: bytes allowed for one token's text as JSON: a string of up to 42 characters each escaped as ``\uXXXX`` (6 bytes),
+#: or 256 bytes of plain text. Tokens of real vocabularies are a few characters (the longest in Llama 3's and Qwen
+#: 2.5's are runs of 16-128 spaces or "=" signs: plain ASCII, under 256 bytes)
+PIECE_BYTES = 256
+#: bytes allowed for one number in JSON and its separators: ``-1.2345678901234567e-300, `` is 25
+NUMBER_BYTES = 32
+#: ``GET /v1/models``: 8 MiB, the list of a gateway that serves hundreds of models with descriptions (a few hundred
+#: KiB measured for OpenAI's), far more than one self-hosted server lists (one model, and its LoRA adapters)
+MODELS_BOUND = 8 << 20
+#: ``GET /props`` (llama-server): 1 MiB; it holds the chat template (measured up to ~20 KiB) and the default
+#: generation settings
+PROPS_BOUND = 1 << 20
+#: ``GET /version`` (vLLM): 64 KiB for ``{"version": "..."}``
+VERSION_BOUND = 64 << 10
+#: bytes allowed per token id in a tokenize reply (``"151643, "`` is 8; twice that for a pretty-printed reply)
+TOKEN_ID_BYTES = 16
+
+_REPLY_LIMIT: contextvars.ContextVar = contextvars.ContextVar("lctx_reply_limit", default=None)
+_DEADLINE: contextvars.ContextVar = contextvars.ContextVar("lctx_request_deadline", default=None)
+
+
+def completion_bound(max_tokens: Optional[int], prompt_tokens: int = 0, echo: bool = False,
+                     top_k: Optional[int] = None) -> int:
+    """The most bytes read of a ``/v1/completions`` reply: ``REPLY_ENVELOPE + n * per_token`` with ``n`` the tokens
+    the reply can hold (``max_tokens``, plus the prompt's ``prompt_tokens`` when ``echo``; ``max_tokens`` None counts
+    16, the API's default) and ``per_token`` what each adds at most: its text (:data:`PIECE_BYTES`), and with
+    ``logprobs`` = ``top_k``: its entry in ``tokens`` (:data:`PIECE_BYTES`), in ``token_logprobs`` and ``text_offset``
+    (2 x :data:`NUMBER_BYTES`) and ``top_k`` alternatives of ``top_logprobs`` (each :data:`PIECE_BYTES` +
+    :data:`NUMBER_BYTES`). With ``top_k`` 5 that is 2,016 bytes a token, about 7x a measured llama-cpp-python echo
+    (~300 bytes a token at ``logprobs`` 5): the margin. Source: the OpenAI completions API's reply shape."""
+    n = (16 if max_tokens is None else max(int(max_tokens), 0)) + (max(int(prompt_tokens), 0) if echo else 0)
+    per = PIECE_BYTES
+    if top_k is not None:
+        per += PIECE_BYTES + 2 * NUMBER_BYTES + int(top_k) * (PIECE_BYTES + NUMBER_BYTES)
+    return REPLY_ENVELOPE + n * per
+
+
+def tokenize_bound(text: str) -> int:
+    """The most bytes read of a tokenize reply for ``text``: ``REPLY_ENVELOPE + TOKEN_ID_BYTES * (utf-8 bytes of
+    text + 16)``. A token covers at least one byte of text (a byte-level vocabulary's worst case), plus a few special
+    tokens; vLLM adds ``count`` and ``max_model_len`` to the envelope."""
+    return REPLY_ENVELOPE + TOKEN_ID_BYTES * (len(text.encode("utf-8", "replace")) + 16)
+
+
+def detokenize_bound(n_ids: int) -> int:
+    """The most bytes read of a detokenize reply for ``n_ids`` ids: ``REPLY_ENVELOPE + PIECE_BYTES * n_ids``."""
+    return REPLY_ENVELOPE + PIECE_BYTES * int(n_ids)
+
+
+def _size(n: int) -> str:
+    """Bytes as a short size ("8 MiB", "66.1 KiB", "512 bytes")."""
+    for unit, k in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= k:
+            return f"{n / k:.3g} {unit}"
+    return f"{n} bytes"
+
+
+class _ReplyRefused(Exception):
+    """Raised by :class:`_BoundedTransport` for a reply it stops reading (past its byte bound, or compressed though
+    lctx asked for none): not an ``httpx`` error, so the openai client (>= 3) neither retries it nor calls the server
+    unreachable; :meth:`Endpoint.call` makes it a :class:`ServerReplyError` naming the bound."""
+
+
+def _http_modules():
+    """(httpx, httpcore) as the installed openai client uses them: ``httpx2`` / ``httpcore2`` (openai >= 3) or
+    ``httpx`` / ``httpcore`` (openai 1.x-2.x): the ``Client`` class that ``openai.DefaultHttpxClient`` derives from
+    names the package."""
+    import openai  # lazy: loads the openai client (only a served model needs it)
+
+    base = next(c for c in openai.DefaultHttpxClient.__mro__[1:] if not c.__module__.startswith("openai"))
+    hx = importlib.import_module(base.__module__.split(".")[0])
+    return hx, importlib.import_module("httpcore2" if hx.__name__ == "httpx2" else "httpcore")
+
+
+def _left(timeout: Optional[float], exc) -> Optional[float]:
+    """The timeout for one socket operation under the current request's deadline (:data:`_DEADLINE`): the smaller of
+    ``timeout`` and what is left; ``exc`` (httpcore's ReadTimeout, WriteTimeout or ConnectTimeout) when nothing is."""
+    deadline = _DEADLINE.get()
+    if deadline is None:
+        return timeout
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise exc("the request's deadline passed (--request-timeout: connect to last byte)")
+    return left if timeout is None else min(timeout, left)
+
+
+class _DeadlineStream:
+    """An httpcore network stream whose every read, write and TLS handshake waits at most what is left of the
+    current request's deadline (httpcore's own timeouts are per operation: a server that sends a byte before each
+    one runs out holds a request forever)."""
+
+    def __init__(self, inner, hc):
+        self._inner, self._hc = inner, hc
+
+    def read(self, max_bytes: int, timeout: Optional[float] = None) -> bytes:
+        """Read at most ``max_bytes`` within the deadline."""
+        return self._inner.read(max_bytes, _left(timeout, self._hc.ReadTimeout))
+
+    def write(self, buffer: bytes, timeout: Optional[float] = None) -> None:
+        """Write ``buffer`` within the deadline."""
+        return self._inner.write(buffer, _left(timeout, self._hc.WriteTimeout))
+
+    def close(self) -> None:
+        """Close the stream."""
+        self._inner.close()
+
+    def start_tls(self, ssl_context, server_hostname=None, timeout: Optional[float] = None):
+        """The TLS handshake within the deadline; the TLS stream is wrapped too."""
+        return _DeadlineStream(self._inner.start_tls(ssl_context, server_hostname,
+                                                     _left(timeout, self._hc.ConnectTimeout)), self._hc)
+
+    def get_extra_info(self, info: str):
+        """As the wrapped stream."""
+        return self._inner.get_extra_info(info)
+
+
+class _DeadlineBackend:
+    """An httpcore network backend whose connections are :class:`_DeadlineStream` s and whose connect waits at most
+    what is left of the deadline."""
+
+    def __init__(self, inner, hc):
+        self._inner, self._hc = inner, hc
+
+    def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
+        """Connect within the deadline."""
+        return _DeadlineStream(self._inner.connect_tcp(host, port, _left(timeout, self._hc.ConnectTimeout),
+                                                       local_address, socket_options), self._hc)
+
+    def connect_unix_socket(self, path, timeout=None, socket_options=None):
+        """Connect within the deadline."""
+        return _DeadlineStream(self._inner.connect_unix_socket(path, _left(timeout, self._hc.ConnectTimeout),
+                                                               socket_options), self._hc)
+
+    def sleep(self, seconds: float) -> None:
+        """As the wrapped backend."""
+        self._inner.sleep(seconds)
+
+
+def _bounded_transport(url: str, timeout_s: float):
+    """An ``httpx`` transport for the server at ``url`` that enforces, per request (each attempt of the openai
+    client's retries):
+
+    * the deadline: ``timeout_s`` seconds from the start of the request to its last byte (:class:`_DeadlineBackend`
+      under the connection pool);
+    * the byte bound of :data:`_REPLY_LIMIT` (set by :meth:`Endpoint.call`): a ``Content-Length`` above it is refused
+      before the body is read, and the body is read piece by piece (64 KiB at most each) and dropped as soon as it
+      passes the bound, so memory never holds more than the bound and one piece; ``Accept-Encoding: identity`` is
+      asked, and a compressed reply refused (its expanded size is unbounded: a gzip bomb);
+    * proxies from the environment (``HTTP(S)_PROXY`` / ``NO_PROXY``, as the openai client would use them), through
+      the same bounded connection pool.
+
+    Raises (per request): :class:`_ReplyRefused`; httpx's ``ReadTimeout`` (etc.) at the deadline."""
+    hx, hc = _http_modules()
+    parts = urlsplit(url)
+    proxy = None
+    if not urllib.request.proxy_bypass(parts.hostname or ""):
+        proxy = urllib.request.getproxies().get(parts.scheme)
+
+    class BoundedTransport(hx.HTTPTransport):
+        def handle_request(self, request):
+            limit = _REPLY_LIMIT.get() or (REPLY_ENVELOPE, "a request")
+            bound, what = limit
+            request.headers["Accept-Encoding"] = "identity"
+            token = _DEADLINE.set(time.monotonic() + timeout_s)
+            try:
+                resp = super().handle_request(request)
+                try:
+                    enc = resp.headers.get("content-encoding", "identity").strip().lower()
+                    if enc not in ("", "identity"):
+                        raise _ReplyRefused(f"the reply to {what} is compressed ({quote(enc, 40)}) though lctx asked "
+                                            "for none (Accept-Encoding: identity); its expanded size cannot be bounded")
+                    declared = resp.headers.get("content-length", "")
+                    if declared.strip().isdigit() and int(declared) > bound:
+                        raise _ReplyRefused(f"the reply to {what} declares {_size(int(declared))} (Content-Length), "
+                                            f"more than its bound of {_size(bound)}; nothing of it was read")
+                    pieces, n = [], 0
+                    for piece in resp.stream:
+                        n += len(piece)
+                        if n > bound:
+                            raise _ReplyRefused(f"the reply to {what} passed its bound of {_size(bound)} (HTTP "
+                                                f"{resp.status_code}); lctx stopped reading it there")
+                        pieces.append(piece)
+                finally:
+                    resp.close()
+                return hx.Response(resp.status_code, headers=resp.headers, stream=hx.ByteStream(b"".join(pieces)),
+                                   extensions=resp.extensions)
+            finally:
+                _DEADLINE.reset(token)
+
+    transport = BoundedTransport(proxy=proxy)
+    pool = transport._pool  # httpx's connection pool (a proxy's too): its connections read through the deadline
+    pool._network_backend = _DeadlineBackend(pool._network_backend, hc)
+    return transport
 
 
 def api_key_from_env(name: Optional[str]) -> Optional[str]:
-    """The API key in environment variable ``name`` (``--api-key-env``), or None when no name is given.
+    """The API key in environment variable ``name`` (``--api-key-env``), or None when no name is given. The key is
+    registered with :func:`lctx.outside.register_secret`, so that no message, record or report shows it (a gateway's
+    401 "Incorrect API key provided: sk-..." quotes it back).
 
     Raises:
         LctxError: the variable is unset or empty (the message names the variable, never a value).
@@ -98,6 +322,7 @@ def api_key_from_env(name: Optional[str]) -> Optional[str]:
     if not key.strip():
         raise LctxError(f"--api-key-env {name}: the environment variable {name} is not set (or empty); export it "
                         "with the server's API key, or drop --api-key-env for a server without one")
+    register_secret(key.strip())
     return key.strip()
 
 
@@ -107,7 +332,9 @@ def api_key_from_env(name: Optional[str]) -> Optional[str]:
 
 class Endpoint:
     """One server: its base URL (``.../v1``), root (the URL without ``/v1``, where the tokenizer endpoints live), an
-    ``openai.OpenAI`` client (timeout, retries, the API key), and the count of requests in flight."""
+    ``openai.OpenAI`` client (retries, the API key) over a bounded transport (:func:`_bounded_transport`: a byte bound
+    per reply, ``timeout_s`` as a deadline per request from connect to last byte), and the count of requests in
+    flight."""
 
     def __init__(self, url: str, api_key: Optional[str], timeout_s: float, retries: int):
         import openai  # lazy: loads the openai client (only a served model needs it)
@@ -117,26 +344,36 @@ class Endpoint:
         parts = urlsplit(url)
         self.root = urlunsplit((parts.scheme, parts.netloc, parts.path[: -len("/v1")], "", ""))
         self.timeout_s = timeout_s
+        # trust_env off: the environment's proxies are the transport's own (_bounded_transport), so no request
+        # leaves through a mount without the bound and the deadline
+        http = openai.DefaultHttpxClient(transport=_bounded_transport(url, timeout_s), trust_env=False)
         self.client = openai.OpenAI(base_url=url, api_key=api_key or "no-key", max_retries=retries,
-                                    timeout=timeout_s)
+                                    timeout=timeout_s, http_client=http)
         self.in_flight = 0
         self.lock = threading.Lock()
 
-    def call(self, what: str, fn, *args, retries: Optional[int] = None, **kw):
+    def call(self, what: str, fn, *args, bound: int, retries: Optional[int] = None, **kw):
         """``fn(client, ...)`` with the openai client's errors as lctx's: a timeout or a reply that cannot be used
-        (an HTTP error after the retries, HTML, malformed JSON) is :class:`ServerReplyError`, a server that cannot be
-        reached after the retries :class:`ServerUnreachable` (ends the run). ``retries`` overrides the client's
-        (0 for capability probes, whose refusal is an answer)."""
+        (an HTTP error after the retries, HTML, malformed JSON, more than ``bound`` bytes) is
+        :class:`ServerReplyError`, a server that cannot be reached after the retries :class:`ServerUnreachable` (ends
+        the run). ``bound``: the most bytes read of each reply (stated by every caller: :func:`completion_bound`,
+        :data:`MODELS_BOUND`, ...); a reply past it is not retried (the same request would get it again).
+        ``retries`` overrides the client's (0 for capability probes, whose refusal is an answer)."""
         import openai  # lazy: loads the openai client (imported already by __init__)
 
         client = self.client if retries is None else self.client.with_options(max_retries=retries)
+        token = _REPLY_LIMIT.set((int(bound), what))
         try:
             return fn(client, *args, **kw)
+        except _ReplyRefused as e:
+            raise ServerReplyError(f"{self.shown}: {e}") from None
         except openai.APITimeoutError:
-            raise ServerReplyError(f"{self.shown}: no reply to {what} within the request timeout "
-                                   f"({self.timeout_s:g} s; --request-timeout)") from None
+            raise ServerReplyError(f"{self.shown}: no complete reply to {what} within the request deadline "
+                                   f"({self.timeout_s:g} s from connect to last byte; --request-timeout)") from None
         except openai.APIConnectionError as e:
-            cause = _first_line(e.__cause__) if e.__cause__ is not None else "connection error"
+            if isinstance(e.__cause__, _ReplyRefused):  # an openai client that wraps every exception (1.x, 2.x)
+                raise ServerReplyError(f"{self.shown}: {e.__cause__}") from None
+            cause = quote(_first_line(e.__cause__), 160) if e.__cause__ is not None else "connection error"
             raise ServerUnreachable(f"the server {self.shown} stopped answering ({cause}; {what}, after the "
                                     "retries); the records so far are kept: rerun the same command to resume once "
                                     "it is back") from None
@@ -144,7 +381,10 @@ class Endpoint:
             raise ServerReplyError(f"{self.shown}: {what} failed with HTTP {e.status_code}"
                                    f" ({_status_detail(e)})") from None
         except ValueError as e:  # json.JSONDecodeError: a 200 whose body is not JSON
-            raise ServerReplyError(f"{self.shown}: the reply to {what} is not valid JSON ({_first_line(e)})") from None
+            raise ServerReplyError(f"{self.shown}: the reply to {what} is not valid JSON "
+                                   f"({quote(_first_line(e), 160)})") from None
+        finally:
+            _REPLY_LIMIT.reset(token)
 
     def take(self) -> "Endpoint":
         """Count one more request in flight (:meth:`complete` counts it off)."""
@@ -152,15 +392,16 @@ class Endpoint:
             self.in_flight += 1
         return self
 
-    def get_json(self, path: str, retries: Optional[int] = 0) -> Any:
-        """GET ``root + path`` as JSON (``None`` for a 404/405: the server has no such endpoint)."""
-        return self._json("GET", path, None, retries)
+    def get_json(self, path: str, bound: int, retries: Optional[int] = 0) -> Any:
+        """GET ``root + path`` as JSON, at most ``bound`` bytes of it (``None`` for a 404/405: the server has no such
+        endpoint)."""
+        return self._json("GET", path, None, retries, bound)
 
-    def post_json(self, path: str, body: dict, retries: Optional[int] = None) -> Any:
-        """POST ``body`` to ``root + path`` as JSON (``None`` for a 404/405)."""
-        return self._json("POST", path, body, retries)
+    def post_json(self, path: str, body: dict, bound: int, retries: Optional[int] = None) -> Any:
+        """POST ``body`` to ``root + path`` as JSON, at most ``bound`` bytes of the reply (``None`` for a 404/405)."""
+        return self._json("POST", path, body, retries, bound)
 
-    def _json(self, method: str, path: str, body, retries) -> Any:
+    def _json(self, method: str, path: str, body, retries, bound: int) -> Any:
 
         def go(client):
             if method == "GET":
@@ -168,26 +409,31 @@ class Endpoint:
             return client.post(self.root + path, body=body, cast_to=object)
 
         try:
-            return self.call(f"{method} {path}", lambda c: go(c), retries=retries)
+            return self.call(f"{method} {path}", lambda c: go(c), retries=retries, bound=bound)
         except ServerReplyError as e:
             if " HTTP 404 " in f" {e} " or " HTTP 405 " in f" {e} ":
                 return None
             raise
 
-    def complete(self, what: str, retries: Optional[int] = None, **body) -> Any:
+    def complete(self, what: str, bound: int, retries: Optional[int] = None, **body) -> Any:
         """One ``/v1/completions`` request (``body``: the API's fields; counted in flight by :meth:`take`, which
-        must come first), the reply checked to be a completion with a choice (:func:`_check_completion`)."""
+        must come first), at most ``bound`` bytes of its reply (:func:`completion_bound`), the reply checked to be a
+        completion with a choice and whole-number usage counts (:func:`_check_completion`) as the server wrote it
+        (the raw JSON: the openai client's model would read ``"57"`` or ``true`` as a count), then built as the openai
+        client's ``Completion``."""
         try:
-            reply = self.call(what, lambda c: c.completions.create(**body, extra_body=GREEDY_EXTRA), retries=retries)
+            raw = self.call(what, lambda c: c.post("/completions", body={**body, **GREEDY_EXTRA}, cast_to=object),
+                            retries=retries, bound=bound)
         finally:
             with self.lock:
                 self.in_flight -= 1
-        return _check_completion(reply, self.shown, what)
+        return _check_completion(raw, self.shown, what)
 
 
 def _status_detail(e) -> str:
     """The first line of an HTTP error's message as the server wrote it (OpenAI, FastAPI or vLLM bodies; an HTML
-    page as its title)."""
+    page as its title), quoted (:func:`lctx.outside.quote`: the API key a gateway echoes redacted, control characters
+    escaped, at most :data:`lctx.outside.QUOTE_LIMIT` characters)."""
     body = getattr(e, "body", None)
     msg = None
     if isinstance(body, dict):
@@ -201,20 +447,33 @@ def _status_detail(e) -> str:
             msg = "an HTML page: " + text[start:text.lower().find("</title>", start)].strip()
         else:
             msg = text or str(e)
-    return " ".join(str(msg).split())[:240]
+    return quote(msg)
 
 
 def _check_completion(reply: Any, shown: str, what: str) -> Any:
-    """``reply`` if it is a completion with at least one choice, else :class:`ServerReplyError` naming what came."""
+    """``reply`` (the JSON as parsed) as the openai client's ``Completion`` if it is a completion (an object) with at
+    least one choice whose ``usage`` counts, where given, are whole numbers >= 0 (:func:`_count`), else
+    :class:`ServerReplyError` naming what came (:class:`ServerValueError` for a count)."""
+    from openai.types import Completion  # lazy: loads the openai client (loaded already by the request)
+
     if isinstance(reply, str):
-        head = " ".join(reply.split())[:60]
+        head = quote(reply, 60)
         kind = "an HTML page" if "<html" in reply.lower() or "<!doctype" in reply.lower() else "text"
         raise ServerReplyError(f"{shown}: the reply to {what} is {kind}, not a completion ({head!r}); is --model "
                                "the API's base URL, ending in /v1?")
-    choices = getattr(reply, "choices", None)
-    if not choices:
+    if not isinstance(reply, dict):
+        raise ServerReplyError(f"{shown}: the reply to {what} is {quote(repr(reply), 60)}, not a completion object")
+    choices = reply.get("choices")
+    if not choices or not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
         raise ServerReplyError(f"{shown}: the reply to {what} has no choices (an empty completion list)")
-    return reply
+    usage = reply.get("usage")
+    if isinstance(usage, dict):
+        for k in ("prompt_tokens", "completion_tokens"):
+            if usage.get(k) is not None:
+                _count(usage[k], f"usage.{k}", shown)
+    elif usage is not None:
+        raise ServerReplyError(f"{shown}: the reply to {what} has usage {quote(repr(usage), 60)}, not an object")
+    return Completion.construct(**reply)  # the client's own loose construction: values kept as the server sent them
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -229,8 +488,11 @@ class ServerTokenizer:
     ``"extras"`` (llama-cpp-python's ``/extras/tokenize`` ``{"input"}``, which adds the BOS the model wants: dropped
     here). Recent encodings are kept (a task budgets a prompt by encoding it a few times).
 
+    Each reply is read with a bound proportional to what was sent (:func:`tokenize_bound`,
+    :func:`detokenize_bound`).
+
     Raises (each method): :class:`ServerReplyError` / :class:`ServerUnreachable` as :meth:`Endpoint.call`; a reply
-    without ``tokens`` is a :class:`ServerReplyError`.
+    without ``tokens`` as a list of whole numbers >= 0 is a :class:`ServerReplyError`.
     """
 
     def __init__(self, endpoint: Endpoint, kind: str, model_id: str):
@@ -244,15 +506,17 @@ class ServerTokenizer:
         self.bos_token_id = self._specials()
 
     def _raw(self, text: str, special: bool) -> list[int]:
+        bound = tokenize_bound(text)
         if self.kind == "extras":
-            got = self.endpoint.post_json("/extras/tokenize", {"input": text})
+            got = self.endpoint.post_json("/extras/tokenize", {"input": text}, bound)
         else:
             got = self.endpoint.post_json("/tokenize", {"content": text, "prompt": text, "model": self.model_id,
-                                                        "add_special": special, "add_special_tokens": special})
+                                                        "add_special": special, "add_special_tokens": special}, bound)
         toks = got.get("tokens") if isinstance(got, dict) else None
-        if not isinstance(toks, list) or not all(isinstance(t, int) for t in toks):
-            raise ServerReplyError(f"{self.endpoint.shown}: the tokenizer endpoint answered {str(got)[:80]!r}, not "
-                                   "{'tokens': [ids]}")
+        if not isinstance(toks, list) or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0
+                                                 for t in toks):
+            raise ServerReplyError(f"{self.endpoint.shown}: the tokenizer endpoint answered {quote(got, 80)!r}, not "
+                                   "{'tokens': [ids >= 0]}")
         return toks
 
     def _specials(self) -> Optional[int]:
@@ -284,15 +548,16 @@ class ServerTokenizer:
             return self._dec[key]
         if not ids:
             return ""
+        bound = detokenize_bound(len(ids))
         if self.kind == "extras":
-            got = self.endpoint.post_json("/extras/detokenize", {"tokens": ids})
+            got = self.endpoint.post_json("/extras/detokenize", {"tokens": ids}, bound)
         else:
-            got = self.endpoint.post_json("/detokenize", {"tokens": ids, "model": self.model_id})
+            got = self.endpoint.post_json("/detokenize", {"tokens": ids, "model": self.model_id}, bound)
         text = None
         if isinstance(got, dict):
             text = next((got[k] for k in ("text", "content", "prompt") if isinstance(got.get(k), str)), None)
         if text is None:
-            raise ServerReplyError(f"{self.endpoint.shown}: the detokenize endpoint answered {str(got)[:80]!r}")
+            raise ServerReplyError(f"{self.endpoint.shown}: the detokenize endpoint answered {quote(got, 80)!r}")
         if len(key) <= 8:
             self._dec[key] = text
         return text
@@ -309,8 +574,10 @@ class ServerTokenizer:
     def fingerprint(self) -> str:
         """16 hex digits over the ids of :data:`FINGERPRINT_TEXTS` and the BOS: two servers with equal fingerprints
         tokenise those texts identically (a served tokenizer can be known by its outputs only)."""
-        body = json.dumps({"bos": self.bos_token_id, "ids": [self._raw(t, False) for t in FINGERPRINT_TEXTS]})
-        return hashlib.sha256(body.encode()).hexdigest()[:16]
+        if getattr(self, "_fp", None) is None:  # asked once, at load (load_server): never again mid-run
+            body = json.dumps({"bos": self.bos_token_id, "ids": [self._raw(t, False) for t in FINGERPRINT_TEXTS]})
+            self._fp = hashlib.sha256(body.encode()).hexdigest()[:16]
+        return self._fp
 
 
 def _local_tokenizer(spec: str):
@@ -406,6 +673,9 @@ class ServerAdapter(TokenizerSide):
     _texts: OrderedDict = field(default_factory=OrderedDict, repr=False)
     _lock: Any = field(default_factory=threading.Lock, repr=False)
     _inputs: Optional[dict] = field(default=None, repr=False)
+    _notes: OrderedDict = field(default_factory=OrderedDict, repr=False)
+    #: greedy replies whose thinking never closed (no ``think_end`` in the text): scored as empty answers
+    think_unclosed: int = 0
 
     # -- text -----------------------------------------------------------------------------------------------------
     def check_chat_template(self) -> None:
@@ -419,6 +689,43 @@ class ServerAdapter(TokenizerSide):
     def chat_source(self) -> str:
         """Where the chat template comes from, for messages."""
         return f"model {self.name!r} ({self.tokenizer_source})"
+
+    def prompt_budget(self, length: int, answer_tokens: int) -> int:
+        """:meth:`TokenizerSide.prompt_budget` with the request's whole ``max_tokens`` held back: the task's
+        ``answer_tokens`` and ``think_budget`` (a greedy request asks for both), so that prompt + ``max_tokens`` <=
+        the server's context (``max_length``) whenever it reports one."""
+        return super().prompt_budget(length, int(answer_tokens) + int(self.think_budget))
+
+    def check_answer_room(self, lengths) -> None:
+        """Refuse, before the sweep, a length at which a generating task's request would not fit the server's
+        context with the thinking budget: ``length + think_budget + 1`` (at least one answer token) must be at most
+        ``max_length``. The answer's own budget is held back from the prompt (:meth:`prompt_budget`), as for an
+        in-process model at its maximum; the thinking budget is not (a cell would lose thousands of tokens). Lengths
+        above ``max_length`` (``--allow-beyond-max``) and a server that reports no context are not checked.
+
+        Raises:
+            LctxError: the longest such length, with the arithmetic and the fix, in one line."""
+        if not self.think_budget or not self.max_length:
+            return
+        bad = [int(L) for L in lengths if L <= self.max_length and L + self.think_budget + 1 > self.max_length]
+        if bad:
+            L, tb = max(bad), int(self.think_budget)
+            raise LctxError(f"length {L} does not fit {self.name}'s served context with the thinking budget: {L} "
+                            f"prompt + {tb} --think-budget + at least 1 answer token = {L + tb + 1} tokens > "
+                            f"{self.max_length} ({self.max_length_source}); use lengths up to "
+                            f"{self.max_length - tb - 1}, or a smaller --think-budget")
+
+    def sample_notes(self, ids) -> dict:
+        """What the adapter noted of the sample whose prompt is ``ids``, taken off its list (the runner puts it in the
+        record's ``extra``): ``{"think_unclosed": why}`` when its thinking never closed (:meth:`greedy`); {} else."""
+        with self._lock:
+            return self._notes.pop(tuple(ids), {})
+
+    def _note(self, ids, **notes) -> None:
+        with self._lock:
+            self._notes[tuple(ids)] = {**self._notes.get(tuple(ids), {}), **notes}
+            while len(self._notes) > 4096:  # a caller that never takes them (lctx.evaluate always does)
+                self._notes.popitem(last=False)
 
     def tokenizer_fingerprint(self) -> str:
         """The tokenizer's fingerprint: a local tokenizer's definition, or the server tokenizer's ids
@@ -477,23 +784,30 @@ class ServerAdapter(TokenizerSide):
         """One completion of the prompt ``ids`` (sent as :meth:`_prompt_field`), its ``usage.prompt_tokens`` checked
         against ``len(ids)`` and its model against ``model_id``.
 
+        The reply is read up to :func:`completion_bound` of the request (``max_tokens``, the echoed prompt, the
+        ``logprobs`` asked).
+
         Raises:
             ServerReplyError: the server counted other prompt tokens (it cut, or re-tokenised, the prompt), named
-                another model, gave no usage, or the request failed.
+                another model, gave no usage, or the request failed; :class:`ServerValueError` for a usage count
+                that is not a whole number >= 0.
         """
+        prompt = self._prompt_field(ids, text)  # before a server is counted in (a detokenize may fail)
+        bound = completion_bound(body.get("max_tokens"), len(ids), bool(body.get("echo")), body.get("logprobs"))
         ep = self._pick(handle.endpoint if handle is not None else None)
         if handle is not None:
             handle.endpoint = ep
-        reply = ep.complete(what, retries=retries, model=self.model_id, prompt=self._prompt_field(ids, text), **body)
+        reply = ep.complete(what, bound, retries=retries, model=self.model_id, prompt=prompt, **body)
         got_model = getattr(reply, "model", None)
         if got_model and got_model != self.model_id:
-            raise ServerReplyError(f"{ep.shown}: the reply is from model {got_model!r}, not {self.model_id!r} (the "
-                                   "one asked for); another model answers at this URL")
+            raise ServerReplyError(f"{ep.shown}: the reply is from model {quote(got_model, 80)!r}, not "
+                                   f"{self.model_id!r} (the one asked for); another model answers at this URL")
         usage = getattr(reply, "usage", None)
         n = getattr(usage, "prompt_tokens", None)
         if n is None:
             raise ServerReplyError(f"{ep.shown}: the reply has no usage.prompt_tokens, so a cut prompt could not be "
                                    "caught; use a server that reports usage")
+        n = _count(n, "usage.prompt_tokens", ep.shown)
         if int(n) == len(ids) + 1 and not self.token_prompts and self.tokenizer.bos_token_id is not None \
                 and ids[:1] != [self.tokenizer.bos_token_id]:
             raise ServerReplyError(f"{ep.shown}: sent a prompt of {len(ids)} tokens without a BOS as text, and the "
@@ -520,17 +834,31 @@ class ServerAdapter(TokenizerSide):
     def greedy(self, prefix: ServerPrefix, max_new_tokens: int, stop_ids: Optional[set[int]] = None) -> list[int]:
         """Greedy continuation (``temperature`` 0, ``seed``), ``max_tokens`` = ``max_new_tokens`` (+
         ``think_budget``); stop strings: the text of each of ``stop_ids`` (the server stops at EOS itself). A
-        reasoning model's text up to its last ``think_end`` is dropped. Returns the ids of the answer text (the
-        server's tokenizer, re-encoded: the completions API returns text).
+        reasoning model's text up to its last ``think_end`` is dropped; a text without ``think_end`` (the thinking
+        never closed, or the budget cut it) is an empty answer, as vLLM's reasoning parsers give no content then: it
+        is counted (:attr:`think_unclosed`) and noted for the sample's record (:meth:`sample_notes`). Returns the
+        ids of the answer text (the server's tokenizer, re-encoded: the completions API returns text).
 
         Raises:
-            ServerReplyError: the request failed or its reply breaks a check (:meth:`_request`)."""
+            ServerReplyError: the request failed or its reply breaks a check (:meth:`_request`), or its text is
+                not a string."""
         stops = sorted({s for s in (self.decode([i]) for i in (stop_ids or ())) if s}) or None
         reply = self._request("a greedy completion", prefix.ids, prefix.text, handle=prefix, max_tokens=int(max_new_tokens)
                               + int(self.think_budget), temperature=0, seed=self.seed, stop=stops)
         text = reply.choices[0].text or ""
+        if not isinstance(text, str):
+            raise ServerReplyError(f"{self.endpoints[0].shown}: the completion's text is {quote(repr(text), 60)}, not "
+                                   "a string")
         if self.think_end:
-            text = text.split(self.think_end)[-1]
+            if self.think_end in text:
+                text = text.split(self.think_end)[-1]
+            else:
+                cut = getattr(reply.choices[0], "finish_reason", None) == "length"
+                with self._lock:
+                    self.think_unclosed += 1
+                self._note(prefix.ids, think_unclosed="cut by the token budget" if cut else
+                           f"no {self.think_end} in the reply")
+                text = ""
         return self.encode(text) if text else []
 
     def prompt_logprobs(self, ids: list, text: Optional[str] = None, what: str = "an echo",
@@ -688,15 +1016,21 @@ def _echoed(reply, ids: list, bos: Optional[int], shown: str, piece=None) -> tup
     count fits both layouts, the echoed token texts of the prompt's last tokens decide (``piece(id)``: a token's
     text).
 
+    Every value used (the prompt's log-probabilities and their alternatives) must be a log-probability
+    (:func:`_logprob`), and ``usage.completion_tokens`` a whole number >= 0.
+
     Raises:
-        ServerReplyError: no ``token_logprobs``, or a count (or texts) that fits neither layout."""
+        ServerReplyError: no ``token_logprobs``, or a count (or texts) that fits neither layout; a
+            :class:`ServerValueError` for a value that cannot be (NaN, infinite, above 0 past :data:`LOGPROB_TOL`, a
+            count that is not a whole number >= 0)."""
     lp = reply.choices[0].logprobs
     tokens = list(getattr(lp, "token_logprobs", None) or []) if lp is not None else []
     if not tokens:
         raise ServerReplyError(f"{shown}: the echo reply has no token_logprobs")
     tops = list(getattr(lp, "top_logprobs", None) or [None] * len(tokens))
     strs = list(getattr(lp, "tokens", None) or [])
-    n_gen = int(getattr(reply.usage, "completion_tokens", 0) or 0)
+    n_gen = getattr(reply.usage, "completion_tokens", None)
+    n_gen = 0 if n_gen is None else _count(n_gen, "usage.completion_tokens", shown)
     layouts = [(len(ids), 0)] + ([(len(ids) - 1, 1)] if bos is not None and ids[:1] == [bos] else [])
     fits = [(m, pad) for m, pad in layouts if m <= len(tokens) <= m + n_gen]
     if len(fits) > 1 and piece is not None and len(strs) == len(tokens):
@@ -712,8 +1046,39 @@ def _echoed(reply, ids: list, bos: Optional[int], shown: str, piece=None) -> tup
         raise ServerReplyError(f"{shown}: the server echoed {len(tokens)} log-probabilities ({n_gen} generated) for a "
                                f"prompt of {len(ids)} tokens; they cannot be lined up with it")
     m, pad = fits[0]
-    vals = [sorted((float(v) for v in (t or {}).values()), reverse=True) for t in tops[:m]]
-    return [None] * pad + [None if v is None else float(v) for v in tokens[:m]], [[]] * pad + vals
+    vals = []
+    for i, t in enumerate(tops[:m]):
+        if t is not None and not isinstance(t, dict):
+            raise ServerReplyError(f"{shown}: the echo's top_logprobs at position {i} is {quote(repr(t), 60)}, not "
+                                   "{token: log-probability}")
+        vals.append(sorted((_logprob(v, f"among the alternatives (top_logprobs) at position {i} of the echo", shown)
+                            for v in (t or {}).values()), reverse=True))
+    lps = [None if v is None else _logprob(v, f"at position {i} of the echo", shown) for i, v in enumerate(tokens[:m])]
+    return [None] * pad + lps, [[]] * pad + vals
+
+
+def _logprob(v: Any, where: str, shown: str) -> float:
+    """``v`` as a float if it can be a log-probability: a number (not a bool), finite, at most :data:`LOGPROB_TOL`
+    above 0.
+
+    Raises:
+        ServerValueError: anything else (the value quoted, ``where`` it was, the rule), one line."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v > LOGPROB_TOL:
+        raise ServerValueError(f"{shown}: the server reported a log-probability of {quote(repr(v), 40)} {where}; a "
+                               f"log-probability is finite and at most 0 ({LOGPROB_TOL:g} above it for rounding), so "
+                               "the reply is not scored")
+    return float(v)
+
+
+def _count(v: Any, what: str, shown: str) -> int:
+    """``v`` if it is a whole number >= 0 (an int, not a bool).
+
+    Raises:
+        ServerValueError: anything else (a string, NaN, a fraction, a bool, a negative), one line naming ``what``."""
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise ServerValueError(f"{shown}: the reply's {what} is {quote(repr(v), 40)}, not a whole number >= 0, so the "
+                               "reply is not used")
+    return v
 
 
 def trust_probe(lm: ServerAdapter) -> TrustReport:
@@ -735,9 +1100,12 @@ def trust_probe(lm: ServerAdapter) -> TrustReport:
     again_at = user.index(f" {key}", first_at + 1)
     p = TokenizerSide.prompt(lm, user, " The pass key is", marks=[first_at, again_at])
     first = lm.continuation_ids(user[:first_at], f" {key}")
+    shown = lm.endpoints[0].shown
     try:
         gen = lm._request("the trust probe's greedy completion", p.ids, p.text, max_tokens=len(first) + 2,
                           temperature=0, seed=lm.seed, logprobs=TOP_K, retries=PROBE_RETRIES)
+    except ServerValueError:  # a value that cannot be: the load fails (load_server), not just the metrics
+        raise
     except ServerReplyError as e:
         return TrustReport(False, f"the server gives no log-probabilities ({e})")
     glp = gen.choices[0].logprobs
@@ -745,7 +1113,14 @@ def trust_probe(lm: ServerAdapter) -> TrustReport:
     gen_text = gen.choices[0].text or ""
     if not gen_lps or not gen_text:
         return TrustReport(False, "the server returned no log-probabilities for generated tokens (logprobs)")
+    if not isinstance(gen_text, str):
+        raise ServerReplyError(f"{shown}: the trust probe's completion text is {quote(repr(gen_text), 60)}, not a "
+                               "string")
+    gen_lps = [None if v is None else _logprob(v, f"for generated token {i} of the trust probe", shown)
+               for i, v in enumerate(gen_lps)]
     gen_tops = list(getattr(glp, "top_logprobs", None) or [])
+    gen_tops = [{k: _logprob(v, f"among the alternatives of generated token {i} of the trust probe", shown)
+                 for k, v in t.items()} if isinstance(t, dict) else t for i, t in enumerate(gen_tops)]
     greedy = all(t and v is not None and max(t.values()) - v <= 1e-6 for t, v in zip(gen_tops, gen_lps)) \
         if len(gen_tops) == len(gen_lps) else None
     gen_ids = lm.continuation_ids(p.text, gen_text)
@@ -755,6 +1130,8 @@ def trust_probe(lm: ServerAdapter) -> TrustReport:
                                         temperature=0, seed=lm.seed, echo=True, logprobs=TOP_K,
                                         retries=PROBE_RETRIES),
                             both, lm.bos_id, lm.endpoints[0].shown, lambda i: lm.decode([i]))
+    except ServerValueError:
+        raise
     except ServerReplyError as e:
         return TrustReport(False, f"the server gives no usable prompt log-probabilities (echo: {e})", greedy)
     n = min(len(gen_ids), len(gen_lps))
@@ -795,12 +1172,29 @@ def load_server(model: str, *, concurrency: int = 1, tokenizer: Optional[str] = 
     prompt log-probabilities (a failed probe is told to ``log`` once). Every server of the list must serve the same
     model id and tokenizer.
 
+    Every reply of the load (the listings, the tokenizer's fingerprint, the trust probe) is checked as a sample's
+    would be; one that fails its check (a bound, the deadline, a log-probability that cannot be, an HTTP error) ends
+    the load in one line, before anything runs.
+
     Raises:
         LctxError: a bad URL, an unset ``--api-key-env`` variable, a server that cannot be reached or refuses the key,
             lists no model or several without ``served_model``, one that is not listed, servers that disagree, no
             tokenizer (neither an endpoint nor ``tokenizer``), a local tokenizer that tokenises otherwise than the
-            server, ``concurrency`` below 1.
+            server, ``concurrency`` below 1, a reply of the load that fails its checks (:class:`ServerReplyError`,
+            :class:`ServerValueError`).
     """
+    try:
+        return _load_server(model, concurrency=concurrency, tokenizer=tokenizer, api_key_env=api_key_env,
+                            served_model=served_model, timeout_s=timeout_s, retries=retries,
+                            chat_template=chat_template, system_prompt=system_prompt, think_end=think_end,
+                            think_budget=think_budget, seed=seed, name=name, log=log)
+    except ServerReplyError as e:
+        raise LctxError(f"{e} (while loading the served model, before anything ran)") from None
+
+
+def _load_server(model: str, *, concurrency, tokenizer, api_key_env, served_model, timeout_s, retries, chat_template,
+                 system_prompt, think_end, think_budget, seed, name, log) -> ServerAdapter:
+    """:func:`load_server`'s body (its ServerReplyErrors become one LctxError there)."""
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
         raise LctxError(f"--concurrency {concurrency!r} is not a whole number >= 1; write e.g. --concurrency 4")
     key = api_key_from_env(api_key_env)
@@ -812,8 +1206,8 @@ def load_server(model: str, *, concurrency: int = 1, tokenizer: Optional[str] = 
         ids.append(mid)
         served[ep.shown] = info
     if len(set(ids)) != 1:
-        raise LctxError("the servers of --model serve different models (" + ", ".join(f"{e.shown}: {i!r}" for e, i in
-                        zip(eps, ids)) + "); give the servers of one model")
+        raise LctxError("the servers of --model serve different models (" + ", ".join(f"{e.shown}: {quote(i, 80)!r}"
+                        for e, i in zip(eps, ids)) + "); give the servers of one model")
     model_id = ids[0]
     kinds = [_tokenizer_kind(ep) for ep in eps]
     server_toks = [ServerTokenizer(ep, k, model_id) if k else None for ep, k in zip(eps, kinds)]
@@ -848,6 +1242,7 @@ def load_server(model: str, *, concurrency: int = 1, tokenizer: Optional[str] = 
                        concurrency=concurrency, seed=seed, think_end=think_end or None,
                        think_budget=int(think_budget or 0), served=served, tokenizer_source=source)
     lm.max_length = _max_length(served)
+    lm.tokenizer_fingerprint()  # now, so a tokenizer endpoint that fails does so at load (cached for the resume key)
     if chat_template:
         lm.check_chat_template()
     lm.token_prompts = all([_takes_token_ids(ep, model_id, lm) for ep in eps])  # each server asked
@@ -874,7 +1269,8 @@ def _served_model(ep: Endpoint, served_model: Optional[str], key_env: Optional[s
     Raises:
         LctxError: unreachable, a refused key, no model, several without ``served_model``, or it is not listed."""
     try:
-        got = ep.call("GET /v1/models", lambda c: c.get(ep.url + "/models", cast_to=object), retries=1)
+        got = ep.call("GET /v1/models", lambda c: c.get(ep.url + "/models", cast_to=object), retries=1,
+                      bound=MODELS_BOUND)
     except ServerUnreachable as e:
         if ep.url.startswith("https://") and any(w in str(e) for w in ("SSL", "TLS", "ssl", "record layer")):
             raise LctxError(f"{ep.shown}: the TLS handshake failed ({str(e).split('(', 1)[-1].split(';')[0]}); is the "
@@ -893,28 +1289,28 @@ def _served_model(ep: Endpoint, served_model: Optional[str], key_env: Optional[s
     data = got.get("data") if isinstance(got, dict) else None
     listed = [d.get("id") for d in data if isinstance(d, dict) and isinstance(d.get("id"), str)] if isinstance(data, list) else []
     if not listed:
-        raise LctxError(f"{ep.shown}/models lists no model ({str(got)[:80]!r}); is --model the API's base URL?")
+        raise LctxError(f"{ep.shown}/models lists no model ({quote(got, 80)!r}); is --model the API's base URL?")
     if served_model is not None:
         if served_model not in listed:
-            raise LctxError(f"{ep.shown} does not serve {served_model!r} (it lists {', '.join(map(repr, listed))}); "
+            raise LctxError(f"{ep.shown} does not serve {quote(served_model, 80)!r} (it lists {quote_list(listed)}); "
                             "fix --served-model")
         mid = served_model
     elif len(listed) > 1:
-        raise LctxError(f"{ep.shown} serves several models ({', '.join(map(repr, listed))}); choose one with "
+        raise LctxError(f"{ep.shown} serves several models ({quote_list(listed)}); choose one with "
                         "--served-model ID")
     else:
         mid = listed[0]
     entry = next(d for d in data if isinstance(d, dict) and d.get("id") == mid)
     info: dict = {"model": {k: entry[k] for k in ("id", "root", "max_model_len", "owned_by", "created")
                             if k in entry and k != "created"}}
-    props = ep.get_json("/props")
+    props = ep.get_json("/props", PROPS_BOUND)
     if isinstance(props, dict):
         keep = ("model_path", "total_slots", "build_info", "chat_template", "bos_token", "eos_token")
         info["props"] = {k: props[k] for k in keep if k in props}
         dgs = props.get("default_generation_settings")
         if isinstance(dgs, dict) and isinstance(dgs.get("n_ctx"), int):
             info["props"]["n_ctx"] = dgs["n_ctx"]
-    version = ep.get_json("/version")
+    version = ep.get_json("/version", VERSION_BOUND)
     if isinstance(version, dict):
         info["version"] = version
     return mid, info
@@ -937,7 +1333,7 @@ def _tokenizer_kind(ep: Endpoint) -> Optional[str]:
     for kind, path, body in (("tokenize", "/tokenize", {"content": "a", "prompt": "a"}),
                              ("extras", "/extras/tokenize", {"input": "a"})):
         try:
-            got = ep.post_json(path, body, retries=0)
+            got = ep.post_json(path, body, tokenize_bound("a"), retries=0)
         except ServerReplyError:
             continue
         if isinstance(got, dict) and isinstance(got.get("tokens"), list):
@@ -963,8 +1359,9 @@ def _takes_token_ids(ep: Endpoint, model_id: str, lm: ServerAdapter) -> bool:
     ids = lm.prompt("a").ids
     try:
         reply = ep.call("a token-id prompt", lambda c: c.completions.create(model=model_id, prompt=ids, max_tokens=1,
-                                                                           temperature=0), retries=0)
+                                                                           temperature=0), retries=0,
+                        bound=completion_bound(1))
     except ServerReplyError:
         return False
-    usage = getattr(reply, "usage", None)
-    return bool(getattr(reply, "choices", None)) and getattr(usage, "prompt_tokens", None) == len(ids)
+    n = getattr(getattr(reply, "usage", None), "prompt_tokens", None)
+    return bool(getattr(reply, "choices", None)) and type(n) is int and n == len(ids)
