@@ -644,3 +644,25 @@ def test_thinking_cut_by_the_budget_is_named(stub, monkeypatch):
     assert lm.sample_notes([toy.BOS, 5]) == {}  # taken once
     monkeypatch.setattr(lm, "_request", lambda what, ids, text, **body: reply("<think>x</think> 42.", "stop"))
     assert lm.decode(lm.greedy(lm.prefix([toy.BOS, 6]), 8)) == " 42." and lm.sample_notes([toy.BOS, 6]) == {}
+
+
+@pytest.mark.parametrize("path", ["/v1/models", "/extras/tokenize", "/v1/completions"])
+def test_a_key_echoed_by_the_server_is_redacted_where_the_message_is_built(path, monkeypatch):
+    """Issue 42 item 1, the server side (tests/test_outside.py greps every sink of a whole run): the key read by
+    api_key_from_env is registered as a secret, so the one-line message built from a gateway's 500 that quotes it
+    (at load: /v1/models, the tokenizer; mid-run: a completion) holds "[redacted]" and never the key, before any sink
+    sees it. The key has no sk- prefix, so only its registration can redact it; control: the stub echoed it."""
+    key = "lctx-echo-test-k3y-7f3a9c"
+    monkeypatch.setenv("LCTX_ECHO_KEY", key)
+    with StubServer(api_key=key) as s:
+        if path == "/v1/completions":
+            lm = _load(s, api_key_env="LCTX_ECHO_KEY", retries=0)
+            s.fail("500-key", times=1)
+            with pytest.raises(ServerReplyError) as e:
+                lm.greedy(lm.prefix(_passkey_ids(lm)), 5)
+        else:
+            s.fail("500-key", times=None, path=path, after=int(path == "/extras/tokenize"))  # past its detection
+            with pytest.raises(LctxError) as e:
+                _load(s, api_key_env="LCTX_ECHO_KEY", retries=0)
+        assert s.count(path, 500) >= 1  # the stub quoted the key
+    assert key not in str(e.value) and "[redacted]" in str(e.value) and "HTTP 500" in str(e.value), str(e.value)
