@@ -164,7 +164,7 @@ def run(
     tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="Served models: a local tokenizer (folder, .gguf file or cached hub id) for a server without a tokenizer endpoint, or with a chat template for --chat-template on; checked against the server's."),
     api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="Served models: the environment variable that holds the API key (never given on the command line, never written)."),
     served_model: Optional[str] = typer.Option(None, "--served-model", help="Served models: the model id to use where the server lists several (/v1/models)."),
-    request_timeout: float = typer.Option(600.0, "--request-timeout", min=0.1, help="Served models: seconds to wait for one reply."),
+    request_timeout: float = typer.Option(600.0, "--request-timeout", min=0.1, help="Served models: the deadline of each request in seconds, from connect to the last byte of its reply (each retry gets its own)."),
     retries: int = typer.Option(4, "--retries", min=0, help="Served models: retries of a request on 429/5xx and reset connections, with exponential back-off (Retry-After honoured)."),
     think_end: Optional[str] = typer.Option(None, "--think-end", help="Served reasoning models: the marker that ends the thinking span (e.g. '</think>'); the text up to it is dropped before scoring."),
     think_budget: int = typer.Option(0, "--think-budget", min=0, help="Served reasoning models: tokens added to each answer budget for the thinking span."),
