@@ -194,7 +194,7 @@ KEY_FAULTS = [(path, fault, 0) for path in ("/v1/models", "/extras/tokenize", "/
                                                                  ("/v1/completions", "500-key", 3)]
 
 
-@pytest.mark.slow  # a run, a report and a compare per case: ~3 s each
+@pytest.mark.slow  # 11 cases of a run, a report and a compare (~1 CPU s each) and a baseline run
 @pytest.mark.parametrize("path,fault,after", KEY_FAULTS, ids=[f"{p}-{f}-after{a}" for p, f, a in KEY_FAULTS])
 def test_a_key_echoing_gateway_leaks_the_key_nowhere(path, fault, after, clean_baseline, tmp_path, capsys,
                                                      monkeypatch):
@@ -216,7 +216,7 @@ def test_a_key_echoing_gateway_leaks_the_key_nowhere(path, fault, after, clean_b
     assert "Traceback" not in printed and codes[0] in (0, 2, 3, 4), (codes, printed[-2000:])
 
 
-@pytest.mark.slow  # a run, a report and a compare: ~4 s
+@pytest.mark.slow  # a run, a report and a compare: ~1.3 CPU s, ~5 s alone (the run's imports)
 def test_a_key_in_the_served_model_id_and_terminal_controls_reach_no_sink(tmp_path, capsys, monkeypatch):
     """Issue 42 items 1 and 5: a served model id holding the planted key and OSC/CSI/BEL/C1/bidi bytes. The key
     reaches no output by this route either; stdout, stderr, report.md, the CSVs and compare.md hold no raw control
@@ -292,7 +292,7 @@ def test_every_write_of_the_cli_streams_is_redacted(capsys):
     assert capsys.readouterr().out == "lib says [redacted]\n"
 
 
-@pytest.mark.slow  # two runs of the stub and a compare: ~4 s
+@pytest.mark.slow  # two runs of the stub and a compare: ~1 CPU s, ~5 s alone (the run's imports)
 def test_the_trust_probe_reason_is_printed_once(tmp_path, capsys):
     """Issue 42 item 4 (issue 45): a served model whose trust probe fails: lctx run printed the 100-character
     reason three times (the load warning, the unavailable line, the note under the table); now once, the others
