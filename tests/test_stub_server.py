@@ -386,6 +386,48 @@ def test_a_hang_trips_the_clients_timeout():
         assert complete(client(s), SHORT, max_tokens=9).status_code == 200  # control: answered
 
 
+@pytest.mark.parametrize("fault", ["401-key", "403-key", "500-key"])
+def test_a_key_echoing_fault_quotes_the_presented_key(fault):
+    """Issue 42 item 1: the gateway faults echo the key the request presented (what lctx must redact); the stub
+    itself never records it."""
+    TESTED_FAULTS.add(fault)
+    key = "sk-stubtest0123456789abcdef"
+    with StubServer(api_key=key) as s:
+        c = client(s, headers={"Authorization": f"Bearer {key}"})
+        s.fail(fault, path="/v1/models")
+        got = c.get("/v1/models")
+        assert got.status_code == int(fault[:3]) and key in got.json()["error"]["message"]
+        assert c.get("/v1/models").status_code == 200  # one-shot: then service
+        assert all(key not in repr(x) for x in s.requests)
+
+
+@pytest.mark.parametrize("fault", ["huge", "huge-stream"])
+def test_a_huge_reply_is_written_until_the_client_leaves(fault):
+    """Issue 42 item 2: a reply of ``huge_bytes`` (declared or chunked), written piece by piece; a client that reads
+    a part and leaves stops it (``Seen.sent`` counts what went out)."""
+    TESTED_FAULTS.add(fault)
+    with StubServer(huge_bytes=1 << 20) as s:
+        s.fail(fault, path="/v1/models")
+        with client(s).stream("GET", "/v1/models") as r:
+            assert r.status_code == 200
+            assert ("content-length" in r.headers) == (fault == "huge")
+            body = b"".join(r.iter_raw())
+        assert len(body) == 1 << 20 and body.startswith(b'{"object": "list", "data": [')
+        assert s.requests[-1].sent == 1 << 20
+        assert client(s).get("/v1/models").json()["data"][0]["id"] == s.model_id  # control: one-shot
+
+
+def test_drip_sends_the_true_reply_one_byte_at_a_time():
+    """Issue 42 item 2: the dripped reply is the true one, status line included, one byte per write (so a client's
+    per-read timeout, longer than ``drip_s``, never fires)."""
+    TESTED_FAULTS.add("drip")
+    with StubServer(drip_s=0.001) as s:
+        s.fail("drip", path="/v1/models")
+        got = client(s).get("/v1/models")
+        assert got.status_code == 200 and got.json()["data"][0]["id"] == s.model_id
+        assert s.requests[-1].sent > len(got.content)  # the status line and headers were dripped too
+
+
 def test_faults_are_checked_by_name_and_all_have_a_test():
     with StubServer() as s:
         with pytest.raises(ValueError, match="fault '249'"):
