@@ -154,6 +154,7 @@ def _replicates():
     return mod
 
 
+@pytest.mark.slow  # 5.3 CPU s (reads 35 committed run directories): over the fast subset's budget (issue 42 item 10)
 def test_seeds_md_replicate_table_is_the_committed_runs(tmp_path):
     """Issue 31: seeds.md's three-seed claims table is, line for line, what make_tables.py makes from the committed
     per-seed runs (so every spread and verdict there is traceable to a summary.csv). Control: one seed's passkey
