@@ -28,6 +28,7 @@ from lctx.model_files import check_model_path, check_tokenizer_files, is_server_
 from lctx.harness.args import (MAX_SAMPLES, check_results_out, check_run_options, check_task_options,
                                check_writable_dir, chat_options, parse_batch_size, parse_depths, parse_lengths,
                                parse_task_options, task_option_names)
+from lctx.harness.run.console import say
 from lctx.errors import EXIT_ALL_FAILED, EXIT_OK, EXIT_SOME_FAILED, LctxError, split_list
 
 DEFAULT_LENGTHS = (256, 512, 1024, 2048)
@@ -195,7 +196,7 @@ def evaluate(models=None, tasks=None,
              concurrency: int = 1, tokenizer: Optional[str] = None, api_key_env: Optional[str] = None,
              served_model: Optional[str] = None, request_timeout: float = 600.0, retries: int = 4,
              think_end: Optional[str] = None, think_budget: int = 0,
-             log: Callable[[str], None] = print, warn: Optional[Callable[[str], None]] = None) -> Result:
+             log: Optional[Callable[[str], None]] = None, warn: Optional[Callable[[str], None]] = None) -> Result:
     """Evaluate models on tasks x lengths x depths x samples and write the run directory ``out``.
 
     models: a model or a list of them, each a checkpoint path (lctx, Hugging Face, GGUF; loaded with
@@ -228,7 +229,9 @@ def evaluate(models=None, tasks=None,
     ``num_fewshot``) go to the tasks that declare them (:attr:`lctx.tasks.Task.run_options`); set for a run without
     such a task they are named in a warning. ``lengths``, ``depths`` and ``window`` may be the CLI's strings ("256,1k"):
     they are parsed here, once, before torch loads. ``log`` / ``warn`` receive progress notes and warnings (one line
-    each).
+    each); by default they are printed on stdout through :func:`lctx.harness.run.console.say` (secrets redacted,
+    control characters from outside escaped, each line capped: issue 42). A ``log`` of your own gets the lines as
+    lctx wrote them: pass them through :func:`lctx.outside.cap` before a terminal sees them.
 
     A model may be a served one: ``"http://HOST:PORT/v1"`` (or ``"URL1,URL2"``: several servers of one model sharing
     the requests), an OpenAI-compatible server (vLLM, SGLang, llama.cpp's servers) reached through
@@ -254,6 +257,7 @@ def evaluate(models=None, tasks=None,
             two tasks of one name; a task on an adapter that lacks a method the task needs (mmlu/arc without
             ``lmeval_model()`` or ``lmeval_api_model()``).
     """
+    log = log or say
     warn, said = _kept(warn or log)  # this call's warnings: a long reason one gave is not repeated (issue 42 item 4)
     nums = _plain_numbers(samples=samples, seed=seed, chunk_size=chunk_size, train_length=train_length,
                           key_digits=key_digits, ppl_max_tokens=ppl_max_tokens, limit=limit, num_fewshot=num_fewshot,
