@@ -29,6 +29,7 @@ from lctx.harness.args import (MAX_SAMPLES, check_results_out, check_run_options
                                check_writable_dir, chat_options, parse_batch_size, parse_depths, parse_lengths,
                                parse_task_options, task_option_names)
 from lctx.harness.run.console import say
+from lctx.outside import register_secret
 from lctx.errors import EXIT_ALL_FAILED, EXIT_OK, EXIT_SOME_FAILED, LctxError, split_list
 
 DEFAULT_LENGTHS = (256, 512, 1024, 2048)
@@ -143,16 +144,42 @@ def _plain(v):
 
 
 def _plain_numbers(**values) -> dict:
-    """The numeric arguments of :func:`evaluate` as Python numbers (:func:`_plain`); ``seed`` a whole number.
+    """The numeric arguments of :func:`evaluate` as Python numbers (:func:`_plain`); ``seed`` a whole number in
+    [-2**63, 2**63); the served options within :data:`SERVED_BOUNDS`.
 
     Raises:
-        LctxError: a ``seed`` that is not a whole number (a bool counts as none), in one line.
+        LctxError: a ``seed`` that is not a whole number (a bool counts as none) or out of int64's range, a served
+            option out of its bounds; in one line.
     """
     out = {k: _plain(v) for k, v in values.items()}
     seed = out.get("seed")
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise LctxError(f"seed={values.get('seed')!r} is not a whole number; pass an integer, e.g. seed=0 (--seed)")
+    if not -SEED_LIMIT <= seed < SEED_LIMIT:
+        raise LctxError(f"seed={seed} is outside [-2**63, 2**63) (the tables store it as a 64-bit integer); pass a "
+                        "smaller seed, e.g. seed=0 (--seed)")
+    for k, (lo, hi, fix) in SERVED_BOUNDS.items():
+        v = out.get(k)
+        if v is None or isinstance(v, bool) or not isinstance(v, (int, float)):
+            continue
+        if not (lo <= v <= hi):  # NaN fails too
+            raise LctxError(f"{k.replace('_', '-')} {v!r} is outside [{lo:g}, {hi:g}] ({fix})")
     return out
+
+
+#: seeds are stored as int64 (results.parquet; numpy's generators take 64 bits)
+SEED_LIMIT = 2 ** 63
+#: bounds of the served model's request options, checked before any work ({name: (lowest, highest, why/fix)}): a
+#: thinking budget enlarges every request's ``max_tokens`` and the byte bound of its reply (issue 42 items 2, 4)
+SERVED_BOUNDS = {
+    "think_budget": (0, 65536, "the tokens a reasoning model may think before its answer; 64K at most, a bound on "
+                              "every reply's size: pass e.g. --think-budget 2048"),
+    "retries": (0, 100, "retries of one request with exponential back-off; 100 already waits for hours: pass e.g. "
+                        "--retries 4"),
+    "request_timeout": (0.1, 86400, "seconds from connect to the last byte of one reply, at most a day: pass e.g. "
+                                    "--request-timeout 600"),
+    "concurrency": (1, 1024, "requests in flight at once over all servers; pass e.g. --concurrency 8"),
+}
 
 
 def _task_option_items(task_options) -> list[str]:
@@ -258,6 +285,8 @@ def evaluate(models=None, tasks=None,
             ``lmeval_model()`` or ``lmeval_api_model()``).
     """
     log = log or say
+    if api_key_env:  # the key is a secret from the first message on: an option check may quote a value holding it
+        register_secret(os.environ.get(str(api_key_env), ""))
     warn, said = _kept(warn or log)  # this call's warnings: a long reason one gave is not repeated (issue 42 item 4)
     nums = _plain_numbers(samples=samples, seed=seed, chunk_size=chunk_size, train_length=train_length,
                           key_digits=key_digits, ppl_max_tokens=ppl_max_tokens, limit=limit, num_fewshot=num_fewshot,

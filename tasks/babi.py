@@ -289,6 +289,11 @@ def check_books(task: str, books: list[Path]) -> None:
                             f"{MIN_BOOK_SENTENCES}; give a real book (--task-option {task}.haystack=PATH)")
 
 
+#: the most bytes of books one haystack may hold in all: 4 times the text lctx reads of one file, 6 times the
+#: bundled PG books (11 MiB); a folder of 80 links to a 13 MiB book (1 GiB) took 67 s and 1.3 GB before any sample
+MAX_HAYSTACK_BYTES = 64 << 20
+
+
 class BookTask(Task):
     """What babi_qa* and mrcr share: a ``haystack`` of PG books (:func:`book_files`, set by :meth:`_set_books`),
     their content the run's data fingerprint, every book read before the sweep (:func:`check_books`)."""
@@ -299,12 +304,17 @@ class BookTask(Task):
         """Resolve the ``haystack`` option (:func:`book_files`).
 
         Raises:
-            LctxError: as :func:`book_files`; a book larger than :data:`lctx.tasks.textdata.MAX_TEXT_BYTES` (by its
-                size, nothing read: a prompt uses a window of one book).
+            LctxError: as :func:`book_files`; a book larger than :data:`lctx.tasks.textdata.MAX_TEXT_BYTES`, or books
+                larger than :data:`MAX_HAYSTACK_BYTES` in all (by their sizes, nothing read: a prompt uses a window of
+                one book, and each book is read, checked and fingerprinted before the sweep).
         """
         self.books = book_files(self.name, haystack, data_dir)
-        for p in self.books:
-            check_file_size(p, MAX_TEXT_BYTES, f"{self.name}'s haystack book")
+        total = sum(check_file_size(p, MAX_TEXT_BYTES, f"{self.name}'s haystack book") for p in self.books)
+        if total > MAX_HAYSTACK_BYTES:
+            raise LctxError(f"{self.name}'s haystack {str(haystack)!r} holds {len(self.books)} books, "
+                            f"{total / (1 << 20):.1f} MiB in all, above the {MAX_HAYSTACK_BYTES >> 20} MiB lctx reads "
+                            "for one task (every book is checked and fingerprinted before the sweep); pass a folder "
+                            "with fewer books (--task-option TASK.haystack=FOLDER)")
 
     def data_files(self) -> dict[str, Path]:
         """The books a sample may draw (their content is the run's data fingerprint)."""

@@ -165,3 +165,13 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     for nodeid, (cpu, wall, _) in over:
         tr.write_line(f"{cpu:7.2f} {wall:7.2f}  {nodeid}")
     tr.write_line(f"total: {sum(v[0] for v in _CPU_TIMES.values()):.1f} CPU s over {len(_CPU_TIMES)} tests")
+
+
+@pytest.fixture(autouse=True)
+def _forget_secrets():
+    """Secrets a test registered (lctx.outside.register_secret: an --api-key-env key) are forgotten after it, so a
+    later test's text is not redacted by another test's key."""
+    yield
+    from lctx.outside import forget_secrets
+
+    forget_secrets()

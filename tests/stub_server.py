@@ -70,7 +70,8 @@ Faults, each countable in :attr:`StubServer.requests`:
   status line on.
 * value faults (issue 42 item 3), settings: ``logprob_fault`` (a value, e.g. 3.0, NaN, inf, 1e300, that every
   reported log-probability becomes: ``logprob_fault_in="token"``, the token's own in ``token_logprobs`` and
-  ``top_logprobs``; ``"top"``, the other alternatives only), ``usage_fault`` (``usage[usage_field]`` as a string,
+  ``top_logprobs``; ``"top"``, the other alternatives only; ``"bare"``: true values, every ``top_logprobs`` entry
+  ``{}``), ``usage_fault`` (``usage[usage_field]`` as a string,
   NaN, ``true``, -1 or a fraction: :data:`USAGE_FAULTS`), ``extra_models`` (``/v1/models`` lists that many more
   models), ``tokenize_fail_after`` (``/extras/tokenize`` answers 400 after that many requests).
 * :meth:`StubServer.die_after`: the server stops after n more completions (connections refused, open ones
@@ -130,6 +131,8 @@ BOUND_FAULTS = {
             "until the client goes away (a 2 GB reply)",
     "huge-stream": "the same without a Content-Length (chunked): the size is known only by reading it",
     "drip": "the true reply, status line and headers included, one byte every drip_s seconds",
+    "nested": "200 OK, application/json, a list nested 20,000 deep (40 KB, under every bound): json's decoder "
+              "recurses once a level",
 }
 FAULTS.update(BOUND_FAULTS)
 #: ``usage_fault``: what the reply's ``usage[usage_field]`` becomes (issue 42 item 3)
@@ -269,10 +272,10 @@ class StubServer:
         if echo_fault not in (None, "shift", "next") and not isinstance(echo_fault, (int, float)):
             raise ValueError(f"echo_fault {echo_fault!r}: a number of nats, 'shift' or 'next'")
         self.model = StubModel(rule)
-        self.model_id = model_id or f"toy-{rule}"
+        self.model_id = model_id if model_id is not None else f"toy-{rule}"
         # value faults (issue 42 items 2-3): see the module docstring
-        if logprob_fault_in not in ("token", "top"):
-            raise ValueError(f"logprob_fault_in {logprob_fault_in!r}: token or top")
+        if logprob_fault_in not in ("token", "top", "bare"):
+            raise ValueError(f"logprob_fault_in {logprob_fault_in!r}: token, top or bare")
         if usage_fault not in (None, *USAGE_FAULTS):
             raise ValueError(f"usage_fault {usage_fault!r}: one of {', '.join(USAGE_FAULTS)}")
         self.extra_models, self.logprob_fault, self.logprob_fault_in = extra_models, logprob_fault, logprob_fault_in
@@ -502,7 +505,7 @@ class _Handler(BaseHTTPRequestHandler):
             if stub._dead:
                 seen.status = "dead"
                 self._reset()
-            if seen.fault in _REPLYING or seen.fault in ("huge", "huge-stream"):  # in front of the server (a proxy,
+            if seen.fault in _REPLYING or seen.fault in ("huge", "huge-stream", "nested"):  # in front of the server (a proxy,
                 # a rate limiter, the network)
                 return self._fault(seen)
             if seen.fault == "hang":
@@ -697,6 +700,10 @@ class _Handler(BaseHTTPRequestHandler):
                 lps.append(None)
                 tops.append(None)
                 continue
+            if stub.logprob_fault_in == "bare":  # true values, no alternatives at all: {} where k were asked
+                lps.append(reported[i])
+                tops.append({})
+                continue
             bad = stub.logprob_fault
             value = reported[i] if bad is None or stub.logprob_fault_in == "top" else bad
             lps.append(value)
@@ -735,6 +742,8 @@ class _Handler(BaseHTTPRequestHandler):
                                                         "code": "invalid_api_key"}})
         elif fault in ("huge", "huge-stream"):
             self._huge(seen, chunked=fault == "huge-stream")
+        elif fault == "nested":
+            self._send(seen, 200, b"[" * 20_000 + b"]" * 20_000, "application/json")
         elif fault == "reset":
             seen.status = "reset"
             self._reset()

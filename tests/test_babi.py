@@ -261,3 +261,27 @@ def test_books_are_checked_before_the_sweep(books, tmp_path):
     short.write_text("Word. " * 5)
     with pytest.raises(LctxError, match=r"task 'mrcr': book .* has \d+ sentences, fewer than 100"):
         get_task("mrcr")(haystack=str(short)).check_data()
+
+
+def test_a_haystack_folder_past_its_total_is_refused_before_any_book_is_read(tmp_path, monkeypatch):
+    """Issue 42 (trial): a books/ folder of 80 links to one 13 MiB book (1 GiB in all, each under the per-file cap)
+    took 67 s and 1.3 GB before the first sample (every book checked and fingerprinted). Now the folder's total is
+    capped (MAX_HAYSTACK_BYTES), by size, before a byte is read; control: 4 links (52 MiB) build."""
+    from lctx.errors import LctxError
+    from lctx.tasks import babi, get_task
+
+    books = tmp_path / "books"
+    books.mkdir()
+    big = tmp_path / "big.txt"
+    with open(big, "wb") as f:
+        f.truncate(13 << 20)  # sparse: sizes are all the check reads
+    for i in range(4):
+        (books / f"b{i}.txt").symlink_to(big)
+    monkeypatch.setattr(babi, "read_text", lambda *a, **k: (_ for _ in ()).throw(AssertionError("a book was read")))
+    get_task("babi_qa1")(data_dir=tmp_path)  # control: 52 MiB
+    for i in range(4, 80):
+        (books / f"b{i}.txt").symlink_to(big)
+    for task in ("babi_qa1", "mrcr"):
+        with pytest.raises(LctxError, match=rf"^{task}'s haystack 'books' holds 80 books, 1040.0 MiB in all, above the "
+                                            r"64 MiB"):
+            get_task(task)(data_dir=tmp_path)

@@ -236,6 +236,19 @@ def test_errored_cell_is_a_regression():
     assert statuses(cmp)[("ppl", "ppl", 512)] == "error" and cmp.failed
 
 
+def test_an_all_error_run_never_passes_against_an_all_error_baseline():
+    """Issue 42 (trial): a run whose every sample of a cell failed, against a baseline whose cell failed too, was
+    "same" and the gate passed (exit 0 for a run that scored nothing). Now it is an error; control: a cell that is
+    NaN on both sides without errors (nothing recorded as failing) stays same."""
+    base = set_cell(cells(), "ppl", "ppl", 512, mean=math.nan, n=0, n_error=2)
+    run = set_cell(cells(), "ppl", "ppl", 512, mean=math.nan, n=0, n_error=2)
+    cmp = compare_runs(run, base)
+    assert statuses(cmp)[("ppl", "ppl", 512)] == "error" and cmp.failed
+    quiet_base = set_cell(cells(), "ppl", "ppl", 512, mean=math.nan, n=0, n_error=0)
+    quiet_run = set_cell(cells(), "ppl", "ppl", 512, mean=math.nan, n=0, n_error=0)
+    assert statuses(compare_runs(quiet_run, quiet_base))[("ppl", "ppl", 512)] == "same"
+
+
 def test_alias(tmp_path, capsys):
     base = write_run(tmp_path / "base", cells("tiny"))
     run = write_run(tmp_path / "run", cells("tiny-v2"))

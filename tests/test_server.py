@@ -666,3 +666,132 @@ def test_a_key_echoed_by_the_server_is_redacted_where_the_message_is_built(path,
                 _load(s, api_key_env="LCTX_ECHO_KEY", retries=0)
         assert s.count(path, 500) >= 1  # the stub quoted the key
     assert key not in str(e.value) and "[redacted]" in str(e.value) and "HTTP 500" in str(e.value), str(e.value)
+
+
+# ---------------------------------------------------------------------------------------------- issue 42: the trial
+
+@pytest.mark.parametrize("path", ["/v1/models", "/extras/tokenize", "/v1/completions"])
+def test_json_nested_too_deeply_is_one_line_not_a_traceback(path, tmp_path):
+    """A reply nested 20,000 deep (40 KB, under every bound) made json's decoder raise RecursionError: an 88-line
+    traceback at load, "RecursionError ... decoder.py" in a record. Now: at load one LctxError line naming it; in a
+    completion that sample's error record saying so."""
+    with StubServer() as s:
+        if path == "/v1/completions":
+            lm = _load(s, retries=0)
+            s.fail("nested", times=1)
+            res = lctx.evaluate(lm, ["passkey"], out=tmp_path / "o", log=lambda m: None, warn=lambda m: None, **GRID)
+            errs = [r["error"] for r in records(res.out) if r["status"] == "error"]
+            assert len(errs) == 1 and "nested too deeply" in errs[0] and "decoder.py" not in errs[0], errs
+        else:
+            s.fail("nested", times=None, path=path)
+            with pytest.raises(LctxError, match="nested too deeply") as e:
+                _load(s, retries=0)
+            assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("model_id,needle", [("", "lists no model with a non-empty id"),
+                                             ("m" * 100_000, "model id of 100000 characters")])
+def test_an_empty_or_huge_served_model_id_is_refused_at_load(model_id, needle):
+    """An id "" was taken (one error record, then "run has no records.jsonl records"); a 100 KB id filled every
+    warning line and made a 200 KB summary.csv. Both are refused at load, in one short line."""
+    with StubServer(model_id=model_id) as s:
+        with pytest.raises(LctxError, match=needle) as e:
+            _load(s)
+    assert len(str(e.value)) < 500
+
+
+@pytest.mark.parametrize("fault", ["401-key", "huge", "drip", "nested"])
+def test_a_failing_tokenizer_endpoint_is_named_not_called_missing(fault):
+    """A tokenizer endpoint that exists but fails at load (a refused key, a reply past its bound or its deadline, a
+    reply json cannot read) was reported as "has no tokenizer endpoint ... give --tokenizer": the cause hidden. Now
+    the message quotes the failure. Control: a server with no tokenizer endpoint at all still says so."""
+    with StubServer(drip_s=0.3) as s:
+        s.fail(fault, times=None, path="/extras/tokenize")
+        with pytest.raises(LctxError) as e:
+            _load(s, retries=0, timeout_s=1.0)
+    msg = str(e.value)
+    assert "tokenizer endpoint failed" in msg and "no tokenizer endpoint" not in msg, msg
+    with StubServer() as s:
+        s.fail("500", times=None, path="/nowhere")  # unrelated path: the endpoint itself answers
+        assert S._tokenizer_kind(S.Endpoint(s.url, None, 5.0, 0)) == "extras"
+
+
+def test_a_key_too_short_to_redact_is_refused(monkeypatch):
+    """A 3-character key ("k9Z") cannot be told apart from text: it reached records, run.json and the tables. Now
+    --api-key-env refuses a key shorter than lctx.outside.MIN_SECRET, naming the variable, never the value."""
+    from lctx.outside import MIN_SECRET
+
+    monkeypatch.setenv("LCTX_SHORT_KEY", "k9Z")
+    with pytest.raises(LctxError, match=f"fewer than {MIN_SECRET} characters") as e:
+        S.api_key_from_env("LCTX_SHORT_KEY")
+    assert "k9Z" not in str(e.value)
+    monkeypatch.setenv("LCTX_SHORT_KEY", "EMPTY")  # control: vLLM's customary placeholder key is long enough
+    assert S.api_key_from_env("LCTX_SHORT_KEY") == "EMPTY"
+
+
+def test_no_alternatives_where_k_were_asked_is_an_error_not_a_rank(tmp_path):
+    """An echo whose top_logprobs are all {} (5 alternatives asked) scored digit_acc 0.0 with status ok: a rank read
+    from nothing. Now each such sample is an error record; control: the same server with alternatives scores 1.0."""
+    with StubServer() as s:
+        lm = _load(s)
+        ok = lctx.evaluate(lm, ["passkey"], out=tmp_path / "ok", log=lambda m: None, warn=lambda m: None, **GRID)
+        s.logprob_fault_in = "bare"
+        bad = lctx.evaluate(lm, ["passkey"], out=tmp_path / "bad", log=lambda m: None, warn=lambda m: None, **GRID)
+    assert all(r["metrics"]["digit_acc"] == 1.0 for r in records(ok.out))
+    for r in records(bad.out):
+        assert r["status"] == "error" and "lists no alternatives" in r["error"], r
+
+
+def test_retries_0_means_no_retry_at_load():
+    """--retries 0 still retried /v1/models once (a hard-coded probe retry): a dripping listing took twice the
+    deadline. Now a load-time request retries min(1, --retries) times."""
+    with StubServer() as s:
+        s.fail("500", times=None, path="/v1/models")
+        with pytest.raises(LctxError):
+            _load(s, retries=0)
+        assert s.count("/v1/models") == 1
+    with StubServer() as s:  # control: with retries the listing is asked again, once
+        s.fail("500", times=None, path="/v1/models")
+        with pytest.raises(LctxError):
+            _load(s, retries=3)
+        assert s.count("/v1/models") == 2
+
+
+def test_a_think_budget_larger_than_the_context_says_how_to_fit(tmp_path):
+    """A thinking budget that alone fills the served context said "use lengths up to -1025"; now it names the
+    budget that fits."""
+    props = {"default_generation_settings": {"n_ctx": 1024}}
+    with StubServer(props=props) as s:
+        with pytest.raises(LctxError, match=r"use --think-budget below 724") as e:
+            run(s.url, tmp_path, lengths=[300], think_end="</think>", think_budget=2048)
+    assert "up to -" not in str(e.value)
+
+
+@pytest.mark.parametrize("opt,value", [("think_budget", 10 ** 9), ("retries", 10 ** 9), ("request_timeout", 1e9),
+                                       ("concurrency", 10 ** 6), ("seed", 2 ** 64), ("seed", -(2 ** 63) - 1)])
+def test_served_options_and_the_seed_are_bounded_before_any_work(opt, value, tmp_path):
+    """--think-budget 1e9 made every reply's byte bound unbounded (2 GiB read, 6.5 GB RSS), --retries 1e9 retried a
+    429 for ever, a seed past int64 ran the sweep and then failed writing results.parquet (a traceback, tables lost).
+    Each is refused before anything runs (no run directory)."""
+    with pytest.raises(LctxError, match="outside") as e:
+        lctx.evaluate("http://127.0.0.1:9/v1", ["passkey"], out=tmp_path / "o", lengths=[256], log=lambda m: None,
+                      **{opt: value})
+    assert "\n" not in str(e.value) and not (tmp_path / "o").exists()
+
+
+def test_the_key_is_a_secret_before_the_first_option_check(tmp_path, monkeypatch, capsys):
+    """A key inside a task option or a task name was printed by the option check, which ran before the server
+    adapter registered the key. lctx.evaluate registers it first; control: without --api-key-env the value shows."""
+    from helpers import run_cli
+
+    key = "planted0SECRET0value0XYZ"
+    monkeypatch.setenv("LCTX_OPT_KEY", key)
+    base = ["run", "--model", "http://127.0.0.1:9/v1", "--lengths", 256, "--out", tmp_path / "o"]
+    for extra in (["--tasks", "passkey", "--task-option", f"passkey.key_digits={key}"], ["--tasks", key]):
+        code, out, err = run_cli(base + extra + ["--api-key-env", "LCTX_OPT_KEY"], capsys)
+        assert code == 2 and key not in out + err and "[redacted]" in err, err
+    from lctx.outside import forget_secrets
+
+    forget_secrets()
+    code, _, err = run_cli(base + ["--tasks", key], capsys)
+    assert code == 2 and key in err

@@ -428,6 +428,17 @@ def test_drip_sends_the_true_reply_one_byte_at_a_time():
         assert s.requests[-1].sent > len(got.content)  # the status line and headers were dripped too
 
 
+def test_nested_is_deep_json_under_every_bound():
+    """Issue 42 (trial): a 200 JSON reply nested 20,000 deep, 40 KB: valid brackets, too deep for json's decoder."""
+    TESTED_FAULTS.add("nested")
+    with StubServer() as s:
+        s.fail("nested", path="/v1/models")
+        got = client(s).get("/v1/models")
+        assert got.status_code == 200 and len(got.content) == 40_000 and got.content.startswith(b"[[[")
+        with pytest.raises(RecursionError):
+            json.loads(got.content)
+
+
 def test_faults_are_checked_by_name_and_all_have_a_test():
     with StubServer() as s:
         with pytest.raises(ValueError, match="fault '249'"):

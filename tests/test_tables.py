@@ -357,8 +357,9 @@ def _outside_records() -> list[dict]:
 
 def test_written_tables_are_redacted_and_the_csvs_escaped(tmp_path, planted):
     """Issue 42 items 1 and 5: the tables of records holding the key (model id, error, reason) and terminal
-    controls: results.parquet and the returned tables hold no key but keep the raw text (a reader gets the id as
-    served); results.csv and summary.csv hold no key and no raw control, the controls escaped visibly."""
+    controls: the returned tables hold no key but keep the raw text (the run's own view of the id as served);
+    results.parquet, results.csv and summary.csv hold no key and no raw control, the controls escaped visibly (a
+    trial printed the parquet's model column: raw ESC/OSC on the terminal)."""
     from lctx.harness.run.tables import write_tables
 
     table, summary = write_tables(_outside_records(), tmp_path, {"passkey": ("exact", "digit_acc")})
@@ -366,7 +367,9 @@ def test_written_tables_are_redacted_and_the_csvs_escaped(tmp_path, planted):
     for df in (table, summary, pq):
         text = df.astype(str).to_string()
         assert PLANTED not in text and "[redacted]" in text
-    assert pq["model"].iloc[0] == f"toy{CONTROLS}-[redacted]"  # raw, redacted
+    assert table["model"].iloc[0] == f"toy{CONTROLS}-[redacted]"  # raw, redacted
+    assert RAW_CONTROL.search(pq.astype(str).to_string()) is None
+    assert pq["model"].iloc[0] == "toy\\x1b]0;PWNED\\x07\\x1b[31m\\x9b2J\\u202e-[redacted]"
     for name in ("results.csv", "summary.csv"):
         raw = (tmp_path / name).read_text()
         assert PLANTED not in raw and RAW_CONTROL.search(raw) is None, name

@@ -30,7 +30,7 @@ options, within that cell alone (:func:`_match_cells`): a cell's verdict never d
 such a cell name the options that tell them apart (``option_set``, "key_digits=3"; the printed note shows it).
 
 Each cell gets a status: ``regression``, ``error`` (the run's samples failed where the baseline's did
-not), ``incomparable`` (options differ), ``missing`` (in the baseline, not in the run), ``improvement``,
+not, or every sample of the run's cell failed, whatever the baseline holds), ``incomparable`` (options differ), ``missing`` (in the baseline, not in the run), ``improvement``,
 ``new`` (in the run only), ``unavailable`` (a side's model could not give the metric, e.g. a server without prompt
 log-probabilities: not comparable, the reason in the note; never a regression or an improvement, and it does not
 fail the gate) or ``same`` (within tolerance). The gate fails on regression or error (exit 1),
@@ -842,8 +842,8 @@ def _judge(row: dict, direction: str, tol: Tolerance) -> str:
     # samples that failed now but not in the baseline are a regression whatever the mean of the rest says
     if (not r_ok and b_ok) or (row["run_n_error"] or 0) > (row["base_n_error"] or 0):
         return "error"
-    if not r_ok and not b_ok:
-        return "same"
+    if not r_ok and not b_ok:  # nothing scored on either side: errors in the run are never "same" (a gate that
+        return "error" if (row["run_n_error"] or 0) > 0 else "same"  # passes an all-error run against an all-error baseline)
     if not b_ok:  # the baseline's samples failed, the run's did not
         return "improvement"
     diff = r - b

@@ -510,7 +510,8 @@ def write_tables(records: list[dict], out_dir: Path, metrics_of=None,
                  current: dict | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Write ``results.parquet``, ``results.csv`` and ``summary.csv`` into ``out_dir`` (each atomically:
     a failed write leaves the previous file) from the current inputs' records; return (table, summary), both
-    redacted (:func:`clean_frame`; the CSVs escape control characters too).
+    redacted (:func:`clean_frame`); the files escape control characters too (a model id with ESC/OSC bytes is
+    ``\\x1b...`` in the parquet file as in the CSVs: a tool that prints a column prints no terminal sequence).
 
     ``current``: {label: fingerprint}; default ``run.json``'s ``current`` map.
 
@@ -520,8 +521,9 @@ def write_tables(records: list[dict], out_dir: Path, metrics_of=None,
 
     out_dir = Path(out_dir)
     df = clean_frame(to_table(records, metrics_of, current if current is not None else current_map(out_dir)))
-    atomic_write(out_dir / "results.parquet", lambda p: df.to_parquet(p, index=False))
-    atomic_write(out_dir / "results.csv", lambda p: clean_frame(df, escape=True).to_csv(p, index=False))
+    shown = clean_frame(df, escape=True)  # what the files hold: no raw control byte from outside, parquet included
+    atomic_write(out_dir / "results.parquet", lambda p: shown.to_parquet(p, index=False))
+    atomic_write(out_dir / "results.csv", lambda p: shown.to_csv(p, index=False))
     summ = summarize(df)
     atomic_write(out_dir / "summary.csv", lambda p: clean_frame(summ, escape=True).to_csv(p, index=False))
     return df, summ

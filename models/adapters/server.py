@@ -64,7 +64,7 @@ from typing import Any, Optional, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
 from lctx.errors import LctxError, MetricUnavailable, ServerReplyError, ServerUnreachable, ServerValueError
-from lctx.outside import quote, quote_list, register_secret
+from lctx.outside import MIN_SECRET, quote, quote_list, register_secret
 from lctx.model_files import is_server_url, redact_url, split_server_urls  # noqa: F401  (kept as lctx.models.adapters.server.*)
 from lctx.models.adapters.protocol import ContinuationScores
 from lctx.models.adapters.text import Prompt, TokenizerSide, _first_line, tokenizer_fingerprint
@@ -87,6 +87,8 @@ CERTAIN_MARGIN = 1.0
 #: context had just used); vLLM and SGLang name it ``repetition_penalty`` (default 1.0). A server ignores the one it
 #: does not know.
 GREEDY_EXTRA = {"repeat_penalty": 1.0, "repetition_penalty": 1.0}
+#: the longest served model id lctx takes (characters): ids are names or paths (vLLM's default is the model path)
+MAX_MODEL_ID = 512
 #: retries of the trust probe's requests: a server that refuses log-probabilities answers 500 (llama-cpp-python
 #: without logits_all) or 400, which is its answer, not a fault to wait out
 PROBE_RETRIES = 1
@@ -314,7 +316,8 @@ def api_key_from_env(name: Optional[str]) -> Optional[str]:
     401 "Incorrect API key provided: sk-..." quotes it back).
 
     Raises:
-        LctxError: the variable is unset or empty (the message names the variable, never a value).
+        LctxError: the variable is unset or empty, or its key shorter than :data:`lctx.outside.MIN_SECRET`
+            characters (the message names the variable, never a value).
     """
     if not name:
         return None
@@ -322,6 +325,10 @@ def api_key_from_env(name: Optional[str]) -> Optional[str]:
     if not key.strip():
         raise LctxError(f"--api-key-env {name}: the environment variable {name} is not set (or empty); export it "
                         "with the server's API key, or drop --api-key-env for a server without one")
+    if len(key.strip()) < MIN_SECRET:
+        raise LctxError(f"--api-key-env {name}: the key in {name} has fewer than {MIN_SECRET} characters, too short to "
+                        "be told apart from ordinary text and kept out of messages and files; give the server a "
+                        "longer key")
     register_secret(key.strip())
     return key.strip()
 
@@ -349,8 +356,15 @@ class Endpoint:
         http = openai.DefaultHttpxClient(transport=_bounded_transport(url, timeout_s), trust_env=False)
         self.client = openai.OpenAI(base_url=url, api_key=api_key or "no-key", max_retries=retries,
                                     timeout=timeout_s, http_client=http)
+        self.retries = retries
         self.in_flight = 0
         self.lock = threading.Lock()
+
+    @property
+    def probe_retries(self) -> int:
+        """Retries of a load-time request (``/v1/models``, the trust probe): :data:`PROBE_RETRIES`, never more than
+        ``--retries`` (``--retries 0`` means none anywhere)."""
+        return min(PROBE_RETRIES, self.retries)
 
     def call(self, what: str, fn, *args, bound: int, retries: Optional[int] = None, **kw):
         """``fn(client, ...)`` with the openai client's errors as lctx's: a timeout or a reply that cannot be used
@@ -383,6 +397,9 @@ class Endpoint:
         except ValueError as e:  # json.JSONDecodeError: a 200 whose body is not JSON
             raise ServerReplyError(f"{self.shown}: the reply to {what} is not valid JSON "
                                    f"({quote(_first_line(e), 160)})") from None
+        except RecursionError:  # json's decoder recurses per nesting level: [[[[...]]]] a few thousand deep
+            raise ServerReplyError(f"{self.shown}: the reply to {what} is JSON nested too deeply to read (thousands of "
+                                   "levels); no OpenAI-API reply nests more than a few") from None
         finally:
             _REPLY_LIMIT.reset(token)
 
@@ -710,10 +727,13 @@ class ServerAdapter(TokenizerSide):
         bad = [int(L) for L in lengths if L <= self.max_length and L + self.think_budget + 1 > self.max_length]
         if bad:
             L, tb = max(bad), int(self.think_budget)
+            room = self.max_length - tb - 1
+            fix = (f"use lengths up to {room}, or a smaller --think-budget" if room >= 1 else
+                   f"the thinking budget alone fills it: use --think-budget below {self.max_length - L}, or a server "
+                   "with a longer context")
             raise LctxError(f"length {L} does not fit {self.name}'s served context with the thinking budget: {L} "
                             f"prompt + {tb} --think-budget + at least 1 answer token = {L + tb + 1} tokens > "
-                            f"{self.max_length} ({self.max_length_source}); use lengths up to "
-                            f"{self.max_length - tb - 1}, or a smaller --think-budget")
+                            f"{self.max_length} ({self.max_length_source}); {fix}")
 
     def sample_notes(self, ids) -> dict:
         """What the adapter noted of the sample whose prompt is ``ids``, taken off its list (the runner puts it in the
@@ -918,6 +938,9 @@ class ServerAdapter(TokenizerSide):
                                        f"{n + j} of the prompt and its continuation")
             # its rank among the TOP_K alternatives the server listed (the token itself may be among them); past them
             # TOP_K + 1 (ContinuationScores: an adapter that sees only the top k says so)
+            if not top:
+                raise ServerReplyError(f"{self.endpoints[0].shown}: the echo lists no alternatives (top_logprobs) at "
+                                       f"position {n + j} though {TOP_K} were asked; a rank cannot be read")
             rank = 1 + sum(1 for v in top if v > lp + 1e-9)
             rank = rank if any(abs(v - lp) <= 1e-9 for v in top) or rank <= len(top) else TOP_K + 1
             out_lp.append(float(lp))
@@ -940,6 +963,10 @@ class ServerAdapter(TokenizerSide):
             raise ServerReplyError(f"{self.endpoints[0].shown}: the echo has no log-probability at position {gap} (a "
                                    "server that echoes the token after the BOS without one, as llama-cpp-python); "
                                    "run ppl with --ppl-bos none through it")
+        bare = next((p for p in targets if not tops[p]), None)
+        if bare is not None:
+            raise ServerReplyError(f"{self.endpoints[0].shown}: the echo lists no alternatives (top_logprobs) at "
+                                   f"position {bare} though {TOP_K} were asked; the first-choice flag cannot be read")
         nll = [-float(lps[p]) for p in targets]
         top1 = [not any(v > lps[p] + 1e-9 for v in tops[p]) for p in targets]
         return nll, top1
@@ -1103,7 +1130,7 @@ def trust_probe(lm: ServerAdapter) -> TrustReport:
     shown = lm.endpoints[0].shown
     try:
         gen = lm._request("the trust probe's greedy completion", p.ids, p.text, max_tokens=len(first) + 2,
-                          temperature=0, seed=lm.seed, logprobs=TOP_K, retries=PROBE_RETRIES)
+                          temperature=0, seed=lm.seed, logprobs=TOP_K, retries=lm.endpoints[0].probe_retries)
     except ServerValueError:  # a value that cannot be: the load fails (load_server), not just the metrics
         raise
     except ServerReplyError as e:
@@ -1128,7 +1155,7 @@ def trust_probe(lm: ServerAdapter) -> TrustReport:
     try:
         lps, tops = _echoed(lm._request("the trust probe's echo", both, p.text + gen_text, max_tokens=1,
                                         temperature=0, seed=lm.seed, echo=True, logprobs=TOP_K,
-                                        retries=PROBE_RETRIES),
+                                        retries=lm.endpoints[0].probe_retries),
                             both, lm.bos_id, lm.endpoints[0].shown, lambda i: lm.decode([i]))
     except ServerValueError:
         raise
@@ -1209,7 +1236,7 @@ def _load_server(model: str, *, concurrency, tokenizer, api_key_env, served_mode
         raise LctxError("the servers of --model serve different models (" + ", ".join(f"{e.shown}: {quote(i, 80)!r}"
                         for e, i in zip(eps, ids)) + "); give the servers of one model")
     model_id = ids[0]
-    kinds = [_tokenizer_kind(ep) for ep in eps]
+    kinds = [_tokenizer_kind(ep, strict=not tokenizer) for ep in eps]
     server_toks = [ServerTokenizer(ep, k, model_id) if k else None for ep, k in zip(eps, kinds)]
     fps = {t.fingerprint() for t in server_toks if t is not None}
     if len(fps) > 1:
@@ -1269,7 +1296,7 @@ def _served_model(ep: Endpoint, served_model: Optional[str], key_env: Optional[s
     Raises:
         LctxError: unreachable, a refused key, no model, several without ``served_model``, or it is not listed."""
     try:
-        got = ep.call("GET /v1/models", lambda c: c.get(ep.url + "/models", cast_to=object), retries=1,
+        got = ep.call("GET /v1/models", lambda c: c.get(ep.url + "/models", cast_to=object), retries=ep.probe_retries,
                       bound=MODELS_BOUND)
     except ServerUnreachable as e:
         if ep.url.startswith("https://") and any(w in str(e) for w in ("SSL", "TLS", "ssl", "record layer")):
@@ -1287,9 +1314,16 @@ def _served_model(ep: Endpoint, served_model: Optional[str], key_env: Optional[s
                             "--api-key-env NAME") from None
         raise LctxError(f"{msg}; is --model the API's base URL, ending in /v1?") from None
     data = got.get("data") if isinstance(got, dict) else None
-    listed = [d.get("id") for d in data if isinstance(d, dict) and isinstance(d.get("id"), str)] if isinstance(data, list) else []
+    listed = [d.get("id") for d in data if isinstance(d, dict) and isinstance(d.get("id"), str)
+              and d.get("id").strip()] if isinstance(data, list) else []
+    long_id = next((i for i in listed if len(i) > MAX_MODEL_ID), None)
+    if long_id is not None:
+        raise LctxError(f"{ep.shown}/models lists a model id of {len(long_id)} characters ({quote(long_id, 60)!r}), "
+                        f"more than the {MAX_MODEL_ID} lctx takes (a name, not a document); serve the model under a "
+                        "shorter name (vLLM: --served-model-name)")
     if not listed:
-        raise LctxError(f"{ep.shown}/models lists no model ({quote(got, 80)!r}); is --model the API's base URL?")
+        raise LctxError(f"{ep.shown}/models lists no model with a non-empty id ({quote(got, 80)!r}); is --model the "
+                        "API's base URL?")
     if served_model is not None:
         if served_model not in listed:
             raise LctxError(f"{ep.shown} does not serve {quote(served_model, 80)!r} (it lists {quote_list(listed)}); "
@@ -1327,17 +1361,31 @@ def _max_length(served: dict) -> Optional[int]:
     return min(vals) if vals else None
 
 
-def _tokenizer_kind(ep: Endpoint) -> Optional[str]:
+def _tokenizer_kind(ep: Endpoint, strict: bool = True) -> Optional[str]:
     """Which tokenizer endpoint the server has: ``"tokenize"`` (``/tokenize``), ``"extras"`` (llama-cpp-python's
-    ``/extras/tokenize``) or None."""
+    ``/extras/tokenize``) or None (neither exists: both answer 404/405; or, not ``strict``, neither works: a local
+    ``--tokenizer`` is given and a broken endpoint is left unused).
+
+    Raises:
+        LctxError: an endpoint that exists but fails (an HTTP error other than 404/405, a reply past its bound or its
+            deadline, a reply without a ``tokens`` list) while the other does not answer: the first such failure,
+            quoted, so that the message names the cause rather than "no tokenizer endpoint"."""
+    failures = []
     for kind, path, body in (("tokenize", "/tokenize", {"content": "a", "prompt": "a"}),
                              ("extras", "/extras/tokenize", {"input": "a"})):
         try:
             got = ep.post_json(path, body, tokenize_bound("a"), retries=0)
-        except ServerReplyError:
+        except ServerReplyError as e:
+            failures.append(str(e))
             continue
-        if isinstance(got, dict) and isinstance(got.get("tokens"), list):
+        if isinstance(got, dict) and isinstance(got.get("tokens"), list) \
+                and all(isinstance(t, int) and not isinstance(t, bool) for t in got["tokens"]):
             return kind
+        if got is not None:  # it answered, but not {"tokens": [ids]}
+            failures.append(f"{ep.shown}: POST {path} answered {quote(got, 80)!r}, not {{'tokens': [ids]}}")
+    if failures and strict:
+        raise LctxError(f"the server's tokenizer endpoint failed ({failures[0]}); fix the server, or give --tokenizer "
+                        "PATH (the served model's tokenizer) to count tokens locally")
     return None
 
 
