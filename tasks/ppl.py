@@ -204,13 +204,20 @@ class Perplexity(Task):
         or ``--window`` sizes given, and again with ``--relative``'s once the training lengths are known.
 
         Raises:
-            ValueError: a window shorter than the stride (names both).
+            ValueError: a window shorter than the stride (names both); a fraction that is less than one token of a
+                window (it would run as 1 token, not what the records name).
         """
         s = float(self.stride)
         short = [w for w in windows if s > 1 and s > w]
         if short:
             raise ValueError(f"stride {s:g} is longer than the shortest window ({min(short)} tokens: a length, "
                              "or --window)")
+        tiny = [w for w in windows if s <= 1 and w >= 2 and round(s * (w - 1)) < 1]
+        if tiny:  # window_stride would make it 1 token: a stride the records would not name (and one forward a token)
+            w = max(tiny)
+            raise ValueError(f"stride {s:g} of a {w}-token window is less than one token; use a fraction of at least "
+                             f"{1 / (w - 1):.3g}, or a whole number of tokens (--stride 1 scores every token in its "
+                             "own window, one forward each)")
 
     def check_lengths(self, lengths: list[int]) -> None:
         """:meth:`check_windows`: the lengths of ``ppl`` are its windows (:meth:`Task.check_lengths`).

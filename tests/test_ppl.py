@@ -220,3 +220,18 @@ def test_flatness_pools_windows_by_nll_and_gives_the_ratio_an_interval():
     assert iv["ppl_ratio_high"] == pytest.approx(math.exp(0.5 + 1.959964 * se), rel=1e-5)
     assert ratio_interval(spread, 256, 256) == {"ppl_ratio_low": 1.0, "ppl_ratio_high": 1.0}
     assert ratio_interval({}, 512, 256) == {}
+
+
+def test_a_fractional_stride_under_one_token_is_refused():
+    """Issue 42 (trial): --stride 1e-9 ran as a 1-token stride (12,288 windows at 256, 62 s) while the records named
+    1e-09. A fraction below one token of a window is refused, naming the smallest that fits; control: a fraction that
+    rounds to one token runs as one token."""
+    from lctx.tasks import get_task
+
+    task = get_task("ppl")(stride=1e-9)
+    with pytest.raises(ValueError, match=r"stride 1e-09 of a 256-token window is less than one token; use a fraction "
+                                         r"of at least 0.00392"):
+        task.check_windows([256])
+    ok = get_task("ppl")(stride=0.003)
+    ok.check_windows([256])
+    assert ok.window_stride(256) == (256, 1)
