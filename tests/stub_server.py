@@ -77,7 +77,9 @@ Faults, each countable in :attr:`StubServer.requests`:
 * :meth:`StubServer.die_after`: the server stops after n more completions (connections refused, open ones
   reset); :meth:`StubServer.revive` starts it again on the same port.
 
-Run it by hand (a server for trying a client): ``python tests/stub_server.py --port 8000 [--rule control]``.
+Run it by hand (a server for trying a client): ``python tests/stub_server.py --port 8000 [--rule control]
+[--set KEY=JSON ...] [--fault NAME[:PATH[:TIMES]] ...]`` (every setting and fault above, e.g. ``--fault
+drip:/v1/models --set drip_s=0.3``).
 """
 
 from __future__ import annotations
@@ -883,11 +885,30 @@ def main(argv=None) -> None:
     ap.add_argument("--rule", choices=RULES, default="reader")
     ap.add_argument("--n-ctx", type=int)
     ap.add_argument("--api-key-env", help="require the key held in this environment variable")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
+                    help="a StubServer setting, its value as JSON, e.g. --set logprob_fault=3.0 --set "
+                         "'props={\"default_generation_settings\": {\"n_ctx\": 1024}}' --set drip_s=0.3")
+    ap.add_argument("--fault", action="append", default=[], metavar="NAME[:PATH[:TIMES]]",
+                    help=f"a fault on every request to PATH (default /v1/completions), or on the next TIMES; one of "
+                         f"{', '.join(FAULTS)}")
     a = ap.parse_args(argv)
     import os
 
     key = os.environ.get(a.api_key_env) if a.api_key_env else None
-    with StubServer(a.rule, n_ctx=a.n_ctx, api_key=key, port=a.port) as s:
+    settings = {}
+    for item in a.set:
+        k, eq, v = item.partition("=")
+        if not eq:
+            ap.error(f"--set {item!r} is not KEY=JSON")
+        try:
+            settings[k.strip()] = json.loads(v)
+        except ValueError:
+            ap.error(f"--set {item!r}: {v!r} is not JSON (a string needs quotes: --set 'model_id=\"x\"')")
+    with StubServer(a.rule, n_ctx=a.n_ctx, api_key=key, port=a.port, **settings) as s:
+        for f in a.fault:
+            name, _, rest = f.partition(":")
+            path, _, times = rest.partition(":")
+            s.fail(name, times=int(times) if times else None, path=path or "/v1/completions")
         print(f"stub server ({a.rule}) at {s.url}", flush=True)
         try:
             while True:

@@ -439,6 +439,30 @@ def test_nested_is_deep_json_under_every_bound():
             json.loads(got.content)
 
 
+def test_the_command_line_takes_settings_and_faults():
+    """``python tests/stub_server.py --set KEY=JSON --fault NAME:PATH:TIMES``: the settings and faults of the Python
+    API from a shell (a trial had to write its own launcher for them)."""
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    script = Path(__file__).with_name("stub_server.py")
+    proc = subprocess.Popen([sys.executable, str(script), "--port", str(port), "--set", 'model_id="from-cli"',
+                             "--fault", "503:/v1/models:1"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert "stub server (reader) at" in proc.stdout.readline()
+        c = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5)
+        assert c.get("/v1/models").status_code == 503
+        assert c.get("/v1/models").json()["data"][0]["id"] == "from-cli"  # the fault's one time, then the setting
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
 def test_faults_are_checked_by_name_and_all_have_a_test():
     with StubServer() as s:
         with pytest.raises(ValueError, match="fault '249'"):
