@@ -1,0 +1,54 @@
+"""The ``--position NAME[:KEY=VALUE,...]`` spec without torch (issue 43): its syntax, and the method names, read as the
+file names of ``models/position/`` (one file per method, named as the method), so that ``lctx run`` refuses a
+misspelt method or a malformed spec before torch loads. The options themselves are checked against the method's
+schema by :func:`lctx.models.position.base.parse_position` before any model loads.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+
+from lctx.errors import LctxError
+
+#: the name that means "as shipped" (:data:`lctx.models.position.base.SHIPPED`)
+SHIPPED = "shipped"
+#: files of models/position/ that are not methods
+_NOT_METHODS = {"__init__", "base"}
+
+
+def method_names() -> list[str]:
+    """The positional methods lctx ships: the ``*.py`` files of ``models/position/`` but ``__init__`` and ``base``,
+    sorted (no import)."""
+    folder = Path(__file__).resolve().parent / "models" / "position"
+    return sorted(p.stem for p in folder.glob("*.py") if p.stem not in _NOT_METHODS and not p.stem.startswith("_"))
+
+
+def split_position(spec: str) -> tuple[str, dict[str, str]]:
+    """(the method name, {key: value as written}) of ``NAME[:KEY=VALUE[,KEY=VALUE...]]``; the name checked against
+    :func:`method_names` (and ``shipped``).
+
+    Raises:
+        LctxError: an empty spec, an item that is not KEY=VALUE, a key given twice, an unknown method name (with
+            the closest known one); one line each."""
+    text = str(spec).strip()
+    name, _, rest = text.partition(":")
+    name = name.strip()
+    if not name:
+        raise LctxError(f"--position {spec!r} names no method; write e.g. --position yarn:factor=4 (or shipped)")
+    known = [SHIPPED] + method_names()
+    if name not in known:
+        near = difflib.get_close_matches(name, known, n=1)
+        hint = f"did you mean {near[0]!r}? " if near else ""
+        raise LctxError(f"unknown --position method {name!r}; {hint}use one of {', '.join(known)} "
+                        "(`lctx list positions`)")
+    items: dict[str, str] = {}
+    for item in (p.strip() for p in rest.split(",")) if rest.strip() else ():
+        key, eq, value = item.partition("=")
+        key, value = key.strip(), value.strip()
+        if not eq or not key or not value:
+            raise LctxError(f"--position {name}: {item!r} is not KEY=VALUE; write e.g. --position {name}:factor=4")
+        if key in items:
+            raise LctxError(f"--position {name}: {key} is given twice")
+        items[key] = value
+    return name, items
