@@ -5,10 +5,12 @@ registry and the parse). Importing this package registers every method of the fo
 import importlib
 from pathlib import Path
 
-from .base import POSITION_METHODS, SHIPPED, PositionMethod, PositionSpec, parse_position, register_position
+from .base import (POSITION_METHODS, SHIPPED, PositionMethod, PositionSpec, check_took_effect, effective_positions,
+                   parse_position, register_position)
 
 for _p in sorted(Path(__file__).parent.glob("*.py")):
     if _p.stem not in ("__init__", "base") and not _p.stem.startswith("_"):
         importlib.import_module(f"{__name__}.{_p.stem}")
 
-__all__ = ["POSITION_METHODS", "SHIPPED", "PositionMethod", "PositionSpec", "parse_position", "register_position"]
+__all__ = ["POSITION_METHODS", "SHIPPED", "PositionMethod", "PositionSpec", "check_took_effect", "effective_positions",
+           "parse_position", "register_position"]

@@ -16,6 +16,7 @@ run.json and compared with the unscaled model's: a method that changed nothing i
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -112,9 +113,31 @@ class PositionMethod:
         (None: unknown or unbounded). Default: unchanged."""
         return original
 
+    def validate(self) -> None:
+        """Checks across this instance's options once they are parsed (:func:`parse_position` calls it, before any
+        model loads): e.g. a scaling ``factor`` that is missing or <= 1. Default: none.
+
+        Raises:
+            LctxError: one line naming the option and the fix."""
+
+    def layer_types(self, config) -> list:
+        """Kind ``"rope"``: the keys of ``config``'s ``rope_parameters`` this method edits (``[None]`` for a model with
+        one RoPE for every layer; Gemma 3: ``"full_attention"`` and/or ``"sliding_attention"``); :func:`load_lm`
+        calls :meth:`apply_config` once per key. Default: ``[None]``."""
+        return [None]
+
+    def effective(self, lm) -> dict:
+        """Kind ``"attention"``: the settings the loaded model's attention function holds once :meth:`apply_model`
+        ran (window, sink, group sizes, the scale...), read back from the model (``lm.model``'s configs or modules),
+        not from ``self.options``; :func:`effective_positions` records them under ``"attention"``. Default: {}."""
+        return {}
+
     def record(self) -> dict:
-        """What run.json records of the method: ``{"method", "options"}`` (every option, defaults included)."""
-        return {"method": self.name, "options": dict(self.options)}
+        """What run.json records of the method: ``{"method", "options", "layer_type"}`` (every option, defaults
+        included; ``layer_type``: the layer types it applies to, ``"all"`` for a model with one RoPE, or the value
+        :meth:`apply_config` recorded in ``self.applied_layer_type``)."""
+        return {"method": self.name, "options": dict(self.options),
+                "layer_type": getattr(self, "applied_layer_type", None) or "all"}
 
 
 def register_position(cls: type) -> type:
@@ -158,7 +181,9 @@ def parse_position(spec: str | PositionSpec | None) -> PositionMethod | None:
             valid = ", ".join(f"{k2} ({o.describe()})" for k2, o in schema.items()) or "none"
             raise LctxError(f"--position {name}: no option {k!r}; its options are {valid}")
         values[k] = _coerce(name, k, v, schema[k])
-    return cls(**values)
+    method = cls(**values)
+    method.validate()
+    return method
 
 
 def _coerce(method: str, key: str, value: Any, opt: Opt) -> Any:
@@ -196,3 +221,169 @@ def _coerce(method: str, key: str, value: Any, opt: Opt) -> Any:
                                                                                                   opt.type.__name__))
         raise LctxError(f"--position {method}: {key}={value!r} is not {want}") from None
     return v
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# what the loaded model computes with: read back from the built modules (issue 43 item 3)
+# ---------------------------------------------------------------------------------------------------------------
+
+#: rope_type values whose frequencies depend on the forward's length (transformers' ``dynamic_rope_update``)
+LENGTH_DEPENDENT = ("dynamic", "longrope")
+
+
+def freq_summary(inv_freq, attention_scaling) -> dict:
+    """A summary of one RoPE table: ``n`` (frequencies), ``first`` / ``last`` (rad per token), ``geomean`` (the
+    geometric mean of the positive ones; a zero marks a dimension left unrotated), ``sha`` (16 hex digits of SHA-256
+    over the float32 values: equal tables have equal digests) and ``attention_scaling`` (the factor transformers
+    multiplies cos and sin by; the logits scale by its square). ``inv_freq``: a 1-D tensor."""
+    v = inv_freq.detach().float().cpu().contiguous()
+    pos = v[v > 0].double()
+    return {"n": int(v.numel()), "first": float(v[0]) if v.numel() else None,
+            "last": float(v[-1]) if v.numel() else None,
+            "geomean": float(pos.log().mean().exp()) if pos.numel() else None,
+            "sha": hashlib.sha256(v.numpy().tobytes()).hexdigest()[:16],
+            "attention_scaling": float(attention_scaling)}
+
+
+def rotary_tables(model) -> list[tuple[str, object, str | None]]:
+    """The RoPE tables of a transformers ``model``, as built: [(key, rotary module, layer type or None)]. A module
+    with one ``inv_freq`` buffer (Llama, Mistral, Qwen2, ...) gives key ``"all"``; one with a buffer per layer type
+    (Gemma 3's ``full_attention_inv_freq`` / ``sliding_attention_inv_freq``) one key per layer type. With several
+    rotary modules the key is prefixed by the module's name (``"model.rotary_emb:all"``)."""
+    found = []
+    for mname, mod in model.named_modules():
+        bufs = dict(mod.named_buffers(recurse=False))
+        if "inv_freq" in bufs:
+            found.append((mname, mod, None))
+        for b in sorted(bufs):
+            if b.endswith("_inv_freq") and not b.endswith("original_inv_freq") and b != "inv_freq":
+                found.append((mname, mod, b[: -len("_inv_freq")]))
+    several = len({m for m, _, _ in found}) > 1
+    return [((f"{m}:" if several else "") + (lt or "all"), mod, lt) for m, mod, lt in found]
+
+
+def _rope_type(mod, layer_type):
+    rt = getattr(mod, "rope_type", None)
+    return rt.get(layer_type) if isinstance(rt, dict) and layer_type is not None else rt
+
+
+def _table(mod, layer_type):
+    """(inv_freq, attention_scaling) a rotary module holds now for ``layer_type`` (None: its one table)."""
+    if layer_type is None:
+        return mod.inv_freq, getattr(mod, "attention_scaling", 1.0)
+    return getattr(mod, f"{layer_type}_inv_freq"), getattr(mod, f"{layer_type}_attention_scaling",
+                                                          getattr(mod, "attention_scaling", 1.0))
+
+
+def rope_effective(model, probe_length: int | None = None, fix=None, release=None,
+                   length_types: dict | None = None) -> dict:
+    """{key: summary} of every RoPE table of ``model`` (:func:`rotary_tables`, :func:`freq_summary`) with its
+    ``rope_type``. A length-dependent table (dynamic NTK, LongRoPE) is also read at ``probe_length`` tokens under
+    ``"at_length"``: ``fix(probe_length)`` sets the model's tables to what a forward of that length computes with
+    (:meth:`lctx.models.adapters.hf.HFAdapter.fix_rope_length`), ``release()`` gives them back (without ``fix``,
+    the table is computed from the module's config as transformers' update does, ``ROPE_INIT_FUNCTIONS``).
+    ``length_types``: {key: rope_type} of the tables known to be length-dependent (an adapter's fixed tables say
+    ``lctx_fixed`` while they are held)."""
+    out: dict = {}
+    tables = rotary_tables(model)
+    for key, mod, lt in tables:
+        inv, scaling = _table(mod, lt)
+        rt = (length_types or {}).get(key) or _rope_type(mod, lt)
+        out[key] = {"rope_type": rt, **freq_summary(inv, scaling)}
+    dyn = [(key, mod, lt) for key, mod, lt in tables if out[key]["rope_type"] in LENGTH_DEPENDENT]
+    if probe_length and dyn:
+        if fix is not None:
+            fix(probe_length)
+            try:
+                for key, mod, lt in dyn:
+                    out[key]["at_length"] = {"length": int(probe_length), **freq_summary(*_table(mod, lt))}
+            finally:
+                if release is not None:
+                    release()
+        else:
+            from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS  # lazy: loads transformers' RoPE table
+
+            for key, mod, lt in dyn:
+                kw = {"layer_type": lt} if lt is not None else {}
+                inv, scaling = ROPE_INIT_FUNCTIONS[out[key]["rope_type"]](mod.config, None, seq_len=probe_length, **kw)
+                out[key]["at_length"] = {"length": int(probe_length), **freq_summary(inv, scaling)}
+    return out
+
+
+def attention_state(model) -> dict:
+    """What the loaded ``model`` computes attention with: ``implementation`` (transformers'
+    ``config._attn_implementation``, e.g. ``lctx_sdpa``; an lctx checkpoint: None) and, for an lctx checkpoint, its
+    layers' ``variant_modules`` (the attention variant classes, e.g. ``RopeSSMax``)."""
+    cfg = getattr(model, "config", None)
+    state = {"implementation": getattr(cfg, "_attn_implementation", None)}
+    if getattr(cfg, "model_type", None) == "lctx":
+        state["implementation"] = None
+        layers = getattr(getattr(model, "model", None), "layers", None) or []
+        state["variant_modules"] = sorted({type(b.attn.variant).__name__ for b in layers if hasattr(b, "attn")})
+    return state
+
+
+def effective_positions(lm, method: PositionMethod | None = None, probe_length: int | None = None) -> dict:
+    """What the loaded model ``lm`` (an :class:`lctx.models.adapters.hf.HFAdapter`, or a bare transformers model)
+    computes with, read from its built modules, not from its config: ``{"rope": {key: {"rope_type", "n", "first",
+    "last", "geomean", "sha", "attention_scaling"[, "at_length"]}}, "attention": {"implementation", ...}}``
+    (:func:`rope_effective`, :func:`attention_state`; ``method.effective(lm)`` adds an attention method's held
+    settings). Length-dependent tables are read at ``probe_length`` tokens too (through the adapter's
+    ``fix_rope_length``, as a sample of that length runs). lctx records it in run.json (``inputs.models[name]
+    ["position"]["effective"]``) and compares it with the unscaled model's (:func:`check_took_effect`)."""
+    model = getattr(lm, "model", lm)
+    fix = getattr(lm, "fix_rope_length", None) if model is not lm else None
+    release = getattr(lm, "release_rope", None) if model is not lm else None
+    held = getattr(lm, "length_rope_types", None)
+    rope = rope_effective(model, probe_length, fix=fix, release=release,
+                          length_types=held() if callable(held) else None)
+    attention = attention_state(model)
+    if method is not None and method.kind == "attention":
+        attention.update(method.effective(lm))
+    return {"rope": rope, "attention": attention}
+
+
+def unchanged_tables(effective: dict, baseline: dict, keys: list[str]) -> list[str]:
+    """The keys of ``keys`` whose RoPE table in ``effective`` equals ``baseline``'s: same frequencies (digest), same
+    attention scaling, and for a length-dependent table the same at the probed length; a key missing on either
+    side counts as unchanged (nothing there took the method)."""
+    same = []
+    for k in keys:
+        a, b = effective.get("rope", {}).get(k), baseline.get("rope", {}).get(k)
+        if a is None or b is None:
+            same.append(k)
+            continue
+        al, bl = a.get("at_length") or a, b.get("at_length") or b
+        if (a["sha"], a["attention_scaling"], al["sha"], al["attention_scaling"]) == \
+                (b["sha"], b["attention_scaling"], bl["sha"], bl["attention_scaling"]):
+            same.append(k)
+    return same
+
+
+def check_took_effect(method: PositionMethod, effective: dict, baseline: dict, name: str,
+                      keys: list[str] | None = None) -> None:
+    """Refuse a method that was accepted but not applied: for kind ``"rope"``, a table of ``keys`` (default: every
+    table of the model) whose frequencies and scaling equal the unscaled model's (``baseline``, the same summaries of
+    the checkpoint as shipped); for kind ``"attention"``, an attention state equal to the shipped one (transformers
+    kept its own attention function).
+
+    Raises:
+        LctxError: one line naming the method, the model and the layer types that did not change."""
+    label = method.spec.label
+    if method.kind == "rope":
+        keys = list(keys) if keys is not None else sorted(effective.get("rope", {}))
+        if not keys:
+            raise LctxError(f"--position {label}: model {name!r} has no RoPE table (no rotary module with inv_freq) "
+                            "to scale; use a RoPE model, or --position shipped")
+        same = unchanged_tables(effective, baseline, keys)
+        if same:
+            raise LctxError(f"--position {label} was accepted but not applied: model {name!r}'s RoPE "
+                            f"({', '.join(same)}) has the frequencies and attention scaling it has as shipped; the "
+                            "method changes nothing there (check its options against the checkpoint's "
+                            "rope_parameters), so lctx refuses it rather than report the shipped model under its name")
+        return
+    keep = {k: v for k, v in effective.get("attention", {}).items() if k in ("implementation", "variant_modules")}
+    if keep == {k: v for k, v in baseline.get("attention", {}).items() if k in keep}:
+        raise LctxError(f"--position {label} was accepted but not applied: model {name!r} still runs its shipped "
+                        f"attention ({keep.get('implementation') or keep.get('variant_modules')}); lctx refuses it "
+                        "rather than report the shipped model under the method's name")
