@@ -22,6 +22,7 @@ import typer
 import lctx
 from lctx import ATTN_IMPLS
 from lctx.attn_impl import ATTN_IMPL_REGISTRY
+from lctx.defaults import CHUNK_SIZE, CONCURRENCY, DEVICE, DTYPE, REQUEST_TIMEOUT_S, RETRIES
 from lctx.harness.run.console import count, print_frame, print_table, say, table_format
 from lctx.harness.args import (check_checkpoint_out, check_results_out, check_train_args, check_writable_dir, data_path, parse_lengths, parse_options)
 from lctx.errors import EXIT_ALL_FAILED, EXIT_USAGE, LctxError, ServerReplyError, split_list
@@ -146,10 +147,10 @@ def run(
     num_fewshot: Optional[int] = typer.Option(None, "--num-fewshot", min=0, help="mmlu/arc_*: few-shot examples (default: mmlu 5, arc 0)."),
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", envvar="LCTX_DATA_DIR", help="Root of evaluation data (e.g. ../shared/data)."),
     out: Path = typer.Option(Path("lctx-out"), "--out", "-o", parser=_out_arg, callback=_results_out("run"), help="Run directory (rerun with the same --out to resume)."),
-    device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto."),
-    dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
+    device: str = typer.Option(DEVICE, "--device", help="cpu, cuda, cuda:N or auto."),
+    dtype: str = typer.Option(DTYPE, "--dtype", help="float32, bfloat16 or float16."),
     seed: int = typer.Option(0, "--seed", help="Seed of sample generation."),
-    chunk_size: int = typer.Option(2048, "--chunk-size", min=1, help="Prefill chunk in tokens."),
+    chunk_size: int = typer.Option(CHUNK_SIZE, "--chunk-size", min=1, help="Prefill chunk in tokens."),
     allow_beyond_max: bool = typer.Option(False, "--allow-beyond-max", help="Run lengths past a checkpoint's declared maximum."),
     attn_impl: Optional[str] = typer.Option(None, "--attn-impl", help=f"{', '.join(ATTN_IMPLS)}. fast (the default): lctx models' kernels (Triton / FlexAttention on GPU, the blocked path on CPU), Hugging Face models' lctx_sdpa (no masked rectangle in a chunked prefill); sdpa: torch SDPA with a float mask (transformers' sdpa); reference: explicit fp32 softmax (transformers' eager). Recorded in the table."),
     task_option: List[str] = typer.Option(None, "--task-option", help="Task option TASK.KEY=VALUE (repeatable; VALUE parsed as JSON when it can be), e.g. niah_single_1.match=digits."),
@@ -160,12 +161,12 @@ def run(
     system_prompt: Optional[str] = typer.Option(None, "--system-prompt", help="System message for --chat-template on (default: the template's own, if any)."),
     memory_check: bool = typer.Option(True, "--memory-check/--no-memory-check", help="Refuse, before the sweep, a run whose longest prefill or lm-eval batch does not fit the device (memory model of `lctx plan`)."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
-    concurrency: int = typer.Option(1, "--concurrency", min=1, help="Served models: requests in flight at most, over all their servers (match the server's parallel slots; results do not depend on it)."),
+    concurrency: int = typer.Option(CONCURRENCY, "--concurrency", min=1, help="Served models: requests in flight at most, over all their servers (match the server's parallel slots; results do not depend on it)."),
     tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="Served models: a local tokenizer (folder, .gguf file or cached hub id) for a server without a tokenizer endpoint, or with a chat template for --chat-template on; checked against the server's."),
     api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="Served models: the environment variable that holds the API key (never given on the command line, never written)."),
     served_model: Optional[str] = typer.Option(None, "--served-model", help="Served models: the model id to use where the server lists several (/v1/models)."),
-    request_timeout: float = typer.Option(600.0, "--request-timeout", min=0.1, help="Served models: the deadline of each request in seconds, from connect to the last byte of its reply (each retry gets its own)."),
-    retries: int = typer.Option(4, "--retries", min=0, help="Served models: retries of a request on 429/5xx and reset connections, with exponential back-off (Retry-After honoured)."),
+    request_timeout: float = typer.Option(REQUEST_TIMEOUT_S, "--request-timeout", min=0.1, help="Served models: the deadline of each request in seconds, from connect to the last byte of its reply (each retry gets its own)."),
+    retries: int = typer.Option(RETRIES, "--retries", min=0, help="Served models: retries of a request on 429/5xx and reset connections, with exponential back-off (Retry-After honoured)."),
     think_end: Optional[str] = typer.Option(None, "--think-end", help="Served reasoning models: the marker that ends the thinking span (e.g. '</think>'); the text up to it is dropped before scoring."),
     think_budget: int = typer.Option(0, "--think-budget", min=0, help="Served reasoning models: tokens added to each answer budget for the thinking span."),
     batch_size: Optional[str] = typer.Option(None, "--batch-size", help="N or auto: prefill and decode N samples of one length together (passkey, niah_*, RULER's tasks, custom tasks with batched = True; ppl runs one at a time); mmlu/arc: N requests per lm-eval forward, refused when the memory check finds it does not fit (default 1 and, for mmlu/arc, the largest up to 32 that fits, printed). auto: the most that lctx plan's memory model fits in half the device (at most 4 on CPU, 32 on CUDA). Records equal batch 1's to rounding; see \"Batches\" in docs/kernels-and-bench.md."),
@@ -344,7 +345,7 @@ def train(
     eval_every: int = typer.Option(200, "--eval-every", help="Held-out loss every N steps."),
     val_fraction: float = typer.Option(0.05, "--val-fraction", help="Tail of each document held out for the validation loss."),
     seed: int = typer.Option(0, "--seed"),
-    device: str = typer.Option("auto", "--device"),
+    device: str = typer.Option(DEVICE, "--device"),
     out: Path = typer.Option(..., "--out", "-o", parser=_out_arg, callback=_checked_out, help="Checkpoint directory to write."),
     retrieval_fraction: float = typer.Option(0.0, "--retrieval-fraction", help="Share of training windows that start with a synthetic retrieval document (0 = plain text)."),
     retrieval: str = typer.Option("passkey", "--retrieval", help="Tasks that build the retrieval documents, comma-separated: passkey and/or niah_* (e.g. passkey,niah_multikey_1)."),
@@ -423,7 +424,7 @@ def diagnose_far_mass(
     data: Optional[str] = typer.Option(None, "--data", help="Text file to run (default: held-out pydoc topics)."),
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", envvar="LCTX_DATA_DIR"),
     queries: int = typer.Option(32, "--queries", min=1, help="Last queries averaged per length."),
-    device: str = typer.Option("auto", "--device"),
+    device: str = typer.Option(DEVICE, "--device"),
     out: Path = typer.Option(Path("lctx-diagnostics"), "--out", "-o", parser=_out_arg, callback=_results_out("diagnose")),
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Run Python code shipped with a Hugging Face checkpoint (auto_map). Off by default."),
 ):
@@ -520,7 +521,7 @@ def convert_llama2c(
 def convert_gguf(
     src: Path = typer.Argument(..., help="GGUF file (.gguf), e.g. a llama.cpp Q4_1 / Q8_0 / K-quant checkpoint."),
     out: Path = typer.Option(..., "--out", "-o", parser=_out_arg, callback=_checked_out, help="Directory to write the Hugging Face checkpoint into."),
-    dtype: str = typer.Option("float32", "--dtype", help="Dtype of the dequantised weights: float32, bfloat16 or float16."),
+    dtype: str = typer.Option(DTYPE, "--dtype", help="Dtype of the dequantised weights: float32, bfloat16 or float16."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a checkpoint already in --out, whole (refused without it)."),
 ):
     """Dequantise a GGUF checkpoint (transformers' GGUF support) into a Hugging Face directory (safetensors + tokenizer with its chat template)."""
@@ -545,8 +546,8 @@ def bench(
     head_dim: int = typer.Option(64, "--head-dim", help="Head dim D."),
     batch: int = typer.Option(1, "--batch", help="Batch size B."),
     impl: str = typer.Option(",".join(ATTN_IMPLS[::-1]), "--impl", help=f"attn_impl values to time: {', '.join(ATTN_IMPLS[::-1])}."),
-    device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto."),
-    dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
+    device: str = typer.Option(DEVICE, "--device", help="cpu, cuda, cuda:N or auto."),
+    dtype: str = typer.Option(DTYPE, "--dtype", help="float32, bfloat16 or float16."),
     repeats: int = typer.Option(5, "--repeats", help="Interleaved rounds: each times SDPA causal and the variant back to back."),
     warmup: int = typer.Option(1, "--warmup", help="Untimed calls of each function before measuring (compilation happens there)."),
     min_time: float = typer.Option(0.1, "--min-time", min=0.0, help="Seconds each timing spans at least: a faster call is repeated within the timing (timeit's autorange; 0: one call per timing)."),
@@ -557,7 +558,7 @@ def bench(
     mem_limit: Optional[str] = typer.Option(None, "--mem-limit", help="Skip measurements estimated above this size (e.g. 16g; default 80% of free RAM / 90% of GPU memory)."),
     time_budget: float = typer.Option(300.0, "--time-budget", help="Skip a measurement predicted to take longer than this (seconds, all calls)."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Instead of one layer: a whole checkpoint's chunked prefill per --impl x length, each in a fresh process, with peak RSS against `lctx plan`."),
-    chunk_size: int = typer.Option(2048, "--chunk-size", min=1, help="--model: prefill chunk in tokens."),
+    chunk_size: int = typer.Option(CHUNK_SIZE, "--chunk-size", min=1, help="--model: prefill chunk in tokens."),
     warmup_tokens: int = typer.Option(0, "--warmup-tokens", min=0, help="--model: prefill this many tokens before measuring (kernel compilation)."),
     out: Path = typer.Option(Path("lctx-bench"), "--out", "-o", parser=_out_arg, callback=_results_out("bench"), help="Output directory (bench.parquet/csv, exponents.csv, ratios.md, bench.png)."),
 ):
@@ -619,9 +620,9 @@ def bench(
 def plan(
     model: str = typer.Option(str(DEFAULT_MODEL), "--model", "-m", help="Checkpoint directory (lctx or Hugging Face config.json)."),
     length: str = typer.Option("512k", "--length", "-l", help="Prompt length in tokens (k = 1024)."),
-    chunk_size: int = typer.Option(2048, "--chunk-size", min=1, help="Prefill chunk in tokens."),
-    dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
-    device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto: whose memory to compare with."),
+    chunk_size: int = typer.Option(CHUNK_SIZE, "--chunk-size", min=1, help="Prefill chunk in tokens."),
+    dtype: str = typer.Option(DTYPE, "--dtype", help="float32, bfloat16 or float16."),
+    device: str = typer.Option(DEVICE, "--device", help="cpu, cuda, cuda:N or auto: whose memory to compare with."),
     attn_impl: Optional[str] = typer.Option(None, "--attn-impl", help="fast, sdpa or reference (default: fast, the lean path)."),
     kept_logits: int = typer.Option(1, "--kept-logits", min=0, help="Positions whose logits are kept (1: generation; the window for ppl)."),
     batch: int = typer.Option(1, "--batch", min=1, help="Rows prefilled together."),

@@ -24,6 +24,7 @@ from functools import partial
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence, Union
 
+from lctx.defaults import CHUNK_SIZE, CONCURRENCY, DEVICE, DTYPE, LMEVAL_BATCH_SIZE, REQUEST_TIMEOUT_S, RETRIES
 from lctx.model_files import check_model_path, check_tokenizer_files, is_server_url
 from lctx.harness.args import (MAX_SAMPLES, check_results_out, check_run_options, check_task_options,
                                check_writable_dir, chat_options, parse_batch_size, parse_depths, parse_lengths,
@@ -204,7 +205,7 @@ def _unique(values: list, what: str, warn) -> list:
 #: check lowers it to the largest batch that fits (:func:`lctx.models.adapters.memory.check_lmeval_fits`). lctx's lm-eval
 #: model keeps the batch's logits at the continuations only, and runs its rows in memory-sized blocks
 #: (docs/kernels-and-bench.md#batches---batch-size; lm-eval's own model: 19 GB for SmolLM2-135M's 5-shot MMLU at 32)
-LMEVAL_BATCH = 32
+LMEVAL_BATCH = LMEVAL_BATCH_SIZE
 
 
 def evaluate(models=None, tasks=None,
@@ -220,8 +221,9 @@ def evaluate(models=None, tasks=None,
              window: Union[str, Sequence[int], None] = None, ppl_data: Optional[Sequence[str]] = None,
              ppl_bos: str = "prepend", ppl_short_docs: str = "drop", ppl_max_tokens: int = 32768,
              key_digits: int = 5, limit: Optional[int] = None, num_fewshot: Optional[int] = None,
-             concurrency: int = 1, tokenizer: Optional[str] = None, api_key_env: Optional[str] = None,
-             served_model: Optional[str] = None, request_timeout: float = 600.0, retries: int = 4,
+             concurrency: int = CONCURRENCY, tokenizer: Optional[str] = None, api_key_env: Optional[str] = None,
+             served_model: Optional[str] = None, request_timeout: float = REQUEST_TIMEOUT_S,
+             retries: int = RETRIES,
              think_end: Optional[str] = None, think_budget: int = 0,
              log: Optional[Callable[[str], None]] = None, warn: Optional[Callable[[str], None]] = None) -> Result:
     """Evaluate models on tasks x lengths x depths x samples and write the run directory ``out``.
@@ -1040,7 +1042,7 @@ def _split_tasks(tasks) -> tuple:
 _LOAD_SETTINGS = {"device": None, "dtype": None, "chunk_size": None, "attn_impl": None, "attn_override": None,
                   "trust_remote_code": False}
 #: what a checkpoint path loads with when ``device``, ``dtype`` or ``chunk_size`` is not given (None)
-_PATH_DEFAULTS = {"device": "auto", "dtype": "float32", "chunk_size": 2048}
+_PATH_DEFAULTS = {"device": DEVICE, "dtype": DTYPE, "chunk_size": CHUNK_SIZE}
 #: the load settings an adapter object reports in its ``settings()``: one given beside it must be its own
 _ADAPTER_SETTINGS = ("device", "dtype", "chunk_size", "attn_impl")
 

@@ -60,6 +60,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lctx.chat import render_chat
+from lctx.defaults import LMEVAL_BATCH_SIZE
 from lctx.errors import LctxError, check_finite_logits
 
 from .base import Cell, RunOption, Sample, Task, TaskFamily, TaskGroup, register_group
@@ -115,7 +116,7 @@ class LmEvalFamily(TaskFamily):
         if data_dir is None:
             check_hub(resolve_tasks(names, None)[0])
 
-    def build(self, names: list[str], values: dict, *, data_dir=None, seed: int = 0, batch_size: int = 32,
+    def build(self, names: list[str], values: dict, *, data_dir=None, seed: int = 0, batch_size: int = LMEVAL_BATCH_SIZE,
               chat_template: bool = False, system_prompt: str | None = None, log=None) -> list[Task]:
         """:func:`build_tasks` with the run's ``--limit`` / ``--num-fewshot`` (``values``).
 
@@ -984,7 +985,7 @@ class LmEvalSuite:
     run's settings (:func:`build_tasks`'s arguments)."""
 
     def __init__(self, specs: list[LmEvalSpec], source: str, data_dir=None, limit: int | None = None,
-                 num_fewshot: int | None = None, seed: int = 0, batch_size: int = 32, chat_template: bool = False,
+                 num_fewshot: int | None = None, seed: int = 0, batch_size: int = LMEVAL_BATCH_SIZE, chat_template: bool = False,
                  system_prompt: str | None = None, log=None):
         self.specs, self.source, self.data_dir, self.limit = specs, source, data_dir, limit
         self.num_fewshot, self.seed, self.batch_size, self.log = num_fewshot, seed, batch_size, log
@@ -1242,7 +1243,7 @@ class LmEvalTask(Task):
 
 
 def build_tasks(names: list[str], data_dir=None, limit: int | None = None, num_fewshot: int | None = None,
-                seed: int = 0, batch_size: int = 32, chat_template: bool = False, system_prompt: str | None = None,
+                seed: int = 0, batch_size: int = LMEVAL_BATCH_SIZE, chat_template: bool = False, system_prompt: str | None = None,
                 log=None) -> list[LmEvalTask]:
     """The :class:`LmEvalTask` s of ``names`` (``mmlu``, ``mmlu_<subject>``, ``mmlu_<category>``, ``arc_easy``,
     ``arc_challenge``: one per ARC set and per MMLU subject), sharing one :class:`LmEvalSuite`. ``limit``: the
@@ -1262,7 +1263,7 @@ def build_tasks(names: list[str], data_dir=None, limit: int | None = None, num_f
 
 
 def make_tasks(specs: list[LmEvalSpec], source: str, data_dir=None, limit: int | None = None,
-               num_fewshot: int | None = None, seed: int = 0, batch_size: int = 32, chat_template: bool = False,
+               num_fewshot: int | None = None, seed: int = 0, batch_size: int = LMEVAL_BATCH_SIZE, chat_template: bool = False,
                system_prompt: str | None = None, log=None) -> list[LmEvalTask]:
     """:func:`build_tasks` from specs already resolved (:func:`resolve_tasks`).
 

@@ -60,6 +60,7 @@ import torch.nn.functional as F
 import lctx.models  # noqa: F401  (registers every variant)
 from lctx import ATTN_IMPLS, kernels
 from lctx.attn_impl import get_attn_impl
+from lctx.defaults import CHUNK_SIZE, DTYPE
 from lctx.errors import LctxError
 from lctx.kernels import default_threads
 from lctx.models import LctxConfig
@@ -83,7 +84,7 @@ class _Shapes:
     batch: int = 1
     heads: int = 1
     head_dim: int = 64
-    dtype: str = "float32"
+    dtype: str = DTYPE
     device: str = "cpu"
     repeats: int = 5
     warmup: int = 1
@@ -603,7 +604,7 @@ def default_mem_limit(device) -> int:
 
 
 def run_bench(variants: list[str], impls: list[str], lengths: list[int], heads: int = 1, head_dim: int = 64,
-              batch: int = 1, device: str = "cpu", dtype: str = "float32", repeats: int = 5, warmup: int = 1,
+              batch: int = 1, device: str = "cpu", dtype: str = DTYPE, repeats: int = 5, warmup: int = 1,
               options: dict | None = None, isolate: bool | None = None, mem_limit: int | None = None,
               time_budget: float = 300.0, baselines: bool = True, threads: int | list | None = None, busy: int = 0,
               log=None, min_time: float = 0.1):
@@ -711,7 +712,7 @@ class PrefillCase:
     model: str
     length: int
     impl: str | None = None
-    chunk: int = 2048
+    chunk: int = CHUNK_SIZE
     decode: int = 4
     seed: int = 0
     warmup_tokens: int = 0
@@ -782,7 +783,7 @@ def measure_prefill_isolated(case: PrefillCase, timeout: float | None = None) ->
     return {**base, "status": f"error: worker failed ({err})"}
 
 
-def run_prefill_bench(model: str, impls: list[str | None], lengths: list[int], chunk: int = 2048, decode: int = 4,
+def run_prefill_bench(model: str, impls: list[str | None], lengths: list[int], chunk: int = CHUNK_SIZE, decode: int = 4,
                       warmup_tokens: int = 0, threads: int | None = None, log=None):
     """Whole-model chunked prefill of ``model`` per impl x length, each in a fresh process; returns
     ``(table, exponents)`` (pandas): one row per measurement (:func:`measure_prefill`'s columns) and the

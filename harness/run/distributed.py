@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 
+from lctx.defaults import DEVICE
 from lctx.errors import LctxError
 
 from lctx.harness.run.rundir import atomic_write
@@ -98,7 +99,7 @@ def env_info() -> DistInfo:
     return DistInfo(rank=rank, world_size=world, local_rank=local)
 
 
-def init(device: str = "auto") -> DistInfo:
+def init(device: str = DEVICE) -> DistInfo:
     """Join the process group of a ``torchrun`` / ``accelerate launch`` job (idempotent; a no-op for one
     process). Backend ``nccl`` when the run is on CUDA (``device`` auto/cuda with a GPU present), else
     ``gloo``; with nccl a gloo group is made as well for the barriers and small object exchanges, so that

@@ -40,7 +40,7 @@ from lctx.tasks.base import REASON_CHARS, Unavailable, unavailable_reason
 
 from lctx.harness.run import distributed as D
 from lctx.models.adapters import memory as P  # P.device_memory looked up when called (tests patch lctx.models.adapters.memory.device_memory)
-from lctx.models.adapters.protocol import ModelAdapter, checked
+from lctx.models.adapters.protocol import ModelAdapter, capabilities, checked, optional
 from lctx.harness.run.console import SweepProgress, count
 from lctx.errors import (ContractError, LctxError, MetricUnavailable, NonFiniteLogitsError, ServerReplyError,
                          ServerUnreachable)
@@ -143,7 +143,7 @@ def check_lengths(lm: ModelAdapter, lengths: list[int], allow_beyond_max: bool =
         LctxError: a length exceeds ``lm.max_length`` (names the limit and the fix).
     """
     check_declared_max(lm.name, lm.max_length, lengths, allow_beyond_max,
-                       source=getattr(lm, "max_length_source", "max_length"))  # where the adapter read it
+                       source=capabilities(lm).max_length_source)  # where the adapter read it
 
 
 def sample_cost(task: Task, lm: ModelAdapter, cell) -> float:
@@ -232,7 +232,8 @@ def batches(work: list, batch_size: int | str, log=None) -> list[list]:
     :func:`auto_batch_size` per model and length, told to ``log`` once per model and length, a line such as
     ``batch size (auto): 4 for pydoc-tiny-rope at 1024 tokens``); the consecutive items of one model and one
     :attr:`~lctx.tasks.Task.whole` task form one group whatever the batch size; everything else runs alone
-    (batches of one).
+    (batches of one). A model that runs requests at once (its ``concurrency`` capability, a served model's
+    ``--concurrency``: :func:`lctx.models.adapters.protocol.capabilities`) batches that many whatever ``batch_size``.
 
     Raises:
         LctxError: ``batch_size`` is neither a positive integer nor ``"auto"``.
@@ -241,6 +242,7 @@ def batches(work: list, batch_size: int | str, log=None) -> list[list]:
         raise LctxError(f"batch size {batch_size!r} is not a positive integer nor 'auto'; use e.g. 4")
     out: list[list] = []
     sizes: dict = {}
+    caps: dict = {}  # id(lm) -> its Capabilities, read once
     for item in work:
         lm, task, cell, _ = item
         prev = out[-1] if out else None
@@ -250,10 +252,12 @@ def batches(work: list, batch_size: int | str, log=None) -> list[list]:
             else:
                 out.append([item])
             continue
+        if id(lm) not in caps:
+            caps[id(lm)] = capabilities(lm)
         if not (task.batched and lm.can_batch):
             n = 1
-        elif isinstance(getattr(lm, "concurrency", None), int):  # a served model: its requests in flight (--concurrency)
-            n = lm.concurrency
+        elif caps[id(lm)].concurrency is not None:  # a served model: its requests in flight (--concurrency)
+            n = caps[id(lm)].concurrency
         elif batch_size == "auto":
             key = (id(lm), cell.length)
             if key not in sizes:
@@ -743,7 +747,7 @@ def _take_metrics(rec: dict, task: Task, sample, got: dict) -> None:
 def _adapter_notes(rec: dict, lm: ModelAdapter, sample) -> None:
     """Add to ``rec["extra"]`` what the adapter noted of the sample (an optional member, ``lm.sample_notes(ids)``:
     a served model's thinking that never closed, scored as an empty answer: ``{"think_unclosed": why}``)."""
-    take = getattr(lm, "sample_notes", None)
+    take = optional(lm, "sample_notes")
     notes = take(sample.input_ids) if take is not None and getattr(sample, "input_ids", None) is not None else None
     if notes:
         rec.setdefault("extra", {}).update(notes)

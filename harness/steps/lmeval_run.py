@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from lctx.defaults import LMEVAL_BATCH_SIZE
 from lctx.harness.run.console import markdown_table
 from lctx.harness.run.rundir import run_dir_lock
 from lctx.tasks.lmeval import LmEvalSpec, is_lmeval_label, make_tasks
 
 
 def run_lmeval(lms: list, specs: list[LmEvalSpec], source: str, out_dir: str | Path, data_dir=None,
-               limit: int | None = None, num_fewshot: int | None = None, seed: int = 0, batch_size: int = 32,
+               limit: int | None = None, num_fewshot: int | None = None, seed: int = 0, batch_size: int = LMEVAL_BATCH_SIZE,
                progress: bool = True, log=print, chat_template: bool = False,
                system_prompt: str | None = None, tables: bool = True) -> dict:
     """Run lm-eval tasks for every model, append one record per question to ``OUT/records.jsonl`` and

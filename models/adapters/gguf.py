@@ -28,6 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from lctx.defaults import DTYPE
 from lctx.errors import LctxError
 from lctx.model_files import (GGUF_STRING_ARRAY_LIMIT, SkippedArray, check_header, read_gguf_header,  # noqa: F401
                                sha256_file, user_cache_root)  # the header reader lives below torch: lctx run's checks use it
@@ -178,7 +179,7 @@ def _gguf_progress(enabled: bool):
             mod.tqdm = bar
 
 
-def convert_gguf(src: str | os.PathLike, out: str | os.PathLike, dtype: str = "float32",
+def convert_gguf(src: str | os.PathLike, out: str | os.PathLike, dtype: str = DTYPE,
                  sha256: str | None = None, progress: bool = True) -> Path:
     """Dequantise a GGUF checkpoint into a Hugging Face directory ``out`` (written whole, then moved into
     place): ``model.safetensors`` in ``dtype``, ``config.json``, the tokenizer (its chat template
@@ -244,7 +245,7 @@ def convert_gguf(src: str | os.PathLike, out: str | os.PathLike, dtype: str = "f
     return out
 
 
-def cached_gguf_dir(src: str | os.PathLike, dtype: str = "float32", cache_dir: str | os.PathLike | None = None,
+def cached_gguf_dir(src: str | os.PathLike, dtype: str = DTYPE, cache_dir: str | os.PathLike | None = None,
                     log=None, progress: bool = True) -> tuple[Path, str]:
     """The Hugging Face directory of a GGUF file, converted on first use into
     ``<cache root>/gguf/<sha256>-<dtype>/`` (see the module docstring); returns (directory, sha256).

@@ -30,12 +30,13 @@ from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from transformers.utils import logging as hf_logging
 
 from lctx.attn_impl import ATTN_IMPL_REGISTRY, DEFAULT_ATTN_IMPL, get_attn_impl
+from lctx.defaults import CHUNK_SIZE, DEVICE, DTYPE
 from lctx.errors import CapturedLog, LctxError, check_finite_logits
 from lctx.models.adapters.devices import DTYPES, resolve_device, resolve_dtype  # noqa: F401  (lctx.models.adapters.hf.resolve_* kept)
 
 from lctx.models.adapters.gguf import cached_gguf_dir
 from lctx.models.adapters.memory import DECODE_BUDGET, plan_memory
-from lctx.models.adapters.protocol import ContinuationScores
+from lctx.models.adapters.protocol import EVERY_METHOD, ContinuationScores
 from lctx.models.adapters.hf_attention import LCTX_SDPA, register as register_lctx_sdpa
 from lctx.models.adapters.text import Prompt, TokenizerSide, _first_line, tokenizer_fingerprint  # noqa: F401  (kept as lctx.models.adapters.hf.*)
 from lctx.model_files import find_gguf, raise_if_remote_code as _raise_if_remote_code
@@ -152,7 +153,7 @@ class HFAdapter(TokenizerSide):
     max_length: int | None
     device: torch.device
     dtype: torch.dtype
-    chunk_size: int = 2048
+    chunk_size: int = CHUNK_SIZE
     decode_budget: int = DECODE_BUDGET  # tokens reserved past the prompt in a preallocated KV cache
     attn_impl: str = ""  # lctx models: reference | sdpa | fast (config.attn_impl); HF models: "hf:<impl>"
     add_bos: bool | None = None
@@ -163,6 +164,10 @@ class HFAdapter(TokenizerSide):
     _inputs: dict | None = field(default=None, repr=False)  # model_inputs(), hashed once
     #: where ``max_length`` comes from, for messages (config.json's or the GGUF metadata's key)
     max_length_source: ClassVar[str] = "max_position_embeddings"
+    #: the positional methods ``load_lm(position=...)`` applies (a capability,
+    #: :func:`lctx.models.adapters.protocol.capabilities`): every method of ``models/position/``, whose own check
+    #: refuses a checkpoint it does not apply to
+    positional_methods: ClassVar[tuple] = EVERY_METHOD
 
     def __post_init__(self):
         params = inspect.signature(self.model.forward).parameters
@@ -591,8 +596,8 @@ def trim_sliding(cache) -> None:
             layer.crop(0)
 
 
-def load_lm(path: str, device: str = "auto", dtype: str = "float32", name: str | None = None,
-            chunk_size: int = 2048, trust_remote_code: bool = False, attn_override: str | None = None,
+def load_lm(path: str, device: str = DEVICE, dtype: str = DTYPE, name: str | None = None,
+            chunk_size: int = CHUNK_SIZE, trust_remote_code: bool = False, attn_override: str | None = None,
             attn_impl: str | None = None, cache_dir: str | None = None, log=None, chat_template: bool = False,
             system_prompt: str | None = None, progress: bool = True) -> HFAdapter:
     """Load a checkpoint (lctx or Hugging Face causal-LM directory, or a GGUF file) as an :class:`HFAdapter`.

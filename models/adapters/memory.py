@@ -75,6 +75,7 @@ from pathlib import Path
 import torch
 
 from lctx.attn_impl import ATTN_IMPL_REGISTRY, DEFAULT_ATTN_IMPL, get_attn_impl
+from lctx.defaults import CHUNK_SIZE, DTYPE
 from lctx.errors import LctxError
 
 from lctx.models.adapters.devices import resolve_dtype
@@ -394,7 +395,7 @@ def _dtype(dtype) -> torch.dtype:
     return resolve_dtype(str(dtype))
 
 
-def plan_memory(config, length: int, chunk_size: int = 2048, dtype="float32", impl: str | None = None,
+def plan_memory(config, length: int, chunk_size: int = CHUNK_SIZE, dtype=DTYPE, impl: str | None = None,
                 batch: int = 1, kept_logits: int = 1, name: str | None = None, kv_cache: str = "auto",
                 decode_budget: int | None = None, device="cpu", shape: ModelShape | None = None) -> MemoryPlan:
     """The memory model (module docstring) for a chunked prefill of ``length`` tokens.
@@ -925,7 +926,7 @@ def lmeval_logit_bytes(config, dtype) -> int:
     return torch.tensor([], dtype=_dtype(dtype)).element_size()
 
 
-def lmeval_forward_plan(config, length: int, rows: int, dtype="float32", name: str | None = None,
+def lmeval_forward_plan(config, length: int, rows: int, dtype=DTYPE, name: str | None = None,
                         device="cpu") -> MemoryPlan:
     """The memory model of one forward of lctx's lm-eval model over ``rows`` right-padded rows of ``length``
     tokens (``LctxHFLM``: ``model(ids, use_cache=False)`` and the output embeddings applied only at the scored
@@ -949,7 +950,7 @@ def lmeval_forward_plan(config, length: int, rows: int, dtype="float32", name: s
     return plan
 
 
-def lmeval_block_rows(config, length: int, cont: int, dtype="float32", budget: int = LMEVAL_BLOCK_BYTES,
+def lmeval_block_rows(config, length: int, cont: int, dtype=DTYPE, budget: int = LMEVAL_BLOCK_BYTES,
                       device="cpu") -> int:
     """Rows of ``length`` tokens (the batch's padded length) that lctx's lm-eval model runs through the model at
     once: the most whose planned working set, :func:`lmeval_forward_plan` less the weights plus each row's
@@ -965,7 +966,7 @@ def lmeval_block_rows(config, length: int, cont: int, dtype="float32", budget: i
     return max(1, int(budget) // max(1, per_row))
 
 
-def plan_lmeval(config, longest: int, batch: int, requests: int | None = None, dtype="float32",
+def plan_lmeval(config, longest: int, batch: int, requests: int | None = None, dtype=DTYPE,
                 name: str | None = None, device="cpu", cont: int | None = None,
                 block_bytes: int = LMEVAL_BLOCK_BYTES) -> MemoryPlan:
     """The memory model of one lm-eval forward (MMLU/ARC): rows = min(batch, requests) requests right-padded to

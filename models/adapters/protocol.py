@@ -41,11 +41,15 @@ Types a task receives are plain: token ids are ``list[int]``; :meth:`score_conti
 by item with ``float(x)`` / ``bool(x)`` (lists; the in-process adapter returns torch float64 / bool tensors,
 which read the same). This module imports nothing from torch.
 
-Optional capability (not part of :class:`ModelAdapter`): lm-eval's mmlu/arc tasks run one of lm-eval's own models,
-so they need one of two capabilities: :class:`LmEvalCapable` (``lmeval_model()``: a Hugging Face model for lm-eval's
-``hf`` backend, in process) or :class:`LmEvalApiCapable` (``lmeval_api_model()``: a served model for lm-eval's
-OpenAI-completions model, ``local-completions``); ``lctx.evaluate`` refuses those tasks, before anything runs, for an
-adapter with neither.
+**Capabilities** (optional members, not part of :class:`ModelAdapter`, each with a default: :data:`OPTIONAL_MEMBERS`):
+what the runner and the tasks need to know of a model beyond the protocol, read only through :func:`capabilities` /
+:func:`optional`, never by asking which backend an adapter is: ``concurrency`` (a served model's requests at once: the
+runner's batch), ``teacher_forced`` (True, or why scores are unavailable), ``positional_methods`` (what
+``models/position/`` methods a model of the backend takes at load), ``max_length_source``, ``sample_notes``,
+``chat_prompt``, and the engines lm-eval's mmlu/arc can use instead of the protocol: :class:`LmEvalCapable`
+(``lmeval_model()``: a Hugging Face model for lm-eval's ``hf`` model, in process) or :class:`LmEvalApiCapable`
+(``lmeval_api_model()``: a served model for lm-eval's ``local-completions`` model). An adapter with neither runs
+mmlu/arc through the protocol itself (:mod:`lctx.tasks.lmeval`'s one bridge: ``prefix`` + ``score_continuation``).
 
 The contract is checked, not only written down: :func:`check_adapter` calls each member once before a run (one
 line naming a member of the wrong shape), and the runner runs a user's adapter (not lctx's own) in a
@@ -56,6 +60,7 @@ sample's error, :class:`AdapterContractError`).
 from __future__ import annotations
 
 import numbers
+from dataclasses import dataclass
 from typing import Any, NamedTuple, Optional, Protocol, Sequence, runtime_checkable
 
 from lctx.errors import ContractError, LctxError
@@ -244,8 +249,125 @@ class LmEvalApiCapable(Protocol):
         """Where the chat template comes from, for messages."""
 
 
-#: the capabilities lm-eval's mmlu/arc tasks accept, any one of them (:attr:`lctx.tasks.Task.adapter_needs` key)
+#: the capabilities that give lm-eval's mmlu/arc tasks a faster engine than the protocol's, any one of them
+#: (:attr:`Capabilities.lmeval`; without either, lm-eval runs over the protocol itself)
 LMEVAL_CAPABILITIES = ("lmeval_model", "lmeval_api_model")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# capabilities: the optional members, each with its default, read in one place (capabilities / optional)
+# ---------------------------------------------------------------------------------------------------------------
+
+#: ``positional_methods`` of a backend that applies every method of ``models/position/`` at load (each method's own
+#: ``check`` then refuses a checkpoint it does not apply to)
+EVERY_METHOD = ("*",)
+
+#: The optional members of a model adapter, beyond :class:`ModelAdapter`: {name: (default, contract)}. An adapter
+#: without one has its default. lctx reads them only here (:func:`optional`, :func:`capabilities`), never by asking
+#: which backend an adapter is, so a new backend declares what it can do and no caller changes.
+OPTIONAL_MEMBERS = {
+    "concurrency": (None, "None (the runner batches by --batch-size) or an int >= 1: the requests the adapter runs at "
+                          "once (a served model's --concurrency); the runner groups that many samples of one length "
+                          "of a batched task"),
+    "teacher_forced": (True, "True, or the reason (a non-empty str) why score_continuation / token_nll give no score "
+                             "(they raise MetricUnavailable): every teacher-forced metric is then unavailable"),
+    "positional_methods": ((), "a tuple of the positional methods (models/position/ names) a model of this backend "
+                               "takes at load, EVERY_METHOD for all of them, () for none"),
+    "max_length_source": ("max_length", "a str: where max_length was read, for messages"),
+    "sample_notes": (None, "a method sample_notes(ids) -> dict: notes of a sample for its record's extra"),
+    "check_answer_room": (None, "a method check_answer_room(lengths): refuses, before the sweep, a length whose "
+                                "answer would not fit (a served model's thinking budget)"),
+    "think_unclosed": (0, "an int: greedy replies whose thinking never closed (a served reasoning model)"),
+    "chat_source": (None, "a method chat_source() -> str: where the chat template comes from, for messages"),
+    "chat_prompt": (None, "a method chat_prompt(messages, answer_prefix='') -> a prompt of a whole conversation in "
+                          "the model's chat template (mrcr)"),
+    "lmeval_model": (None, "a method lmeval_model() -> (transformers model, tokenizer): lm-eval's hf engine "
+                           "(LmEvalCapable)"),
+    "lmeval_api_model": (None, "a method lmeval_api_model() -> dict: lm-eval's local-completions engine over a "
+                               "server (LmEvalApiCapable)"),
+}
+#: the members of :data:`OPTIONAL_MEMBERS` that are methods (None when absent)
+_OPTIONAL_METHODS = ("sample_notes", "check_answer_room", "chat_source", "chat_prompt", "lmeval_model",
+                     "lmeval_api_model")
+
+
+def optional(lm: Any, name: str) -> Any:
+    """The optional member ``name`` of ``lm`` (:data:`OPTIONAL_MEMBERS`), or its default when ``lm`` has none; for a
+    method, the bound method or None (also for a non-callable attribute of that name).
+
+    Raises:
+        KeyError: ``name`` is not an optional member (a caller's mistake: add it to :data:`OPTIONAL_MEMBERS`)."""
+    default = OPTIONAL_MEMBERS[name][0]
+    value = getattr(lm, name, default)
+    if isinstance(value, property):  # read from a class: an instance's value, unknown until one is made
+        return default
+    if name in _OPTIONAL_METHODS:
+        return value if callable(value) else None
+    return value
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a model adapter can do beyond :class:`ModelAdapter`, read from its optional members
+    (:func:`capabilities`).
+
+    concurrency: requests run at once (a served model), or None: the runner batches by ``--batch-size``.
+    teacher_forced: whether ``score_continuation`` / ``token_nll`` give scores; ``unavailable`` the reason when not.
+    positional_methods: the positional methods a model of this backend takes at load (:data:`EVERY_METHOD`: all).
+    lmeval: the engine lm-eval's mmlu/arc run on (:mod:`lctx.tasks.lmeval`): ``"hf"`` (lm-eval's ``hf`` model over
+        ``lmeval_model()``), ``"api"`` (its ``local-completions`` model over ``lmeval_api_model()``), or
+        ``"protocol"`` (any adapter: lm-eval's requests scored through ``prefix`` / ``score_continuation``).
+    max_length_source: where ``max_length`` was read, for messages.
+    chat_history: the adapter renders a whole conversation (``chat_prompt``, or lm-eval's own engine's template).
+    """
+
+    concurrency: Optional[int] = None
+    teacher_forced: bool = True
+    unavailable: Optional[str] = None
+    positional_methods: tuple = ()
+    lmeval: str = "protocol"
+    max_length_source: str = "max_length"
+    chat_history: bool = False
+
+    def takes_position(self, method: str) -> bool:
+        """Whether a model of this backend takes positional method ``method`` at load (``"shipped"`` always)."""
+        return method == "shipped" or self.positional_methods == EVERY_METHOD or method in self.positional_methods
+
+
+def capabilities(lm: Any) -> Capabilities:
+    """The :class:`Capabilities` of ``lm`` (an adapter, a :class:`CheckedAdapter`, or a class: read from class
+    attributes), each optional member checked against its contract (:data:`OPTIONAL_MEMBERS`). Torch-free, cheap
+    (attribute reads).
+
+    Raises:
+        LctxError: a member of the wrong shape (one line: the member, its value, the contract, where it is written).
+    """
+    def bad(member: str, value: Any) -> LctxError:
+        cls = lm.__name__ if isinstance(lm, type) else type(lm.adapter if isinstance(lm, CheckedAdapter) else lm).__name__
+        return LctxError(f"model adapter {cls}: {member} is {_show(value)}, which breaks its contract "
+                         f"({CONTRACT_DOC}: {OPTIONAL_MEMBERS[member][1]}); fix {cls}.{member}")
+
+    conc = optional(lm, "concurrency")
+    if conc is not None and (not _is_int(conc) or conc < 1):
+        raise bad("concurrency", conc)
+    tf = optional(lm, "teacher_forced")
+    if not (tf is True or (isinstance(tf, str) and tf.strip())):
+        raise bad("teacher_forced", tf)
+    pos = optional(lm, "positional_methods")
+    if not isinstance(pos, tuple) or not all(isinstance(m, str) and m for m in pos):
+        raise bad("positional_methods", pos)
+    src = optional(lm, "max_length_source")
+    if not isinstance(src, str):
+        raise bad("max_length_source", src)
+    kind = next((LMEVAL_KINDS[m] for m in LMEVAL_CAPABILITIES if optional(lm, m) is not None), "protocol")
+    return Capabilities(concurrency=None if conc is None else int(conc), teacher_forced=tf is True,
+                        unavailable=None if tf is True else tf, positional_methods=pos, lmeval=kind,
+                        max_length_source=src,
+                        chat_history=kind != "protocol" or optional(lm, "chat_prompt") is not None)
+
+
+#: the lm-eval engine each capability of :data:`LMEVAL_CAPABILITIES` gives (:attr:`Capabilities.lmeval`)
+LMEVAL_KINDS = {"lmeval_model": "hf", "lmeval_api_model": "api"}
 
 
 #: the members :class:`ModelAdapter` declares (attributes and methods), for messages that name what is missing
@@ -379,6 +501,7 @@ def check_adapter(obj: Any) -> None:
             raise bad(member, f"is {_show(value)}", "None (unknown) or a positive int of tokens")
     if not isinstance(obj.can_batch, bool):
         raise bad("can_batch", f"is {_show(obj.can_batch)}", "a bool, True only if the batch methods work")
+    capabilities(obj)  # the optional members (concurrency, teacher_forced, positional_methods, ...) of their shapes
     bos = obj.bos_id
     if bos is not None and not (_is_int(bos) and bos >= 0):
         raise bad("bos_id", f"is {_show(bos)}", "None or the int token id put first in a sequence")

@@ -63,6 +63,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
+from lctx.defaults import CONCURRENCY, REQUEST_TIMEOUT_S, RETRIES
 from lctx.errors import LctxError, MetricUnavailable, ServerReplyError, ServerUnreachable, ServerValueError
 from lctx.outside import MIN_SECRET, quote, quote_list, register_secret
 from lctx.model_files import is_server_url, redact_url, split_server_urls  # noqa: F401  (kept as lctx.models.adapters.server.*)
@@ -92,9 +93,8 @@ MAX_MODEL_ID = 512
 #: retries of the trust probe's requests: a server that refuses log-probabilities answers 500 (llama-cpp-python
 #: without logits_all) or 400, which is its answer, not a fault to wait out
 PROBE_RETRIES = 1
-#: default request timeout in seconds (``--request-timeout``) and retries (``--retries``)
-DEFAULT_TIMEOUT_S = 600.0
-DEFAULT_RETRIES = 4
+#: default request timeout in seconds (``--request-timeout``) and retries (``--retries``): :mod:`lctx.defaults`'
+DEFAULT_TIMEOUT_S, DEFAULT_RETRIES = REQUEST_TIMEOUT_S, RETRIES
 #: texts whose ids fingerprint a server's tokenizer (ASCII, digits, spaces, punctuation, accents, CJK, emoji)
 FINGERPRINT_TEXTS = ("The pass key is 48213. Remember it.", "  leading spaces,\ttabs\nand new lines\n\n",
                      "0123456789 3.14159 -42 1e-5 #$%&*+/<=>@[]^_`{|}~", "naïve café Ünïcödé Ελληνικά русский",
@@ -680,7 +680,7 @@ class ServerAdapter(TokenizerSide):
     chat_template: bool = False
     system_prompt: Optional[str] = None
     token_prompts: bool = False
-    concurrency: int = 1
+    concurrency: int = CONCURRENCY
     seed: int = 0
     think_end: Optional[str] = None
     think_budget: int = 0
@@ -771,6 +771,12 @@ class ServerAdapter(TokenizerSide):
     def can_batch(self) -> bool:
         """Batches are concurrent requests: offered when ``concurrency`` > 1."""
         return self.concurrency > 1
+
+    @property
+    def teacher_forced(self):
+        """A capability (:func:`lctx.models.adapters.protocol.capabilities`): True when the server's prompt
+        log-probabilities passed the trust probe, else the probe's reason (teacher-forced metrics are unavailable)."""
+        return True if self.trust.ok else (self.trust.reason or "the server's prompt log-probabilities are untrusted")
 
     def _pick(self, prefer: Optional[Endpoint] = None) -> Endpoint:
         """A server with the fewest requests in flight, counted in (:meth:`Endpoint.take`): ``prefer`` (the one that
@@ -1187,7 +1193,7 @@ def trust_probe(lm: ServerAdapter) -> TrustReport:
     return report
 
 
-def load_server(model: str, *, concurrency: int = 1, tokenizer: Optional[str] = None,
+def load_server(model: str, *, concurrency: int = CONCURRENCY, tokenizer: Optional[str] = None,
                 api_key_env: Optional[str] = None, served_model: Optional[str] = None,
                 timeout_s: float = DEFAULT_TIMEOUT_S, retries: int = DEFAULT_RETRIES, chat_template: bool = False,
                 system_prompt: Optional[str] = None, think_end: Optional[str] = None, think_budget: int = 0,
