@@ -936,3 +936,94 @@ def test_a_bad_value_in_a_summary_or_rules_file_is_quoted_capped(tmp_path, capsy
     code, out, err = run_cli(["compare", run, "--baseline", base, "--rules", rules], capsys)
     assert_one_line_error(code, err, "is a string, not a number", "more characters left out")
     assert len(err) < 800 and "\x1b" not in err
+
+
+# ------------------------------------------------------------------------------------------ positional methods
+
+#: issue 43: a checkpoint under a positional method is a model of its own, {base}+{label}; run.json records its method
+POS = {"smol": ("llama", "shipped", {}), "smol+yarn_factor4": ("llama+yarn:factor=4", "yarn", {"factor": 4.0}),
+       "smol+linear_factor2": ("llama+linear:factor=2", "linear", {"factor": 2.0})}
+
+
+def method_run(path: Path, models: list[str], options: dict | None = None, rename: str | None = None,
+               edit=None) -> Path:
+    """A run directory of :func:`cells` per model of :data:`POS` (``edit(model, df)`` changes one model's cells) with
+    run.json's ``inputs.models[name]["position"]`` as lctx run records it; ``rename``: the base called so instead of
+    smol (a renamed checkpoint), ``options``: {model: options} over POS's."""
+    frames, inputs = [], {}
+    for m in models:
+        name = m.replace("smol", rename, 1) if rename else m
+        df = cells(name, POS[m][0])
+        frames.append(edit(m, df) if edit else df)
+        inputs[name] = {"position": {"base": rename or "smol", "method": POS[m][1],
+                                     "options": (options or {}).get(m, POS[m][2]), "layer_type": None, "effective": {}}}
+    write_run(path, pd.concat(frames, ignore_index=True))
+    (path / "run.json").write_text(json.dumps({"run_id": path.name, "inputs": {"models": inputs}}))
+    return path
+
+
+def test_a_method_is_gated_like_any_model(tmp_path, capsys):
+    """Issue 43 item 5: a run with methods against a baseline with methods: each (base, method) pairs with the same
+    pair (the baseline's linear model holds other numbers, which would fail the yarn model if they paired), a method
+    the run lacks is `missing` as any model, and the printed table names the method of each cell."""
+    def worse_linear(m, df):  # the baseline's linear model: far worse perplexity than the yarn model's
+        return set_cell(df, "ppl", "ppl", 512, mean=99.0) if "linear" in m else df
+
+    def regressed_yarn(m, df):
+        return set_cell(df, "passkey", "exact", 256, mean=0.0, stderr=0.0) if "yarn" in m else df
+
+    base = method_run(tmp_path / "base", list(POS), edit=worse_linear)
+    run = method_run(tmp_path / "run", ["smol", "smol+yarn_factor4"], edit=regressed_yarn)
+    code, out, err = run_cli(["compare", run, "--baseline", base], capsys)
+    assert code == 1, err
+    table = pd.read_csv(run / "compare" / "compare.csv")
+    by = {(r.model, r.task, r.metric, r.length): r for r in table.itertuples()}
+    assert by[("smol+yarn_factor4", "passkey", "exact", 256)].status == "regression"
+    assert by[("smol+yarn_factor4", "passkey", "exact", 256)].method == "yarn:factor=4"
+    assert by[("smol+yarn_factor4", "ppl", "ppl", 512)].status == "same"  # against yarn's 30, not linear's 99
+    missing = table[table["status"] == "missing"]
+    assert set(missing["model"]) == {"smol+linear_factor2"} and len(missing) == len(cells())
+    assert set(missing["method"]) == {"linear:factor=2"}
+    assert (table[table["model"] == "smol"]["status"] == "same").all() and set(table[table["model"] == "smol"]["method"]) == {"shipped"}
+    header = next(ln for ln in out.splitlines() if ln.startswith("| status"))
+    assert [c.strip() for c in header.strip("|").split("|")][:3] == ["status", "model", "method"]
+    line = next(ln for ln in out.splitlines() if ln.startswith("| regression"))
+    assert "| smol+yarn_factor4 | yarn:factor=4 |" in line.replace("  ", " ").replace("  ", " ")
+    assert "linear:factor=2" in out and "1 regressed" in out and f"{len(cells())} missing" in out
+    # control: runs that record no method print the table as before, without a method column
+    plain = compare_runs(cells(), set_cell(cells(), "passkey", "exact", 256, mean=0.0, stderr=0.0))
+    from lctx.harness.outputs.compare import display_header
+
+    assert display_header(plain) == DISPLAY_HEADER
+
+
+def test_a_method_with_other_options_is_not_comparable(tmp_path, capsys):
+    """The same model name recorded under other options (yarn factor 2 in the baseline, 4 in the run) measured
+    something else: its cells are not comparable (exit 2), the note names the options; the shipped model's cells are
+    judged as always."""
+    base = method_run(tmp_path / "base", ["smol", "smol+yarn_factor4"], options={"smol+yarn_factor4": {"factor": 2.0}})
+    run = method_run(tmp_path / "run", ["smol", "smol+yarn_factor4"])
+    code, out, err = run_cli(["compare", run, "--baseline", base], capsys)
+    assert_one_line_error(code, err, "not comparable", "position: run yarn:factor=4.0, baseline yarn:factor=2.0")
+    table = pd.read_csv(run / "compare" / "compare.csv")
+    assert set(table[table["status"] == "incomparable"]["model"]) == {"smol+yarn_factor4"}
+    assert (table[table["model"] == "smol"]["status"] == "same").all()
+    # control: the same options on both sides pass
+    code, _, err = run_cli(["compare", run, "--baseline", method_run(tmp_path / "same", ["smol", "smol+yarn_factor4"])],
+                           capsys)
+    assert code == 0, err
+
+
+def test_alias_of_a_base_renames_its_methods(tmp_path, capsys):
+    """`--alias new=old` of a renamed checkpoint renames the models of its methods too (new+yarn_factor4 pairs with
+    old+yarn_factor4); without it, no model in common (control)."""
+    base = method_run(tmp_path / "base", ["smol", "smol+yarn_factor4"])
+    run = method_run(tmp_path / "run", ["smol", "smol+yarn_factor4"], rename="smol-v2")
+    code, _, err = run_cli(["compare", run, "--baseline", base], capsys)
+    assert_one_line_error(code, err, "no model in common")
+    code, out, err = run_cli(["compare", run, "--baseline", base, "--alias", "smol-v2=smol"], capsys)
+    assert code == 0, err
+    table = pd.read_csv(run / "compare" / "compare.csv")
+    pairs = set(zip(table["model"], table["baseline_model"]))
+    assert pairs == {("smol-v2", "smol"), ("smol-v2+yarn_factor4", "smol+yarn_factor4")}
+    assert (table["status"] == "same").all()

@@ -29,6 +29,12 @@ A cell that holds several option sets on a side (one run directory, two ppl stri
 options, within that cell alone (:func:`_match_cells`): a cell's verdict never depends on other cells. The rows of
 such a cell name the options that tell them apart (``option_set``, "key_digits=3"; the printed note shows it).
 
+Positional methods (issue 43): a checkpoint evaluated under a method is a model of its own (``{base}+{label}``,
+run.json's ``inputs.models[name]["position"]``), so it is gated like any model: its cells pair with the baseline's
+same (base, method) by name, the printed table and ``compare.csv`` name the method (``method``), a method recorded
+with other options on the two sides makes its cells ``incomparable`` (:data:`POSITION`), and ``--alias new=old`` of a
+base renames its methods' models too.
+
 Each cell gets a status: ``regression``, ``error`` (the run's samples failed where the baseline's did
 not, or every sample of the run's cell failed, whatever the baseline holds), ``incomparable`` (options differ), ``missing`` (in the baseline, not in the run), ``improvement``,
 ``new`` (in the run only), ``unavailable`` (a side's model could not give the metric, e.g. a server without prompt
@@ -83,6 +89,76 @@ DIRECTIONS: dict[str, str] = {**OTHER_DIRECTIONS, **{m.name: m.direction for m i
 # Statuses, in the order they are reported.
 STATUSES = ("regression", "error", "incomparable", "missing", "improvement", "new", "unavailable", "same", "ignored")
 FAILING = ("regression", "error")
+
+#: the positional method of a checkpoint as shipped (run.json ``inputs.models[name]["position"]["method"]``, issue 43)
+SHIPPED = "shipped"
+#: the column :func:`compare_dirs` adds to both summaries from run.json: each model's positional method, options and
+#: layer type (canonical JSON; blank where a run records none). It is compared as an option of the cell
+#: (:func:`option_differences`): a model name measured under another method or other options is another measurement
+POSITION = "position"
+
+
+def run_positions(meta: dict | None) -> dict[str, dict]:
+    """{model name: its positional method} of a run directory's ``run.json`` (``inputs.models[name]["position"]``:
+    {"base", "method", "options", "layer_type", "effective"}, issue 43); {} for a run that records none (written
+    before positional methods, or by hand)."""
+    inputs = (meta or {}).get("inputs") if isinstance((meta or {}).get("inputs"), dict) else {}
+    models = inputs.get("models") if isinstance(inputs.get("models"), dict) else {}
+    return {str(name): entry["position"] for name, entry in models.items()
+            if isinstance(entry, dict) and isinstance(entry.get("position"), dict) and entry["position"].get("method")}
+
+
+def method_label(position: dict, name: str = "", variant: object = None) -> str:
+    """How a model's positional method is named in a table: ``shipped``, or the method and the options that differ
+    from its defaults as ``--position`` writes them (``yarn:factor=4``): the record's ``label`` when it has one, else
+    the part of the variant from ``+NAME`` (a method's variant is ``{variant}+{NAME}:{k=v,...}``), else the model
+    name's suffix after ``{base}+`` (``yarn_factor4``), else the method and every option it records.
+    ``position``: a :func:`run_positions` record; ``name``, ``variant``: the model's."""
+    if position.get("label"):
+        return str(position["label"])
+    method = str(position.get("method") or "")
+    if not method or method == SHIPPED:
+        return SHIPPED
+    v = "" if _blank(variant) else str(variant)
+    i = v.find("+" + method)
+    end = i + 1 + len(method)
+    if i >= 0 and (end == len(v) or v[end] == ":"):
+        return v[i + 1:]
+    base = str(position.get("base") or "")
+    if base and str(name).startswith(base + "+"):
+        return str(name)[len(base) + 1:]
+    return _position_text(position)
+
+
+def _position_text(position: dict) -> str:
+    """``NAME:k=v,...`` with every option a position record holds (defaults included), and its layer type."""
+    opts = position.get("options") if isinstance(position.get("options"), dict) else {}
+    text = str(position.get("method") or "") + (":" + ",".join(f"{k}={opts[k]}" for k in sorted(opts)) if opts else "")
+    return text + (f" [{position['layer_type']}]" if position.get("layer_type") else "")
+
+
+def position_key(position: dict | None) -> str:
+    """What :data:`POSITION` holds of a position record: {"method", "options", "layer_type"} as canonical JSON ("" for
+    none); the effective parameters are left out (they follow from these and the checkpoint, which the run's
+    fingerprints cover)."""
+    if not position:
+        return ""
+    return json.dumps({"method": position.get("method"), "options": position.get("options") or {},
+                       "layer_type": position.get("layer_type")}, sort_keys=True, default=str)
+
+
+def with_positions(df: pd.DataFrame, meta: dict | None) -> pd.DataFrame:
+    """A summary with three columns from its run's ``run.json`` (:func:`run_positions`): ``method`` (:func:`method_label`,
+    "" for a model without a record), :data:`POSITION` (:func:`position_key`) and ``position_base`` (the base model's
+    name, through which ``--alias`` renames a method's model, :func:`compare_runs`)."""
+    pos = run_positions(meta)
+    df = df.copy()
+    rec = [pos.get(str(m)) for m in df["model"]]
+    variants = df["variant"] if "variant" in df.columns else [None] * len(df)
+    df["method"] = [method_label(p, m, v) if p else "" for p, m, v in zip(rec, df["model"], variants)]
+    df[POSITION] = [position_key(p) for p in rec]
+    df["position_base"] = [str(p.get("base") or m) if p else "" for p, m in zip(rec, df["model"])]
+    return df
 
 
 @dataclass(frozen=True)
@@ -520,7 +596,7 @@ class Comparison:
                 for task, g in t.groupby("task", sort=True)]
 
 
-TABLE_COLUMNS = ["status", "model", "baseline_model", "variant", "task", "metric", "length", "depth", "direction",
+TABLE_COLUMNS = ["status", "model", "baseline_model", "method", "variant", "task", "metric", "length", "depth", "direction",
                  "base_mean", "base_stderr", "base_n", "run_mean", "run_stderr", "run_n", "diff", "rel_diff", "z",
                  "threshold", "bound_by", "run_n_error", "base_n_error", "options", "option_set", "unavailable",
                  "run_ci_low", "run_ci_high", "base_ci_low", "base_ci_high"]
@@ -557,7 +633,8 @@ def check_rule_names(rules: Rules, run: pd.DataFrame, base: pd.DataFrame) -> Non
                             "name in --rules / --tolerance")
         raise LctxError(f"unknown metric {name!r} in --rules / --tolerance{_near(name, plain)} (known: "
                         f"{quote(', '.join(sorted(plain)), 600)}; `lctx list metrics`); fix the name")
-    models = set(run["model"])
+    models = set(run["model"]) | ({b for b in run["position_base"] if not _blank(b)} if "position_base" in run.columns
+                                  else set())
     for new in rules.alias:
         if new not in models:
             raise LctxError(f"--alias {new}={rules.alias[new]}: the run has no model {new!r}{_near(new, models)} "
@@ -586,7 +663,8 @@ def compare_runs(run: pd.DataFrame, base: pd.DataFrame, rules: Rules | None = No
     check_rule_names(rules, run, base)
     run = run.copy()
     run["run_model"] = run["model"]
-    run["model"] = run["model"].map(lambda m: rules.alias.get(m, m))
+    bases = run["position_base"] if "position_base" in run.columns else pd.Series("", index=run.index)
+    run["model"] = [_aliased(m, b, rules.alias) for m, b in zip(run["model"], bases)]
     common_tasks = set(run["task"]) & set(base["task"])
     if not common_tasks:
         raise LctxError(f"mismatched tasks: the run has {sorted(set(run['task']))} and the baseline "
@@ -596,7 +674,7 @@ def compare_runs(run: pd.DataFrame, base: pd.DataFrame, rules: Rules | None = No
         hint = f"--alias {rm[0]}={bm[0]}" if len(rm) == 1 and len(bm) == 1 else "--alias NEW=OLD"
         raise LctxError(f"no model in common: the run has {rm} and the baseline {bm}; "
                         f"if a checkpoint was renamed, pass {hint}")
-    labels = [c for c in LABEL_COLUMNS if c in run.columns and c in base.columns]
+    labels = [c for c in LABEL_COLUMNS + [POSITION] if c in run.columns and c in base.columns]
     for what, df, ks in (("run", run, ["run_model"] + KEYS[1:] + labels), ("baseline", base, KEYS + labels)):
         if df.duplicated(ks).any():
             r = df[df.duplicated(ks)].iloc[0]
@@ -623,6 +701,7 @@ def compare_runs(run: pd.DataFrame, base: pd.DataFrame, rules: Rules | None = No
         tol = rules.tolerance_for(task, metric)
         r_, b_ = r or {}, b or {}
         row = {"model": r_["run_model"] if r else b_["model"], "baseline_model": b_.get("model"),
+               "method": r_.get("method") or b_.get("method") or "",
                "unavailable": _unavailable_note(r_, b_),
                "variant": r_.get("variant") if isinstance(r_.get("variant"), str) else b_.get("variant"),
                "task": task, "metric": metric, "length": _int_or_none((r or b)["length"]), "depth": (r or b)["depth"],
@@ -655,6 +734,18 @@ def compare_runs(run: pd.DataFrame, base: pd.DataFrame, rules: Rules | None = No
     failed = (any(counts[s] for s in FAILING) or (counts["missing"] > 0 and not allow_missing)
               or counts["incomparable"] > 0)
     return Comparison(table, counts, failed, allow_missing=allow_missing)
+
+
+def _aliased(model: str, base: object, alias: dict) -> str:
+    """``model`` renamed by ``--alias``: its own alias, else, for a positional method's model ``{base}+{label}``
+    (``base``: its run.json base name, :func:`with_positions`), the alias of its base with the same suffix, so
+    ``--alias new=old`` renames a checkpoint and every method evaluated on it."""
+    if model in alias:
+        return alias[model]
+    b = "" if _blank(base) else str(base)
+    if b and b != model and b in alias and str(model).startswith(b + "+"):
+        return alias[b] + str(model)[len(b):]
+    return model
 
 
 def _unavailable_note(run: dict, base: dict) -> str:
@@ -769,9 +860,14 @@ def option_differences(run: dict, base: dict) -> list[str]:
     to their values; ``task_options`` (JSON) is compared key by key. A value one side does not record (blank,
     or a task option an older lctx did not write) cannot be compared and is not listed."""
     out = []
-    for col in LABEL_COLUMNS:
+    for col in LABEL_COLUMNS + [POSITION]:
         a, b = run.get(col), base.get(col)
         if _blank(a) or _blank(b):
+            continue
+        if col == POSITION:  # a model's positional method (issue 43): named as --position writes it
+            if a != b:
+                ja, jb = json.loads(a), json.loads(b)
+                out.append(f"position: run {_position_text(ja)}, baseline {_position_text(jb)}")
             continue
         if col == "task_options":
             try:
@@ -911,7 +1007,8 @@ def _display_rows(cmp: Comparison, include_same: bool = False) -> list[list[str]
                     else f"not comparable (unavailable: {quote(r.unavailable)})")
         if isinstance(r.option_set, str) and r.option_set:  # a run or baseline of several option sets: which one
             note = f"[{r.option_set}] {note}".rstrip()
-        out.append([r.status, model, r.task, r.metric, _fmt_len(r.length), "" if r.depth != r.depth else f"{r.depth:g}",
+        out.append([r.status, model] + ([r.method if isinstance(r.method, str) else ""] if shows_method(cmp) else [])
+                   + [r.task, r.metric, _fmt_len(r.length), "" if r.depth != r.depth else f"{r.depth:g}",
                     r.direction, _fmt(r.base_mean, r.base_stderr, r.base_ci_low, r.base_ci_high),
                     _fmt(r.run_mean, r.run_stderr, r.run_ci_low, r.run_ci_high),
                     _fmt(r.diff), rel, tol, note])
@@ -920,6 +1017,17 @@ def _display_rows(cmp: Comparison, include_same: bool = False) -> list[list[str]
 
 DISPLAY_HEADER = ["status", "model", "task", "metric", "length", "depth", "better", "baseline", "run", "diff",
                   "rel", "tolerance", "note"]
+
+
+def shows_method(cmp: Comparison) -> bool:
+    """Whether the printed table has a ``method`` column: some cell's model has a positional method recorded in its
+    run.json (issue 43; :func:`with_positions`)."""
+    return "method" in cmp.table.columns and cmp.table["method"].fillna("").astype(str).str.strip().ne("").any()
+
+
+def display_header(cmp: Comparison) -> list[str]:
+    """The printed table's header: :data:`DISPLAY_HEADER`, with ``method`` after ``model`` when :func:`shows_method`."""
+    return DISPLAY_HEADER[:2] + ["method"] + DISPLAY_HEADER[2:] if shows_method(cmp) else list(DISPLAY_HEADER)
 
 
 def verdict(cmp: Comparison) -> str:
@@ -943,7 +1051,7 @@ def print_report(cmp: Comparison, file=None) -> None:
     if rows:
         style = {"regression": "bold red", "error": "bold red", "incomparable": "bold yellow", "missing": "yellow",
                  "improvement": "green", "new": "cyan", "unavailable": "dim"}
-        print_table(DISPLAY_HEADER, rows, title=f"lctx compare: {cmp.run_dir} vs baseline {cmp.baseline_dir}",
+        print_table(display_header(cmp), rows, title=f"lctx compare: {cmp.run_dir} vs baseline {cmp.baseline_dir}",
                     right=("length", "depth", "baseline", "run", "diff", "rel"),
                     no_wrap=("length", "depth", "baseline", "run", "diff", "rel", "tolerance"),
                     row_styles=[style.get(r[0]) for r in rows], file=file)
@@ -967,7 +1075,8 @@ def write_report(cmp: Comparison, out_dir: Path) -> tuple[Path, Path]:
         rows = _display_rows(cmp)
         lines += [f"- {line}" for line in _reason_lines(cmp)] + ([""] if _reason_lines(cmp) else [])
         if rows:
-            lines += ["| " + " | ".join(DISPLAY_HEADER) + " |", "|" + "---|" * len(DISPLAY_HEADER)]
+            header = display_header(cmp)
+            lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
             lines += ["| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in row) + " |" for row in rows]
         else:
             lines.append("Every matched cell is within tolerance.")
@@ -980,7 +1089,11 @@ def write_report(cmp: Comparison, out_dir: Path) -> tuple[Path, Path]:
 def compare_dirs(run_dir: Path, baseline_dir: Path, rules: Rules | None = None,
                  allow_missing: bool = False, allow_option_changes: bool = False,
                  across_seeds: bool = False) -> Comparison:
-    """:func:`compare_runs` on two run directories (see :func:`load_summary` for what is read).
+    """:func:`compare_runs` on two run directories (see :func:`load_summary` for what is read). Where a run.json records
+    positional methods (issue 43), both summaries get each model's method (:func:`with_positions`): a method's model
+    (``{base}+{label}``) pairs with the same (base, method) of the baseline by its name, as any model does (a method
+    the run lacks is ``missing``), the printed table names the method, and a model whose method or options differ
+    between the two sides is ``incomparable`` (:func:`option_differences`).
 
     Raises:
         LctxError: as :func:`load_summary` and :func:`compare_runs`.
@@ -988,14 +1101,18 @@ def compare_dirs(run_dir: Path, baseline_dir: Path, rules: Rules | None = None,
     run = load_summary(run_dir, "run")
     base = load_summary(baseline_dir, "baseline")
     declared: dict = {}
+    metas: dict = {}
     for d in (baseline_dir, run_dir):  # the run's declaration of a task over the baseline's
         # the verdict reads the summaries and the tasks' declared directions (a baseline may be summary.csv alone),
         # so a damaged run.json does not stop the gate; it is named all the same, never passed over without a word
         # (trial21 item 7)
         try:
-            declared.update(declared_tasks(read_json(Path(d) / "run.json")))
+            metas[d] = read_json(Path(d) / "run.json") or {}
+            declared.update(declared_tasks(metas[d]))
         except LctxError as e:
             say(f"warning: {e}; lctx compare does not read it (the verdict stands)", err=True)
+    if any(run_positions(m) for m in metas.values()):  # positional methods (issue 43): named, and compared as options
+        run, base = with_positions(run, metas.get(run_dir)), with_positions(base, metas.get(baseline_dir))
     cmp = compare_runs(run, base, rules, allow_missing, allow_option_changes, declared, across_seeds)
     cmp.run_dir, cmp.baseline_dir = str(run_dir), str(baseline_dir)
     return cmp
