@@ -156,7 +156,8 @@ def run(
     task_option: List[str] = typer.Option(None, "--task-option", help="Task option TASK.KEY=VALUE (repeatable; VALUE parsed as JSON when it can be), e.g. niah_single_1.match=digits."),
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", envvar="LCTX_CACHE_DIR", callback=_checked_cache_dir, help="Cache root: built samples of niah_* (default: OUT/sample_cache) and dequantised GGUF checkpoints (default: the user cache dir, ~/.cache/lctx)."),
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Run Python code shipped with a Hugging Face checkpoint (auto_map). Off by default."),
-    attn_override: Optional[str] = typer.Option(None, "--attn-override", help="Change the attention of the loaded models: ssmax[:s=X] (Scalable-Softmax, s fixed, default 1) or alibi_lsh[:s=N] (ALiBi models); recorded in the variant column."),
+    attn_override: Optional[str] = typer.Option(None, "--attn-override", help="Change the attention of the loaded models: ssmax[:s=X] (Scalable-Softmax, s fixed, default 1) or alibi_lsh[:s=N] (ALiBi models); recorded in the variant column. The same methods as --position, applied to every model."),
+    position: List[str] = typer.Option(None, "--position", help="Positional method NAME[:KEY=VALUE,...] (repeatable: every --model runs under each, side by side, as models of their own), e.g. yarn:factor=4, linear:factor=2, dynamic:factor=2, ntk:factor=4, sinks, self_extend, ssmax:s=0.4; shipped (the default): as the checkpoint ships. `lctx list positions`; docs/positions.md."),
     chat_template: str = typer.Option("off", "--chat-template", help="on: wrap each task prompt in the model's chat template (the task text is the user's turn, its answer prefix starts the assistant's; mmlu/arc: lm-eval's apply_chat_template). off (default, as lm-eval). Recorded in task_options."),
     system_prompt: Optional[str] = typer.Option(None, "--system-prompt", help="System message for --chat-template on (default: the template's own, if any)."),
     memory_check: bool = typer.Option(True, "--memory-check/--no-memory-check", help="Refuse, before the sweep, a run whose longest prefill or lm-eval batch does not fit the device (memory model of `lctx plan`)."),
@@ -187,7 +188,8 @@ def run(
         samples=samples, out=out, relative=relative, train_length=train_length, task_options=task_option or [],
         task_files=task_file or [], data_dir=data_dir, device=device, dtype=dtype, seed=seed, chunk_size=chunk_size,
         allow_beyond_max=allow_beyond_max, attn_impl=attn_impl, cache_dir=cache_dir, cache_dir_from_env=env_cache_dir,
-        trust_remote_code=trust_remote_code, attn_override=attn_override, chat_template=chat_template == "on",
+        trust_remote_code=trust_remote_code, attn_override=attn_override, positions=list(position) if position else None,
+        chat_template=chat_template == "on",
         system_prompt=system_prompt, memory_check=memory_check, progress=progress, batch_size=batch_size,
         stride=stride, window=window,
         ppl_data=ppl_data or None, ppl_bos=ppl_bos, ppl_short_docs=ppl_short_docs, ppl_max_tokens=ppl_max_tokens,
@@ -697,11 +699,12 @@ def report(
 
 @app.command("list")
 def list_(
-    what: str = typer.Argument(..., metavar="WHAT", help="tasks, metrics or variants"),
+    what: str = typer.Argument(..., metavar="WHAT", help="tasks, metrics, variants or positions"),
     task_file: List[Path] = typer.Option(None, "--task-file", help="Python file defining extra tasks (repeatable), listed too."),
 ):
     """List the tasks `lctx run --tasks` accepts, the metrics they report (registered in lctx.metrics, with their
-    source), or the attention variants and modifiers `lctx train --variant` accepts."""
+    source), the attention variants and modifiers `lctx train --variant` accepts, or the positional methods
+    `lctx run --position` accepts (with their options and sources)."""
     if what == "tasks":
         from lctx.harness.steps import flatness, ruler  # noqa: F401  (register the derived names); lazy: loads lctx.tasks and numpy
         from lctx.tasks import load_entry_point_tasks, load_task_file, task_catalog  # lazy: loads lctx.tasks and numpy
@@ -754,7 +757,18 @@ def list_(
                                      f"({', '.join(takes)}), e.g. --variant rope+{name}", options(name, True)])
         print_table(["variant", "what it is", "options (--option KEY=VALUE; typed, others refused)"], rows)
     else:
-        raise LctxError(f"cannot list {what!r}; use `lctx list tasks`, `lctx list metrics` or `lctx list variants`")
+        raise LctxError(f"cannot list {what!r}; use `lctx list tasks`, `lctx list metrics`, `lctx list variants` "
+                        "or `lctx list positions`")
+    elif what == "positions":
+        _light_models()
+        from lctx.models.position import POSITION_METHODS  # lazy: loads torch (lctx.models)
+        from lctx.models.position.base import _describe  # lazy: loads torch (lctx.models)
+
+        rows = [["shipped", "-", "the checkpoint as it ships (the default)", "", ""]]
+        for name, cls in sorted(POSITION_METHODS.items()):
+            opts = ", ".join(f"{k}=<{_describe(o)}>" for k, o in cls.options.items())
+            rows.append([name, cls.kind, cls.summary, opts or "none", cls.source])
+        print_table(["method", "kind", "what it is", "options (--position NAME:KEY=VALUE,...)", "source"], rows)
 
 
 class Terminated(KeyboardInterrupt):

@@ -30,13 +30,19 @@ def split_position(spec: str) -> tuple[str, dict[str, str]]:
 
     Raises:
         LctxError: an empty spec, an item that is not KEY=VALUE, a key given twice, an unknown method name (with
-            the closest known one); one line each."""
+            the closest known one), two methods stacked with ``+`` (one method per model: two ``--position`` are a
+            sweep); one line each."""
     text = str(spec).strip()
     name, _, rest = text.partition(":")
     name = name.strip()
     if not name:
         raise LctxError(f"--position {spec!r} names no method; write e.g. --position yarn:factor=4 (or shipped)")
     known = [SHIPPED] + method_names()
+    parts = [x.strip() for x in name.split("+")]
+    if len(parts) > 1 and all(x in known for x in parts):
+        raise LctxError(f"--position {name} stacks {len(parts)} methods on one model; lctx runs one method per model: "
+                        f"give each its own --position ({' '.join('--position ' + x for x in parts)}), which sweeps "
+                        "them side by side, each a model of the run")
     if name not in known:
         near = difflib.get_close_matches(name, known, n=1)
         hint = f"did you mean {near[0]!r}? " if near else ""

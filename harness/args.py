@@ -439,6 +439,45 @@ def check_run_options(dtype: Optional[str] = None, device: Optional[str] = None,
                         "pass the length the model was trained at, e.g. --train-length 4096")
 
 
+def check_positions(positions, models=(), warn=None) -> list[str]:
+    """``--position`` / ``lctx.evaluate(positions=...)`` as a list of spec strings, checked without torch: None is
+    ``["shipped"]``, one string is one spec, a list its items (repeats dropped, ``warn`` told); each spec's syntax
+    and method name (:func:`lctx.position_spec.split_position`: a misspelt method with the closest name, two methods
+    stacked with ``+``); and a method other than ``shipped`` only on checkpoint paths: a served model's positional
+    code runs in its server, an adapter object is loaded already. The options are checked against each method's
+    schema before any model loads (:func:`lctx.models.position.base.parse_position`).
+
+    Raises:
+        LctxError: the first problem found (one line naming the fix)."""
+    from lctx.model_files import is_server_url  # light: stdlib only
+    from lctx.position_spec import SHIPPED, split_position  # light: no torch
+
+    if positions is None:
+        return [SHIPPED]
+    items = [positions] if isinstance(positions, str) else list(positions)
+    bad = next((p for p in items if not isinstance(p, str)), None)
+    if bad is not None or not items:
+        raise LctxError(f"positions={positions!r} names no positional method; pass strings such as 'shipped' or "
+                        "'yarn:factor=4' (--position), or leave it out (None) for the models as shipped")
+    names = [split_position(p)[0] for p in items]
+    out = list(dict.fromkeys(p.strip() for p in items))
+    if len(out) < len(items) and warn:
+        warn(f"note: --position repeats ({', '.join(items)}); each runs once")
+    methods = [p for p, n in zip(items, names) if n != SHIPPED]
+    if methods:
+        listed = [models] if isinstance(models, (str, Path)) or hasattr(models, "encode") else list(models or [])
+        for m in listed:
+            if is_server_url(m):
+                raise LctxError(f"--position {methods[0]}: a served model's positional code runs in its server "
+                                f"(--model {str(m).split(',')[0]}); start the server with the method "
+                                "(docs/positions.md#served-and-gguf-models) and evaluate it as shipped")
+            if not isinstance(m, (str, Path)):
+                raise LctxError(f"--position {methods[0]}: model {getattr(m, 'name', m)!r} is an adapter object, "
+                                "loaded already; pass its checkpoint path (lctx loads it once per method), or "
+                                "load_lm(path, position=...) yourself")
+    return out
+
+
 #: the device nodes under /dev of a GPU ``torch.cuda`` can use: NVIDIA (``nvidia0``...; Jetson: ``nvhost-*``,
 #: ``nvmap``), ROCm (``kfd``), WSL (``dxg``)
 GPU_DEVICE_NODES = ("nvidia[0-9]*", "nvhost-*", "nvmap", "kfd", "dxg")

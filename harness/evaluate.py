@@ -26,9 +26,9 @@ from typing import Callable, Iterable, Optional, Sequence, Union
 
 from lctx.defaults import CHUNK_SIZE, CONCURRENCY, DEVICE, DTYPE, LMEVAL_BATCH_SIZE, REQUEST_TIMEOUT_S, RETRIES
 from lctx.model_files import check_model_path, check_tokenizer_files, is_server_url
-from lctx.harness.args import (MAX_SAMPLES, check_results_out, check_run_options, check_task_options,
-                               check_writable_dir, chat_options, parse_batch_size, parse_depths, parse_lengths,
-                               parse_task_options, task_option_names)
+from lctx.harness.args import (MAX_SAMPLES, check_positions, check_results_out, check_run_options,
+                               check_task_options, check_writable_dir, chat_options, parse_batch_size, parse_depths,
+                               parse_lengths, parse_task_options, task_option_names)
 from lctx.harness.run.console import say
 from lctx.outside import register_secret
 from lctx.errors import EXIT_ALL_FAILED, EXIT_OK, EXIT_SOME_FAILED, LctxError, split_list
@@ -216,7 +216,8 @@ def evaluate(models=None, tasks=None,
              seed: int = 0, chunk_size: Optional[int] = None, allow_beyond_max: bool = False,
              attn_impl: Optional[str] = None,
              cache_dir: Union[str, Path, None] = None, cache_dir_from_env: bool = False, trust_remote_code: bool = False,
-             attn_override: Optional[str] = None, chat_template: bool = False, system_prompt: Optional[str] = None,
+             attn_override: Optional[str] = None, positions: Union[str, Sequence[str], None] = None,
+             chat_template: bool = False, system_prompt: Optional[str] = None,
              memory_check: bool = True, progress: bool = False, batch_size: Union[int, str, None] = None, stride: float = 0.5,
              window: Union[str, Sequence[int], None] = None, ppl_data: Optional[Sequence[str]] = None,
              ppl_bos: str = "prepend", ppl_short_docs: str = "drop", ppl_max_tokens: int = 32768,
@@ -262,6 +263,14 @@ def evaluate(models=None, tasks=None,
     control characters from outside escaped, each line capped: issue 42). A ``log`` of your own gets the lines as
     lctx wrote them: pass them through :func:`lctx.outside.cap` before a terminal sees them.
 
+    positions: positional methods (``--position``, docs/positions.md): a spec (``"yarn:factor=4"``) or a list of them;
+    None: ``["shipped"]``, the checkpoints as shipped. Every checkpoint path runs under every one (the cross product):
+    each (model, method) pair is a model of the run with its own name (``{name}+{label}``, e.g.
+    ``SmolLM2-135M-Instruct+yarn_factor4``; ``shipped`` keeps the name), variant, fingerprint (resume key) and
+    run.json entry (``inputs.models[name]["position"]``: the method, its options, the layer types and the effective
+    positional parameters read from the built model); a method is refused before the sweep when it changed nothing.
+    A method other than ``shipped`` takes checkpoint paths only (not a served model, not an adapter object).
+
     A model may be a served one: ``"http://HOST:PORT/v1"`` (or ``"URL1,URL2"``: several servers of one model sharing
     the requests), an OpenAI-compatible server (vLLM, SGLang, llama.cpp's servers) reached through
     :func:`lctx.models.adapters.server.load_server` with ``concurrency`` (requests in flight at most), ``tokenizer``
@@ -284,7 +293,8 @@ def evaluate(models=None, tasks=None,
             ``out``; no model or no task (an empty list); a model object that is not an adapter (a class, missing
             members, a member that breaks the contract), or a load setting given with one that is not its own;
             two tasks of one name; a task on an adapter that lacks a method the task needs (mmlu/arc without
-            ``lmeval_model()`` or ``lmeval_api_model()``).
+            ``lmeval_model()`` or ``lmeval_api_model()``); a positional method that does not parse, does not apply
+            to a model, or was accepted but not applied.
     """
     log = log or say
     if api_key_env:  # the key is a secret from the first message on: an option check may quote a value holding it
@@ -305,6 +315,7 @@ def evaluate(models=None, tasks=None,
                        train_length=train_length, chat_template=chat_template, system_prompt=system_prompt, warn=warn,
                        seed=seed, device=device, dtype=dtype, chunk_size=chunk_size, attn_impl=attn_impl,
                        attn_override=attn_override, trust_remote_code=trust_remote_code)
+    positions = check_positions(positions, call.models, warn)  # --position: syntax, names, served/objects (no torch)
     # a checkpoint path's load defaults; beside an adapter object these were given only if not None (checked above)
     device, dtype, chunk_size = (v if v is not None else _PATH_DEFAULTS[k]
                                  for k, v in (("device", device), ("dtype", dtype), ("chunk_size", chunk_size)))
@@ -315,7 +326,8 @@ def evaluate(models=None, tasks=None,
     own_lengths = _check_before_torch(call.models, call.task_names, task_options,
                                       None if call.relative else call.lengths, values, allow_beyond_max, device,
                                       call.explicit_lengths, build=build, data_dir=call.data_dir, samples=samples,
-                                      depths=call.depths, given_tasks=call.given_tasks, n_lengths=call.n_lengths)
+                                      depths=call.depths, given_tasks=call.given_tasks, n_lengths=call.n_lengths,
+                                      positions=positions)
 
     dinfo, device = _start_torch(device)
     if system_prompt is not None and not chat_template:
@@ -328,7 +340,8 @@ def evaluate(models=None, tasks=None,
                   timeout_s=request_timeout, retries=retries, think_end=think_end, think_budget=think_budget, seed=seed)
     lms = _load_models(call.models, attn_override, warn, device=device, dtype=dtype, chunk_size=chunk_size,
                        trust_remote_code=trust_remote_code, attn_impl=attn_impl, cache_dir=call.cache_dir,
-                       chat_template=chat_template, system_prompt=system_prompt, progress=progress, server=server)
+                       chat_template=chat_template, system_prompt=system_prompt, progress=progress, server=server,
+                       positions=positions)
     if chat_template:  # the setting reaches every record (and so the resume key) through the task options
         for t in run_tasks.objs:
             t.options.update(chat_options(system_prompt))
@@ -782,7 +795,8 @@ def _check_families(task_names: list[str], data_dir) -> None:
 
 def _check_before_torch(models, task_names: list[str], task_options, lengths: Optional[list[int]], values: dict,
                         allow_beyond_max: bool, device: str, explicit_lengths: bool, build: Callable,
-                        given_tasks: Sequence = (), n_lengths: Optional[int] = None, **run) -> dict[str, list[int]]:
+                        given_tasks: Sequence = (), n_lengths: Optional[int] = None, positions: Sequence[str] = (),
+                        **run) -> dict[str, list[int]]:
     """The checks of a run that need no model, before torch and the weights load (issue 24.6; they came after
     15-31 s; issue 25 item 4, 40-150 s on a busy machine): a CUDA ``device`` on a machine without one
     (:func:`lctx.harness.args.check_device_present`); every task option, run-wide (``--stride``, ``--key-digits``,
@@ -798,7 +812,9 @@ def _check_before_torch(models, task_names: list[str], task_options, lengths: Op
     (:func:`lctx.harness.args.declared_max`). The same checks run again on the loaded models and built tasks
     (:func:`_check_before_run`). A task's shortest prompt needs the model's tokenizer: that check stays after
     loading. ``given_tasks`` (task objects) check their lengths too; a model adapter object declares its maximum
-    itself (``max_length``). The size options of every task (:attr:`lctx.tasks.Task.option_bounds`) against the
+    itself (``max_length``); a checkpoint that runs under positional methods only (``positions`` without
+    ``shipped``) is checked once loaded, at the length its method addresses (a RoPE scale: factor x the original).
+    The size options of every task (:attr:`lctx.tasks.Task.option_bounds`) against the
     longest length (:func:`lctx.tasks.base.check_bounds_at`), and the run's grid, its tasks' cells summed
     (:meth:`lctx.tasks.Task.n_cells`; ``n_lengths`` lengths a model, ``run``'s ``depths`` and ``samples``), at most
     :data:`lctx.tasks.base.MAX_CELLS` (:func:`check_grid`). Returns the own lengths given, parsed once:
@@ -854,6 +870,8 @@ def _check_before_torch(models, task_names: list[str], task_options, lengths: Op
     for m in _model_list(models) or [DEFAULT_MODEL]:
         if is_server_url(m):
             continue  # a served model's maximum is known once connected (_check_before_run)
+        if isinstance(m, (str, Path)) and positions and "shipped" not in positions:
+            continue  # a method's own maximum (factor x the original) is known once it is loaded (_check_before_run)
         if isinstance(m, (str, Path)):
             check_declared_max(*declared_max(m), list(lengths) + extra, allow_beyond_max)
         else:  # a model adapter object: its own declared maximum
@@ -979,23 +997,38 @@ def _capability_names(methods) -> str:
     return " or ".join(f"{m}()" for m in ((methods,) if isinstance(methods, str) else methods))
 
 
-def _load_models(models, attn_override, warn, server: Optional[dict] = None, **load) -> list:
+def _load_models(models, attn_override, warn, server: Optional[dict] = None, positions: Sequence[str] = ("shipped",),
+                 **load) -> list:
     """The model adapters of ``models`` (default: the bundled model), in order: each checkpoint path loaded with
-    :func:`lctx.models.adapters.hf.load_lm` and ``load``'s settings, each adapter object as it is (checked against
+    :func:`lctx.models.adapters.hf.load_lm` and ``load``'s settings once per positional method of ``positions``
+    (the cross product, path by path: each pair a model of its own), each adapter object as it is (checked against
     the :class:`~lctx.models.adapters.protocol.ModelAdapter` protocol by :func:`_check_adapter_objects`); names made
-    unique (``name#i``) when two share one.
+    unique (``name#i``) when two share one. ``attn_override`` (the older name of a method, ``--attn-override
+    ssmax``) applies to every model loaded, on top of its method; a note points to ``--position``.
 
     Raises:
-        LctxError: a bad ``attn_override`` (before any model loads) or a checkpoint ``load_lm`` refuses.
+        LctxError: a bad ``attn_override`` or ``positions`` (before any model loads: every spec is parsed against its
+            method's options first) or a checkpoint ``load_lm`` refuses (a method that does not apply to it, or
+            that changed nothing).
     """
     models = _model_list(models) or [DEFAULT_MODEL]
     paths = [m for m in models if isinstance(m, (str, Path)) and not is_server_url(m)]
     if attn_override and paths:
         from lctx.models.adapters.overrides import parse_override  # lazy: loads torch, transformers, triton
 
-        parse_override(attn_override)  # a bad spec fails before any model loads
+        ov = parse_override(attn_override)  # a bad spec fails before any model loads
+        warn(f"note: --attn-override {ov.label} is the positional method {ov.name}, applied here to every model; "
+             f"--position {ov.label} runs it as a model of its own beside the shipped one (docs/positions.md)")
+    methods = [None]
     if paths:
         from lctx.models.adapters.hf import load_lm  # lazy: loads torch, transformers (only for checkpoint paths)
+        from lctx.models.position import parse_position  # lazy: loads lctx.models (torch), loaded by load_lm anyway
+
+        parsed = [parse_position(p) for p in positions]  # every option checked before any model loads
+        labels = [m.spec.label if m is not None else "shipped" for m in parsed]
+        methods = [positions[labels.index(lab)] for lab in dict.fromkeys(labels)]  # one per label
+        if len(methods) < len(positions):
+            warn(f"note: --position {', '.join(positions)} name {len(methods)} distinct methods; each runs once")
 
     lms = []
     for m in models:
@@ -1004,9 +1037,11 @@ def _load_models(models, attn_override, warn, server: Optional[dict] = None, **l
 
             lms.append(load_server(str(m), chat_template=load.get("chat_template", False),
                                    system_prompt=load.get("system_prompt"), log=warn, **(server or {})))
+        elif isinstance(m, (str, Path)):
+            for spec in methods:
+                lms.append(load_lm(str(m), attn_override=attn_override, log=warn, position=spec, **load))
         else:
-            lms.append(load_lm(str(m), attn_override=attn_override, log=warn, **load) if isinstance(m, (str, Path))
-                       else m)
+            lms.append(m)
     names = [lm.name for lm in lms]
     if len(set(names)) != len(names):
         for i, lm in enumerate(lms):

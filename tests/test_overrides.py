@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from lctx.models.adapters import overrides
+from lctx.models.position import ssmax as ssmax_method
 from lctx.errors import LctxError
 from lctx.models.adapters.hf import HFAdapter, load_lm
 from lctx.models.adapters.overrides import apply_override, parse_override
@@ -69,7 +70,7 @@ def test_ssmax_with_unit_factor_is_the_original_model(monkeypatch):
         calls.append(n.shape)
         return torch.ones_like(n)
 
-    monkeypatch.setattr(overrides, "ssmax_factor", unit)
+    monkeypatch.setattr(ssmax_method, "ssmax_factor", unit)  # the method's module computes it (overrides: an alias)
     lm = as_lm(model)
     apply_override(lm, "ssmax")
     assert model.config._attn_implementation == "lctx_ssmax_sdpa"

@@ -66,11 +66,14 @@ def git_revision() -> str:
 def model_inputs(lm: ModelAdapter) -> dict:
     """{"path", "fingerprint", "files": {name: sha256}} of ``lm``'s model by content: the adapter's own
     :meth:`~lctx.models.adapters.protocol.ModelAdapter.model_inputs` (hashed once per adapter), as run.json records
-    it under ``inputs.models[name]``."""
+    it under ``inputs.models[name]``; with the adapter's ``"server"`` and ``"position"`` (its positional method:
+    ``{"base", "method", "options", "layer_type", "effective"}``, docs/positions.md) when it gives them."""
     got = lm.model_inputs()
     out = {"path": got["path"], "fingerprint": got["fingerprint"], "files": dict(got.get("files") or {})}
     if isinstance(got.get("server"), dict):  # a served model: what the server says it is, the trust probe's findings
         out["server"] = got["server"]
+    if isinstance(got.get("position"), dict):  # its positional method and what the model computes with (issue 43)
+        out["position"] = got["position"]
     return out
 
 

@@ -162,6 +162,9 @@ class HFAdapter(TokenizerSide):
     _cache_kw: str = field(default="cache", repr=False)
     _length_ropes: list = field(default_factory=list, repr=False)
     _inputs: dict | None = field(default=None, repr=False)  # model_inputs(), hashed once
+    #: the positional method it runs with (issue 43; :func:`load_lm`'s ``position``): ``{"base", "method",
+    #: "options", "layer_type", "effective"}`` as run.json records it; None for an adapter made without load_lm
+    position: dict | None = field(default=None, repr=False)
     #: where ``max_length`` comes from, for messages (config.json's or the GGUF metadata's key)
     max_length_source: ClassVar[str] = "max_position_embeddings"
     #: the positional methods ``load_lm(position=...)`` applies (a capability,
@@ -185,7 +188,9 @@ class HFAdapter(TokenizerSide):
         checkpoint's weights, config, tokenizer and other model files
         (:func:`lctx.models.fingerprint.checkpoint_digests`, :func:`~lctx.models.fingerprint.digest_json`), hashed
         once per adapter (and per process: the digest cache of :mod:`lctx.models.fingerprint` skips unchanged
-        files). A GGUF model's path is the ``.gguf`` file itself.
+        files). A GGUF model's path is the ``.gguf`` file itself. A model loaded with a positional method
+        (:attr:`position`) has ``"position"`` too, and its fingerprint hashes the method, its options and layer
+        types with the checkpoint's (the shipped model's fingerprint is the checkpoint's alone, as before).
 
         Raises:
             LctxError: a model file that cannot be read.
@@ -194,7 +199,13 @@ class HFAdapter(TokenizerSide):
             from lctx.models.fingerprint import checkpoint_digests, digest_json  # lazy: loads lctx.models (its kernels load triton)
 
             files = checkpoint_digests(self.path)
-            self._inputs = {"path": str(Path(self.path).resolve()), "fingerprint": digest_json(files), "files": files}
+            fp = digest_json(files)
+            if self.position and self.position.get("method") not in (None, "shipped"):  # the method is an input too
+                fp = digest_json({"checkpoint": fp, "position": {k: self.position.get(k) for k in
+                                                                 ("method", "options", "layer_type")}})
+            self._inputs = {"path": str(Path(self.path).resolve()), "fingerprint": fp, "files": files}
+            if self.position is not None:
+                self._inputs["position"] = self.position
         return self._inputs
 
     def settings(self) -> dict:
@@ -387,29 +398,46 @@ class HFAdapter(TokenizerSide):
         for one forward of ``n_tokens`` tokens from a fresh load, and hold them for the whole sample (prefill
         chunks, decode steps, teacher-forced continuations). Without this, transformers' dynamic NTK keeps the
         frequencies of the longest forward it has seen and re-decides per chunk, so a cell's score depended
-        on the cells run before it and on ``--chunk-size`` (issue 11 a). A no-op for other models."""
-        for mod, rt, scaling in self._length_ropes:
-            mod.rope_type = "lctx_fixed"  # not "dynamic"/"longrope": transformers' per-call update is skipped
-            dev = mod.inv_freq.device
-            mod.attention_scaling = scaling
+        on the cells run before it and on ``--chunk-size`` (issue 11 a). A module with a table per layer type
+        (Gemma 3's ``full_attention`` / ``sliding_attention``) has each length-dependent table fixed the same way
+        (issue 43: ``--position dynamic`` on its global layers). A no-op for other models."""
+        for mod, rt, scaling, lt in self._length_ropes:
+            prefix, kw = (f"{lt}_", {"layer_type": lt}) if lt is not None else ("", {})
+            _set_rope_type(mod, lt, "lctx_fixed")  # not "dynamic"/"longrope": transformers' per-call update is skipped
+            dev = getattr(mod, f"{prefix}inv_freq").device
+            original = getattr(mod, f"{prefix}original_inv_freq")
+            params = mod.config.rope_parameters[lt] if lt is not None else mod.config.rope_parameters
+            new_scaling = scaling
             if rt == "longrope":
-                orig = mod.config.rope_parameters["original_max_position_embeddings"]
-                inv = (ROPE_INIT_FUNCTIONS[rt](mod.config, dev, seq_len=orig + 1)[0] if n_tokens > orig
-                       else mod.original_inv_freq)
+                orig = params["original_max_position_embeddings"]
+                inv = ROPE_INIT_FUNCTIONS[rt](mod.config, dev, seq_len=orig + 1, **kw)[0] if n_tokens > orig else original
             elif n_tokens > mod.original_max_seq_len:
-                inv, mod.attention_scaling = ROPE_INIT_FUNCTIONS[rt](mod.config, dev, seq_len=n_tokens)
+                inv, new_scaling = ROPE_INIT_FUNCTIONS[rt](mod.config, dev, seq_len=n_tokens, **kw)
             else:
-                inv = mod.original_inv_freq
-            mod.register_buffer("inv_freq", inv.to(dev), persistent=False)
-            mod.max_seq_len_cached = max(n_tokens, mod.original_max_seq_len)
+                inv = original
+            setattr(mod, f"{prefix}attention_scaling" if lt is not None else "attention_scaling", new_scaling)
+            mod.register_buffer(f"{prefix}inv_freq", inv.to(dev), persistent=False)
+            setattr(mod, f"{prefix}max_seq_len_cached", max(n_tokens, mod.original_max_seq_len))
 
     def release_rope(self) -> None:
         """Give length-dependent RoPE modules back their own per-forward behaviour (fresh-load state), for
         code that calls the model directly (lm-eval's ``hf`` backend)."""
-        for mod, rt, scaling in self._length_ropes:
-            mod.rope_type, mod.attention_scaling = rt, scaling
-            mod.register_buffer("inv_freq", mod.original_inv_freq.to(mod.inv_freq.device), persistent=False)
-            mod.max_seq_len_cached = mod.original_max_seq_len
+        for mod, rt, scaling, lt in self._length_ropes:
+            prefix = f"{lt}_" if lt is not None else ""
+            _set_rope_type(mod, lt, rt)
+            setattr(mod, f"{prefix}attention_scaling" if lt is not None else "attention_scaling", scaling)
+            original = getattr(mod, f"{prefix}original_inv_freq")
+            mod.register_buffer(f"{prefix}inv_freq", original.to(getattr(mod, f"{prefix}inv_freq").device),
+                                persistent=False)
+            setattr(mod, f"{prefix}max_seq_len_cached", mod.original_max_seq_len)
+
+    def length_rope_types(self) -> dict:
+        """{table key of :func:`lctx.models.position.base.rotary_tables`: rope_type} of the length-dependent RoPE
+        tables :meth:`fix_rope_length` holds (their modules say ``lctx_fixed`` while a sample runs)."""
+        from lctx.models.position.base import rotary_tables  # lazy: loads lctx.models (its kernels load triton)
+
+        held = {(id(mod), lt): rt for mod, rt, _, lt in self._length_ropes}
+        return {key: held[(id(mod), lt)] for key, mod, lt in rotary_tables(self.model) if (id(mod), lt) in held}
 
     @torch.inference_mode()
     def greedy(self, prefix: Prefix, max_new_tokens: int, stop_ids: set[int] | None = None) -> list[int]:
@@ -599,7 +627,7 @@ def trim_sliding(cache) -> None:
 def load_lm(path: str, device: str = DEVICE, dtype: str = DTYPE, name: str | None = None,
             chunk_size: int = CHUNK_SIZE, trust_remote_code: bool = False, attn_override: str | None = None,
             attn_impl: str | None = None, cache_dir: str | None = None, log=None, chat_template: bool = False,
-            system_prompt: str | None = None, progress: bool = True) -> HFAdapter:
+            system_prompt: str | None = None, progress: bool = True, position=None) -> HFAdapter:
     """Load a checkpoint (lctx or Hugging Face causal-LM directory, or a GGUF file) as an :class:`HFAdapter`.
 
     A ``.gguf`` file, or a directory holding exactly one (and no ``config.json``), is dequantised to
@@ -619,6 +647,12 @@ def load_lm(path: str, device: str = DEVICE, dtype: str = DTYPE, name: str | Non
     where transformers would run ``sdpa``.
     ``chat_template`` / ``system_prompt``: see :meth:`HFAdapter.prompt` (``--chat-template on``, ``--system-prompt``).
     ``progress`` False (``--no-progress``): no de-quantising bar when a GGUF file is converted.
+    ``position``: a positional method (issue 43; ``"yarn:factor=4"``, a
+    :class:`~lctx.models.position.PositionSpec` or a parsed method; None or ``"shipped"``: as shipped), see
+    :func:`_apply_position`: a RoPE-table method edits the config's ``rope_parameters`` before the weights load,
+    an attention method is applied after; the model's name and variant get its label (``+yarn_factor4``,
+    ``llama+yarn:factor=4``), ``max_length`` the length it addresses, and :attr:`HFAdapter.position` what it
+    computes with (read back from the built modules; a method that changed nothing is refused).
 
     ``path``: a folder, a ``.gguf`` file, or a Hugging Face hub id found in the local cache (named ``NAME`` of
     ``OWNER/NAME``; :func:`lctx.harness.args.resolve_model_path`: nothing is downloaded).
@@ -629,9 +663,13 @@ def load_lm(path: str, device: str = DEVICE, dtype: str = DTYPE, name: str | Non
             file is truncated or of an architecture transformers cannot load from GGUF, a directory
             holds several ``.gguf`` files, a directory needs remote code without
             ``trust_remote_code``, fails to load (corrupt or incomplete weights, unsafe pickle, no
-            tokenizer), or cannot take the override; the message says what to do.
+            tokenizer), or cannot take the override; a ``position`` that does not parse, does not apply to the
+            checkpoint or was accepted but not applied; the message says what to do.
     """
     from lctx.model_files import resolve_model_path  # light
+    from lctx.models.position import parse_position  # lazy: loads lctx.models (its kernels load triton)
+
+    method = parse_position(position) if not hasattr(position, "apply_config") else position  # before any load
 
     path, hub_name = resolve_model_path(path)  # a hub id: its snapshot in the local Hugging Face cache
     name = name or hub_name
@@ -644,8 +682,9 @@ def load_lm(path: str, device: str = DEVICE, dtype: str = DTYPE, name: str | Non
     p = Path(path)
     dev, dt = resolve_device(device), resolve_dtype(dtype)
     config = _load_config(p, path, trust_remote_code)
+    load_config = _position_config(method, config)  # a RoPE-table method's config, before the weights load
     tok = _load_tokenizer(p, path, trust_remote_code)
-    model = _load_weights(p, path, dt, dev, trust_remote_code)
+    model = _load_weights(p, path, dt, dev, trust_remote_code, config=load_config)
     if attn_impl is not None:
         _set_attn_impl(model, config, attn_impl, name or p.resolve().name)
     else:
@@ -658,6 +697,7 @@ def load_lm(path: str, device: str = DEVICE, dtype: str = DTYPE, name: str | Non
     lm = HFAdapter(model=model, tokenizer=tok, name=name or p.resolve().name, path=str(source), variant=variant,
             train_length=train_length, max_length=max_length, device=dev, dtype=dt, chunk_size=chunk_size,
             attn_impl=impl, chat_template=chat_template, system_prompt=system_prompt)
+    _apply_position(lm, method, config)
     if attn_override:
         from lctx.models.adapters.overrides import apply_override  # lazy: loads lctx.models (its kernels load triton)
 
@@ -737,10 +777,11 @@ def _load_tokenizer(p: Path, path, trust_remote_code: bool):
                         "tokenizer beside the weights with tokenizer.save_pretrained") from None
 
 
-def _load_weights(p: Path, path, dt: torch.dtype, dev: torch.device, trust_remote_code: bool):
+def _load_weights(p: Path, path, dt: torch.dtype, dev: torch.device, trust_remote_code: bool, config=None):
     """The model (``AutoModelForCausalLM``) from directory ``p`` in ``dt`` on ``dev``, in eval mode: safetensors when
-    the directory has any, else ``.bin`` through ``torch.load(weights_only=True)``. Transformers' multi-line load
-    report is replayed on success and cut to its first problem on failure.
+    the directory has any, else ``.bin`` through ``torch.load(weights_only=True)``; built from ``config`` when given
+    (a positional method's edited copy), else from the directory's. Transformers' multi-line load report is replayed
+    on success and cut to its first problem on failure.
 
     Raises:
         LctxError: remote code without ``trust_remote_code``; weights that do not match ``config.json``; pickled
@@ -754,7 +795,9 @@ def _load_weights(p: Path, path, dt: torch.dtype, dev: torch.device, trust_remot
         with captured:
             model = AutoModelForCausalLM.from_pretrained(p, dtype=dt, trust_remote_code=trust_remote_code,
                                                          use_safetensors=True if safetensors else None,
-                                                         weights_only=True).to(dev).eval()
+                                                         weights_only=True,
+                                                         **({"config": config} if config is not None else {})
+                                                         ).to(dev).eval()
     except Exception as e:  # noqa: BLE001
         _raise_if_remote_code(path, e)
         if captured.first_problem():
@@ -768,6 +811,68 @@ def _load_weights(p: Path, path, dt: torch.dtype, dev: torch.device, trust_remot
                         "corrupt or incomplete: re-save or retrain it") from None
     captured.replay()
     return model
+
+
+def _position_config(method, config):
+    """For a RoPE-table ``method`` (kind ``"rope"``): a copy of the checkpoint's ``config`` with the method applied to
+    each layer type it names (:meth:`~lctx.models.position.base.PositionMethod.apply_config`), to build the model
+    from; None otherwise (the checkpoint's own config). The method's :meth:`check` runs first, for every kind.
+
+    Raises:
+        LctxError: the method does not apply to the checkpoint (a served model, an lctx checkpoint's own rotations,
+            ALiBi, no RoPE, a layer type it lacks), or its options do not fit it."""
+    if method is None:
+        return None
+    method.check(config, "native" if getattr(config, "model_type", None) == "lctx" else "hf")
+    if method.kind != "rope":
+        return None
+    edited = copy.deepcopy(config)
+    for layer_type in method.layer_types(edited):
+        method.apply_config(edited, layer_type)
+    return edited
+
+
+def _apply_position(lm: HFAdapter, method, config) -> None:
+    """Finish loading ``lm`` under positional ``method`` (None: as shipped) and record what it computes with
+    (:attr:`HFAdapter.position`): an attention method is applied now (``apply_model``); ``max_length`` becomes the
+    length the method addresses (:meth:`~lctx.models.position.base.PositionMethod.max_length`: factor x the
+    original for a RoPE scale); the effective parameters are read from the built modules, length-dependent tables
+    at that length (:func:`lctx.models.position.base.effective_positions`), and compared with the shipped model's
+    (``config``'s tables rebuilt, or the attention before the method): a method that changed nothing is refused
+    (:func:`lctx.models.position.base.check_took_effect`). The name gets the label's suffix (``+yarn_factor4``) and
+    the variant the label (``llama+yarn:factor=4``).
+
+    Raises:
+        LctxError: the method could not be applied, or was accepted but not applied."""
+    from lctx.models.position.base import (attention_state, check_took_effect, effective_positions,  # lazy: loads lctx.models (its kernels load triton)
+                                           shipped_tables, table_summaries)
+
+    base_name = lm.name
+    if method is None:
+        lm.position = {"base": base_name, "method": "shipped", "options": {}, "layer_type": "all",
+                       "effective": effective_positions(lm)}
+        return
+    shipped_attention = attention_state(lm.model)
+    if method.kind == "attention":
+        method.apply_model(lm)
+    shipped_max = lm.max_length
+    lm.max_length = method.max_length(shipped_max)
+    if lm.max_length != shipped_max:
+        lm.max_length_source = f"--position {method.spec.label}"
+    probe = lm.max_length if method.kind == "rope" else None
+    effective = effective_positions(lm, method, probe_length=probe)
+    baseline = {"rope": table_summaries(shipped_tables(lm.model, config), probe) if method.kind == "rope" else {},
+                "attention": shipped_attention}
+    keys = None
+    if method.kind == "rope":
+        wanted = {lt or "all" for lt in method.layer_types(config)}
+        keys = [k for k in effective["rope"] if k.rsplit(":", 1)[-1] in wanted] or sorted(wanted)
+    check_took_effect(method, effective, baseline, base_name, keys)
+    spec = method.spec
+    lm.name = base_name + spec.name_suffix
+    lm.variant = f"{lm.variant}+{spec.label}"
+    lm.position = {"base": base_name, **method.record(), "effective": effective,
+                   "shipped": {"rope": baseline["rope"]} if method.kind == "rope" else {"attention": shipped_attention}}
 
 
 def _set_attn_impl(model, config, attn_impl: str, name: str) -> None:
@@ -840,18 +945,32 @@ def _tokenizer_adds_bos(tok, model_type: str | None) -> bool:
     return bool(ids) and ids[0] == bos
 
 
+def _length_dependent(rt) -> bool:
+    return isinstance(rt, str) and ("dynamic" in rt or rt == "longrope")
+
+
+def _set_rope_type(mod, layer_type: str | None, value: str) -> None:
+    """Set a rotary module's ``rope_type`` (of ``layer_type`` when the module holds one per layer type)."""
+    if layer_type is None:
+        mod.rope_type = value
+    else:
+        mod.rope_type = {**mod.rope_type, layer_type: value}
+
+
 def _length_dependent_ropes(model) -> list:
     """Transformers rotary-embedding modules whose frequencies depend on the sequence length the module
-    sees (``rope_type`` "dynamic" (dynamic NTK) or "longrope"): [(module, rope_type)]. Their
-    ``dynamic_rope_update`` keeps the frequencies of the longest forward seen and switches on the length of
-    each chunk (transformers ``modeling_rope_utils.py``), so :meth:`HFAdapter.prefill` fixes them per sample.
-    Returns [(module, rope_type, attention_scaling at load)]."""
+    sees (``rope_type`` "dynamic" (dynamic NTK) or "longrope"). Their ``dynamic_rope_update`` keeps the
+    frequencies of the longest forward seen and switches on the length of each chunk (transformers
+    ``modeling_rope_utils.py``), so :meth:`HFAdapter.prefill` fixes them per sample. A module with a table per
+    layer type (Gemma 3: ``rope_type`` a dict, buffers ``<layer type>_inv_freq``) gives one entry per
+    length-dependent type. Returns [(module, rope_type, attention_scaling at load, layer type or None)]."""
     out = []
     for mod in getattr(model, "modules", lambda: [])():
         rt = getattr(mod, "rope_type", None)
-        if isinstance(rt, str) and ("dynamic" in rt or rt == "longrope") and hasattr(mod, "original_inv_freq"):
-            out.append((mod, rt, getattr(mod, "attention_scaling", 1.0)))
-        elif isinstance(rt, dict) and any("dynamic" in v or v == "longrope" for v in rt.values()):
-            raise LctxError("this checkpoint uses per-layer-type length-dependent RoPE (dynamic/longrope), which "
-                            "lctx cannot yet fix per sample; its scores would depend on --chunk-size")
+        if _length_dependent(rt) and hasattr(mod, "original_inv_freq"):
+            out.append((mod, rt, getattr(mod, "attention_scaling", 1.0), None))
+        elif isinstance(rt, dict):
+            for lt, v in rt.items():
+                if _length_dependent(v) and hasattr(mod, f"{lt}_original_inv_freq"):
+                    out.append((mod, v, getattr(mod, f"{lt}_attention_scaling", 1.0), lt))
     return out

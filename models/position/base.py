@@ -178,12 +178,23 @@ def parse_position(spec: str | PositionSpec | None) -> PositionMethod | None:
     values = {k: o.default for k, o in schema.items()}
     for k, v in items.items():
         if k not in schema:
-            valid = ", ".join(f"{k2} ({o.describe()})" for k2, o in schema.items()) or "none"
-            raise LctxError(f"--position {name}: no option {k!r}; its options are {valid}")
+            valid = ", ".join(f"{k2} ({_describe(o)})" for k2, o in schema.items()) or "none"
+            owners = sorted(n for n, c in POSITION_METHODS.items() if n != name and k in c.options)
+            whose = f" ({k} is an option of {', '.join(owners)}: one method per --position)" if owners else ""
+            raise LctxError(f"--position {name}: no option {k!r}{whose}; its options are {valid}")
         values[k] = _coerce(name, k, v, schema[k])
     method = cls(**values)
     method.validate()
     return method
+
+
+def _describe(opt: Opt) -> str:
+    """An option's type and default for messages and ``lctx list positions``: ``float, default 32`` or, for an
+    option without a default, ``float, required`` / ``float, optional`` (its help says which)."""
+    if opt.default is not None:
+        return opt.describe()
+    kind = "|".join(opt.choices) if opt.choices else opt.type.__name__
+    return f"{kind}, {'required' if 'required' in opt.doc else 'optional'}"
 
 
 def _coerce(method: str, key: str, value: Any, opt: Opt) -> Any:
@@ -277,15 +288,20 @@ def _table(mod, layer_type):
 
 def rope_effective(model, probe_length: int | None = None, fix=None, release=None,
                    length_types: dict | None = None) -> dict:
-    """{key: summary} of every RoPE table of ``model`` (:func:`rotary_tables`, :func:`freq_summary`) with its
-    ``rope_type``. A length-dependent table (dynamic NTK, LongRoPE) is also read at ``probe_length`` tokens under
-    ``"at_length"``: ``fix(probe_length)`` sets the model's tables to what a forward of that length computes with
-    (:meth:`lctx.models.adapters.hf.HFAdapter.fix_rope_length`), ``release()`` gives them back (without ``fix``,
-    the table is computed from the module's config as transformers' update does, ``ROPE_INIT_FUNCTIONS``).
+    """{key: summary} of every RoPE table of ``model`` (:func:`rotary_tables`, :func:`table_summaries`)."""
+    return table_summaries(rotary_tables(model), probe_length, fix=fix, release=release, length_types=length_types)
+
+
+def table_summaries(tables: list, probe_length: int | None = None, fix=None, release=None,
+                    length_types: dict | None = None) -> dict:
+    """{key: {"rope_type", **:func:`freq_summary`}} of RoPE ``tables`` ([(key, rotary module, layer type or None)],
+    :func:`rotary_tables`). A length-dependent table (dynamic NTK, LongRoPE) is also read at ``probe_length`` tokens
+    under ``"at_length"``: ``fix(probe_length)`` sets the model's tables to what a forward of that length computes
+    with (:meth:`lctx.models.adapters.hf.HFAdapter.fix_rope_length`), ``release()`` gives them back; without ``fix``
+    the table is computed from the module's config as transformers' update does (``ROPE_INIT_FUNCTIONS``).
     ``length_types``: {key: rope_type} of the tables known to be length-dependent (an adapter's fixed tables say
     ``lctx_fixed`` while they are held)."""
     out: dict = {}
-    tables = rotary_tables(model)
     for key, mod, lt in tables:
         inv, scaling = _table(mod, lt)
         rt = (length_types or {}).get(key) or _rope_type(mod, lt)
@@ -305,8 +321,34 @@ def rope_effective(model, probe_length: int | None = None, fix=None, release=Non
 
             for key, mod, lt in dyn:
                 kw = {"layer_type": lt} if lt is not None else {}
-                inv, scaling = ROPE_INIT_FUNCTIONS[out[key]["rope_type"]](mod.config, None, seq_len=probe_length, **kw)
+                if out[key]["rope_type"] == "longrope":  # transformers keeps the load-time scaling for LongRoPE
+                    params = mod.config.rope_parameters[lt] if lt is not None else mod.config.rope_parameters
+                    long = probe_length > params["original_max_position_embeddings"]
+                    inv = (ROPE_INIT_FUNCTIONS["longrope"](mod.config, None, seq_len=probe_length, **kw)[0]
+                           if long else _table(mod, lt)[0])
+                    scaling = _table(mod, lt)[1]
+                elif probe_length > mod.original_max_seq_len:
+                    inv, scaling = ROPE_INIT_FUNCTIONS[out[key]["rope_type"]](mod.config, None, seq_len=probe_length,
+                                                                              **kw)
+                else:
+                    inv, scaling = _table(mod, lt)
                 out[key]["at_length"] = {"length": int(probe_length), **freq_summary(inv, scaling)}
+    return out
+
+
+def shipped_tables(model, config) -> list:
+    """The RoPE tables ``model`` would hold as shipped: each of its rotary modules (:func:`rotary_tables`) built
+    again, by its own class, from the checkpoint's unmodified ``config`` (its text part where the module holds
+    that); same keys. What :func:`check_took_effect` compares a method's tables with."""
+    text = config.get_text_config() if callable(getattr(config, "get_text_config", None)) else config
+    own_text = model.config.get_text_config() if callable(getattr(model.config, "get_text_config", None)) else None
+    built: dict = {}
+    out = []
+    for key, mod, lt in rotary_tables(model):
+        if id(mod) not in built:
+            cfg = text if own_text is not None and mod.config is own_text and mod.config is not model.config else config
+            built[id(mod)] = type(mod)(cfg)
+        out.append((key, built[id(mod)], lt))
     return out
 
 
