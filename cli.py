@@ -694,6 +694,8 @@ def report(
     print_frame(disp, right=[c for c in disp.columns if c != "model"])
     for note in res["notes"]:
         say(f"note: {note}")
+    for answer in res.get("answers", []):  # per base model of several positional methods: which extends it, how far
+        say(answer)
     say(f"wrote {res['html']}, {res['markdown']}, {res['summary']}, {res['failures']} and {len(res['plots'])} plots")
 
 
@@ -756,9 +758,6 @@ def list_(
             rows.append([f"+{name}", f"{cls.summary}; a modifier: add it to a softmax variant "
                                      f"({', '.join(takes)}), e.g. --variant rope+{name}", options(name, True)])
         print_table(["variant", "what it is", "options (--option KEY=VALUE; typed, others refused)"], rows)
-    else:
-        raise LctxError(f"cannot list {what!r}; use `lctx list tasks`, `lctx list metrics`, `lctx list variants` "
-                        "or `lctx list positions`")
     elif what == "positions":
         _light_models()
         from lctx.models.position import POSITION_METHODS  # lazy: loads torch (lctx.models)
@@ -769,6 +768,9 @@ def list_(
             opts = ", ".join(f"{k}=<{_describe(o)}>" for k, o in cls.options.items())
             rows.append([name, cls.kind, cls.summary, opts or "none", cls.source])
         print_table(["method", "kind", "what it is", "options (--position NAME:KEY=VALUE,...)", "source"], rows)
+    else:
+        raise LctxError(f"cannot list {what!r}; use `lctx list tasks`, `lctx list metrics`, `lctx list variants` "
+                        "or `lctx list positions`")
 
 
 class Terminated(KeyboardInterrupt):

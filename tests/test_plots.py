@@ -355,3 +355,56 @@ def test_train_lengths_coloured_by_model_and_clear_of_titles(tmp_path, monkeypat
     tab10 = matplotlib.colormaps["tab10"].colors
     _check_train_marks(saved[-1], {m: tab10[i] for i, m in enumerate(["rope-256", "alibi-256", "ggd-512", "nope-1k"])},
                        trained_at)
+
+
+# ---------------------------------------------------------------------------------------------- positional methods
+
+@pytest.mark.slow  # a report table loaded and two figures built (not rendered): ~2.0 CPU s, busy 2 cores (load 2.7)
+def test_positional_methods_figures_one_line_and_one_panel_per_method(tmp_path, monkeypatch):
+    """Issue 43 item 5, on test_report's run of a checkpoint as shipped and under two methods (built from records).
+    Retrieval vs length: one line per method (its legend name its label) whose points are positional_retrieval's
+    means, each with its interval as a band, the declared maxima and the training length marked; the heatmaps: one
+    panel per method in one row, a cell the method did not run drawn empty ("–"), not 0."""
+    from test_report import M_EXACT, M_NIAH, METHODS, MT, _means, _method_run, _method_tables
+
+    from lctx.harness.outputs import plots
+    from lctx.harness.outputs.report import load_runs, method_series, palette
+
+    run = _method_run(tmp_path / "run", list(METHODS))
+    (disp, num, info), positions, members = _method_tables([run])
+    table, _ = load_runs([run])
+    series = method_series(table, members, info["titles"], info["tasks"])
+    figs = []
+    monkeypatch.setattr(plots, "_save", lambda fig, out, name: figs.append(fig) or out / name)
+    pal = palette(members)
+    maxes = {m: positions[m]["max_positions"] for m in members}
+    plots.methods_retrieval_figure(series, tmp_path, "smol", pal, info["titles"], 0.8, MT, maxes)
+    axes = [ax for ax in figs[0].axes if ax.get_title()]
+    assert [ax.get_title() for ax in axes] == ["passkey: exact", "niah_single_2: string_match_all"]
+    names = set(info["titles"].values())
+    for ax, task in zip(axes, ("passkey", "niah_single_2")):
+        lines = {ln.get_label(): ln for ln in ax.get_lines() if ln.get_label() in names}
+        ran = {info["titles"][m] for m in members if (series[(series["task"] == task)]["label"] == m).any()}
+        assert set(lines) == ran  # one line per method that ran the task (linear did not run niah_single_2)
+        for m in members:
+            title = info["titles"][m]
+            if title not in ran:
+                continue
+            x, y = lines[title].get_data()
+            src = M_EXACT if task == "passkey" else M_NIAH
+            model = positions[m]["name"]
+            assert list(x) == sorted(src[model]) and list(y) == pytest.approx([_means(src[model])[L] for L in x])
+        assert len(ax.collections) == len(ran)  # a band each
+        vlines = [ln.get_xdata()[0] for ln in ax.get_lines() if ln.get_label() in ("_max", "_train")
+                  and len(ln.get_xdata()) == 2]
+        # the training length, and the declared maximum of each method drawn in this panel
+        assert sorted(vlines) == sorted([MT] + [maxes[m] for m in members if info["titles"][m] in ran])
+    figs.clear()
+    plots.method_heatmaps(table, tmp_path, "niah_single_2", members, info["titles"], "smol", train_len=MT)
+    panels = [ax for ax in figs[0].axes if (ax.get_gid() or "").startswith("method:")]
+    # one row, a panel per method in the table's order; linear ran no niah_single_2: its panel says so
+    assert [ax.get_title() for ax in panels] == ["shipped", "linear:factor=2 (not run)", "yarn:factor=4"]
+    assert len({round(ax.get_position().y0, 6) for ax in panels}) == 1  # one row
+    texts = [t.get_text() for t in panels[1].texts]
+    assert texts and set(texts) == {"–"}, texts
+    assert "0.00" not in texts

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import math
 import re
 
 import pandas as pd
@@ -519,3 +520,246 @@ def test_report_of_outside_text_holds_no_key_and_no_raw_control(tmp_path):
         text = (tmp_path / "report" / name).read_text()
         assert PLANTED not in text and RAW_CONTROL.search(text.replace("\n", "").replace("\t", "")) is None, name
     assert "toy\\x1b]0;PWNED\\x07" in res["markdown"].read_text()
+
+
+# ---------------------------------------------------------------------------------------------- positional methods
+# (issue 43 item 5): a run directory holds a checkpoint as shipped and under methods, each a model of its own
+# (`{base}+{label}`), run.json recording inputs.models[name]["position"] = {"base", "method", "options", ...}
+
+MT = 256  # the training length of the method fixtures (1x)
+LENGTHS = (256, 512, 1024, 2048)
+#: model name -> (variant, method, options, declared max positions)
+METHODS = {"smol": ("llama", "shipped", {}, 512),
+           "smol+yarn_factor4": ("llama+yarn:factor=4", "yarn", {"factor": 4.0, "beta_fast": 32.0}, 2048),
+           "smol+linear_factor2": ("llama+linear:factor=2", "linear", {"factor": 2.0}, 1024)}
+#: passkey exact per length: 6 samples (depths 0, 0.5, 1 x samples 0, 1)
+M_EXACT = {"smol": {256: [1, 1, 1, 1, 1, 0], 512: [1, 1, 0, 1, 0, 0], 1024: [0] * 6, 2048: [0] * 6},
+           "smol+yarn_factor4": {256: [1] * 6, 512: [1] * 6, 1024: [1, 1, 1, 1, 1, 0], 2048: [1, 1, 0, 1, 0, 1]},
+           "smol+linear_factor2": {256: [1] * 6, 512: [1, 1, 1, 1, 1, 0], 1024: [1, 0, 0, 1, 0, 0],
+                                   2048: [0] * 6}}
+#: niah_single_2 string_match_all (3 depths x 1 sample): the linear method did not run it
+M_NIAH = {"smol": {256: [1, 1, 1], 512: [0, 1, 0]}, "smol+yarn_factor4": {256: [1, 1, 1], 512: [1, 1, 1]}}
+#: nll of the 3 ppl windows (samples 0, 1, 2) per length; the linear method has no ppl at 2048 (8x)
+M_NLL = {"smol": {256: [2.00, 2.10, 1.95], 512: [2.20, 2.25, 2.10], 1024: [2.9, 3.1, 3.0], 2048: [4.0, 4.4, 4.1]},
+         "smol+yarn_factor4": {256: [2.03, 2.15, 1.99], 512: [2.01, 2.12, 1.96], 1024: [2.05, 2.2, 2.0],
+                               2048: [2.2, 2.3, 2.1]},
+         "smol+linear_factor2": {256: [2.10, 2.12, 2.00], 512: [2.11, 2.2, 2.05], 1024: [2.4, 2.6, 2.5]}}
+
+
+def _wall(model: str, L: int, i: int) -> float:
+    """A passkey sample's wall seconds: grows with the length, varies by sample, the yarn model 1.5x slower."""
+    return (L / 256) * (0.2 + 0.03 * i) * (1.5 if "yarn" in model else 1.0)
+
+
+def _method_records(models, train_length=MT):
+    recs = []
+    for m in models:
+        variant = METHODS[m][0]
+        for L, vals in M_NLL[m].items():
+            for s, nll in enumerate(vals):
+                recs.append(_base(m, train_length, variant=variant, task="ppl", length=L, depth=None, sample=s,
+                                  task_options={"windows": 3}, wall_s=0.01 * L,
+                                  metrics={"ppl": math.exp(nll), "nll": nll, "n_tokens": L}))
+        for L, vals in M_EXACT[m].items():
+            for i, v in enumerate(vals):
+                recs.append(_base(m, train_length, variant=variant, task="passkey", length=L, depth=(0.0, 0.5, 1.0)[i // 2],
+                                  sample=i % 2, task_options={}, wall_s=_wall(m, L, i),
+                                  metrics={"exact": float(v), "digit_acc": float(v)}))
+        for L, vals in M_NIAH.get(m, {}).items():
+            for i, v in enumerate(vals):
+                recs.append(_base(m, train_length, variant=variant, task="niah_single_2", length=L,
+                                  depth=(0.0, 0.5, 1.0)[i], sample=0, task_options={}, wall_s=1.0,
+                                  metrics={"string_match_all": float(v)}))
+    return recs
+
+
+def _method_run(path, models, train_length=MT, positions=True):
+    """A run directory of ``models`` (names of :data:`METHODS`) with run.json's position records (``positions``)."""
+    recs = _method_records(models, train_length)
+    path.mkdir(parents=True)
+    (path / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    inputs = {"models": {m: ({"position": {"base": "smol", "method": METHODS[m][1], "options": METHODS[m][2],
+                                           "layer_type": None, "effective": {}}} if positions else {})
+                         for m in models}}
+    (path / "run.json").write_text(json.dumps({"run_id": f"id-{path.name}", "inputs": inputs,
+                                               "max_positions": {m: METHODS[m][3] for m in models}}))
+    write_tables(recs, path)
+    return path
+
+
+def _effective(scores: dict, thr: float = 0.8) -> int:
+    """RULER's effective length by hand: the largest L with every tested length up to it >= thr, 0 if none."""
+    best = 0
+    for L in sorted(scores):
+        if scores[L] < thr:
+            break
+        best = L
+    return best
+
+
+def _means(d: dict) -> dict:
+    return {L: sum(v) / len(v) for L, v in d.items()}
+
+
+def _method_tables(run_dirs):
+    from lctx.harness.outputs.report import method_groups, method_table, model_positions
+
+    table, metas = load_runs(run_dirs)
+    positions = model_positions(table, metas)
+    groups = method_groups(positions)
+    assert list(groups) == ["smol"]
+    return method_table(table, groups["smol"], positions), positions, groups["smol"]
+
+
+def test_positional_methods_table_against_the_records(tmp_path):
+    """Issue 43 item 5: one row per method (shipped first), each number recomputed here from the records: effective
+    length on passkey and niah_single_2 (threshold 0.8), ppl ratio at 2x/4x/8x with its interval (3 windows a length:
+    exp(mean nll(L) - mean nll(T)) -+ 1.96 sqrt(se_L^2 + se_T^2)), ppl at 1x over the shipped model's (paired over
+    the same 3 windows: t with 2 degrees of freedom), the median seconds per passkey sample; what the run did not
+    measure reads "not run", never 0."""
+    import statistics
+
+    from scipy.stats import t as student
+
+    run = _method_run(tmp_path / "run", list(METHODS))
+    (disp, num, info), positions, members = _method_tables([run])
+    assert list(disp["method"]) == ["shipped", "linear:factor=2", "yarn:factor=4"]  # shipped first, then table order
+    d, n = disp.set_index("method"), num.set_index("method")
+    label = dict(zip(disp["method"], members))
+    assert info["reference"] == MT and info["reference_source"] == "training length"
+    for model, (variant, method, _, mx) in METHODS.items():
+        row = "shipped" if method == "shipped" else variant.split("+", 1)[1]
+        assert positions[label[row]]["name"] == model
+        # effective length by hand; the display says "≥" where it held at the longest length the method ran
+        e = _effective(_means(M_EXACT[model]))
+        assert n.loc[row, "passkey effective_length"] == e
+        shown = f"{e // 1024}K" if e >= 1024 else str(e)
+        assert d.loc[row, "effective length @ passkey"] == \
+            ("≥ " if e == max(M_EXACT[model]) else "") + f"{shown} ({e / MT:g}×)"
+        assert n.loc[row, "max_positions"] == mx
+        # the ppl ratio at 2x, 4x, 8x of the model itself
+        nll = M_NLL[model]
+        for k in (2, 4, 8):
+            L = k * MT
+            if L not in nll:
+                assert d.loc[row, f"ppl ratio @ {k}×"] == "not run" and math.isnan(n.loc[row, f"ppl_ratio@{k}x"])
+                continue
+            mL, mT = statistics.mean(nll[L]), statistics.mean(nll[MT])
+            se = math.sqrt(statistics.variance(nll[L]) / 3 + statistics.variance(nll[MT]) / 3)
+            tol = 1e-9 * math.exp(mL - mT)  # float rounding of exp/log of values near 1 (ppl stored as exp(nll))
+            assert n.loc[row, f"ppl_ratio@{k}x"] == pytest.approx(math.exp(mL - mT), rel=1e-9, abs=tol)
+            assert n.loc[row, f"ppl_ratio@{k}x ci_low"] == pytest.approx(math.exp(mL - mT - 1.959964 * se), rel=1e-6)
+            assert n.loc[row, f"ppl_ratio@{k}x ci_high"] == pytest.approx(math.exp(mL - mT + 1.959964 * se), rel=1e-6)
+        # the cost at 1x: the method's ppl over the shipped model's, paired over the same windows
+        if method == "shipped":
+            assert n.loc[row, "ppl@1x/shipped"] == 1.0 and d.loc[row, "ppl @ 1× / shipped"].startswith("1 (reference")
+        else:
+            diffs = [a - b for a, b in zip(nll[MT], M_NLL["smol"][MT])]
+            lr = statistics.mean(diffs)  # equal n_tokens: the token-weighted mean is the plain one
+            h = student.ppf(0.975, 2) * statistics.stdev(diffs) / math.sqrt(3)
+            assert n.loc[row, "ppl@1x/shipped"] == pytest.approx(math.exp(lr), rel=1e-9)
+            assert n.loc[row, "ppl@1x/shipped ci_low"] == pytest.approx(math.exp(lr - h), rel=1e-6)
+            assert n.loc[row, "ppl@1x/shipped ci_high"] == pytest.approx(math.exp(lr + h), rel=1e-6)
+            assert n.loc[row, "ppl@1x/shipped interval"] == "paired"
+        # seconds per passkey sample: the median of the 6 samples' wall_s at each length
+        for L in LENGTHS:
+            assert n.loc[row, f"s_per_sample@{L}"] == pytest.approx(statistics.median(_wall(model, L, i)
+                                                                                      for i in range(6)), rel=1e-12)
+    # niah_single_2: by hand for the two that ran it; the linear method did not: "not run", NaN, never 0
+    for row, model in (("shipped", "smol"), ("yarn:factor=4", "smol+yarn_factor4")):
+        assert n.loc[row, "niah_single_2 effective_length"] == _effective(_means(M_NIAH[model]))
+    assert d.loc["shipped", "effective length @ niah_single_2"] == "256 (1×)"  # 0.33 at 512: below 0.8
+    assert d.loc["yarn:factor=4", "effective length @ niah_single_2"] == "≥ 512 (2×)"  # held as far as it ran
+    assert d.loc["linear:factor=2", "effective length @ niah_single_2"] == "not run"
+    assert math.isnan(n.loc["linear:factor=2", "niah_single_2 effective_length"])
+    assert d.loc["linear:factor=2", "ppl ratio @ 8×"] == "not run"  # control: the other ratios are numbers
+    assert d.loc["linear:factor=2", "ppl ratio @ 4×"].split(" [")[0] == f"{n.loc['linear:factor=2', 'ppl_ratio@4x']:.3g}"
+    assert d.loc["yarn:factor=4", "declared max"] == "2K (8×)" and d.loc["shipped", "declared max"] == "512 (2×)"
+
+
+def test_positional_methods_answer_line_and_a_method_that_never_reaches(tmp_path):
+    """The one-line answer above a base model's table names the method that keeps the headline retrieval task above
+    the threshold farthest, and how far each other one does (from the same hand-checked effective lengths)."""
+    from lctx.harness.outputs.report import method_answer
+
+    run = _method_run(tmp_path / "run", list(METHODS))
+    (disp, num, info), positions, members = _method_tables([run])
+    line = method_answer("smol", members, positions, info, 0.8)
+    # yarn: exact means 1, 1, 5/6, 4/6 -> 1K (4x); shipped: 5/6, 3/6 -> 256; linear: 1, 5/6, 2/6 -> 512
+    assert line.startswith("smol: yarn:factor=4 keeps passkey exact ≥ 0.8 to 1K (4×) (ppl at 1×: "), line
+    assert line.endswith("; shipped to 256 (1×); linear:factor=2 to 512 (2×)."), line
+    info["effective"][members[0]]["passkey"] = (0, 2048, 256)  # control: a method below the threshold everywhere
+    assert "; shipped below 256;" in method_answer("smol", members, positions, info, 0.8)
+
+
+def test_positional_methods_from_one_run_directory_per_method(tmp_path):
+    """Issue 43 item 5.4: the same table from one run directory per method given together, the shipped one an older
+    run without position records (it is the base the others name) and no training length recorded: 1x is then the
+    shipped model's declared maximum (512), and the page says so. Control: the numbers equal those of one run
+    directory holding all three, with the same 1x."""
+    runs = [_method_run(tmp_path / "shipped", ["smol"], train_length=None, positions=False),
+            _method_run(tmp_path / "yarn", ["smol+yarn_factor4"], train_length=None),
+            _method_run(tmp_path / "linear", ["smol+linear_factor2"], train_length=None)]
+    (disp, num, info), positions, members = _method_tables(runs)
+    assert list(disp["method"]) == ["shipped", "yarn:factor=4", "linear:factor=2"]
+    assert positions[members[0]]["inferred"] and info["reference"] == 512
+    assert "declared maximum" in info["reference_source"]
+    one = _method_run(tmp_path / "one", list(METHODS), train_length=512)
+    (_, num1, _), _, _ = _method_tables([one])
+    cols = [c for c in num.columns if c not in ("runs", "reference", "model", "method")]
+    a = num.set_index("method")[cols].sort_index()
+    b = num1.set_index("method")[cols].sort_index()
+    pd.testing.assert_frame_equal(a, b, check_exact=False, rtol=1e-12)
+    assert num.set_index("method").loc["yarn:factor=4", "passkey effective_length"] == 1024  # 2x of 512
+    assert disp.set_index("method").loc["yarn:factor=4", "ppl ratio @ 8×"] == "not run"  # 8 x 512 was not run
+
+
+def test_a_run_without_methods_has_no_positional_section(tmp_path):
+    """Control: models that record no method and name no base (every run before issue 43) make no group."""
+    from lctx.harness.outputs.report import method_groups, model_positions
+
+    table, metas = load_runs([_run(tmp_path / "r", ["rope", "alibi"])])
+    assert model_positions(table, metas) == {} and method_groups({}) == {}
+    one = _method_run(tmp_path / "m", ["smol+yarn_factor4"])  # one method alone: nothing to set beside it
+    table, metas = load_runs([one])
+    assert len(model_positions(table, metas)) == 1 and method_groups(model_positions(table, metas)) == {}
+
+
+def test_method_label_reads_the_record_the_variant_or_the_name():
+    from lctx.harness.outputs.compare import method_label
+
+    pos = {"base": "smol", "method": "yarn", "options": {"factor": 4.0}}
+    assert method_label(pos, "smol+yarn_factor4", "llama+yarn:factor=4") == "yarn:factor=4"
+    assert method_label(pos, "smol+yarn_factor4", "llama") == "yarn_factor4"  # no method in the variant: the name
+    assert method_label(pos, "other", None) == "yarn:factor=4.0"  # neither: every option recorded
+    assert method_label({**pos, "label": "yarn:factor=4"}, "x") == "yarn:factor=4"
+    assert method_label({"base": "smol", "method": "shipped"}, "smol", "llama") == "shipped"
+    # "+ssmaxx" is not the method "ssmax" (no prefix match): every option recorded
+    assert method_label({"method": "ssmax", "options": {"s": 0.5}}, "m", "rope+ssmaxx:s=1") == "ssmax:s=0.5"
+
+
+@pytest.mark.slow  # the whole report drawn (every figure): ~4 s of CPU
+def test_report_has_the_positional_methods_section(tmp_path, capsys):
+    """The page holds, per base model: its heading, the one-line answer in bold, the table, the retrieval plot and
+    a heatmap row per task; positional_methods.csv and positional_retrieval.csv hold the numbers; `lctx report` prints
+    the answer."""
+    run = _method_run(tmp_path / "run", list(METHODS))
+    res = build_report([run], tmp_path / "rep")
+    md = res["markdown"].read_text()
+    section = md.split("## Positional methods", 1)[1].split("\n## ", 1)[0]
+    assert "### smol" in section and f"**{res['answers'][0]}**" in section
+    assert "| method | declared max | effective length @ passkey |" in section
+    names = {p.name for p in res["plots"]}
+    assert {"methods_smol_retrieval.png", "passkey_methods_smol.png", "niah_single_2_methods_smol.png"} <= names
+    assert all((tmp_path / "rep" / "plots" / n).is_file() for n in names)
+    csv = pd.read_csv(res["positions"])
+    assert list(csv["method"]) == ["shipped", "linear:factor=2", "yarn:factor=4"]
+    series = pd.read_csv(tmp_path / "rep" / "positional_retrieval.csv")
+    got = series[(series["method"] == "yarn:factor=4") & (series["task"] == "passkey")].set_index("length")["mean"]
+    assert got.to_dict() == pytest.approx(_means(M_EXACT["smol+yarn_factor4"]))
+    assert "<p class='lead'>smol: yarn:factor=4 keeps passkey exact" in res["html"].read_text()
+    code, out, err = run_cli(["report", run, "--out", tmp_path / "rep2"], capsys)
+    assert code == 0, err
+    assert res["answers"][0] in out
+    plain = build_report([_run(tmp_path / "plain", ["rope"])], tmp_path / "rep3")  # control: no methods, no section
+    assert plain["positions"] is None and "Positional methods" not in plain["markdown"].read_text()

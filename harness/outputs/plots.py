@@ -21,7 +21,9 @@ Public API:
 * :func:`make_plots`: every figure the tasks of a table declare; :func:`run_figures`: those and the derived steps';
   :func:`write_run_outputs`: a run's tables (:func:`lctx.harness.steps.derived.write_run_tables`), then its figures.
 * the report's figures: :func:`perplexity_figure`, :func:`accuracy_figure`, :func:`bench_figure`,
-  :func:`ruler_figure`, with :func:`palette` and :func:`task_meta_of`.
+  :func:`ruler_figure`, with :func:`palette` and :func:`task_meta_of`; per base model of several positional methods
+  (issue 43): :func:`method_heatmaps` (a row of heatmaps, one per method) and :func:`methods_retrieval_figure`
+  (retrieval vs length, a line per method with its interval band and declared maximum).
 """
 
 from __future__ import annotations
@@ -85,6 +87,8 @@ __all__ = [
     "perplexity_figure",
     "accuracy_figure",
     "bench_figure",
+    "method_heatmaps",
+    "methods_retrieval_figure",
 ]
 
 #: The y axis of a depth x length heatmap unless the task's :class:`lctx.tasks.Heatmap` names another.
@@ -1199,3 +1203,147 @@ def bench_figure(table: pd.DataFrame, out_dir: str | Path, pal, tasks: list[str]
     _legend(fig, ax, *ax.get_legend_handles_labels())
     return _save(fig, out_dir, file_name)
 
+
+
+# ----------------------------------------------------------------------------------------------
+# positional methods side by side (issue 43 item 5; lctx.harness.outputs.report lays them out)
+# ----------------------------------------------------------------------------------------------
+
+def method_heatmaps(df: pd.DataFrame, out_dir: str | Path, task: str, members: list[str], titles: dict[str, str],
+                    base: str, metric: str | None = None, train_len: int | None = None) -> Path | None:
+    """``plots/<task>_methods_<base>.png``: one row of depth x length heatmaps of ``task``, a panel per positional
+    method of one base model, so the methods read side by side on one colour scale.
+
+    Input: the report's table (a ``label`` column names the series), the ``members`` (labels, in panel order: the
+    shipped model first), ``titles`` ({label: the panel's title, the method, e.g. ``yarn:factor=4``}), the base
+    model's name (the title and the file name), the metric drawn (default the task's headline,
+    :func:`task_meta_of`) and the training length (a dashed line, as :func:`task_heatmaps` draws it). Every panel
+    has the union of the members' depths and lengths, so columns line up; a cell a method did not run shows "–"
+    (the subtitle says "–: not run"; a method that did not run the task at all keeps its panel, titled "(not run)"), a cell whose samples all failed "err", one whose metric the model could not
+    give "n/a" (the cells of :func:`depth_grid`, :func:`depth_errors`, :func:`depth_unavailable`).
+    Output: the path, or None (nothing written) when no member has rows of ``task`` with depths.
+    """
+    metric = metric or task_meta_of(task, df).headline
+    t = df[df["label"].isin(members)].assign(model=lambda d: d["label"].astype(str))
+    t = t.drop(columns=["variant"], errors="ignore")
+    rows = t[(t["task"].astype("string") == str(task)) & pd.to_numeric(t["depth"], errors="coerce").notna()]
+    if rows.empty:
+        return None
+    ran = {m for m in members if (rows["model"] == m).any()}
+    depths = sorted({float(d) for d in pd.to_numeric(rows["depth"], errors="coerce").dropna()})
+    lengths = sorted({int(x) for x in pd.to_numeric(rows["length"], errors="coerce").dropna()})
+    index, columns = pd.Index(depths, name="depth", dtype="float64"), pd.Index(lengths, name="length", dtype="int64")
+    panels = {}
+    for m in members:
+        means, counts, errors = _depth_cells(t, m, metric, None, task, [metric])
+        na = depth_unavailable(t, m, metric, task=task)
+        off = depth_off_cells(t, m, metric, task=task)
+        panels[m] = (means.reindex(index=index, columns=columns), counts.reindex(index=index, columns=columns, fill_value=0),
+                     *(x.reindex(index=index, columns=columns, fill_value=False).astype(bool) for x in (errors, na, off)))
+    n_p, n_d, n_l = len(members), max(len(depths), 1), max(len(lengths), 1)
+    filled = pd.concat([p[1].stack() for p in panels.values()])
+    filled = filled[filled > 0]
+    parts = [("no successful samples" if filled.empty else
+              f"n = {int(filled.min())}" + (f"–{int(filled.max())}" if filled.max() != filled.min() else "")
+              + " samples per cell (status ok)"), "–: not run", "err: every sample failed"]
+    if train_len:
+        parts.append(f"dashed line = training length {format_length(train_len)}")
+    cell_w = 0.62 if n_p <= 4 else 0.5
+    fontsize = 9 if n_l * n_p <= 24 else 7
+    pw, ph = max(2.2, cell_w * n_l), max(1.6, 0.46 * n_d)
+    left, gap, cgap, cw, right = 0.95, 0.25, 0.25, 0.18, 0.75
+    W = left + n_p * pw + (n_p - 1) * gap + cgap + cw + right
+    title_lines = wrap_to_width([f"{task} {metric_label(metric)} by method:", str(base)], W - 0.4, 13, "bold", " ")
+    sub_lines = wrap_to_width(parts, W - 0.4, 9.5)
+    ptitles = {m: "\n".join(wrap_to_width([str(titles.get(m, m)) + ("" if m in ran else " (not run)")], pw, 11))
+               for m in members}
+    plines = max(x.count("\n") + 1 for x in ptitles.values())
+    title_y = [0.28 + 0.24 * i for i in range(len(title_lines))]
+    sub_y = [title_y[-1] + 0.30 + 0.17 * i for i in range(len(sub_lines))]
+    top, bottom = sub_y[-1] + 0.47 + 0.19 * (plines - 1), 0.62
+    H = top + ph + bottom
+    fig = _new_figure(W, H)
+    im = None
+    ylabel = _heatmap_text(task)[1]
+    for k, m in enumerate(members):
+        ax = fig.add_axes(((left + k * (pw + gap)) / W, bottom / H, pw / W, ph / H))
+        means, counts, errors, na, off = panels[m]
+        im = _draw_heatmap(ax, means, counts, errors, ptitles[m], train_len, k == 0, fontsize, ylabel, off, na)
+        ax.set_gid(f"method:{m}")
+    cb = fig.colorbar(im, cax=fig.add_axes(((left + n_p * pw + (n_p - 1) * gap + cgap) / W, bottom / H, cw / W, ph / H)))
+    cb.set_label("Mean score (0–1)")
+    cb.outline.set_visible(False)
+    for line, y in zip(title_lines, title_y):
+        fig.text(0.5, 1 - y / H, line, ha="center", va="center", fontsize=13, fontweight="bold")
+    for line, y in zip(sub_lines, sub_y):
+        fig.text(0.5, 1 - y / H, line, ha="center", va="center", fontsize=9.5, color="#444444")
+    return _save(fig, out_dir, f"{safe_filename(task)}_methods_{safe_filename(base)}.png")
+
+
+def methods_retrieval_figure(series: pd.DataFrame, out_dir: str | Path, base: str, pal: dict, titles: dict[str, str],
+                             threshold: float = 0.8, train_len: int | None = None,
+                             maxes: dict[str, int | None] | None = None) -> Path | None:
+    """``plots/methods_<base>_retrieval.png``: retrieval against length with a line per positional method of one base
+    model, a panel per retrieval task.
+
+    Input: ``series``, one row per (label, task, length) with ``metric`` (the task's headline), ``mean`` (over depths
+    and samples, status ok), ``ci_low``, ``ci_high`` (its 95 % interval: Wilson for 0/1 scores, t otherwise,
+    :mod:`lctx.harness.run.intervals`) and ``n``; ``pal`` ({label: (colour, marker, line style)}, :func:`palette`);
+    ``titles`` ({label: the method as the legend names it}); the effective-length ``threshold`` (dotted), the
+    training length (dashed, grey) and ``maxes`` ({label: the method's declared maximum in tokens, None when it
+    declares none}: a dotted line in the method's colour with a ▼ above the axis). Each method's line carries its
+    legend name as its label (``Line2D.get_label``) and its interval is a band in its colour. Output: the path, or
+    None without rows.
+    """
+    if series is None or series.empty:
+        return None
+    maxes = maxes or {}
+    tasks = list(dict.fromkeys(series["task"]))
+    fig = _new_figure(6.2 * len(tasks) + 2.2, 4.8)
+    fig.set_layout_engine("constrained")
+    axes = fig.subplots(1, len(tasks), squeeze=False)[0]
+    for ax, task in zip(axes, tasks):
+        s = series[series["task"] == task]
+        lengths = set()
+        for lbl in dict.fromkeys(s["label"]):
+            g = s[s["label"] == lbl].sort_values("length")
+            c, mk, ls = pal[lbl]
+            x = g["length"].astype(float).to_numpy()
+            lo, hi = g["ci_low"].astype(float).to_numpy(), g["ci_high"].astype(float).to_numpy()
+            band = np.isfinite(lo) & np.isfinite(hi)
+            if band.any():
+                ax.fill_between(x[band], lo[band], hi[band], color=c, alpha=0.14, linewidth=0, zorder=1)
+            ax.plot(x, g["mean"].astype(float).to_numpy(), marker=mk, color=c, linestyle=ls, linewidth=2,
+                    markersize=5, zorder=3, label=titles.get(lbl, lbl))
+            lengths |= {int(v) for v in x}
+        shown = [lbl for lbl in dict.fromkeys(s["label"]) if maxes.get(lbl)]
+        for k, lbl in enumerate(shown):  # each method's declared maximum, in its colour
+            c = pal[lbl][0]
+            ax.axvline(maxes[lbl], color=c, linestyle=(k * 2, (2, 2 * len(shown) + 1)), linewidth=1.5, zorder=2,
+                       label="_max")
+            ax.plot([maxes[lbl]], [1.0], marker="v", color=c, markersize=7, transform=ax.get_xaxis_transform(),
+                    clip_on=False, zorder=4, label="_max")
+        if train_len:
+            ax.axvline(train_len, color="#555555", linestyle="--", linewidth=1.4, zorder=2, label="_train")
+        ax.axhline(threshold, color="#b22222", linestyle=":", linewidth=1.4, zorder=2, label="_threshold")
+        ax.annotate(f"threshold {threshold:g}", xy=(0.0, threshold), xycoords=("axes fraction", "data"),
+                    xytext=(4, 3), textcoords="offset points", fontsize=8.5, color="#b22222")
+        _length_axis(ax, lengths | ({int(train_len)} if train_len else set())
+                     | {int(maxes[lbl]) for lbl in shown})
+        metric = s["metric"].iloc[0]
+        if s[["mean"]].stack().between(0, 1).all():
+            ax.set_ylim(-0.04, 1.04)
+        ax.set_xlabel("Context length (tokens, log scale)")
+        ax.set_ylabel(f"{metric} (mean over depths and samples)")
+        ax.set_title(f"{task}: {metric_label(metric)}", fontsize=12, fontweight="bold", pad=14)
+        ax.grid(True, alpha=0.35)
+    handles, labels = axes[0].get_legend_handles_labels()
+    handles.append(Line2D([], [], color="#555555", linestyle=":", marker="v", linewidth=1.5))
+    labels.append("declared max (method's colour)")
+    if train_len:
+        handles.append(Line2D([], [], color="#555555", linestyle="--", linewidth=1.4))
+        labels.append(f"training length {format_length(train_len)}")
+    _legend(fig, axes[-1], handles, labels)
+    fig.suptitle(f"Retrieval vs length by positional method: {_shorten(str(base), 80)} (bands: 95 % intervals)",
+                 fontsize=12.5, fontweight="bold")
+    return _save(fig, out_dir, f"methods_{safe_filename(base)}_retrieval.png")

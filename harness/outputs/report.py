@@ -14,7 +14,13 @@ The report (``--out``) holds:
   marked), accuracy vs length per retrieval task, depth x length heatmaps per task and model, MMLU/ARC accuracy
   bars: every figure is drawn by :mod:`lctx.harness.outputs.plots` (public functions), this module lays them out;
 * ``summary.csv``: one row per model (training length, flat-until, effective length, retrieval scores at
-  the chosen lengths, MMLU/ARC accuracy), ``failures.csv``: the errored cells.
+  the chosen lengths, MMLU/ARC accuracy), ``failures.csv``: the errored cells;
+* positional methods (issue 43 item 5), for each base model evaluated under two methods or more (run.json's
+  ``inputs.models[name]["position"]``, in one run directory or one per method): a one-line answer (which method
+  keeps retrieval above the threshold farthest), a table with a row per method (effective lengths, ppl ratio at 2x,
+  4x, 8x with intervals, ppl at 1x against the shipped model, seconds per sample; :func:`method_table`), retrieval vs
+  length with a line per method and a row of heatmaps per task; ``positional_methods.csv`` and
+  ``positional_retrieval.csv`` hold their numbers.
 
 A metric a model could not give (rows with status ``unavailable``: a server without prompt log-probabilities,
 :class:`lctx.errors.MetricUnavailable`) is shown as unavailable with its reason wherever it would appear: a note in the
@@ -50,11 +56,13 @@ from lctx.metrics import TEACHER_FORCED, bounds_of, is_teacher_forced, may_be_pr
 from lctx.tasks import TASKS, group_of_label
 from lctx.tasks import GROUPS  # flatness, ruler (imported above: registered)
 
-from lctx.harness.run.intervals import interval, is_binary
-from lctx.harness.steps.flatness import TASK as FLATNESS, derive_table
-from lctx.harness.outputs.plots import (accuracy_figure, bench_figure, format_length, ok_values, palette,
-                                       perplexity_figure, ruler_figure, safe_filename, series_label, task_heatmaps,
-                                       task_meta_of, tasks_with_kind)
+from lctx.harness.run.intervals import Z, interval, is_binary, t_interval
+from lctx.harness.steps.flatness import (TASK as FLATNESS, FlatnessSpec, derive_table, effective_length, ppl_by_length,
+                                         ratio_interval)
+from lctx.harness.outputs.compare import SHIPPED, method_label, run_positions
+from lctx.harness.outputs.plots import (accuracy_figure, bench_figure, format_length, method_heatmaps,
+                                       methods_retrieval_figure, ok_values, palette, perplexity_figure, ruler_figure,
+                                       safe_filename, series_label, task_heatmaps, task_meta_of, tasks_with_kind)
 from lctx.harness.steps.ruler import GROUP as RULER, ruler_table
 from lctx.harness.run.console import say
 from lctx.harness.run.rundir import declared_tasks, read_json
@@ -732,6 +740,415 @@ def metadata_table(metas: list[dict], table: pd.DataFrame) -> pd.DataFrame:
 
 
 # ----------------------------------------------------------------------------------------------
+# positional methods (issue 43 item 5): which method extends a model, and how far
+# ----------------------------------------------------------------------------------------------
+
+#: the multiples of the reference length at which the positional-methods table shows the ppl ratio
+METHOD_RATIOS = (2.0, 4.0, 8.0)
+#: what a cell of the positional-methods table says where the runs did not measure it (never 0)
+NOT_RUN = "not run"
+
+
+def _run_model_name(model: object, run: object) -> str:
+    """A table model's name as its run directory recorded it: without :func:`load_runs`' ``@run`` suffix and
+    :func:`lctx.harness.run.tables.label_names`' `` [options]``."""
+    name = str(model).split(" [", 1)[0]
+    tail = f"@{run}"
+    return name[: -len(tail)] if name.endswith(tail) else name
+
+
+def model_positions(table: pd.DataFrame, metas: list[dict]) -> dict[str, dict]:
+    """The positional method of each model label of the report: {label: {"base", "method", "label" (the method as
+    shown, :func:`lctx.harness.outputs.compare.method_label`), "options", "layer_type", "effective", "name" (the
+    model's name in its run), "run", "max_positions" (the declared maximum the run recorded for it, run.json ``max_positions``; None when it declares
+    none, e.g. attention sinks)}}, read from each run's ``run.json`` ``inputs.models[name]["position"]`` (issue 43).
+
+    A model whose run records no method (a run from before issue 43, or of a model without one) counts as the shipped
+    model of the base of that name when another model of the report names it as its base (``inferred``: True), so a
+    run directory per method reports together with an older run of the checkpoint as shipped; other such models are
+    left out (no method to compare)."""
+    by_run = {m.get("run"): m for m in metas}
+    out: dict[str, dict] = {}
+    pending = []
+    firsts = table.drop_duplicates("label")
+    for lbl, run, model, variant in zip(firsts["label"], firsts["run"], firsts["model"], firsts["variant"]):
+        name = _run_model_name(model, run)
+        meta = by_run.get(run) or {}
+        pos = run_positions(meta).get(name)
+        maxes = meta.get("max_positions") if isinstance(meta.get("max_positions"), dict) else {}
+        mx = maxes.get(name)
+        rec = {"name": name, "run": run, "max_positions": int(mx) if isinstance(mx, (int, float)) and not
+               isinstance(mx, bool) and mx > 0 else None}
+        if pos is not None and pos.get("method"):
+            rec.update(base=str(pos.get("base") or name), method=str(pos["method"]),
+                       options=pos.get("options") if isinstance(pos.get("options"), dict) else {},
+                       layer_type=pos.get("layer_type"), effective=pos.get("effective") or {},
+                       label=method_label(pos, name, variant), inferred=False)
+            out[lbl] = rec
+        else:
+            pending.append((lbl, rec))
+    bases = {r["base"] for r in out.values()}
+    for lbl, rec in pending:
+        if rec["name"] in bases:
+            rec.update(base=rec["name"], method=SHIPPED, options={}, layer_type=None, effective={}, label=SHIPPED,
+                       inferred=True)
+            out[lbl] = rec
+    return out
+
+
+def method_groups(positions: dict[str, dict]) -> dict[str, list[str]]:
+    """{base model: its labels} for each base with two methods or more in ``positions`` (:func:`model_positions`),
+    the shipped model first, then in table order."""
+    groups: dict[str, list[str]] = {}
+    for lbl, rec in positions.items():
+        groups.setdefault(rec["base"], []).append(lbl)
+    return {base: sorted(members, key=lambda m: positions[m]["method"] != SHIPPED)
+            for base, members in groups.items() if len(members) > 1}
+
+
+def _member_titles(members: list[str], positions: dict[str, dict]) -> dict[str, str]:
+    """{label: the method as the table, legends and panels name it}; a method shown twice (the shipped model in two
+    run directories) gets its run in brackets."""
+    titles = {m: positions[m]["label"] for m in members}
+    counts = pd.Series(list(titles.values())).value_counts()
+    return {m: (f"{t} ({positions[m]['run']})" if counts[t] > 1 else t) for m, t in titles.items()}
+
+
+def _reference_length(table: pd.DataFrame, members: list[str], positions: dict[str, dict]) -> tuple[int | None, str]:
+    """(1×: the length the table's multiples refer to, what it is): the training length the runs record (the shipped
+    model's first), else the shipped model's declared maximum (run.json ``max_positions``; a Hugging Face checkpoint
+    run without ``--train-length``), else (None, "")."""
+    for m in members:
+        tl = table.loc[table["label"] == m, "train_length"].dropna()
+        tl = tl[tl > 0]
+        if len(tl):
+            return int(tl.mode().iloc[0]), "training length"
+    for m in members:
+        if positions[m]["method"] == SHIPPED and positions[m]["max_positions"]:
+            return int(positions[m]["max_positions"]), "the shipped model's declared maximum"
+    return None, ""
+
+
+def _most_common_options(rows: pd.DataFrame) -> pd.DataFrame:
+    """Rows of the most common ``task_options`` only (two ppl configurations of a model never pool)."""
+    if rows.empty or "task_options" not in rows.columns:
+        return rows
+    opts = rows["task_options"].astype("string").fillna("")
+    return rows[opts == opts.value_counts().index[0]]
+
+
+def _retrieval_scores(rows: pd.DataFrame, task: str, metric: str) -> dict[int, float] | None:
+    """{length: mean of ``metric`` over the ok samples and depths} of one model's ``task`` rows, NaN at a length whose
+    samples all failed (it ends an effective length); None when the model did not run the task."""
+    r = rows[(rows["task"] == task) & rows["length"].notna()]
+    if r.empty:
+        return None
+    ok = ok_values(_most_common_options(r[r["metric"] == metric]))
+    scores = {int(L): float(v) for L, v in ok.groupby(ok["length"].astype("int64"))["value"].mean().items()}
+    for L in r["length"].astype("int64"):
+        scores.setdefault(int(L), float("nan"))
+    return dict(sorted(scores.items()))
+
+
+def _ppl_windows(rows: pd.DataFrame, ptask: str, L: int) -> pd.Series:
+    """One model's nll per window at length ``L`` (its ok ``nll`` rows, else log of its ``ppl`` rows; the most common
+    ppl options), indexed by sample: what :func:`_ppl_cost` pairs across two models."""
+    r = _most_common_options(rows[(rows["task"] == ptask) & (rows["metric"] == "ppl")])
+    opts = r["task_options"].astype("string").iloc[0] if len(r) and "task_options" in r.columns else None
+    nll = rows[(rows["task"] == ptask) & (rows["metric"] == "nll")]
+    if opts is not None:
+        nll = nll[nll["task_options"].astype("string") == opts]
+    nll = ok_values(nll[np.isclose(nll["length"], L)])
+    if len(nll):
+        return pd.Series(nll["value"].astype(float).to_numpy(), index=nll["sample"].to_numpy())
+    r = ok_values(r[np.isclose(r["length"], L)])
+    return pd.Series(np.log(r["value"].astype(float).to_numpy()), index=r["sample"].to_numpy())
+
+
+def _ppl_cost(rows: pd.DataFrame, ref: pd.DataFrame, ptask: str, L: int, mine: tuple, theirs: tuple) -> tuple:
+    """(PPL(L) of one model / PPL(L) of the shipped model, 95 % low, high, how the interval was made) at length ``L``.
+
+    The ratio is of :func:`lctx.harness.steps.flatness.ppl_by_length`'s pooled perplexities (``mine``, ``theirs``:
+    its (means, spread) of each model). Its interval, on the log ratio: paired where both models scored the same
+    windows (the same samples, two or more: Student's t over the per-window nll differences,
+    :func:`lctx.harness.run.intervals.t_interval`: both read the same text, so their windows' difficulty cancels),
+    else from each length's spread as independent draws (:func:`lctx.harness.steps.flatness.ratio_interval`'s normal
+    approximation), else none (one window each). NaNs where either model has no ppl at ``L``."""
+    (mm, ms), (tm, ts) = mine, theirs
+    if L not in mm or L not in tm or not tm[L] > 0:
+        return math.nan, math.nan, math.nan, ""
+    r = mm[L] / tm[L]
+    a, b = _ppl_windows(rows, ptask, L), _ppl_windows(ref, ptask, L)
+    if len(a) >= 2 and a.index.is_unique and b.index.is_unique and set(a.index) == set(b.index):
+        d = a - b.reindex(a.index)
+        se = float(d.std(ddof=1)) / math.sqrt(len(d))
+        lo, hi = t_interval(math.log(r), se, len(d))
+        if math.isfinite(lo):
+            return r, math.exp(lo), math.exp(hi), "paired"
+    if L in ms and L in ts:
+        se = math.sqrt(ms[L][1] ** 2 + ts[L][1] ** 2)
+        return r, math.exp(math.log(r) - Z * se), math.exp(math.log(r) + Z * se), "independent"
+    return r, math.nan, math.nan, ""
+
+
+def _seconds_per_sample(rows: pd.DataFrame, task: str) -> tuple[dict[int, float], set[int]]:
+    """({length: median wall seconds per sample} of one model's ok ``task`` samples (each record's ``wall_s``, once
+    per sample, not per metric row), {lengths with samples}): a length with samples but no ``wall_s`` (a run from
+    before it was recorded) is in the second set only."""
+    r = ok_values(rows[(rows["task"] == task) & rows["length"].notna()])
+    ran = {int(x) for x in r["length"]}
+    if "wall_s" not in r.columns:
+        return {}, ran
+    keys = [c for c in ("run", "length", "depth", "sample", "task_options") if c in r.columns]
+    r = r.assign(w=pd.to_numeric(r["wall_s"], errors="coerce")).dropna(subset=["w"]).drop_duplicates(keys)
+    return {int(L): float(v) for L, v in r.groupby(r["length"].astype("int64"))["w"].median().items()}, ran
+
+
+def _headline_task(tasks: list[str], table: pd.DataFrame) -> str | None:
+    """The retrieval task the one-line answer and the cost column are about: the flatness sweep's retrieval task (the
+    runs' ``effective_length`` rows name it; by default :class:`lctx.harness.steps.flatness.FlatnessSpec`'s) when the
+    table has it, else the first of ``tasks``."""
+    named = []
+    ef = table[(table["task"] == FLATNESS) & (table["metric"] == "effective_length")]
+    for opts in ef["task_options"].dropna():
+        try:
+            named.append((json.loads(opts) or {}).get("retrieval"))
+        except (TypeError, ValueError):
+            pass
+    for t in named + [FlatnessSpec().retrieval]:
+        if t in tasks:
+            return t
+    return tasks[0] if tasks else None
+
+
+def method_table(table: pd.DataFrame, members: list[str], positions: dict[str, dict], threshold: float = 0.8,
+                 ratios: tuple[float, ...] = METHOD_RATIOS) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    """One base model's positional-methods table (issue 43 item 5): a row per method of ``members`` (labels, the
+    shipped model first; :func:`method_groups`), from the report's table and :func:`model_positions`.
+
+    Columns (display): the method; its declared maximum (tokens, × the reference length); per retrieval task of the
+    members (passkey, RULER's NIAH, any task declaring ``retrieval``) the effective length: the largest length L
+    with the task's headline metric (mean over depths and samples, status ok) >= ``threshold`` at every length the
+    method ran up to L (:func:`lctx.harness.steps.flatness.effective_length`, RULER's rule; "≥ L" where it holds at
+    the longest length the method ran, "< L" where it fails at its shortest); the ppl ratio PPL(k×)/PPL(1×) of the
+    model itself at each multiple of ``ratios`` (:func:`lctx.harness.steps.flatness.ppl_by_length` and
+    :func:`~lctx.harness.steps.flatness.ratio_interval`: pooled over windows, the 95 % interval where both lengths
+    have two windows or more); PPL(1×) over the shipped model's (:func:`_ppl_cost`); the median seconds per sample
+    of the headline task at each length (:func:`_seconds_per_sample`). 1× is :func:`_reference_length`. A cell the
+    runs did not measure reads :data:`NOT_RUN` (empty in the numeric table), never 0.
+
+    Returns (display table of strings, numeric table: one row per method with ``base``, ``method``, ``model``,
+    ``<task> effective_length`` (0: below the threshold at the shortest length), ``ppl_ratio@kx`` and its
+    ``ci_low``/``ci_high``, ``ppl@1x/shipped`` with its interval, ``s_per_sample@L``; info: {"reference",
+    "reference_source", "tasks" {task: metric}, "headline", "titles", "effective" {label: {task: (L, longest run,
+    shortest run)}}, "cost_ratio" {label: (ratio, low, high)}, "ppl_task", "cost_lengths"})."""
+    titles = _member_titles(members, positions)
+    T, T_src = _reference_length(table, members, positions)
+    rows_of = {m: table[table["label"] == m] for m in members}
+    present = set().union(*(set(r["task"].astype(str)) for r in rows_of.values()))
+    rtasks = [t for t in retrieval_tasks(table) if t in present]
+    head = _headline_task(rtasks, table)
+    rtasks = ([head] if head else []) + [t for t in rtasks if t != head]
+    tasks = {t: primary_metric(t, table) for t in rtasks}
+    ptask = next((t for t in perplexity_tasks(table) if t in present), None)
+    pmetric = meta_of(ptask, table).headline if ptask else None
+    cost_task = head or ptask
+    stats = {}
+    for m in members:
+        rows = rows_of[m]
+        ppl = _most_common_options(rows[(rows["task"] == ptask) & (rows["metric"] == pmetric)]) if ptask else rows.iloc[:0]
+        stats[m] = ppl_by_length(rows, ppl) if len(ok_values(ppl)) else ({}, {})
+    shipped = next((m for m in members if positions[m]["method"] == SHIPPED), None)
+    costs = {m: _seconds_per_sample(rows_of[m], cost_task) if cost_task else ({}, set()) for m in members}
+    cost_lengths = sorted(set().union(*(ran for _, ran in costs.values())))
+    rel = (lambda L: f" ({L / T:g}×)" if T else "")
+    disp, num = [], []
+    info = {"reference": T, "reference_source": T_src, "tasks": tasks, "headline": head, "titles": titles,
+            "effective": {}, "cost_ratio": {}, "ppl_task": ptask, "cost_lengths": cost_lengths}
+    for m in members:
+        pos, rows = positions[m], rows_of[m]
+        d = {"method": titles[m]}
+        n = {"base": pos["base"], "method": titles[m], "model": m, "runs": ", ".join(dict.fromkeys(rows["run"].astype(str))),
+             "reference_length": T, "reference": T_src, "max_positions": pos["max_positions"]}
+        mx = pos["max_positions"]
+        d["declared max"] = format_length(mx) + rel(mx) if mx else "none declared"
+        info["effective"][m] = {}
+        for t, metric in tasks.items():
+            scores = _retrieval_scores(rows, t, metric)
+            col = f"effective length @ {t}"
+            if scores is None:
+                d[col], n[f"{t} effective_length"] = NOT_RUN, math.nan
+                continue
+            e = effective_length(scores, threshold)
+            lo, hi = min(scores), max(scores)
+            info["effective"][m][t] = (e, hi, lo)
+            d[col] = f"< {format_length(lo)}" if e == 0 else ("≥ " if e >= hi else "") + format_length(e) + rel(e)
+            n[f"{t} effective_length"] = e
+        means, spread = stats[m]
+        for k in ratios:
+            col, key = f"ppl ratio @ {k:g}×", f"ppl_ratio@{k:g}x"
+            n[key] = n[f"{key} ci_low"] = n[f"{key} ci_high"] = math.nan
+            if not means:
+                d[col] = NOT_RUN
+                continue
+            if not T:
+                d[col] = "no 1× length"
+                continue
+            L = int(round(k * T))
+            if L not in means or T not in means:
+                d[col] = NOT_RUN if L not in means else f"{NOT_RUN} at 1×"
+                continue
+            v = means[L] / means[T]
+            ci = ratio_interval(spread, L, T)
+            lo, hi = ci.get("ppl_ratio_low", math.nan), ci.get("ppl_ratio_high", math.nan)
+            d[col] = f"{v:.3g}" + (f" [{lo:.3g}, {hi:.3g}]" if ci else "")
+            n[key], n[f"{key} ci_low"], n[f"{key} ci_high"] = v, lo, hi
+        col = "ppl @ 1× / shipped"
+        n["ppl@1x"] = means.get(T, math.nan) if T and means else math.nan
+        n["ppl@1x/shipped"] = n["ppl@1x/shipped ci_low"] = n["ppl@1x/shipped ci_high"] = math.nan
+        if means and not T:
+            d[col] = "no 1× length"
+        elif not means or T not in means:
+            d[col] = NOT_RUN
+        elif m == shipped:
+            d[col] = f"1 (reference: ppl {means[T]:.3g})"
+            n["ppl@1x/shipped"] = 1.0
+        elif shipped is None or T not in stats[shipped][0]:
+            d[col] = "shipped not run"
+        else:
+            r, lo, hi, how = _ppl_cost(rows, rows_of[shipped], ptask, T, stats[m], stats[shipped])
+            d[col] = f"{r:.3g}" + (f" [{lo:.3g}, {hi:.3g}]" if math.isfinite(lo) else "")
+            n["ppl@1x/shipped"], n["ppl@1x/shipped ci_low"], n["ppl@1x/shipped ci_high"] = r, lo, hi
+            n["ppl@1x/shipped interval"] = how
+            info["cost_ratio"][m] = (r, lo, hi)
+        secs, ran = costs[m]
+        for L in cost_lengths:
+            col = f"s/sample @ {format_length(L)}"
+            v = secs.get(L, math.nan)
+            d[col] = f"{v:.3g}" if math.isfinite(v) else ("not recorded" if L in ran else NOT_RUN)
+            n[f"s_per_sample@{L}"] = v
+        disp.append(d)
+        num.append(n)
+    return pd.DataFrame(disp).fillna(NOT_RUN), pd.DataFrame(num), info
+
+
+def method_answer(base: str, members: list[str], positions: dict[str, dict], info: dict, threshold: float) -> str:
+    """The one-line answer above a base model's table: which method keeps the headline retrieval task's score >=
+    ``threshold`` farthest, and how far each other method does (shipped first), e.g. ``SmolLM2: yarn:factor=4 keeps
+    passkey exact ≥ 0.8 to 32K (4×); shipped to 8K (1×); linear:factor=2 below 2K``, with the farthest method's ppl
+    at 1× relative to the shipped model's when measured. From :func:`method_table`'s info."""
+    task, T, titles = info["headline"], info["reference"], info["titles"]
+    if task is None:
+        return f"{base}: no retrieval task ran, so no effective length to compare; run passkey or a NIAH task."
+    eff = {m: info["effective"][m][task] for m in members if task in info["effective"][m]}
+    if not eff:
+        return f"{base}: no method ran {task}."
+
+    def reach(m):
+        e, hi, lo = eff[m]
+        if e == 0:
+            return f"below {format_length(lo)}"
+        return f"to {'≥ ' if e >= hi else ''}{format_length(e)}" + (f" ({e / T:g}×)" if T else "")
+
+    crit = f"{task}{'' if info['tasks'][task] == task else ' ' + info['tasks'][task]} ≥ {threshold:g}"
+    best_e = max(e for e, _, _ in eff.values())
+    if best_e == 0:
+        return f"{base}: no method keeps {crit} at its shortest length ({'; '.join(f'{titles[m]} {reach(m)}' for m in eff)})."
+    best = [m for m in eff if eff[m][0] == best_e]
+    cost = ""
+    if len(best) == 1 and best[0] in info["cost_ratio"]:
+        r, lo, hi = info["cost_ratio"][best[0]]
+        cost = f" (ppl at 1×: {r:.3g}× the shipped model's" + (f", [{lo:.3g}, {hi:.3g}])" if math.isfinite(lo) else ")")
+    others = [m for m in eff if m not in best]
+    names = " and ".join(titles[m] for m in best)
+    line = f"{base}: {names} keep{'s' if len(best) == 1 else ''} {crit} {reach(best[0])}{cost}"
+    return line + "".join(f"; {titles[m]} {reach(m)}" for m in others) + "."
+
+
+def method_series(table: pd.DataFrame, members: list[str], titles: dict[str, str], tasks: dict[str, str]) -> pd.DataFrame:
+    """Retrieval by length per method (the data of :func:`lctx.harness.outputs.plots.methods_retrieval_figure`, and
+    ``positional_retrieval.csv``): one row per (member, task, length) with the task's headline ``metric``, ``mean``
+    over depths and samples (status ok), its 95 % interval ``ci_low``/``ci_high`` (:func:`_mean_ci`: Wilson for 0/1
+    scores, t otherwise) and ``n``."""
+    rows = []
+    for m in members:
+        r = table[table["label"] == m]
+        for t, metric in tasks.items():
+            ok = ok_values(_most_common_options(r[(r["task"] == t) & (r["metric"] == metric) & r["length"].notna()]))
+            for L, g in ok.groupby(ok["length"].astype("int64")):
+                mean, lo, hi, k = _mean_ci(g["value"], metric)
+                rows.append({"label": m, "method": titles[m], "task": t, "metric": metric, "length": int(L),
+                             "mean": mean, "ci_low": lo, "ci_high": hi, "n": k})
+    return pd.DataFrame(rows, columns=["label", "method", "task", "metric", "length", "mean", "ci_low", "ci_high", "n"])
+
+
+def method_note(info: dict, threshold: float) -> str:
+    """The paragraph under a base model's one-line answer: what 1× is, the effective-length rule and threshold, how the
+    ppl intervals and the cost column are made, and what "not run" means."""
+    T, src = info["reference"], info["reference_source"]
+    ref = (f"1× = {format_length(T)} tokens ({src}" + ("; pass --train-length to lctx run or lctx report for the "
+           "training length" if src != "training length" else "") + ")") if T else \
+        "No training length or declared maximum is recorded, so the columns at multiples of 1× are empty; pass --train-length"
+    heads = ", ".join(f"{t} {m}" if m != t else t for t, m in info["tasks"].items()) or "none ran"
+    cost = (f"s/sample: the median wall seconds per {info['headline'] or info['ppl_task']} sample at each length "
+            "(the records' wall_s, the machine's load included)") if info["cost_lengths"] else "s/sample: no samples"
+    return (f"One row per positional method, the shipped model first. {ref}. Effective length ({heads}): the largest "
+            f"length with the mean score (over depths and samples) ≥ {threshold:g} at every length the method ran up to "
+            f"it (RULER's rule, as the flatness rows); “≥”: it held at the longest length the method ran; “< L”: below "
+            f"the threshold at its shortest. ppl ratio @ k×: PPL(k×) / PPL(1×) of the same model, with its 95 % interval "
+            f"where both lengths have two ppl windows or more. ppl @ 1× / shipped: the method's perplexity at 1× over the "
+            f"shipped model's (its cost at short length), 95 % interval paired over the same windows (Student's t) when "
+            f"both scored the same ones. {cost}. “{NOT_RUN}”: the runs did not measure that cell (never read as 0).")
+
+
+def method_blocks(table: pd.DataFrame, metas: list[dict], out: Path, pal: dict,
+                  threshold: float = 0.8) -> tuple[list, list[Path], dict]:
+    """The report's "Positional methods" section (issue 43 item 5): for each base model with two methods or more
+    (:func:`model_positions`, :func:`method_groups`): a heading, the one-line answer (:func:`method_answer`), the
+    note (:func:`method_note`), the table (:func:`method_table`), retrieval vs length with a line per method
+    (:func:`lctx.harness.outputs.plots.methods_retrieval_figure`) and a row of heatmaps per task, one per method
+    (:func:`lctx.harness.outputs.plots.method_heatmaps`). Returns (blocks, plot paths, {"answers": [lines],
+    "tables": {base: display table}, "numeric": the numeric rows of every base, "series": the retrieval series});
+    no blocks when no base has two methods."""
+    positions = model_positions(table, metas)
+    groups = method_groups(positions)
+    blocks: list = []
+    paths: list[Path] = []
+    extra = {"answers": [], "tables": {}, "numeric": pd.DataFrame(), "series": pd.DataFrame()}
+    nums, series_all = [], []
+    for base, members in groups.items():
+        disp, num, info = method_table(table, members, positions, threshold)
+        answer = method_answer(base, members, positions, info, threshold)
+        extra["answers"].append(answer)
+        extra["tables"][base] = disp
+        nums.append(num)
+        blocks += [("h", base), ("lead", answer), ("p", method_note(info, threshold)), ("table", disp, "methods")]
+        series = method_series(table, members, info["titles"], info["tasks"])
+        series_all.append(series.assign(base=base))
+        fig = methods_retrieval_figure(series, out, base, pal, info["titles"], threshold,
+                                       info["reference"] if info["reference_source"] == "training length" else None,
+                                       {m: positions[m]["max_positions"] for m in members})
+        figs = []
+        if fig:
+            figs.append((fig, f"{base}: each task's headline metric by length, a line per method with its 95 % "
+                              "interval as a band; dotted red: the threshold; dotted in a method's colour with ▼: "
+                              "its declared maximum; dashed grey: the training length.", True))
+            paths.append(fig)
+        for t in info["tasks"]:
+            hm = method_heatmaps(table, out, t, members, info["titles"], base,
+                                 train_len=info["reference"] if info["reference_source"] == "training length" else None)
+            if hm:
+                figs.append((hm, f"{t}: depth × length heatmaps of {meta_of(t, table).headline}, one per method.", True))
+                paths.append(hm)
+        if figs:
+            blocks.append(("figs", figs))
+    if nums:
+        extra["numeric"] = pd.concat(nums, ignore_index=True)
+        extra["series"] = pd.concat(series_all, ignore_index=True)
+    return blocks, paths, extra
+
+
+# ----------------------------------------------------------------------------------------------
 # writing
 # ----------------------------------------------------------------------------------------------
 
@@ -778,6 +1195,7 @@ _CSS = """
 body{font-family:"DejaVu Sans",system-ui,sans-serif;color:#222;margin:0 auto;max-width:1560px;padding:8px 28px 40px;line-height:1.4}
 h1{font-size:26px;margin:18px 0 4px} h2{font-size:21px;border-bottom:2px solid #ddd;padding-bottom:4px;margin-top:34px}
 h3{font-size:17px;margin:22px 0 6px} p.note{color:#555;font-size:14px;margin:4px 0 10px}
+p.lead{font-size:16px;font-weight:bold;margin:6px 0 8px}
 nav a{margin-right:14px;font-size:15px}
 .scroll{overflow-x:auto} table{border-collapse:collapse;font-size:13px;margin:6px 0}
 th,td{border:1px solid #ccc;padding:4px 8px;vertical-align:top} th{background:#eef1f5;text-align:center}
@@ -799,7 +1217,10 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, at: str | None
     flatness numbers themselves come from each run's flatness rows, or the defaults when it has none).
     train_lengths: for models whose runs record none (:func:`parse_train_lengths`).
     Returns {"html", "markdown", "summary", "failures": paths, "plots": [paths], "table": the merged table,
-    "summary_table": the summary as shown, "notes": lines below it (:func:`train_length_notes`)}.
+    "summary_table": the summary as shown, "notes": lines below it (:func:`train_length_notes`), "positions": the path
+    of ``positional_methods.csv`` (None when no base model has two positional methods; ``positional_retrieval.csv``
+    beside it), "position_tables": {base model: its positional-methods table as shown}, "answers": the one-line
+    answer per base model (:func:`method_blocks`)}.
 
     Raises:
         LctxError: a run directory :func:`load_runs` refuses, a bad ``at``, an unwritable ``out_dir``, or one that
@@ -822,6 +1243,7 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, at: str | None
         at_list, at_note = default_at(table)
 
     # sections: (id, heading, blocks); a block: ("p", text) | ("table", df, cls) | ("figs", [(path, caption, wide)])
+    # | ("h", a sub-heading) | ("lead", a line in bold: a base model's answer in the positional methods' section)
     disp, num = summary_table(table, at_list)
     notes = _summary_notes(table, metas, at_note)
     sections: list[tuple[str, str, list]] = [
@@ -830,6 +1252,10 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, at: str | None
     cblocks = category_blocks(table)
     if cblocks:
         sections.append(("categories", "By category", cblocks))
+    mblocks, mplots, methods = method_blocks(table, metas, out, pal, threshold)  # issue 43: which method, how far
+    if mblocks:
+        sections.append(("positions", "Positional methods", mblocks))
+        plots += mplots
     for secs, paths in (_ruler_sections(table, out), _perplexity_sections(table, out, pal, max_ratio),
                         _task_sections(table, out, pal, threshold), _bench_sections(table, out, pal)):  # drawn in order
         sections += secs
@@ -853,8 +1279,14 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, at: str | None
     md_path.write_text(safe(_markdown_page(sections, title, sub, out)))
     clean_frame(num, escape=True).to_csv(out / "summary.csv", index=False)
     clean_frame(fails, escape=True).to_csv(out / "failures.csv", index=False)
+    positions = None
+    if len(methods["numeric"]):
+        positions = out / "positional_methods.csv"
+        clean_frame(methods["numeric"], escape=True).to_csv(positions, index=False)
+        clean_frame(methods["series"], escape=True).to_csv(out / "positional_retrieval.csv", index=False)
     return {"html": html_path, "markdown": md_path, "summary": out / "summary.csv", "failures": out / "failures.csv",
-            "plots": plots, "table": table, "summary_table": disp, "notes": notes}
+            "plots": plots, "table": table, "summary_table": disp, "notes": notes, "positions": positions,
+            "position_tables": methods["tables"], "answers": methods["answers"]}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -992,6 +1424,10 @@ def _html_page(sections: list, title: str, sub: str) -> str:
         for blk in blocks:
             if blk[0] == "p":
                 parts.append(f"<p class='note'>{html.escape(blk[1])}</p>")
+            elif blk[0] == "h":
+                parts.append(f"<h3>{html.escape(blk[1])}</h3>")
+            elif blk[0] == "lead":
+                parts.append(f"<p class='lead'>{html.escape(blk[1])}</p>")
             elif blk[0] == "table":
                 parts.append(_html_table(blk[1], blk[2]))
             else:
@@ -1015,6 +1451,10 @@ def _markdown_page(sections: list, title: str, sub: str, out: Path) -> str:
         for blk in blocks:
             if blk[0] == "p":
                 md += [blk[1], ""]
+            elif blk[0] == "h":
+                md += [f"### {blk[1]}", ""]
+            elif blk[0] == "lead":
+                md += [f"**{blk[1]}**", ""]
             elif blk[0] == "table":
                 md += [_md_table(blk[1]), ""]
             else:
