@@ -20,15 +20,21 @@ Data:
   the Dev split (lm-eval's hub config draws it from train).
 - without one, lm-eval's built-in tasks load ``cais/mmlu`` and ``allenai/ai2_arc`` from the hub.
 
-Models: an :class:`lctx.models.adapters.hf.HFAdapter` (native lctx or Hugging Face checkpoint, already loaded by
-``load_lm``) is wrapped in :class:`LctxHFLM`, lm-eval's ``hf`` backend (``HFLM``) with two changes:
+Models: one bridge (:class:`LmEvalBridge`, made per model by :meth:`LmEvalSuite.bridge`) turns any model adapter into
+the lm-eval model ``simple_evaluate`` runs, chosen by the adapter's capabilities
+(:func:`lctx.models.adapters.protocol.capabilities`, its ``lmeval``), never by its backend: ``"protocol"`` (any adapter:
+:func:`adapter_lmeval_class`, lm-eval's requests scored through ``prefix`` + ``score_continuation``, so a new backend
+runs mmlu/arc with nothing added here), or one of two faster engines an adapter may offer, ``"hf"`` and ``"api"``
+(:data:`LMEVAL_BRIDGES`). ``"hf"``: an adapter with ``lmeval_model()`` (:class:`lctx.models.adapters.hf.HFAdapter`,
+native lctx or Hugging Face checkpoint, already loaded by ``load_lm``) is wrapped in :class:`LctxHFLM`, lm-eval's
+``hf`` backend (``HFLM``) with two changes:
 native lctx models get the BOS token their training always put first (their tokenizer does not add
 it; Hugging Face models keep lm-eval's default, whatever ``tokenizer.encode`` adds), and logits are computed
 only at the continuation positions lm-eval scores, in row blocks (:func:`lctx_hflm_class`). ``LctxHFLM`` is
 registered in lm-eval's model registry as ``"lctx"``, so
 ``lm_eval.simple_evaluate(model="lctx", model_args={"pretrained": "ckpt/rope-256"})`` works too.
-A served model (:class:`lctx.models.adapters.server.ServerAdapter`, ``--model http://HOST:PORT/v1``) is wrapped in
-:func:`served_lmeval_class`'s ``LctxCompletionsLM``, lm-eval's ``local-completions`` model
+``"api"``: an adapter with ``lmeval_api_model()`` (a served model, :class:`lctx.models.adapters.server.ServerAdapter`,
+``--model http://HOST:PORT/v1``) is wrapped in :func:`served_lmeval_class`'s ``LctxCompletionsLM``, lm-eval's ``local-completions`` model
 (``LocalCompletionsAPI``) with the adapter's tokenizer and requests; its log-likelihoods are echoed prompt
 log-probabilities, so they run only after the server passed lctx's trust probe, and otherwise every metric of every
 question is recorded as unavailable with the probe's reason (never 0). The lm-eval batch memory check does not run for
@@ -61,7 +67,7 @@ from pathlib import Path
 
 from lctx.chat import render_chat
 from lctx.defaults import LMEVAL_BATCH_SIZE
-from lctx.errors import LctxError, check_finite_logits
+from lctx.errors import LctxError, MetricUnavailable, check_finite_logits
 
 from .base import Cell, RunOption, Sample, Task, TaskFamily, TaskGroup, register_group
 
@@ -90,10 +96,9 @@ class LmEvalFamily(TaskFamily):
 
     name = "lmeval"
     shardable = False
-    #: either capability will do (lctx.models.adapters.protocol.LMEVAL_CAPABILITIES): lm-eval's hf backend over an
-    #: in-process Hugging Face model, or lm-eval's local-completions model over a served one
-    adapter_needs = {("lmeval_model", "lmeval_api_model"): "runs lm-eval's hf backend (a Hugging Face model) or its "
-                                                            "local-completions model (a served model)"}
+    #: nothing beyond the protocol: every adapter runs lm-eval through the one bridge (LmEvalBridge; lmeval_model /
+    #: lmeval_api_model, lctx.models.adapters.protocol.LMEVAL_CAPABILITIES, only give it a faster engine)
+    adapter_needs: dict = {}
     run_options = (RunOption("--limit", "limit", None, None, "a positive number of questions, e.g. --limit 20",
                              users="mmlu/arc_*"),
                    RunOption("--num-fewshot", "num_fewshot", None, None, "0 or more", users="mmlu/arc_*"))
@@ -635,7 +640,8 @@ def lctx_hflm_class():
 
 
 _SERVED_LM = None
-#: lm-eval's ``max_length`` for a served model: never reached, so lm-eval never cuts a request from the left
+#: lm-eval's ``max_length`` for a served model or one over the protocol: never reached, so lm-eval never cuts a
+#: request from the left
 #: (a prompt longer than the server's context is the server's refusal, or a cut its ``usage.prompt_tokens`` shows:
 #: an error, never a score of a cut prompt)
 SERVED_MAX_LENGTH = 1 << 40
@@ -867,10 +873,246 @@ class _AdapterTokenizer:
         return self.lm.decode(list(ids))
 
 
-def is_served(lm) -> bool:
-    """Whether ``lm`` runs lm-eval through a server (:class:`lctx.models.adapters.protocol.LmEvalApiCapable`:
-    ``lmeval_api_model()``) rather than in process (``lmeval_model()``, which wins when an adapter has both)."""
-    return not callable(getattr(lm, "lmeval_model", None)) and callable(getattr(lm, "lmeval_api_model", None))
+# -- the one bridge: any model adapter as lm-eval's model ---------------------------------------------------
+def capabilities(lm):
+    """:func:`lctx.models.adapters.protocol.capabilities` of ``lm``."""
+    from lctx.models.adapters import protocol  # lazy: lctx.models loads torch (lctx list tasks imports this module)
+
+    return protocol.capabilities(lm)
+
+
+def optional(lm, name: str):
+    """:func:`lctx.models.adapters.protocol.optional` of ``lm``: its optional member ``name`` or the default."""
+    from lctx.models.adapters import protocol  # lazy: lctx.models loads torch (lctx list tasks imports this module)
+
+    return protocol.optional(lm, name)
+
+
+_ADAPTER_LM = None
+
+
+def adapter_lmeval_class():
+    """lm-eval's ``TemplateLM`` over the :class:`~lctx.models.adapters.protocol.ModelAdapter` protocol alone: mmlu/arc
+    on any adapter (the ``"protocol"`` bridge, :class:`ProtocolBridge`). Defined lazily (importing lm-eval takes
+    seconds).
+
+    ``LctxAdapterLM(lm)``: lm-eval's own request flow (``TemplateLM.loglikelihood``: ``_encode_pair``, the empty-context
+    rule, the request cache hook) with
+
+    * tokens from the adapter: ``tok_encode`` is ``lm.encode`` with ``lm.bos_id`` first, exactly once (a text whose
+      tokens already start with it, a chat template's ``{{ bos_token }}``, gets no second one), as ``lm.prompt`` puts it
+      first in every lctx prompt;
+    * each request scored through the protocol: the requests of one context share one ``lm.prefix(context ids)`` (MMLU's
+      four choices: one prefill), and each continuation is ``lm.score_continuation(handle, continuation ids)``: lm-eval's
+      ``(sum of its log-probabilities, every token the first choice)``; the handles of different contexts go
+      ``concurrency`` at a time (the capability; 1 in process);
+    * no left truncation (:data:`SERVED_MAX_LENGTH`): a context past the model's length is the adapter's error;
+    * a chat template (``--chat-template on``) through the adapter's ``chat_prompt`` capability (the history without
+      its system turn: the adapter adds its own system prompt, which ``lctx.evaluate`` checked is the run's).
+
+    An adapter that gives no score (``score_continuation`` raises :class:`~lctx.errors.MetricUnavailable`) makes every
+    metric of the evaluation unavailable with that reason, never 0. Returns the class. Source: lm-eval 0.4.13
+    ``lm_eval/api/model.py`` (``TemplateLM``).
+    """
+    global _ADAPTER_LM
+    if _ADAPTER_LM is not None:
+        return _ADAPTER_LM
+    from concurrent.futures import ThreadPoolExecutor  # lazy
+
+    from lm_eval.api.model import TemplateLM  # lazy: loads lm_eval
+
+    class LctxAdapterLM(TemplateLM):
+        """lm-eval's model over a model adapter's protocol (see :func:`adapter_lmeval_class`)."""
+
+        def __init__(self, lm):
+            super().__init__()
+            self.lm = lm
+            self.workers = capabilities(lm).concurrency or 1
+            self.max_length = SERVED_MAX_LENGTH
+            self.chat_source = (optional(lm, "chat_source") or (lambda: f"model {lm.name!r}"))()
+
+        @property
+        def eot_token_id(self):
+            """None: the protocol names no end-of-text token (mmlu/arc never ask for one)."""
+            return None
+
+        @property
+        def prefix_token_id(self):
+            """The BOS an empty context is conditioned on (``lm.bos_id``; None: the continuation's first token)."""
+            return self.lm.bos_id
+
+        @property
+        def tokenizer_name(self) -> str:
+            """The tokenizer's fingerprint (lm-eval keys its chat-templated request cache by it)."""
+            return "lctx-" + self.lm.tokenizer_fingerprint()
+
+        def tok_encode(self, string, add_special_tokens=None, left_truncate_len=None, **kwargs):
+            """``lm.encode(string)`` with ``lm.bos_id`` first unless ``add_special_tokens`` is False, and exactly once:
+            ids that already start with it (a chat template's BOS text) keep theirs."""
+            ids = list(self.lm.encode(string))
+            bos = self.lm.bos_id
+            if add_special_tokens is not False and bos is not None and ids[:1] != [bos]:
+                ids = [bos] + ids
+            return ids[-left_truncate_len:] if left_truncate_len else ids
+
+        def apply_chat_template(self, chat_history, add_generation_prompt: bool = True) -> str:
+            """The conversation in the adapter's chat template (its ``chat_prompt``), its system turn the adapter's.
+
+            Raises:
+                LctxError: the adapter renders no conversation, or lm-eval asks to continue a final message."""
+            chat = optional(self.lm, "chat_prompt")
+            if chat is None or not add_generation_prompt:
+                raise LctxError(f"--chat-template on: model {self.lm.name!r} renders no conversation for lm-eval (it "
+                                "has no chat_prompt(), docs/adapters.md#capabilities); use --chat-template off")
+            return chat([m for m in chat_history if m["role"] != "system"]).text
+
+        def _score_context(self, ctx: tuple, items: list) -> list:
+            handle = self.lm.prefix(list(ctx))
+            out = []
+            for i, cont in items:
+                sc = self.lm.score_continuation(handle, list(cont))
+                out.append((i, (float(sum(sc.logprobs)), bool(all(sc.top1)))))
+            return out
+
+        def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, **kwargs):
+            """``(log-likelihood, greedy)`` of each request ``((context, continuation), context ids, continuation
+            ids)``, in order, through the adapter (one ``prefix`` per distinct context)."""
+            groups: dict[tuple, list] = {}
+            for i, (_, ctx, cont) in enumerate(requests):
+                if ctx and ctx[0] is None:  # an empty context and no BOS: lm-eval's other rule, the first token
+                    ctx, cont = cont[:1], cont[1:]
+                groups.setdefault(tuple(ctx), []).append((i, cont))
+            if self.workers > 1 and len(groups) > 1:
+                with ThreadPoolExecutor(max_workers=min(self.workers, len(groups))) as pool:
+                    done = [r for part in pool.map(lambda kv: self._score_context(*kv), groups.items()) for r in part]
+            else:
+                done = [r for kv in groups.items() for r in self._score_context(*kv)]
+            out = [None] * len(requests)
+            for i, ans in done:
+                out[i] = ans
+                self.cache_hook.add_partial("loglikelihood", requests[i][0], ans)
+            return out
+
+        def loglikelihood_rolling(self, requests, disable_tqdm: bool = False):
+            """Not used by mmlu/arc.
+
+            Raises:
+                NotImplementedError: always."""
+            raise NotImplementedError("lctx runs mmlu/arc (log-likelihoods) through a model adapter's protocol")
+
+        def generate_until(self, requests, disable_tqdm: bool = False):
+            """Not used by mmlu/arc.
+
+            Raises:
+                NotImplementedError: always."""
+            raise NotImplementedError("lctx runs mmlu/arc (log-likelihoods) through a model adapter's protocol")
+
+    _ADAPTER_LM = LctxAdapterLM
+    return _ADAPTER_LM
+
+
+class LmEvalBridge:
+    """One model adapter as lm-eval's evaluator sees it: ``model``, the lm-eval model object
+    :meth:`LmEvalTask.score_all` gives ``simple_evaluate``. Which one is the adapter's capability
+    (:func:`lctx.models.adapters.protocol.capabilities`: ``lmeval``), never its backend: :data:`LMEVAL_BRIDGES` maps it
+    to a subclass, made by :meth:`LmEvalSuite.bridge` once per adapter. A new backend needs nothing here: it runs over
+    the protocol (:class:`ProtocolBridge`), or offers ``lmeval_model()`` / ``lmeval_api_model()`` for a faster engine.
+
+    ``kind``: the capability's value; ``planned``: lm-eval's batch runs in this process and its memory is planned
+    (:func:`lctx.models.adapters.memory.check_lmeval_fits`).
+
+    Raises (on construction):
+        MetricUnavailable: the adapter gives no teacher-forced scores (its ``teacher_forced`` capability, e.g. a server
+            whose echo failed the trust probe): every metric of the evaluation is unavailable, with the reason.
+        LctxError: ``--chat-template on`` for a model that renders no conversation.
+    """
+
+    kind: str = ""
+    planned: bool = False
+
+    def __init__(self, lm, suite: "LmEvalSuite"):
+        self.lm = lm
+        self.ready()
+        self.model = self.make(lm, suite)
+
+    def make(self, lm, suite: "LmEvalSuite"):
+        """The lm-eval model object of ``lm`` (a subclass's)."""
+        raise NotImplementedError
+
+    def ready(self) -> None:
+        """Before each evaluation: teacher-forced scores must be available (lm-eval's log-likelihoods are).
+
+        Raises:
+            MetricUnavailable: they are not (the capability's reason)."""
+        caps = capabilities(self.lm)
+        if not caps.teacher_forced:
+            raise MetricUnavailable(caps.unavailable)
+
+    def set_batch_size(self, batch_size: int) -> None:
+        """lm-eval requests per forward (only an in-process engine has one: others ignore it)."""
+
+
+class ProtocolBridge(LmEvalBridge):
+    """Any model adapter: :func:`adapter_lmeval_class` over its protocol."""
+
+    kind = "protocol"
+
+    def make(self, lm, suite):
+        if suite.chat_template and optional(lm, "chat_prompt") is None:
+            raise LctxError(f"--chat-template on: model {lm.name!r} renders no conversation for lm-eval's mmlu/arc "
+                            "(no chat_prompt(), lmeval_model() or lmeval_api_model(): docs/adapters.md#capabilities); "
+                            "use --chat-template off for it")
+        return adapter_lmeval_class()(lm)
+
+
+class HFBridge(LmEvalBridge):
+    """An adapter with ``lmeval_model()`` (:class:`lctx.models.adapters.protocol.LmEvalCapable`): lm-eval's ``hf``
+    engine (:class:`LctxHFLM`) over its transformers model, its batch planned."""
+
+    kind = "hf"
+    planned = True
+
+    def make(self, lm, suite):
+        model, tok = lmeval_model(lm)
+        if suite.chat_template and not getattr(tok, "chat_template", None):
+            raise LctxError(f"--chat-template on: the tokenizer of model {lm.name!r} has no chat template; "
+                            "use --chat-template off (the default) for this model")
+        source = optional(lm, "chat_source")
+        return lctx_hflm_class()(pretrained=model, tokenizer=tok, batch_size=suite.batch_size,
+                                 chat_source=source() if source else None)
+
+    def ready(self) -> None:
+        """:meth:`LmEvalBridge.ready`, then ``lmeval_model()``: lm-eval calls the model directly, so the adapter readies
+        it (length-dependent RoPE gets its own per-forward behaviour back)."""
+        super().ready()
+        lmeval_model(self.lm)
+
+    def set_batch_size(self, batch_size: int) -> None:
+        """lm-eval's ``batch_size_per_gpu``."""
+        self.model.batch_size_per_gpu = int(batch_size)
+
+
+class ApiBridge(LmEvalBridge):
+    """An adapter with ``lmeval_api_model()`` (:class:`lctx.models.adapters.protocol.LmEvalApiCapable`, a served
+    model): lm-eval's ``local-completions`` engine (:func:`served_lmeval_class`), ``concurrency`` requests at a time."""
+
+    kind = "api"
+
+    def make(self, lm, suite):
+        return served_lmeval_class()(lm)
+
+    def ready(self) -> None:
+        """:meth:`LmEvalBridge.ready`, then ``lmeval_api_model()`` (the trust probe's verdict, before any data or
+        request).
+
+        Raises:
+            MetricUnavailable: the probe did not pass."""
+        super().ready()
+        self.lm.lmeval_api_model()
+
+
+#: :attr:`lctx.models.adapters.protocol.Capabilities.lmeval` -> the bridge that runs it
+LMEVAL_BRIDGES = {b.kind: b for b in (ProtocolBridge, HFBridge, ApiBridge)}
 
 
 # -- running ---------------------------------------------------------------------------------------------
@@ -981,8 +1223,8 @@ def _options(sp: LmEvalSpec, num_fewshot: int | None, source: str, chat_template
 
 class LmEvalSuite:
     """What the lm-eval tasks of one run share: lm-eval's loaded tasks (configs written once into a temporary
-    folder that lives as long as the suite, data read on first use), one lm-eval model wrapper per model adapter, and the
-    run's settings (:func:`build_tasks`'s arguments)."""
+    folder that lives as long as the suite, data read on first use), one :class:`LmEvalBridge` per model adapter, and
+    the run's settings (:func:`build_tasks`'s arguments)."""
 
     def __init__(self, specs: list[LmEvalSpec], source: str, data_dir=None, limit: int | None = None,
                  num_fewshot: int | None = None, seed: int = 0, batch_size: int = LMEVAL_BATCH_SIZE, chat_template: bool = False,
@@ -992,7 +1234,7 @@ class LmEvalSuite:
         self.chat_template, self.system_prompt = bool(chat_template), system_prompt
         self._cfg = tempfile.TemporaryDirectory(prefix="lctx-lmeval-")
         self._loaded = None
-        self._hflm: dict[int, tuple] = {}
+        self._bridges: dict[int, LmEvalBridge] = {}
 
     def version(self) -> dict:
         """lm-eval's version, the task version of every lm-eval record (part of its fingerprint)."""
@@ -1009,34 +1251,26 @@ class LmEvalSuite:
             self._loaded = load_tasks(self.specs, self.source, self.data_dir, Path(self._cfg.name))
         return self._loaded
 
-    def hflm(self, lm):
-        """lm-eval's model wrapper of ``lm``, made once per adapter: :func:`lctx_hflm_class` over the Hugging Face
-        model and tokenizer of its ``lmeval_model()`` (:class:`lctx.models.adapters.protocol.LmEvalCapable`), or for a
-        served model (:func:`is_served`) :func:`served_lmeval_class` over its server (``lmeval_api_model()``,
-        :class:`lctx.models.adapters.protocol.LmEvalApiCapable`).
+    def bridge(self, lm) -> LmEvalBridge:
+        """The :class:`LmEvalBridge` of ``lm``, made once per adapter: the one of :data:`LMEVAL_BRIDGES` its
+        capabilities name (:func:`lctx.models.adapters.protocol.capabilities`, ``lmeval``).
 
         Raises:
-            LctxError: ``lm`` has neither capability; ``--chat-template on`` and ``lm``'s tokenizer has no chat
-                template.
-            MetricUnavailable: a served model whose prompt log-probabilities failed the trust probe."""
-        if id(lm) not in self._hflm and is_served(lm):  # lm-eval's local-completions over the server
-            self._hflm[id(lm)] = (lm, served_lmeval_class()(lm))
-        if id(lm) not in self._hflm:
-            model, tok = lmeval_model(lm)
-            if self.chat_template and not getattr(tok, "chat_template", None):
-                raise LctxError(f"--chat-template on: the tokenizer of model {lm.name!r} has no chat template; "
-                                "use --chat-template off (the default) for this model")
-            self._hflm[id(lm)] = (lm, lctx_hflm_class()(pretrained=model, tokenizer=tok,
-                                                        batch_size=self.batch_size, chat_source=lm.chat_source()))
-        return self._hflm[id(lm)][1]
+            LctxError: ``--chat-template on`` for a model that renders no conversation (a tokenizer without a chat
+                template).
+            MetricUnavailable: a model whose teacher-forced scores are unavailable (a served model whose prompt
+                log-probabilities failed the trust probe)."""
+        if id(lm) not in self._bridges:
+            self._bridges[id(lm)] = LMEVAL_BRIDGES[capabilities(lm).lmeval](lm, self)
+        return self._bridges[id(lm)]
 
     def set_batch_size(self, batch_size: int) -> None:
-        """lm-eval requests per forward from now on, also for the model wrappers already made (the memory
-        check of :func:`lctx.models.adapters.memory.check_lmeval_fits` lowers it after :meth:`request_lengths` made them)."""
+        """lm-eval requests per forward from now on, also for the bridges already made (the memory check of
+        :func:`lctx.models.adapters.memory.check_lmeval_fits` lowers it after :meth:`request_lengths` made them; a
+        bridge without an in-process batch ignores it: a served model's requests go ``concurrency`` at a time)."""
         self.batch_size = int(batch_size)
-        for lm, hflm in self._hflm.values():
-            if not is_served(lm):  # a served model's requests go lm.concurrency at a time
-                hflm.batch_size_per_gpu = self.batch_size
+        for bridge in self._bridges.values():
+            bridge.set_batch_size(self.batch_size)
 
     def request_lengths(self, lm) -> dict[str, tuple[int, int, int]]:
         """{task label (``mmlu/<subject>``, ``arc_easy``): (longest request in tokens, requests, longest continuation
@@ -1061,7 +1295,7 @@ class LmEvalSuite:
             LctxError: a task's data cannot be read; ``--chat-template on`` with a tokenizer that has none.
         """
         _, tasks = self.loaded()
-        hflm = self.hflm(lm)
+        hflm = self.bridge(lm).model
         out = {}
         for sp in self.specs:
             task = tasks[sp.lmeval_name]
@@ -1143,7 +1377,7 @@ class LmEvalTask(Task):
     ``name`` is ``mmlu`` / ``arc_easy`` / ``arc_challenge`` (MMLU's subject is :attr:`~Task.subtask` and in the
     options); version = lm-eval's version; the chunk size is not part of the fingerprint (lm-eval calls the
     model directly, not the adapter's chunked prefill). Made by :func:`build_tasks`, not registered in ``TASKS``.
-    Needs an adapter with ``lmeval_model()`` (:class:`lctx.models.adapters.protocol.LmEvalCapable`).
+    Runs on any model adapter (its :class:`LmEvalBridge`).
     """
 
     whole = True
@@ -1202,29 +1436,28 @@ class LmEvalTask(Task):
         return str(Path(self.state_dir) / f"lmeval-requests-bs{self.suite.batch_size}")
 
     def score_all(self, lm, cells: list[Cell]) -> list[tuple[Sample, dict[str, float]]]:
-        """Run ``lm_eval.simple_evaluate`` on the questions of ``cells`` with lm-eval's ``hf`` backend over
-        ``lm``'s loaded model (:class:`LctxHFLM`), or for a served model with lm-eval's ``local-completions`` model
-        over its server (:func:`served_lmeval_class`), k-shot (``--num-fewshot``, else :data:`DEFAULT_FEWSHOT`).
+        """Run ``lm_eval.simple_evaluate`` on the questions of ``cells`` with ``lm``'s lm-eval model (its
+        :class:`LmEvalBridge`: over the protocol, or lm-eval's ``hf`` / ``local-completions`` engine where ``lm``
+        offers one), k-shot (``--num-fewshot``, else :data:`DEFAULT_FEWSHOT`).
         In a run, lm-eval's request cache (:meth:`request_cache_prefix`, lm-eval's ``CachingLM``: sqlite, each
         answer stored as its batch finishes) keeps the answers of a call that is stopped before its records
         are written (``STOP_AT``, Ctrl-C), and the rerun's call takes them from there instead of the model.
 
         Raises:
             LctxError: ``--chat-template on`` with a tokenizer that has none; unreadable data.
-            MetricUnavailable: a served model whose prompt log-probabilities failed the trust probe (the runner
-                records every metric of every cell unavailable, with the probe's reason).
+            MetricUnavailable: a model without teacher-forced scores, e.g. a served model whose prompt
+                log-probabilities failed the trust probe (the runner records every metric of every cell unavailable,
+                with the reason).
             ServerUnreachable: the server stopped answering (the runner ends the run; a rerun resumes).
         """
         import lm_eval  # noqa: PLC0415  (seconds to import: only when lm-eval tasks run)
 
         sp, su = self.spec, self.suite
         k = DEFAULT_FEWSHOT[sp.task] if su.num_fewshot is None else su.num_fewshot
-        if is_served(lm):
-            lm.lmeval_api_model()  # MetricUnavailable (the trust probe's reason) before any data or request
+        bridge = su.bridge(lm)  # MetricUnavailable (no teacher-forced scores: the reason) before any data or request
+        bridge.ready()  # each evaluation: scores still available; an in-process model readied for lm-eval's calls
         tm, tasks = su.loaded()
-        hflm = su.hflm(lm)
-        if not is_served(lm):
-            lmeval_model(lm)  # lm-eval calls the model directly: the adapter readies it (its own RoPE behaviour)
+        hflm = bridge.model
         todo = [c.sample for c in cells]
         if su.log:
             su.log(f"{lm.name}: {sp.task}{'/' + sp.subject if sp.subject else ''} {len(todo)} questions, {k}-shot")

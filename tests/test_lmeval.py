@@ -787,3 +787,132 @@ def test_rolling_loglikelihood_scores_no_doubled_bos(make_checkpoint, tmp_path):
         hand = float(lp[torch.arange(len(plain_ids)), torch.tensor(plain_ids)].sum())
     assert ours == pytest.approx(hand, abs=LL_TOL * len(plain_ids))  # LL_TOL per token, summed
     assert abs(theirs - ours) > 1e-3  # the doubled BOS changes the value (the control's effect is visible)
+
+
+# -- the one bridge over the protocol (issue 43, Architecture) --------------------------------------------------
+class ProtocolOnly:
+    """A model of a backend lm-eval has no engine for, as lctx sees it: the in-process adapter's protocol members and
+    none of its optional lm-eval engines (``lmeval_model``, ``lmeval_api_model``), so its mmlu/arc run through the
+    protocol bridge."""
+
+    def __init__(self, lm):
+        self._lm = lm
+
+    def __getattr__(self, name):
+        from lctx.models.adapters.protocol import LMEVAL_CAPABILITIES
+
+        if name in LMEVAL_CAPABILITIES:
+            raise AttributeError(name)
+        return getattr(self._lm, name)
+
+
+# tolerance of the protocol bridge against lm-eval's own hf model on the same weights and ids: the same float32
+# network, but lctx's chunked prefill into a KV cache (its attention kernel, the continuation teacher-forced after the
+# cached context) against lm-eval's one full forward (transformers' attention): each logit moves by a few ulp of its
+# d = 32 dot products (~1e-6), a float64 log-softmax of it by about twice that, and a sum of <= 7 continuation tokens
+# by < 2e-5 (LL_TOL); measured on this model: 8.8e-7
+PROTOCOL_TOL = LL_TOL
+
+
+def test_protocol_bridge_equals_lm_evals_hf_model(make_checkpoint):
+    """lm-eval's requests scored through the protocol (``prefix`` once per context, ``score_continuation`` per
+    continuation) equal lm-eval's own ``hf`` model on the same weights and ids; one prefill per distinct context
+    (the four that share one: MMLU's letters); control: the context one token short is caught."""
+    from lm_eval.models.huggingface import HFLM
+
+    from lctx.models.adapters.hf import load_lm
+
+    ck = make_checkpoint("rope")
+    lm = load_lm(str(ck), device="cpu")
+    reqs = [r for r in _REQS if len(r[1]) + len(r[2]) <= 64]  # lm-eval's max_length 64 cuts none of these
+    plain = HFLM(pretrained=lm.model, tokenizer=lm.tokenizer, batch_size=4, max_length=64, device="cpu")
+    bridged = lmeval.adapter_lmeval_class()(ProtocolOnly(lm))
+    prefills = []
+    inner = lm.prefix
+    lm.prefix = lambda ids: prefills.append(list(ids)) or inner(ids)
+    want = plain._loglikelihood_tokens(reqs, disable_tqdm=True)
+    got = bridged._loglikelihood_tokens(reqs, disable_tqdm=True)
+    assert _max_delta(want, got) <= PROTOCOL_TOL
+    assert len(prefills) == len({tuple(c) for _, c, _ in reqs}) == len(reqs) - 3  # the four sharing one context
+    short = [(k, c[:-1] or c, x) for k, c, x in reqs]  # control: an off-by-one context changes the numbers
+    assert max(abs(a - b) for (a, _), (b, _) in zip(want, bridged._loglikelihood_tokens(short))) > 1000 * PROTOCOL_TOL
+
+
+def test_protocol_bridge_puts_one_bos(make_checkpoint):
+    """Issue 42's BOS rule on the protocol bridge: ``lm.bos_id`` first, once, also before a text that writes the BOS's
+    own text (a chat template's ``{{ bos_token }}``); none with ``add_special_tokens=False``; lm-eval's pair encoding
+    gives the continuation's tokens without a BOS."""
+    from lctx.models.adapters.hf import load_lm
+
+    lm = load_lm(str(make_checkpoint("rope")), device="cpu")
+    bridged = lmeval.adapter_lmeval_class()(ProtocolOnly(lm))
+    bos, text = lm.bos_id, "Question: what falls from clouds?\nAnswer:"
+    assert bos is not None and bridged.tok_encode(text) == [bos] + lm.encode(text)
+    bos_text = lm.tokenizer.convert_ids_to_tokens(bos)
+    assert lm.encode(bos_text + text)[:1] == [bos]  # the premise: the tokenizer reads the BOS's text as the BOS
+    assert bridged.tok_encode(bos_text + text) == bridged.tok_encode(text)  # one BOS, not two
+    assert bridged.tok_encode(text, add_special_tokens=False) == lm.encode(text)
+    ctx, cont = bridged._encode_pair(text, " rain")
+    assert ctx.count(bos) == 1 and bos not in cont and cont == lm.continuation_ids(text, " rain")
+
+
+def test_the_bridge_is_the_adapters_capability_not_its_backend(make_checkpoint):
+    """LmEvalSuite.bridge picks lm-eval's engine from the adapter's capabilities: the in-process adapter's ``hf``
+    (its batch planned), a served adapter's ``api``, and any other adapter (a backend lctx never heard of) the
+    protocol; an adapter without teacher-forced scores is unavailable with its reason before any request; a chat
+    template it cannot render is one line."""
+    import toy_adapter as toy
+
+    from lctx.errors import MetricUnavailable
+    from lctx.models.adapters.hf import load_lm
+
+    suite = lmeval.LmEvalSuite([], "local")
+    lm = load_lm(str(make_checkpoint("rope")), device="cpu")
+    assert (suite.bridge(lm).kind, suite.bridge(lm).planned) == ("hf", True)
+    assert suite.bridge(lm) is suite.bridge(lm)  # made once per adapter
+    assert (suite.bridge(ProtocolOnly(lm)).kind, suite.bridge(ProtocolOnly(lm)).planned) == ("protocol", False)
+    assert suite.bridge(toy.ToyAdapter()).kind == "protocol"
+
+    class Untrusted(toy.ToyAdapter):
+        teacher_forced = "the echo failed the trust probe"
+
+        def lmeval_api_model(self):
+            raise AssertionError("not reached: the capability says no scores first")
+
+    with pytest.raises(MetricUnavailable, match="the echo failed the trust probe"):
+        suite.bridge(Untrusted())
+    chat = lmeval.LmEvalSuite([], "local", chat_template=True)
+    with pytest.raises(LctxError, match=r"^--chat-template on: model 'toy-reader' renders no conversation.*off for it$"):
+        chat.bridge(toy.ToyAdapter())
+    suite.set_batch_size(3)  # reaches the in-process engine's batch; the protocol's has none to set
+    assert suite.bridge(lm).model.batch_size_per_gpu == 3
+
+
+@pytest.mark.slow  # two lm-eval evaluations of 5 questions (~5 s with lm-eval's import)
+def test_a_backend_without_an_engine_runs_mmlu_and_arc_with_the_same_numbers(tiny_data, tmp_path, make_checkpoint):
+    """The whole path through ``lctx.evaluate``: the same checkpoint as a model of an unknown backend (the protocol
+    bridge) and as the in-process adapter (lm-eval's hf engine) gives the same answers on arc_easy and 5-shot
+    mmlu_anatomy: every question's choice log-likelihoods within PROTOCOL_TOL (plus the records' 4-decimal rounding)
+    and the same pred/acc; records are ok and not cut."""
+    import lctx
+
+    from lctx.models.adapters.hf import load_lm
+
+    lm = load_lm(str(make_checkpoint("rope")), device="cpu")
+    prefills = []
+    inner = lm.prefix
+    lm.prefix = lambda ids: prefills.append(len(ids)) or inner(ids)
+    runs = {}
+    for label, model in (("hf", lm), ("protocol", ProtocolOnly(lm))):
+        res = lctx.evaluate(model, ["arc_easy", "mmlu_anatomy"], data_dir=tiny_data, out=tmp_path / label,
+                            progress=False, log=lambda *_: None)
+        assert res.ran == 5 and res.errors == 0
+        recs = [json.loads(x) for x in (res.out / "records.jsonl").read_text().splitlines()]
+        runs[label] = {(r["task"], r["sample"]): r for r in recs}
+        assert len(prefills) == (0 if label == "hf" else 5)  # the protocol: one prefill per question, none on hf's
+    assert runs["hf"].keys() == runs["protocol"].keys() and len(runs["hf"]) == 5
+    for key, want in runs["hf"].items():
+        got = runs["protocol"][key]
+        assert got["status"] == "ok" and not got["extra"]["truncated"]
+        assert got["extra"]["ll"] == pytest.approx(want["extra"]["ll"], abs=PROTOCOL_TOL + 1e-4)
+        assert (got["extra"]["pred"], got["metrics"]) == (want["extra"]["pred"], want["metrics"])

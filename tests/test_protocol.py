@@ -55,6 +55,48 @@ def test_hf_adapter_conforms_and_can_serve_lmeval():
     assert model is lm.model and tok is lm.tokenizer
 
 
+def test_capabilities_are_optional_members_with_defaults():
+    """Issue 43 (Architecture): what the runner and the tasks need beyond the protocol is read through
+    ``capabilities`` with a documented default for each, never by asking which backend a model is: the toy (no
+    optional member) has every default; the in-process adapter takes every positional method and lm-eval's ``hf``
+    engine; the server adapter runs ``concurrency`` requests at once, takes no positional method (its positions are
+    the server's) and lm-eval's ``api`` engine; a server whose echo failed the trust probe gives no teacher-forced
+    scores, with the probe's reason."""
+    from lctx.models.adapters.hf import HFAdapter
+    from lctx.models.adapters.protocol import EVERY_METHOD, OPTIONAL_MEMBERS, Capabilities, capabilities, optional
+    from lctx.models.adapters.server import ServerAdapter, TrustReport
+
+    assert capabilities(toy.ToyAdapter()) == Capabilities()  # every default
+    assert all(optional(toy.ToyAdapter(), m) == d for m, (d, _) in OPTIONAL_MEMBERS.items())
+    hf = capabilities(HFAdapter)
+    assert (hf.lmeval, hf.concurrency, hf.positional_methods) == ("hf", None, EVERY_METHOD)
+    assert hf.takes_position("yarn") and hf.max_length_source == "max_position_embeddings"
+    served = ServerAdapter(endpoints=[], model_id="m", tokenizer=None, concurrency=8,
+                           trust=TrustReport(False, "the echo's log-probabilities are all zero"))
+    caps = capabilities(served)
+    assert (caps.lmeval, caps.concurrency, caps.positional_methods) == ("api", 8, ())
+    assert not caps.takes_position("yarn") and caps.takes_position("shipped")
+    assert not caps.teacher_forced and caps.unavailable == "the echo's log-probabilities are all zero"
+    served.trust = TrustReport(True, "")
+    assert capabilities(served).teacher_forced and capabilities(served).unavailable is None
+
+
+@pytest.mark.parametrize("member, value", [("concurrency", 0), ("concurrency", "4"), ("teacher_forced", False),
+                                           ("teacher_forced", " "), ("positional_methods", ["yarn"]),
+                                           ("max_length_source", None)])
+def test_a_capability_of_the_wrong_shape_is_one_line_before_the_run(tmp_path, member, value):
+    """A user's adapter whose optional member breaks its contract is refused by the contract check before the run
+    (one line: the member, its value, the contract), and the run directory is not made."""
+    import lctx
+
+    bad = toy.ToyAdapter()
+    object.__setattr__(bad, member, value)
+    with pytest.raises(LctxError, match=rf"^model adapter ToyAdapter: {member} is .*breaks its contract "
+                                        rf"\(docs/adapters.md: .*fix ToyAdapter.{member}$"):
+        lctx.evaluate(bad, ["passkey"], lengths=[4000], depths=[0.5], samples=1, out=tmp_path / "o", log=None)
+    assert not (tmp_path / "o").exists()
+
+
 def test_toy_rule_scores_by_hand():
     # the toy's own numbers, before any task: the reader favours " KEY." then EOS, at P_FAVOURITE each
     reader = toy.ToyAdapter("reader")
@@ -155,12 +197,12 @@ print(res.ran, res.errors, 'lctx.models.adapters.hf' in sys.modules, 'lm_eval' i
     assert out.stdout.split() == ["1", "0", "False", "False"]
 
 
-def test_lmeval_is_refused_for_an_adapter_without_it_before_torch(tmp_path):
-    # mmlu/arc run lm-eval's hf backend: a toy has no Hugging Face model, refused in one line before torch loads
+def test_a_task_needing_a_capability_the_adapter_lacks_is_refused_before_torch(tmp_path):
+    # mrcr renders a conversation (adapter_needs: chat_prompt): a toy has none, refused in one line before torch loads
     code = f"""
 import sys, lctx, toy_adapter
 try:
-    lctx.evaluate(toy_adapter.ToyAdapter(), ["passkey", "arc_easy"], out={str(tmp_path / 'o')!r}, log=print)
+    lctx.evaluate(toy_adapter.ToyAdapter(), ["passkey", "mrcr"], out={str(tmp_path / 'o')!r}, log=print)
 except lctx.LctxError as e:
     print(e)
 print('torch' in sys.modules)
@@ -168,23 +210,49 @@ print('torch' in sys.modules)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=TESTS)
     assert out.returncode == 0, out.stderr[-2000:]
     msg, loaded = out.stdout.strip().splitlines()
-    assert "arc_easy" in msg and "lmeval_model()" in msg and "toy-reader" in msg
+    assert "mrcr" in msg and "chat_prompt()" in msg and "toy-reader" in msg
     assert loaded == "False" and not (tmp_path / "o").exists()
 
 
-def test_lmeval_check_passes_an_adapter_with_the_capability():
-    # control of the refusal: an adapter that has lmeval_model() is not refused by that check
+def test_lmeval_needs_nothing_beyond_the_protocol():
+    # mmlu/arc run on any adapter (the protocol bridge): the check passes the toy for them; control: a task that
+    # needs a capability the toy lacks (mrcr: chat_prompt) is still refused by the same check
     from lctx.harness.evaluate import _check_adapter_objects
-
-    class WithHF(toy.ToyAdapter):
-        def lmeval_model(self):
-            return None, None
 
     settings = dict(device=None, dtype=None, chunk_size=None, attn_impl=None, attn_override=None,
                     trust_remote_code=False, chat_template=False, system_prompt=None)  # none given
-    _check_adapter_objects([WithHF()], ["arc_easy"], [], **settings)
-    with pytest.raises(LctxError, match="lmeval_model"):
-        _check_adapter_objects([toy.ToyAdapter()], ["arc_easy"], [], **settings)
+    _check_adapter_objects([toy.ToyAdapter()], ["arc_easy", "mmlu_anatomy"], [], **settings)
+    with pytest.raises(LctxError, match="chat_prompt"):
+        _check_adapter_objects([toy.ToyAdapter()], ["mrcr"], [], **settings)
+
+
+@pytest.mark.slow  # lm-eval's import and one evaluation: about 4 s
+def test_toy_runs_arc_through_the_protocol_bridge_with_hand_values(data_dir, tmp_path):
+    """arc_easy (3 questions of the real ARC-Easy) on the toy, an adapter lm-eval has no engine for, through the one
+    bridge: each choice's log-likelihood is the rule's by hand (the reader knows no pass key in a question, so every
+    token of " " + choice gets (1 - P_FAVOURITE) / (VOCAB - 1)), ``acc`` picks the shortest choice; one prefill per
+    question (its choices share the context), one score per choice; a rerun resumes without a call."""
+    import lctx
+    from lctx.tasks.lmeval import ARC_FILES, read_arc
+
+    other = math.log((1 - toy.P_FAVOURITE) / (toy.VOCAB - 1))
+    lm = toy.ToyAdapter("reader")
+    kw = dict(out=tmp_path / "o", data_dir=data_dir, limit=3, progress=False, log=lambda m: None)
+    res = lctx.evaluate(lm, ["arc_easy"], **kw)
+    docs = read_arc(data_dir / "arc" / ARC_FILES["arc_easy"][0])[:3]
+    recs = sorted((json.loads(x) for x in (res.out / "records.jsonl").read_text().splitlines()),
+                  key=lambda r: r["sample"])
+    assert [r["status"] for r in recs] == ["ok"] * 3
+    assert lm.calls["prefix"] == 3 and lm.calls["score"] == sum(len(d["choices"]["text"]) for d in docs)
+    for rec, doc in zip(recs, docs):
+        hand = [len(" " + c) * other for c in doc["choices"]["text"]]
+        assert rec["extra"]["ll"] == pytest.approx(hand, abs=1e-4)  # the record rounds to 4 decimals
+        best = max(range(len(hand)), key=lambda i: hand[i])
+        assert rec["metrics"]["acc"] == float(doc["choices"]["label"][best] == doc["answerKey"])
+        assert rec["extra"]["pred"] == doc["choices"]["label"][best]
+    calls = dict(lm.calls)
+    again = lctx.evaluate(lm, ["arc_easy"], **kw)
+    assert again.ran == 0 and lm.calls == calls  # resumed: not one call to the adapter
 
 
 def test_objects_that_cannot_run_are_one_line_errors(tmp_path):
@@ -244,7 +312,9 @@ def test_hf_identity_is_the_old_lms(tmp_path):
     # attn_impl="sdpa": what the default was then (issue 28 made fast the default, a new key, so an old run
     # directory recomputes its cells on the default path instead of mixing two paths' numbers)
     lm = load_lm(str(BUNDLED), device="cpu", attn_impl="sdpa")
-    assert model_inputs(lm) == {"path": str(BUNDLED.resolve()), "fingerprint": "4501e8a83f380a80", "files": {
+    inputs = model_inputs(lm)
+    assert inputs.pop("position")["method"] == "shipped"  # run.json's positional record (issue 43), not in the key
+    assert inputs == {"path": str(BUNDLED.resolve()), "fingerprint": "4501e8a83f380a80", "files": {
         "config.json": "a35520a6fb26bf2e9f30336c67e0a5c91568b4073721a01b3be887bf7c7ed038",
         "generation_config.json": "ea3076142c27ad2d40e185d59184de05240cdcaa031eb12bdfdba8b814ce0a70",
         "model.safetensors": "7c181a935969bada5246effe59b94ac17cafa7b34c0c9356a2774d9a33c6a1ec",

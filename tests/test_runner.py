@@ -537,6 +537,32 @@ def test_batches_group_one_length_of_a_batched_task():
         batches(work, 0)
 
 
+def test_a_model_that_runs_requests_at_once_batches_by_its_concurrency_capability():
+    """Issue 43 (Architecture): the runner reads a model's requests in flight from its ``concurrency`` capability
+    (lctx.models.adapters.protocol.capabilities), not by knowing a served backend: an adapter of any class that
+    declares 3 runs batches of 3 whatever --batch-size; control: the same adapter without it follows --batch-size; a
+    concurrency of the wrong shape is one line naming the member."""
+    from lctx.harness.run.runner import batches
+    from lctx.tasks import get_task
+    from lctx.tasks.base import Cell
+
+    class Concurrent:  # no server anywhere: only the capability
+        can_batch, concurrency = True, 3
+
+    class Plain:
+        can_batch = True
+
+    pk = get_task("passkey")()
+    for lm, size, want in ((Concurrent(), 1, [3, 3]), (Concurrent(), "auto", [3, 3]), (Plain(), 2, [2, 2, 2])):
+        work = [(lm, pk, Cell(100, d, s), {}) for d in (0.0, 0.5) for s in (0, 1, 2)]
+        assert [len(b) for b in batches(work, size)] == want
+    bad = Concurrent()
+    bad.concurrency = 0
+    with pytest.raises(LctxError, match=r"^model adapter Concurrent: concurrency is 0 \(int\), which breaks its "
+                                        r"contract .*fix Concurrent.concurrency$"):
+        batches([(bad, pk, Cell(100, 0.0, 0), {})], 1)
+
+
 def test_auto_batch_size_is_capped_and_fits_memory(monkeypatch):
     """Issue 15 item 3: --batch-size auto is capped per device type and fits the memory plan."""
     from lctx.harness.run import runner
