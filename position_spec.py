@@ -31,7 +31,7 @@ def split_position(spec: str) -> tuple[str, dict[str, str]]:
     Raises:
         LctxError: an empty spec, an item that is not KEY=VALUE, a key given twice, an unknown method name (with
             the closest known one), two methods stacked with ``+`` (one method per model: two ``--position`` are a
-            sweep); one line each."""
+            sweep), a ``factor`` <= 1 (every method's factor is a context extension); one line each."""
     text = str(spec).strip()
     name, _, rest = text.partition(":")
     name = name.strip()
@@ -57,4 +57,16 @@ def split_position(spec: str) -> tuple[str, dict[str, str]]:
         if key in items:
             raise LctxError(f"--position {name}: {key} is given twice")
         items[key] = value
+    factor = _number(items.get("factor"))
+    if factor is not None and not factor > 1:  # every method's factor is a context extension (NaN fails too)
+        raise LctxError(f"--position {name}: factor={items['factor']} does not extend the context (it must be > 1); "
+                        f"pass e.g. {name}:factor=4, or --position shipped for the model as it is")
     return name, items
+
+
+def _number(text) -> float | None:
+    """``text`` as a float, or None when it is not a number (the full parse names that)."""
+    try:
+        return float(text) if text is not None else None
+    except ValueError:
+        return None

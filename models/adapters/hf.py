@@ -416,7 +416,7 @@ class HFAdapter(TokenizerSide):
             else:
                 inv = original
             setattr(mod, f"{prefix}attention_scaling" if lt is not None else "attention_scaling", new_scaling)
-            mod.register_buffer(f"{prefix}inv_freq", inv.to(dev), persistent=False)
+            mod.register_buffer(f"{prefix}inv_freq", inv.to(dev).clone(), persistent=False)  # never the original
             setattr(mod, f"{prefix}max_seq_len_cached", max(n_tokens, mod.original_max_seq_len))
 
     def release_rope(self) -> None:
@@ -427,7 +427,9 @@ class HFAdapter(TokenizerSide):
             _set_rope_type(mod, lt, rt)
             setattr(mod, f"{prefix}attention_scaling" if lt is not None else "attention_scaling", scaling)
             original = getattr(mod, f"{prefix}original_inv_freq")
-            mod.register_buffer(f"{prefix}inv_freq", original.to(getattr(mod, f"{prefix}inv_freq").device),
+            # a copy: transformers' LongRoPE update writes the buffer in place (copy_), which would overwrite the
+            # original table the buffer aliased and every later short sample with it
+            mod.register_buffer(f"{prefix}inv_freq", original.to(getattr(mod, f"{prefix}inv_freq").device).clone(),
                                 persistent=False)
             setattr(mod, f"{prefix}max_seq_len_cached", mod.original_max_seq_len)
 

@@ -133,7 +133,7 @@ def held_scale(model) -> float | None:
     """The SSMax scale s the loaded ``model`` computes with: the one its configs hold (Hugging Face) or its layers'
     ``ssmax_scale`` (lctx checkpoints, when every head has the same); None without SSMax."""
     if getattr(model.config, "model_type", None) == "lctx":
-        scales = {float(v) for b in model.model.layers for v in getattr(b.attn.variant, "ssmax_scale", torch.empty(0))}
+        scales = {float(v) for b in model.model.layers for v in getattr(b.attn.variant, "ssmax_scale", torch.empty(0)).detach()}
         return scales.pop() if len(scales) == 1 else None
     s = getattr(model.config, "lctx_ssmax_s", None)
     return None if s is None else float(s)
