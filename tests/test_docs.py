@@ -7,6 +7,7 @@ that feeds it a real mistake."""
 
 from __future__ import annotations
 
+import fnmatch
 import re
 import shlex
 import shutil
@@ -421,14 +422,16 @@ def module_map(text: str) -> list[str]:
 
 def unmapped_modules(names: list[str], tracked: list[str]) -> list[str]:
     """Tracked Python modules (tests and results aside) that the map names neither by path nor, for a package's
-    ``__init__.py``, by its folder."""
+    ``__init__.py``, by its folder, nor by a pattern (``models/position/*.py``: a plug-in folder, one file per
+    positional method, where a new method is one file)."""
     listed = set(names)
+    patterns = [n for n in names if "*" in n]
     missing = []
     for f in tracked:
         if not f.endswith(".py") or f.startswith(("tests/", "results/", "docs/")):
             continue
         folder = f[: -len("__init__.py")] if f.endswith("/__init__.py") else None
-        if f not in listed and folder not in listed:
+        if f not in listed and folder not in listed and not any(fnmatch.fnmatch(f, p) for p in patterns):
             missing.append(f)
     return missing
 
@@ -445,13 +448,14 @@ def _tracked() -> list[str]:
 def test_readme_module_map_matches_the_tree():
     names = module_map(README.read_text())
     tracked = _tracked()
-    gone = [n for n in names if not (REPO / n).exists()]
+    gone = [n for n in names if not (any(REPO.glob(n)) if "*" in n else (REPO / n).exists())]
     assert not gone, f"the README's module map names paths that do not exist: {gone}"
     missing = unmapped_modules(names, tracked)
     assert not missing, f"modules missing from the README's module map: {missing}"
     # control: a new module is caught, and a package's __init__.py counts as its folder
     assert unmapped_modules(names, tracked + ["harness/run/newroom.py"]) == ["harness/run/newroom.py"]
     assert unmapped_modules([n for n in names if n != "harness/run/"], tracked) == ["harness/run/__init__.py"]
+    assert unmapped_modules(["models/position/*.py"], ["models/position/yarn.py", "models/x.py"]) == ["models/x.py"]
 
 
 # ------------------------------------------------------------------------------------------- runnable blocks

@@ -97,7 +97,7 @@ class PositionMethod:
             LctxError: one line naming the model's kind and the fix (e.g. "an ALiBi model has no RoPE to scale")."""
         if lm_kind == "served":
             raise LctxError(f"--position {self.spec.label}: a served model's positional code runs in the server; start "
-                            "the server with the method (docs/serving.md#positional-methods) and evaluate it as shipped")
+                            "the server with the method (docs/positions.md#served-and-gguf-models) and evaluate it as shipped")
 
     def apply_config(self, config, layer_type: str | None = None) -> None:
         """Kind ``"rope"``: edit ``config`` (a transformers ``PreTrainedConfig``) in place, before the weights load."""
