@@ -457,3 +457,40 @@ def test_gguf_takes_a_method_as_its_folder_does(tmp_path):
     assert lm.name == "tiny.Q0+linear_factor2" and lm.path == str(f) and lm.max_length == 2 * 128
     got, ship = _table(lm)[0], _table(shipped)[0]
     assert _close(got, [s / 2 for s in ship]) and not _close(got, [s / 2.02 for s in ship])
+
+
+def test_list_positions_names_every_method_and_its_source(capsys):
+    code, out, _ = run_cli(["list", "positions"], capsys)
+    assert code == 0
+    for name, cls in POSITION_METHODS.items():
+        line = next((ln for ln in out.splitlines() if f"| {name} " in ln), "")
+        assert cls.source and cls.source[:30] in line, name
+    assert "factor=<float, required>" in out and "| shipped " in out
+
+
+# -- a real checkpoint: SmolLM2's GGUF -------------------------------------------------------------------------------------
+@pytest.mark.slow  # loads a 135M model four times and runs a 1K-token sweep (12.5 CPU s measured on a busy machine)
+def test_smollm2_gguf_under_yarn(data_dir, tmp_path):
+    import lctx
+
+    gguf = data_dir / "checkpoints" / "smollm2-135m-instruct" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    if not gguf.is_file():
+        pytest.skip(f"{gguf} not found")
+    lm = load_lm(str(gguf), device="cpu", position="yarn:factor=4")
+    cfg = lm.model.config
+    d, b, orig = cfg.head_dim, cfg.rope_parameters["rope_theta"], 8192  # SmolLM2: head dim 64, its 8K context
+    assert lm.max_length == 4 * orig and lm.name == "SmolLM2-135M-Instruct.Q4_1+yarn_factor4"
+    _check(lm, yarn.reference(d, b, 4.0, orig), yarn.reference(d, b, 4.04, orig))
+    res = lctx.evaluate(str(gguf), ["passkey"], lengths=[1024], depths=[0.5], samples=1, out=tmp_path / "run",
+                        device="cpu", positions=["shipped", "yarn:factor=4"], log=lambda m: None)
+    assert set(res.table["model"]) == {"SmolLM2-135M-Instruct.Q4_1", "SmolLM2-135M-Instruct.Q4_1+yarn_factor4"}
+    models = json.loads((tmp_path / "run" / "run.json").read_text())["inputs"]["models"]
+    pos = models["SmolLM2-135M-Instruct.Q4_1+yarn_factor4"]["position"]
+    assert pos["resolved"] == {"original_max_position_embeddings": orig, "factor": 4.0}
+    assert pos["effective"]["rope"]["all"]["attention_scaling"] == pytest.approx(0.1 * math.log(4) + 1)
+    # 16K on the 8K checkpoint: within yarn x 4's 32K, past the shipped model's 8K (checked before any sample runs)
+    from lctx.harness.run.runner import check_lengths
+
+    check_lengths(lm, [16384], False)
+    with pytest.raises(LctxError, match="exceeds the 8192 tokens"):
+        check_lengths(load_lm(str(gguf), device="cpu"), [16384], False)
