@@ -101,3 +101,23 @@ def raw_rope(x: torch.Tensor, pos: torch.Tensor, inv_freq: torch.Tensor) -> torc
 def inv_freq_of(D: int, theta: float = 10000.0) -> torch.Tensor:
     """RoPE's frequencies theta^(-2i/D), i = 0..D/2-1 (Su et al. 2021, eq. 15), float32."""
     return (1.0 / theta ** (torch.arange(0, D, 2, dtype=torch.float64) / D)).float()
+
+
+def save_tiny_llama(folder) -> str:
+    """A tiny Llama (as :func:`tiny_llama`, but with the bundled pydoc tokenizer's vocabulary) saved with that
+    tokenizer into ``folder``, for :func:`lctx.models.adapters.hf.load_lm`; returns the folder as a str."""
+    from pathlib import Path
+
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    tok = AutoTokenizer.from_pretrained(Path(__file__).resolve().parents[1] / "models" / "checkpoints" /
+                                        "pydoc-tiny-rope")
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=64,
+                                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                         max_position_embeddings=2048, initializer_range=0.2))
+    hf_logging.disable_progress_bar()
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return str(folder)

@@ -301,3 +301,21 @@ def test_a_second_method_on_one_model_is_refused():
     lm, _ = _applied()
     with pytest.raises(LctxError, match="one method per model"):
         parse_position("sinks").apply_model(lm)
+
+
+def test_load_lm_records_the_method_and_what_the_layers_hold(tmp_path):
+    """Through ``load_lm(position=...)`` (what ``lctx run --position`` calls): the name and variant carry the label,
+    the maximum is the paper's bound, run.json's record holds the options and the effective settings read from the
+    layers, and the implementation differs from the shipped one (so the accepted-but-not-applied check passes)."""
+    from lctx.models.adapters.hf import load_lm
+    from position_helpers import save_tiny_llama
+
+    path = save_tiny_llama(tmp_path / "tl")
+    lm = load_lm(path, position="self_extend:window=32,group=4")
+    assert (lm.name, lm.variant) == ("tl+self_extend_group4_window32", "llama+self_extend:group=4,window=32")
+    assert lm.max_length == (2048 - 32) * 4 + 32
+    rec = lm.position
+    assert rec["method"] == "self_extend" and rec["options"] == {"window": 32, "group": 4}
+    att = rec["effective"]["attention"]
+    assert (att["implementation"], att["window"], att["group"], att["layers"]) == ("lctx_self_extend", 32, 4, "2/2")
+    assert rec["shipped"]["attention"]["implementation"] == "lctx_sdpa"

@@ -269,3 +269,21 @@ def test_models_without_rope_are_refused():
         with pytest.raises(LctxError, match=needle):
             parse_position("sinks").check(config)
     parse_position("sinks").check(LlamaConfig())
+
+
+def test_load_lm_records_the_method_and_refuses_ssmax_on_top(tmp_path):
+    """Through ``load_lm(position=...)``: the name carries the label, no maximum (sinks address any length), the
+    effective record holds the sizes the layers hold. ``--attn-override ssmax`` on top would replace the sinks'
+    attention function while the name said both: refused in one line (it was silently replaced)."""
+    from lctx.models.adapters.hf import load_lm
+    from position_helpers import save_tiny_llama
+
+    path = save_tiny_llama(tmp_path / "tl")
+    lm = load_lm(path, position="sinks:window=64")
+    assert lm.name == "tl+sinks_window64" and lm.max_length is None
+    att = lm.position["effective"]["attention"]
+    assert (att["implementation"], att["n_sink"], att["window"], att["reassign"]) == ("lctx_sinks", 4, 64, False)
+    with pytest.raises(LctxError) as e:
+        load_lm(path, position="sinks:window=64", attn_override="ssmax:s=0.5")
+    assert "would replace" in str(e.value) and "\n" not in str(e.value)
+    assert load_lm(path, attn_override="ssmax:s=0.5").attn_impl == "hf:lctx_ssmax_sdpa"  # control: alone it applies

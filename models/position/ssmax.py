@@ -96,6 +96,9 @@ def apply_hf_ssmax(model, s: float, name: str) -> None:
     current = model.config._attn_implementation
     if current.startswith("lctx_ssmax_"):
         raise LctxError(f"model {name!r} already has the ssmax override; apply it once")
+    if current.startswith("lctx_") and current != "lctx_sdpa":  # sinks / self_extend: ssmax would replace them
+        raise LctxError(f"ssmax: model {name!r} runs the attention method {current!r}, which ssmax would replace, not "
+                        "stack on; run ssmax as a model of its own (--position ssmax:s=X beside that --position)")
     impl = register_ssmax("sdpa")
     configs = {id(m.config): m.config for m in model.modules() if hasattr(m, "config")}
     for cfg in configs.values():
