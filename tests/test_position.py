@@ -419,14 +419,17 @@ def test_option_mistakes_are_one_line(llama, tmp_path, capsys):
 
 
 def test_methods_that_do_not_apply_are_one_line(make_checkpoint, tmp_path, capsys):
-    from transformers import BloomConfig, BloomForCausalLM
+    from transformers import BloomConfig, BloomForCausalLM, GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
     bloom = _save(BloomForCausalLM(BloomConfig(vocab_size=1024, hidden_size=32, n_layer=1, n_head=4)),
                   tmp_path / "bloom")
+    gpt2 = _save(GPT2LMHeadModel(GPT2Config(vocab_size=1024, n_embd=32, n_layer=1, n_head=4, bos_token_id=1,
+                                            eos_token_id=2)), tmp_path / "gpt2")  # learned absolute positions
     for model, spec, needle in [(make_checkpoint("alibi"), "yarn:factor=2", "variant 'alibi') has no RoPE to scale"),
                                 (make_checkpoint("rope"), "linear:factor=2", "computes its rotations in lctx's own"),
                                 (bloom, "yarn:factor=2", "uses ALiBi"),
+                                (gpt2, "ntk:factor=2", "model type 'gpt2' declares no RoPE"),
                                 (make_checkpoint("rope"), "alibi_lsh", "needs an ALiBi model")]:
         code, _, err = run_cli(["run", "-m", model, "--position", spec, "--tasks", "ppl", "--lengths", "64",
                                 "--out", tmp_path / "o", "--no-progress"], capsys)
