@@ -182,7 +182,7 @@ def test_native_alibi_lsh_and_ssmax(make_checkpoint):
         load_lm(str(ck), device="cpu", attn_override="alibi_lsh")
 
 
-def test_cli_records_the_override(make_checkpoint, tmp_path, monkeypatch):
+def test_cli_records_the_override(make_checkpoint, tmp_path, monkeypatch, capsys):
     from lctx.cli import main
 
     monkeypatch.delenv("LCTX_DATA_DIR", raising=False)
@@ -192,4 +192,8 @@ def test_cli_records_the_override(make_checkpoint, tmp_path, monkeypatch):
                  "--attn-override", "ssmax:s=0.5", "--out", str(out), "--no-progress"]) == 0
     table = pd.read_csv(out / "results.csv")
     assert set(table["variant"]) == {"rope+ssmax:s=0.5"}
+    # the alias of the positional method (issue 43): one note pointing to --position, the same label either way
+    said = capsys.readouterr()
+    assert "note: --attn-override ssmax:s=0.5 is the positional method ssmax" in said.out + said.err
+    assert load_lm(str(ck), device="cpu", position="ssmax:s=0.5").variant == "rope+ssmax:s=0.5"
     assert main(["run", "--model", str(ck), "--attn-override", "ssmax:q=1", "--out", str(out)]) == 2
