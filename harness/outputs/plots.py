@@ -1291,7 +1291,8 @@ def methods_retrieval_figure(series: pd.DataFrame, out_dir: str | Path, base: st
     :mod:`lctx.harness.run.intervals`) and ``n``; ``pal`` ({label: (colour, marker, line style)}, :func:`palette`);
     ``titles`` ({label: the method as the legend names it}); the effective-length ``threshold`` (dotted), the
     training length (dashed, grey) and ``maxes`` ({label: the method's declared maximum in tokens, None when it
-    declares none}: a dotted line in the method's colour with a ▼ above the axis). Each method's line carries its
+    declares none}: a dotted line in the method's colour with a ▼ above the axis where it lies within twice the
+    longest length drawn, else "method: max 32K →" at the right edge, so a far maximum never squeezes the curves). Each method's line carries its
     legend name as its label (``Line2D.get_label``) and its interval is a band in its colour. Output: the path, or
     None without rows.
     """
@@ -1316,13 +1317,20 @@ def methods_retrieval_figure(series: pd.DataFrame, out_dir: str | Path, base: st
             ax.plot(x, g["mean"].astype(float).to_numpy(), marker=mk, color=c, linestyle=ls, linewidth=2,
                     markersize=5, zorder=3, label=titles.get(lbl, lbl))
             lengths |= {int(v) for v in x}
-        shown = [lbl for lbl in dict.fromkeys(s["label"]) if maxes.get(lbl)]
-        for k, lbl in enumerate(shown):  # each method's declared maximum, in its colour
+        # each method's declared maximum, in its colour: a line where it lies within 2x of the longest length run
+        # (farther out it would squeeze the curves into a corner), else named at the right edge with an arrow
+        declared = [lbl for lbl in dict.fromkeys(s["label"]) if maxes.get(lbl)]
+        shown = [lbl for lbl in declared if maxes[lbl] <= 2 * max(lengths)]
+        for k, lbl in enumerate(shown):
             c = pal[lbl][0]
             ax.axvline(maxes[lbl], color=c, linestyle=(k * 2, (2, 2 * len(shown) + 1)), linewidth=1.5, zorder=2,
                        label="_max")
             ax.plot([maxes[lbl]], [1.0], marker="v", color=c, markersize=7, transform=ax.get_xaxis_transform(),
                     clip_on=False, zorder=4, label="_max")
+        for k, lbl in enumerate(lbl for lbl in declared if lbl not in shown):
+            ax.annotate(f"{titles.get(lbl, lbl)}: max {format_length(maxes[lbl])} →", xy=(0.99, 0.6 - 0.07 * k),
+                        xycoords="axes fraction", ha="right", va="center", fontsize=8.5, color=pal[lbl][0],
+                        bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.8))
         if train_len:
             ax.axvline(train_len, color="#555555", linestyle="--", linewidth=1.4, zorder=2, label="_train")
         ax.axhline(threshold, color="#b22222", linestyle=":", linewidth=1.4, zorder=2, label="_threshold")
@@ -1344,6 +1352,7 @@ def methods_retrieval_figure(series: pd.DataFrame, out_dir: str | Path, base: st
         handles.append(Line2D([], [], color="#555555", linestyle="--", linewidth=1.4))
         labels.append(f"training length {format_length(train_len)}")
     _legend(fig, axes[-1], handles, labels)
-    fig.suptitle(f"Retrieval vs length by positional method: {_shorten(str(base), 80)} (bands: 95 % intervals)",
+    fig.suptitle("\n".join(wrap_to_width(["Retrieval vs length by positional method:", _shorten(str(base), 80),
+                                          "(bands: 95 % intervals)"], fig.get_figwidth() - 0.4, 12.5, "bold", " ")),
                  fontsize=12.5, fontweight="bold")
     return _save(fig, out_dir, f"methods_{safe_filename(base)}_retrieval.png")
