@@ -196,4 +196,12 @@ def test_cli_records_the_override(make_checkpoint, tmp_path, monkeypatch, capsys
     said = capsys.readouterr()
     assert "note: --attn-override ssmax:s=0.5 is the positional method ssmax" in said.out + said.err
     assert load_lm(str(ck), device="cpu", position="ssmax:s=0.5").variant == "rope+ssmax:s=0.5"
+    import json
+
+    pos = json.loads((out / "run.json").read_text())["inputs"]["models"][table["model"][0]]["position"]
+    assert pos["method"] == "ssmax" and pos["options"] == {"s": 0.5} and pos["via"] == "--attn-override"
+    assert pos["effective"]["attention"]["s"] == 0.5
+    plain = load_lm(str(ck), device="cpu")  # the flag's model keeps the checkpoint's fingerprint (old runs resume)
+    assert load_lm(str(ck), device="cpu", attn_override="ssmax:s=0.5").model_inputs()["fingerprint"] == \
+        plain.model_inputs()["fingerprint"]
     assert main(["run", "--model", str(ck), "--attn-override", "ssmax:q=1", "--out", str(out)]) == 2

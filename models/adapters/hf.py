@@ -200,7 +200,8 @@ class HFAdapter(TokenizerSide):
 
             files = checkpoint_digests(self.path)
             fp = digest_json(files)
-            if self.position and self.position.get("method") not in (None, "shipped"):  # the method is an input too
+            if self.position and self.position.get("method") not in (None, "shipped") \
+                    and self.position.get("via") != "--attn-override":  # the method is an input too (the flag's: its variant)
                 fp = digest_json({"checkpoint": fp, "position": {k: self.position.get(k) for k in
                                                                  ("method", "options", "layer_type")}})
             self._inputs = {"path": str(Path(self.path).resolve()), "fingerprint": fp, "files": files}
@@ -704,7 +705,26 @@ def load_lm(path: str, device: str = DEVICE, dtype: str = DTYPE, name: str | Non
         from lctx.models.adapters.overrides import apply_override  # lazy: loads lctx.models (its kernels load triton)
 
         apply_override(lm, attn_override)
+        _record_override(lm, attn_override)
     return lm
+
+
+def _record_override(lm: HFAdapter, attn_override: str) -> None:
+    """Update :attr:`HFAdapter.position` after ``--attn-override`` (the older name of the methods ``ssmax`` and
+    ``alibi_lsh``): on a shipped model the record names that method and its options (``"via": "--attn-override"``:
+    the fingerprint stays the checkpoint's, as runs made with the flag before issue 43 keyed it, and the variant
+    holds the label); on a model under another method it is noted as ``attn_override``; either way ``effective`` is
+    read again, after the override."""
+    from lctx.models.adapters.overrides import parse_override  # lazy: loads lctx.models (its kernels load triton)
+    from lctx.models.position import PositionSpec, effective_positions, parse_position  # lazy: as above
+
+    ov = parse_override(attn_override)
+    method = parse_position(PositionSpec(ov.name, dict(ov.options)))
+    if lm.position.get("method") == "shipped":
+        lm.position.update({**method.record(), "via": "--attn-override"})
+    else:
+        lm.position["attn_override"] = ov.label
+    lm.position["effective"] = effective_positions(lm, method)
 
 
 # ---------------------------------------------------------------------------------------------------------------
