@@ -269,9 +269,14 @@ class Perplexity(Task):
         """As :meth:`cells` counts them: ``windows`` (or 1) per length."""
         return int(n_lengths) * (self.windows or 1)
 
+    def _uses_bos(self, lm) -> bool:
+        """Whether windows start with the model's BOS: ``bos=prepend`` and the model has one (a tokenizer without a
+        BOS, e.g. SmolLM2's, runs its windows without, as the sweep's :func:`sliding_nll` does with ``bos_id`` None)."""
+        return self.bos == "prepend" and getattr(lm, "bos_id", None) is not None
+
     def _starts(self, lm, window: int) -> list[int]:
         """Per document, the number of places a full window can start (0 for one shorter than the window)."""
-        span = window - (1 if self.bos == "prepend" else 0)
+        span = window - (1 if self._uses_bos(lm) else 0)
         return [max(0, len(d) - span + 1) for d in self._doc_tokens(lm)]
 
     def _build_window(self, lm, cell: Cell, seed: int) -> Sample:
@@ -336,7 +341,7 @@ class Perplexity(Task):
         BOS with ``bos=prepend``)."""
         m = sample.meta
         doc = self._doc_tokens(lm)[m.pop("_doc")]
-        bos = self.bos == "prepend"
+        bos = self._uses_bos(lm)
         span = m["window"] - (1 if bos else 0)
         ids = ([lm.bos_id] if bos else []) + doc[m["begin"]:m["begin"] + span]
         first = len(ids) - min(m["stride"], len(ids) - 1)

@@ -195,6 +195,29 @@ def test_ppl_windows_draw_seeded_windows_and_score_their_last_stride(lm, tmp_pat
     assert "windows" not in Perplexity().options  # the sweep's records keep their options
 
 
+def test_ppl_windows_on_a_model_without_bos_score_without_one(lm, tmp_path, monkeypatch):
+    """A tokenizer without a BOS (SmolLM2's GGUF) under bos=prepend: every windows=N sample failed with "'NoneType'
+    object cannot be interpreted as an integer" (a None id first). Its windows now run without a BOS, as the sweep's
+    sliding_nll does with bos_id None: the score equals token_nll of the window fed without one; control: the same
+    window with the BOS scores otherwise."""
+    from lctx.tasks import Cell
+
+    doc = tmp_path / "doc.txt"
+    doc.write_text(TEXT * 4)
+    t = Perplexity(data=[str(doc)], windows=2, stride=0.5, max_tokens=0)
+    with_bos = t.build(lm, Cell(64, None, 0), seed=0)
+    toks = t._doc_tokens(lm)[with_bos.meta["_doc"]]
+    b = with_bos.meta["begin"]
+    bos_nll = float(sum(lm.token_nll([lm.bos_id] + toks[b:b + 63], list(range(32, 64)))[0])) / 32
+    monkeypatch.setattr(type(lm), "bos_id", property(lambda self: None))
+    s = t.build(lm, Cell(64, None, 0), seed=0)
+    b = s.meta["begin"]
+    got = t.score(lm, s)
+    direct = float(sum(lm.token_nll(toks[b:b + 64], list(range(32, 64)))[0])) / 32
+    assert got["nll"] == pytest.approx(direct, rel=1e-6) and got["n_tokens"] == 32
+    assert abs(bos_nll - direct) > 1e-4
+
+
 def test_flatness_pools_windows_by_nll_and_gives_the_ratio_an_interval():
     """PPL per length is exp(token-weighted mean nll), not the mean of per-window ppl (the control: windows of
     nll 1 and 3 give exp(2) = 7.39, the mean of e and e^3 is 11.4); the ratio's interval is exp(d -+ 1.96 se)
