@@ -33,7 +33,7 @@ wanted() {
   if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $1 "* ]]; then return 1; fi
   [[ " ${SKIP:-} " != *" $1 "* ]]
 }
-slug() { echo "$1" | tr ':=,' '_-_'; }  # pick.py's slug()
+slug() { local s=${1//:/_}; s=${s//,/_}; echo "${s//=/-}"; }  # pick.py's slug(): linear:factor=2 -> linear_factor-2
 job() {  # job NAME CMD...: one job line for the queue (NAME, then the command, tab-separated)
   local name=$1; shift
   printf '%s\t%s\n' "$name" "$(printf '%q ' "$@")"
