@@ -129,6 +129,7 @@ def _configure_threads(device: str = "cpu") -> None:
 def run(
     ctx: typer.Context,
     model: List[str] = typer.Option(None, "--model", "-m", help="Checkpoint directory, .gguf file, or a served model's URL http://HOST:PORT/v1 (URL1,URL2: several servers of one model; docs/serving.md) (repeatable). Default: the bundled tiny model."),
+    model_args: List[str] = typer.Option(None, "--model-args", "-M", help="Per-model arguments KEY=VALUE,... (as lm-eval's --model_args): one -M for every --model, or one per --model in the same order; the keys of its backend (`lctx list backends`: dtype, chunk_size, attn_impl, trust_remote_code for a checkpoint; served_model, tokenizer, api_key_env, concurrency, request_timeout, retries, think_end, think_budget for a server). The run-wide flags are the defaults. A --model may name its backend: checkpoint:PATH, server:URL."),
     tasks: str = typer.Option("passkey,ppl", "--tasks", "--task", "-t", help="Comma-separated task names (see `lctx list tasks`); `flatness` runs ppl + a retrieval task and derives ppl_ratio, flat_until, effective_length; `ruler` runs RULER's 13 tasks and derives their average and effective length."),
     task_file: List[Path] = typer.Option(None, "--task-file", help="Python file defining extra tasks (repeatable)."),
     lengths: str = typer.Option("256,512,1k,2k", "--lengths", "-l", help="Context lengths in tokens (k = 1024)."),
@@ -189,7 +190,7 @@ def run(
         task_files=task_file or [], data_dir=data_dir, device=device, dtype=dtype, seed=seed, chunk_size=chunk_size,
         allow_beyond_max=allow_beyond_max, attn_impl=attn_impl, cache_dir=cache_dir, cache_dir_from_env=env_cache_dir,
         trust_remote_code=trust_remote_code, attn_override=attn_override, positions=list(position) if position else None,
-        chat_template=chat_template == "on",
+        model_args=list(model_args) if model_args else None, chat_template=chat_template == "on",
         system_prompt=system_prompt, memory_check=memory_check, progress=progress, batch_size=batch_size,
         stride=stride, window=window,
         ppl_data=ppl_data or None, ppl_bos=ppl_bos, ppl_short_docs=ppl_short_docs, ppl_max_tokens=ppl_max_tokens,
@@ -701,7 +702,7 @@ def report(
 
 @app.command("list")
 def list_(
-    what: str = typer.Argument(..., metavar="WHAT", help="tasks, metrics, variants or positions"),
+    what: str = typer.Argument(..., metavar="WHAT", help="tasks, metrics, variants, positions or backends"),
     task_file: List[Path] = typer.Option(None, "--task-file", help="Python file defining extra tasks (repeatable), listed too."),
 ):
     """List the tasks `lctx run --tasks` accepts, the metrics they report (registered in lctx.metrics, with their
@@ -768,9 +769,16 @@ def list_(
             opts = ", ".join(f"{k}=<{_describe(o)}>" for k, o in cls.options.items())
             rows.append([name, cls.kind, cls.summary, opts or "none", cls.source])
         print_table(["method", "kind", "what it is", "options (--position NAME:KEY=VALUE,...)", "source"], rows)
+    elif what == "backends":
+        from lctx.harness.backends import backends  # light: no torch
+
+        print_table(["backend", "what it runs (--model [NAME:]LOCATION)", "per-model arguments (-M KEY=VALUE,...)",
+                     "--position"],
+                    [[b.name, b.summary, ", ".join(f"{k} ({t.__name__})" for k, (t, h) in b.options.items())
+                      or "none", "yes" if b.positions else "no (in the server)"] for b in backends().values()])
     else:
-        raise LctxError(f"cannot list {what!r}; use `lctx list tasks`, `lctx list metrics`, `lctx list variants` "
-                        "or `lctx list positions`")
+        raise LctxError(f"cannot list {what!r}; use `lctx list tasks`, `lctx list metrics`, `lctx list variants`, "
+                        "`lctx list positions` or `lctx list backends`")
 
 
 class Terminated(KeyboardInterrupt):

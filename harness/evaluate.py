@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence, Union
 
 from lctx.defaults import CHUNK_SIZE, CONCURRENCY, DEVICE, DTYPE, LMEVAL_BATCH_SIZE, REQUEST_TIMEOUT_S, RETRIES
-from lctx.model_files import check_model_path, check_tokenizer_files, is_server_url
+from lctx.harness.backends import ModelSpec, resolve_models
+from lctx.harness.backends.server import SERVED_BOUNDS, check_bounds  # noqa: F401  (SERVED_BOUNDS re-exported)
 from lctx.harness.args import (MAX_SAMPLES, check_positions, check_results_out, check_run_options,
                                check_task_options, check_writable_dir, chat_options, parse_batch_size, parse_depths,
                                parse_lengths, parse_task_options, task_option_names)
@@ -159,28 +160,12 @@ def _plain_numbers(**values) -> dict:
     if not -SEED_LIMIT <= seed < SEED_LIMIT:
         raise LctxError(f"seed={seed} is outside [-2**63, 2**63) (the tables store it as a 64-bit integer); pass a "
                         "smaller seed, e.g. seed=0 (--seed)")
-    for k, (lo, hi, fix) in SERVED_BOUNDS.items():
-        v = out.get(k)
-        if v is None or isinstance(v, bool) or not isinstance(v, (int, float)):
-            continue
-        if not (lo <= v <= hi):  # NaN fails too
-            raise LctxError(f"{k.replace('_', '-')} {v!r} is outside [{lo:g}, {hi:g}] ({fix})")
+    check_bounds(out)
     return out
 
 
 #: seeds are stored as int64 (results.parquet; numpy's generators take 64 bits)
 SEED_LIMIT = 2 ** 63
-#: bounds of the served model's request options, checked before any work ({name: (lowest, highest, why/fix)}): a
-#: thinking budget enlarges every request's ``max_tokens`` and the byte bound of its reply (issue 42 items 2, 4)
-SERVED_BOUNDS = {
-    "think_budget": (0, 65536, "the tokens a reasoning model may think before its answer; 64K at most, a bound on "
-                              "every reply's size: pass e.g. --think-budget 2048"),
-    "retries": (0, 100, "retries of one request with exponential back-off; 100 already waits for hours: pass e.g. "
-                        "--retries 4"),
-    "request_timeout": (0.1, 86400, "seconds from connect to the last byte of one reply, at most a day: pass e.g. "
-                                    "--request-timeout 600"),
-    "concurrency": (1, 1024, "requests in flight at once over all servers; pass e.g. --concurrency 8"),
-}
 
 
 def _task_option_items(task_options) -> list[str]:
@@ -217,6 +202,7 @@ def evaluate(models=None, tasks=None,
              attn_impl: Optional[str] = None,
              cache_dir: Union[str, Path, None] = None, cache_dir_from_env: bool = False, trust_remote_code: bool = False,
              attn_override: Optional[str] = None, positions: Union[str, Sequence[str], None] = None,
+             model_args=None,
              chat_template: bool = False, system_prompt: Optional[str] = None,
              memory_check: bool = True, progress: bool = False, batch_size: Union[int, str, None] = None, stride: float = 0.5,
              window: Union[str, Sequence[int], None] = None, ppl_data: Optional[Sequence[str]] = None,
@@ -310,11 +296,16 @@ def evaluate(models=None, tasks=None,
                                                                         "concurrency"))
     retries, think_budget, stride, request_timeout, batch_size = (nums[k] for k in ("retries", "think_budget", "stride",
                                                                                    "request_timeout", "batch_size"))
-    call = _check_call(models, tasks, task_files, lengths=lengths, depths=depths, samples=samples, relative=relative,
+    call = _check_call(models, tasks, task_files, model_args=model_args, lengths=lengths, depths=depths, samples=samples, relative=relative,
                        batch_size=batch_size, data_dir=data_dir, cache_dir=cache_dir, out=out,
                        train_length=train_length, chat_template=chat_template, system_prompt=system_prompt, warn=warn,
                        seed=seed, device=device, dtype=dtype, chunk_size=chunk_size, attn_impl=attn_impl,
                        attn_override=attn_override, trust_remote_code=trust_remote_code)
+    for spec in call.specs:  # per-model arguments (-M) within the bounds of their run-wide flags
+        if spec.backend is not None and spec.args.get("api_key_env"):
+            register_secret(os.environ.get(str(spec.args["api_key_env"]), ""))
+        check_bounds(spec.args)
+        check_run_options(**{k: spec.args.get(k) for k in ("dtype", "attn_impl")})
     positions = check_positions(positions, call.models, warn)  # --position: syntax, names, served/objects (no torch)
     # a checkpoint path's load defaults; beside an adapter object these were given only if not None (checked above)
     device, dtype, chunk_size = (v if v is not None else _PATH_DEFAULTS[k]
@@ -323,7 +314,7 @@ def evaluate(models=None, tasks=None,
                   ppl_data=list(ppl_data) if ppl_data else None, ppl_bos=ppl_bos, ppl_short_docs=ppl_short_docs,
                   ppl_max_tokens=ppl_max_tokens, key_digits=key_digits)  # the run-wide task flags (RunOption.param)
     build = partial(_build_run_tasks, out=out, data_dir=call.data_dir, cache_dir=call.cache_dir, values=values)
-    own_lengths = _check_before_torch(call.models, call.task_names, task_options,
+    own_lengths = _check_before_torch(call.specs, call.task_names, task_options,
                                       None if call.relative else call.lengths, values, allow_beyond_max, device,
                                       call.explicit_lengths, build=build, data_dir=call.data_dir, samples=samples,
                                       depths=call.depths, given_tasks=call.given_tasks, n_lengths=call.n_lengths,
@@ -338,7 +329,7 @@ def evaluate(models=None, tasks=None,
                             cache_dir_from_env=cache_dir_from_env, progress=progress, log=log, warn=warn)
     server = dict(concurrency=concurrency, tokenizer=tokenizer, api_key_env=api_key_env, served_model=served_model,
                   timeout_s=request_timeout, retries=retries, think_end=think_end, think_budget=think_budget, seed=seed)
-    lms = _load_models(call.models, attn_override, warn, device=device, dtype=dtype, chunk_size=chunk_size,
+    lms = _load_models(call.specs, attn_override, warn, device=device, dtype=dtype, chunk_size=chunk_size,
                        trust_remote_code=trust_remote_code, attn_impl=attn_impl, cache_dir=call.cache_dir,
                        chat_template=chat_template, system_prompt=system_prompt, progress=progress, server=server,
                        positions=positions)
@@ -417,9 +408,10 @@ class _Call:
     data_dir: Optional[Path]
     cache_dir: Optional[Path]
     n_lengths: int = 0
+    specs: list = field(default_factory=list)
 
 
-def _check_call(models, tasks, task_files, *, lengths, depths, samples, relative, batch_size, data_dir, cache_dir,
+def _check_call(models, tasks, task_files, *, model_args=None, lengths, depths, samples, relative, batch_size, data_dir, cache_dir,
                 out, train_length, chat_template, system_prompt, warn, seed=0, **load) -> _Call:
     """The checks of :func:`evaluate`'s arguments that cost no torch import, in the order their errors come:
     ``samples`` and ``chunk_size`` whole numbers; the lengths, depths and batch size parsed (the one place they are);
@@ -470,7 +462,8 @@ def _check_call(models, tasks, task_files, *, lengths, depths, samples, relative
         relative = ",".join(f"{r:g}" for r in relative)
     # one-line errors before torch loads (issue 15.4)
     task_names, file_tasks = _check_names(models, tasks, task_files)
-    _check_served(models, task_names, task_files)
+    specs = resolve_models(models or [DEFAULT_MODEL], model_args)  # backends and -M, parsed once (no torch)
+    _check_capabilities(specs, task_names)
     task_names = _unique(task_names, "tasks", warn)
     idle = [n for n in file_tasks if n not in task_names] if tasks is None else []
     if idle:  # `lctx run --task-file F` without --tasks: F's tasks do not run unless they declare default_run
@@ -493,7 +486,7 @@ def _check_call(models, tasks, task_files, *, lengths, depths, samples, relative
     return _Call(models=models, task_names=task_names, given_tasks=given_tasks, lengths=length_list,
                  depths=depth_list, explicit_lengths=explicit_lengths, relative=relative, batch=batch,
                  explicit_batch=explicit_batch, lmeval_batch=batch if explicit_batch else LMEVAL_BATCH,
-                 data_dir=data_dir, cache_dir=cache_dir, n_lengths=n_lengths)
+                 data_dir=data_dir, cache_dir=cache_dir, n_lengths=n_lengths, specs=specs)
 
 
 def check_grid(n_lengths: int, n_depths: int, samples: int, n_cells: Optional[int] = None,
@@ -678,7 +671,9 @@ def _fit_family_batches(lms: list, family_objs: list, lmeval_batch: int, explici
     Raises:
         LctxError: an ``explicit`` batch that does not fit.
     """
-    lms = [lm for lm in lms if callable(getattr(lm, "lmeval_model", None))]  # a served model's memory is the server's
+    from lctx.models.adapters.protocol import optional  # lazy: loads lctx.models (torch, loaded by now)
+
+    lms = [lm for lm in lms if optional(lm, "lmeval_model")]  # a served model's memory is the server's
     if not lms:
         return
     from lctx.models.adapters.memory import check_lmeval_fits  # lazy: loads torch
@@ -867,13 +862,14 @@ def _check_before_torch(models, task_names: list[str], task_options, lengths: Op
     if relative or not (plain or own_objs):
         return parsed  # lengths relative to the training length (flatness without --lengths: its default multiples)
     extra = [L for lens in parsed.values() for L in lens]
-    for m in _model_list(models) or [DEFAULT_MODEL]:
-        if is_server_url(m):
-            continue  # a served model's maximum is known once connected (_check_before_run)
-        if isinstance(m, (str, Path)) and positions and "shipped" not in positions:
+    for spec in _specs(models):
+        m = spec.given
+        if spec.backend is not None and not spec.backend.max_before_load:
+            continue  # e.g. a served model's maximum, known once connected (_check_before_run)
+        if spec.backend is not None and spec.backend.positions and positions and "shipped" not in positions:
             continue  # a method's own maximum (factor x the original) is known once it is loaded (_check_before_run)
-        if isinstance(m, (str, Path)):
-            check_declared_max(*declared_max(m), list(lengths) + extra, allow_beyond_max)
+        if spec.backend is not None:
+            check_declared_max(*declared_max(spec.location), list(lengths) + extra, allow_beyond_max)
         else:  # a model adapter object: its own declared maximum
             check_declared_max(m.name, m.max_length, list(lengths) + extra, allow_beyond_max,
                                source=getattr(m, "max_length_source", "max_length"))
@@ -943,46 +939,40 @@ def _check_names(models, tasks, task_files) -> tuple[list[str], list[str]]:
     for name in names:
         if name not in TASKS and group_of(name) is None:
             get_task(name)  # raises the one-line error naming the known tasks
-    for m in _model_list(models):
-        if not isinstance(m, (str, Path)) or is_server_url(m):
-            continue  # a model adapter object: checked by _check_adapter_objects; a served model by _check_served
-        path = check_model_path(m)  # missing (nor a cached hub id), not a .gguf file, a folder with no config.json
-        check_tokenizer_files(path)  # a folder without tokenizer files (a GGUF file carries its own)
     return names, list(dict.fromkeys(from_files))
 
 
-def _check_served(models, task_names: list[str], task_files) -> None:
-    """The checks of served models (``--model URL``) that cost no connection: each URL well-formed
-    (:func:`lctx.models.adapters.server.split_server_urls`), and no task whose :attr:`lctx.tasks.Task.adapter_needs`
-    a :class:`~lctx.models.adapters.server.ServerAdapter` lacks (:class:`_ServedCapabilities`; mmlu/arc run through
-    its ``lmeval_api_model()``).
+def _specs(models) -> list:
+    """``models`` as :class:`~lctx.harness.backends.ModelSpec` s: as they are when resolved already, else resolved
+    (:func:`lctx.harness.backends.resolve_models`; None: the bundled model)."""
+    listed = _model_list(models)
+    if listed and all(isinstance(m, ModelSpec) for m in listed):
+        return listed
+    return resolve_models(listed or [DEFAULT_MODEL])
+
+
+def _check_capabilities(specs: Sequence, task_names: list[str]) -> None:
+    """No task whose :attr:`lctx.tasks.Task.adapter_needs` (or its family's: mmlu/arc's ``lmeval_model()`` or
+    ``lmeval_api_model()``) a model's backend lacks, read from the backend's declared ``provides`` (no import of the
+    adapter, no connection; an adapter object is checked by :func:`_check_adapter_objects`).
 
     Raises:
-        LctxError: the first problem found (one line naming the fix)."""
-    urls = [m for m in _model_list(models) if is_server_url(m)]
-    if not urls:
-        return
-    from lctx.model_files import split_server_urls  # light: stdlib only
+        LctxError: the first task a model cannot run (one line naming the fix)."""
     from lctx.tasks import TASKS  # lazy: loads lctx.tasks and numpy
 
-    for u in urls:
-        split_server_urls(u)
     needs = [(n, fam.adapter_needs) for fam, names in _families(task_names).items() for n in names]
     needs += [(n, TASKS[n].adapter_needs) for n in task_names if n in TASKS]
-    for name, wanted in needs:
-        for methods, why in dict(wanted).items():
-            if not _has_capability(_ServedCapabilities, methods):  # mmlu/arc: ServerAdapter.lmeval_api_model
-                raise LctxError(f"{name} {why}, and a served model (--model {urls[0].split(',')[0]}) has none: drop "
-                                f"{name} for it, or evaluate the checkpoint in process (docs/serving.md)")
-
-
-class _ServedCapabilities:
-    """The optional capabilities of :class:`lctx.models.adapters.server.ServerAdapter` (beyond the protocol), named
-    without importing it (that loads torch) for :func:`_check_served`, which runs before torch and any connection;
-    ``tests/test_server_lmeval.py`` checks them against the class."""
-
-    def lmeval_api_model(self):
-        """mmlu/arc through lm-eval's ``local-completions`` model (:meth:`ServerAdapter.lmeval_api_model`)."""
+    for spec in specs:
+        if spec.backend is None:
+            continue
+        for name, wanted in needs:
+            for methods, why in dict(wanted).items():
+                alts = (methods,) if isinstance(methods, str) else tuple(methods)
+                if not set(alts) & spec.backend.provides:
+                    shown = str(spec.location).split(",")[0]
+                    raise LctxError(f"{name} {why}, and a {spec.backend.name} model (--model {shown}) has none: drop "
+                                    f"{name} for it, or evaluate it through a backend that has "
+                                    f"{_capability_names(methods)} (docs/serving.md)")
 
 
 def _has_capability(obj, methods) -> bool:
@@ -997,51 +987,49 @@ def _capability_names(methods) -> str:
     return " or ".join(f"{m}()" for m in ((methods,) if isinstance(methods, str) else methods))
 
 
-def _load_models(models, attn_override, warn, server: Optional[dict] = None, positions: Sequence[str] = ("shipped",),
+def _load_models(specs, attn_override, warn, server: Optional[dict] = None, positions: Sequence[str] = ("shipped",),
                  **load) -> list:
-    """The model adapters of ``models`` (default: the bundled model), in order: each checkpoint path loaded with
-    :func:`lctx.models.adapters.hf.load_lm` and ``load``'s settings once per positional method of ``positions``
-    (the cross product, path by path: each pair a model of its own), each adapter object as it is (checked against
-    the :class:`~lctx.models.adapters.protocol.ModelAdapter` protocol by :func:`_check_adapter_objects`); names made
-    unique (``name#i``) when two share one. ``attn_override`` (the older name of a method, ``--attn-override
-    ssmax``) applies to every model loaded, on top of its method; a note points to ``--position``.
+    """The model adapters of ``specs`` (:class:`~lctx.harness.backends.ModelSpec` s, or models as
+    :func:`lctx.evaluate` takes them; default: the bundled model), in order, each through its backend's ``load``
+    (:mod:`lctx.harness.backends`): the run-wide settings (``load``: a checkpoint's; ``server``: a served model's)
+    with the model's own ``-M`` arguments on top; a backend that takes positional methods loads the model once per
+    method of ``positions`` (the cross product, model by model: each pair a model of its own); an adapter object as it
+    is (checked against the :class:`~lctx.models.adapters.protocol.ModelAdapter` protocol by
+    :func:`_check_adapter_objects`). Names made unique (``name#i``) when two share one. ``attn_override`` (the older
+    name of a method, ``--attn-override ssmax``) applies to every checkpoint loaded, on top of its method; a note
+    points to ``--position``.
 
     Raises:
         LctxError: a bad ``attn_override`` or ``positions`` (before any model loads: every spec is parsed against its
-            method's options first) or a checkpoint ``load_lm`` refuses (a method that does not apply to it, or
-            that changed nothing).
+            method's options first) or a model its backend refuses (a method that does not apply to it, or that
+            changed nothing; a server that cannot be reached).
     """
-    models = _model_list(models) or [DEFAULT_MODEL]
-    paths = [m for m in models if isinstance(m, (str, Path)) and not is_server_url(m)]
-    if attn_override and paths:
+    specs = _specs(specs)
+    if attn_override and any(sp.backend is not None and sp.backend.positions for sp in specs):
         from lctx.models.adapters.overrides import parse_override  # lazy: loads torch, transformers, triton
 
         ov = parse_override(attn_override)  # a bad spec fails before any model loads
         warn(f"note: --attn-override {ov.label} is the positional method {ov.name}, applied here to every model; "
              f"--position {ov.label} runs it as a model of its own beside the shipped one (docs/positions.md)")
-    methods = [None]
-    if paths:
-        from lctx.models.adapters.hf import load_lm  # lazy: loads torch, transformers (only for checkpoint paths)
-        from lctx.models.position import parse_position  # lazy: loads lctx.models (torch), loaded by load_lm anyway
+    if any(sp.backend is not None and sp.backend.positions for sp in specs) and list(positions) != ["shipped"]:
+        from lctx.models.position import parse_position  # lazy: loads lctx.models (torch)
 
-        parsed = [parse_position(p) for p in positions]  # every option checked before any model loads
-        labels = [m.spec.label if m is not None else "shipped" for m in parsed]
-        methods = [positions[labels.index(lab)] for lab in dict.fromkeys(labels)]  # one per label
-        if len(methods) < len(positions):
-            warn(f"note: --position {', '.join(positions)} name {len(methods)} distinct methods; each runs once")
-
+        for p in positions:
+            parse_position(p)  # every option checked before any model loads
+    run_wide = {"checkpoint": dict(load, attn_override=attn_override),
+                "server": dict(server or {}, chat_template=load.get("chat_template", False),
+                               system_prompt=load.get("system_prompt"))}
+    if "timeout_s" in run_wide["server"]:
+        run_wide["server"]["request_timeout"] = run_wide["server"].pop("timeout_s")
     lms = []
-    for m in models:
-        if is_server_url(m):
-            from lctx.models.adapters.server import load_server  # lazy: loads the openai client
-
-            lms.append(load_server(str(m), chat_template=load.get("chat_template", False),
-                                   system_prompt=load.get("system_prompt"), log=warn, **(server or {})))
-        elif isinstance(m, (str, Path)):
-            for spec in methods:
-                lms.append(load_lm(str(m), attn_override=attn_override, log=warn, position=spec, **load))
-        else:
-            lms.append(m)
+    for sp in specs:
+        if sp.backend is None:
+            lms.append(sp.given)
+            continue
+        settings = dict(run_wide.get(sp.backend.name, {k: load.get(k) for k in ("chat_template", "system_prompt")}))
+        settings.update(sp.args)
+        lms.extend(sp.backend.load(sp.location, settings, list(positions) if sp.backend.positions else ["shipped"],
+                                   warn))
     names = [lm.name for lm in lms]
     if len(set(names)) != len(names):
         for i, lm in enumerate(lms):
@@ -1189,6 +1177,7 @@ def _check_before_run(groups, task_objs: list, own_lengths: Optional[dict] = Non
     from lctx.harness.args import check_max_length  # light
     from lctx.harness.run.runner import check_lengths, check_min_lengths  # lazy: loads torch, transformers, pandas
     from lctx.tasks.base import check_bounds_at  # lazy: loads lctx.tasks and numpy (loaded by the runner)
+    from lctx.models.adapters.protocol import optional  # lazy: loads lctx.models (torch, loaded by the runner)
 
     own = own_lengths or {}
     own_all = [L for lens in own.values() for L in lens]
@@ -1201,7 +1190,7 @@ def _check_before_run(groups, task_objs: list, own_lengths: Optional[dict] = Non
         check_max_length(length_list)  # --relative's lengths (typed ones were checked when parsed)
         for lm in lms_g if task_objs else []:
             check_lengths(lm, length_list + own_all, allow_beyond_max)
-            room = getattr(lm, "check_answer_room", None)  # a served model's --think-budget within its context
+            room = optional(lm, "check_answer_room")  # a served model's --think-budget within its context
             if room is not None and any(not t.keeps_logits and not t.whole for t in task_objs if t.key not in own):
                 room(length_list)  # the generating tasks' lengths (not ppl's, not lm-eval's)
         for t in task_objs if relative else []:  # lengths or own lengths given: checked before torch

@@ -23,7 +23,7 @@ ALLOWED = {("lctx", "lctx.harness.evaluate"): "lctx.evaluate / lctx.Result: the 
 #: The rooms of a layer, lowest first: {layer: (room, ...)}. A module's room is its subpackage
 #: (``lctx.harness.run.runner``: ``run``) or, for a module directly in the layer's folder, its own name
 #: (``lctx.harness.args``: ``args``); a name not listed is the lowest room (the models' core).
-ROOMS = {"harness": ("args", "run", "steps", "outputs", "commands", "evaluate"),
+ROOMS = {"harness": ("args", "backends", "run", "steps", "outputs", "commands", "evaluate"),
          "models": ("", "adapters")}
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -107,20 +107,22 @@ def lmeval_own(stub: StubServer, data_dir: Path, tokenizer: Path, tmp_path: Path
 # ------------------------------------------------------------------------------------------- the capability
 
 def test_a_served_model_is_offered_mmlu_and_arc_before_connecting():
-    """_check_served no longer refuses mmlu/arc for a served model (its ServerAdapter has lmeval_api_model(),
-    lm-eval's alternative capability); control: a task needing a capability the server adapter lacks is still
-    refused, before any connection (the URL's port answers nothing)."""
+    """The capability check before torch (evaluate._check_capabilities, from the server backend's declared
+    ``provides``) no longer refuses mmlu/arc for a served model (its ServerAdapter has lmeval_api_model(), lm-eval's
+    alternative capability); control: a task needing a capability the server backend lacks is still refused, before
+    any connection (the URL's port answers nothing)."""
+    from lctx.harness.backends import resolve_models
+
     url = "http://127.0.0.1:9/v1"
     assert callable(getattr(S.ServerAdapter, "lmeval_api_model", None))
-    for m in dir(E._ServedCapabilities):  # the light stand-in names only what the class has
-        if not m.startswith("_"):
-            assert callable(getattr(S.ServerAdapter, m, None)), m
-    E._check_served([url], ["arc_easy", "mmlu_anatomy", "passkey"], [])
+    specs = resolve_models([url])
+    assert "lmeval_api_model" in specs[0].backend.provides
+    E._check_capabilities(specs, ["arc_easy", "mmlu_anatomy", "passkey"])
     old = lmeval.LMEVAL.adapter_needs
     try:
         lmeval.LMEVAL.adapter_needs = {"lmeval_model": "runs lm-eval's hf backend, which needs a Hugging Face model"}
-        with pytest.raises(lctx.LctxError, match="arc_easy runs lm-eval's hf backend.*served model"):
-            E._check_served([url], ["arc_easy"], [])
+        with pytest.raises(lctx.LctxError, match="arc_easy runs lm-eval's hf backend.*server model"):
+            E._check_capabilities(specs, ["arc_easy"])
     finally:
         lmeval.LMEVAL.adapter_needs = old
 
