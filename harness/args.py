@@ -443,13 +443,13 @@ def check_positions(positions, models=(), warn=None) -> list[str]:
     """``--position`` / ``lctx.evaluate(positions=...)`` as a list of spec strings, checked without torch: None is
     ``["shipped"]``, one string is one spec, a list its items (repeats dropped, ``warn`` told); each spec's syntax
     and method name (:func:`lctx.position_spec.split_position`: a misspelt method with the closest name, two methods
-    stacked with ``+``); and a method other than ``shipped`` only on checkpoint paths: a served model's positional
-    code runs in its server, an adapter object is loaded already. The options are checked against each method's
+    stacked with ``+``); and a method other than ``shipped`` only on models whose backend takes one (``models``:
+    :class:`lctx.harness.backends.ModelSpec` s; ``Backend.positions``): a served model's positional code runs in its
+    server, an adapter object is loaded already. The options are checked against each method's
     schema before any model loads (:func:`lctx.models.position.base.parse_position`).
 
     Raises:
         LctxError: the first problem found (one line naming the fix)."""
-    from lctx.model_files import is_server_url  # light: stdlib only
     from lctx.position_spec import SHIPPED, split_position  # light: no torch
 
     if positions is None:
@@ -464,17 +464,21 @@ def check_positions(positions, models=(), warn=None) -> list[str]:
     if len(out) < len(items) and warn:
         warn(f"note: --position repeats ({', '.join(items)}); each runs once")
     methods = [p for p, n in zip(items, names) if n != SHIPPED]
-    if methods:
+    if methods:  # which models take a method is their backend's to say (Backend.positions), read by the caller
         listed = [models] if isinstance(models, (str, Path)) or hasattr(models, "encode") else list(models or [])
         for m in listed:
-            if is_server_url(m):
-                raise LctxError(f"--position {methods[0]}: a served model's positional code runs in its server "
-                                f"(--model {str(m).split(',')[0]}); start the server with the method "
-                                "(docs/positions.md#served-and-gguf-models) and evaluate it as shipped")
-            if not isinstance(m, (str, Path)):
+            obj = m.given if hasattr(m, "given") else m  # a resolved ModelSpec (lctx.harness.backends) or a model
+            if not isinstance(obj, (str, Path)):
+                m = obj
                 raise LctxError(f"--position {methods[0]}: model {getattr(m, 'name', m)!r} is an adapter object, "
                                 "loaded already; pass its checkpoint path (lctx loads it once per method), or "
                                 "load_lm(path, position=...) yourself")
+            backend = getattr(m, "backend", None) if hasattr(m, "given") else None
+            if backend is not None and not backend.positions:
+                shown = str(m.location).split(",")[0]
+                raise LctxError(f"--position {methods[0]}: a served model's positional code runs in its server (the "
+                                f"{backend.name} backend takes no method; --model {shown}); start the server with the method "
+                                "(docs/positions.md#served-and-gguf-models) and evaluate it as shipped")
     return out
 
 

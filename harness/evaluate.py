@@ -249,6 +249,13 @@ def evaluate(models=None, tasks=None,
     control characters from outside escaped, each line capped: issue 42). A ``log`` of your own gets the lines as
     lctx wrote them: pass them through :func:`lctx.outside.cap` before a terminal sees them.
 
+    model_args: per-model arguments (``-M``, as lm-eval's ``--model_args``; docs/adapters.md#where-a-new-backend-goes):
+    None, one ``"KEY=VALUE,..."`` string or dict for every model, or a list of exactly one per model in order, each
+    typed against its model's backend (:mod:`lctx.harness.backends`: a checkpoint takes ``dtype``, ``chunk_size``,
+    ``attn_impl``, ``trust_remote_code``; a server ``served_model``, ``tokenizer``, ``api_key_env``, ``concurrency``,
+    ``request_timeout``, ``retries``, ``think_end``, ``think_budget``), over this call's run-wide values. A model may
+    name its backend, ``"NAME:LOCATION"`` (``"checkpoint:PATH"``, a plug-in's ``"toy:reader"``).
+
     positions: positional methods (``--position``, docs/positions.md): a spec (``"yarn:factor=4"``) or a list of them;
     None: ``["shipped"]``, the checkpoints as shipped. Every checkpoint path runs under every one (the cross product):
     each (model, method) pair is a model of the run with its own name (``{name}+{label}``, e.g.
@@ -306,7 +313,7 @@ def evaluate(models=None, tasks=None,
             register_secret(os.environ.get(str(spec.args["api_key_env"]), ""))
         check_bounds(spec.args)
         check_run_options(**{k: spec.args.get(k) for k in ("dtype", "attn_impl")})
-    positions = check_positions(positions, call.models, warn)  # --position: syntax, names, served/objects (no torch)
+    positions = check_positions(positions, call.specs, warn)  # --position: syntax, names, served/objects (no torch)
     # a checkpoint path's load defaults; beside an adapter object these were given only if not None (checked above)
     device, dtype, chunk_size = (v if v is not None else _PATH_DEFAULTS[k]
                                  for k, v in (("device", device), ("dtype", dtype), ("chunk_size", chunk_size)))
