@@ -545,7 +545,7 @@ def test_run_summary_shows_the_worst_depth_and_interval_and_n(capsys, monkeypatc
     """`lctx run`'s closing table printed passkey exact 0.667 at every length, "mean over depths and samples",
     when depth 1.0 always failed: it now prints each mean's 95 % interval and n, and the worst depth under it, on a
     terminal (rich) and off one (Markdown) alike."""
-    from lctx.cli import _print_summary
+    from lctx.harness.run.tables import print_summary as _print_summary
     from lctx.harness.run.intervals import wilson
 
     monkeypatch.setenv("LCTX_TABLE_FORMAT", fmt)
@@ -599,7 +599,7 @@ def test_run_summary_worst_depth_follows_a_custom_tasks_declared_direction(capsy
     printed no worst depth for it; the direction the task declared (run.json's task_meta) now gives one."""
     import json
 
-    from lctx.cli import _declared_directions, _print_summary
+    from lctx.harness.run.tables import declared_directions as _declared_directions, print_summary as _print_summary
 
     monkeypatch.setenv("LCTX_TABLE_FORMAT", "markdown")
     summary, _ = _depth_varying_summary()
@@ -727,7 +727,7 @@ def test_rejected_command_creates_no_out_dir(tmp_path, capsys, monkeypatch):
 @pytest.mark.usefixtures("plain_console")
 def test_run_summary_whole_off_a_terminal(capsys):
     """Issue 16 item 1: lctx run's summary prints every cell whole off a terminal."""
-    from lctx.cli import _print_summary
+    from lctx.harness.run.tables import print_summary as _print_summary
 
     model = "stories260K+ssmax_s0.43-with-a-long-suffix"
     summary = pd.DataFrame([(model, "llama", "niah_single_1", "string_match_part", 131072, 0.5, 0.123456, 0.1, 2, 0),

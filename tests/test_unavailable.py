@@ -224,7 +224,7 @@ def test_a_genuine_scoring_failure_is_still_the_samples_error(tmp_path):
 
 
 def test_printed_table_says_unavailable_with_the_reason_once(runs, capsys):
-    from lctx.cli import _print_summary
+    from lctx.harness.run.tables import print_summary as _print_summary
 
     res, *_ = runs["na"]
     capsys.readouterr()

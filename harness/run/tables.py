@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from lctx.errors import LctxError
-from lctx.harness.run.console import count
+from lctx.harness.run.console import count, print_table, say
 from lctx.harness.run.intervals import interval, is_binary
 from lctx.metrics import bounds_of, may_be_proportion
 from lctx.outside import clean, printable, quote, redact, safe
@@ -614,3 +614,94 @@ def over_depths(summary: pd.DataFrame, directions: dict[str, str] | None = None)
                        worst_n=int(w["n"].sum()))
         out.append(row)
     return pd.DataFrame(out, columns=cols)
+
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the table `lctx run` prints when a run ends (moved from cli.py: it holds commands only, issue 43)
+# ---------------------------------------------------------------------------------------------------------------
+
+def declared_directions(out) -> dict[str, str]:
+    """{metric: "higher" | "lower"} that the run's tasks declared (``higher_is_better`` as run.json's task_meta
+    records it: a --task-file task's metrics are in no registry), for the closing table's worst depth; {} for a
+    run directory without it."""
+    from lctx.harness.run.rundir import declared_tasks, read_json  # lazy: the run has loaded it already
+
+    try:
+        meta = read_json(Path(out) / "run.json")
+    except Exception:  # noqa: BLE001 - the table is printed without declared directions, as before
+        return {}
+    dirs: dict[str, str] = {}
+    for decl in declared_tasks(meta if isinstance(meta, dict) else None).values():
+        hib = decl.get("higher_is_better")
+        if isinstance(hib, dict):
+            dirs.update({str(m): "higher" if v else "lower" for m, v in hib.items() if isinstance(v, bool)})
+    return dirs
+
+
+def print_summary(summary, directions: dict[str, str] | None = None, said=()) -> None:
+    """Print per (model, task, metric) and length the mean over depths and samples with its 95 % interval
+    (:func:`lctx.harness.run.tables.over_depths`) and n, and, under a metric scored at several depths, its worst depth (issue 24: SmolLM2's passkey exact read
+    0.667 at every length, when depth 1.0 always failed): a rich table on a terminal, a Markdown table off one
+    (every cell whole; see :mod:`lctx.harness.run.console`). Cells of different options (a model run with two
+    ``--stride`` values) are separate rows, named by the options; a teacher-forced metric says so
+    (:func:`lctx.metrics.label`). ``directions``: {metric: "higher" | "lower"} the tasks declared
+    (:func:`declared_directions`), over the metric registry's, for the worst depth. ``said``: the warnings printed
+    before it: a long reason one of them gave is not repeated in the notes under the table
+    (:func:`lctx.harness.run.tables.unavailable_cells`)."""
+    from lctx.metrics import direction_of, label  # lazy: a leaf module
+
+    summary = summary[summary["length"].notna()]  # lm-eval tasks (no length) print their own table
+    if summary.empty:
+        return
+    summary = summary.assign(model=label_names(summary))
+    cells = over_depths(summary[summary["metric"] != "n_docs"], directions)
+    unav, notes = unavailable_cells(summary[summary["metric"] != "n_docs"], said=said)
+    if cells.empty and not unav:
+        return
+    cells["length"] = cells["length"].astype(int)  # 256, not 256.0, when rows without a length made it float
+    lengths = sorted(set(cells["length"].unique()) | {L for cell in unav.values() for L in cell})
+
+    def num(v: float, metric: str) -> str:
+        return f"{v:.0f}" if metric == "n_tokens" else f"{v:.3f}"
+
+    def mean_cell(r) -> str:
+        if direction_of(r.metric) == "equal" or not (math.isfinite(r.ci_low) and math.isfinite(r.ci_high)):
+            return num(r.mean, r.metric)  # bookkeeping; one sample of a continuous metric
+        return f"{num(r.mean, r.metric)} [{num(r.ci_low, r.metric)}, {num(r.ci_high, r.metric)}]"
+
+    def worst_cell(r) -> str:
+        if not r.worst_depths:
+            return ""
+        where = ("all depths" if len(r.worst_depths) == r.n_depths else
+                 "d=" + ", ".join(f"{d:g}" for d in r.worst_depths) if len(r.worst_depths) <= 3 else
+                 f"{len(r.worst_depths)} depths")
+        return f"{num(r.worst, r.metric)} @ {where}"
+
+    def row_of(name: str, g, cell, n_of, missing=None) -> list[str]:
+        by_len = {r.length: r for r in g.itertuples(index=False)}
+        ns = {n_of(r) for r in by_len.values()}
+        same_n = len(ns) == 1  # n in its column; else in each cell
+        out = [*name, str(ns.pop()) if same_n else ""]
+        for L in lengths:
+            r = by_len.get(L)
+            text = cell(r) if r is not None else ""
+            out.append(text + (f" (n={n_of(r)})" if text and not same_n else "")
+                       or ("unavailable" if L in (missing or {}) else ""))
+        return out
+
+    rows = []
+    keys = list(dict.fromkeys([tuple(k) for k in cells[["model", "task", "metric"]].itertuples(index=False)]
+                              + list(unav)))
+    for model, task, metric in keys:
+        g = cells[(cells["model"] == model) & (cells["task"] == task) & (cells["metric"] == metric)]
+        rows.append(row_of((model, task, label(metric)), g, mean_cell, lambda r: r.n, unav.get((model, task, metric))))
+        w = g[g["worst_depths"].map(len) > 0]
+        if (w["worst_depths"].map(len) < w["n_depths"]).any():  # a depth worse than another somewhere
+            rows.append(row_of((model, task, f"{metric}: worst depth"), w, worst_cell, lambda r: r.worst_n))
+    cols = [str(L) for L in lengths]
+    print_table(["model", "task", "metric", "n"] + cols, rows, right=["n"] + cols,
+                title="mean [95 % interval: Wilson for 0/1 scores, t otherwise] over depths and samples (n: samples); "
+                      "worst depth: the depth d (0 = start of the prompt) with the worst mean, n: its samples")
+    for line in notes:
+        say(line)
