@@ -25,7 +25,7 @@ printf '%s\n' "${METHODS[@]}" > "$OUT/methods.txt"
 # depths 0-0.75, not 1 (RULES.md: shipped SmolLM2 fails a needle next to the question by format at every length)
 PK=(--tasks passkey --depths 0,0.25,0.5,0.75 --samples 1)
 NIAH=(--tasks niah_single_2 --depths 0,0.25,0.5,0.75 --samples 1)
-PPL=(--tasks ppl --ppl-data books --ppl-max-tokens 0 --task-option ppl.windows=1)
+PPL=(--tasks ppl --ppl-data books --ppl-max-tokens 0 --task-option ppl.windows=2)  # lctx takes 2 or more
 wanted() {
   if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $1 "* ]]; then return 1; fi
   [[ " ${SKIP:-} " != *" $1 "* ]]
