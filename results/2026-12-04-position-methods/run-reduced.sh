@@ -33,7 +33,8 @@ wanted() {
 phase() {  # phase NAME ARGS...: one lctx run into OUT/NAME under /usr/bin/time -v, a line in timings.tsv
   local name=$1; shift; local t0; t0=$(date -u +%FT%TZ)
   /usr/bin/time -v lctx run -m "$G" "${P[@]}" "$@" "${C[@]}" --out "$OUT/$name" >> "$OUT/$name.log" 2>&1
-  printf '%s\t%s\t%s\t%s\n' "$name" "$t0" "$(date -u +%FT%TZ)" "$?" >> "$OUT/timings.tsv"
+  local rc=$?  # before the date's command substitution resets $?
+  printf '%s\t%s\t%s\t%s\n' "$name" "$t0" "$(date -u +%FT%TZ)" "$rc" >> "$OUT/timings.tsv"
 }
 lctx plan --model "$G" --length 16k > "$OUT/plan-16k.txt" 2>&1 || { cat "$OUT/plan-16k.txt" >&2; exit 2; }
 wanted P1 && phase P1 "${PK[@]}" --lengths 4k,8k
