@@ -30,13 +30,13 @@ def _base(model, train_length=T, **kw):
                    timestamp="2026-01-01T00:00:00+00:00", status="ok", error=""), **kw}
 
 
-def _run(path, models, flat=False, lmeval=False, error=False, train_length=T, meta=None):
+def _run(path, models, flat=False, lmeval=False, error=False, train_length=T, meta=None, tasks=("ppl", "passkey")):
     recs = []
     for m in models:
-        for L, v in PPL[m].items():
+        for L, v in PPL[m].items() if "ppl" in tasks else ():
             recs.append(_base(m, train_length, task="ppl", length=L, depth=None, sample=0, task_options={"stride": 0.5},
                               metrics={"ppl": v}))
-        for L, vals in EXACT[m].items():
+        for L, vals in EXACT[m].items() if "passkey" in tasks else ():
             for d, v in zip((0.0, 1.0), vals):
                 recs.append(_base(m, train_length, task="passkey", length=L, depth=d, sample=0, task_options={},
                                   metrics={"exact": v, "digit_acc": v}))
@@ -118,6 +118,27 @@ def test_same_model_and_task_in_two_runs_is_kept_apart(tmp_path):
     r2 = _run(tmp_path / "y" / "r", ["rope"])
     table, metas = load_runs([r1, r2])
     assert set(table["model"]) == {"rope", "rope@y/r"} and [m["run"] for m in metas] == ["x/r", "y/r"]
+
+
+def test_a_model_whose_tasks_ran_as_two_runs_is_one_model_with_one_flatness(tmp_path):
+    """ppl in one run and passkey in another (a sweep split by task, as results/2026-12-04-position-methods runs
+    it): one model, not ``model@run``, and its flatness rows derived from both runs equal those of one run holding
+    both tasks. Control: the same task in two runs is still kept apart (the test above)."""
+    ppl = _run(tmp_path / "ppl", ["rope", "alibi"], tasks=("ppl",))
+    pk = _run(tmp_path / "pk", ["rope", "alibi"], tasks=("passkey",))
+    both = _run(tmp_path / "both", ["rope", "alibi"])
+    split, metas = load_runs([pk, ppl])
+    one, _ = load_runs([both])
+    assert set(split["model"]) == {"rope", "alibi"}
+    assert all(m["flatness"].startswith("derived by the report") for m in metas)
+
+    def flat(t):
+        f = t[t["task"] == "flatness"]
+        return f.sort_values(["model", "metric", "length"])[["model", "metric", "length", "value"]].reset_index(drop=True)
+
+    got, want = flat(split), flat(one)
+    assert len(want) and got["value"].notna().any()
+    pd.testing.assert_frame_equal(got, want, check_dtype=False)
 
 
 def test_bad_inputs(tmp_path, capsys):

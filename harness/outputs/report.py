@@ -210,15 +210,8 @@ def load_runs(run_dirs: list[str | Path], train_lengths: dict | None = None) -> 
             if c not in t.columns:
                 t[c] = None
         t = _fill_train_lengths(t, train_lengths or {})
-        if (t["task"].astype("string") == FLATNESS).any():
-            flat_note = meta.get(FLATNESS, "from the run")
-        else:
-            flat_note = ""
-            derived = derive_table(t)
-            if len(derived):
-                flat_note = "derived by the report: ppl_ratio <= 1.1, passkey.exact >= 0.8"
-                t = pd.concat([t, derived.astype({c: t[c].dtype for c in derived.columns if c in t.columns},
-                                                 errors="ignore")], ignore_index=True)
+        own_flat = (t["task"].astype("string") == FLATNESS).any()
+        flat_note = meta.get(FLATNESS, "from the run") if own_flat else ""
         combos = set(zip(t["model"].astype(str), t["variant"].astype("string").fillna("").astype(str),
                          t["task"].astype(str)))
         clash = {m for m, v, k in combos if (m, v, k) in seen}
@@ -230,7 +223,25 @@ def load_runs(run_dirs: list[str | Path], train_lengths: dict | None = None) -> 
         seen |= combos
         t["run"] = label
         tables.append(t)
-        metas.append(dict(meta, run=label, dir=str(d.resolve()), flatness=flat_note))
+        metas.append(dict(meta, run=label, dir=str(d.resolve()), flatness=flat_note, _own_flat=own_flat))
+    # flatness rows for the runs that recorded none, derived over those runs together: a model whose ppl and
+    # passkey ran as two runs (one task each) gets one set of rows from both (a model told apart as model@run
+    # above keeps its own)
+    bare = [t for t, m in zip(tables, metas) if not m["_own_flat"]]
+    if bare:
+        pool = pd.concat(bare, ignore_index=True)
+        derived = derive_table(pool.drop(columns=["run"]))
+        if len(derived):
+            first_run = dict(zip(pool["model"].astype(str)[::-1], pool["run"][::-1]))  # a model's first run
+            derived["run"] = derived["model"].astype(str).map(first_run)
+            tables.append(derived.astype({c: pool[c].dtype for c in derived.columns if c in pool.columns},
+                                         errors="ignore"))
+            with_rows = set(derived["model"].astype(str))
+            for t, m in zip(tables, metas):
+                if not m["_own_flat"] and with_rows & set(t["model"].astype(str)):
+                    m["flatness"] = "derived by the report: ppl_ratio <= 1.1, passkey.exact >= 0.8"
+    for m in metas:
+        m.pop("_own_flat")
     table = pd.concat(tables, ignore_index=True)
     names = set(table["model"].astype(str)) | set(table["model"].astype(str).str.split(" [", n=1, regex=False).str[0])
     unknown = [m for m in (train_lengths or {}) if m is not None and m not in names]
