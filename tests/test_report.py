@@ -141,6 +141,27 @@ def test_a_model_whose_tasks_ran_as_two_runs_is_one_model_with_one_flatness(tmp_
     pd.testing.assert_frame_equal(got, want, check_dtype=False)
 
 
+def test_a_model_whose_lengths_ran_as_two_runs_is_one_model(tmp_path):
+    """4K/8K in one run and 16K in another (the position-methods run's P1 and P2): one model whose passkey rows hold
+    every length; control: a run sharing a length with another is still told apart (model@run)."""
+    short = _run(tmp_path / "short", ["rope"], tasks=("passkey",))
+    table = pd.read_parquet(short / "results.parquet")
+    recs = [json.loads(x) for x in (short / "records.jsonl").read_text().splitlines()]
+    long_dir = tmp_path / "long"
+    long_dir.mkdir()
+    moved = [dict(r, length=r["length"] * 8) for r in recs]  # 2048, 4096, 8192: lengths the first run has not
+    (long_dir / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in moved))
+    (long_dir / "run.json").write_text((short / "run.json").read_text())
+    write_tables(moved, long_dir)
+    merged, _ = load_runs([short, long_dir])
+    pk = merged[merged["task"] == "passkey"]
+    assert set(pk["model"]) == {"rope"}
+    assert sorted(pk["length"].dropna().unique()) == sorted({L for L in table["length"].dropna()} |
+                                                            {L * 8 for L in table["length"].dropna()})
+    again, _ = load_runs([short, _run(tmp_path / "again", ["rope"], tasks=("passkey",))])
+    assert set(again[again["task"] == "passkey"]["model"]) == {"rope", "rope@again"}
+
+
 def test_bad_inputs(tmp_path, capsys):
     from lctx.cli import main
 

@@ -183,8 +183,9 @@ def load_runs(run_dirs: list[str | Path], train_lengths: dict | None = None) -> 
     """Concatenate the tables of several runs with a ``run`` column (a short label of the directory) and
     derived flatness rows for runs that have none; returns (table, metas), each meta with ``run`` and
     ``dir`` added, and the tasks' declared metadata the runs recorded in ``table.attrs["task_meta"]``
-    (:func:`lctx.harness.run.rundir.declared_tasks`; :func:`meta_of` reads it). A (model, variant, task) present
-    in two runs gets the model renamed ``model@run`` in the later one, so their samples never mix. ``train_lengths`` (:func:`parse_train_lengths`) gives models
+    (:func:`lctx.harness.run.rundir.declared_tasks`; :func:`meta_of` reads it). A (model, variant, task, length)
+    present in two runs gets the model renamed ``model@run`` in the later one, so their samples never mix; a model
+    whose lengths (or tasks) ran as separate runs is one model. ``train_lengths`` (:func:`parse_train_lengths`) gives models
     whose runs record no training length one (before the flatness rows are derived).
 
     Raises:
@@ -212,14 +213,16 @@ def load_runs(run_dirs: list[str | Path], train_lengths: dict | None = None) -> 
         t = _fill_train_lengths(t, train_lengths or {})
         own_flat = (t["task"].astype("string") == FLATNESS).any()
         flat_note = meta.get(FLATNESS, "from the run") if own_flat else ""
-        combos = set(zip(t["model"].astype(str), t["variant"].astype("string").fillna("").astype(str),
-                         t["task"].astype(str)))
-        clash = {m for m, v, k in combos if (m, v, k) in seen}
+        def cells(t):  # (model, variant, task, length): runs that share one are told apart; other lengths merge
+            return set(zip(t["model"].astype(str), t["variant"].astype("string").fillna("").astype(str),
+                           t["task"].astype(str), t["length"].astype("string").fillna("").astype(str)))
+
+        combos = cells(t)
+        clash = {m for m, v, k, L in combos if (m, v, k, L) in seen}
         if clash:
             models = t["model"].astype(str)
             t["model"] = models.where(~models.isin(clash), models + f"@{label}")
-            combos = set(zip(t["model"].astype(str), t["variant"].astype("string").fillna("").astype(str),
-                             t["task"].astype(str)))
+            combos = cells(t)
         seen |= combos
         t["run"] = label
         tables.append(t)
