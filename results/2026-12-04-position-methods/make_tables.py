@@ -98,7 +98,7 @@ def table(title: str, data: dict, lengths: list[int], extra=None) -> list[str]:
 
 
 def ppl_table(rows: list[dict]) -> list[str]:
-    nll: dict = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0]))
+    nll: dict = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0, 0]))
     for r in rows:
         if r["task"] != "ppl" or r.get("status") != "ok":
             continue
@@ -106,20 +106,22 @@ def ppl_table(rows: list[dict]) -> list[str]:
         acc = nll[(r["base"], r["method"])][int(r["length"])]
         acc[0] += m["nll"] * m["n_tokens"]
         acc[1] += m["n_tokens"]
+        acc[2] += 1
     if not nll:
         return []
     lengths = sorted({L for v in nll.values() for L in v})
     head = ["base", "method"] + [f"ppl {fmt_len(L)}" for L in lengths] + ["ratio to 1x", "1x vs shipped"]
-    lines = ["### Perplexity (PG book windows, two per length, pooled by token-weighted NLL)", "",
+    lines = ["### Perplexity (PG book windows, two per length unless said, pooled by token-weighted NLL)", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for (base, method), by_len in sorted(nll.items(), key=lambda kv: (kv[0][0], kv[0][1] != "shipped", kv[0][1])):
         T = TRAIN.get(base)
-        ppl = {L: math.exp(s / n) for L, (s, n) in by_len.items() if n}
+        ppl = {L: math.exp(s / n) for L, (s, n, _) in by_len.items() if n}
+        wins = {L: k for L, (_, _, k) in by_len.items()}
         ratios = ", ".join(f"{fmt_len(L)}: {ppl[L] / ppl[T]:.3f}" for L in sorted(ppl) if T in ppl and L != T)
         ship = nll.get((base, "shipped"), {}).get(T)
         vs = f"{ppl[T] / math.exp(ship[0] / ship[1]):.3f}" if ship and ship[1] and T in ppl else "not run"
-        lines.append("| " + " | ".join([base, f"`{method}`"] + [f"{ppl[L]:.2f}" if L in ppl else "not run"
-                                                                for L in lengths] + [ratios or "not run", vs]) + " |")
+        lines.append("| " + " | ".join([base, f"`{method}`"] + [f"{ppl[L]:.2f}" + ("" if wins[L] == 2 else f" ({wins[L]} window{'s' if wins[L] != 1 else ''})")
+                                                                if L in ppl else "not run" for L in lengths] + [ratios or "not run", vs]) + " |")
     return lines + [""]
 
 
@@ -130,7 +132,7 @@ def seconds_table(rows: list[dict]) -> list[str]:
             secs[(r["base"], r["method"])][int(r["length"])].append(float(r["wall_s"]))
     lengths = sorted({L for v in secs.values() for L in v})
     head = ["base", "method"] + [fmt_len(L) for L in lengths]
-    lines = ["### Median wall seconds per retrieval sample (one thread, two jobs at once on 2 cores)", "",
+    lines = ["### Median wall seconds per retrieval sample (threads and the machine's load: the README)", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for (base, method), by_len in sorted(secs.items(), key=lambda kv: (kv[0][0], kv[0][1] != "shipped", kv[0][1])):
         lines.append("| " + " | ".join([base, f"`{method}`"] + [f"{statistics.median(by_len[L]):.0f}" if L in by_len
