@@ -309,6 +309,11 @@ def evaluate(models=None, tasks=None,
                        seed=seed, device=device, dtype=dtype, chunk_size=chunk_size, attn_impl=attn_impl,
                        attn_override=attn_override, trust_remote_code=trust_remote_code)
     for spec in call.specs:  # per-model arguments (-M) within the bounds of their run-wide flags
+        if "chunk_size" in spec.args:
+            chunk = spec.args["chunk_size"]
+            if chunk < 1:
+                raise LctxError(f"-M chunk_size={chunk} is not a whole number >= 1; pass chunk_size=1 or more")
+            check_chunk_size(chunk, "-M chunk_size")
         if spec.backend is not None and spec.args.get("api_key_env"):
             register_secret(os.environ.get(str(spec.args["api_key_env"]), ""))
         check_bounds(spec.args)
@@ -448,6 +453,7 @@ def _check_call(models, tasks, task_files, *, model_args=None, lengths, depths, 
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise LctxError(f"{name}={value!r} is not a whole number >= 1; pass {name}=1 or more "
                             f"(--{name.replace('_', '-')})")
+    check_chunk_size(load["chunk_size"])
     if samples > MAX_SAMPLES:  # before anything is built: 1e9 samples took 6 GB in 33 s (issue 42 item 5)
         raise LctxError(f"samples={samples} is above {MAX_SAMPLES}, the most samples per cell lctx runs (the 95% "
                         f"interval of a 0/1 metric's mean is +-1 point there); pass --samples {MAX_SAMPLES} or fewer")
@@ -494,6 +500,20 @@ def _check_call(models, tasks, task_files, *, model_args=None, lengths, depths, 
                  depths=depth_list, explicit_lengths=explicit_lengths, relative=relative, batch=batch,
                  explicit_batch=explicit_batch, lmeval_batch=batch if explicit_batch else LMEVAL_BATCH,
                  data_dir=data_dir, cache_dir=cache_dir, n_lengths=n_lengths, specs=specs)
+
+
+def check_chunk_size(chunk, flag: str = "--chunk-size") -> None:
+    """A prefill chunk (tokens) no longer than :data:`lctx.harness.args.MAX_LENGTH` (2**31), the longest prompt lctx
+    runs: a larger one would change nothing but overflow the tables' 64-bit columns after the whole sweep (found by a
+    trial: ``-M chunk_size=10**26`` ran, then failed writing results.parquet). None (not given) passes.
+
+    Raises:
+        LctxError: a chunk above the bound (one line naming the fix)."""
+    from lctx.harness.args import MAX_LENGTH  # light
+
+    if isinstance(chunk, int) and not isinstance(chunk, bool) and chunk > MAX_LENGTH:
+        raise LctxError(f"{flag} {chunk} is above {MAX_LENGTH} tokens, the longest prompt lctx runs; pass e.g. "
+                        f"{flag}{'=' if flag.startswith('-M') else ' '}2048 (a chunk longer than the prompt is one chunk)")
 
 
 def check_grid(n_lengths: int, n_depths: int, samples: int, n_cells: Optional[int] = None,

@@ -121,6 +121,9 @@ def test_a_backends_declared_capabilities_are_its_adapter_classes(name):
     (["-m", "http://127.0.0.1:9/v1", "-M", "concurrency=0"], "concurrency 0 is outside [1, 1024]"),
     (["-M", "dtype=float8"], "float8"),
     (["-m", "server:/tmp/x"], "is not a server URL"),
+    (["-M", "chunk_size=" + "9" * 26], "is above 2147483648 tokens"),  # trial: ran, then overflowed the parquet
+    (["--chunk-size", "9" * 26], "--chunk-size " + "9" * 26 + " is above 2147483648 tokens"),
+    (["-M", "chunk_size=-3"], "-M chunk_size=-3 is not a whole number >= 1"),
 ])
 def test_a_bad_model_arg_on_the_command_line_is_one_line_before_torch(tmp_path, capsys, argv, said):
     torch_before = "torch" in sys.modules
