@@ -110,7 +110,7 @@ ATTN_IMPL_REGISTRY.register(AttnImpl(
     "per block of the window). The default", hf="lctx_sdpa", kernels=True, fallback="sdpa"))
 
 #: The ``--attn-impl`` a checkpoint runs when none is given (lctx and Hugging Face checkpoints alike): the lean
-#: path, which materialises no T x chunk mask (issue 28).
+#: path, which materialises no T x chunk mask.
 DEFAULT_ATTN_IMPL = "fast"
 
 

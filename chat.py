@@ -1,4 +1,4 @@
-"""Chat templates rendered with limits: the one place lctx renders a model's chat template (issue 25, item 1).
+"""Chat templates rendered with limits: the one place lctx renders a model's chat template.
 
 A chat template is code from the checkpoint (a GGUF file's ``tokenizer.chat_template``, a
 ``tokenizer_config.json``'s ``chat_template``). transformers renders it in jinja2's

@@ -181,7 +181,7 @@ def run(
     env_cache_dir = getattr(ctx.get_parameter_source("cache_dir"), "name", "") == "ENVIRONMENT"  # LCTX_CACHE_DIR
     explicit_tasks = getattr(ctx.get_parameter_source("tasks"), "name", "DEFAULT") != "DEFAULT"  # --tasks given
     # without --tasks: the default tasks (lctx.tasks.default_tasks), and a note names a --task-file's tasks
-    warned = _Warnings()  # printed redacted, escaped and capped (issue 42); kept for the notes under the table
+    warned = _Warnings()  # printed redacted, escaped and capped; kept for the notes under the table
     result = evaluate(
         list(model) if model else None, tasks if explicit_tasks else None,
         lengths=lengths if explicit_lengths else None, depths=depths,
@@ -235,7 +235,7 @@ def run(
 class _Warnings:
     """``lctx run``'s warning sink: each line printed on stderr through :func:`lctx.harness.run.console.say`
     (redacted, escaped, capped) and kept in ``lines``, so that a note after the sweep refers to a long reason a
-    warning gave (the trust probe's) instead of printing it again (issue 42 item 4)."""
+    warning gave (the trust probe's) instead of printing it again."""
 
     def __init__(self):
         self.lines: list[str] = []
@@ -785,7 +785,7 @@ def _help_of(e: Exception) -> str:
 class _PipeSafe:
     """A text stream (``sys.stdout`` / ``sys.stderr``) that redacts every write (:func:`lctx.outside.redact`: the API
     key and credential patterns, whichever code printed them: the second line of defence behind the sinks' own
-    redaction, issue 42) and whose reader may go away (``lctx report ... | head -1``): the
+    redaction) and whose reader may go away (``lctx report ... | head -1``): the
     first write or flush that meets a closed pipe (BrokenPipeError) points the stream's file descriptor at
     /dev/null (Python's recipe: https://docs.python.org/3/library/signal.html#note-on-sigpipe) and the command
     goes on quietly: its files are written and it exits with its own status. A stream with no file descriptor
@@ -808,7 +808,7 @@ class _PipeSafe:
         if self.broken and not self._has_fd():
             return len(text)
         try:
-            self._stream.write(redact(text))  # every secret lctx holds, whatever printed it (issue 42)
+            self._stream.write(redact(text))  # every secret lctx holds, whatever printed it
             return len(text)
         except BrokenPipeError:
             self._closed()
@@ -836,7 +836,7 @@ class _PipeSafe:
 def uncaught_text(exc: BaseException) -> str:
     """What the ``lctx`` console script prints of an exception no handler caught (a bug): Python's traceback of it,
     redacted, control characters escaped and capped (:func:`lctx.outside.cap`), since its message may quote a
-    server's reply or a file (issue 42)."""
+    server's reply or a file."""
     import traceback  # lazy: only a crash needs it
 
     return cap("".join(traceback.format_exception(exc)), 20_000)
@@ -888,7 +888,7 @@ def _main(argv: list[str] | None) -> int:
         if code == 130:  # typer turns Ctrl-C (and our SIGTERM) into a returned 130: say what was kept
             code = _interrupted(_command_of(argv))
     except (LctxError, ServerReplyError) as e:  # a served model's reply outside any sample: one line too
-        say(f"error: {e}", err=True)  # redacted, control characters escaped, capped (issue 42)
+        say(f"error: {e}", err=True)  # redacted, control characters escaped, capped
         code = EXIT_USAGE
     except (typer.Exit, click.exceptions.Exit) as e:
         code = _interrupted(_command_of(argv)) if e.exit_code == 130 else e.exit_code

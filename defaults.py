@@ -1,4 +1,4 @@
-"""Every default of how lctx loads and runs a model, defined once (issue 43, Architecture: ``chunk_size=2048`` was
+"""Every default of how lctx loads and runs a model, defined once (Architecture: ``chunk_size=2048`` was
 written six times). The CLI's options (``cli.py``), :func:`lctx.evaluate`'s load defaults, ``load_lm``, the memory
 plan, ``lctx bench`` and the server adapter import these names; ``tests/test_defaults.py`` fails on a second
 definition (a parameter, option, field or dict entry of one of these concepts whose literal default equals the value

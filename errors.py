@@ -34,7 +34,7 @@ class ServerReplyError(ValueError):
 
 
 class ServerValueError(ServerReplyError):
-    """A served model's reply with a value that cannot be (issue 42 item 3): a log-probability that is NaN, infinite
+    """A served model's reply with a value that cannot be: a log-probability that is NaN, infinite
     or above 0 by more than rounding (:data:`lctx.models.adapters.server.LOGPROB_TOL`), a ``usage`` count that is not
     a whole number >= 0 (a string, NaN, a bool, a fraction, a negative). Like any :class:`ServerReplyError` it makes
     the sample an error record, never a score; met by the trust probe or the tokenizer's fingerprint while the model

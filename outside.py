@@ -1,6 +1,6 @@
 """Text that came from outside lctx (a server's reply, a model id it names, a file's contents, an exception's message
 that quotes either) made safe to show, print and store: the one place secrets are redacted, control characters
-escaped and quotes capped (issue 42).
+escaped and quotes capped.
 
 * :func:`register_secret` is called with every credential lctx holds (the API key read from ``--api-key-env``);
   :func:`redact` replaces each registered value, and any ``Bearer`` token or ``sk-...`` style key, by

@@ -1,4 +1,4 @@
-"""The ``--position NAME[:KEY=VALUE,...]`` spec without torch (issue 43): its syntax, and the method names, read as the
+"""The ``--position NAME[:KEY=VALUE,...]`` spec without torch: its syntax, and the method names, read as the
 file names of ``models/position/`` (one file per method, named as the method), so that ``lctx run`` refuses a
 misspelt method or a malformed spec before torch loads. The options themselves are checked against the method's
 schema by :func:`lctx.models.position.base.parse_position` before any model loads.

@@ -23,7 +23,7 @@ from lctx.paths import data_path  # noqa: F401  (re-exported: the CLI's --data-d
 #: The longest length (tokens) any lctx command accepts: 2**31 (``2048m``). Far past what any device holds (the
 #: bundled tiny model's KV cache alone is 2 TiB there, ``lctx plan``), so a longer length is a typo (an extra digit,
 #: a pasted number) and is refused in one line before torch loads; past 2**63 (int64 positions) a length would
-#: not even fit the results table (issue 25, F5: pyarrow's OverflowError after 60 s and 6.6 GB).
+#: not even fit the results table (F5: pyarrow's OverflowError after 60 s and 6.6 GB).
 MAX_LENGTH = 2**31
 
 
@@ -67,7 +67,7 @@ DEPTH_VALUES = 10**DEPTH_DECIMALS + 1
 
 #: The most samples per cell (``--samples``, ``lctx.evaluate(samples=)``): at 10 000 samples the 95 % interval of a
 #: 0/1 metric's mean is at most +-1 percentage point (1.96 * sqrt(0.25 / 10 000) = 0.0098); more buys nothing a
-#: table shows, and ``--samples 1000000000`` took 6 GB in 33 s before any check (issue 42 item 5). A run's grid as a
+#: table shows, and ``--samples 1000000000`` took 6 GB in 33 s before any check. A run's grid as a
 #: whole is bounded too (:data:`lctx.tasks.base.MAX_CELLS`).
 MAX_SAMPLES = 10_000
 

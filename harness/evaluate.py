@@ -135,7 +135,7 @@ def _as_list(x, parse, what: str) -> list:
 def _plain(v):
     """``v`` as a Python number when it is a numpy (or other ``numbers``) one: an integer as int, a real as float; a
     bool (Python's or numpy's) and anything else as it is. lctx records its arguments in run.json and seeds draws
-    with them, and ``numpy.int64(3)`` is neither JSON nor an ``int`` (issue 42 item 9)."""
+    with them, and ``numpy.int64(3)`` is neither JSON nor an ``int``."""
     if isinstance(v, bool) or type(v).__name__ == "bool_":
         return v
     if isinstance(v, numbers.Integral):
@@ -292,7 +292,7 @@ def evaluate(models=None, tasks=None,
     log = log or say
     if api_key_env:  # the key is a secret from the first message on: an option check may quote a value holding it
         register_secret(os.environ.get(str(api_key_env), ""))
-    warn, said = _kept(warn or log)  # this call's warnings: a long reason one gave is not repeated (issue 42 item 4)
+    warn, said = _kept(warn or log)  # this call's warnings: a long reason one gave is not repeated
     nums = _plain_numbers(samples=samples, seed=seed, chunk_size=chunk_size, train_length=train_length,
                           key_digits=key_digits, ppl_max_tokens=ppl_max_tokens, limit=limit, num_fewshot=num_fewshot,
                           concurrency=concurrency, retries=retries, think_budget=think_budget, stride=stride,
@@ -368,7 +368,7 @@ def evaluate(models=None, tasks=None,
 
         for line in unavailable_lines(res.table, said=said):
             warn(line)
-    for lm in lms if dinfo.is_main else []:  # a served reasoning model's thinking that never closed (issue 42 item 7)
+    for lm in lms if dinfo.is_main else []:  # a served reasoning model's thinking that never closed
         n = getattr(lm, "think_unclosed", 0) - unclosed.get(id(lm), 0)
         if n:
             warn(f"warning: {lm.name}: in {n} greedy repl{'y' if n == 1 else 'ies'} the thinking never closed (no "
@@ -454,7 +454,7 @@ def _check_call(models, tasks, task_files, *, model_args=None, lengths, depths, 
             raise LctxError(f"{name}={value!r} is not a whole number >= 1; pass {name}=1 or more "
                             f"(--{name.replace('_', '-')})")
     check_chunk_size(load["chunk_size"])
-    if samples > MAX_SAMPLES:  # before anything is built: 1e9 samples took 6 GB in 33 s (issue 42 item 5)
+    if samples > MAX_SAMPLES:  # before anything is built: 1e9 samples took 6 GB in 33 s
         raise LctxError(f"samples={samples} is above {MAX_SAMPLES}, the most samples per cell lctx runs (the 95% "
                         f"interval of a 0/1 metric's mean is +-1 point there); pass --samples {MAX_SAMPLES} or fewer")
     explicit_lengths = lengths is not None  # the one place --lengths, --depths and --batch-size are parsed
@@ -473,7 +473,7 @@ def _check_call(models, tasks, task_files, *, model_args=None, lengths, depths, 
     cache_dir = Path(cache_dir) if cache_dir is not None else None
     if isinstance(relative, (list, tuple)):
         relative = ",".join(f"{r:g}" for r in relative)
-    # one-line errors before torch loads (issue 15.4)
+    # one-line errors before torch loads
     task_names, file_tasks = _check_names(models, tasks, task_files)
     specs = resolve_models(models or [DEFAULT_MODEL], model_args)  # backends and -M, parsed once (no torch)
     _check_capabilities(specs, task_names)
@@ -549,7 +549,7 @@ def _check_out_dirs(out, cache_dir: Optional[Path]) -> None:
         from lctx.harness.run.rundir import check_not_locked  # lazy: +7 ms (socket) to lctx.cli's import (-X importtime)
 
         check_not_locked(Path(out))  # a busy --out answers now, not after the models load (trial21 item 8)
-    if cache_dir is not None:  # a file there failed the first NIAH sample, after the models loaded (issue 25, F6)
+    if cache_dir is not None:  # a file there failed the first NIAH sample, after the models loaded (F6)
         check_writable_dir(cache_dir, flag="--cache-dir")
 
 
@@ -819,7 +819,7 @@ def _check_before_torch(models, task_names: list[str], task_options, lengths: Op
                         allow_beyond_max: bool, device: str, explicit_lengths: bool, build: Callable,
                         given_tasks: Sequence = (), n_lengths: Optional[int] = None, positions: Sequence[str] = (),
                         **run) -> dict[str, list[int]]:
-    """The checks of a run that need no model, before torch and the weights load (issue 24.6; they came after
+    """The checks of a run that need no model, before torch and the weights load (they came after
     15-31 s; issue 25 item 4, 40-150 s on a busy machine): a CUDA ``device`` on a machine without one
     (:func:`lctx.harness.args.check_device_present`); every task option, run-wide (``--stride``, ``--key-digits``,
     ``--ppl-max-tokens``, ...: ``values``, the tasks' :attr:`lctx.tasks.Task.run_options`) or ``--task-option`` (a
@@ -943,7 +943,7 @@ def _ignored_options(task_names: list[str], family_names: list[str], objects: Se
 def _check_names(models, tasks, task_files) -> tuple[list[str], list[str]]:
     """(The task names of ``tasks`` (a comma-separated string or a list; None: :func:`lctx.tasks.default_tasks`),
     the names ``task_files`` register), after registering the plug-ins' tasks and ``task_files``; checked with what
-    costs no torch or transformers import (``lctx run`` answers these mistakes in well under a second, issue 15.4): every name is a task or one a group
+    costs no torch or transformers import (``lctx run`` answers these mistakes in well under a second): every name is a task or one a group
     runs (:func:`lctx.tasks.group_of`: a derived step, an lm-eval task), and every path of ``models`` exists.
 
     Raises:

@@ -138,7 +138,7 @@ def default_threads() -> tuple[int, str]:
     the same count whatever else runs: the count can change timings several-fold under contention and the
     last bits of parallel reductions, so it must not follow other processes' load (docs/kernels-and-bench.md#threads).
 
-    Why not fewer threads on a busy machine: measured on a 2-core machine at load ~9 (issue 14), SDPA
+    Why not fewer threads on a busy machine: measured on a 2-core machine at load ~9, SDPA
     causal at 16K took 1.3 s with 1 thread and 1.4 s with 2, and the many-op paths lost most (RoPE's old
     rotation, the fixed-state scans); RoPE now computes its tables once and the scans run with
     :func:`scan_threads` (1 by default) whatever this count, so the rest is left to ``LCTX_NUM_THREADS=1``

@@ -4,7 +4,7 @@ A chunked prefill (``--chunk-size``) runs chunk k > 1 as Tq new queries against 
 keys (already in the KV cache) and the chunk's own. The causal mask of that rectangle is lower-right aligned,
 which ``scaled_dot_product_attention(is_causal=True)`` (upper-left) cannot express, so the usual path builds a
 [Tq, Tk] mask and runs SDPA's masked kernel: measured 1.45x one causal call over the whole prompt on this
-project's CPU (issue 28). Split instead into the two parts that need no mask:
+project's CPU. Split instead into the two parts that need no mask:
 
     (o_p, L_p) = attention(q, K[:past], V[:past])               every past key is visible to every query
     (o_c, L_c) = attention(q, K[past:], V[past:], causal)       the chunk's own keys, upper-left = lower-right

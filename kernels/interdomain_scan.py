@@ -561,7 +561,7 @@ def interdomain_scan_cpu(fq: torch.Tensor, kt: torch.Tensor, vt: torch.Tensor, d
         over chunks on the [N, 2D] state only), o = Re(conj(a) P Gamma_c) + M v with M = Re(conj(a) Bbar W).
 
     About 40 tensor ops per piece plus 2 per chunk on the state, against ~15 per chunk of 64 tokens in
-    the model's form (issue 14: 60K ops at 16K tokens, which a loaded 2-thread machine turns into
+    the model's form (60K ops at 16K tokens, which a loaded 2-thread machine turns into
     thread-synchronisation waits). Memory O(T (L + N + D)) per head. Differentiable (plain autograd).
 
     Returns (o [B, H, T, D] float32, new state).

@@ -71,7 +71,7 @@ def ggd_bias(dist: torch.Tensor, amp: torch.Tensor, ainv: torch.Tensor, beta: to
 def fall_distance(amp: float, ainv: float, beta: float, mu: float, eps: float, delta: float = 1.0) -> float:
     """The causal distance (tokens) at which the GGD prior :func:`ggd_bias` has fallen ``delta`` nats below its
     largest value over distances d >= 0: meaningful for any shape beta, where alpha is a length only at beta = 1
-    (issue 31 item 5). Closed form: b(d) = -amp (|d - mu| ainv + eps)^beta peaks on d >= 0 at d* = max(mu, 0),
+   . Closed form: b(d) = -amp (|d - mu| ainv + eps)^beta peaks on d >= 0 at d* = max(mu, 0),
     where x0 = |d* - mu| ainv + eps; it is ``delta`` lower where (|d - mu| ainv + eps)^beta = x0^beta +
     delta / amp, i.e. d = mu + ((x0^beta + delta / amp)^(1 / beta) - eps) / ainv. ``inf`` when it never falls that
     far (beta <= 0: the inverted priors of seed 000, whose bias rises with distance; amp = 0: no prior).

@@ -21,7 +21,7 @@ from .variants import MODIFIERS, get_variant  # torch, already loaded: lctx.mode
 
 # Version of the variant options' defaults. 1: configs saved before the field existed (GGD-BAM legacy
 # form, one prior shared by all layers, content-only SSMax, acc_rot spread 1.0). 2: the seeds' and the
-# reference code's defaults (issue 12). A config.json without ``options_version`` is version 1.
+# reference code's defaults. A config.json without ``options_version`` is version 1.
 OPTIONS_VERSION = 2
 
 

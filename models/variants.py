@@ -302,7 +302,7 @@ class AttentionVariant(nn.Module):
             return torch.matmul(probs, v.float()).to(q.dtype)
         if impl.explicit:
             return reference_attention(q, k, v, ctx.mask(), bias)
-        if bias is None and not ctx.padded:  # causal only: no [Tq, Tk] float mask (issue 28)
+        if bias is None and not ctx.padded:  # causal only: no [Tq, Tk] float mask
             from lctx.kernels.chunk_attention import chunk_attention  # lazy: kernels are imported on first use
 
             record_impl(getattr(self, "variant_name", "?"), "sdpa")

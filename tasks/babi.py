@@ -1,4 +1,4 @@
-"""Reasoning over facts scattered in book text, in the style of bAbI tasks 1-3 as BABILong uses them (issue 30).
+"""Reasoning over facts scattered in book text, in the style of bAbI tasks 1-3 as BABILong uses them.
 
 ``babi_qa1``, ``babi_qa2``, ``babi_qa3``: a small simulated world (four people, six rooms, three objects: bAbI's
 names) is run for a seeded number of steps; each step is one fact ("Mary went to the kitchen.", "John picked up
@@ -348,7 +348,7 @@ class BabiQA(BookTask):
         exact: lctx's: 1.0 when the first word of the greedy continuation (letters only, case-insensitive) is the
             answer's room (" the kitchen" is 0, " kitchen, or maybe the garden" is 1).
 
-    Version 2 (issue 42): ``babilong_match`` added as the headline (version 1 records hold only ``exact``).
+    Version 2: ``babilong_match`` added as the headline (version 1 records hold only ``exact``).
 
     Raises (constructor):
         LctxError: no data dir, or no book at ``haystack``.

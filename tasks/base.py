@@ -403,7 +403,7 @@ class Task:
 
     def __new__(cls, *args: Any, **options: Any):
         # the caller's keywords, before any constructor runs: a misspelt option (``Passkey(key_digit=3)``) would
-        # otherwise land in ``options`` through a ``**options`` catch-all and run with the defaults (issue 26)
+        # otherwise land in ``options`` through a ``**options`` catch-all and run with the defaults
         check_option_names(cls, options)
         check_option_bounds(cls, options)  # a size far out of range: refused before the constructor builds with it
         return super().__new__(cls)

@@ -1,4 +1,4 @@
-"""JSON key-value retrieval: one key of a JSON object of random uuid pairs that fills the context (issue 30).
+"""JSON key-value retrieval: one key of a JSON object of random uuid pairs that fills the context.
 
 After the key-value retrieval task of Liu et al. 2023, "Lost in the Middle: How Language Models Use Long
 Contexts" (TACL 2024, section 4: a JSON object of 128-bit uuid keys and values, the model asked for one key's
@@ -39,7 +39,7 @@ ANSWER_PREFIX = "\nCorresponding value:"
 
 def make_pairs(seed: int, cell: Cell, n: int) -> list[tuple[str, str]]:
     """``n`` (key, value) pairs of random version-4 uuids, deterministic in (seed, length, depth, sample): each
-    sample of a cell gets its own object (issue 30 item 6), and the first k pairs of n are the same for any n
+    sample of a cell gets its own object, and the first k pairs of n are the same for any n
     (so that budgeting by the number of pairs is monotone)."""
     rng = random.Random(f"json_kv|{seed}|{cell.length}|{cell.depth}|{cell.sample}")
     seen, out = set(), []
@@ -68,7 +68,7 @@ class JsonKV(Task):
         string_match_all: RULER's substring match of the value, as written (hyphens included), after RULER's
             ``postprocess_pred``; recorded as ``string_match_all_digits`` / ``_word`` with ``match=digits|word``.
 
-    Version 2 (issue 42): ``substring_exact_match`` added as the headline (version 1 records hold only
+    Version 2: ``substring_exact_match`` added as the headline (version 1 records hold only
     ``string_match_all``, which version 1 called HELMET's; it is not).
     """
 

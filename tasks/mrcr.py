@@ -1,4 +1,4 @@
-"""Multi-round coreference resolution, after OpenAI's MRCR (issue 30 item 2).
+"""Multi-round coreference resolution, after OpenAI's MRCR.
 
 OpenAI MRCR (``openai/mrcr`` on Hugging Face, 2025; after Gemini's MRCR, Vodrahalli et al. 2024, "Michelangelo:
 Long Context Evaluations Beyond Haystacks via Latent Structure Queries") is a long conversation of user requests
@@ -67,7 +67,7 @@ class MRCR(BookTask):
         mrcr_stripped: lctx's: MRCR's grade of the response without its leading whitespace, 0..1.
         sequence_ratio: the sequence-match ratio without the prefix rule, 0..1.
 
-    Version 2 (issue 42): ``mrcr`` (MRCR's grade after stripping leading whitespace, which MRCR's grade does not
+    Version 2: ``mrcr`` (MRCR's grade after stripping leading whitespace, which MRCR's grade does not
     do) is now ``mrcr_stripped``, beside MRCR's own ``mrcr_grade``.
 
     Raises (constructor):

@@ -22,7 +22,7 @@ What is RULER's (copied verbatim, checked against the reference in ``tests/test_
   ``string_match_part`` (1 if any is found), case-insensitive, after RULER's ``postprocess_pred``
   (strip; control characters -> newline).
 
-What lctx does differently (issue 5):
+What lctx does differently:
 
 * depth is a grid axis: the queried needle goes to the allowed boundary (a line of the noise/needle
   haystacks, a sentence boundary of the essay) whose character offset in the haystack is nearest to
@@ -96,7 +96,7 @@ def use_match_names(task: Task, match: str) -> None:
 def content_key(*paths: str | os.PathLike) -> tuple[str, ...]:
     """The SHA-256 of each file: :func:`lctx.models.fingerprint.content_key`, imported on first use, since
     importing :mod:`lctx.models` loads torch and registers with transformers, which ``lctx list tasks`` must
-    not pay for (issue 15.4; ``tests/test_startup.py``).
+    not pay for (``tests/test_startup.py``).
 
     Raises:
         LctxError: a file is missing or unreadable.
@@ -414,7 +414,7 @@ class NIAHBuilder:
     def start_word(self, essay: "Essay") -> int:
         """The essay word the haystack starts at: 0 (RULER's; ``haystack_start=first``), or with
         ``haystack_start=random`` a sentence start drawn from (task, seed, length, depth, sample), so the samples
-        of a cell read different windows of the essay (issue 30 item 6: a shared haystack lets prefix caching and
+        of a cell read different windows of the essay (a shared haystack lets prefix caching and
         memorisation carry over between samples)."""
         if self.task.haystack_start != "random":
             return 0
@@ -642,7 +642,7 @@ class RulerNIAH(Task):
         else:
             super().__init__(match=match, max_new_tokens=max_new_tokens, haystack_start=haystack_start)
         self.match, self.max_new_tokens = match, max_new_tokens
-        use_match_names(self, match)  # lctx's stricter modes: not under RULER's metric names (issue 42)
+        use_match_names(self, match)  # lctx's stricter modes: not under RULER's metric names
         self.haystack_start = haystack_start
         self.data_dir = resolve_data_dir(data_dir, self.name)
         self.use_cache = bool(cache)

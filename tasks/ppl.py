@@ -86,7 +86,7 @@ class Perplexity(Task):
         max_tokens: score at most the first ``max_tokens`` tokens of each document (default 32768;
             0 for all).
         concat: join all documents (separated by a blank line) into one before windowing.
-        windows: instead of the sweep, score ``windows`` windows per length at seeded places (issue 31 item 3):
+        windows: instead of the sweep, score ``windows`` windows per length at seeded places:
             sample s is one window of ``length`` tokens starting at a token drawn from (seed, length, s) in a
             document drawn in proportion to its number of starts, scoring its last ``stride`` tokens (those with
             at least ``length - stride`` tokens of context, as in the sweep), so each length has ``windows``

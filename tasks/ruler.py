@@ -229,7 +229,7 @@ class RulerTask(Task):
         # the samples already run instead of rerunning them as new inputs beside the old ones
         Task.__init__(self, match=match, max_new_tokens=max_new_tokens, **options)
         self.match = match
-        use_match_names(self, match)  # lctx's stricter modes: not under RULER's metric names (issue 42)
+        use_match_names(self, match)  # lctx's stricter modes: not under RULER's metric names
         self.max_new_tokens = max_new_tokens
         self.samples = samples
         self.use_cache = bool(cache)

@@ -53,7 +53,7 @@ _WS_CONTROLS = frozenset("\t\n\r\f\v")
 #: The largest text file a task reads whole (a haystack book of babi/mrcr, a ``--ppl-data`` document, RULER's essay
 #: and word lists), bytes: 16 MiB, about 5 times the longest book of the bundled data (War and Peace, 3.4 MB). A
 #: prompt uses a window of its longest length, so a bigger file is a mistake (a dump, a whole corpus in one file):
-#: a 1.2 GB book took 6 GB in 50 s, split into words for a 1K prompt (issue 42 item 5). Refused by its size
+#: a 1.2 GB book took 6 GB in 50 s, split into words for a 1K prompt. Refused by its size
 #: (:func:`check_file_size`) before a byte is read.
 MAX_TEXT_BYTES = 16 << 20
 

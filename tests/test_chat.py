@@ -195,7 +195,7 @@ def chat_lm(chat_ckpt):
 def _render_with(lm, template):
     """(the LctxError of lm.prompt under ``template``, CPU seconds of this process, peak traced bytes). CPU time,
     not wall time: a busy machine stretches the wall clock, not the work a bomb makes before its limit stops it
-    (issue 42: ``seconds < 5`` measured 10.2 s wall at load 13)."""
+    (a wall-clock bound of 5 s measured 10.2 s at load 13)."""
     import time
     import tracemalloc
 
@@ -227,8 +227,8 @@ BOMBS = {"F1": ("{{ 'a' * 2000000000 }}", "the size limit", "the * operator woul
 def test_template_bombs_fail_within_seconds_and_small(chat_lm, name):
     # F1: a GGUF whose template is {{ 'a' * 2000000000 }} reached 6.26 GB under --chat-template on
     template, *needles = BOMBS[name]
-    msg, seconds, peak = _render_with(chat_lm, template)
-    assert seconds < 5 and peak < 2**30, (seconds, peak)
+    msg, cpu_s, peak = _render_with(chat_lm, template)  # process CPU time, not wall time (stretches under load)
+    assert cpu_s < 5 and peak < 2**30, (cpu_s, peak)
     assert "\n" not in msg and msg.startswith(f"the chat template of {chat_lm.chat_source()} went past ")
     assert all(n in msg for n in needles) and msg.endswith("use --chat-template off"), msg
 
@@ -237,8 +237,8 @@ def test_loop_output_and_time_limits(chat_lm, monkeypatch):
     from lctx import chat
 
     loops = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
-    msg, seconds, _ = _render_with(chat_lm, loops)
-    assert f"the limit of {chat.MAX_STEPS} loop iterations and calls" in msg and seconds < 5
+    msg, cpu_s, _ = _render_with(chat_lm, loops)  # process CPU time, not wall time
+    assert f"the limit of {chat.MAX_STEPS} loop iterations and calls" in msg and cpu_s < 5
     msg, _, _ = _render_with(chat_lm, "{% for i in range(100000) %}{{ 'x' * 100 }}{% endfor %}")
     assert "the output limit" in msg and "8 x the messages' length" in msg
     monkeypatch.setattr(chat, "MAX_SECONDS", 0.0)

@@ -1,4 +1,4 @@
-"""The model backends (issue 43, Architecture): how a ``--model`` value becomes model adapters, in one place.
+"""The model backends: how a ``--model`` value becomes model adapters, in one place.
 
 A backend is one file of this folder, named as the backend, holding one light :class:`Backend` (``BACKEND``): which
 ``--model`` values it claims, the checks it makes of one before torch loads, the per-model arguments it takes

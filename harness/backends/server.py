@@ -15,7 +15,7 @@ from lctx.errors import LctxError
 from lctx.harness.backends import Backend
 
 #: bounds of the served model's request options, checked before any work ({name: (lowest, highest, why/fix)}): a
-#: thinking budget enlarges every request's ``max_tokens`` and the byte bound of its reply (issue 42 items 2, 4)
+#: thinking budget enlarges every request's ``max_tokens`` and the byte bound of its reply
 SERVED_BOUNDS = {
     "think_budget": (0, 65536, "the tokens a reasoning model may think before its answer; 64K at most, a bound on "
                               "every reply's size: pass e.g. --think-budget 2048"),

@@ -15,7 +15,7 @@ float mask [B, H, T, T] holding the causal -inf and the ALiBi bias, built before
 mask would exceed a quarter of ``mem_limit``).
 
 Timing is interleaved, because on a shared machine two times taken minutes apart are measured under
-different loads and their ratio is not a measurement (issue 14: ratios of 2.9x-5.9x for the same code).
+different loads and their ratio is not a measurement (ratios of 2.9x-5.9x for the same code).
 One process per variant (``isolate``, the default on CPU) measures all its impls and lengths; per
 (impl, length) it warms up every function (``warmup`` calls each), measures peak memory, then runs
 ``repeats`` rounds, each timing SDPA causal, the variant (and SDPA with the bias) back to back, in

@@ -158,7 +158,7 @@ class TokenizerLM(TokenizerSide):
 
 @dataclass
 class RetrievalMix:
-    """Synthetic retrieval documents mixed into the training windows (issue 12, item 6).
+    """Synthetic retrieval documents mixed into the training windows.
 
     fraction: share of training windows (per batch: floor(fraction * batch) windows, plus one more with
         probability equal to the remainder) that begin with a retrieval document.

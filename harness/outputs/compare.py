@@ -29,7 +29,7 @@ A cell that holds several option sets on a side (one run directory, two ppl stri
 options, within that cell alone (:func:`_match_cells`): a cell's verdict never depends on other cells. The rows of
 such a cell name the options that tell them apart (``option_set``, "key_digits=3"; the printed note shows it).
 
-Positional methods (issue 43): a checkpoint evaluated under a method is a model of its own (``{base}+{label}``,
+Positional methods: a checkpoint evaluated under a method is a model of its own (``{base}+{label}``,
 run.json's ``inputs.models[name]["position"]``), so it is gated like any model: its cells pair with the baseline's
 same (base, method) by name, the printed table and ``compare.csv`` name the method (``method``), a method recorded
 with other options on the two sides makes its cells ``incomparable`` (:data:`POSITION`), and ``--alias new=old`` of a
@@ -42,7 +42,7 @@ log-probabilities: not comparable, the reason in the note; never a regression or
 fail the gate) or ``same`` (within tolerance). The gate fails on regression or error (exit 1),
 on missing unless allowed (exit 1), and on incomparable cells (exit 2: the gate compared the wrong runs).
 
-Outside text (issue 42): the summaries read are redacted (:func:`lctx.harness.run.tables.clean_frame`), what is
+Outside text: the summaries read are redacted (:func:`lctx.harness.run.tables.clean_frame`), what is
 printed goes through :mod:`lctx.harness.run.console` (redacted, control characters escaped), ``compare.csv`` and
 ``compare.md`` are written redacted and escaped, and a reason too long for a table cell (a served model's trust probe
 reason, hundreds of characters) is printed once above the table, capped (:func:`lctx.outside.quote`), its cells
@@ -90,7 +90,7 @@ DIRECTIONS: dict[str, str] = {**OTHER_DIRECTIONS, **{m.name: m.direction for m i
 STATUSES = ("regression", "error", "incomparable", "missing", "improvement", "new", "unavailable", "same", "ignored")
 FAILING = ("regression", "error")
 
-#: the positional method of a checkpoint as shipped (run.json ``inputs.models[name]["position"]["method"]``, issue 43)
+#: the positional method of a checkpoint as shipped (run.json ``inputs.models[name]["position"]["method"]``)
 SHIPPED = "shipped"
 #: the column :func:`compare_dirs` adds to both summaries from run.json: each model's positional method, options and
 #: layer type (canonical JSON; blank where a run records none). It is compared as an option of the cell
@@ -100,7 +100,7 @@ POSITION = "position"
 
 def run_positions(meta: dict | None) -> dict[str, dict]:
     """{model name: its positional method} of a run directory's ``run.json`` (``inputs.models[name]["position"]``:
-    {"base", "method", "options", "layer_type", "effective"}, issue 43); {} for a run that records none (written
+    {"base", "method", "options", "layer_type", "effective"}); {} for a run that records none (written
     before positional methods, or by hand)."""
     inputs = (meta or {}).get("inputs") if isinstance((meta or {}).get("inputs"), dict) else {}
     models = inputs.get("models") if isinstance(inputs.get("models"), dict) else {}
@@ -461,7 +461,7 @@ def load_summary(run_dir: Path, what: str = "run") -> pd.DataFrame:
                         "pass a run directory written by lctx run")
     if df.empty:
         raise LctxError(f"{what} {str(run_dir)!r} has no results (empty summary); run lctx run into it first")
-    df = clean_frame(df)  # redacted as read: a summary written before lctx redacted keys too (issue 42)
+    df = clean_frame(df)  # redacted as read: a summary written before lctx redacted keys too
     df = _checked_summary(df.reset_index(drop=True), f"{what} {str(run_dir)!r}: {src}")
     if src == "summary.csv" and any(c not in df.columns for c in LABEL_COLUMNS):
         df = _labels_from_results(run_dir, df)
@@ -864,7 +864,7 @@ def option_differences(run: dict, base: dict) -> list[str]:
         a, b = run.get(col), base.get(col)
         if _blank(a) or _blank(b):
             continue
-        if col == POSITION:  # a model's positional method (issue 43): named as --position writes it
+        if col == POSITION:  # a model's positional method: named as --position writes it
             if a != b:
                 ja, jb = json.loads(a), json.loads(b)
                 out.append(f"position: run {_position_text(ja)}, baseline {_position_text(jb)}")
@@ -980,7 +980,7 @@ def long_reasons(cmp: Comparison, include_same: bool = False) -> list[str]:
     """The distinct ``unavailable`` notes of the shown cells (all of them with ``include_same``) longer than
     :data:`lctx.harness.run.tables.SHORT_REASON` characters, in table order: each is printed once above the table
     (capped) and its cells' notes name it as ``reason [k]``, instead of a 400-character reason in every row (issue 42
-    item 4, issue 45)."""
+    item 4)."""
     t = cmp.table if include_same else cmp.table[~cmp.table["status"].isin(["same", "ignored"])]
     notes = [r for r in t.loc[t["status"] == "unavailable", "unavailable"] if isinstance(r, str)]
     return [r for r in dict.fromkeys(notes) if len(r) > SHORT_REASON]
@@ -1021,7 +1021,7 @@ DISPLAY_HEADER = ["status", "model", "task", "metric", "length", "depth", "bette
 
 def shows_method(cmp: Comparison) -> bool:
     """Whether the printed table has a ``method`` column: some cell's model has a positional method recorded in its
-    run.json (issue 43; :func:`with_positions`)."""
+    run.json (:func:`with_positions`)."""
     return "method" in cmp.table.columns and cmp.table["method"].fillna("").astype(str).str.strip().ne("").any()
 
 
@@ -1046,7 +1046,7 @@ def print_report(cmp: Comparison, file=None) -> None:
     too wide for the terminal drops its empty columns or prints as Markdown), then the verdict line."""
 
     rows = _display_rows(cmp)
-    for line in _reason_lines(cmp):  # a long reason once, above the table (issue 45)
+    for line in _reason_lines(cmp):  # a long reason once, above the table
         print_line(line, file=file)
     if rows:
         style = {"regression": "bold red", "error": "bold red", "incomparable": "bold yellow", "missing": "yellow",
@@ -1080,7 +1080,7 @@ def write_report(cmp: Comparison, out_dir: Path) -> tuple[Path, Path]:
             lines += ["| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in row) + " |" for row in rows]
         else:
             lines.append("Every matched cell is within tolerance.")
-        md.write_text(safe("\n".join(lines) + "\n"))  # redacted, control characters escaped (issue 42)
+        md.write_text(safe("\n".join(lines) + "\n"))  # redacted, control characters escaped
     except OSError as e:
         raise LctxError(f"cannot write to --out {str(out_dir)!r} ({e.strerror or e}); pass a writable directory") from None
     return csv, md
@@ -1090,7 +1090,7 @@ def compare_dirs(run_dir: Path, baseline_dir: Path, rules: Rules | None = None,
                  allow_missing: bool = False, allow_option_changes: bool = False,
                  across_seeds: bool = False) -> Comparison:
     """:func:`compare_runs` on two run directories (see :func:`load_summary` for what is read). Where a run.json records
-    positional methods (issue 43), both summaries get each model's method (:func:`with_positions`): a method's model
+    positional methods, both summaries get each model's method (:func:`with_positions`): a method's model
     (``{base}+{label}``) pairs with the same (base, method) of the baseline by its name, as any model does (a method
     the run lacks is ``missing``), the printed table names the method, and a model whose method or options differ
     between the two sides is ``incomparable`` (:func:`option_differences`).
@@ -1111,7 +1111,7 @@ def compare_dirs(run_dir: Path, baseline_dir: Path, rules: Rules | None = None,
             declared.update(declared_tasks(metas[d]))
         except LctxError as e:
             say(f"warning: {e}; lctx compare does not read it (the verdict stands)", err=True)
-    if any(run_positions(m) for m in metas.values()):  # positional methods (issue 43): named, and compared as options
+    if any(run_positions(m) for m in metas.values()):  # positional methods: named, and compared as options
         run, base = with_positions(run, metas.get(run_dir)), with_positions(base, metas.get(baseline_dir))
     cmp = compare_runs(run, base, rules, allow_missing, allow_option_changes, declared, across_seeds)
     cmp.run_dir, cmp.baseline_dir = str(run_dir), str(baseline_dir)

@@ -22,7 +22,7 @@ Public API:
   :func:`write_run_outputs`: a run's tables (:func:`lctx.harness.steps.derived.write_run_tables`), then its figures.
 * the report's figures: :func:`perplexity_figure`, :func:`accuracy_figure`, :func:`bench_figure`,
   :func:`ruler_figure`, with :func:`palette` and :func:`task_meta_of`; per base model of several positional methods
-  (issue 43): :func:`method_heatmaps` (a row of heatmaps, one per method) and :func:`methods_retrieval_figure`
+ : :func:`method_heatmaps` (a row of heatmaps, one per method) and :func:`methods_retrieval_figure`
   (retrieval vs length, a line per method with its interval band and declared maximum).
 """
 
@@ -118,7 +118,7 @@ def safe_filename(name: object) -> str:
 def clean_texts(fig) -> None:
     """Every text of ``fig`` (titles, labels, legend entries, tick labels, annotations) as :func:`lctx.outside.safe`
     writes it: a model id or reason from outside is redacted and its control characters are drawn as visible
-    ``\\x1b``-style escapes, never as missing glyphs (issue 42 item 5). Called by every save."""
+    ``\\x1b``-style escapes, never as missing glyphs. Called by every save."""
     for t in fig.findobj(Text):
         s = t.get_text()
         if isinstance(s, str) and s:
@@ -1206,7 +1206,7 @@ def bench_figure(table: pd.DataFrame, out_dir: str | Path, pal, tasks: list[str]
 
 
 # ----------------------------------------------------------------------------------------------
-# positional methods side by side (issue 43 item 5; lctx.harness.outputs.report lays them out)
+# positional methods side by side (lctx.harness.outputs.report lays them out)
 # ----------------------------------------------------------------------------------------------
 
 def method_heatmaps(df: pd.DataFrame, out_dir: str | Path, task: str, members: list[str], titles: dict[str, str],

@@ -15,7 +15,7 @@ The report (``--out``) holds:
   bars: every figure is drawn by :mod:`lctx.harness.outputs.plots` (public functions), this module lays them out;
 * ``summary.csv``: one row per model (training length, flat-until, effective length, retrieval scores at
   the chosen lengths, MMLU/ARC accuracy), ``failures.csv``: the errored cells;
-* positional methods (issue 43 item 5), for each base model evaluated under two methods or more (run.json's
+* positional methods, for each base model evaluated under two methods or more (run.json's
   ``inputs.models[name]["position"]``, in one run directory or one per method): a one-line answer (which method
   keeps retrieval above the threshold farthest), a table with a row per method (effective lengths, ppl ratio at 2x,
   4x, 8x with intervals, ppl at 1x against the shipped model, seconds per sample; :func:`method_table`), retrieval vs
@@ -27,7 +27,7 @@ A metric a model could not give (rows with status ``unavailable``: a server with
 summary and in its task's section, "unavailable" in the summary's cells, "n/a" cells in its heatmap panel, and a
 section that lists every such metric. It is never drawn as 0 and never counted as a failure.
 
-Outside text (a served model id, a server's error, a reason; issue 42): the tables and ``run.json`` read are redacted
+Outside text (a served model id, a server's error, a reason): the tables and ``run.json`` read are redacted
 as they are loaded (:func:`lctx.harness.run.tables.clean_frame`, :func:`lctx.outside.clean`: a run written before
 lctx redacted keys is no exception), and every file written passes through :func:`lctx.outside.safe` once more:
 ``report.md``, ``report.html`` (whose ``html.escape`` leaves control characters: they are written as visible
@@ -128,12 +128,12 @@ def load_run(run_dir: str | Path) -> tuple[pd.DataFrame, dict]:
     if table.empty or not {"model", "task", "metric", "value", "status"} <= set(table.columns):
         raise LctxError(f"the results table of {str(d)!r} is empty or lacks model/task/metric/value/status columns")
 
-    table = clean_frame(table)  # redacted as read: a run written before lctx redacted keys too (issue 42)
+    table = clean_frame(table)  # redacted as read: a run written before lctx redacted keys too
     table = table.assign(model=label_names(table))  # one model run with two option sets: two series, not a mean
     # run.json gives the page its provenance (weights' hashes, git_rev, options) and max_positions: a damaged one
     # is refused as `lctx run` refuses it, never left out of the report without a word (trial21 item 7)
     meta = clean(read_json(d / "run.json") or {})
-    name_foreign_records(d, lambda m: say(m, err=True))  # lines run.json does not vouch for (issue 25)
+    name_foreign_records(d, lambda m: say(m, err=True))  # lines run.json does not vouch for
     return table, meta
 
 
@@ -370,7 +370,7 @@ def ruler_blocks(table: pd.DataFrame, out_dir: Path) -> tuple[list, list[Path]]:
 
 
 def category_table(rows: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
-    """One model's length x category table (issue 30 item 7) from its rows of a results table: per length, each
+    """One model's length x category table from its rows of a results table: per length, each
     category's score in percent, the mean over the category's tasks of each task's headline metric (mean over ok
     samples and depths, x100), as RULER averages its tasks; a task counts where it has a score at that length; and
     ``RULER average`` beside them when the rows hold the ``ruler`` group's. Categories come from the tasks'
@@ -754,7 +754,7 @@ def metadata_table(metas: list[dict], table: pd.DataFrame) -> pd.DataFrame:
 
 
 # ----------------------------------------------------------------------------------------------
-# positional methods (issue 43 item 5): which method extends a model, and how far
+# positional methods: which method extends a model, and how far
 # ----------------------------------------------------------------------------------------------
 
 #: the multiples of the reference length at which the positional-methods table shows the ppl ratio
@@ -775,7 +775,7 @@ def model_positions(table: pd.DataFrame, metas: list[dict]) -> dict[str, dict]:
     """The positional method of each model label of the report: {label: {"base", "method", "label" (the method as
     shown, :func:`lctx.harness.outputs.compare.method_label`), "options", "layer_type", "effective", "name" (the
     model's name in its run), "run", "max_positions" (the declared maximum the run recorded for it, run.json ``max_positions``; None when it declares
-    none, e.g. attention sinks)}}, read from each run's ``run.json`` ``inputs.models[name]["position"]`` (issue 43).
+    none, e.g. attention sinks)}}, read from each run's ``run.json`` ``inputs.models[name]["position"]``.
 
     A model whose run records no method (a run from before issue 43, or of a model without one) counts as the shipped
     model of the base of that name when another model of the report names it as its base (``inferred``: True), so a
@@ -937,7 +937,7 @@ def _headline_task(tasks: list[str], table: pd.DataFrame) -> str | None:
 
 def method_table(table: pd.DataFrame, members: list[str], positions: dict[str, dict], threshold: float = 0.8,
                  ratios: tuple[float, ...] = METHOD_RATIOS) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
-    """One base model's positional-methods table (issue 43 item 5): a row per method of ``members`` (labels, the
+    """One base model's positional-methods table: a row per method of ``members`` (labels, the
     shipped model first; :func:`method_groups`), from the report's table and :func:`model_positions`.
 
     Columns (display): the method; its declared maximum (tokens, × the reference length); per retrieval task of the
@@ -1117,7 +1117,7 @@ def method_note(info: dict, threshold: float) -> str:
 
 def method_blocks(table: pd.DataFrame, metas: list[dict], out: Path, pal: dict,
                   threshold: float = 0.8) -> tuple[list, list[Path], dict]:
-    """The report's "Positional methods" section (issue 43 item 5): for each base model with two methods or more
+    """The report's "Positional methods" section: for each base model with two methods or more
     (:func:`model_positions`, :func:`method_groups`): a heading, the one-line answer (:func:`method_answer`), the
     note (:func:`method_note`), the table (:func:`method_table`), retrieval vs length with a line per method
     (:func:`lctx.harness.outputs.plots.methods_retrieval_figure`) and a row of heatmaps per task, one per method
@@ -1266,7 +1266,7 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, at: str | None
     cblocks = category_blocks(table)
     if cblocks:
         sections.append(("categories", "By category", cblocks))
-    mblocks, mplots, methods = method_blocks(table, metas, out, pal, threshold)  # issue 43: which method, how far
+    mblocks, mplots, methods = method_blocks(table, metas, out, pal, threshold)  # which method, how far
     if mblocks:
         sections.append(("positions", "Positional methods", mblocks))
         plots += mplots

@@ -226,7 +226,7 @@ def say(text: object, err: bool = False, file: IO | None = None, limit: int | No
     stderr; or ``file``) as :func:`lctx.outside.cap` makes it: a registered secret and credential patterns redacted,
     control characters escaped (newlines kept), at most ``limit`` characters with the count of what was left out
     (``None``: no cap, for a whole table of lctx's own, e.g. a report's text). The console sink of every message
-    that may quote outside text (issue 42)."""
+    that may quote outside text."""
     file = file if file is not None else (sys.stderr if err else sys.stdout)
     file.write((cap(text, limit) if limit else safe(str(text))) + "\n")
     file.flush()

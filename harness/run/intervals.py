@@ -1,4 +1,4 @@
-"""95 % intervals for the means of lctx's tables (issue 30 item 4).
+"""95 % intervals for the means of lctx's tables.
 
 Two kinds, chosen per cell by its values, and named in the tables' ``interval`` column:
 

@@ -18,7 +18,7 @@ a traceback and never lost results.
   entry in ``run.json`` (:data:`SALT`), so a line appended or edited by hand is told apart from the runner's
   (:func:`lctx.harness.run.tables.vet_records` leaves it out of the tables).
 
-Nothing written here holds a secret (issue 42): a record is redacted (:func:`lctx.outside.clean`: the API key and
+Nothing written here holds a secret: a record is redacted (:func:`lctx.outside.clean`: the API key and
 credential patterns in every string, keys included) before it is signed and again as it is written, ``run.json`` and
 every JSON written through :func:`atomic_write_json` likewise, and the lock file's command line too. Their raw control
 characters are left to JSON, which writes C0 as ``\\u001b``-style escapes and, ASCII-only, every C1 and bidi

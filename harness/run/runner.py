@@ -72,7 +72,7 @@ def model_inputs(lm: ModelAdapter) -> dict:
     out = {"path": got["path"], "fingerprint": got["fingerprint"], "files": dict(got.get("files") or {})}
     if isinstance(got.get("server"), dict):  # a served model: what the server says it is, the trust probe's findings
         out["server"] = got["server"]
-    if isinstance(got.get("position"), dict):  # its positional method and what the model computes with (issue 43)
+    if isinstance(got.get("position"), dict):  # its positional method and what the model computes with
         out["position"] = got["position"]
     return out
 
@@ -698,7 +698,7 @@ def _record_error(rec: dict, e: BaseException) -> None:
 def prompt_digest(ids) -> str:
     """The first 16 hex digits of the SHA-256 of a prompt's token ids (each as a little-endian int64): recorded
     per sample (``prompt_sha256``) so that two samples that share a prompt, which prefix caching or memorisation
-    would reward, can be seen in the records (issue 30 item 6). None for a prompt without ids."""
+    would reward, can be seen in the records. None for a prompt without ids."""
     if ids is None:
         return None
     return hashlib.sha256(b"".join(int(t).to_bytes(8, "little", signed=True) for t in ids)).hexdigest()[:16]

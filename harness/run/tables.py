@@ -21,7 +21,7 @@ Which records are tabulated (never a mean over different inputs):
   record). Records of older inputs (weights retrained, data edited, another chunk size or library
   version) stay in ``records.jsonl`` but are left out of ``results.parquet``/``summary.csv``.
 
-What the tables hold of outside text (a served model id, a server's error, a reason; issue 42): every string is
+What the tables hold of outside text (a served model id, a server's error, a reason): every string is
 redacted (:func:`clean_frame`: the API key and credential patterns) in ``results.parquet`` and in the tables returned;
 ``results.csv`` and ``summary.csv`` also have their control characters escaped (``\\x1b``), so a spreadsheet or a
 ``cat`` of them drives no terminal. A warning line quotes outside text capped (:func:`lctx.outside.quote`).
@@ -424,7 +424,7 @@ def unavailable_lines(table: pd.DataFrame, said=()) -> list[str]:
     model whose log-probabilities fail the trust probe: one line, not one per metric); [] when every metric was
     given. The reason is quoted capped (:func:`lctx.outside.quote`), and a long one that a line of ``said`` (the
     warnings printed before, e.g. the trust probe's at load) gave already is referred to, not repeated
-    (:func:`said_before`; issue 42 item 4)."""
+    (:func:`said_before`)."""
     if table is None or "status" not in table.columns or not (table["status"] == UNAVAILABLE).any():
         return []
     na = table[table["status"] == UNAVAILABLE]
@@ -618,7 +618,7 @@ def over_depths(summary: pd.DataFrame, directions: dict[str, str] | None = None)
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# the table `lctx run` prints when a run ends (moved from cli.py: it holds commands only, issue 43)
+# the table `lctx run` prints when a run ends (moved from cli.py: it holds commands only)
 # ---------------------------------------------------------------------------------------------------------------
 
 def declared_directions(out) -> dict[str, str]:
@@ -641,7 +641,7 @@ def declared_directions(out) -> dict[str, str]:
 
 def print_summary(summary, directions: dict[str, str] | None = None, said=()) -> None:
     """Print per (model, task, metric) and length the mean over depths and samples with its 95 % interval
-    (:func:`lctx.harness.run.tables.over_depths`) and n, and, under a metric scored at several depths, its worst depth (issue 24: SmolLM2's passkey exact read
+    (:func:`lctx.harness.run.tables.over_depths`) and n, and, under a metric scored at several depths, its worst depth (SmolLM2's passkey exact read
     0.667 at every length, when depth 1.0 always failed): a rich table on a terminal, a Markdown table off one
     (every cell whole; see :mod:`lctx.harness.run.console`). Cells of different options (a model run with two
     ``--stride`` values) are separate rows, named by the options; a teacher-forced metric says so

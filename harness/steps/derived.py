@@ -166,7 +166,7 @@ def write_run_tables(out_dir: Path, steps: list[DerivedStep] = (), metrics_of: d
     if not records:
         raise LctxError(f"{out_dir} has no records.jsonl records; run the sweep first")
     metrics_of = {**metrics_of_tasks(), **(metrics_of or {}), **{s.name: s.metrics for s in steps}}
-    current = current_map(out_dir)  # only the current inputs' records are derived from (issue 10)
+    current = current_map(out_dir)  # only the current inputs' records are derived from
     base = to_table(records, metrics_of, current)
     derived = [r for s in steps for r in s.derive(base, s.spec)]
     table, summary = write_tables(records + derived, out_dir, metrics_of, current)

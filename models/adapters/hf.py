@@ -162,7 +162,7 @@ class HFAdapter(TokenizerSide):
     _cache_kw: str = field(default="cache", repr=False)
     _length_ropes: list = field(default_factory=list, repr=False)
     _inputs: dict | None = field(default=None, repr=False)  # model_inputs(), hashed once
-    #: the positional method it runs with (issue 43; :func:`load_lm`'s ``position``): ``{"base", "method",
+    #: the positional method it runs with (:func:`load_lm`'s ``position``): ``{"base", "method",
     #: "options", "layer_type", "effective"}`` as run.json records it; None for an adapter made without load_lm
     position: dict | None = field(default=None, repr=False)
     #: where ``max_length`` comes from, for messages (config.json's or the GGUF metadata's key)
@@ -280,7 +280,7 @@ class HFAdapter(TokenizerSide):
         :class:`lctx.models.cache.PreallocatedKVCache` (chunks written in place, no concatenation),
         other models transformers' ``DynamicCache`` built from the model's config, as ``generate`` builds it:
         a sliding-window layer (Gemma 3's 512-token local layers) keeps only its last window - 1 keys
-        (``DynamicSlidingWindowLayer``), so its attention and KV memory are O(window), not O(T) (issue 28)."""
+        (``DynamicSlidingWindowLayer``), so its attention and KV memory are O(window), not O(T)."""
         config = getattr(self.model, "config", None)
         if getattr(config, "model_type", "") == "lctx":
             from lctx.models.cache import PreallocatedKVCache  # lazy: loads lctx.models (its kernels load triton)
@@ -401,7 +401,7 @@ class HFAdapter(TokenizerSide):
         frequencies of the longest forward it has seen and re-decides per chunk, so a cell's score depended
         on the cells run before it and on ``--chunk-size`` (issue 11 a). A module with a table per layer type
         (Gemma 3's ``full_attention`` / ``sliding_attention``) has each length-dependent table fixed the same way
-        (issue 43: ``--position dynamic`` on its global layers). A no-op for other models."""
+        (``--position dynamic`` on its global layers). A no-op for other models."""
         for mod, rt, scaling, lt in self._length_ropes:
             prefix, kw = (f"{lt}_", {"layer_type": lt}) if lt is not None else ("", {})
             _set_rope_type(mod, lt, "lctx_fixed")  # not "dynamic"/"longrope": transformers' per-call update is skipped
@@ -650,7 +650,7 @@ def load_lm(path: str, device: str = DEVICE, dtype: str = DTYPE, name: str | Non
     where transformers would run ``sdpa``.
     ``chat_template`` / ``system_prompt``: see :meth:`HFAdapter.prompt` (``--chat-template on``, ``--system-prompt``).
     ``progress`` False (``--no-progress``): no de-quantising bar when a GGUF file is converted.
-    ``position``: a positional method (issue 43; ``"yarn:factor=4"``, a
+    ``position``: a positional method (``"yarn:factor=4"``, a
     :class:`~lctx.models.position.PositionSpec` or a parsed method; None or ``"shipped"``: as shipped), see
     :func:`_apply_position`: a RoPE-table method edits the config's ``rope_parameters`` before the weights load,
     an attention method is applied after; the model's name and variant get its label (``+yarn_factor4``,

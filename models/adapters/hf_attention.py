@@ -1,5 +1,5 @@
 """``lctx_sdpa``: transformers' SDPA attention for Hugging Face checkpoints without the masked rectangles of a
-chunked prefill (issue 28).
+chunked prefill.
 
 Registered through transformers' two interfaces (no module is patched): an attention function
 (``AttentionInterface.register``) and its mask function (``AttentionMaskInterface.register``), selected per model

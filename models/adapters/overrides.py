@@ -1,5 +1,5 @@
 """Attention overrides on a loaded checkpoint (``lctx run --attn-override NAME[:KEY=VALUE,...]``): the older name of
-two positional methods (issue 43), kept working.
+two positional methods, kept working.
 
 - ``ssmax`` (option ``s``, default 1): Scalable-Softmax with a fixed s, :mod:`lctx.models.position.ssmax` (through
   transformers' attention interface on Hugging Face models; ``<variant>+ssmax`` on native lctx checkpoints);

@@ -26,7 +26,7 @@ What it checks, so that a served number is as trustworthy as an in-process one:
   prompt) is the sample's error (:class:`lctx.errors.ServerReplyError`, one line); a server that stops answering
   after the retries ends the run (:class:`lctx.errors.ServerUnreachable`) with every finished sample recorded, and
   the same command resumes.
-* **Nothing from the server is trusted** (issue 42): every reply is read with a byte bound derived from its request
+* **Nothing from the server is trusted**: every reply is read with a byte bound derived from its request
   (:func:`completion_bound`, :func:`tokenize_bound`, :data:`MODELS_BOUND`, ...: the reading stops as soon as the
   bound is passed, so a 2 GB reply costs at most the bound), and ``--request-timeout`` is a deadline on each request
   from connect to last byte (:class:`_DeadlineStream`: every socket read waits at most what is left, so a server that
@@ -108,7 +108,7 @@ _ENCODE_CACHE = 512  # prompts kept tokenised (a task's budgeting encodes the sa
 LOGPROB_TOL = 1e-3
 
 # ---------------------------------------------------------------------------------------------------------------
-# bounded replies (issue 42 item 2): the most bytes read of each reply, derived from its request
+# bounded replies: the most bytes read of each reply, derived from its request
 # ---------------------------------------------------------------------------------------------------------------
 
 #: bytes allowed for a reply's envelope beside what scales with its tokens: ids, the model name, ``usage``, the
@@ -798,7 +798,7 @@ class ServerAdapter(TokenizerSide):
         if text is None:
             body = ids[1:] if self.bos_id is not None and ids[:1] == [self.bos_id] else ids
             text = self.tokenizer.decode(body, skip_special_tokens=False)  # special tokens kept: the server parses them
-        elif self.bos_id is not None and ids[:1] == [self.bos_id]:  # BOS exactly once (issue 42 item 8): a chat
+        elif self.bos_id is not None and ids[:1] == [self.bos_id]:  # BOS exactly once: a chat
             bos = getattr(self.tokenizer, "bos_token", None) or (  # template's "{{ bos_token }}" text is the BOS
                 getattr(self.tokenizer, "special_tokens_map", None) or {}).get("bos_token")  # the server puts first
             if isinstance(bos, str) and bos and text.startswith(bos):

@@ -1,4 +1,4 @@
-"""Positional methods on real checkpoints (issue 43): RoPE scaling through transformers' ``rope_parameters``, attention
+"""Positional methods on real checkpoints: RoPE scaling through transformers' ``rope_parameters``, attention
 sinks, Self-Extend, SSMax / log-n; one file per method, named as the method (:mod:`.base` holds the interface, the
 registry and the parse). Importing this package registers every method of the folder."""
 

@@ -1,4 +1,4 @@
-"""Positional methods applied to a loaded checkpoint (issue 43): the interface every method implements, the registry,
+"""Positional methods applied to a loaded checkpoint: the interface every method implements, the registry,
 and the parse of a ``--position NAME[:KEY=VALUE,...]`` spec against a method's option schema.
 
 A method is one file of this package whose name is the method's name (``yarn.py`` registers ``yarn``), so the CLI's
@@ -235,7 +235,7 @@ def _coerce(method: str, key: str, value: Any, opt: Opt) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# what the loaded model computes with: read back from the built modules (issue 43 item 3)
+# what the loaded model computes with: read back from the built modules
 # ---------------------------------------------------------------------------------------------------------------
 
 #: rope_type values whose frequencies depend on the forward's length (transformers' ``dynamic_rope_update``)

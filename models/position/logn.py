@@ -6,7 +6,7 @@ logits): the logits of query i are multiplied by
     log(n_i) / log(n_train),   n_i = the keys query i may attend to
 
 which is Scalable-Softmax (:mod:`lctx.models.position.ssmax`) with the fixed scale s = 1 / log(n_train), at 1 at
-the training length (issue 46 item 3: "logits x log n / log n_train, fixed"), applied the same way (transformers'
+the training length ("logits x log n / log n_train, fixed"), applied the same way (transformers'
 attention interface; native lctx checkpoints' ``+ssmax`` variant). Option: ``train_length`` (n_train; default the
 checkpoint's training length, else its max_position_embeddings). :func:`reference` is the formula.
 """
