@@ -21,7 +21,7 @@ import typer
 import lctx
 from lctx import ATTN_IMPLS
 from lctx.attn_impl import ATTN_IMPL_REGISTRY
-from lctx.defaults import CHUNK_SIZE, CONCURRENCY, DEVICE, DTYPE, REQUEST_TIMEOUT_S, RETRIES
+from lctx.defaults import CHUNK_SIZE, CONCURRENCY, DEVICE, DTYPE, ORDER, REQUEST_TIMEOUT_S, RETRIES
 from lctx.harness.run.console import count, print_frame, print_table, say, table_format
 from lctx.harness.args import (check_checkpoint_out, check_results_out, check_train_args, check_writable_dir, data_path, parse_lengths, parse_options)
 from lctx.errors import EXIT_ALL_FAILED, EXIT_USAGE, LctxError, ServerReplyError, split_list
@@ -171,6 +171,7 @@ def run(
     think_end: Optional[str] = typer.Option(None, "--think-end", help="Served reasoning models: the marker that ends the thinking span (e.g. '</think>'); the text up to it is dropped before scoring."),
     think_budget: int = typer.Option(0, "--think-budget", min=0, help="Served reasoning models: tokens added to each answer budget for the thinking span."),
     batch_size: Optional[str] = typer.Option(None, "--batch-size", help="N or auto: prefill and decode N samples of one length together (passkey, niah_*, RULER's tasks, custom tasks with batched = True; ppl runs one at a time); mmlu/arc: N requests per lm-eval forward, refused when the memory check finds it does not fit (default 1 and, for mmlu/arc, the largest up to 32 that fits, printed). auto: the most that lctx plan's memory model fits in half the device (at most 4 on CPU, 32 on CUDA). Records equal batch 1's to rounding; see \"Batches\" in docs/kernels-and-bench.md."),
+    order: str = typer.Option(ORDER, "--order", help="The order samples run in: cache (per length and sample seed, the deepest needle first: each prompt repeats the one before up to its needle, so a server's prefix cache reuses it), grid (lengths x depths x samples) or shuffle (seeded; the control when measuring the saving). Scores do not depend on it."),
 ):
     """Evaluate checkpoints on tasks x lengths x depths; write records.jsonl, results.parquet/csv, summary.csv and plots."""
     if chat_template not in ("on", "off"):
@@ -191,7 +192,7 @@ def run(
         trust_remote_code=trust_remote_code, attn_override=attn_override, positions=list(position) if position else None,
         model_args=list(model_args) if model_args else None, chat_template=chat_template == "on",
         system_prompt=system_prompt, memory_check=memory_check, progress=progress, batch_size=batch_size,
-        stride=stride, window=window,
+        order=order, stride=stride, window=window,
         ppl_data=ppl_data or None, ppl_bos=ppl_bos, ppl_short_docs=ppl_short_docs, ppl_max_tokens=ppl_max_tokens,
         key_digits=key_digits, limit=limit, num_fewshot=num_fewshot, concurrency=concurrency, tokenizer=tokenizer,
         api_key_env=api_key_env, served_model=served_model, request_timeout=request_timeout, retries=retries,

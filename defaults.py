@@ -25,7 +25,11 @@ CONCURRENCY = 1
 #: mmlu/arc: the most lm-eval requests per forward when ``--batch-size`` is not given; the memory check lowers it to
 #: the largest batch that fits (:func:`lctx.models.adapters.memory.check_lmeval_fits`)
 LMEVAL_BATCH_SIZE = 32
+#: the order samples run in (``--order``; :func:`lctx.harness.run.runner.order_cells`): per length and sample seed,
+#: the deepest needle first, so a server's prefix cache reuses each haystack; ``ORDERS``: every order known
+ORDER = "cache"
+ORDERS = ("cache", "grid", "shuffle")
 
 #: {name: value} of every default above, for the test that finds a second definition and for messages
 ALL = {"DEVICE": DEVICE, "DTYPE": DTYPE, "CHUNK_SIZE": CHUNK_SIZE, "REQUEST_TIMEOUT_S": REQUEST_TIMEOUT_S,
-       "RETRIES": RETRIES, "CONCURRENCY": CONCURRENCY, "LMEVAL_BATCH_SIZE": LMEVAL_BATCH_SIZE}
+       "RETRIES": RETRIES, "CONCURRENCY": CONCURRENCY, "LMEVAL_BATCH_SIZE": LMEVAL_BATCH_SIZE, "ORDER": ORDER}

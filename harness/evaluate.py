@@ -24,7 +24,8 @@ from functools import partial
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence, Union
 
-from lctx.defaults import CHUNK_SIZE, CONCURRENCY, DEVICE, DTYPE, LMEVAL_BATCH_SIZE, REQUEST_TIMEOUT_S, RETRIES
+from lctx.defaults import (CHUNK_SIZE, CONCURRENCY, DEVICE, DTYPE, LMEVAL_BATCH_SIZE, ORDER, ORDERS, REQUEST_TIMEOUT_S,
+                           RETRIES)
 from lctx.harness.backends import ModelSpec, resolve_models
 from lctx.harness.backends.server import SERVED_BOUNDS, check_bounds  # noqa: F401  (SERVED_BOUNDS re-exported)
 from lctx.harness.args import (MAX_SAMPLES, check_positions, check_results_out, check_run_options,
@@ -204,7 +205,8 @@ def evaluate(models=None, tasks=None,
              attn_override: Optional[str] = None, positions: Union[str, Sequence[str], None] = None,
              model_args=None,
              chat_template: bool = False, system_prompt: Optional[str] = None,
-             memory_check: bool = True, progress: bool = False, batch_size: Union[int, str, None] = None, stride: float = 0.5,
+             memory_check: bool = True, progress: bool = False, batch_size: Union[int, str, None] = None,
+             order: str = ORDER, stride: float = 0.5,
              window: Union[str, Sequence[int], None] = None, ppl_data: Optional[Sequence[str]] = None,
              ppl_bos: str = "prepend", ppl_short_docs: str = "drop", ppl_max_tokens: int = 32768,
              key_digits: int = 5, limit: Optional[int] = None, num_fewshot: Optional[int] = None,
@@ -237,7 +239,8 @@ def evaluate(models=None, tasks=None,
     depths, fractions in [0, 1]; samples: per (length, depth) cell; out: the run directory (default: a fresh
     temporary directory; rerun with the same ``out`` to resume). The other options are those of ``lctx run``
     (``lctx run --help``): ``task_options`` as ``{task: {key: value}}`` or ``["task.key=value"]``,
-    ``chat_template`` True/False, ``batch_size`` an int or ``"auto"`` (docs/kernels-and-bench.md#batches---batch-size;
+    ``chat_template`` True/False, ``order`` the order samples run in (:func:`lctx.harness.run.runner.order_cells`),
+    ``batch_size`` an int or ``"auto"`` (docs/kernels-and-bench.md#batches---batch-size;
     None: 1 sample of the length sweeps and for lm-eval the largest batch up to :data:`LMEVAL_BATCH` that the memory
     check fits; an int N: N for both, refused when lm-eval's batch does not fit, unless ``memory_check=False``),
     ``cache_dir_from_env`` True when ``cache_dir`` is ``$LCTX_CACHE_DIR``, not the user's ``--cache-dir`` (no warning
@@ -303,6 +306,8 @@ def evaluate(models=None, tasks=None,
                                                                         "concurrency"))
     retries, think_budget, stride, request_timeout, batch_size = (nums[k] for k in ("retries", "think_budget", "stride",
                                                                                    "request_timeout", "batch_size"))
+    if order not in ORDERS:  # before anything loads
+        raise LctxError(f"--order {order!r} is not one of {', '.join(ORDERS)}; use --order {ORDER} (the default)")
     call = _check_call(models, tasks, task_files, model_args=model_args, lengths=lengths, depths=depths, samples=samples, relative=relative,
                        batch_size=batch_size, data_dir=data_dir, cache_dir=cache_dir, out=out,
                        train_length=train_length, chat_template=chat_template, system_prompt=system_prompt, warn=warn,
@@ -362,7 +367,7 @@ def evaluate(models=None, tasks=None,
     unclosed = {id(lm): getattr(lm, "think_unclosed", 0) for lm in lms}  # a served model's count, before the sweep
     res = _sweep_and_write(groups, run_tasks, out, dinfo, depths=call.depths, samples=samples, seed=seed,
                            skip_below=skips["skip_below"], batch=call.batch, relative=relative, lms=lms,
-                           progress=progress, log=log)
+                           progress=progress, log=log, order=order)
     if res.table is not None:  # metrics the models could not give: one line per (model, metric), once per call
         from lctx.harness.run.tables import unavailable_lines  # lazy: loads pandas (loaded by the run already)
 
@@ -721,7 +726,7 @@ def _busy_note(lms: list, dinfo) -> Optional[str]:
 
 
 def _sweep_and_write(groups: list, run_tasks: _Tasks, out: Path, dinfo, *, depths: list, samples: int, seed: int,
-                     skip_below: dict, batch, relative, lms: list, progress: bool, log) -> Result:
+                     skip_below: dict, batch, relative, lms: list, progress: bool, log, order: str = ORDER) -> Result:
     """Lock ``out`` (created now, after every check: a rejected call leaves nothing behind), run the sweeps
     (:func:`_sweep_passes`, one :func:`lctx.harness.run.runner.run_sweep` each, one invocation of run.json), leave
     the process group, and on the main rank write the tables, figures and reports (:func:`_write_outputs`).
@@ -736,7 +741,7 @@ def _sweep_and_write(groups: list, run_tasks: _Tasks, out: Path, dinfo, *, depth
     results = []
     invocation = new_invocation()  # this call's sweeps share one entry of run.json's "invocations"
     with run_dir_lock(out, dinfo):  # created here, after every check: a rejected call leaves nothing behind
-        for lms_g, objs, spec in _sweep_passes(groups, run_tasks, depths=depths, samples=samples, seed=seed,
+        for lms_g, objs, spec in _sweep_passes(groups, run_tasks, depths=depths, samples=samples, seed=seed, order=order,
                                                skip_below=skip_below):
             results.append(run_sweep(lms_g, objs, spec, out, progress=progress, log=log, batch_size=batch,
                                      tables=False, invocation=invocation))
@@ -748,7 +753,8 @@ def _sweep_and_write(groups: list, run_tasks: _Tasks, out: Path, dinfo, *, depth
     return res
 
 
-def _sweep_passes(groups: list, run_tasks: _Tasks, *, depths: list, samples: int, seed: int, skip_below: dict):
+def _sweep_passes(groups: list, run_tasks: _Tasks, *, depths: list, samples: int, seed: int, skip_below: dict,
+                  order: str = ORDER):
     """The sweeps to run, in order, as (models, task objects, :class:`lctx.harness.run.runner.RunSpec`): per group of
     models (one per training length with ``--relative``), the tasks at the group's lengths (lm-eval's after the
     others), then one pass per set of own lengths (ppl's ``--window``); a pass without tasks is left out."""
@@ -757,13 +763,13 @@ def _sweep_passes(groups: list, run_tasks: _Tasks, *, depths: list, samples: int
     objs_all, own = run_tasks.objs, run_tasks.own
     for lms_g, length_list in groups:  # one sweep per training length with --relative
         spec = RunSpec(lengths=length_list if objs_all else [], depths=depths, samples=samples, seed=seed,
-                       skip_below=skip_below)
+                       skip_below=skip_below, order=order)
         own_passes: dict[tuple, list] = {}  # a task with lengths of its own (ppl's --window): a sweep of its own
         for t in objs_all:
             if t.key in own:
                 own_passes.setdefault(tuple(own[t.key]), []).append(t)
         passes = [([t for t in objs_all if t.key not in own] + run_tasks.family_objs, spec)]
-        passes += [(objs, RunSpec(list(lens), depths, samples, seed)) for lens, objs in own_passes.items()]
+        passes += [(objs, RunSpec(list(lens), depths, samples, seed, order=order)) for lens, objs in own_passes.items()]
         for objs, sp in passes:
             if objs:
                 yield lms_g, objs, sp

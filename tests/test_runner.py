@@ -636,3 +636,46 @@ def test_samples_of_a_cell_never_share_a_prompt(make_checkpoint, tmp_path):
         assert len(set(per_sample)) == 3 and all(per_sample), (task, per_sample)
     assert digests["a"] == digests["b"]
     assert prompt_digest([1, 2, 3]) != prompt_digest([1, 2, 4])  # control: one token changes it
+
+
+def test_cache_order_runs_each_haystack_deepest_needle_first():
+    """--order cache: per length and sample seed, the deepest needle first, so each prompt repeats the one before up
+    to its own (shallower) needle, which a server's prefix cache reuses; grid is the task's grid as built and shuffle
+    a seeded permutation of the same cells. Control: the grid order breaks the cache order's property."""
+    from lctx.harness.run.runner import order_cells
+
+    cells = Passkey().cells([512, 256], [0.0, 0.5, 1.0], 2)
+
+    def cache_friendly(seq) -> bool:
+        for prev, nxt in zip(seq, seq[1:]):
+            if (prev.length, prev.sample) == (nxt.length, nxt.sample) and nxt.depth > prev.depth:
+                return False  # the next needle is deeper: the previous prompt's cache stops short of it
+        runs = [(c.length, c.sample) for c in seq]
+        return len({k for k in runs}) == len([k for i, k in enumerate(runs) if i == 0 or runs[i - 1] != k])
+
+    got = order_cells(cells, "cache")
+    key = lambda c: (c.length, c.depth, c.sample)  # noqa: E731
+    assert sorted(got, key=key) == sorted(cells, key=key) and cache_friendly(got)
+    assert order_cells(cells, "grid") == cells and not cache_friendly(cells)
+    shuffled = order_cells(cells, "shuffle", seed=3)
+    assert sorted(shuffled, key=key) == sorted(cells, key=key) and shuffled != cells
+    assert order_cells(cells, "shuffle", seed=3) == shuffled  # seeded
+    with pytest.raises(LctxError, match="--order 'random' is not one of cache, grid, shuffle"):
+        order_cells(cells, "random")
+
+
+def test_results_do_not_depend_on_the_order(make_checkpoint, tmp_path):
+    """The same sweep run in the cache order and shuffled gives the same records cell by cell (prompt digest, every
+    metric), in process; tests/test_server_vllm.py checks the same through a server with its prefix cache on."""
+    from lctx.harness.run.runner import RunSpec, run_sweep
+    from lctx.models.adapters.hf import load_lm
+
+    ck = make_checkpoint("rope")
+    got = {}
+    for order in ("cache", "shuffle"):
+        lm = load_lm(str(ck), device="cpu")
+        run_sweep([lm], [Passkey()], RunSpec([96, 128], [0.0, 0.5, 1.0], 2, order=order), tmp_path / order,
+                  progress=False)
+        got[order] = {(r["length"], r["depth"], r["sample"]): (r["prompt_sha256"], r["metrics"])
+                      for r in _records(tmp_path / order)}
+    assert len(got["cache"]) == 12 and got["cache"] == got["shuffle"]

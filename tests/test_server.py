@@ -795,3 +795,40 @@ def test_the_key_is_a_secret_before_the_first_option_check(tmp_path, monkeypatch
     forget_secrets()
     code, _, err = run_cli(base + ["--tasks", key], capsys)
     assert code == 2 and key in err
+
+
+def test_samples_of_one_haystack_go_to_the_server_that_holds_it(tmp_path):
+    """Two servers, one request at a time: every sample of one haystack (passkey at one length: the filler is shared
+    up to the needle) goes to the server that answered the first, whose prefix cache holds it (records' extra
+    ``server``); round robin would alternate. Control: prompts of other haystacks (another length) may go elsewhere,
+    and the scores equal one server's."""
+    with StubServer() as a, StubServer() as b:
+        both = run(f"{a.url},{b.url}", tmp_path, name="two", lengths=[1200], samples=3, depths=[0.5, 1.0], concurrency=1)
+        alone = run(a.url, tmp_path, name="one", lengths=[1200], samples=3, depths=[0.5, 1.0])
+    recs = records(both.out)
+    by_length: dict = {}
+    for r in recs:
+        by_length.setdefault(r["length"], set()).add(r["extra"]["server"])
+    assert all(len(s) == 1 for s in by_length.values()), by_length
+    assert both.summary["mean"].tolist() == alone.summary["mean"].tolist()
+
+
+def test_cached_prompt_tokens_are_read_and_checked():
+    """The prefix-cache count a server reports (vLLM and llama-server: ``usage.prompt_tokens_details.cached_tokens``;
+    llama-server also ``timings.cache_n``) is read from either form; an impossible count (more than the prompt, a
+    negative, a string: fault shapes no real server gave) is refused in one line; none reported is None."""
+    from types import SimpleNamespace as NS
+
+    def reply(details=None, timings=None):
+        return NS(usage=NS(prompt_tokens=100, prompt_tokens_details=details), timings=timings)
+
+    assert S._cached_tokens(reply(NS(cached_tokens=96)), 100, "srv") == 96
+    assert S._cached_tokens(reply({"cached_tokens": 64}), 100, "srv") == 64
+    assert S._cached_tokens(reply(None, {"cache_n": 80}), 100, "srv") == 80
+    assert S._cached_tokens(reply(None, None), 100, "srv") is None
+    assert S._cached_tokens(reply(NS(cached_tokens=None)), 100, "srv") is None
+    with pytest.raises(ServerReplyError, match="101 cached prompt tokens of a 100-token prompt"):
+        S._cached_tokens(reply(NS(cached_tokens=101)), 100, "srv")
+    for bad in (-1, "96", 9.5, True):
+        with pytest.raises(ServerReplyError, match="not a whole number >= 0"):
+            S._cached_tokens(reply(NS(cached_tokens=bad)), 100, "srv")

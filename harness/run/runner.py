@@ -34,6 +34,7 @@ from pathlib import Path
 import torch
 
 import lctx
+from lctx.defaults import ORDER, ORDERS
 from lctx.kernels import impls_used, thread_settings
 from lctx.tasks import TASKS, Task
 from lctx.tasks.base import REASON_CHARS, Unavailable, unavailable_reason
@@ -129,13 +130,15 @@ def _device_type(lm: ModelAdapter) -> str:
 class RunSpec:
     """What to run. lengths/depths: grid values (tokens; fractions in [0, 1]); samples: per cell.
     skip_below: {(model name, task name): tokens}: that model's cells of that task shorter than this are not
-    run (a relative sweep's lengths below the task's template, :func:`check_min_lengths` with ``drop=True``)."""
+    run (a relative sweep's lengths below the task's template, :func:`check_min_lengths` with ``drop=True``).
+    order: the order samples are run in (:func:`order_cells`: ``cache``, ``grid`` or ``shuffle``)."""
 
     lengths: list[int]
     depths: list[float]
     samples: int
     seed: int = 0
     skip_below: dict = field(default_factory=dict)
+    order: str = ORDER
 
 
 def check_lengths(lm: ModelAdapter, lengths: list[int], allow_beyond_max: bool = False) -> None:
@@ -542,6 +545,32 @@ def _done_keys(out_dir: Path, meta: dict, invocation: str, dinfo) -> set:
     return done
 
 
+def order_cells(cells: list, order: str = ORDER, seed: int = 0) -> list:
+    """``cells`` (one task's grid, :meth:`lctx.tasks.Task.cells`) in the order they run.
+
+    ``cache`` (the default): per length, per sample seed, the deepest needle first. The samples of one (length,
+    sample seed) share their haystack up to the needle (passkey's filler, a RULER essay at one length), so each
+    prompt after the first repeats the previous one up to its own, shallower needle: a server's prefix cache (vLLM,
+    llama-server) reuses all of it. ``grid``: lengths x depths x samples (:meth:`~lctx.tasks.Task.cells`).
+    ``shuffle``: a permutation seeded by ``seed`` (the control for a measurement of the saving). The scores do not
+    depend on the order (tests/test_server_vllm.py); only the time does.
+
+    Raises:
+        LctxError: an order not in :data:`lctx.defaults.ORDERS`."""
+    if order not in ORDERS:
+        raise LctxError(f"--order {order!r} is not one of {', '.join(ORDERS)}; use --order cache (the default)")
+    cells = list(cells)
+    if order == "grid":
+        return cells
+    if order == "shuffle":
+        import random  # the standard library's seeded permutation
+
+        random.Random(seed).shuffle(cells)
+        return cells
+    return sorted(cells, key=lambda c: (c.length if c.length is not None else -1, c.sample,
+                                        -(c.depth if c.depth is not None else 0.0)))
+
+
 def _work(lms, tasks, spec: RunSpec, bases: dict, done: set) -> tuple[list, int]:
     """The samples to run, in order: [(model, task, cell, its record's identity fields)] for every cell of every
     (model, task) not in ``done`` and not below the task's shortest length (``spec.skip_below``: a relative sweep).
@@ -550,7 +579,7 @@ def _work(lms, tasks, spec: RunSpec, bases: dict, done: set) -> tuple[list, int]
     for lm in lms:
         for task in tasks:
             below = spec.skip_below.get((lm.name, task.name), 0)
-            for cell in task.cells(spec.lengths, spec.depths, spec.samples):
+            for cell in order_cells(task.cells(spec.lengths, spec.depths, spec.samples), spec.order, spec.seed):
                 if cell.length is not None and cell.length < below:
                     continue  # shorter than the task's template: left out of this (relative) sweep
                 n_cells += 1

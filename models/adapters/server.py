@@ -72,6 +72,9 @@ from lctx.models.adapters.text import Prompt, TokenizerSide, _first_line, tokeni
 
 #: log-probability alternatives asked per token (``logprobs``): ranks past it are reported as ``TOP_K + 1``
 TOP_K = 5
+#: the prompt ids that pick a server in a list of several (:meth:`ServerAdapter._pick`): prompts that start alike
+#: (samples of one haystack at other depths, passkey's shared filler) go to the server whose prefix cache holds them
+AFFINITY_TOKENS = 256
 #: the trust probe's tolerance on |echoed - generated| log-probability of the same token after the same context, in
 #: nats. Both numbers come from one server, one set of weights and the same context: they differ only by the float
 #: rounding of its batched prompt path against its one-token decode path (llama.cpp's quantised kernels: measured
@@ -691,6 +694,7 @@ class ServerAdapter(TokenizerSide):
     _lock: Any = field(default_factory=threading.Lock, repr=False)
     _inputs: Optional[dict] = field(default=None, repr=False)
     _notes: OrderedDict = field(default_factory=OrderedDict, repr=False)
+    _affinity: OrderedDict = field(default_factory=OrderedDict, repr=False)
     #: greedy replies whose thinking never closed (no ``think_end`` in the text): scored as empty answers
     think_unclosed: int = 0
 
@@ -737,7 +741,9 @@ class ServerAdapter(TokenizerSide):
 
     def sample_notes(self, ids) -> dict:
         """What the adapter noted of the sample whose prompt is ``ids``, taken off its list (the runner puts it in the
-        record's ``extra``): ``{"think_unclosed": why}`` when its thinking never closed (:meth:`greedy`); {} else."""
+        record's ``extra``): ``{"think_unclosed": why}`` when its thinking never closed (:meth:`greedy`),
+        ``cached_tokens`` (the prompt tokens of its greedy request the server took from its prefix cache, where it
+        says), ``server`` (which of several servers answered: the index in the list); {} else."""
         with self._lock:
             return self._notes.pop(tuple(ids), {})
 
@@ -778,17 +784,28 @@ class ServerAdapter(TokenizerSide):
         log-probabilities passed the trust probe, else the probe's reason (teacher-forced metrics are unavailable)."""
         return True if self.trust.ok else (self.trust.reason or "the server's prompt log-probabilities are untrusted")
 
-    def _pick(self, prefer: Optional[Endpoint] = None) -> Endpoint:
+    def _pick(self, prefer: Optional[Endpoint] = None, ids: Optional[Sequence[int]] = None) -> Endpoint:
         """A server with the fewest requests in flight, counted in (:meth:`Endpoint.take`): ``prefer`` (the one that
-        last served this prompt, whose prompt cache may still hold it) when it is one of them, else the next of
-        them in turn (so requests one after another spread over the servers too)."""
+        last served this prompt, whose prompt cache may still hold it) when it is one of them, else the one that
+        last served a prompt starting with the same :data:`AFFINITY_TOKENS` ids as ``ids`` (samples of one haystack
+        share it up to their needle: that server's prefix cache holds it), else the next of them in turn (so
+        requests one after another spread over the servers too)."""
+        key = hash(tuple(ids[:AFFINITY_TOKENS])) if ids is not None and len(self.endpoints) > 1 else None
         with self._lock:
             low = min(e.in_flight for e in self.endpoints)
+            if prefer is None and key is not None:
+                prefer = self._affinity.get(key)
             if prefer is not None and prefer.in_flight == low:
-                return prefer.take()
-            free = [e for e in self.endpoints if e.in_flight == low]
-            self._turn = (getattr(self, "_turn", -1) + 1) % len(free)
-            return free[self._turn].take()
+                ep = prefer
+            else:
+                free = [e for e in self.endpoints if e.in_flight == low]
+                self._turn = (getattr(self, "_turn", -1) + 1) % len(free)
+                ep = free[self._turn]
+            if key is not None:
+                self._affinity[key] = ep
+                while len(self._affinity) > 4096:
+                    self._affinity.popitem(last=False)
+            return ep.take()
 
     def _prompt_field(self, ids: list, text: Optional[str]):
         """What to send as ``prompt``: the ids when the server takes them, else the text (lctx's own, or the ids
@@ -820,7 +837,7 @@ class ServerAdapter(TokenizerSide):
         """
         prompt = self._prompt_field(ids, text)  # before a server is counted in (a detokenize may fail)
         bound = completion_bound(body.get("max_tokens"), len(ids), bool(body.get("echo")), body.get("logprobs"))
-        ep = self._pick(handle.endpoint if handle is not None else None)
+        ep = self._pick(handle.endpoint if handle is not None else None, ids)
         if handle is not None:
             handle.endpoint = ep
         reply = ep.complete(what, bound, retries=retries, model=self.model_id, prompt=prompt, **body)
@@ -871,6 +888,12 @@ class ServerAdapter(TokenizerSide):
         stops = sorted({s for s in (self.decode([i]) for i in (stop_ids or ())) if s}) or None
         reply = self._request("a greedy completion", prefix.ids, prefix.text, handle=prefix, max_tokens=int(max_new_tokens)
                               + int(self.think_budget), temperature=0, seed=self.seed, stop=stops)
+        ep = prefix.endpoint if prefix.endpoint is not None else self.endpoints[0]
+        cached = _cached_tokens(reply, len(prefix.ids), ep.shown)
+        if cached is not None:  # the record's extra: how much of the prompt the server's prefix cache gave
+            self._note(prefix.ids, cached_tokens=cached)
+        if len(self.endpoints) > 1 and ep in self.endpoints:
+            self._note(prefix.ids, server=self.endpoints.index(ep))
         text = reply.choices[0].text or ""
         if not isinstance(text, str):
             raise ServerReplyError(f"{self.endpoints[0].shown}: the completion's text is {quote(repr(text), 60)}, not "
@@ -1111,6 +1134,28 @@ def _count(v: Any, what: str, shown: str) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or v < 0:
         raise ServerValueError(f"{shown}: the reply's {what} is {quote(repr(v), 40)}, not a whole number >= 0, so the "
                                "reply is not used")
+    return v
+
+
+def _cached_tokens(reply: Any, n_prompt: int, shown: str) -> Optional[int]:
+    """The prompt tokens the server says it took from its prefix cache for ``reply`` (vLLM with
+    ``--enable-prompt-tokens-details`` and llama-server: ``usage.prompt_tokens_details.cached_tokens``;
+    llama-server also ``timings.cache_n``), or None where it says nothing.
+
+    Raises:
+        ServerValueError: a count that is not a whole number >= 0 (:func:`_count`).
+        ServerReplyError: more cached tokens than the prompt has (an impossible value)."""
+    details = getattr(getattr(reply, "usage", None), "prompt_tokens_details", None)
+    v = details.get("cached_tokens") if isinstance(details, dict) else getattr(details, "cached_tokens", None)
+    if v is None:
+        timings = getattr(reply, "timings", None)
+        v = timings.get("cache_n") if isinstance(timings, dict) else None
+    if v is None:
+        return None
+    v = _count(v, "cached_tokens", shown)
+    if v > n_prompt:
+        raise ServerReplyError(f"{shown}: the reply says {v} cached prompt tokens of a {n_prompt}-token prompt, an "
+                               "impossible count, so the reply is not used")
     return v
 
 
