@@ -171,7 +171,7 @@ def run(
     think_end: Optional[str] = typer.Option(None, "--think-end", help="Served reasoning models: the marker that ends the thinking span (e.g. '</think>'); the text up to it is dropped before scoring."),
     think_budget: int = typer.Option(0, "--think-budget", min=0, help="Served reasoning models: tokens added to each answer budget for the thinking span."),
     batch_size: Optional[str] = typer.Option(None, "--batch-size", help="N or auto: prefill and decode N samples of one length together (passkey, niah_*, RULER's tasks, custom tasks with batched = True; ppl runs one at a time); mmlu/arc: N requests per lm-eval forward, refused when the memory check finds it does not fit (default 1 and, for mmlu/arc, the largest up to 32 that fits, printed). auto: the most that lctx plan's memory model fits in half the device (at most 4 on CPU, 32 on CUDA). Records equal batch 1's to rounding; see \"Batches\" in docs/kernels-and-bench.md."),
-    order: str = typer.Option(ORDER, "--order", help="The order samples run in: cache (per length and sample seed, the deepest needle first: each prompt repeats the one before up to its needle, so a server's prefix cache reuses it), grid (lengths x depths x samples) or shuffle (seeded; the control when measuring the saving). Scores do not depend on it."),
+    order: str = typer.Option(ORDER, "--order", help="The order samples run in: cache (per length, the deepest needle first, the sample seeds of one depth together: each prompt repeats the one before up to its needle, so a server's prefix cache reuses it), grid (lengths x depths x samples) or shuffle (seeded; the control when measuring the saving). Scores do not depend on it."),
 ):
     """Evaluate checkpoints on tasks x lengths x depths; write records.jsonl, results.parquet/csv, summary.csv and plots."""
     if chat_template not in ("on", "off"):
@@ -380,7 +380,9 @@ def diagnose_far_mass(
 @app.command()
 def compare(
     run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="Run directory to check (written by lctx run)."),
-    baseline: Path = typer.Option(..., "--baseline", "-b", help="Baseline run directory (summary.csv at least)."),
+    other: Optional[Path] = typer.Argument(None, metavar="RUN_B", help="A second run of the same model through another backend (in process, vLLM, llama-server, llama-cpp-python): check their parity sample by sample (prompt ids, greedy text, scores, largest log-probability difference) instead of gating on a baseline; docs/serving.md#backend-parity."),
+    baseline: Optional[Path] = typer.Option(None, "--baseline", "-b", help="Baseline run directory (summary.csv at least)."),
+    parity_models: Optional[str] = typer.Option(None, "--parity-models", help="A=B: with RUN_B, model A of RUN_DIR against model B of RUN_B (needed when a run holds several models)."),
     rules: Optional[Path] = typer.Option(None, "--rules", help="TOML rules file: tolerances, per-metric directions and tolerances, aliases (see \"The rules file\" in docs/compare-ci.md)."),
     tolerance: List[str] = typer.Option(None, "--tolerance", help="[METRIC:]abs=X,rel=X,stderr=K,interval=on (repeatable); a difference counts only when it exceeds each (and, with interval=on, the run's 95 % interval excludes the baseline mean)."),
     alias: List[str] = typer.Option(None, "--alias", help="NEW=OLD: run model NEW is baseline model OLD (repeatable)."),
@@ -389,8 +391,18 @@ def compare(
     across_seeds: bool = typer.Option(False, "--across-seeds", help="The run and the baseline used different --seed on purpose (a reproduction check): a different seed does not make cells incomparable; other options still do. Pair it with --tolerance interval=on."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", parser=_out_arg, callback=_results_out("compare"), help="Where compare.csv and compare.md go (default: RUN_DIR/compare)."),
 ):
-    """Gate a run on a baseline: exit 0 when nothing regressed, 1 on a regression, 2 on bad input or cells whose options differ from the baseline's."""
+    """Gate a run on a baseline (exit 0 when nothing regressed, 1 on a regression, 2 on bad input or cells whose options differ from the baseline's), or check two runs of one model through two backends for parity (RUN_DIR RUN_B: exit 1 when a required check differs)."""
     from lctx.harness.outputs.compare import Rules, compare_dirs, load_rules, parse_aliases, parse_tolerances, print_report, write_report  # lazy: loads pandas
+
+    if other is not None:
+        if baseline is not None:
+            raise LctxError("give either --baseline (gate a run on a baseline) or a second run RUN_B (backend parity), "
+                            "not both")
+        _parity(run_dir, other, load_rules(rules) if rules is not None else Rules(), parity_models, out)
+        return
+    if baseline is None:
+        raise LctxError("lctx compare needs --baseline BASELINE_DIR (a gate) or a second run folder (backend parity); "
+                        "e.g. lctx compare RUN --baseline results/baselines/pydoc-tiny-rope")
 
     try:
         r = load_rules(rules) if rules is not None else Rules()
@@ -414,6 +426,32 @@ def compare(
                         f"options ({' | '.join(cmp.option_notes())}); rerun with the baseline's options (its run.json, "
                         "results.csv) or pass --allow-option-changes")
     raise typer.Exit(cmp.exit_code)
+
+
+def _parity(run_a: Path, run_b: Path, rules, models: Optional[str], out: Optional[Path]) -> None:
+    """``lctx compare RUN_A RUN_B``: print the parity table's verdict and the samples that differ, write
+    parity.csv / parity.md, exit 1 when a required check differs (:mod:`lctx.harness.outputs.parity`)."""
+    from lctx.harness.outputs.parity import CHECKS, parity, write_parity  # lazy: loads pandas
+    from lctx.harness.run.console import print_table  # lazy: loads rich
+
+    pair = None
+    if models is not None:
+        if models.count("=") != 1 or not all(models.split("=")):
+            raise LctxError(f"--parity-models {models!r} is not A=B; write e.g. --parity-models smollm2-hf=smollm2")
+        pair = tuple(models.split("="))
+    p = parity(run_a, run_b, rules.parity, pair)
+    out = out if out is not None else run_a / "parity"
+    check_writable_dir(out)
+    differ = p.table[(p.table[list(CHECKS)] == "differ").any(axis=1)]
+    cols = ["task", "length", "depth", "sample", *CHECKS, "max_logprob_diff"]
+    if len(differ):
+        print_table(cols, differ[cols].head(40).values.tolist(), title="samples that differ (first 40)",
+                    right=["length", "depth", "sample", "max_logprob_diff"])
+    lp = p.table["max_logprob_diff"].dropna()
+    say(p.verdict() + (f"; largest log-probability difference {lp.max():.3g} nats" if len(lp) else ""))
+    csv, md = write_parity(p, out)
+    say(f"wrote {csv} and {md}")
+    raise typer.Exit(p.exit_code)
 
 
 convert_app = typer.Typer(cls=_Group, help="Convert checkpoints from other formats into Hugging Face directories.", no_args_is_help=True)

@@ -25,8 +25,8 @@ CONCURRENCY = 1
 #: mmlu/arc: the most lm-eval requests per forward when ``--batch-size`` is not given; the memory check lowers it to
 #: the largest batch that fits (:func:`lctx.models.adapters.memory.check_lmeval_fits`)
 LMEVAL_BATCH_SIZE = 32
-#: the order samples run in (``--order``; :func:`lctx.harness.run.runner.order_cells`): per length and sample seed,
-#: the deepest needle first, so a server's prefix cache reuses each haystack; ``ORDERS``: every order known
+#: the order samples run in (``--order``; :func:`lctx.harness.run.runner.order_cells`): per length, the deepest needle
+#: first, so a server's prefix cache reuses each haystack; ``ORDERS``: every order known
 ORDER = "cache"
 ORDERS = ("cache", "grid", "shuffle")
 

@@ -77,6 +77,8 @@ class Unavailable:
 
 #: the longest reason a record keeps (one line)
 REASON_CHARS = 300
+#: the longest list of numbers a record's ``extra`` keeps (:meth:`Task.record_extra`)
+EXTRA_LIST_MAX = 64
 
 
 def unavailable_reason(e: BaseException) -> str:
@@ -490,8 +492,13 @@ class Task:
 
     def record_extra(self, sample: Sample) -> dict:
         """What a scored sample adds to its record's ``extra``. Default: the str/int/float/bool values of
-        ``sample.meta``."""
-        return {k: v for k, v in sample.meta.items() if isinstance(v, (str, int, float, bool))}
+        ``sample.meta``, and its short lists of numbers (at most :data:`EXTRA_LIST_MAX`: the answer tokens'
+        teacher-forced log-probabilities, ``answer_logprobs``, which ``lctx compare RUN_A RUN_B`` lines up across
+        backends)."""
+        return {k: (list(v) if isinstance(v, (list, tuple)) else v) for k, v in sample.meta.items()
+                if isinstance(v, (str, int, float, bool)) or (
+                    isinstance(v, (list, tuple)) and len(v) <= EXTRA_LIST_MAX
+                    and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v))}
 
     def score_all(self, lm, cells: list[Cell]) -> list[tuple[Sample, dict[str, float]]]:
         """For a :attr:`whole` task: score every cell of ``cells`` on ``lm`` in one call; returns per cell (in

@@ -753,6 +753,7 @@ class RulerNIAH(Task):
                 logps += lp
                 ranks += rk
             c_logps, _ = self.teacher_forced(lm, prefix, sample.meta["control"], context)
+            sample.meta["answer_logprobs"] = logps  # per value token, for backend parity (lctx compare A B)
             return {"tf_top1": tf_top1(ranks), "tf_mrr": tf_mrr(ranks), "tf_logprob": tf_logprob(logps),
                     "tf_gain": tf_gain(logps, tf_logprob(c_logps))}
 

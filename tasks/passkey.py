@@ -153,7 +153,9 @@ class Passkey(Task):
 
         def digit_acc() -> dict:
             answer_ids = lm.continuation_ids(text, " " + key) if text is not None else lm.encode(" " + key)
-            top1 = lm.score_continuation(prefix, answer_ids).top1
+            got = lm.score_continuation(prefix, answer_ids)
+            top1 = got.top1
+            sample.meta["answer_logprobs"] = [float(x) for x in got.logprobs]  # per token, for backend parity
             digit_pos = [i for i, t in enumerate(answer_ids) if any(c.isdigit() for c in lm.decode([t]))]
             return {"digit_acc": metrics.digit_acc([bool(top1[i]) for i in digit_pos])}
 

@@ -758,7 +758,7 @@ def test_help_off_a_terminal_is_whole(capsys):
 def test_usage_lines_read_like_the_arguments(capsys):
     """Issue 16: usage lines name the arguments as users type them; a missing argument is one line."""
     for args, usage in ((["convert", "llama2c"], "lctx convert llama2c [OPTIONS] SRC"),
-                        (["compare"], "lctx compare [OPTIONS] RUN_DIR"),
+                        (["compare"], "lctx compare [OPTIONS] RUN_DIR [RUN_B]"),
                         (["report"], "lctx report [OPTIONS] RUN_DIR..."),
                         (["list"], "lctx list [OPTIONS] WHAT")):
         code, out, _ = run_cli(args + ["--help"], capsys)

@@ -639,19 +639,19 @@ def test_samples_of_a_cell_never_share_a_prompt(make_checkpoint, tmp_path):
 
 
 def test_cache_order_runs_each_haystack_deepest_needle_first():
-    """--order cache: per length and sample seed, the deepest needle first, so each prompt repeats the one before up
-    to its own (shallower) needle, which a server's prefix cache reuses; grid is the task's grid as built and shuffle
-    a seeded permutation of the same cells. Control: the grid order breaks the cache order's property."""
+    """--order cache: per length, the deepest needle first and the sample seeds of one depth together, so each
+    prompt repeats the one before up to its own needle (the samples of one length share the haystack up to the
+    first needle), which a server's prefix cache reuses; grid is the task's grid as built and shuffle a seeded
+    permutation of the same cells. Control: the grid order breaks the cache order's property."""
     from lctx.harness.run.runner import order_cells
 
     cells = Passkey().cells([512, 256], [0.0, 0.5, 1.0], 2)
 
     def cache_friendly(seq) -> bool:
-        for prev, nxt in zip(seq, seq[1:]):
-            if (prev.length, prev.sample) == (nxt.length, nxt.sample) and nxt.depth > prev.depth:
-                return False  # the next needle is deeper: the previous prompt's cache stops short of it
-        runs = [(c.length, c.sample) for c in seq]
-        return len({k for k in runs}) == len([k for i, k in enumerate(runs) if i == 0 or runs[i - 1] != k])
+        lengths = [c.length for c in seq]
+        if len(set(lengths)) != len([L for i, L in enumerate(lengths) if i == 0 or lengths[i - 1] != L]):
+            return False  # a length comes back after another: its haystack left the cache between
+        return all(nxt.depth <= prev.depth for prev, nxt in zip(seq, seq[1:]) if prev.length == nxt.length)
 
     got = order_cells(cells, "cache")
     key = lambda c: (c.length, c.depth, c.sample)  # noqa: E731

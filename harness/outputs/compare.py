@@ -188,12 +188,15 @@ class Rules:
 
     tolerance: fields for every metric (merged over :class:`Tolerance`'s defaults);
     metrics: {"ppl" or "task.metric": {"direction": ..., "abs"/"rel"/"stderr": ...}};
-    alias: {run model name: baseline model name}.
+    alias: {run model name: baseline model name};
+    parity: the ``[parity]`` table for ``lctx compare RUN_A RUN_B`` (:class:`lctx.harness.outputs.parity.ParityRules`)
+    or None (its defaults).
     """
 
     tolerance: dict = field(default_factory=dict)
     metrics: dict = field(default_factory=dict)
     alias: dict = field(default_factory=dict)
+    parity: object = None
 
     def merged(self, other: Rules) -> Rules:
         """These rules overridden field by field by ``other`` (e.g. CLI flags over a rules file)."""
@@ -351,6 +354,8 @@ def load_rules(path: Path) -> Rules:
         rel = 0.01
         [alias]
         "my-model-v2" = "my-model"   # run model name = baseline model name
+        [parity]                 # lctx compare RUN_A RUN_B (backend parity): lctx.harness.outputs.parity
+        logprob_tol = 0.001
 
     Raises:
         LctxError: unreadable file, TOML syntax error, unknown table or key, bad direction or tolerance.
@@ -378,13 +383,18 @@ def load_rules(path: Path) -> Rules:
         raise LctxError(f"--rules {str(path)!r} is nested too deeply to read; a rules file has tables two levels "
                         "deep ([metrics.NAME]); fix the file") from None
     where = f"--rules {str(path)!r}"
-    unknown = set(data) - {"tolerance", "metrics", "alias"}
+    unknown = set(data) - {"tolerance", "metrics", "alias", "parity"}
     if unknown:
-        raise LctxError(f"{where}: unknown table {quote(repr(min(unknown)), 80)}; use [tolerance], [metrics.NAME] or [alias]")
-    for name in ("tolerance", "metrics", "alias"):
+        raise LctxError(f"{where}: unknown table {quote(repr(min(unknown)), 80)}; use [tolerance], [metrics.NAME], "
+                        "[alias] or [parity]")
+    for name in ("tolerance", "metrics", "alias", "parity"):
         if name in data and not isinstance(data[name], dict):
             raise LctxError(f"{where}: {name!r} must be a table, e.g. [{name}]")
     rules = Rules(tolerance=_check_tolerance_fields(data.get("tolerance", {}), f"{where} [tolerance]", typed=True))
+    if "parity" in data:  # lctx compare RUN_A RUN_B (lctx.harness.outputs.parity); checked there
+        from lctx.harness.outputs.parity import parity_rules  # lazy: only a rules file with [parity] needs it
+
+        rules.parity = parity_rules(data["parity"])
     for metric, spec in data.get("metrics", {}).items():
         if not isinstance(spec, dict):
             raise LctxError(f"{where}: metrics.{metric} must be a table, e.g. [metrics.{metric}] direction = \"lower\"")

@@ -548,10 +548,10 @@ def _done_keys(out_dir: Path, meta: dict, invocation: str, dinfo) -> set:
 def order_cells(cells: list, order: str = ORDER, seed: int = 0) -> list:
     """``cells`` (one task's grid, :meth:`lctx.tasks.Task.cells`) in the order they run.
 
-    ``cache`` (the default): per length, per sample seed, the deepest needle first. The samples of one (length,
-    sample seed) share their haystack up to the needle (passkey's filler, a RULER essay at one length), so each
-    prompt after the first repeats the previous one up to its own, shallower needle: a server's prefix cache (vLLM,
-    llama-server) reuses all of it. ``grid``: lengths x depths x samples (:meth:`~lctx.tasks.Task.cells`).
+    ``cache`` (the default): per length, the deepest needle first, the sample seeds of one depth together. The
+    samples of one length share their haystack up to the first needle (passkey's filler; every RULER essay sample
+    at one length starts at the same essay), so each prompt after the first repeats the one before up to its own
+    needle (same depth) or its own shallower needle: a server's prefix cache (vLLM, llama-server) reuses all of it. ``grid``: lengths x depths x samples (:meth:`~lctx.tasks.Task.cells`).
     ``shuffle``: a permutation seeded by ``seed`` (the control for a measurement of the saving). The scores do not
     depend on the order (tests/test_server_vllm.py); only the time does.
 
@@ -567,8 +567,8 @@ def order_cells(cells: list, order: str = ORDER, seed: int = 0) -> list:
 
         random.Random(seed).shuffle(cells)
         return cells
-    return sorted(cells, key=lambda c: (c.length if c.length is not None else -1, c.sample,
-                                        -(c.depth if c.depth is not None else 0.0)))
+    return sorted(cells, key=lambda c: (c.length if c.length is not None else -1,
+                                        -(c.depth if c.depth is not None else 0.0), c.sample))
 
 
 def _work(lms, tasks, spec: RunSpec, bases: dict, done: set) -> tuple[list, int]:
