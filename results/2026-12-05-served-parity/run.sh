@@ -83,7 +83,9 @@ if wanted orders; then
   VP=$!; wait_up "$P" 900 > /dev/null
   order_runs vllm "http://127.0.0.1:$P/v1" "curl -sf -X POST http://127.0.0.1:$P/reset_prefix_cache"
   kill "$VP"; wait "$VP" 2>/dev/null
-  P=$(port); "$LS" --model "$G" --host 127.0.0.1 --port "$P" -c 16384 -np 1 -t 2 --seed 0 > "$OUT/llama-server-order.log" 2>&1 &
+  mkdir -p "$OUT/slots"  # the slot actions (erase) need a save path; --cache-ram 0: no host-memory prompt cache
+  P=$(port); "$LS" --model "$G" --host 127.0.0.1 --port "$P" -c 16384 -np 1 -t 2 --seed 0 --cache-ram 0 \
+    --slot-save-path "$OUT/slots" > "$OUT/llama-server-order.log" 2>&1 &
   LP=$!; wait_up "$P" 120 > /dev/null
   order_runs llama-server "http://127.0.0.1:$P/v1" "curl -sf -X POST 'http://127.0.0.1:$P/slots/0?action=erase'"
   kill "$LP"; wait "$LP" 2>/dev/null
