@@ -377,3 +377,64 @@ def test_prefill_on_logits_receives_each_chunk_and_returns_only_the_last():
     _, plain = as_lm(model, 256).prefill(ids, want=want)
     torch.testing.assert_close(got[len(ids) - 1], plain[len(ids) - 1])
     assert prefix.n_tokens == len(ids)
+
+
+def _handle_scores(lm, prompts, cont):
+    """(greedy ids, teacher-forced log-probabilities of ``cont``) of each prompt's handle, in order."""
+    out = []
+    for ids in prompts:
+        h = lm.prefix(ids)
+        g = lm.greedy(h, 4) if lm.tokenizer is not None else [int(h.last_logits.argmax())]  # no tokenizer: no EOS
+        out.append((g, lm.score_continuation(h, cont).logprobs))
+    return out
+
+
+@pytest.mark.parametrize("kind", ["hf-llama", "lctx-rope"])
+def test_prefix_reuse_equals_fresh_prefills(kind, make_checkpoint):
+    """-M prefix_reuse=true: prompts that share a haystack up to their needle (deepest first, as --order cache sends
+    them) are prefilled from the previous prompt's cache cropped to the shared prefix; greedy tokens are equal and the
+    teacher-forced log-probabilities equal a fresh prefill's within float summation order (tolerance: a chunk boundary
+    moved; 1e-5 nats in float32 on these 2-layer models, where the logits are O(1)). The reuse took effect (tokens
+    not prefilled counted), on a transformers DynamicCache (Llama) and lctx's preallocated cache. Control: a prompt
+    sharing under REUSE_MIN_TOKENS tokens prefills afresh."""
+    if kind == "hf-llama":
+        lm = as_lm(tiny_llama(), chunk_size=48)
+        vocab = 96
+    else:
+        lm = load_lm(str(make_checkpoint("rope")), device="cpu", chunk_size=48)
+        vocab = 400
+    g = torch.Generator().manual_seed(1)
+    hay = torch.randint(3, vocab, (300,), generator=g).tolist()
+    needle = [5, 6, 7, 8]
+    prompts = [hay[:d] + needle + hay[d:] + [9, 10] for d in (280, 200, 120, 70)]
+    prompts.append(torch.randint(3, vocab, (250,), generator=g).tolist())  # control: nothing shared
+    fresh = _handle_scores(lm, prompts, [11, 12, 13])
+    lm.prefix_reuse = True
+    lm._last_prefix = None
+    saved = []
+    orig = lm._extend
+
+    def spy(last, ids):
+        got = orig(last, ids)
+        saved.append(got is not None)
+        return got
+
+    lm._extend = spy
+    reused = _handle_scores(lm, prompts, [11, 12, 13])
+    assert saved == [True, True, True, False]  # the four prompts after the first
+    for (ga, la), (gb, lb) in zip(fresh, reused):
+        assert ga == gb
+        assert max(abs(x - y) for x, y in zip(la, lb)) <= 1e-5
+    # control: the needle 80 tokens earlier (another prompt) moves the same scores by 10x the tolerance or more
+    assert max(abs(x - y) for x, y in zip(fresh[1][1], reused[2][1])) > 1e-4
+    assert lm.settings()["prefix_reuse"] is True
+
+
+def test_prefix_reuse_is_refused_where_a_cache_cannot_grow_back(dynamic_llama):
+    """A model whose RoPE depends on the prompt length (dynamic NTK) is not reused: each prompt prefills afresh
+    (reusable False); lctx's plain cache of the same model kind is (control)."""
+    lm = load_lm(str(dynamic_llama), device="cpu")
+    p = lm.prefix(list(range(3, 90)))
+    assert lm.reusable(p.cache) is False
+    lm2 = as_lm(tiny_llama(), chunk_size=48)
+    assert lm2.reusable(lm2.prefix(list(range(3, 90))).cache) is True

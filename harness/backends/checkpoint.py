@@ -3,8 +3,8 @@ folder holding one, a hub id in the local Hugging Face cache, a packaged model s
 :func:`lctx.models.adapters.hf.load_lm` once per positional method (``--position``: the cross product). It takes
 every ``--model`` value no other backend claims.
 
-Per-model arguments (``-M``): ``dtype``, ``chunk_size``, ``attn_impl``, ``trust_remote_code``, run-wide by default
-(``--dtype`` ...). Light: the load imports torch when it runs.
+Per-model arguments (``-M``): ``dtype``, ``chunk_size``, ``attn_impl``, ``trust_remote_code`` (run-wide by default
+``--dtype`` ...) and ``prefix_reuse`` (off by default). Light: the load imports torch when it runs.
 """
 
 from __future__ import annotations
@@ -54,6 +54,8 @@ BACKEND = Backend(
     claims=_claims, check=_check, load=_load,
     options={"dtype": (str, "weights' dtype (--dtype)"), "chunk_size": (int, "prefill chunk in tokens (--chunk-size)"),
              "attn_impl": (str, "attention implementation (--attn-impl)"),
-             "trust_remote_code": (bool, "run code shipped with the checkpoint (--trust-remote-code)")},
+             "trust_remote_code": (bool, "run code shipped with the checkpoint (--trust-remote-code)"),
+             "prefix_reuse": (bool, "reuse the previous prompt's KV cache up to the shared prefix (samples of one "
+                                    "haystack; not for sliding-window or length-dependent RoPE models)")},
     provides=frozenset({"lmeval_model", "chat_source", "chat_prompt"}),
     positions=True, max_before_load=True, adapter="lctx.models.adapters.hf:HFAdapter")

@@ -136,6 +136,8 @@ class HFAdapter(TokenizerSide):
         train_length: training context length in tokens, if the config records it.
         max_length: the longest input (tokens) the checkpoint declares it can address, or ``None``.
         chunk_size: prefill chunk length in tokens.
+        prefix_reuse: :meth:`prefix` keeps the last prompt's KV cache and prefills only what the next prompt does
+            not share with it (``-M prefix_reuse=true``; :meth:`reusable`).
         add_bos: whether prompts start with the BOS token (:meth:`with_bos`). Default (``None``): always for
             lctx checkpoints (their training puts BOS first); for other models, when their tokenizer adds
             it itself (``encode(..., add_special_tokens=True)``), as lm-eval's ``hf`` backend and
@@ -154,6 +156,7 @@ class HFAdapter(TokenizerSide):
     device: torch.device
     dtype: torch.dtype
     chunk_size: int = CHUNK_SIZE
+    prefix_reuse: bool = False  # :meth:`prefix` reuses the previous prompt's KV cache up to their common prefix
     decode_budget: int = DECODE_BUDGET  # tokens reserved past the prompt in a preallocated KV cache
     attn_impl: str = ""  # lctx models: reference | sdpa | fast (config.attn_impl); HF models: "hf:<impl>"
     add_bos: bool | None = None
@@ -214,10 +217,13 @@ class HFAdapter(TokenizerSide):
         ``hf:<transformers attention>``), ``chunk_size`` (prefill chunk, tokens), ``device_type`` ("cpu", "cuda"),
         ``versions`` (torch, transformers) and ``device`` ("cuda:0"): the protocol's settings, read now (a test
         may change ``chunk_size`` between runs)."""
-        return {"dtype": str(self.dtype).replace("torch.", ""), "attn_impl": self.attn_impl,
-                "chunk_size": int(self.chunk_size), "device_type": torch.device(self.device).type,
-                "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
-                "device": str(self.device)}
+        out = {"dtype": str(self.dtype).replace("torch.", ""), "attn_impl": self.attn_impl,
+               "chunk_size": int(self.chunk_size), "device_type": torch.device(self.device).type,
+               "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+               "device": str(self.device)}
+        if self.prefix_reuse:  # only when on: runs without it keep their resume keys
+            out["prefix_reuse"] = True
+        return out
 
     # -- memory (protocol) -------------------------------------------------------------------------
     def reset_peak_memory(self) -> None:
@@ -375,12 +381,63 @@ class HFAdapter(TokenizerSide):
 
     def prefix(self, ids: list[int]) -> Prefix:
         """The protocol's prompt handle: :meth:`prefill` of ``ids`` (its KV cache and last logits, a
-        :class:`Prefix`).
+        :class:`Prefix`). With :attr:`prefix_reuse`, the previous handle's cache is cropped to the longest common
+        prefix of the two prompts and only the rest is prefilled (:meth:`_extend`), when :meth:`reusable` allows;
+        the previous handle is then spent (a task finishes with a sample's handle before the next sample's).
 
         Raises:
             ValueError: empty ``ids``.
         """
-        return self.prefill(ids)[0]
+        last = getattr(self, "_last_prefix", None)
+        self._last_prefix = None
+        if self.prefix_reuse and last is not None:
+            got = self._extend(last, list(ids))
+            if got is not None:
+                self._last_prefix = (list(ids), got)
+                return got
+        p = self.prefill(ids)[0]
+        if self.prefix_reuse and self.reusable(p.cache):
+            self._last_prefix = (list(ids), p)
+        return p
+
+    #: the shortest shared prefix (tokens) worth reusing a cache for; shorter ones prefill afresh
+    REUSE_MIN_TOKENS = 64
+
+    def reusable(self, cache) -> bool:
+        """Whether a prompt's cache can be cropped back and grown again for the next prompt: not for a model whose
+        RoPE depends on the prompt's length (dynamic NTK, LongRoPE: :meth:`fix_rope_length` sets it per prompt),
+        nor one with sliding-window layers (Gemma 3's local layers keep only their window: a cropped sliding cache
+        cannot grow back), nor fixed-state layers (lctx's interdomain / s4d states are not cropped)."""
+        return (not self._length_ropes and not _sliding_layers(cache)
+                and not getattr(cache, "lctx_states", None))
+
+    @torch.inference_mode()
+    def _extend(self, last: tuple, ids: list[int]) -> Prefix | None:
+        """The handle of ``ids`` from the previous prompt's (``last`` = (its ids, its :class:`Prefix`)): its cache
+        rewound to its prompt, cropped to the common prefix, and the rest of ``ids`` prefilled in chunks of
+        :attr:`chunk_size` from there (the same forward as a chunk boundary at that token). None when they share
+        fewer than :data:`REUSE_MIN_TOKENS` tokens (a fresh prefill is as cheap).
+
+        Numbers: the chunk boundaries fall elsewhere than in a fresh prefill, so the logits differ by float
+        summation order only (tests/test_hf.py compares records with and without reuse)."""
+        old_ids, old = last
+        n = min(len(old_ids), len(ids) - 1)  # at least one new token: its logits are the handle's last logits
+        lcp = next((i for i in range(n) if old_ids[i] != ids[i]), n)
+        if lcp < self.REUSE_MIN_TOKENS:
+            return None
+        self.rewind(old)
+        extra = old.cache.get_seq_length() - lcp
+        if extra > 0:
+            old.cache.crop(-extra)  # transformers >= 5 crops by a negative count (as :meth:`rewind`)
+        if hasattr(old.cache, "lctx_length"):
+            old.cache.lctx_length = lcp
+        cache, T = old.cache, len(ids)
+        x = torch.tensor(ids, dtype=torch.long, device=self.device)
+        logits = None
+        for s in range(lcp, T, self.chunk_size):
+            e = min(s + self.chunk_size, T)
+            logits, cache = self._forward(x[s:e], cache, torch.tensor([e - s - 1], device=self.device))
+        return Prefix(cache, logits[-1], T, None)
 
     def prefix_batch(self, rows: list[list[int]]) -> BatchPrefix:
         """The protocol's batch handle: :meth:`prefill_batch` of ``rows``.
@@ -630,7 +687,8 @@ def trim_sliding(cache) -> None:
 def load_lm(path: str, device: str = DEVICE, dtype: str = DTYPE, name: str | None = None,
             chunk_size: int = CHUNK_SIZE, trust_remote_code: bool = False, attn_override: str | None = None,
             attn_impl: str | None = None, cache_dir: str | None = None, log=None, chat_template: bool = False,
-            system_prompt: str | None = None, progress: bool = True, position=None) -> HFAdapter:
+            system_prompt: str | None = None, progress: bool = True, position=None,
+            prefix_reuse: bool = False) -> HFAdapter:
     """Load a checkpoint (lctx or Hugging Face causal-LM directory, or a GGUF file) as an :class:`HFAdapter`.
 
     A ``.gguf`` file, or a directory holding exactly one (and no ``config.json``), is dequantised to
@@ -699,7 +757,7 @@ def load_lm(path: str, device: str = DEVICE, dtype: str = DTYPE, name: str | Non
     max_length = getattr(config, "max_position_embeddings", None)
     lm = HFAdapter(model=model, tokenizer=tok, name=name or p.resolve().name, path=str(source), variant=variant,
             train_length=train_length, max_length=max_length, device=dev, dtype=dt, chunk_size=chunk_size,
-            attn_impl=impl, chat_template=chat_template, system_prompt=system_prompt)
+            attn_impl=impl, chat_template=chat_template, system_prompt=system_prompt, prefix_reuse=bool(prefix_reuse))
     _apply_position(lm, method, config)
     if attn_override:
         from lctx.models.adapters.overrides import apply_override  # lazy: loads lctx.models (its kernels load triton)
