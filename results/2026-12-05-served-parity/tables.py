@@ -34,6 +34,15 @@ for r in ROUTES:
                  "reason": "" if probe is None or probe.get("ok") else str(probe.get("reason", ""))[:90]})
 print(pd.DataFrame(rows).to_markdown(index=False), "\n")
 
+print("## Seconds per retrieval sample (median over tasks and depths; records' wall_s)\n")
+rows = []
+for r in ROUTES:
+    recs = [x for x in records(OUT / r) if x["status"] == "ok" and x.get("wall_s") is not None]
+    if recs:
+        t = pd.DataFrame([{"length": x["length"], "wall_s": x["wall_s"]} for x in recs])
+        rows.append({"route": r, **{f"{L // 1024}K": round(g.wall_s.median(), 2) for L, g in t.groupby("length")}})
+print(pd.DataFrame(rows).to_markdown(index=False), "\n")
+
 print("## Parity per pair (`lctx compare A B`)\n")
 rows = []
 for d in sorted((OUT / "parity").glob("*")):
@@ -56,7 +65,7 @@ for r in ROUTES:
     for x in records(OUT / f"{r}-tf"):
         if x["status"] != "ok":
             continue
-        if x["task"] == "ppl":
+        if x["task"] == "ppl" and "ppl" in x["metrics"]:
             rows.append({"route": r, "cell": f"ppl {x['length']}", "value": round(x["metrics"]["ppl"], 4)})
     mm = [x for x in records(OUT / f"{r}-tf") if x["task"] != "ppl" and x["status"] == "ok" and "acc" in x["metrics"]]
     un = [x for x in records(OUT / f"{r}-tf") if x.get("unavailable")]
