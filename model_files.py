@@ -303,7 +303,7 @@ def resolve_model_path(path) -> tuple[str, Optional[str]]:
 def check_model_path(path) -> str:
     """Refuse a ``--model`` that cannot be a checkpoint, by looking at the path only (no torch): missing, a
     file that is not a ``.gguf``, or a folder with neither ``config.json`` nor a ``.gguf`` (a llama2.c
-    checkpoint folder gets the ``lctx convert llama2c`` command). A Hugging Face hub id is looked up in the
+    checkpoint folder, or a ``.bin`` file, gets the ``lctx convert llama2c`` command). A Hugging Face hub id is looked up in the
     local cache first (:func:`resolve_model_path`). Returns the path checked (the snapshot of a hub id).
 
     Raises:
@@ -315,6 +315,12 @@ def check_model_path(path) -> str:
         raise LctxError(f"checkpoint {str(path)!r} does not exist (not a directory nor a .gguf file); pass a "
                         "folder written by `lctx train` or save_pretrained, a .gguf file (or omit --model for "
                         "the bundled default)")
+    if p.is_file() and p.suffix.lower() == ".bin":  # llama2.c's export is one .bin beside its tokN.bin
+        toks = sorted(f.name for f in p.parent.glob("tok*.bin"))
+        tok = p.parent / toks[0] if toks else "TOKENIZER.bin"
+        raise LctxError(f"checkpoint {str(path)!r} is a .bin file, which lctx cannot load directly; a llama2.c "
+                        f"export is converted first: `lctx convert llama2c {p} --tokenizer {tok} --out DIR`, then "
+                        "pass --model DIR (a Hugging Face .bin goes in its folder: pass the folder)")
     if p.is_file() and p.suffix.lower() != ".gguf":
         raise LctxError(f"checkpoint {str(path)!r} is not a directory nor a .gguf file; pass a folder written by "
                         "`lctx train` or save_pretrained, a .gguf file (or omit --model for the bundled default)")

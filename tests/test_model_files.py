@@ -61,6 +61,13 @@ def test_llama2c_folder_points_at_convert(capsys, tmp_path):
     (d / "tok512.bin").write_bytes(b"\0" * 64)
     code, _, err = run_cli(["run", "--model", d, "--tasks", "passkey", "--out", tmp_path / "o"], capsys)
     assert_one_line_error(code, err, "lctx convert llama2c", "stories260K.bin", "--tokenizer", "tok512.bin")
+    # the .bin file itself (it used to get "pass a folder ... or a .gguf file" without the convert command)
+    code, _, err = run_cli(["run", "--model", d / "stories260K.bin", "--tasks", "passkey", "--out", tmp_path / "o"],
+                           capsys)
+    assert_one_line_error(code, err, "is a .bin file", "lctx convert llama2c", "--tokenizer", "tok512.bin")
+    (d / "notes.txt").write_text("x")  # control: another file keeps the general message
+    code, _, err = run_cli(["run", "--model", d / "notes.txt", "--tasks", "passkey", "--out", tmp_path / "o"], capsys)
+    assert_one_line_error(code, err, "not a directory nor a .gguf file")
 
 
 # --- packaged checkpoints (--model gemma3-270m: pip-installed weights joined into lctx's cache) ---------------
