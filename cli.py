@@ -104,7 +104,7 @@ def _results_out(command: str, run_dir_ok: bool = True):
 
 def _checked_cache_dir(ctx: typer.Context, value: Optional[Path]) -> Optional[Path]:
     """The callback of ``lctx run --cache-dir``: a file, or a directory that cannot be written, is refused while
-    the arguments are parsed (:func:`check_writable_dir`; issue 25, F6: the first NIAH sample failed with
+    the arguments are parsed (:func:`check_writable_dir`: the first NIAH sample failed with
     NotADirectoryError once the models had loaded), naming ``LCTX_CACHE_DIR`` when the value came from it."""
     if value is not None:
         source = getattr(ctx.get_parameter_source("cache_dir"), "name", None)

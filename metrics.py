@@ -201,7 +201,7 @@ RULER_MATCH_METRICS = ("string_match_all", "string_match_part")
 def match_metric(name: str, match: str) -> str:
     """The name a RULER metric scored with match mode ``match`` is recorded under: ``name`` itself for
     ``substring`` (RULER's own scorer), ``{name}_{match}`` for lctx's stricter ``digits`` / ``word`` (not
-    RULER's numbers, so not under RULER's name: issue 42 item 6); any other metric name unchanged.
+    RULER's numbers, so not under RULER's name); any other metric name unchanged.
 
     Raises:
         ValueError: an unknown match mode.
@@ -351,12 +351,12 @@ def mrcr_stripped(response: str, answer: str, prefix: str) -> float:
     """lctx's variant of MRCR's grade (:func:`mrcr_grade`) on the response with its leading whitespace removed
     first: a continuation may start with a space or newline that a tokenizer puts before the first word, which
     MRCR's grade scores 0. Equal to ``mrcr_grade`` whenever the response starts without whitespace. (This is what
-    lctx recorded as ``mrcr`` before issue 42.)"""
+    lctx recorded as ``mrcr`` before the rename.)"""
     return mrcr_grade(response.lstrip(), answer, prefix)
 
 
 register_metric("mrcr", "higher", bounds=(0, 1), doc="""Retired name, kept so that run directories written
-    before issue 42 still read: what is now ``mrcr_stripped`` (MRCR's grade after the response's leading whitespace
+    before the rename still read: what is now ``mrcr_stripped`` (MRCR's grade after the response's leading whitespace
     is removed), which is not MRCR's own ``grade``. New runs record ``mrcr_grade`` (MRCR's) and ``mrcr_stripped``.""")
 
 

@@ -249,7 +249,7 @@ def evaluate(models=None, tasks=None,
     such a task they are named in a warning. ``lengths``, ``depths`` and ``window`` may be the CLI's strings ("256,1k"):
     they are parsed here, once, before torch loads. ``log`` / ``warn`` receive progress notes and warnings (one line
     each); by default they are printed on stdout through :func:`lctx.harness.run.console.say` (secrets redacted,
-    control characters from outside escaped, each line capped: issue 42). A ``log`` of your own gets the lines as
+    control characters from outside escaped, each line capped). A ``log`` of your own gets the lines as
     lctx wrote them: pass them through :func:`lctx.outside.cap` before a terminal sees them.
 
     model_args: per-model arguments (``-M``, as lm-eval's ``--model_args``; docs/adapters.md#where-a-new-backend-goes):
@@ -553,7 +553,7 @@ def _check_out_dirs(out, cache_dir: Optional[Path]) -> None:
         check_results_out(Path(out), "run")  # not into a checkpoint: its fingerprint would change
         from lctx.harness.run.rundir import check_not_locked  # lazy: +7 ms (socket) to lctx.cli's import (-X importtime)
 
-        check_not_locked(Path(out))  # a busy --out answers now, not after the models load (trial21 item 8)
+        check_not_locked(Path(out))  # a busy --out answers now, not after the models load
     if cache_dir is not None:  # a file there failed the first NIAH sample, after the models loaded (F6)
         check_writable_dir(cache_dir, flag="--cache-dir")
 
@@ -826,7 +826,7 @@ def _check_before_torch(models, task_names: list[str], task_options, lengths: Op
                         given_tasks: Sequence = (), n_lengths: Optional[int] = None, positions: Sequence[str] = (),
                         **run) -> dict[str, list[int]]:
     """The checks of a run that need no model, before torch and the weights load (they came after
-    15-31 s; issue 25 item 4, 40-150 s on a busy machine): a CUDA ``device`` on a machine without one
+    15-31 s; 40-150 s on a busy machine): a CUDA ``device`` on a machine without one
     (:func:`lctx.harness.args.check_device_present`); every task option, run-wide (``--stride``, ``--key-digits``,
     ``--ppl-max-tokens``, ...: ``values``, the tasks' :attr:`lctx.tasks.Task.run_options`) or ``--task-option`` (a
     task or key that is not there, a value out of range, a task's missing data) and the lengths each task is to run

@@ -102,7 +102,7 @@ def scan_threads() -> int:
     Why 1: those scans are tens of medium-sized ops (batched matmuls, einsums), and every parallel op
     ends in a barrier that waits for the slowest thread; on a machine whose cores are shared (load above
     the core count) a descheduled thread costs the barrier a scheduler time slice. Measured on 2 cores
-    at load ~10 (issue 14.3, one layer, 16K tokens, one head of dim 64): s4d 0.14 s with 1 thread and
+    at load ~10 (one layer, 16K tokens, one head of dim 64): s4d 0.14 s with 1 thread and
     5.8 s with 2; interdomain 0.23 s and 0.88 s; the model's per-chunk form 0.52 s and 4.5 s.
     """
     try:

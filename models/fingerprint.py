@@ -11,7 +11,7 @@ mtimes to the nanosecond, and retraining into the same file can keep its size):
 - :func:`digest_texts` / :func:`digest_json`: SHA-256 of documents as a task sees them, or of options.
 
 Hashing costs one read of each file: about 0.25 s for a 98 MB GGUF on one core of this machine
-(SHA-256 with the CPU's SHA extensions, ~400 MB/s under load; measured in the issue 10 report), a few
+(SHA-256 with the CPU's SHA extensions, ~400 MB/s under load; measured on this project's 2-core machine), a few
 seconds for a multi-GB checkpoint. So that a large checkpoint is not re-read on every run, a digest is
 cached (in ``$LCTX_HASH_CACHE``, default ``~/.cache/lctx/file-digests.json``; ``LCTX_HASH_CACHE=off``
 turns the cache off) under the file's (device, inode, size, mtime_ns, ctime_ns). The ctime (inode change

@@ -628,7 +628,7 @@ def lctx_hflm_class():
             """lm-eval's rolling log-likelihood, with the text's tokens encoded *without* a BOS, neither the forced
             one nor the one a tokenizer adds (:meth:`tok_encode`): lm-eval already conditions the first window on
             ``prefix_token_id`` (BOS), so a BOS in the token list would be scored as the first token after BOS
-            (counted twice: issue 11 c, lm-eval #3333)."""
+            (counted twice: lm-eval #3333)."""
             self._rolling = True
             try:
                 return super().loglikelihood_rolling(requests, disable_tqdm=disable_tqdm)

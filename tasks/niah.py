@@ -83,7 +83,7 @@ def use_match_names(task: Task, match: str) -> None:
     (:func:`lctx.metrics.match_metric`): RULER's ``string_match_all`` / ``string_match_part`` for ``substring``;
     for lctx's stricter ``digits`` / ``word`` their own names (``string_match_all_digits``, ...) in ``metrics``,
     ``headline_metric`` and ``heatmap_metrics``, and task version 2, so that a run directory's records of that
-    mode made before issue 42 (under RULER's names) are not resumed beside the renamed ones."""
+    mode made before the rename (under RULER's names) are not resumed beside the renamed ones."""
     if match == "substring":
         return
     cls = type(task)

@@ -196,7 +196,7 @@ class RetrievalMix:
                 from lctx.tasks import group_of  # lazy: loads lctx.tasks (already loaded by get_task)
 
                 if group_of(name) is not None:  # a known name that is no sampled task (mmlu, flatness): its
-                    raise cant from None  # "unknown task 'mmlu'; known: ... mmlu ..." contradicted itself (trial22)
+                    raise cant from None  # "unknown task 'mmlu'; known: ... mmlu ..." contradicted itself
                 raise
             if name == "passkey":
                 self._built[name] = cls()

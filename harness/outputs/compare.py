@@ -71,7 +71,7 @@ from lctx.outside import quote, safe
 
 KEYS = ["model", "task", "metric", "length", "depth"]
 SUMMARY_COLUMNS = ["model", "variant", "task", "metric", "length", "depth", "mean", "stderr", "n", "n_error"]
-#: the 95 % interval of a cell (summary.csv since issue 30; NaN when a summary has none)
+#: the 95 % interval of a cell (summary.csv; NaN when a summary has none)
 INTERVAL_COLUMNS = ["ci_low", "ci_high"]
 VALID_DIRECTIONS = ("higher", "lower", "equal", "ignore")
 
@@ -921,7 +921,7 @@ def rule_interval(row: dict) -> tuple[float, float]:
     without a registered range (ppl) gets no interval there (NaN, NaN): the thresholds alone judge it, as a
     cell of one sample. Returns (low, high) in metric units, NaN where the rule has none.
 
-    Source: issue 30's new-user trial (a zero-width interval let ``--across-seeds`` call noise an improvement).
+    Source: a new user's trial (a zero-width interval let ``--across-seeds`` call noise an improvement).
     """
     from lctx.harness.run.intervals import wilson  # lazy: a leaf module (scipy only for t quantiles)
     from lctx.metrics import bounds_of  # lazy: a leaf module
@@ -989,8 +989,7 @@ def _fmt(v, se=None, lo=None, hi=None) -> str:
 def long_reasons(cmp: Comparison, include_same: bool = False) -> list[str]:
     """The distinct ``unavailable`` notes of the shown cells (all of them with ``include_same``) longer than
     :data:`lctx.harness.run.tables.SHORT_REASON` characters, in table order: each is printed once above the table
-    (capped) and its cells' notes name it as ``reason [k]``, instead of a 400-character reason in every row (issue 42
-    item 4)."""
+    (capped) and its cells' notes name it as ``reason [k]``, instead of a 400-character reason in every row."""
     t = cmp.table if include_same else cmp.table[~cmp.table["status"].isin(["same", "ignored"])]
     notes = [r for r in t.loc[t["status"] == "unavailable", "unavailable"] if isinstance(r, str)]
     return [r for r in dict.fromkeys(notes) if len(r) > SHORT_REASON]
@@ -1115,7 +1114,6 @@ def compare_dirs(run_dir: Path, baseline_dir: Path, rules: Rules | None = None,
     for d in (baseline_dir, run_dir):  # the run's declaration of a task over the baseline's
         # the verdict reads the summaries and the tasks' declared directions (a baseline may be summary.csv alone),
         # so a damaged run.json does not stop the gate; it is named all the same, never passed over without a word
-        # (trial21 item 7)
         try:
             metas[d] = read_json(Path(d) / "run.json") or {}
             declared.update(declared_tasks(metas[d]))

@@ -131,7 +131,7 @@ def load_run(run_dir: str | Path) -> tuple[pd.DataFrame, dict]:
     table = clean_frame(table)  # redacted as read: a run written before lctx redacted keys too
     table = table.assign(model=label_names(table))  # one model run with two option sets: two series, not a mean
     # run.json gives the page its provenance (weights' hashes, git_rev, options) and max_positions: a damaged one
-    # is refused as `lctx run` refuses it, never left out of the report without a word (trial21 item 7)
+    # is refused as `lctx run` refuses it, never left out of the report without a word
     meta = clean(read_json(d / "run.json") or {})
     name_foreign_records(d, lambda m: say(m, err=True))  # lines run.json does not vouch for
     return table, meta
@@ -777,7 +777,7 @@ def model_positions(table: pd.DataFrame, metas: list[dict]) -> dict[str, dict]:
     model's name in its run), "run", "max_positions" (the declared maximum the run recorded for it, run.json ``max_positions``; None when it declares
     none, e.g. attention sinks)}}, read from each run's ``run.json`` ``inputs.models[name]["position"]``.
 
-    A model whose run records no method (a run from before issue 43, or of a model without one) counts as the shipped
+    A model whose run records no method (a run from before positional methods were recorded, or of a model without one) counts as the shipped
     model of the base of that name when another model of the report names it as its base (``inferred``: True), so a
     run directory per method reports together with an older run of the checkpoint as shipped; other such models are
     left out (no method to compare)."""
@@ -1288,7 +1288,7 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, at: str | None
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     sub = f"{len(metas)} run{'s' if len(metas) != 1 else ''}, {len(labels)} model{'s' if len(labels) != 1 else ''}; generated {stamp}"
     html_path, md_path = out / "report.html", out / "report.md"
-    # every file once more through lctx.outside (redacted, control characters escaped: issue 42)
+    # every file once more through lctx.outside (redacted, control characters escaped)
     html_path.write_text(safe(_html_page(sections, title, sub)))
     md_path.write_text(safe(_markdown_page(sections, title, sub, out)))
     clean_frame(num, escape=True).to_csv(out / "summary.csv", index=False)

@@ -14,7 +14,7 @@ through :func:`print_table`:
 
 ``LCTX_TABLE_FORMAT=rich`` or ``=markdown`` overrides the choice (e.g. Markdown in a terminal to copy from).
 
-Nothing from outside reaches the terminal raw (issue 42 items 1 and 5): every cell, header and title of a table, every
+Nothing from outside reaches the terminal raw: every cell, header and title of a table, every
 status line (:func:`print_line`, :func:`say`) and the progress bar's label pass through :mod:`lctx.outside` (a
 registered API key or a ``Bearer``/``sk-`` token redacted, control characters such as ESC, BEL, C1 and the
 bidirectional overrides written as visible ``\\x1b``-style escapes), and a table's cells are plain text to rich,

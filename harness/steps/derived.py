@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 if TYPE_CHECKING:  # pandas on first use: `lctx list tasks` imports this module for its
-    import pandas as pd  # registered names only (issue 15.4, tests/test_startup.py)
+    import pandas as pd  # registered names only (tests/test_startup.py)
 
 from lctx.errors import LctxError
 from lctx.registry import Registry

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pandas on first use: `lctx list tasks` imports this module for its
-    import pandas as pd  # registered name only (issue 15.4, tests/test_startup.py)
+    import pandas as pd  # registered name only (tests/test_startup.py)
 
 from lctx.harness.steps.derived import (DerivedStep, base_record, json_cell, ok_rows, register_step, replace_name,
                                        take_options, write_run_tables)

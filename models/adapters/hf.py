@@ -456,7 +456,7 @@ class HFAdapter(TokenizerSide):
         for one forward of ``n_tokens`` tokens from a fresh load, and hold them for the whole sample (prefill
         chunks, decode steps, teacher-forced continuations). Without this, transformers' dynamic NTK keeps the
         frequencies of the longest forward it has seen and re-decides per chunk, so a cell's score depended
-        on the cells run before it and on ``--chunk-size`` (issue 11 a). A module with a table per layer type
+        on the cells run before it and on ``--chunk-size``. A module with a table per layer type
         (Gemma 3's ``full_attention`` / ``sliding_attention``) has each length-dependent table fixed the same way
         (``--position dynamic`` on its global layers). A no-op for other models."""
         for mod, rt, scaling, lt in self._length_ropes:
@@ -770,7 +770,7 @@ def load_lm(path: str, device: str = DEVICE, dtype: str = DTYPE, name: str | Non
 def _record_override(lm: HFAdapter, attn_override: str) -> None:
     """Update :attr:`HFAdapter.position` after ``--attn-override`` (the older name of the methods ``ssmax`` and
     ``alibi_lsh``): on a shipped model the record names that method and its options (``"via": "--attn-override"``:
-    the fingerprint stays the checkpoint's, as runs made with the flag before issue 43 keyed it, and the variant
+    the fingerprint stays the checkpoint's, as runs made with the flag before ``--position`` keyed it, and the variant
     holds the label); on a model under another method it is noted as ``attn_override``; either way ``effective`` is
     read again, after the override."""
     from lctx.models.adapters.overrides import parse_override  # lazy: loads lctx.models (its kernels load triton)
@@ -993,7 +993,7 @@ def check_attn_impl(attn_impl: str, config, name: str) -> None:
     """Refuse an ``--attn-impl`` a checkpoint cannot take (used by ``lctx run`` and ``lctx plan``).
 
     Raises:
-        LctxError: an unknown value, or ``fast`` for a Hugging Face checkpoint (issue 11 e: it used to be
+        LctxError: an unknown value, or ``fast`` for a Hugging Face checkpoint (it used to be
             ignored without a word).
     """
     impl = ATTN_IMPL_REGISTRY.get_interface(attn_impl)

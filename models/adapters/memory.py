@@ -18,7 +18,7 @@ positions               B x T x 17 bytes: k_pos (int64), its cumsum temporary (i
 activations             one decoder layer is live at a time: B x c x max(10 d, 2 d + 3 I) x bytes, the larger
                         of the attention half (residual, norm output, q/k/v, rotated q/k, attention output,
                         o_proj) and the SwiGLU half (residual, norm output, gate, up, product), + B x c x d x 8
-                        (RMSNorm's float32 temporaries). Was 8 d + 4 I (both halves at once) until issue 28's
+                        (RMSNorm's float32 temporaries). Was 8 d + 4 I (both halves at once) until the
                         measured peaks, in which the sdpa mask had hidden the overestimate.
 attention working set   depends on the path that runs (found by a probe forward, see :func:`probe_layer`):
                         * chunk-split (variants without a bias on CPU, ``sdpa`` or ``fast``; Hugging Face
