@@ -14,13 +14,14 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+
+from real_servers import Server, free_port
 
 pytestmark = pytest.mark.slow
 
@@ -45,57 +46,15 @@ if _WHY:
     pytestmark = [pytest.mark.slow, pytest.mark.skip(reason=_WHY)]
 
 
-def free_port() -> int:
-    """A free TCP port of 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class LlamaServer:
+def LlamaServer(log: Path, port: int | None = None, threads: int = 2) -> Server:
     """``python -m llama_cpp.server`` on 127.0.0.1:``port`` serving the SmolLM2 GGUF (context 4096, logits_all;
     ``threads`` for decode and prefill alike: llama-cpp-python's prefill default is every core, so two servers of
-    one thread each need both set to fit the 2-core machine), its log in ``log``."""
-
-    def __init__(self, log: Path, port: int | None = None, threads: int = 2):
-        self.port, self.log_path, self.threads = port or free_port(), log, threads
-        self.proc: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    def start(self) -> "LlamaServer":
-        self.log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(GGUF), "--n_ctx", "4096",
-                                      "--logits_all", "true", "--n_threads", str(self.threads),
-                                      "--n_threads_batch", str(self.threads), "--host", "127.0.0.1",
-                                      "--port", str(self.port)], stdout=self.log, stderr=subprocess.STDOUT)
-        import urllib.request
-
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"llama_cpp.server exited with {self.proc.returncode}; see {self.log_path}")
-            try:
-                with urllib.request.urlopen(self.url + "/models", timeout=2) as r:
-                    if r.status == 200:
-                        return self
-            except OSError:
-                time.sleep(0.3)
-        raise RuntimeError(f"llama_cpp.server did not answer in 120 s; see {self.log_path}")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(30)
-        self.log.close()
-
-    def __enter__(self) -> "LlamaServer":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
+    one thread each need both set to fit the 2-core machine), its log in ``log``; ready when ``/v1/models`` answers
+    (tests/real_servers.py's :class:`Server`: start, stop, start again)."""
+    port = port or free_port()
+    return Server([sys.executable, "-m", "llama_cpp.server", "--model", str(GGUF), "--n_ctx", "4096",
+                   "--logits_all", "true", "--n_threads", str(threads), "--n_threads_batch", str(threads),
+                   "--host", "127.0.0.1", "--port", str(port)], log, port, 120, health="/v1/models")
 
 
 def lctx(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
