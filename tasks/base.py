@@ -763,7 +763,10 @@ def get_task(name: str) -> type[Task]:
         LctxError: unknown name (the message lists the known ones).
     """
     if name not in TASKS:
-        raise LctxError(f"unknown task {name!r}; known tasks: {', '.join(t.name for t in task_catalog())} "
+        from lctx.harness.args import did_you_mean  # light
+
+        names = [t.name for t in task_catalog()]
+        raise LctxError(f"unknown task {name!r}{did_you_mean(name, names)}; known tasks: {', '.join(names)} "
                         "(see `lctx list tasks`, or add one with --task-file)")
     return TASKS[name]
 
