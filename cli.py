@@ -171,6 +171,8 @@ def run(
     think_end: Optional[str] = typer.Option(None, "--think-end", help="Served reasoning models: the marker that ends the thinking span (e.g. '</think>'); the text up to it is dropped before scoring."),
     think_budget: int = typer.Option(0, "--think-budget", min=0, help="Served reasoning models: tokens added to each answer budget for the thinking span."),
     batch_size: Optional[str] = typer.Option(None, "--batch-size", help="N or auto: prefill and decode N samples of one length together (passkey, niah_*, RULER's tasks, custom tasks with batched = True; ppl runs one at a time); mmlu/arc: N requests per lm-eval forward, refused when the memory check finds it does not fit (default 1 and, for mmlu/arc, the largest up to 32 that fits, printed). auto: the most that lctx plan's memory model fits in half the device (at most 4 on CPU, 32 on CUDA). Records equal batch 1's to rounding; see \"Batches\" in docs/kernels-and-bench.md."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Load the models, check everything, print the plan (samples per model, task and length, and the estimated time) and exit without running or writing the run directory."),
+    plan: bool = typer.Option(True, "--plan/--no-plan", help="Print the plan and a time estimate before the sweep (a short calibration of each in-process model on this machine: a few prefills)."),
     order: str = typer.Option(ORDER, "--order", help="The order samples run in: cache (per length, the deepest needle first, the sample seeds of one depth together: each prompt repeats the one before up to its needle, so a server's prefix cache reuses it), grid (lengths x depths x samples) or shuffle (seeded; the control when measuring the saving). Scores do not depend on it."),
 ):
     """Evaluate checkpoints on tasks x lengths x depths; write records.jsonl, results.parquet/csv, summary.csv and plots."""
@@ -196,7 +198,10 @@ def run(
         ppl_data=ppl_data or None, ppl_bos=ppl_bos, ppl_short_docs=ppl_short_docs, ppl_max_tokens=ppl_max_tokens,
         key_digits=key_digits, limit=limit, num_fewshot=num_fewshot, concurrency=concurrency, tokenizer=tokenizer,
         api_key_env=api_key_env, served_model=served_model, request_timeout=request_timeout, retries=retries,
-        think_end=think_end, think_budget=think_budget, log=say, warn=warned)
+        think_end=think_end, think_budget=think_budget, plan=plan, dry_run=dry_run, log=say, warn=warned)
+    if result.dry_run:
+        say(f"dry run: nothing ran and nothing was written; the same command without --dry-run runs it into {out}")
+        return
     if not result.is_main or result.table is None:
         return
     for name, text in result.reports.items():  # lm-eval's table, flatness; the ruler group's grid comes last
@@ -492,6 +497,50 @@ def convert_gguf(
         raise LctxError(f"{str(src)!r} is not a .gguf file (nor a directory holding one); pass the GGUF file")
     path = convert_fn(gguf_file, out, dtype=dtype)
     typer.echo(f"wrote {path} (dequantised to {dtype}); run it with `lctx run --model {path}`")
+
+
+@app.command()
+def data(
+    out: Optional[Path] = typer.Option(None, "--out", "-o", envvar="LCTX_DATA_DIR", help="The data folder to fill (the --data-dir of later runs), e.g. ../shared/data, the layout the README's examples read. Default: $LCTX_DATA_DIR."),
+    only: Optional[str] = typer.Option(None, "--only", help="Comma-separated groups to fetch (default: all; `lctx data --list`), e.g. ruler,mmlu."),
+    mirror: Optional[str] = typer.Option(None, "--mirror", help="A base URL standing in for https://raw.githubusercontent.com (the same OWNER/REPO/COMMIT/PATH layout), e.g. a local copy served on 127.0.0.1. PyPI wheels come through pip and its own settings (PIP_INDEX_URL)."),
+    list_groups: bool = typer.Option(False, "--list", help="List the groups (files, size, licence) and exit."),
+    check: bool = typer.Option(False, "--check", help="Check the files already in --out against the manifest (no network) and exit: 1 when one is missing or differs."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
+):
+    """Fetch the evaluation data (RULER's haystack and word lists, books, WikiText, MMLU, ARC, small checkpoints) from
+    its public sources into --out, each file checked against lctx's checksum manifest; rerun to resume."""
+    from lctx.harness.commands import data as D  # light: httpx and rich load only to fetch
+    from lctx.harness.run.console import print_table  # light
+
+    groups = D.load_manifest()
+    names = D.pick_groups(groups, only)
+    if list_groups:
+        rows = [[n, len(g["entries"]), f"{sum(e.size for e in g['entries']) / 1e6:.1f} MB", g["what"], g["license"]]
+                for n, g in groups.items() if n in names]
+        print_table(["group", "files", "size", "what", "licence"], rows, right=["files", "size"])
+        return
+    if out is None:
+        raise LctxError("lctx data needs --out DIR (the folder to fill, e.g. ../shared/data) or LCTX_DATA_DIR")
+    if out.exists() and not out.is_dir():
+        raise LctxError(f"--out {str(out)!r} is a file; give a folder (it is created when missing)")
+    entries = [e for n in names for e in groups[n]["entries"]]
+    if check:
+        ok, missing, bad = D.status(out, entries)
+        for e in missing + bad:
+            say(f"{'missing' if e in missing else 'differs'}: {e.path}")
+        say(f"{out}: {len(ok)} of {len(entries)} files match the manifest"
+            + (f"; {len(missing)} missing, {len(bad)} differ: `lctx data --out {out}` fetches them" if missing or bad
+               else ""))
+        if missing or bad:
+            raise typer.Exit(1)
+        return
+    size = sum(e.size for e in entries) / 1e6
+    say(f"lctx data: {len(entries)} files ({size:.1f} MB) of {', '.join(names)} into {out}")
+    got = D.fetch(out, entries, mirror=mirror, progress=progress, log=say)
+    say(f"{out}: {got['fetched']} files fetched ({got['bytes'] / 1e6:.1f} MB), {got['kept']} already there; every "
+        f"file matches the manifest; provenance in {out / D.PROVENANCE}. Licences: `lctx data --list`. Use it with "
+        f"--data-dir {out} (or LCTX_DATA_DIR)")
 
 
 @app.command()

@@ -51,7 +51,8 @@ class Result:
     tables; reports: the text of the task families and derived steps (``{"lmeval": ..., "flatness": ..., "ruler": ...}``),
     in order; late_reports: the names of those to show after the plots (a step that declares
     ``report_after_plots``: the ruler group's grid). ``table`` is None on the
-    non-main ranks of a distributed run (rank 0 writes and returns the tables) and when nothing ran.
+    non-main ranks of a distributed run (rank 0 writes and returns the tables) and when nothing ran. dry_run: the
+    call only planned (``evaluate(dry_run=True)``); plan: the plan's rows (:class:`lctx.harness.run.estimate.PlanRow`).
     """
 
     out: Path
@@ -66,6 +67,8 @@ class Result:
     reports: dict = field(default_factory=dict)
     is_main: bool = True
     late_reports: list = field(default_factory=list)
+    dry_run: bool = False
+    plan: list = field(default_factory=list)
 
     @property
     def paths(self) -> dict[str, Path]:
@@ -213,7 +216,7 @@ def evaluate(models=None, tasks=None,
              concurrency: int = CONCURRENCY, tokenizer: Optional[str] = None, api_key_env: Optional[str] = None,
              served_model: Optional[str] = None, request_timeout: float = REQUEST_TIMEOUT_S,
              retries: int = RETRIES,
-             think_end: Optional[str] = None, think_budget: int = 0,
+             think_end: Optional[str] = None, think_budget: int = 0, plan: bool = False, dry_run: bool = False,
              log: Optional[Callable[[str], None]] = None, warn: Optional[Callable[[str], None]] = None) -> Result:
     """Evaluate models on tasks x lengths x depths x samples and write the run directory ``out``.
 
@@ -281,6 +284,11 @@ def evaluate(models=None, tasks=None,
     A metric a model cannot give (:class:`lctx.errors.MetricUnavailable`: a server without prompt log-probabilities)
     is recorded as unavailable with the reason (never 0; :attr:`Result.unavailable`), and ``warn`` gets one line per
     (model, metric) naming it, once per call (:func:`lctx.harness.run.tables.unavailable_lines`).
+
+    plan (``lctx run`` sets it; default off): print, after the models load and every check has passed, the samples per (model, task, length) and an
+    estimate of the time (:mod:`lctx.harness.run.estimate`: a short calibration of each in-process model on this
+    machine); dry_run: print that plan and return without running anything or writing ``out`` (``Result.dry_run``
+    True, the plan's rows in ``Result.plan``).
 
     Returns: a :class:`Result` (tables as DataFrames, plot paths, counts).
 
@@ -364,6 +372,10 @@ def evaluate(models=None, tasks=None,
     note = _busy_note(lms, dinfo)
     if note:
         warn(note)
+    rows = _say_plan(groups, run_tasks, lms, dinfo, device, depths=call.depths, samples=samples, seed=seed,
+                     skip_below=skips["skip_below"], order=order, log=log) if (plan or dry_run) else []
+    if dry_run:
+        return Result(out=out, is_main=dinfo.is_main, dry_run=True, plan=rows)
     unclosed = {id(lm): getattr(lm, "think_unclosed", 0) for lm in lms}  # a served model's count, before the sweep
     res = _sweep_and_write(groups, run_tasks, out, dinfo, depths=call.depths, samples=samples, seed=seed,
                            skip_below=skips["skip_below"], batch=call.batch, relative=relative, lms=lms,
@@ -723,6 +735,34 @@ def _busy_note(lms: list, dinfo) -> Optional[str]:
     from lctx.kernels import busy_note  # lazy: loads torch
 
     return busy_note() if any(str(lm.settings().get("device") or "").startswith("cpu") for lm in lms) else None
+
+
+def _say_plan(groups: list, run_tasks: _Tasks, lms: list, dinfo, device, *, depths, samples: int, seed: int,
+              skip_below: dict, order: str, log) -> list:
+    """Print the run's plan on the main rank (:mod:`lctx.harness.run.estimate`: the samples per model, task and length,
+    the time estimated from a calibration of each in-process model) and return its rows."""
+    from lctx.harness.run import estimate as est  # lazy: loads torch (loaded by now)
+    from lctx.harness.run.console import print_table  # light
+
+    if not dinfo.is_main:
+        return []
+    rows = est.plan_rows(_sweep_passes(groups, run_tasks, depths=depths, samples=samples, seed=seed,
+                                       skip_below=skip_below, order=order))
+    if not rows:
+        return rows
+    lengths = {}
+    for r in rows:
+        if r.length is not None:
+            lengths.setdefault(r.model, []).append(r.length)
+    cals = {lm.name: est.calibrate(lm, sorted(set(lengths.get(lm.name, [])))) for lm in lms}
+    est.estimate(rows, cals)
+    header, table = est.plan_table(rows)
+    print_table(header, table, right=header[2:], title="plan (samples per length)")
+    from lctx.models.adapters.devices import resolve_device  # lazy: loads torch (loaded by now)
+
+    for line in est.plan_lines(rows, cals, str(resolve_device(device))):
+        log(line)
+    return rows
 
 
 def _sweep_and_write(groups: list, run_tasks: _Tasks, out: Path, dinfo, *, depths: list, samples: int, seed: int,
