@@ -497,11 +497,18 @@ def _sample_bases(lms, tasks, inputs: dict, seed: int) -> dict:
     return bases
 
 
+def _setting(lm: ModelAdapter, key: str):
+    """``lm.settings()[key]`` as the records write it (None when the adapter does not say)."""
+    st = lm.settings() if callable(getattr(lm, "settings", None)) else {}
+    return (st or {}).get(key)
+
+
 def _run_meta(old_meta: dict, run_id: str, lms, tasks, spec: RunSpec, batch_size, dinfo, inputs: dict, bases: dict,
               invocation: str) -> tuple[dict, str]:
     """The new ``run.json`` of this sweep: ``old_meta`` with this invocation added (:func:`_invocation`), this
     sweep's settings and versions, each task's own fields (:meth:`lctx.tasks.Task.run_json`), and merged with what
-    earlier runs recorded: the current fingerprint of each label, the models' declared maximum lengths, the tasks'
+    earlier runs recorded: the current fingerprint of each label, the models' declared maximum lengths and the dtype
+    each ran in (``dtype``: {model: "float32"}), the tasks'
     declarations and the inputs. Returns (meta, the invocation id)."""
     meta = dict(old_meta)
     invocation = _invocation(meta, lms, tasks, spec, batch_size, dinfo, invocation)
@@ -517,6 +524,8 @@ def _run_meta(old_meta: dict, run_id: str, lms, tasks, spec: RunSpec, batch_size
     meta["current"] = current
     old_max = meta.get("max_positions") if isinstance(meta.get("max_positions"), dict) else {}
     meta["max_positions"] = {**old_max, **{lm.name: lm.max_length for lm in lms if lm.max_length}}  # the declared limit
+    old_dtype = meta.get("dtype") if isinstance(meta.get("dtype"), dict) else {}
+    meta["dtype"] = {**old_dtype, **{lm.name: _setting(lm, "dtype") for lm in lms}}  # the weights' dtype that ran
     # what each task declares about its numbers (headline, directions, retrieval): report, compare and flatness
     # read it from here, so a --task-file task needs no task file afterwards
     meta[TASK_META] = {**declared_tasks(old_meta), **{t.name: t.declaration() for t in tasks}}

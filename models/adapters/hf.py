@@ -805,6 +805,8 @@ def _checkpoint_dir(path, name: str | None, *, dtype: str, cache_dir, log, progr
     gguf_file = find_gguf(path)
     source = path
     if gguf_file is not None:
+        if Path(path).is_dir() and log is not None:  # a folder holding one .gguf: say which file it is
+            log(f"note: {str(path)!r} holds one .gguf file, {gguf_file.name}: loading it")
         path, _ = cached_gguf_dir(gguf_file, dtype=dtype, cache_dir=cache_dir, log=log, progress=progress)
         name = name or gguf_file.stem
         source = str(gguf_file)
