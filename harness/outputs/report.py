@@ -639,7 +639,7 @@ def summary_table(table: pd.DataFrame, at: list[tuple[str, float]] | None = None
 
 
 def train_length_notes(table: pd.DataFrame, metas: list[dict]) -> list[str]:
-    """One line per model the summary has no training length for (its columns at multiples of it and its PPL at
+    """One line naming every model the summary has no training length for (its columns at multiples of it and its PPL at
     it stay "–"): how to give one, and the maximum the checkpoint declares (``max_positions`` in run.json:
     ``max_position_embeddings``, a GGUF's ``llama.context_length``), labelled as such: a model may declare
     far more positions than it was trained on, so it is shown, never used as the training length."""
@@ -647,7 +647,7 @@ def train_length_notes(table: pd.DataFrame, metas: list[dict]) -> list[str]:
     for m in metas:
         for name, n in (m.get("max_positions") or {}).items() if isinstance(m.get("max_positions"), dict) else ():
             declared.setdefault(m.get("run"), {})[name] = n
-    notes = []
+    unknown = []  # (label, its model name, the maxima its checkpoint declares)
     for lbl in dict.fromkeys(table["label"]):
         rows = table[table["label"] == lbl]
         if rows["train_length"].notna().any():
@@ -655,13 +655,16 @@ def train_length_notes(table: pd.DataFrame, metas: list[dict]) -> list[str]:
         names = {str(x).split(" [", 1)[0].split("@", 1)[0] for x in rows["model"]}
         maxes = sorted({int(n) for r in dict.fromkeys(rows["run"].astype(str)) for k, n in declared.get(r, {}).items()
                         if k in names and n})
-        decl = (f"; its checkpoint declares max positions {', '.join(format_length(n) for n in maxes)} "
-                "(max_position_embeddings / GGUF context_length: how far it may address, not the length it was "
-                "trained on)" if maxes else "")
-        model = sorted(names)[0]
-        notes.append(f"Train length unknown for {lbl}: the columns at multiples of it stay “–”; pass "
-                     f"--train-length N to lctx run, or --train-length {model}=N to lctx report{decl}.")
-    return notes
+        unknown.append((lbl, sorted(names)[0], maxes))
+    if not unknown:
+        return []
+    # one note for every such model: the fix said once, each model's declared maximum beside its name
+    who = "; ".join(f"{lbl}" + (f" (declares max positions {', '.join(format_length(n) for n in maxes)})" if maxes
+                                else "") for lbl, _, maxes in unknown)
+    decl = (" A declared maximum (max_position_embeddings / GGUF context_length) is how far a model may address, "
+            "not the length it was trained on." if any(m for _, _, m in unknown) else "")
+    return [f"Train length unknown for {who}: the columns at multiples of it stay “–”; pass --train-length N to lctx "
+            f"run, or --train-length {unknown[0][1]}=N to lctx report.{decl}"]
 
 
 def _criterion(rows: pd.DataFrame) -> str:
@@ -719,8 +722,22 @@ def unavailable_notes(table: pd.DataFrame, task: str | None = None) -> list[str]
     return notes
 
 
-def metadata_table(metas: list[dict], table: pd.DataFrame) -> pd.DataFrame:
-    """One row per run: directory, run id, lctx version, git revision, torch, python, host, devices,
+def shown_dir(d, page_dir=None) -> str:
+    """A run directory as a report page shows it: relative to the page's folder ``page_dir`` (``../runs/x``), never a
+    machine's absolute path (a page is shared); its last two parts when it lies on another drive or no page is given."""
+    import os  # light
+
+    d = Path(d)
+    if page_dir is not None:
+        try:
+            return Path(os.path.relpath(d.resolve(), Path(page_dir).resolve())).as_posix()
+        except ValueError:  # another drive (Windows)
+            pass
+    return "/".join(d.resolve().parts[-2:])
+
+
+def metadata_table(metas: list[dict], table: pd.DataFrame, page_dir=None) -> pd.DataFrame:
+    """One row per run (``page_dir``: the report's folder, the directory shown relative to it): directory, run id, lctx version, git revision, torch, python, host, devices,
     dtypes, attention path, seeds, models, tasks, lengths, depths, samples, rows, errors and time span."""
     out = []
     for meta in metas:
@@ -734,7 +751,7 @@ def metadata_table(metas: list[dict], table: pd.DataFrame) -> pd.DataFrame:
         lm = meta.get("lmeval") or {}
         ts = pd.to_datetime(t["timestamp"], errors="coerce", utc=True).dropna() if "timestamp" in t.columns else []
         out.append({
-            "run": meta["run"], "directory": meta["dir"], "run id": meta.get("run_id", ""),
+            "run": meta["run"], "directory": shown_dir(meta["dir"], page_dir), "run id": meta.get("run_id", ""),
             "lctx": meta.get("lctx_version", uniq("lctx_version")), "git revision": meta.get("git_rev", uniq("git_rev")),
             "torch": meta.get("torch", ""), "python": meta.get("python", ""), "host": meta.get("host", ""),
             "devices": uniq("device"), "dtypes": uniq("dtype"), "attention": uniq("attn_impl"),
@@ -1282,7 +1299,7 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, at: str | None
                                 "for teacher-forced scores): no value, never 0, and no failure."),
                           ("table", unav, "")]))
     sections.append(_failures_section(fails))
-    sections.append(_metadata_section(metas, table))
+    sections.append(_metadata_section(metas, table, out))
 
     title = title or "lctx extrapolation report"
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -1417,10 +1434,10 @@ def _failures_section(fails: pd.DataFrame) -> tuple[str, str, list]:
     return ("failures", f"Failures ({len(fails)} cells, {n_fail} samples)", blocks)
 
 
-def _metadata_section(metas: list[dict], table: pd.DataFrame) -> tuple[str, str, list]:
+def _metadata_section(metas: list[dict], table: pd.DataFrame, page_dir=None) -> tuple[str, str, list]:
     """The run metadata section (:func:`metadata_table`) as one field-by-run table per 5 runs, so a page of many runs
     never scrolls sideways."""
-    meta = metadata_table(metas, table)
+    meta = metadata_table(metas, table, page_dir)
     meta_t = meta.set_index("run").T.reset_index().rename(columns={"index": "field"})
     per = 5  # runs per table, so a page of many runs never scrolls sideways
     return ("metadata", "Run metadata", [("table", meta_t[["field"] + list(meta_t.columns[1 + i:1 + i + per])], "meta")

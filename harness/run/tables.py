@@ -401,16 +401,19 @@ def _reasons(reasons) -> str:
 #: a reason longer than this (characters) is printed once: a later line that would repeat it refers to it instead
 #: (:func:`said_before`)
 SHORT_REASON = 80
+#: a reason shorter than this many characters ("unavailable") is repeated where it applies: a reference costs more
+SAID_MIN = 24
 #: what a line says in place of a long reason printed before it
 REASON_ABOVE = "the reason is in the warning above"
 
 
 def said_before(reason: str, said=()) -> bool:
-    """Whether ``reason`` is long (over :data:`SHORT_REASON` characters) and one of the lines ``said`` (printed
-    before) holds it: its first 60 characters, whitespace collapsed, as they are or as :func:`lctx.outside.quote`
-    writes them (a warning that quoted it capped). A short reason is never "said": repeating it costs nothing."""
+    """Whether ``reason`` is more than a few words (over :data:`SAID_MIN` characters) and one of the lines ``said``
+    (printed before) holds it: its first 60 characters, whitespace collapsed, as they are or as
+    :func:`lctx.outside.quote` writes them (a warning that quoted it capped). A reason is said once: a served model's
+    trust-probe reason at load, then "the reason is in the warning above"."""
     text = " ".join(str(reason).split())
-    if len(text) <= SHORT_REASON:
+    if len(text) <= SAID_MIN:
         return False
     heads = {text[:60], printable(redact(text), one_line=True)[:60]}
     return any(h in " ".join(str(line).split()) for line in said for h in heads)

@@ -643,7 +643,8 @@ class TrustReport:
     line when not), and the measurements: ``max_abs_diff`` (nats, echoed vs generated, over ``n_compared`` tokens),
     ``top1_agree`` (the echoed first choices are the generated tokens), ``certain_gain`` (nats per token: the key's
     repeat over its first statement), ``greedy_is_argmax`` (each token the server generated at temperature 0 was its
-    own first choice there: no repetition penalty or sampler bent it; checked apart from ``ok``)."""
+    own first choice there: no repetition penalty or sampler bent it; checked apart from ``ok``); ``problems``: every
+    check that failed (``reason`` names the first)."""
 
     ok: bool
     reason: str = ""
@@ -654,6 +655,7 @@ class TrustReport:
     certain_gain: Optional[float] = None
     tolerance: float = ECHO_TOL
     margin: float = CERTAIN_MARGIN
+    problems: list = field(default_factory=list)
 
     def as_dict(self) -> dict:
         """JSON-able, for run.json."""
@@ -1232,9 +1234,11 @@ def trust_probe(lm: ServerAdapter) -> TrustReport:
         problems.append("the echo's first choices are not the generated tokens")
     if not math.isfinite(gain) or gain < CERTAIN_MARGIN:
         problems.append(f"a repeated key {gain:.3g} nats/token over its first statement, expected >= {CERTAIN_MARGIN}")
-    if problems:
+    if problems:  # the reason one short line (the first problem); every problem in run.json (as_dict)
         report.ok = False
-        report.reason = f"the server's echoed prompt log-probabilities fail lctx's trust probe ({'; '.join(problems)})"
+        report.problems = problems
+        more = f"; {len(problems) - 1} more in run.json" if len(problems) > 1 else ""
+        report.reason = f"echoed prompt log-probabilities fail lctx's trust probe ({problems[0]}{more})"
     return report
 
 
