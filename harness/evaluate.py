@@ -482,7 +482,7 @@ def _check_call(models, tasks, task_files, *, model_args=None, lengths, depths, 
         data_dir = Path(data_dir)
         if not data_dir.is_dir():
             raise LctxError(f"--data-dir {str(data_dir)!r} is not a directory; point it at the evaluation data "
-                            "(e.g. ../shared/data) or unset LCTX_DATA_DIR")
+                            "(e.g. ../shared/data; `lctx data --out DIR` fetches it) or unset LCTX_DATA_DIR")
     if relative and explicit_lengths:
         raise LctxError("give either --lengths (tokens) or --relative (multiples of the training length), not both")
     length_list, depth_list = _unique(length_list, "lengths", warn), _unique(depth_list, "depths", warn)

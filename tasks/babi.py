@@ -258,11 +258,13 @@ def book_files(task: str, haystack: str | os.PathLike, data_dir: str | os.PathLi
     if not hp.is_absolute():
         if not raw:
             raise LctxError(f"task {task!r} reads books: pass --data-dir DIR (the folder holding {haystack}/) or "
-                            f"set LCTX_DATA_DIR, or give an absolute --task-option {task}.haystack=PATH")
+                            f"set LCTX_DATA_DIR (`lctx data --out DIR --only books` fetches them), or give an absolute "
+                            f"--task-option {task}.haystack=PATH")
         hp = Path(raw) / hp
     if not hp.exists():  # name the task and both ways to point it at books (corpus_files would name only a path)
         raise LctxError(f"task {task!r} reads its books from '{hp}', which does not exist; pass the --data-dir "
-                        f"holding {haystack}/ (e.g. ../shared/data) or --task-option {task}.haystack=PATH")
+                        f"holding {haystack}/ (e.g. ../shared/data; `lctx data --out DIR --only books`) or --task-option "
+                        f"{task}.haystack=PATH")
     return corpus_files(hp)  # LctxError: an empty folder
 
 

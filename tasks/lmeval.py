@@ -245,7 +245,7 @@ def read_arc(path: str | Path) -> list[dict]:
     p = Path(path)
     if not p.is_file():
         raise LctxError(f"ARC file {str(p)!r} not found; point --data-dir at a folder with "
-                        "arc/ARC-{Easy,Challenge}-{Test,Dev}.jsonl (e.g. ../shared/data)")
+                        "arc/ARC-{Easy,Challenge}-{Test,Dev}.jsonl (e.g. ../shared/data; `lctx data --out DIR --only arc`)")
     out = []
     with open(p, encoding="utf-8") as f:
         for i, line in enumerate(f, 1):
@@ -281,7 +281,7 @@ def read_mmlu_csv(path: str | Path, subject: str) -> list[dict]:
     p = Path(path)
     if not p.is_file():
         raise LctxError(f"MMLU file {str(p)!r} not found; point --data-dir at a folder with "
-                        "mmlu/{dev,test}/<subject>_{dev,test}.csv (e.g. ../shared/data)")
+                        "mmlu/{dev,test}/<subject>_{dev,test}.csv (e.g. ../shared/data; `lctx data --out DIR --only mmlu`)")
     out = []
     with open(p, encoding="utf-8", newline="") as f:
         for i, row in enumerate(csv.reader(f), 1):
@@ -366,8 +366,8 @@ def resolve_tasks(names: list[str], data_dir: str | Path | None) -> tuple[list[L
             missing = [p for p in need if not p.is_file()]
             if missing:
                 raise LctxError(f"--data-dir {str(root)!r} has no {missing[0].relative_to(root)} for {sp.task}; "
-                                f"point it at a folder with {layout} (e.g. ../shared/data), or unset it to "
-                                "load the Hugging Face hub copy")
+                                f"point it at a folder with {layout} (e.g. ../shared/data; `lctx data --out DIR --only "
+                                f"{sp.task.split('_')[0]}` fetches it), or unset it to load the Hugging Face hub copy")
     return specs, ("local" if local else "hub")
 
 

@@ -208,11 +208,11 @@ def resolve_data_dir(data_dir: str | os.PathLike | None, task: str) -> Path:
     raw = data_dir if data_dir not in (None, "") else os.environ.get("LCTX_DATA_DIR")
     if not raw:
         raise LctxError(f"task {task!r} needs RULER's data (ruler/PaulGrahamEssays.json, ruler/wonderwords/); "
-                        "pass --data-dir DIR or set LCTX_DATA_DIR (e.g. ../shared/data)")
+                        "pass --data-dir DIR or set LCTX_DATA_DIR (e.g. ../shared/data; `lctx data --out DIR` fetches it)")
     p = Path(raw)
     if not p.is_dir():
         raise LctxError(f"task {task!r}: data dir {str(p)!r} (--data-dir / LCTX_DATA_DIR) is not a directory; "
-                        "point it at the folder holding ruler/PaulGrahamEssays.json")
+                        "point it at the folder holding ruler/PaulGrahamEssays.json (`lctx data --out DIR` fetches it)")
     return p
 
 

@@ -127,13 +127,14 @@ def data_missing(task: str, data_dir, opts: dict) -> str | None:
     elif task == "cwe":
         need = [niah.NOUN_FILE, niah.ADJ_FILE, VERB_FILE]
     if task.startswith("niah_") and not root:  # every niah task takes its data from the data dir (multikey_3: none)
-        return "no --data-dir / LCTX_DATA_DIR given (RULER's essay and word lists)"
+        return "no --data-dir / LCTX_DATA_DIR given (RULER's essay and word lists: `lctx data --only ruler`)"
     if not need:
         return None
     if not root:
         return f"needs {', '.join(need)}: no --data-dir / LCTX_DATA_DIR given"
     missing = [r for r in need if not (Path(root) / r).is_file()]
-    return f"{', '.join(missing)} not found under {str(root)!r}" if missing else None
+    return (f"{', '.join(missing)} not found under {str(root)!r} (`lctx data --out DIR --only ruler` fetches them)"
+            if missing else None)
 
 
 def split_ruler(task_names: list[str], task_options: list[str], data_dir=None, samples: int = 1,
