@@ -49,18 +49,21 @@ for p in sorted((OUT / "ckpt").iterdir()):
 # RULES.md, decided before the run
 print("\n## verdicts (RULES.md)\n")
 at = lambda m, x, part=pk: part[(part.model == m) & (part.length == x * train[m])].value.mean()  # noqa: E731
+variants = sorted({m[len("pydoc-passkey-"):].rsplit("-s", 1)[0] for m in train})
 for seed in sorted({m.rsplit("-s", 1)[1] for m in train}):
-    rope, alibi = f"pydoc-passkey-rope-s{seed}", f"pydoc-passkey-alibi-s{seed}"
-    if rope not in train or alibi not in train:
+    pair = [f"pydoc-passkey-{v}-s{seed}" for v in variants]
+    if len(pair) != 2 or any(m not in train for m in pair):
         continue
-    learned = {m: at(m, 1) >= 0.8 for m in (rope, alibi)}
-    r = ratio[ratio.length == 8 * train[rope]]
-    ratio8 = {m: r[r.model == m].ratio.mean() for m in (rope, alibi)}
-    contrast = (abs(at(alibi, 4) - at(rope, 4)) >= 0.3 or abs(at(alibi, 8) - at(rope, 8)) >= 0.3
+    a, b = pair
+    learned = {m: at(m, 1) >= 0.8 for m in pair}
+    r = ratio[ratio.length == 8 * train[a]]
+    ratio8 = {m: r[r.model == m].ratio.mean() for m in pair}
+    contrast = (abs(at(a, 4) - at(b, 4)) >= 0.3 or abs(at(a, 8) - at(b, 8)) >= 0.3
                 or max(ratio8.values()) >= 1.5 * min(ratio8.values()))
     ship = all(learned.values()) and contrast
-    print(f"- seed {seed}: 1x exact rope {at(rope, 1):.2f}, alibi {at(alibi, 1):.2f} "
+    v1, v2 = variants
+    print(f"- seed {seed}: 1x exact {v1} {at(a, 1):.2f}, {v2} {at(b, 1):.2f} "
           f"({'both learned' if all(learned.values()) else 'did not learn: ' + ', '.join(m for m, v in learned.items() if not v)}); "
-          f"4x/8x exact rope {at(rope, 4):.2f}/{at(rope, 8):.2f}, alibi {at(alibi, 4):.2f}/{at(alibi, 8):.2f}; "
-          f"ppl ratio at 8x rope {ratio8[rope]:.2f}, alibi {ratio8[alibi]:.2f}; "
+          f"4x/8x exact {v1} {at(a, 4):.2f}/{at(a, 8):.2f}, {v2} {at(b, 4):.2f}/{at(b, 8):.2f}; "
+          f"ppl ratio at 8x {v1} {ratio8[a]:.2f}, {v2} {ratio8[b]:.2f}; "
           f"contrast {'visible' if contrast else 'not visible'} -> {'shippable' if ship else 'not shippable'}")
