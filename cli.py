@@ -127,7 +127,7 @@ def _configure_threads(device: str = "cpu") -> None:
 @app.command()
 def run(
     ctx: typer.Context,
-    model: List[str] = typer.Option(None, "--model", "-m", help="Checkpoint directory, .gguf file, or a served model's URL http://HOST:PORT/v1 (URL1,URL2: several servers of one model; docs/serving.md) (repeatable). Default: the bundled tiny model."),
+    model: List[str] = typer.Option(None, "--model", "-m", help="Checkpoint directory, .gguf file, or a served model's URL http://HOST:PORT/v1 (URL1,URL2: several servers of one model; docs/serving.md) (repeatable). Default: the bundled demo pair (ALiBi and GGD-BAM, 128-token training length) at 1x-8x it."),
     model_args: List[str] = typer.Option(None, "--model-args", "-M", help="Per-model arguments KEY=VALUE,... (as lm-eval's --model_args): one -M for every --model, or one per --model in the same order; the keys of its backend (`lctx list backends`: dtype, chunk_size, attn_impl, trust_remote_code for a checkpoint; served_model, tokenizer, api_key_env, concurrency, request_timeout, retries, think_end, think_budget for a server). The run-wide flags are the defaults. A --model may name its backend: checkpoint:PATH, server:URL."),
     tasks: str = typer.Option("passkey,ppl", "--tasks", "--task", "-t", help="Comma-separated task names (see `lctx list tasks`); `flatness` runs ppl + a retrieval task and derives ppl_ratio, flat_until, effective_length; `ruler` runs RULER's 13 tasks and derives their average and effective length."),
     task_file: List[Path] = typer.Option(None, "--task-file", help="Python file defining extra tasks (repeatable)."),
@@ -501,7 +501,7 @@ def convert_gguf(
 
 @app.command()
 def data(
-    out: Optional[Path] = typer.Option(None, "--out", "-o", envvar="LCTX_DATA_DIR", help="The data folder to fill (the --data-dir of later runs), e.g. ../shared/data, the layout the README's examples read. Default: $LCTX_DATA_DIR."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", envvar="LCTX_DATA_DIR", parser=_out_arg, callback=_checked_out, help="The data folder to fill (the --data-dir of later runs), e.g. ../shared/data, the layout the README's examples read. Default: $LCTX_DATA_DIR."),
     only: Optional[str] = typer.Option(None, "--only", help="Comma-separated groups to fetch (default: all; `lctx data --list`), e.g. ruler,mmlu."),
     mirror: Optional[str] = typer.Option(None, "--mirror", help="A base URL standing in for https://raw.githubusercontent.com (the same OWNER/REPO/COMMIT/PATH layout), e.g. a local copy served on 127.0.0.1. PyPI wheels come through pip and its own settings (PIP_INDEX_URL)."),
     list_groups: bool = typer.Option(False, "--list", help="List the groups (files, size, licence) and exit."),

@@ -30,6 +30,14 @@ LMEVAL_BATCH_SIZE = 32
 ORDER = "cache"
 ORDERS = ("cache", "grid", "shuffle")
 
+#: what ``lctx run`` evaluates with no ``--model`` (folders under ``models/checkpoints``): the bundled demo pair, ALiBi and
+#: GGD-BAM trained alike on pydoc text with a passkey in every window at 128 tokens (results/2026-12-05-demo-pair),
+#: on ``DEMO_TASKS`` (passkey and ppl with ppl_ratio, flat_until and effective_length) at ``DEMO_RELATIVE`` times their
+#: training length (128 to 1024 tokens) unless tasks or lengths are given
+DEMO_MODELS = ("pydoc-passkey-alibi", "pydoc-passkey-ggd_bam")
+DEMO_TASKS = "flatness"
+DEMO_RELATIVE = "1,2,4,8"
+
 #: {name: value} of every default above, for the test that finds a second definition and for messages
 ALL = {"DEVICE": DEVICE, "DTYPE": DTYPE, "CHUNK_SIZE": CHUNK_SIZE, "REQUEST_TIMEOUT_S": REQUEST_TIMEOUT_S,
        "RETRIES": RETRIES, "CONCURRENCY": CONCURRENCY, "LMEVAL_BATCH_SIZE": LMEVAL_BATCH_SIZE, "ORDER": ORDER}

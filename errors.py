@@ -143,3 +143,12 @@ def split_list(text: str, what: str, example: str) -> list[str]:
         raise LctxError(f"{what} {text!r} has an empty entry (two commas in a row, or a comma at an end); "
                         f"write e.g. {example}")
     return parts
+
+
+def did_you_mean(name: str, known, n: int = 2) -> str:
+    """``" (did you mean X?)"`` for the closest of ``known`` to ``name`` (difflib's ratio >= 0.6; up to ``n`` names),
+    or ``""``: the hint a message about an unknown name carries."""
+    import difflib  # light (stdlib)
+
+    close = difflib.get_close_matches(str(name), sorted(map(str, known)), n=n, cutoff=0.6)
+    return f" (did you mean {' or '.join(close)}?)" if close else ""

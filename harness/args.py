@@ -16,17 +16,8 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from lctx.errors import LctxError, split_list
+from lctx.errors import LctxError, did_you_mean, split_list  # noqa: F401  (did_you_mean re-exported)
 from lctx.paths import data_path  # noqa: F401  (re-exported: the CLI's --data-dir lookups)
-
-
-def did_you_mean(name: str, known, n: int = 2) -> str:
-    """``" (did you mean X?)"`` for the closest of ``known`` to ``name`` (difflib's ratio >= 0.6; up to ``n`` names),
-    or ``""``: the hint a message about an unknown name carries."""
-    import difflib  # light (stdlib)
-
-    close = difflib.get_close_matches(str(name), sorted(map(str, known)), n=n, cutoff=0.6)
-    return f" (did you mean {' or '.join(close)}?)" if close else ""
 
 
 #: The longest length (tokens) any lctx command accepts: 2**31 (``2048m``). Far past what any device holds (the

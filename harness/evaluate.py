@@ -24,6 +24,7 @@ from functools import partial
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence, Union
 
+from lctx.defaults import DEMO_MODELS as DEMO_MODEL_NAMES, DEMO_RELATIVE, DEMO_TASKS
 from lctx.defaults import (CHUNK_SIZE, CONCURRENCY, DEVICE, DTYPE, LMEVAL_BATCH_SIZE, ORDER, ORDERS, REQUEST_TIMEOUT_S,
                            RETRIES)
 from lctx.harness.backends import ModelSpec, resolve_models
@@ -37,7 +38,11 @@ from lctx.errors import EXIT_ALL_FAILED, EXIT_OK, EXIT_SOME_FAILED, LctxError, s
 
 DEFAULT_LENGTHS = (256, 512, 1024, 2048)
 DEFAULT_DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
-DEFAULT_MODEL = Path(__file__).resolve().parent.parent / "models" / "checkpoints" / "pydoc-tiny-rope"
+CHECKPOINTS = Path(__file__).resolve().parent.parent / "models" / "checkpoints"
+#: the bundled tiny RoPE model (pydoc text only): ``lctx plan``'s default and the tests' small real checkpoint
+DEFAULT_MODEL = CHECKPOINTS / "pydoc-tiny-rope"
+#: what ``lctx run`` evaluates without ``--model``: the bundled demo pair (:data:`lctx.defaults.DEMO_MODELS`)
+DEMO_MODELS = tuple(CHECKPOINTS / name for name in DEMO_MODEL_NAMES)
 
 
 @dataclass
@@ -229,12 +234,14 @@ def evaluate(models=None, tasks=None,
     ``settings()``; ``attn_override`` and ``trust_remote_code`` cannot be given; ``chat_template`` /
     ``system_prompt`` must say what the adapter does; it is checked against the protocol's contract before anything
     runs, :func:`lctx.models.adapters.protocol.check_adapter`, and its outputs while it runs,
-    :class:`lctx.models.adapters.protocol.CheckedAdapter`); None: the bundled tiny model (an empty list is an
+    :class:`lctx.models.adapters.protocol.CheckedAdapter`); None: the bundled demo pair (:data:`DEMO_MODELS`, at
+    :data:`DEMO_RELATIVE` times their training length unless ``lengths`` or ``relative`` is given; an empty list is an
     error). tasks: a task or a list of them, each a name (``lctx list
     tasks``; ``flatness`` and ``ruler`` expand into the tasks they derive from) or a :class:`lctx.tasks.Task`
     object (run with its own options; the run-wide task flags such as ``key_digits`` or ``stride`` are for tasks
     given by name), or one comma-separated string of names; default the tasks that declare
-    :attr:`lctx.tasks.Task.default_run` (passkey and ppl, :func:`lctx.tasks.default_tasks`) when None (an empty
+    :attr:`lctx.tasks.Task.default_run` (passkey and ppl, :func:`lctx.tasks.default_tasks`; ``flatness`` for the demo
+    pair, models None) when None (an empty
     list is an error), and then a note names the tasks of ``task_files`` that do not run. A task that declares
     :attr:`lctx.tasks.Task.adapter_needs` (mmlu/arc: ``lmeval_model()`` or, for a served model,
     ``lmeval_api_model()``) runs only on adapters that have those methods. lengths: context
@@ -456,11 +463,13 @@ def _check_call(models, tasks, task_files, *, model_args=None, lengths, depths, 
         LctxError: the first problem found (one line naming the fix).
     """
     given_models, given = models, tasks
+    if models is None and tasks is None:  # the demo pair's question: flat ppl, and retrieval past 1x?
+        tasks = DEMO_TASKS
     models = _model_list(models)
     tasks, given_tasks = _split_tasks(tasks)
     if given_models is not None and not models:  # only None means "the default"
         raise LctxError(f"models={given_models!r} names no model; pass a checkpoint path or a model adapter object, "
-                        "or leave models out (None) for the bundled model")
+                        "or leave models out (None) for the bundled demo pair")
     if given is not None and not isinstance(given, str) and not tasks and not given_tasks:
         raise LctxError(f"tasks={given!r} names no task; pass task names or objects (e.g. ['passkey'] or "
                         "[Passkey()]), or leave tasks out (None) for the default tasks")
@@ -474,6 +483,8 @@ def _check_call(models, tasks, task_files, *, model_args=None, lengths, depths, 
     if samples > MAX_SAMPLES:  # before anything is built: 1e9 samples took 6 GB in 33 s
         raise LctxError(f"samples={samples} is above {MAX_SAMPLES}, the most samples per cell lctx runs (the 95% "
                         f"interval of a 0/1 metric's mean is +-1 point there); pass --samples {MAX_SAMPLES} or fewer")
+    if given_models is None and lengths is None and not relative:  # the demo pair: 1x to 8x its training length
+        relative = DEMO_RELATIVE
     explicit_lengths = lengths is not None  # the one place --lengths, --depths and --batch-size are parsed
     length_list = _as_list(lengths if explicit_lengths else DEFAULT_LENGTHS, parse_lengths, "lengths")
     depth_list = _as_list(depths, partial(parse_depths, seed=seed), "depths")  # seed: an int (_plain_numbers)
@@ -492,7 +503,7 @@ def _check_call(models, tasks, task_files, *, model_args=None, lengths, depths, 
         relative = ",".join(f"{r:g}" for r in relative)
     # one-line errors before torch loads
     task_names, file_tasks = _check_names(models, tasks, task_files)
-    specs = resolve_models(models or [DEFAULT_MODEL], model_args)  # backends and -M, parsed once (no torch)
+    specs = resolve_models(models or list(DEMO_MODELS), model_args)  # backends and -M, parsed once (no torch)
     _check_capabilities(specs, task_names)
     task_names = _unique(task_names, "tasks", warn)
     idle = [n for n in file_tasks if n not in task_names] if tasks is None else []
@@ -1017,11 +1028,11 @@ def _check_names(models, tasks, task_files) -> tuple[list[str], list[str]]:
 
 def _specs(models) -> list:
     """``models`` as :class:`~lctx.harness.backends.ModelSpec` s: as they are when resolved already, else resolved
-    (:func:`lctx.harness.backends.resolve_models`; None: the bundled model)."""
+    (:func:`lctx.harness.backends.resolve_models`; None: the bundled demo pair)."""
     listed = _model_list(models)
     if listed and all(isinstance(m, ModelSpec) for m in listed):
         return listed
-    return resolve_models(listed or [DEFAULT_MODEL])
+    return resolve_models(listed or list(DEMO_MODELS))
 
 
 def _check_capabilities(specs: Sequence, task_names: list[str]) -> None:
@@ -1063,7 +1074,7 @@ def _capability_names(methods) -> str:
 def _load_models(specs, attn_override, warn, server: Optional[dict] = None, positions: Sequence[str] = ("shipped",),
                  **load) -> list:
     """The model adapters of ``specs`` (:class:`~lctx.harness.backends.ModelSpec` s, or models as
-    :func:`lctx.evaluate` takes them; default: the bundled model), in order, each through its backend's ``load``
+    :func:`lctx.evaluate` takes them; default: the bundled demo pair), in order, each through its backend's ``load``
     (:mod:`lctx.harness.backends`): the run-wide settings (``load``: a checkpoint's; ``server``: a served model's)
     with the model's own ``-M`` arguments on top; a backend that takes positional methods loads the model once per
     method of ``positions`` (the cross product, model by model: each pair a model of its own); an adapter object as it

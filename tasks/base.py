@@ -763,7 +763,7 @@ def get_task(name: str) -> type[Task]:
         LctxError: unknown name (the message lists the known ones).
     """
     if name not in TASKS:
-        from lctx.harness.args import did_you_mean  # light
+        from lctx.errors import did_you_mean  # light
 
         names = [t.name for t in task_catalog()]
         raise LctxError(f"unknown task {name!r}{did_you_mean(name, names)}; known tasks: {', '.join(names)} "

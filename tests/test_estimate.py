@@ -48,7 +48,7 @@ def test_calibration_times_the_model_and_fits_nonnegative_terms():
 
 def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path, capsys):
     out = tmp_path / "run"
-    code, stdout, err = run_cli(["run", "--lengths", "128,256", "--depths", "0,1", "--samples", "3", "--dry-run",
+    code, stdout, err = run_cli(["run", "-m", BUNDLED, "--lengths", "128,256", "--depths", "0,1", "--samples", "3", "--dry-run",
                                  "--no-progress", "--out", out], capsys)
     assert code == 0, err
     assert "plan: 14 samples" in stdout  # passkey 2 lengths x 2 depths x 3 samples + ppl 1 per length
@@ -59,7 +59,7 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path, capsys):
 
 def test_the_plan_is_printed_before_a_run_and_run_json_records_the_dtype(tmp_path, capsys):
     out = tmp_path / "run"
-    code, stdout, err = run_cli(["run", "--tasks", "passkey", "--lengths", "128", "--depths", "0.5", "--samples", "1",
+    code, stdout, err = run_cli(["run", "-m", BUNDLED, "--tasks", "passkey", "--lengths", "128", "--depths", "0.5", "--samples", "1",
                                  "--no-progress", "--out", out], capsys)
     assert code == 0, err
     assert stdout.index("plan: 1 sample") < stdout.index("wrote ")

@@ -135,7 +135,7 @@ def test_option_errors_name_the_flag_and_a_fix(capsys, tmp_path, args, needles):
 
 @pytest.mark.parametrize("models, tasks, said", [
     ([], ["passkey"], "models=[] names no model; pass a checkpoint path or a model adapter object, or leave models "
-                      "out (None) for the bundled model"),
+                      "out (None) for the bundled demo pair"),
     ((), ["passkey"], "models=() names no model"),
     ("toy", [], "tasks=[] names no task; pass task names or objects (e.g. ['passkey'] or [Passkey()]), or leave "
                 "tasks out (None) for the default tasks"),

@@ -105,7 +105,7 @@ def pick_groups(groups: dict, only: Optional[str]) -> list[str]:
         raise LctxError(f"--only {only!r} names no group; use e.g. --only ruler,mmlu (groups: {', '.join(groups)})")
     for n in names:
         if n not in groups:
-            from lctx.harness.args import did_you_mean  # light
+            from lctx.errors import did_you_mean  # light
 
             raise LctxError(f"--only: no data group {n!r}{did_you_mean(n, groups)}; the groups are "
                             f"{', '.join(groups)} (`lctx data --list`)")

@@ -437,7 +437,7 @@ def load_summary(run_dir: Path, what: str = "run") -> pd.DataFrame:
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
-        from lctx.harness.args import did_you_mean  # light
+        from lctx.errors import did_you_mean  # light
 
         siblings = [str(p) for p in run_dir.parent.iterdir() if p.is_dir()] if run_dir.parent.is_dir() else []
         raise LctxError(f"{what} {str(run_dir)!r} is not a directory{did_you_mean(str(run_dir), siblings, n=1)}; pass a "

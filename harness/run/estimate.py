@@ -25,7 +25,7 @@ from lctx.harness.run.console import count, format_length
 
 #: the calibration's prefill lengths in tokens: the shorter of this and the run's shortest length, and the shorter of
 #: :data:`CAL_LONG` and its longest (a calibration costs about one sample at the run's longer lengths)
-CAL_SHORT, CAL_LONG = 256, 2048
+CAL_SHORT, CAL_LONG = 256, 1024
 #: text whose token ids, shuffled, make the calibration prompts (content does not matter for the time; shuffled so
 #: that a prefix cache, in-process ``prefix_reuse``, finds nothing to reuse)
 CAL_TEXT = ("The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
@@ -202,7 +202,7 @@ def plan_lines(rows: list[PlanRow], cals: dict, device: str) -> list[str]:
              f"{_decode_tokens()})"]
     if known:
         part = "" if len(known) == len(rows) else " for the models timed (served models are not)"
-        lines.append(f"estimated time{part}: {say_seconds(total)} on {device} (calibrated here in "
+        lines.append(f"estimated time of the samples{part}: {say_seconds(total)} on {device} (calibrated here in "
                      f"{say_seconds(sum(c.took for c in timed.values()))}: {how}); the progress bar refines it")
     else:
         lines.append("estimated time: not estimated (served models are not timed before the run); the progress bar "

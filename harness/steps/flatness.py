@@ -416,7 +416,7 @@ def step(spec: FlatnessSpec | None = None) -> DerivedStep:
     (:data:`DEFAULT_RELATIVE` unless ``--lengths`` or ``--relative`` is given)."""
     return DerivedStep(TASK, METRICS, spec or FlatnessSpec(), derive_records,
                        lambda sp: asdict(sp) | {"retrieval_metric": sp.metric}, ("ppl_ratio_vs_relative",),
-                       format_flatness, DEFAULT_RELATIVE)
+                       format_flatness, DEFAULT_RELATIVE, report_after_plots=True)  # the answer, last
 
 
 def expand(task_names: list[str], task_options: list[str], **run) -> tuple[list[str], list[str], DerivedStep | None,
