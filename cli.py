@@ -79,6 +79,18 @@ def _out_arg(value) -> Path:
     return Path(value)
 
 
+def _data_out_arg(value) -> Path:
+    """``lctx data``'s ``--out`` parser: :func:`_out_arg`, with the data folder named in its error.
+
+    Raises:
+        LctxError: the value is empty or blank.
+    """
+    if not isinstance(value, Path) and not str(value).strip():
+        raise LctxError("--out is empty; pass the data folder to fill, e.g. --out ../shared/data (a script's "
+                        "--out \"$DIR\" with DIR unset?)")
+    return _out_arg(value)
+
+
 def _checked_out(value: Optional[Path]) -> Optional[Path]:
     """The callback of every command's ``--out``: an unwritable directory is refused while the arguments are
     parsed (one ``error:`` line, exit 2), before torch, a model or any data loads (:func:`check_writable_dir`:
@@ -501,7 +513,7 @@ def convert_gguf(
 
 @app.command()
 def data(
-    out: Optional[Path] = typer.Option(None, "--out", "-o", envvar="LCTX_DATA_DIR", parser=_out_arg, callback=_checked_out, help="The data folder to fill (the --data-dir of later runs), e.g. ../shared/data, the layout the README's examples read. Default: $LCTX_DATA_DIR."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", envvar="LCTX_DATA_DIR", parser=_data_out_arg, callback=_checked_out, help="The data folder to fill (the --data-dir of later runs), e.g. ../shared/data, the layout the README's examples read. Default: $LCTX_DATA_DIR."),
     only: Optional[str] = typer.Option(None, "--only", help="Comma-separated groups to fetch (default: all; `lctx data --list`), e.g. ruler,mmlu."),
     mirror: Optional[str] = typer.Option(None, "--mirror", help="A base URL standing in for https://raw.githubusercontent.com (the same OWNER/REPO/COMMIT/PATH layout), e.g. a local copy served on 127.0.0.1. PyPI wheels come through pip and its own settings (PIP_INDEX_URL)."),
     list_groups: bool = typer.Option(False, "--list", help="List the groups (files, size, licence) and exit."),
@@ -527,11 +539,15 @@ def data(
     entries = [e for n in names for e in groups[n]["entries"]]
     if check:
         ok, missing, bad = D.status(out, entries)
-        for e in missing + bad:
+        shown = 10  # the first few by name; the count says the rest
+        for e in (missing + bad)[:shown]:
             say(f"{'missing' if e in missing else 'differs'}: {e.path}")
+        if len(missing + bad) > shown:
+            say(f"... and {len(missing + bad) - shown} more")
+        part = f" --only {only}" if only else ""
         say(f"{out}: {len(ok)} of {len(entries)} files match the manifest"
-            + (f"; {len(missing)} missing, {len(bad)} differ: `lctx data --out {out}` fetches them" if missing or bad
-               else ""))
+            + (f"; {len(missing)} missing, {len(bad)} differ: `lctx data --out {out}{part}` fetches them"
+               if missing or bad else ""))
         if missing or bad:
             raise typer.Exit(1)
         return

@@ -312,9 +312,10 @@ def check_model_path(path) -> str:
     path, _ = resolve_model_path(path)
     p = Path(path)
     if not p.exists():
-        raise LctxError(f"checkpoint {str(path)!r} does not exist (not a directory nor a .gguf file); pass a "
-                        "folder written by `lctx train` or save_pretrained, a .gguf file (or omit --model for "
-                        "the bundled default)")
+        data = ("; it looks like a file of the evaluation data: `lctx data --out DIR --only smollm2` (or "
+                "stories260k) fetches it" if "checkpoints/" in Path(path).as_posix() else "")
+        raise LctxError(f"checkpoint {str(path)!r} does not exist; pass a folder written by `lctx train` or "
+                        f"save_pretrained, a .gguf file (or omit --model for the bundled demo pair){data}")
     if p.is_file() and p.suffix.lower() == ".bin":  # llama2.c's export is one .bin beside its tokN.bin
         toks = sorted(f.name for f in p.parent.glob("tok*.bin"))
         tok = p.parent / toks[0] if toks else "TOKENIZER.bin"

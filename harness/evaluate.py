@@ -492,8 +492,8 @@ def _check_call(models, tasks, task_files, *, model_args=None, lengths, depths, 
     if data_dir is not None:
         data_dir = Path(data_dir)
         if not data_dir.is_dir():
-            raise LctxError(f"--data-dir {str(data_dir)!r} is not a directory; point it at the evaluation data "
-                            "(e.g. ../shared/data; `lctx data --out DIR` fetches it) or unset LCTX_DATA_DIR")
+            raise LctxError(f"--data-dir {str(data_dir)!r} is not a directory; `lctx data --out {data_dir}` fetches the "
+                            "evaluation data there (or point --data-dir / LCTX_DATA_DIR at a folder that holds it)")
     if relative and explicit_lengths:
         raise LctxError("give either --lengths (tokens) or --relative (multiples of the training length), not both")
     length_list, depth_list = _unique(length_list, "lengths", warn), _unique(depth_list, "depths", warn)

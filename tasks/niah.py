@@ -651,7 +651,8 @@ class RulerNIAH(Task):
         for rel in needed:
             if not (self.data_dir / rel).is_file():
                 raise LctxError(f"task {self.name!r}: {rel} not found under data dir {str(self.data_dir)!r} "
-                                "(--data-dir / LCTX_DATA_DIR); point it at the folder holding ruler/")
+                                "(--data-dir / LCTX_DATA_DIR); point it at the folder holding ruler/, or `lctx data "
+                                f"--out {self.data_dir} --only ruler` fetches it")
             check_file_size(self.data_dir / rel, MAX_TEXT_BYTES, f"task {self.name!r}'s {rel}",
                             "5 times RULER's essays, 3.1 MB")  # read whole: refused by its size first
         self._needed = needed

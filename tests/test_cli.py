@@ -39,7 +39,12 @@ def test_cache_dir_from_the_environment_that_is_a_file_is_named_so(capsys, tmp_p
 
 def test_missing_checkpoint(capsys, tmp_path):  # answered before any model loads (issue 15.4): fast now
     code, _, err = run_cli(["run", "--model", str(tmp_path / "nope"), "--out", str(tmp_path / "o")], capsys)
-    assert_one_line_error(code, err, "not a directory")
+    assert_one_line_error(code, err, "does not exist")
+    assert "lctx data" not in err  # a path that is no data file gets no data hint
+    gguf = tmp_path / "data" / "checkpoints" / "smollm2-135m-instruct" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    code, _, err = run_cli(["run", "--model", str(gguf), "--out", str(tmp_path / "o")], capsys)
+    assert_one_line_error(code, err, "does not exist")
+    assert "`lctx data --out DIR --only smollm2`" in err  # the data file names the command that fetches it
 
 
 def test_checkpoint_without_config(capsys, tmp_path):
@@ -251,21 +256,26 @@ def preset_args(preset: Path) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.golden  # compares with the committed baseline, made on another machine
 def test_bundled_default_run(capsys, tmp_path):
-    """`lctx run` with no --model evaluates the bundled checkpoint with the CI preset (passkey + ppl at 256
-    and 512 tokens, CPU float32) and reproduces the committed baseline within its rules (lctx compare)."""
+    """`lctx run` with no --model, tasks or lengths evaluates the bundled demo pair (the CI preset: flatness at 1x-8x,
+    CPU float32), prints the flatness answer last, and reproduces the committed baseline within its rules (lctx
+    compare)."""
     import platform
 
     from lctx.harness.outputs.compare import compare_dirs, load_rules
 
-    baseline = Path(__file__).resolve().parents[1] / "results" / "baselines" / "pydoc-tiny-rope"
-    assert (DEFAULT_MODEL / "config.json").exists(), "bundled default checkpoint missing"
+    from lctx.harness.evaluate import DEMO_MODELS
+
+    baseline = Path(__file__).resolve().parents[1] / "results" / "baselines" / "demo-pair"
+    assert all((m / "config.json").exists() for m in DEMO_MODELS), "bundled demo checkpoints missing"
     args = preset_args(baseline / "preset.sh")
-    assert "--model" not in args and "--depths" in args  # the preset runs the default (bundled) model
+    assert not {"--model", "-m", "--tasks", "--lengths", "--relative"} & set(args)  # the preset is `lctx run` as is
     out = tmp_path / "o"
     code, stdout, err = run_cli(["run", *args, "--out", str(out)], capsys)
     assert code == 0, err
     df = pd.read_parquet(out / "results.parquet")
-    assert set(df["task"]) == {"passkey", "ppl"}
+    assert set(df["task"]) == {"passkey", "ppl", "flatness"}
+    assert set(df["model"]) == {m.name for m in DEMO_MODELS} and set(df["length"].dropna()) == {128, 256, 512, 1024}
+    assert stdout.rstrip().splitlines()[-1].startswith("pydoc-passkey-ggd_bam: train_length 128")  # the answer, last
     assert (df["status"] == "ok").all(), df[df["status"] != "ok"]["error"].tolist()
     assert (out / "plots" / "ppl_vs_length.png").exists()
     assert "results.parquet" in stdout

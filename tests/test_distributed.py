@@ -135,7 +135,9 @@ def test_torchrun_two_ranks_on_cpu_give_the_single_process_table(tmp_path, monke
     """2 processes under torchrun (gloo) vs one process in this interpreter, on the bundled checkpoint."""
     from lctx.cli import main
 
-    args = ["run", "--tasks", "passkey,ppl", "--lengths", "256,512", "--depths", "0.5", "--samples", "1",
+    from lctx.harness.evaluate import DEFAULT_MODEL
+
+    args = ["run", "-m", str(DEFAULT_MODEL), "--tasks", "passkey,ppl", "--lengths", "256,512", "--depths", "0.5", "--samples", "1",
             "--ppl-max-tokens", "512", "--device", "cpu", "--no-progress"]
     env = {k: v for k, v in os.environ.items() if k not in ("LCTX_DATA_DIR", "RANK", "WORLD_SIZE", "LOCAL_RANK")}
     env["OMP_NUM_THREADS"] = "1"  # torchrun's default per rank; the single run below uses 1 thread too

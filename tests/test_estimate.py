@@ -27,7 +27,7 @@ def test_estimate_scales_the_calibrated_prefill_by_each_sample_cost():
     assert rows[3].seconds is None  # a served model is not timed
     header, table = est.plan_table(rows)
     assert header[-1] == "time (est.)" and "questions" in header
-    assert [r[-1] for r in table] == ["20 s", "6 s", est.say_seconds(rows[2].seconds), "not estimated"]
+    assert [r[-1] for r in table] == ["20 s", "6.0 s", est.say_seconds(rows[2].seconds), "not estimated"]
     # control: a quadratic term that doubles changes the estimate
     rows2 = [est.PlanRow("m", "passkey", 1000, 10, 10 * 1000.0)]
     est.estimate(rows2, {"m": est.Calibration(a=1e-3, b=2e-6)})

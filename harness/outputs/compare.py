@@ -439,7 +439,8 @@ def load_summary(run_dir: Path, what: str = "run") -> pd.DataFrame:
     if not run_dir.is_dir():
         from lctx.errors import did_you_mean  # light
 
-        siblings = [str(p) for p in run_dir.parent.iterdir() if p.is_dir()] if run_dir.parent.is_dir() else []
+        siblings = [str(p) for p in run_dir.parent.iterdir() if (p / "run.json").is_file() or (p / "summary.csv").is_file()
+                    ] if run_dir.parent.is_dir() else []  # run directories only
         raise LctxError(f"{what} {str(run_dir)!r} is not a directory{did_you_mean(str(run_dir), siblings, n=1)}; pass a "
                         "run directory written by lctx run")
     src = "summary.csv"

@@ -159,10 +159,10 @@ def estimate(rows: list[PlanRow], cals: dict) -> None:
 
 
 def say_seconds(s: float) -> str:
-    """A duration for a person: ``45 s``, ``3 min 20 s``, ``2 h 05 min``."""
+    """A duration for a person: ``< 0.1 s``, ``2.5 s``, ``45 s``, ``3 min 20 s``, ``2 h 05 min``."""
     s = max(0.0, float(s))
     if s < 60:
-        return f"{s:.0f} s" if s >= 1 else f"{s:.1f} s"
+        return f"{s:.0f} s" if s >= 10 else ("< 0.1 s" if s < 0.05 else f"{s:.1f} s")
     if s < 3600:
         return f"{int(s // 60)} min {int(s % 60):02d} s"
     return f"{int(s // 3600)} h {int(s % 3600 // 60):02d} min"
