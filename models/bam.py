@@ -48,6 +48,8 @@ from .options import Opt
 from .variants import AttentionVariant, AttnContext, alibi_slopes, register_modifier, register_variant
 
 GGD_FORMS = ("reference", "paper", "legacy")
+#: ggd_bam's beta initialisations (``ggd_beta_init``): 1 in every head, or 0 to 1 across heads (BAM's shape_init)
+GGD_BETA_INITS = ("ones", "linear")
 
 
 def ggd_bias(dist: torch.Tensor, amp: torch.Tensor, ainv: torch.Tensor, beta: torch.Tensor, mu: torch.Tensor,
@@ -112,7 +114,9 @@ class GGDPrior(nn.Module):
 
     Parameters (each [H]): ``theta_alpha`` (1/alpha = e^theta_alpha, the reference's ``scale``),
     ``beta`` (the reference's ``shape``), ``theta_mu`` (mu = 2 sinh(theta_mu), the reference's ``loc``;
-    frozen unless ``learn_mu``). ``form``: ``"reference"`` (default), ``"paper"`` or ``"legacy"``.
+    frozen unless ``learn_mu``). ``form``: ``"reference"`` (default), ``"paper"`` or ``"legacy"``. ``beta_init``:
+    ``"ones"`` (default: beta 1 in every head, ALiBi's shape with the slopes as scales) or ``"linear"`` (beta from 0 to 1
+    across heads, the reference's ``shape_init='linear'``).
     Forward: q_pos [B, Tq], k_pos [B, Tk] (tokens) -> bias [B, H, Tq, Tk] float32. Memory O(Tq * Tk) per
     head (the fast paths read a table over distances instead, :meth:`bias`).
 
@@ -120,14 +124,20 @@ class GGDPrior(nn.Module):
         ValueError: unknown ``form``.
     """
 
-    def __init__(self, n_heads: int, learn_mu: bool = False, eps: float = 1e-5, form: str = "reference"):
+    def __init__(self, n_heads: int, learn_mu: bool = False, eps: float = 1e-5, form: str = "reference",
+                 beta_init: str = "ones"):
         super().__init__()
         if form not in GGD_FORMS:
             raise ValueError(f"ggd_form must be one of {', '.join(GGD_FORMS)}, got {form!r}")
+        if beta_init not in GGD_BETA_INITS:
+            raise ValueError(f"ggd_beta_init must be one of {', '.join(GGD_BETA_INITS)}, got {beta_init!r}")
         self.eps = eps
         self.form = form
         self.theta_alpha = nn.Parameter(torch.log(alibi_slopes(n_heads)).float())
-        self.beta = nn.Parameter(torch.ones(n_heads))
+        # beta_h at initialisation: 1 (ALiBi's shape) or the reference's shape_init='linear', linspace(0, 1, H)
+        # (ArthurSBianchessi/BAM models/bam_ssmax.py AttentionPrior: head 0 starts flat, NoPE-like)
+        self.beta = nn.Parameter(torch.ones(n_heads) if beta_init == "ones"
+                                 else torch.linspace(0, 1, n_heads, dtype=torch.float32))
         self.theta_mu = nn.Parameter(torch.zeros(n_heads), requires_grad=learn_mu)
 
     @property
@@ -188,13 +198,15 @@ class GGDBAM(AttentionVariant):
         "ggd_shared": Opt(bool, False, "one prior for all layers (BAM's global_positional_encoding)",
                           legacy={1: True}),
         "ggd_learn_mu": Opt(bool, False, "learn the prior's centre mu"),
-        "ggd_eps": Opt(float, 1e-5, "epsilon inside |z| + eps")}
+        "ggd_eps": Opt(float, 1e-5, "epsilon inside |z| + eps"),
+        "ggd_beta_init": Opt(str, "ones", "beta at initialisation: ones (every head 1, ALiBi's shape) or linear "
+                             "(0 to 1 across heads, the reference's shape_init='linear')", GGD_BETA_INITS)}
 
     @classmethod
     def _make_prior(cls, config) -> GGDPrior:
         o = cls.option_values(config)
         return GGDPrior(config.num_attention_heads, learn_mu=bool(o["ggd_learn_mu"]), eps=float(o["ggd_eps"]),
-                        form=str(o["ggd_form"]))
+                        form=str(o["ggd_form"]), beta_init=str(o["ggd_beta_init"]))
 
     @classmethod
     def shared_module(cls, config) -> nn.Module | None:

@@ -449,3 +449,22 @@ def test_fall_distance_is_where_the_bias_table_drops_delta(form, alpha, beta, mu
     assert fall_distance(1 / 450, 1.0, 0.0, 0.0, 1e-5) == math.inf == fall_distance(1.0, 1.0, -0.4, 0.0, 1e-5)
     with pytest.raises(ValueError, match="delta must be > 0"):
         fall_distance(1.0, 1.0, 1.0, 0.0, 1e-5, 0.0)
+
+
+def test_beta_init_linear_is_the_reference_shape_init():
+    """``ggd_beta_init=linear`` starts beta at linspace(0, 1, H) in every layer, as the BAM reference's
+    ``shape_init='linear'`` (models/bam_ssmax.py AttentionPrior: ``torch.linspace(0, 1, n_heads)``); head 0 then starts
+    flat (beta 0: a constant bias, NoPE within that head), the last as ALiBi (beta 1). ``ones`` (the default) is the
+    control: every beta 1. Unknown names are refused."""
+    lin = LctxForCausalLM(tiny_config("ggd_bam+ssmax", variant_options={"ggd_beta_init": "linear"}))
+    ones = LctxForCausalLM(tiny_config("ggd_bam+ssmax"))
+    want = torch.tensor([0.0, 1 / 3, 2 / 3, 1.0])
+    tol = 4 * torch.finfo(torch.float32).eps  # linspace's float32 rounding of k/3
+    for blk_l, blk_o in zip(lin.model.layers, ones.model.layers):
+        assert (blk_l.attn.variant.prior.beta - want).abs().max() <= tol
+        assert torch.equal(blk_o.attn.variant.prior.beta, torch.ones(4))
+    # head 0's bias is constant over distance (beta 0), the last head's grows with it (beta 1)
+    bias = lin.model.layers[0].attn.variant.prior.bias(torch.arange(8))
+    assert bias[0].max() - bias[0].min() <= tol and bias[3, 7] < bias[3, 0] - 1e-3
+    with pytest.raises(ValueError, match="ggd_beta_init must be one of ones, linear"):
+        GGDPrior(4, beta_init="random")
