@@ -15,7 +15,7 @@ runs = sorted(p for p in (OUT / "run").iterdir() if (p / "results.csv").is_file(
 df = pd.concat([pd.read_csv(p / "results.csv") for p in runs], ignore_index=True)
 df = df[df.status == "ok"]
 train = {m: int(g.train_length.iloc[0]) for m, g in df.groupby("model")}
-df = df.assign(x=[length // train[m] if length == length else 0 for m, length in zip(df.model, df.length)])
+df = df.assign(x=[int(length // train[m]) if length == length else 0 for m, length in zip(df.model, df.length)])
 pk = df[(df.task == "passkey") & (df.metric == "exact")]
 FAR, NEAR = pk[pk.depth < 1.0], pk[pk.depth == 1.0]
 
