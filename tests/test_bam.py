@@ -1,6 +1,6 @@
 """lctx.models.bam: the GGD-BAM prior and Scalable-Softmax. Identities with ALiBi/NoPE, the inverted prior,
-SSMax's n_i (seed 000); and GGD-BAM and SSMax against ports of the BAM reference code (issue 12, fidelity fixes
-1-3; the ports and their provenance are below, "Ports of the BAM reference code")."""
+SSMax's n_i (seed 000); and GGD-BAM and SSMax against ports of the BAM reference code (the form, per-layer priors and
+SSMax placement of the reference; the ports and their provenance are below, "Ports of the BAM reference code")."""
 
 from __future__ import annotations
 
@@ -109,7 +109,7 @@ def capture_scales(model, ids, cache=None):
 
 
 def test_ssmax_scales_by_log_visible_keys_per_query():
-    # Issue 3: prefill of 6 tokens scales by log 1..log 6; a decode step at cache length 4 by log 4.
+    # a prefill of 6 tokens scales by log 1..log 6; a decode step at cache length 4 by log 4.
     torch.manual_seed(0)
     m = LctxForCausalLM(tiny_config("rope+ssmax")).eval()
     with torch.no_grad():
@@ -160,7 +160,7 @@ def test_ssmax_scale_bias_option_matches_hand_formula():
 @pytest.mark.parametrize("variant", ["ggd_bam", "ggd_bam+ssmax", "rope+ssmax"])
 def test_gradients_reach_prior_parameters(variant):
     torch.manual_seed(0)
-    # rope+ssmax takes no ggd_* option (the typed option schema refuses it, issue 10)
+    # rope+ssmax takes no ggd_* option (the typed option schema refuses it)
     m = LctxForCausalLM(tiny_config(variant, variant_options={"ggd_learn_mu": True} if "ggd" in variant else {}))
     ids = torch.randint(0, 400, (2, 16))
     m(ids, labels=ids).loss.backward()
@@ -178,7 +178,7 @@ def test_unknown_modifier_and_noncomposable():
         get_variant("ropey+ssmax")
 
 
-# --- Ports of the BAM reference code (issue 12, fidelity fixes 1-3) -------------------------------------------------
+# --- Ports of the BAM reference code (prior form, per-layer priors, SSMax placement) -------------------------------------------------
 #
 # The ports below copy the reference's formulas line for line from github.com/ArthurSBianchessi/BAM at
 # commit 5a6579d ("sinusoidal ssmax fix (inference)"):
@@ -238,7 +238,7 @@ def causal(T):
 
 
 def test_default_form_is_the_reference_attention_prior():
-    """Issue 12 fix 1: GGDPrior's default form is the reference's AttentionPrior."""
+    """GGDPrior's default form is the reference's AttentionPrior."""
     # GGDPrior (default form) == the ported AttentionPrior with scale = theta_alpha, shape = beta, loc = theta_mu
     p = random_prior()
     assert p.form == "reference"
@@ -252,9 +252,9 @@ def test_default_form_is_the_reference_attention_prior():
 
 
 def test_paper_and_legacy_forms_by_hand():
-    """Issue 12 fix 1: the paper's and lctx's former forms stay available, by hand."""
+    """The paper's and lctx's former forms stay available, by hand."""
     # paper (seed 000's equation for B, eps inside): -(|(j - i - mu) / alpha| + eps)^beta;
-    # legacy (lctx before issue 12): -(|(i - j - mu) / alpha| + eps)^beta
+    # legacy (lctx's form before it followed the reference): -(|(i - j - mu) / alpha| + eps)^beta
     T = 30
     i, j = torch.arange(T)[:, None].float(), torch.arange(T)[None, :].float()
     for form, sign in (("paper", 1.0), ("legacy", -1.0)):
@@ -268,8 +268,8 @@ def test_paper_and_legacy_forms_by_hand():
 
 @pytest.mark.parametrize("d,ref_grad,paper_grad", [(10, -0.0899, 0.1267), (100, -1.7989, 0.3672)])
 def test_beta_gradient_sign_of_each_form(d, ref_grad, paper_grad):
-    """Issue 12 fix 1: the sign of db/dbeta of each form, as the issue's table gives it."""
-    # issue 12's table at 1/alpha = 1/256, beta = 1: db/dbeta = -(1/256) d ln d (reference) against
+    """The sign of db/dbeta of each form, as worked out by hand below."""
+    # by hand at 1/alpha = 1/256, beta = 1: db/dbeta = -(1/256) d ln d (reference) against
     # -(d/256) ln(d/256) (paper's scale inside the power): opposite signs (hand computation)
     for form, want in (("reference", ref_grad), ("paper", paper_grad)):
         p = GGDPrior(1, form=form)
@@ -280,7 +280,7 @@ def test_beta_gradient_sign_of_each_form(d, ref_grad, paper_grad):
 
 
 def test_self_token_bias_at_negative_beta():
-    """Issue 12 fix 1: the self-token bias at a negative beta of each form."""
+    """The self-token bias at a negative beta of each form."""
     # j = i, beta = -0.5: reference -e^theta eps^beta = -(1/256) * 316.2; paper/legacy -(eps)^beta = -316.2
     for form, scale in (("reference", 1 / 256), ("paper", 1.0), ("legacy", 1.0)):
         p = GGDPrior(1, form=form)
@@ -291,7 +291,7 @@ def test_self_token_bias_at_negative_beta():
 
 
 def test_one_function_makes_the_distance_table():
-    """Issue 12 fix 1: one function (ggd_bias) makes the Toeplitz distance table and the T x T bias."""
+    """One function (ggd_bias) makes the Toeplitz distance table and the T x T bias."""
     # a Toeplitz table b_h[d] is one call, and the T x T bias is that table indexed by i - j
     p = random_prior(seed=5)
     T = 40
@@ -303,7 +303,7 @@ def test_one_function_makes_the_distance_table():
 
 
 def test_mu_sign_follows_the_paper():
-    """Issue 12 fix 1: mu's sign follows the paper (|j - i - mu|)."""
+    """mu's sign follows the paper (|j - i - mu|)."""
     # paper: |j - i - mu|; mu = -5 puts the prior's peak 5 tokens back (j = i - 5). legacy had i - j - mu.
     for form, mu, peak in (("reference", -5.0, 5), ("paper", -5.0, 5), ("legacy", 5.0, 5), ("reference", 5.0, 0)):
         p = GGDPrior(1, learn_mu=True, form=form)
@@ -314,7 +314,7 @@ def test_mu_sign_follows_the_paper():
 
 
 def test_prior_is_per_layer_by_default_as_the_paper_counts():
-    """Issue 12 fix 2: the prior is per layer by default, as the paper counts its parameters."""
+    """The prior is per layer by default, as the paper counts its parameters."""
     # seed 000: 384 prior parameters for the 120M model = 2 (alpha, beta) x 12 layers x 16 heads
     cfg = LctxConfig(vocab_size=300, hidden_size=64, num_hidden_layers=3, num_attention_heads=4, variant="ggd_bam")
     assert cfg.variant_options["ggd_shared"] is False and cfg.variant_options["ggd_form"] == "reference"
@@ -333,7 +333,7 @@ def _variant_out(variant_name, cfg, q, k, v):
 
 
 def test_ggd_bam_ssmax_scales_the_whole_logit_as_the_reference():
-    """Issue 12 fix 3: ggd_bam+ssmax scales the whole logit (content and prior), as the reference."""
+    """ggd_bam+ssmax scales the whole logit (content and prior), as the reference."""
     torch.manual_seed(0)
     T, H, D = 24, 4, 8
     q, k, v = torch.randn(3, 1, H, T, D).unbind(0)
@@ -351,7 +351,7 @@ def test_ggd_bam_ssmax_scales_the_whole_logit_as_the_reference():
 
 
 def test_alibi_ssmax_stays_content_only_as_the_reference():
-    """Issue 12 fix 3: alibi+ssmax scales the content only, as the reference."""
+    """alibi+ssmax scales the content only, as the reference."""
     torch.manual_seed(1)
     T, H, D = 24, 4, 8
     q, k, v = torch.randn(3, 1, H, T, D).unbind(0)
@@ -366,7 +366,7 @@ def test_alibi_ssmax_stays_content_only_as_the_reference():
 
 
 def test_scale_bias_option_still_switches_placement():
-    """Issue 12 fix 3: the ssmax_scale_bias option still switches where the scale goes."""
+    """The ssmax_scale_bias option still switches where the scale goes."""
     cfg = tiny_config("ggd_bam+ssmax", variant_options={"ssmax_scale_bias": False})
     assert get_variant("ggd_bam+ssmax")(cfg, 0).scale_bias is False
     cfg = tiny_config("alibi+ssmax", variant_options={"ssmax_scale_bias": True})
@@ -376,8 +376,8 @@ def test_scale_bias_option_still_switches_placement():
 @pytest.mark.parametrize("n,want_ref,want_content_only", [(256, 5.7e-2, 0.37), (2048, 2.1e-2, 0.60),
                                                           (16384, 7.5e-3, 0.60)])
 def test_prior_only_far_mass_sharpens_with_length(n, want_ref, want_content_only):
-    """Issue 12: prior-only attention's far mass at 256-2048 tokens, as the issue's table gives it."""
-    # issue 12's table: prior-only attention (q.k = 0) of the last query, slowest ALiBi-initialised head
+    """Prior-only attention's far mass at 256-2048 tokens, against values computed by hand."""
+    # prior-only attention (q.k = 0) of the last query, slowest ALiBi-initialised head
     # (1/alpha = 1/256), mass on keys farther than 128 tokens, with s = 1
     cfg = tiny_config("ggd_bam+ssmax", num_attention_heads=1, hidden_size=8, attn_impl="reference")
     mass = {}
@@ -398,7 +398,7 @@ def test_prior_only_far_mass_sharpens_with_length(n, want_ref, want_content_only
 
 
 def test_whole_model_reference_form_matches_the_port_layer_by_layer():
-    """Issue 12 fixes 1-3: a whole ggd_bam+ssmax model matches the ported BayesianAttention."""
+    """A whole ggd_bam+ssmax model matches the ported BayesianAttention."""
     # a 1-layer ggd_bam+ssmax model: its attention output equals the ported BayesianAttention
     torch.manual_seed(2)
     cfg = tiny_config("ggd_bam+ssmax", num_hidden_layers=1, attn_impl="reference")
@@ -422,7 +422,7 @@ def test_whole_model_reference_form_matches_the_port_layer_by_layer():
                                                   ("paper", 30.0, 2.0, 0.0), ("paper", 16.0, 0.7, 5.0),
                                                   ("legacy", 4.0, 1.5, -3.0)])
 def test_fall_distance_is_where_the_bias_table_drops_delta(form, alpha, beta, mu):
-    """Issue 31 item 5: fall_distance is the smallest causal distance whose bias is delta nats below the peak
+    """fall_distance is the smallest causal distance whose bias is delta nats below the peak
     over d >= 0, checked against GGDPrior.bias on a table of distances (float64 comparisons; the table's step is
     1 token, so the closed form lies between the last distance above and the first at or below peak - delta).
     Hand value: reference form, alpha 450, beta 0.5, mu 0 falls 1 nat at 450^2 = 202,500 tokens."""
