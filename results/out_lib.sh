@@ -7,9 +7,12 @@
 #       repository's work tree that git does not ignore, unless FORCE=1; appends the git revision and dirty
 #       state (`git rev-parse HEAD`, `git status --porcelain`) to OUT/provenance.txt (one block per start, so a
 #       resumed run lists every revision that wrote into it). Refuses (exit 2) a work tree with uncommitted
-#       changes unless ALLOW_DIRTY=1 (issue 31: a number must trace to a revision that holds the code that made it). Sets PUB, the folder the script copies its
-#       tables and plots into: OUT/results (the names of the committed folder, so `diff -r` compares them),
-#       or the script's own folder $HERE (overwriting the committed copies) when FORCE=1.
+#       changes unless ALLOW_DIRTY=1 (a number must trace to a revision that holds the code that made it), and
+#       an `lctx` on PATH that imports another checkout's code (the development checkout's editable install,
+#       say: then the revision recorded is not the code that ran), also unless ALLOW_DIRTY=1. Sets PUB, the
+#       folder the script copies its tables and plots into: OUT/results (the names of the committed folder, so
+#       `diff -r` compares them), or the script's own folder $HERE (overwriting the committed copies) when
+#       FORCE=1.
 #   out_guard PATH   out_init's refusal, for any folder
 #
 # FORCE=1 is the one way to write into the repository: it is what updating a committed result means.
@@ -64,9 +67,29 @@ out_dirty_guard() {  # exit 2 when the work tree has uncommitted changes, unless
   exit 2
 }
 
+out_code_guard() {  # exit 2 when the `lctx` on PATH runs another checkout's code, unless ALLOW_DIRTY=1
+  local top exe py src
+  top="$(_out_repo)"
+  [ -n "$top" ] && [ -f "$top/pyproject.toml" ] && [ -f "$top/cli.py" ] && [ "${ALLOW_DIRTY:-0}" != 1 ] || return 0
+  exe="$(command -v lctx || true)"
+  [ -n "$exe" ] || { echo "error: no lctx on PATH: install this checkout (pip install -e $top) in the" \
+    "environment the script runs in" >&2; exit 2; }
+  py="$(sed -n '1s/^#!//p' "$exe")"  # a pip entry point: #!/path/to/python (or a sh trampoline naming it)
+  case "$py" in *python*) ;; *) py="$(grep -o "exec' \"[^\"]*\"" "$exe" | head -1 | cut -d'"' -f2)" ;; esac
+  src="$("${py:-python}" -c 'import os, lctx; print(os.path.dirname(os.path.realpath(lctx.__file__)))' 2>/dev/null \
+    || true)"
+  if [ "$(realpath -m "${src:-?}")" != "$(realpath -m "$top")" ]; then
+    echo "error: the lctx on PATH ($exe) runs the code in ${src:-an unknown place}, not this checkout ($top):" \
+      "provenance.txt's revision would not name the code that ran; run from an environment with this checkout" \
+      "installed (python3 -m venv .venv && .venv/bin/pip install -e .), or ALLOW_DIRTY=1 to run anyway" >&2
+    exit 2
+  fi
+}
+
 out_init() {  # out_init NAME [OUT] [script args for the record ...]: sets and prepares OUT (see above)
   local name="$1"; shift
   out_dirty_guard
+  out_code_guard
   OUT="${1:-${OUT:-}}"
   if [ -z "$OUT" ]; then OUT="$(mktemp -d "${TMPDIR:-/tmp}/lctx-$name.XXXXXX")"; fi
   out_guard "$OUT"

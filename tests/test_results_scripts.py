@@ -101,6 +101,40 @@ def test_force_writes_the_committed_copies(fake_repo, tmp_path):
     assert _run(fake_repo, tmp_path, "results/exp/out", FORCE="1", ALLOW_DIRTY="1").returncode == 0
 
 
+def test_an_lctx_from_another_checkout_is_refused(tmp_path):
+    """The revision provenance.txt records names the code that ran only when the `lctx` on PATH imports this
+    checkout: an lctx checkout whose `lctx` imports another one (the development checkout's editable install) is
+    refused before anything runs, naming the fix; the same checkout's own install passes; ALLOW_DIRTY=1 lets the
+    other through."""
+    import sys
+
+    repo = tmp_path / "lctx"  # named lctx, so that PYTHONPATH=tmp_path imports this folder as the package
+    (repo / "results" / "exp").mkdir(parents=True)
+    shutil.copy(RESULTS / "out_lib.sh", repo / "results" / "out_lib.sh")
+    (repo / "results" / "exp" / "run.sh").write_text(FAKE_RUN)
+    for name in ("pyproject.toml", "cli.py", "__init__.py"):
+        (repo / name).write_text("")
+    (repo / ".gitignore").write_text("/runs/\n")
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-q", "-m", "init")
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    (bin_ / "lctx").write_text(f"#!{sys.executable}\nraise SystemExit(1)\n")  # an entry point: only its python read
+    (bin_ / "lctx").chmod(0o755)
+    path = f"{bin_}:{os.environ['PATH']}"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    r = _run(repo, tmp_path, str(tmp_path / "o1"), PATH=path, PYTHONPATH=str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run(["bash", "results/exp/run.sh", str(tmp_path / "o2")], cwd=repo, capture_output=True,
+                       text=True, timeout=30, env={**env, "PATH": path, "TMPDIR": str(tmp_path)})
+    assert r.returncode == 2 and "runs the code in" in r.stderr and "not this checkout" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "o2").exists()
+    r = subprocess.run(["bash", "results/exp/run.sh", str(tmp_path / "o3")], cwd=repo, capture_output=True,
+                       text=True, timeout=30, env={**env, "PATH": path, "TMPDIR": str(tmp_path), "ALLOW_DIRTY": "1"})
+    assert r.returncode == 0, r.stderr
+
+
 def _fake_lctx(tmp_path):
     """A PATH with an `lctx` that leaves a mark and fails, and a data folder of empty books."""
     bin_ = tmp_path / "bin"
@@ -175,6 +209,27 @@ def test_seeds_md_replicate_table_is_the_committed_runs(tmp_path):
     assert mod.check(copy, RESULTS / "seeds.md") == 1
 
 
+@pytest.mark.slow  # reads the committed run directories like the test above
+def test_replicate_retrieval_claims_count_learned_seeds_and_far_needles():
+    """The retrieval rules judge far needles (depths 0-0.75) of the seeds that learned: GGD-BAM seed 0's probe
+    never reached 0.8, so it is "did not learn", not a failure; ALiBi's near needle (depth 1.0) retrieving at 64x
+    does not count for its far retrieval. Control: the same model's far cells set to 1.0 flip its seed to holding."""
+    import pandas as pd
+
+    mod = _replicates()
+    runs = RESULTS / "2026-12-03-seed-replicates" / "runs"
+    df, probe = mod.load(runs), mod.probes(runs)
+    assert not mod.learned(df, probe, "bam", "ggd_bam", 0) and mod.learned(df, probe, "bam", "ggd_bam", 2)
+    _, holds = mod.c_bam_retrieves(df, None, probe)
+    assert holds == [mod.DID_NOT_LEARN, False, False]
+    assert mod.value(df, "bam", "alibi", "passkey", "exact", 64, 1, "near") == 1.0
+    assert mod.value(df, "bam", "alibi", "passkey", "exact", 64, 1, "far") == 0.0
+    far = (df.set == "bam") & (df.variant == "ggd_bam") & (df.seed == 2) & (df.depths == "far") & (df.metric == "exact")
+    assert far.sum() == 7
+    _, holds = mod.c_bam_retrieves(pd.concat([df[~far], df[far].assign(value=1.0)]), None, probe)
+    assert holds == [mod.DID_NOT_LEARN, False, True]
+
+
 def test_replicate_verdicts_follow_their_seeds():
     """A claim is reproduced only when it holds in every seed; otherwise the count is said (issue 31 item 1)."""
     mod = _replicates()
@@ -183,4 +238,10 @@ def test_replicate_verdicts_follow_their_seeds():
     assert mod.verdict([False, False, False]) == "not reproduced: 0 of 3"
     assert mod.verdict([True, None]) == "holds (1 seed): 1 of 1"  # a seed not run is not counted
     assert mod.verdict([]) == "not run"
+    # a seed that never learned the task is counted apart, never as a failure to extrapolate
+    dnl = mod.DID_NOT_LEARN
+    assert mod.verdict([dnl, False, False]) == "not reproduced: 0 of 2 (1 of 3 did not learn)"
+    assert mod.verdict([dnl, dnl, dnl]) == "did not learn: 0 of 3 seeds learned the task"
+    assert mod.verdict([dnl, True, dnl]).startswith("inconclusive at this scale: 1 of 3 seeds learned")
+    assert mod.verdict("inconclusive at this scale: the control did not learn").endswith("did not learn")
     assert mod.spread([0.2, 0.4, 0.9]) == "0.5 [0.2, 0.9] (3 seeds)"

@@ -38,6 +38,17 @@ def test_learns_and_logs(run):
     assert json.loads((out / "train_log.json").read_text()) == json.loads(json.dumps(log))
 
 
+def test_train_log_names_the_code_that_trained(run):
+    """train_log.json records the lctx revision that trained (as run.json does for an evaluation), so a results
+    README can quote the code each model ran with: the checkout's own revision, -dirty when it is modified."""
+    import lctx
+    from lctx.harness.run.runner import git_revision
+
+    _, log = run
+    assert log["lctx_version"] == lctx.__version__
+    assert log["git_rev"] == git_revision() and log["git_rev"]
+
+
 def test_checkpoint_loads_with_auto_classes(run):
     out, log = run
     import lctx.models  # noqa: F401  (registers model_type "lctx")

@@ -38,6 +38,7 @@ import transformers
 from tqdm.auto import tqdm
 from transformers.utils import logging as hf_logging
 
+import lctx
 from lctx.errors import LctxError
 from lctx.tasks import Cell, get_task
 
@@ -421,7 +422,8 @@ def train(
         losses in nats per token), ``initial_val_loss``, ``final_val_loss``, ``final_val_ppl``,
         ``wall_seconds`` (whole call), ``train_seconds`` (optimizer steps only), ``tokens_per_second``
         (training tokens / train_seconds), ``torch_version``, ``transformers_version``, ``python_version``,
-        ``device``, ``num_threads``, ``out_dir``; with ``retrieval``, ``retrieval`` (its settings) and
+        ``lctx_version``, ``git_rev`` (the revision of the lctx source that trained, ``-dirty`` when it had
+        uncommitted changes; read when training starts), ``device``, ``num_threads``, ``out_dir``; with ``retrieval``, ``retrieval`` (its settings) and
         ``retrieval_docs`` (documents trained on).
 
     Raises:
@@ -435,6 +437,9 @@ def train(
     """
 
     t_start = time.perf_counter()
+    from lctx.harness.run.runner import git_revision  # lazy: the revision of the code that is about to train
+
+    code = {"lctx_version": lctx.__version__, "git_rev": git_revision()}
     _check_args(  # first: args below reads variant_options as a dict
         variant=variant, context_length=context_length, hidden_size=hidden_size, num_layers=num_layers,
         num_heads=num_heads, vocab_size=vocab_size, steps=steps, batch_size=batch_size, lr=lr,
@@ -487,6 +492,7 @@ def train(
     out = _save(model, tokenizer, out_dir)
     result = _train_log(args, docs, train_stream, val_stream, tokenizer, model, n_params, record, final, dev, out,
                         tokens_trained=steps * batch_size * context_length)
+    result.update(code)
     if retrieval is not None:
         result["retrieval"] = retrieval.record()
         result["retrieval_docs"] = doc_counter[0]
