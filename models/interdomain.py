@@ -582,6 +582,10 @@ class Interdomain(_FixedState):
             values near 0 at every length, so a small eps lets single tokens blow up by 1/eps).
         ``id_conj`` (default True) conjugate-transpose readout; False uses U^T (see module docstring).
         ``id_dt_min``, ``id_dt_max`` range of the log-uniform Delta init (default 1e-3, 1e-1: S4D's).
+        ``id_query`` ``"xi"`` (default: the readout is xi(q_t), the query-conditioned projection) or
+            ``"const"`` (the seed's readout ablation: xi(q_t) replaced by xi(c) of a learned constant
+            ``q_const`` [H, D] (init N(0, 1)), the same for every token; ``conv_q`` is then not built and q
+            is ignored).
 
     Raises:
         ValueError: a bad option value.
@@ -598,7 +602,9 @@ class Interdomain(_FixedState):
                      "id_eta_eps": Opt(float, 1e-2, "eps of the normalized readout"),
                      "id_conj": Opt(bool, True, "conjugate-transpose readout"),
                      "id_dt_min": Opt(float, 1e-3, "smallest initial Delta"),
-                     "id_dt_max": Opt(float, 1e-1, "largest initial Delta")}
+                     "id_dt_max": Opt(float, 1e-1, "largest initial Delta"),
+                     "id_query": Opt(str, "xi", "readout: xi(q_t), or xi of a learned constant (ablation)",
+                                     ("xi", "const"))}
 
     def __init__(self, config, layer_idx: int):
         super().__init__(config, layer_idx)
@@ -609,6 +615,9 @@ class Interdomain(_FixedState):
         self.readout = str(opts["id_readout"])
         self.eta_eps = _opt(opts, "id_eta_eps", float)
         self.conj = bool(opts["id_conj"])
+        self.query = str(opts["id_query"])
+        if self.query not in ("xi", "const"):
+            raise ValueError(f"id_query must be 'xi' or 'const', got {self.query!r}")
         if self.kernel < 1:
             raise ValueError(f"id_conv must be >= 1, got {self.kernel}")
         if self.fnorm not in ("l2", "sq"):
@@ -623,13 +632,16 @@ class Interdomain(_FixedState):
         _state_parameters(self, (H,), self.n_modes, *self.dt_range)
         self.B = nn.Parameter(torch.stack([torch.ones(H, self.n_modes), torch.zeros(H, self.n_modes)], -1))
         bound = 1.0 / math.sqrt(self.kernel)
-        self.conv_q = nn.Parameter(torch.empty(H, D, self.kernel).uniform_(-bound, bound))
+        if self.query == "xi":
+            self.conv_q = nn.Parameter(torch.empty(H, D, self.kernel).uniform_(-bound, bound))
+        else:  # the readout ablation: one learned query per head, no query conv
+            self.q_const = nn.Parameter(torch.randn(H, D))
         self.conv_k = nn.Parameter(torch.empty(H, D, self.kernel).uniform_(-bound, bound))
         self.norm_weight = nn.Parameter(torch.ones(H, 2 * D))
         self.bias_k = nn.Parameter(torch.zeros(H, D))
         self.bias_v = nn.Parameter(torch.zeros(H, D))
         _no_weight_decay(self.log_dt, self.log_A_real, self.A_imag, self.B, self.norm_weight, self.bias_k,
-                         self.bias_v)
+                         self.bias_v, *([self.q_const] if self.query == "const" else []))
 
     def ssm(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(Delta A, Bbar), complex64 [H, N], from the current parameters (:func:`zoh`)."""
@@ -672,9 +684,13 @@ class Interdomain(_FixedState):
 
         st = self.load_state(ctx, T, zero, B)
         mf = m.float()[:, None, :, None]  # [B, 1, T, 1]: padding tokens enter as zeros everywhere
-        cq, conv_q = causal_depthwise_conv(q.float() * mf, self.conv_q, st["conv_q"])
+        if self.query == "xi":
+            cq, conv_q = causal_depthwise_conv(q.float() * mf, self.conv_q, st["conv_q"])
+            fq = feature_norm(F.silu(cq), self.fnorm)
+        else:  # xi(c) for every token: the readout no longer depends on the query
+            conv_q = st["conv_q"]
+            fq = feature_norm(F.silu(self.q_const.float()), self.fnorm)[None, :, None].expand(B, H, T, D).contiguous()
         ck, conv_k = causal_depthwise_conv(k.float() * mf, self.conv_k, st["conv_k"])
-        fq = feature_norm(F.silu(cq), self.fnorm)
         fk = feature_norm(F.silu(ck), self.fnorm)
         kt, vt = self.ssm_inputs(fk, v.float())
         kt, vt = kt * mf, vt * mf

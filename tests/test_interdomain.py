@@ -126,7 +126,7 @@ def test_s4d_recurrent_equals_chunked_and_convolution(chunk):
 
 CONFIGS = [("interdomain", {}), ("interdomain", {"id_readout": "normalized", "id_feature_norm": "sq", "id_chunk": 5}),
            ("interdomain", {"id_input_norm": "split", "id_conj": False, "id_conv": 1, "id_chunk": 7}),
-           ("s4d", {}), ("s4d", {"s4d_chunk": 7})]
+           ("s4d", {}), ("s4d", {"s4d_chunk": 7}), ("interdomain", {"id_query": "const", "id_chunk": 7})]
 
 
 def _model(variant, opts, seed=0, **kw):
@@ -248,7 +248,8 @@ def test_lm_adapter_greedy_rewind(variant):
 
 
 def test_options_are_checked_and_not_composable():
-    for bad in ({"id_feature_norm": "l1"}, {"id_readout": "softmax"}, {"id_modes": 0}, {"id_chunk": "x"}):
+    for bad in ({"id_feature_norm": "l1"}, {"id_readout": "softmax"}, {"id_modes": 0}, {"id_chunk": "x"},
+                {"id_query": "q"}):
         with pytest.raises(ValueError):
             LctxForCausalLM(tiny_config("interdomain", variant_options=bad))
     with pytest.raises(ValueError):
@@ -257,3 +258,26 @@ def test_options_are_checked_and_not_composable():
         assert get_variant(v).summary
         with pytest.raises(KeyError, match="cannot take"):
             get_variant(v + "+ssmax")
+
+
+def test_constant_query_readout_ignores_the_query():
+    """id_query=const (seed 002's readout ablation): the readout xi(c) no longer depends on q, so perturbing the
+    query projection leaves the logits unchanged to float32 rounding, while in the default model the same
+    perturbation moves them (the control); the constant itself is learned (it gets a gradient)."""
+    ids = torch.randint(0, 400, (2, 40))
+    moved = {}
+    for query in ("xi", "const"):
+        model = _model("interdomain", {"id_query": query})
+        with torch.no_grad():
+            before = model(ids).logits
+            for layer in model.model.layers:
+                layer.attn.q_proj.weight.add_(0.5 * torch.randn_like(layer.attn.q_proj.weight))
+            moved[query] = (model(ids).logits - before).abs().max().item()
+        scale = before.abs().max().item()
+    tol = 1e-5 * scale  # float32 rounding of logits of this size: the same ops run twice
+    assert moved["const"] <= tol and moved["xi"] > 100 * tol, moved
+    model = _model("interdomain", {"id_query": "const"}).train()
+    model(ids, labels=ids).loss.backward()
+    for layer in model.model.layers:
+        names = dict(layer.attn.variant.named_parameters())
+        assert "conv_q" not in names and names["q_const"].grad.abs().sum() > 0
