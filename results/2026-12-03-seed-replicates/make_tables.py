@@ -375,15 +375,17 @@ CLAIMS = [
 ]
 
 
-def claims_block(root: Path) -> str:
-    """The claims table (Markdown) that seeds.md carries verbatim between BEGIN and END."""
+def claims_block(root: Path, claims=None, begin: str = BEGIN, end: str = END) -> str:
+    """The claims table (Markdown) that seeds.md carries verbatim between ``begin`` and ``end``: one row per
+    (label, rule, function) of ``claims`` (default :data:`CLAIMS`), each function called as (df, priors, probe)
+    on RUNS."""
     df, pr, probe = load(root), priors(root), probes(root)
-    lines = [BEGIN, "", "| claim | rule (per seed) | our numbers: mean [min, max] over seeds | verdict |",
+    lines = [begin, "", "| claim | rule (per seed) | our numbers: mean [min, max] over seeds | verdict |",
              "|---|---|---|---|"]
-    for label, rule, fn in CLAIMS:
+    for label, rule, fn in claims or CLAIMS:
         text, holds = fn(df, pr, probe)
         lines.append(f"| {label} | {rule} | {text} | {verdict(holds)} |")
-    return "\n".join(lines + ["", END])
+    return "\n".join(lines + ["", end])
 
 
 def cell_tables(root: Path) -> str:
@@ -430,14 +432,15 @@ def code_revisions(root: Path) -> str:
     return "\n".join(lines)
 
 
-def check(root: Path, md: Path) -> int:
-    """0 when md's replicate block equals claims_block(root), else 1 (the first differing line printed)."""
+def check(root: Path, md: Path, claims=None, begin: str = BEGIN, end: str = END) -> int:
+    """0 when md's block between ``begin`` and ``end`` equals claims_block(root, claims, begin, end), else 1 (the
+    first differing line printed)."""
     text = md.read_text(encoding="utf-8")
-    if BEGIN not in text or END not in text:
-        print(f"error: {md} has no {BEGIN} ... {END} block", file=sys.stderr)
+    if begin not in text or end not in text:
+        print(f"error: {md} has no {begin} ... {end} block", file=sys.stderr)
         return 1
-    have = text[text.index(BEGIN):text.index(END) + len(END)].splitlines()
-    want = claims_block(root).splitlines()
+    have = text[text.index(begin):text.index(end) + len(end)].splitlines()
+    want = claims_block(root, claims, begin, end).splitlines()
     for i, (a, b) in enumerate(zip(have, want)):
         if a != b:
             print(f"error: {md}, replicate block line {i + 1} differs from the runs:\n  has:  {a}\n  runs: {b}",
