@@ -35,7 +35,7 @@ def lsh_slopes(root: Path) -> pd.DataFrame:
         for norm in ("spectral", "max"):
             rows.append(dict(head=h, slope=sl, norm=norm,
                              exponent=float(np.polyfit(np.log(g.s), np.log(g[norm]), 1)[0]),
-                             **{f"s={s}": float(v) for s, v in zip(m[m.head == h].s, m[m.head == h][norm])}))
+                             **{f"s={s}": float(v) for s, v in zip(m[m["head"] == h].s, m[m["head"] == h][norm])}))
     return pd.DataFrame(rows)
 
 

@@ -23,6 +23,9 @@ def score(ckpt: Path, text: str) -> dict:
     """{"model", "window", "positions", "accuracy", "nll"} of one checkpoint folder."""
     import lctx.models  # noqa: F401  (registers the lctx model type)
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
 
     tok = AutoTokenizer.from_pretrained(ckpt)
     model = AutoModelForCausalLM.from_pretrained(ckpt).eval()
