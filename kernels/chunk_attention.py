@@ -133,7 +133,7 @@ def can_split(q: torch.Tensor) -> bool:
 
 
 def band_block_mask(Tq: int, Tk: int, offset: int, window: int | None = None, device=None,
-                    block: int = FLEX_BLOCK):
+                    block: int = FLEX_BLOCK, mask_mod=None):
     """A FlexAttention :class:`~torch.nn.attention.flex_attention.BlockMask` for "query i, at key index
     ``offset + i``, sees key j iff j <= offset + i and (no ``window``, or offset + i - j < window)", built from the
     block grid by arithmetic (no [Tq, Tk] tensor: O(ceil(Tq/block) * ceil(Tk/block)) integers).
@@ -143,6 +143,9 @@ def band_block_mask(Tq: int, Tk: int, offset: int, window: int | None = None, de
     block (rows = keys, FlexAttention's default 128). A block whose every (row, key) pair is allowed is "full"
     (FlexAttention skips its mask_mod), one with some allowed pairs "partial", one with none is skipped; a ragged
     last block is never full (as ``create_block_mask`` marks it). Rows with no allowed key get out 0, lse -inf.
+    mask_mod: FlexAttention's elementwise form of the same pattern for the partial blocks (default: one built from
+    ``offset`` and ``window`` as Python numbers; a caller whose offset changes per call under a static compile
+    passes one that reads it from a tensor, so the graph is reused).
 
     Raises:
         ValueError: Tq < 1, Tk < 1, offset < 0, window < 1, block < 1.
@@ -175,7 +178,7 @@ def band_block_mask(Tq: int, Tk: int, offset: int, window: int | None = None, de
     kv_num, kv_idx = ordered(partial)
     full_num, full_idx = ordered(full)
     return BlockMask.from_kv_blocks(kv_num, kv_idx, full_num, full_idx, BLOCK_SIZE=block,
-                                    mask_mod=_band_mask_mod(offset, window), seq_lengths=(Tq, Tk))
+                                    mask_mod=mask_mod or _band_mask_mod(offset, window), seq_lengths=(Tq, Tk))
 
 
 @functools.lru_cache(maxsize=64)
