@@ -278,7 +278,8 @@ def test_can_split_routes_cuda_to_the_flex_split():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the compiled FlexAttention split runs on CUDA")
-@pytest.mark.parametrize("Tq,Tk,window", [(256, 1024, None), (300, 1500, None), (256, 1024, 100), (512, 512, 64)])
+@pytest.mark.parametrize("Tq,Tk,window", [(256, 1024, None), (300, 1500, None), (256, 1024, 100), (512, 512, 64),
+                                          (5, 700, None), (5, 700, 64)])  # + a few queries (FlexAttention's decode form)
 def test_cuda_chunk_attention_runs_the_compiled_split(Tq, Tk, window):
     q, k, v = (t.cuda() for t in _qkv(1, 4, Tq, Tk, 64, seed=Tk))
     ref = chunk_attention_reference(q, k, v, window=window)
