@@ -38,6 +38,7 @@ variants without a bias (:meth:`lctx.models.variants.AttentionVariant.attend`).
 from __future__ import annotations
 
 import functools
+import importlib.util
 import math
 
 import torch
@@ -111,14 +112,14 @@ SPLIT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 FLEX_BLOCK = 128
 
 
-def flex_available() -> bool:
-    """Whether this torch has FlexAttention with a log-sum-exp output (``torch.nn.attention.flex_attention``
-    with ``AuxRequest``, torch >= 2.9; ``return_lse`` before that)."""
-    try:
-        from torch.nn.attention import flex_attention  # noqa: F401  lazy: loads torch.nn.attention.flex_attention
-    except ImportError:
+@functools.lru_cache(maxsize=None)
+def flex_available(device_type: str = "cuda") -> bool:
+    """Whether FlexAttention can return the log-sum-exp on ``device_type``: torch has
+    ``torch.nn.attention.flex_attention`` (``AuxRequest``, torch >= 2.9; ``return_lse`` before that) and, on CUDA,
+    triton, which its compiled form generates kernels with. Cached (asked once per attention call on CUDA)."""
+    if importlib.util.find_spec("torch.nn.attention.flex_attention") is None:
         return False
-    return True
+    return device_type != "cuda" or importlib.util.find_spec("triton") is not None
 
 
 def can_split(q: torch.Tensor) -> bool:
@@ -129,7 +130,7 @@ def can_split(q: torch.Tensor) -> bool:
         return False
     if q.device.type == "cpu":
         return True
-    return q.device.type == "cuda" and flex_available()
+    return q.device.type == "cuda" and flex_available("cuda")
 
 
 def band_block_mask(Tq: int, Tk: int, offset: int, window: int | None = None, device=None,
@@ -146,6 +147,9 @@ def band_block_mask(Tq: int, Tk: int, offset: int, window: int | None = None, de
     mask_mod: FlexAttention's elementwise form of the same pattern for the partial blocks (default: one built from
     ``offset`` and ``window`` as Python numbers; a caller whose offset changes per call under a static compile
     passes one that reads it from a tensor, so the graph is reused).
+
+    Source: PyTorch's FlexAttention (``torch.nn.attention.flex_attention.BlockMask.from_kv_blocks``; the layout
+    ``create_block_mask`` produces: per query block, the partial blocks' count and indices, then the full ones').
 
     Raises:
         ValueError: Tq < 1, Tk < 1, offset < 0, window < 1, block < 1.
@@ -194,35 +198,49 @@ def _band_mask_mod(offset: int, window: int | None):
     return mask_mod
 
 
-_FLEX_SPLIT = None
+_FLEX = None  # torch.nn.attention.flex_attention, imported on first use
+_COMPILED: dict = {}
 
 
-def _flex_fn(compile: bool):
-    """FlexAttention for :func:`flex_split_attention`: ``torch.compile(flex_attention, dynamic=True)`` (one graph
-    for every chunk: the past part's key count grows with each chunk, and a static graph per length would pass
-    dynamo's recompile limit within one 512K prefill and fall back to the eager form, which materialises the
-    scores), or the eager function (its dense math path; CPU tests)."""
-    global _FLEX_SPLIT
-    from torch.nn.attention.flex_attention import flex_attention  # lazy: loads torch.nn.attention.flex_attention
-
-    if not compile:
-        return flex_attention
-    if _FLEX_SPLIT is None:
-        _FLEX_SPLIT = torch.compile(flex_attention, dynamic=True)
-    return _FLEX_SPLIT
-
-
-def _flex_lse(fn, q, k, v, block_mask, scale: float):
-    """(out [B, H, Tq, D] in q's dtype, lse [B, H, Tq] float32, natural log, -inf for a row with no key) of one
+def _flex_with_lse(q, k, v, block_mask, scale: float):
+    """(out [B, H, Tq, D] in q's dtype, lse [B, H, Tq], natural log, -inf for a row with no key) of one
     FlexAttention call: ``return_aux=AuxRequest(lse=True)`` (torch >= 2.9), else ``return_lse=True``."""
-    from torch.nn.attention import flex_attention as fm  # lazy: loads torch.nn.attention.flex_attention
+    fm = _FLEX
+    if hasattr(fm, "AuxRequest"):
+        out, aux = fm.flex_attention(q, k, v, block_mask=block_mask, scale=scale, return_aux=fm.AuxRequest(lse=True))
+        return out, aux.lse
+    return fm.flex_attention(q, k, v, block_mask=block_mask, scale=scale, return_lse=True)
 
-    aux = getattr(fm, "AuxRequest", None)
-    if aux is not None:
-        out, extra = fn(q, k, v, block_mask=block_mask, scale=scale, return_aux=aux(lse=True))
-        return out, extra.lse.float()
-    out, lse = fn(q, k, v, block_mask=block_mask, scale=scale, return_lse=True)
-    return out, lse.float()
+
+def _past_part(q, k, v, scale: float):
+    """The past keys, no mask: :func:`_flex_with_lse` with no block mask."""
+    return _flex_with_lse(q, k, v, None, scale)
+
+
+def _band_part(q, k, v, block_mask, scale: float):
+    """A chunk's own keys (causal, or a window's band), or a window's past keys: :func:`_flex_with_lse`."""
+    return _flex_with_lse(q, k, v, block_mask, scale)
+
+
+def _flex_part(name: str, compile: bool):
+    """:func:`_past_part` or :func:`_band_part`, eager (CPU tests) or ``torch.compile(..., dynamic=True)``.
+
+    Dynamic shapes: the past part's key count grows with every chunk, and a static graph per length would pass
+    dynamo's recompile limit (8 graphs per code object) within one 512K prefill, after which dynamo runs the eager
+    form, which materialises the scores. Two functions, so each has its own code object and graph budget: the
+    past part's graphs differ by dtype and head dim only, the band's also by (offset, window), a few per model;
+    and neither shares the budget of a direct ``torch.compile(flex_attention)`` elsewhere (the fused prior's)."""
+    global _FLEX
+    if _FLEX is None:
+        from torch.nn.attention import flex_attention as fm  # lazy: loads torch.nn.attention.flex_attention
+
+        _FLEX = fm
+    fn = {"past": _past_part, "band": _band_part}[name]
+    if not compile:
+        return fn
+    if name not in _COMPILED:
+        _COMPILED[name] = torch.compile(fn, dynamic=True)
+    return _COMPILED[name]
 
 
 def flex_split_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None,
@@ -248,16 +266,19 @@ def flex_split_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scal
     if window is not None and window < 1:
         raise ValueError(f"window must be >= 1 token, got {window}")
     s = scale if scale is not None else 1.0 / math.sqrt(D)
-    fn = _flex_fn(compile)
+    band = _flex_part("band", compile)
     past = Tk - Tq
     own = band_block_mask(Tq, Tq, 0, window, q.device)
-    o_c, l_c = _flex_lse(fn, q, k[:, :, past:], v[:, :, past:], own, s)
+    o_c, l_c = band(q, k[:, :, past:], v[:, :, past:], own, s)
     lo = 0 if window is None else max(0, past - window + 1)  # the first past key any query can see
     if past - lo == 0:  # no past key in reach (the first chunk, or window 1)
         return o_c
-    bm = None if window is None else band_block_mask(Tq, past - lo, past - lo, window, q.device)
-    o_p, l_p = _flex_lse(fn, q, k[:, :, lo:past], v[:, :, lo:past], bm, s)
-    return merge_two(o_p, l_p, o_c, l_c)
+    if window is None:
+        o_p, l_p = _flex_part("past", compile)(q, k[:, :, :past], v[:, :, :past], s)
+    else:
+        o_p, l_p = band(q, k[:, :, lo:past], v[:, :, lo:past], band_block_mask(Tq, past - lo, past - lo, window,
+                                                                                q.device), s)
+    return merge_two(o_p, l_p.float(), o_c, l_c.float())
 
 
 def chunk_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None,
