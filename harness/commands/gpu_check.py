@@ -7,7 +7,7 @@ registry, so nothing is installed)::
 
     python3 harness/commands/gpu_check.py --out "$OUT"          # on the GPU machine, within ~8 minutes
     python3 harness/commands/gpu_check.py --rehearse --out /tmp/gc  # every step at tiny sizes on CPU, < 2 minutes
-    python3 harness/commands/gpu_check.py --estimate --out /tmp/gc  # the time estimate below, and exit
+    python3 harness/commands/gpu_check.py --estimate                # the time estimate below, and exit
 
 (``lctx gpu-check`` is the same command where lctx is installed.) Each step runs in a process of its own, under
 a time budget that is its timeout, so a step that fails, hangs, or breaks the CUDA context is recorded and the
@@ -568,6 +568,13 @@ def step_prior_vs_flex(c: _Ctx) -> None:
     p, dev, dt = c.sz, c.dev, c.dtype
     H, D, T = p["H"], p["D"], p["acc_T"]
     compiled = dev.type == "cuda"
+    if compiled:  # this sweep compiles flash_prior_flex's static graphs of 3 kinds x 3 lengths, 9 of one function:
+        # past dynamo's 8 per code object the ninth would run eagerly (the scores materialised); this process only
+        import torch._dynamo  # lazy: the compiler's configuration, this step only
+
+        for name in ("recompile_limit", "cache_size_limit"):  # the limit's name since torch 2.7, and before
+            if hasattr(torch._dynamo.config, name):
+                setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), 32))
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, H, T, D, generator=g).to(dt).to(dev) for _ in range(3))
     qf, kf, vf = q.float(), k.float(), v.float()
@@ -1005,8 +1012,8 @@ def _out_arg(value) -> Path:
 
 
 @app.command()
-def _cli(out: Path = typer.Option(..., "--out", "-o", parser=_out_arg, help="Folder for the log and the tables "
-                                  "(at most 6 files); new, empty, or an earlier gpu_check's."),
+def _cli(out: Optional[Path] = typer.Option(None, "--out", "-o", parser=_out_arg, help="Folder for the log and the "
+                                            "tables (at most 6 files); new, empty, or an earlier gpu_check's."),
          rehearse: bool = typer.Option(False, "--rehearse", help="Every step at tiny sizes on CPU (Triton's "
                                        "interpreter), under 2 minutes: the script is known to run before a lease."),
          steps: Optional[str] = typer.Option(None, "--steps", help="Only these steps, comma-separated: "
@@ -1019,6 +1026,8 @@ def _cli(out: Path = typer.Option(..., "--out", "-o", parser=_out_arg, help="Fol
     if show_estimate:
         print(estimate_table())
         raise typer.Exit(0)
+    if out is None:
+        raise LctxError("--out is required: the folder for the log and the tables, e.g. --out \"$OUT\"")
     if child:
         raise typer.Exit(run_step(child, out, rehearse))
     raise typer.Exit(run_check(out, rehearse=rehearse, steps=steps, budget_s=budget))
