@@ -637,6 +637,19 @@ def bench(
         typer.echo(f"wrote {p}")
 
 
+@app.command("gpu-check")
+def gpu_check(
+    out: Path = typer.Option(..., "--out", "-o", parser=_out_arg, callback=_checked_out, help="Folder for the log and one table per step: at most 6 files (what the device tool brings back); new, empty, or an earlier gpu-check's."),
+    rehearse: bool = typer.Option(False, "--rehearse", help="Every step at tiny sizes on CPU (Triton's interpreter), under 2 minutes: the script is known to run before a GPU lease starts."),
+    steps: Optional[str] = typer.Option(None, "--steps", help="Only these steps, comma-separated: kernel_tests, prior_vs_flex, chunk_split, prefill_512k, real_models."),
+    budget: Optional[float] = typer.Option(None, "--budget", min=10, help="Seconds for all steps (default: the steps' budgets, 470 s; rehearsal 115 s)."),
+):
+    """The GPU lease script: kernel tests on CUDA, fused prior kernel vs FlexAttention, the chunk split vs its reference, a 512K prefill per variant, real model shapes lean vs masked; each step under a time budget, each table written as it fills (docs/kernels-and-bench.md#on-a-gpu)."""
+    from lctx.harness.commands.gpu_check import run_check  # lazy: its module is light, but lctx --help need not parse it
+
+    raise typer.Exit(run_check(out, rehearse=rehearse, steps=steps, budget_s=budget, echo=say))
+
+
 @app.command()
 def plan(
     model: str = typer.Option(str(DEFAULT_MODEL), "--model", "-m", help="Checkpoint directory (lctx or Hugging Face config.json)."),

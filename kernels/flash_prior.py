@@ -57,7 +57,7 @@ import torch
 import torch.nn.functional as F
 
 from . import choose_kernel
-from .chunk_attention import chunk_attention
+from .chunk_attention import band_block_mask, chunk_attention
 
 try:  # triton is a Linux dependency; the module must import without it
     import triton
@@ -367,7 +367,9 @@ def flash_prior_flex(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec: Pr
                      need_lse: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The same attention as :func:`flash_prior_triton` through PyTorch FlexAttention: the prior is a
     ``score_mod`` that indexes the Toeplitz table b_h[qpos - kpos] (built once per call, [H, Tk]),
-    causality and windows a block-sparse ``mask_mod`` (so fully masked key blocks are skipped).
+    causality and windows a block-sparse ``mask_mod`` (so fully masked key blocks are skipped; the causal block
+    mask is built from the block grid, :func:`lctx.kernels.chunk_attention.band_block_mask`, windows through
+    ``create_block_mask``).
     Differentiable w.r.t. q, k, v and, through the table, the prior's parameters where FlexAttention's
     backward runs (CUDA); forward only on CPU.
 
@@ -414,7 +416,10 @@ def flash_prior_flex(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec: Pr
 
             def mask_mod(b, h, qi, kj, ksw=ksw):
                 return (kj <= qi + past_t) & (kj >= ksw[h, qi])
-        bm = create_block_mask(mask_mod, B=None, H=None if kstart is None else H, Q_LEN=Tq, KV_LEN=Tk, device=dev)
+        if kstart is None:  # the causal band from the block grid: no Tq x Tk mask is evaluated to find the blocks
+            bm = band_block_mask(Tq, Tk, past, None, dev, mask_mod=mask_mod)
+        else:
+            bm = create_block_mask(mask_mod, B=None, H=H, Q_LEN=Tq, KV_LEN=Tk, device=dev)
         if need_lse and aux_request is not None:  # torch >= 2.9: return_lse is deprecated for return_aux
             o, aux = fn(q, k, v, score_mod=score_mod, block_mask=bm, scale=sm, return_aux=aux_request(lse=True))
             lses.append(aux.lse.float())

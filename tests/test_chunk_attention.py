@@ -10,14 +10,22 @@ fp32 terms <= n * 2^-24 in the worst case, n <= 256 keys here: 4 * 256 * 6e-8 = 
 attention outputs. Through a 2-6 layer model the logits differ by the same order (observed 4e-7); we assert
 2e-4 on logits. Controls: the same comparison with the window moved by one token, or the chunk's causal
 alignment shifted, differs by far more (> 1e-2), so the tolerance still catches a real change.
+
+The FlexAttention form of the split (the CUDA path) runs eagerly here against the same reference, each tolerance
+derived beside its assertion, with controls (the past part dropped from the merge, the window one token wider);
+its block masks, which the eager form does not read, are checked against the elementwise mask. The compiled form
+is the ``gpu``-marked test, run on CUDA by the GPU check.
 """
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
-from lctx.kernels.chunk_attention import chunk_attention, chunk_attention_reference, chunk_mask, merge_two
+from lctx.kernels.chunk_attention import (band_block_mask, can_split, chunk_attention, chunk_attention_reference,
+                                          chunk_mask, flex_split_attention, merge_two)
 
 ATOL_OUT = 1e-4  # attention outputs: fp32 summation-order bound, module docstring
 ATOL_LOGITS = 2e-4  # tiny models' logits: the same bound carried through their layers
@@ -171,3 +179,119 @@ def test_hf_padding_gets_transformers_mask():
     mask = lctx_sdpa_mask(**kw, attention_mask=pad)
     assert mask is not None and mask.shape == (1, 1, 4, 8) and not mask[..., 0].any()
     assert lctx_sdpa_mask(**{**kw, "kv_length": 12}) is not None  # keys past the last query (a static cache)
+
+
+# -- the split through FlexAttention (the CUDA form), eagerly on CPU -----------------------------------------------
+# eager FlexAttention on purpose: compiled FlexAttention on CPU cannot return the log-sum-exp in torch 2.13, and the
+# eager form's dense math path is what checks the split's maths here; the compiled form runs on CUDA (test below)
+flex_eager = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile:UserWarning")
+
+SPLIT_CASES = [(16, 48, None), (130, 300, None), (7, 100, None), (24, 56, 8), (20, 52, 16), (130, 300, 70),
+               (32, 32, 8), (5, 9, 16), (40, 200, 1)]  # later chunks, > 1 block of 128, windows dividing and not, w=1
+
+
+def _fp32_tol(Tk: int, v: torch.Tensor) -> float:
+    """Summation-order bound of two float32 softmax attentions over the same <= Tk keys: |o| <= max |v| and a sum
+    of Tk float32 terms is within Tk * eps relative (eps = 2^-23), so Tk * eps * max |v| (observed ~ 1e-2 of it)."""
+    return Tk * torch.finfo(torch.float32).eps * float(v.abs().max())
+
+
+@flex_eager
+@pytest.mark.parametrize("Tq,Tk,window", SPLIT_CASES)
+def test_flex_split_equals_reference(Tq, Tk, window):
+    q, k, v = _qkv(2, 3, Tq, Tk, 16, seed=Tq + Tk)
+    ref = chunk_attention_reference(q, k, v, window=window)
+    out = flex_split_attention(q, k, v, window=window, compile=False)
+    tol = _fp32_tol(Tk, v)
+    assert out.shape == ref.shape and out.dtype == q.dtype
+    assert (out - ref).abs().max() <= tol
+    past = Tk - Tq
+    if past > 0 and (window is None or window > 1):  # control: a merge that loses the past part is far off
+        own_only = flex_split_attention(q, k[:, :, past:], v[:, :, past:], window=window, compile=False)
+        assert (own_only - ref).abs().max() > 100 * tol
+    if window is not None and window < Tk:  # control: the window one token wider is far off
+        wider = flex_split_attention(q, k, v, window=window + 1, compile=False)
+        assert (wider - ref).abs().max() > 100 * tol
+
+
+@flex_eager
+def test_flex_split_bfloat16():
+    q, k, v = _qkv(1, 2, 40, 104, 16, seed=3, dtype=torch.bfloat16)
+    for window in (None, 8):
+        ref = chunk_attention_reference(q.float(), k.float(), v.float(), window=window)  # the rounded inputs, fp32
+        out = flex_split_attention(q, k, v, window=window, compile=False)
+        # bf16 rounds each part's output (|o| <= max |v|) and the merged one (|o| = |ref|) to 8 bits: half an ulp is
+        # 2^-9 relative each, so 2^-9 (max|v| + |ref|) bounds the sum; twice that for the eager kernel's own rounding
+        tol = 2 ** -8 * float(v.float().abs().max() + ref.abs().max())
+        assert out.dtype == torch.bfloat16 and (out.float() - ref).abs().max() <= tol
+        # control: the chunk read as if its queries started one key earlier (each loses its own key) is far off
+        shifted = chunk_attention_reference(q.float(), k[:, :, :-1].float(), v[:, :, :-1].float(), window=window)
+        assert (out.float() - shifted).abs().max() > 2 * tol
+
+
+@pytest.mark.parametrize("Tq,Tk,offset,window", [(200, 300, 100, None), (300, 300, 0, 64), (256, 511, 511, 200),
+                                                 (129, 127, 127, 128), (1000, 1000, 0, 300), (5, 9, 4, 16)])
+def test_band_block_mask_matches_the_elementwise_mask(Tq, Tk, offset, window):
+    """The block mask built by arithmetic skips no allowed pair and marks full only all-allowed blocks (checked
+    against the elementwise mask), and equals the one ``create_block_mask`` derives from that mask."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    bm = band_block_mask(Tq, Tk, offset, window)
+    B = 128
+    qi = torch.arange(Tq)[:, None] + offset
+    kj = torch.arange(Tk)[None, :]
+    allowed = (kj <= qi) & ((qi - kj < window) if window is not None else True)
+    nq, nk = -(-Tq // B), -(-Tk // B)
+    pad = torch.zeros(nq * B, nk * B, dtype=torch.bool)
+    pad[:Tq, :Tk] = allowed
+    blocks = pad.view(nq, B, nk, B)
+    some, every = blocks.any(3).any(1), blocks.all(3).all(1)
+    dense = bm.to_dense()[0, 0].bool()  # partial or full
+    assert torch.equal(dense, some)
+    full = torch.zeros(nq, nk, dtype=torch.bool)
+    for r in range(nq):
+        full[r, bm.full_kv_indices[0, 0, r, :bm.full_kv_num_blocks[0, 0, r]].long()] = True
+    assert not (full & ~every).any()  # a full block has every pair allowed (its mask_mod is skipped)
+
+    def mask_mod(b, h, q, k):
+        m = k <= q + offset
+        return m & (q + offset - k < window) if window is not None else m
+
+    ref = create_block_mask(mask_mod, None, None, Tq, Tk, device="cpu")
+    assert torch.equal(bm.kv_num_blocks, ref.kv_num_blocks) and torch.equal(bm.full_kv_num_blocks,
+                                                                            ref.full_kv_num_blocks)
+    # control: the same band one token off marks other blocks
+    assert not torch.equal(band_block_mask(Tq, Tk, offset + 128, window).to_dense(), bm.to_dense())
+
+
+def test_can_split_routes_cuda_to_the_flex_split():
+    """CPU and CUDA take the unmasked split for the float dtypes (CUDA through FlexAttention), other dtypes and
+    devices the masked SDPA call (a stand-in object: only the device type and dtype are read)."""
+    from types import SimpleNamespace
+
+    def like(dev, dtype):
+        return SimpleNamespace(device=torch.device(dev), dtype=dtype)
+
+    assert can_split(like("cpu", torch.float32)) and can_split(like("cuda", torch.bfloat16))
+    assert not can_split(like("cuda", torch.float64)) and not can_split(like("meta", torch.float32))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the compiled FlexAttention split runs on CUDA")
+@pytest.mark.parametrize("Tq,Tk,window", [(256, 1024, None), (300, 1500, None), (256, 1024, 100), (512, 512, 64),
+                                          (5, 700, None), (5, 700, 64)])  # + a few queries (FlexAttention's decode form)
+def test_cuda_chunk_attention_runs_the_compiled_split(Tq, Tk, window):
+    q, k, v = (t.cuda() for t in _qkv(1, 4, Tq, Tk, 64, seed=Tk))
+    ref = chunk_attention_reference(q, k, v, window=window)
+    out = chunk_attention(q, k, v, window=window)  # CUDA: the compiled flex split
+    # FlexAttention's float32 dot products may run in tf32 (10-bit mantissa) on a GPU: each logit q.k/sqrt(D) is then
+    # off by up to 2^-10 |q||k|/sqrt(D) ~ 2^-10 sqrt(D) for randn rows, and the output by that times 2 max|v|
+    tf32_tol = 2 ** -10 * math.sqrt(64) * 2 * float(v.abs().max())
+    assert (out - ref).abs().max() <= max(_fp32_tol(Tk, v), tf32_tol)
+    qb, kb, vb = (t.bfloat16() for t in (q, k, v))
+    refb = chunk_attention_reference(qb.float(), kb.float(), vb.float(), window=window)
+    outb = chunk_attention(qb, kb, vb, window=window)
+    tol = 2 ** -8 * float(vb.float().abs().max() + refb.abs().max())  # as test_flex_split_bfloat16
+    assert (outb.float() - refb).abs().max() <= tol
+    if window is not None:  # control
+        assert (chunk_attention(qb, kb, vb, window=window + 1).float() - refb).abs().max() > tol

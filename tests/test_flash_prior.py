@@ -21,6 +21,8 @@ CPU_TRITON = triton_runs("cpu")
 DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # compiled Triton on a GPU, else interpreted
 needs_triton = pytest.mark.skipif(not CPU_TRITON and not torch.cuda.is_available(),
                                   reason="triton cannot run here (no GPU and TRITON_INTERPRET unset)")
+# every test here runs its kernels on DEV: compiled on a GPU, so the GPU check runs the whole module (-m gpu)
+pytestmark = pytest.mark.gpu
 
 
 def ggd_prior(H: int, g=None):

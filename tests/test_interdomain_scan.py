@@ -364,6 +364,7 @@ def test_reference_impl_records_nothing(interp):
 
 # ---- CUDA -------------------------------------------------------------------------------------------
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU for the compiled Triton kernels")
 @pytest.mark.parametrize("normalized", [False, True])
 def test_cuda_kernels_bf16_realistic_size(normalized):
@@ -388,6 +389,7 @@ def test_cuda_kernels_bf16_realistic_size(normalized):
     _close(x, x_ref, 2e-3)
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU for the compiled Triton kernels")
 @pytest.mark.parametrize("variant", ["interdomain", "s4d"])
 def test_cuda_model_bf16_fast_matches_reference(variant):

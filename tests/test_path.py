@@ -268,6 +268,7 @@ def test_errors():
         path_attention(q, q, q, q, torch.ones(1, 4, 3), causal(1, 3), block=0)
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="fla's Triton kernel needs a CUDA GPU")
 @pytest.mark.parametrize("gate", [False, True])
 def test_fla_fast_path_matches_reference_on_gpu(gate):

@@ -1,2 +1,2 @@
 """The commands besides ``lctx run``: ``lctx train`` (:mod:`.train`), ``lctx bench`` (:mod:`.bench`),
-``lctx diagnose`` (:mod:`.diagnostics`), and the GPU lease script (``python -m lctx.harness.commands.gpu_check``)."""
+``lctx diagnose`` (:mod:`.diagnostics`), and the GPU lease script ``lctx gpu-check`` (:mod:`.gpu_check`; ``python3 harness/commands/gpu_check.py`` uninstalled)."""
