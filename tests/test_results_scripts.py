@@ -245,3 +245,28 @@ def test_replicate_verdicts_follow_their_seeds():
     assert mod.verdict([dnl, True, dnl]).startswith("inconclusive at this scale: 1 of 3 seeds learned")
     assert mod.verdict("inconclusive at this scale: the control did not learn").endswith("did not learn")
     assert mod.spread([0.2, 0.4, 0.9]) == "0.5 [0.2, 0.9] (3 seeds)"
+
+
+@pytest.mark.slow  # reads 24 committed run directories
+def test_seeds_md_cheap_claims_table_is_the_committed_runs(tmp_path):
+    """seeds.md's cheap-claims table is, line for line, what the experiment's tables.py makes from its committed
+    runs, LSH error table and next-token accuracies. Control: one LSH seed's held-out ppl halved in a copy changes
+    the table, and the check fails."""
+    import importlib.util
+
+    import pandas as pd
+
+    folder = RESULTS / "2026-12-06-cheap-claims"
+    spec = importlib.util.spec_from_file_location("cheap_claims_tables", folder / "tables.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main([str(folder), "--check", str(RESULTS / "seeds.md")]) == 0
+    copy = tmp_path / "cc"
+    shutil.copytree(folder, copy, ignore=shutil.ignore_patterns("*.py", "*.sh", "*.md"))
+    p = copy / "runs" / "lshbam_alibilsh_s0" / "summary.csv"
+    s = pd.read_csv(p)
+    sel = (s["task"] == "ppl") & (s["metric"] == "ppl") & (s["length"] == 128)
+    assert sel.sum() == 1
+    s.loc[sel, "mean"] = s.loc[sel, "mean"] / 2
+    s.to_csv(p, index=False)
+    assert mod.main([str(copy), "--check", str(RESULTS / "seeds.md")]) == 1
