@@ -639,14 +639,20 @@ def bench(
 
 @app.command("gpu-check")
 def gpu_check(
-    out: Path = typer.Option(..., "--out", "-o", parser=_out_arg, callback=_checked_out, help="Folder for the log and one table per step: at most 6 files (what the device tool brings back); new, empty, or an earlier gpu-check's."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", parser=_out_arg, callback=_checked_out, help="Folder for the log and one table per step: at most 6 files (what the device tool brings back); new, empty, or an earlier gpu-check's. Required unless --estimate."),
     rehearse: bool = typer.Option(False, "--rehearse", help="Every step at tiny sizes on CPU (Triton's interpreter), under 2 minutes: the script is known to run before a GPU lease starts."),
     steps: Optional[str] = typer.Option(None, "--steps", help="Only these steps, comma-separated: kernel_tests, prior_vs_flex, chunk_split, prefill_512k, real_models."),
     budget: Optional[float] = typer.Option(None, "--budget", min=10, help="Seconds for all steps (default: the steps' budgets, 470 s; rehearsal 115 s)."),
+    show_estimate: bool = typer.Option(False, "--estimate", help="Print the written-down time estimate per step (FLOPs, bytes, compiles on an H200) and exit."),
 ):
     """The GPU lease script: kernel tests on CUDA, fused prior kernel vs FlexAttention, the chunk split vs its reference, a 512K prefill per variant, real model shapes lean vs masked; each step under a time budget, each table written as it fills (docs/kernels-and-bench.md#on-a-gpu)."""
-    from lctx.harness.commands.gpu_check import run_check  # lazy: its module is light, but lctx --help need not parse it
+    from lctx.harness.commands.gpu_check import estimate_table, run_check  # lazy: lctx --help need not parse it
 
+    if show_estimate:
+        typer.echo(estimate_table())
+        raise typer.Exit(0)
+    if out is None:
+        raise LctxError("--out is required: the folder for the log and the tables, e.g. --out \"$OUT\"")
     raise typer.Exit(run_check(out, rehearse=rehearse, steps=steps, budget_s=budget, echo=say))
 
 

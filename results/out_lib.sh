@@ -52,6 +52,8 @@ provenance() {  # provenance DIR: append the git revision, dirty state and comma
     fi
     echo "FORCE: ${FORCE:-0}"
     echo "ALLOW_DIRTY: ${ALLOW_DIRTY:-0}"
+    local v  # the scripts' size knobs, when set: a 20-step smoke run must not read like the full experiment
+    for v in STEPS SEEDS SETS VARIANTS NAMES JOBS; do [ -z "${!v:-}" ] || echo "$v: ${!v}"; done
   } >> "$1/provenance.txt"
 }
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import time
 import tarfile
 from pathlib import Path
 
@@ -76,15 +77,46 @@ def test_a_failing_or_slow_step_is_recorded_and_the_next_one_runs(tmp_path, monk
                                                                          scripts.get(name, "pass")])
     monkeypatch.setattr(G, "MIN_STEP_S", 0.5)
     out = tmp_path / "out"
-    assert G.run_check(out, rehearse=True, budget_s=1.5, echo=lambda s: None) == 0
+    said = []
+    assert G.run_check(out, rehearse=True, budget_s=1.5, echo=said.append) == 1  # a partial run is not exit 0
+    assert said[-1].startswith("not every step ran to the end (kernel_tests, prior_vs_flex, chunk_split")
     status = {s.name: G.read_csv(out / s.csv)[-1]["status"] for s in G.STEPS}
     assert status["kernel_tests"] == "step failed (exit 3)"
-    assert status["prior_vs_flex"].startswith("step timed out after")
-    assert all(status[n] == "step skipped: no time left in the budget"
+    assert status["prior_vs_flex"].startswith("step timed out (budget ")
+    assert all(status[n] == "step skipped (no time left in the budget)"
                for n in ("chunk_split", "prefill_512k", "real_models"))
     log = (out / G.LOG_NAME).read_text()
     assert "boom" in log and "working" in log and "step kernel_tests: failed (exit 3)" in log
     assert len(list(out.iterdir())) <= G.MAX_FILES
+
+
+def test_an_interrupted_run_kills_the_step_it_was_running(tmp_path, monkeypatch):
+    """Ctrl-C during a step: the step runs in a session of its own (so a timeout can kill its whole group), so the
+    interruption must kill that group too, or the step would go on writing into --out after the command exited.
+    The stand-in step writes a file every 50 ms; after the interrupt the file stops changing."""
+    import threading
+
+    beat = tmp_path / "beat"
+    script = (f"import time, pathlib\np = pathlib.Path({str(beat)!r})\n"
+              "for i in range(400):\n    p.write_text(str(i)); time.sleep(0.05)")
+    monkeypatch.setattr(G, "child_command", lambda name, out, rehearse: [sys.executable, "-c", script])
+    main = threading.main_thread().ident
+
+    def interrupt():
+        while not beat.exists():
+            time.sleep(0.02)
+        import _thread
+        _thread.interrupt_main()
+
+    threading.Thread(target=interrupt, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        G.run_check(tmp_path / "out", rehearse=True, steps="kernel_tests", echo=lambda s: None)
+    assert main == threading.get_ident()
+    time.sleep(0.3)
+    first = beat.read_text()
+    time.sleep(0.3)  # six beats later: a surviving step would have written again
+    assert beat.read_text() == first and int(first) < 399  # stopped, and not by running to its end
+    assert "interrupted: the step's process group was killed" in (tmp_path / "out" / G.LOG_NAME).read_text()
 
 
 def test_user_mistakes_are_one_line(tmp_path, capsys):

@@ -51,7 +51,8 @@ def fake_repo(tmp_path):
 
 def _run(repo, tmp_path, *args, **env):
     (tmp_path / "tmp").mkdir(exist_ok=True)
-    e = {k: v for k, v in os.environ.items() if k not in ("OUT", "FORCE")}
+    e = {k: v for k, v in os.environ.items() if k not in ("OUT", "FORCE", "STEPS", "SEEDS", "SETS", "VARIANTS",
+                                                          "NAMES", "JOBS")}
     e.update(TMPDIR=str(tmp_path / "tmp"), **env)
     return subprocess.run(["bash", "results/exp/run.sh", *args], cwd=repo, env=e, capture_output=True,
                           text=True, timeout=30)
@@ -71,7 +72,7 @@ def test_out_inside_the_repository_is_refused(fake_repo, tmp_path):
 
 
 def test_default_out_is_outside_the_repository_with_provenance(fake_repo, tmp_path):
-    r = _run(fake_repo, tmp_path)
+    r = _run(fake_repo, tmp_path, STEPS="20")
     assert r.returncode == 0, r.stderr
     out = Path(r.stderr.split("OUT=", 1)[1].split()[0])
     assert out.parent == tmp_path / "tmp" and out.name.startswith("lctx-exp.")
@@ -79,6 +80,7 @@ def test_default_out_is_outside_the_repository_with_provenance(fake_repo, tmp_pa
     assert (fake_repo / "results" / "exp" / "table.md").read_text() == "committed\n"
     prov = (out / "provenance.txt").read_text()
     assert f"revision: {_git(fake_repo, 'rev-parse', 'HEAD')}" in prov and "dirty: no" in prov
+    assert "STEPS: 20" in prov and "SEEDS:" not in prov  # the size knobs that were set, and only those
     # a dirty tree is refused before anything runs (issue 31 item 4), naming the changed file and the way out
     (fake_repo / "results" / "exp" / "run.sh").write_text(FAKE_RUN + "# edited\n")
     r = _run(fake_repo, tmp_path, str(out))

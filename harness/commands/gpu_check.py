@@ -318,7 +318,7 @@ class Table:
     def add(self, **row) -> None:
         """Append ``row`` (column -> value) and rewrite the file."""
         self.rows.append(row)
-        print("row " + json.dumps(row, default=str), flush=True)
+        print("\nrow " + json.dumps(row, default=str), flush=True)  # own line: pytest -v ends its lines later
         write_csv(self.path, self.rows)
 
 
@@ -533,7 +533,8 @@ def step_kernel_tests(c: _Ctx) -> None:
     args = ["-v", "-rfE", "-p", "no:cacheprovider", *c.sz["args"]]
     print("pytest " + " ".join(args), flush=True)
     rc = pytest.main(args, plugins=[Rows()])
-    table.add(test="(pytest exit status)", outcome=int(rc), status="ok" if int(rc) in (0, 5) else f"error: rc {int(rc)}")
+    table.add(test="(pytest exit status)", outcome=f"exit {int(rc)}",
+              status="ok" if int(rc) in (0, 5) else f"error: rc {int(rc)}")
 
 
 def _prior_spec(kind: str, H: int, ssmax: bool, dev):
@@ -889,7 +890,8 @@ def run_check(out: Path, rehearse: bool = False, steps: Optional[str] = None, bu
     its own (this file, ``--child NAME``) with its budget as timeout, all within ``budget_s`` (default
     :data:`TOTAL_BUDGET_S`; the rehearsal's :data:`REHEARSE_TOTAL_S`); the processes' output goes to the log. A
     step that exits non-zero, times out, or gets no time left is recorded as a row of its CSV and in the log, and
-    the next one starts. Then :func:`pack_out`. Returns 0 (the results are in the files).
+    the next one starts. Then :func:`pack_out`. Returns 0 when every step ran to the end, 1 when one failed, timed
+    out or was skipped (the results so far are in the files either way).
 
     Raises:
         LctxError: ``--out`` unusable (:func:`check_out`), an unknown step, or no CUDA device without ``rehearse``.
@@ -912,14 +914,15 @@ def run_check(out: Path, rehearse: bool = False, steps: Optional[str] = None, bu
     summary = []
     with open(log_path, "a", buffering=1) as log:
         head = (f"gpu_check {'REHEARSAL (CPU, tiny sizes)' if rehearse else 'on the GPU'}: steps "
-                f"{', '.join(s.name for s in chosen)}; budget {total:.0f} s; {time.strftime('%Y-%m-%d %H:%M:%S')}")
+                f"{', '.join(s.name for s in chosen)}; budget {total:.0f} s; {time.strftime('%Y-%m-%d %H:%M:%S')}; "
+                f"code {_revision(repo)} ({repo})")
         log.write(head + "\n" + ("" if rehearse else estimate_table() + "\n"))
         echo(head)
         for step in chosen:
             left = deadline - time.monotonic()
             budget = min(REHEARSE_STEP_S if rehearse else step.budget_s, left)
             if budget < MIN_STEP_S:
-                status, sec = "skipped: no time left in the budget", 0.0
+                status, sec = "skipped (no time left in the budget)", 0.0
             else:
                 log.write(f"\n===== step {step.name} (budget {budget:.0f} s): {step.what}\n")
                 log.flush()
@@ -927,7 +930,8 @@ def run_check(out: Path, rehearse: bool = False, steps: Optional[str] = None, bu
             if status != "ok":
                 rows = read_csv(out / step.csv)
                 write_csv(out / step.csv, rows + [{"status": f"step {status}", "seconds": round(sec, 1)}])
-            line = f"step {step.name}: {status} in {sec:.0f} s"
+            line = f"step {step.name}: {status}" + (f" in {sec:.0f} s" if status in ("ok",) or
+                                                     status.startswith("failed") else "")
             log.write(line + "\n")
             echo(line)
             summary.append({"step": step.name, "status": status, "seconds": round(sec, 1),
@@ -937,7 +941,21 @@ def run_check(out: Path, rehearse: bool = False, steps: Optional[str] = None, bu
     with open(log_path, "a") as log:  # appending to the log changes no count
         log.write(f"files: {', '.join(left)}\n")
     echo(f"files under {out}: {', '.join(left)}")
-    return 0
+    partial = [s["step"] for s in summary if s["status"] != "ok"]
+    if partial:
+        echo(f"not every step ran to the end ({', '.join(partial)}): the reasons are in the log and each step's CSV")
+    return 1 if partial else 0
+
+
+def _revision(repo: Path) -> str:
+    """``git describe --always --dirty`` of the checkout the script runs from, or "no git revision" (the device
+    machine gets a copy of the working tree with its .git folder; a copy without one says so)."""
+    try:
+        r = subprocess.run(["git", "-C", str(repo), "describe", "--always", "--dirty", "--abbrev=12"],
+                           capture_output=True, text=True, timeout=10)
+        return r.stdout.strip() or "no git revision"
+    except (OSError, subprocess.SubprocessError):
+        return "no git revision"
 
 
 def child_command(name: str, out: Path, rehearse: bool) -> list[str]:
@@ -948,19 +966,22 @@ def child_command(name: str, out: Path, rehearse: bool) -> list[str]:
 
 def _run_child(cmd: list[str], budget: float, env: dict, log, cwd: Path) -> tuple[str, float]:
     """Run a step's process (its own process group, output to ``log``) for at most ``budget`` seconds; returns
-    (status: "ok", "failed (exit N)" or "timed out after B s", seconds). A process past its budget is killed with
-    its group (pytest's workers, compile workers)."""
+    (status: "ok", "failed (exit N)" or "timed out (budget B s)", seconds). A process past its budget is killed
+    with its group (pytest's workers, compile workers), and so is one whose parent is interrupted (Ctrl-C): the
+    interruption is written to the log and raised again."""
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True)
     try:
         rc = proc.wait(timeout=budget)
     except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        _end_group(proc.pid)
         proc.wait()
-        return f"timed out after {budget:.0f} s", time.monotonic() - t0
+        return f"timed out (budget {budget:.0f} s)", time.monotonic() - t0
+    except BaseException:  # Ctrl-C or a kill of this process: its own session would outlive us, writing on
+        _end_group(proc.pid)
+        proc.wait()
+        log.write(f"\n===== interrupted: the step's process group was killed after {time.monotonic() - t0:.0f} s\n")
+        raise
     _end_group(proc.pid)  # compile workers a step left behind
     return ("ok" if rc == 0 else f"failed (exit {rc})"), time.monotonic() - t0
 

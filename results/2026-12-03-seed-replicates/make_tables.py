@@ -443,11 +443,11 @@ def check(root: Path, md: Path, claims=None, begin: str = BEGIN, end: str = END)
     want = claims_block(root, claims, begin, end).splitlines()
     for i, (a, b) in enumerate(zip(have, want)):
         if a != b:
-            print(f"error: {md}, replicate block line {i + 1} differs from the runs:\n  has:  {a}\n  runs: {b}",
+            print(f"error: {md}, the {begin} block, line {i + 1}, differs from the runs:\n  has:  {a}\n  runs: {b}",
                   file=sys.stderr)
             return 1
     if len(have) != len(want):
-        print(f"error: {md}'s replicate block has {len(have)} lines, the runs give {len(want)}", file=sys.stderr)
+        print(f"error: {md}'s {begin} block has {len(have)} lines, the runs give {len(want)}", file=sys.stderr)
         return 1
     return 0
 
