@@ -6,6 +6,7 @@ user mistakes in one line, and (slow) rehearses every step at tiny sizes on CPU,
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -108,9 +109,15 @@ def test_an_interrupted_run_kills_the_step_it_was_running(tmp_path, monkeypatch)
         import _thread
         _thread.interrupt_main()
 
-    threading.Thread(target=interrupt, daemon=True).start()
-    with pytest.raises(KeyboardInterrupt):
-        G.run_check(tmp_path / "out", rehearse=True, steps="kernel_tests", echo=lambda s: None)
+    # a process started in the background by a non-interactive shell (CI's nohup ... &) inherits SIGINT ignored, and
+    # then Python installs no handler and interrupt_main does nothing: install Python's own for this test
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        threading.Thread(target=interrupt, daemon=True).start()
+        with pytest.raises(KeyboardInterrupt):
+            G.run_check(tmp_path / "out", rehearse=True, steps="kernel_tests", echo=lambda s: None)
+    finally:
+        signal.signal(signal.SIGINT, old)
     assert main == threading.get_ident()
     time.sleep(0.3)
     first = beat.read_text()
