@@ -1,4 +1,4 @@
-# Shared by results/2026-12-01-seed*/run.sh (issue 12's seed experiments); source it, do not run it.
+# Shared by results/2026-12-01-seed*/run.sh; source it, do not run it.
 # OUT_DIR (the script's first argument): see out_lib.sh (default a new temporary folder; the tables and plots
 # go to OUT_DIR/results, over the committed ones in the script's folder only with FORCE=1; provenance.txt).
 #
@@ -22,7 +22,7 @@ out_init "${HERE##*/}" "$@"
 echo "tables and plots: $PUB" >&2
 START=$(date +%s)
 # The tiny model every seed experiment trains (same size for every variant), and the retrieval set-up of
-# experiment 7 (issue 12, item 6: every training window starts with a passkey document), which experiments
+# experiment 7 (every training window starts with a passkey document), which experiments
 # 7 and 10 and the SSMax ablation share. A script sets STEPS, then TRAIN_ARGS=("${MODEL_ARGS[@]}" ...).
 MODEL_ARGS=(--context-length 128 --hidden-size 64 --layers 2 --heads 4 --vocab-size 1024 --batch-size 16
             --lr 3e-3 --warmup 50 --seed 0)

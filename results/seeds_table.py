@@ -1,4 +1,4 @@
-"""Compact tables for the seed experiments (issue 12): one Markdown file from an lctx run directory and
+"""Compact tables for the seed experiments: one Markdown file from an lctx run directory and
 the diagnostics, used by each ``results/2026-12-01-seed*/run.sh``.
 
     python results/seeds_table.py RUN_DIR [RUN_DIR ...] --out TABLE.md [--far-mass DIAG/far_mass.csv]
@@ -65,7 +65,7 @@ def prior_table(paths: list[Path]) -> str:
     """The learned priors per layer and head: beta / alpha / d1, d1 the distance (tokens) at which the bias has
     fallen 1 nat below its peak (``fall_1nat`` of ``lctx diagnose prior``, or :func:`lctx.models.bam.fall_distance_of`
     from alpha, beta, mu and form for a csv written before that column): a length for any beta, where alpha is one
-    only at beta = 1 (issue 31 item 5)."""
+    only at beta = 1."""
     from lctx.models.bam import fall_distance_of  # lazy: loads torch (only with --prior)
 
     p = pd.concat([pd.read_csv(x) for x in paths])

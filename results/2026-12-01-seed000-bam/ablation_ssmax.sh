@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ablation for experiment 7 (issue 12): ggd_bam+ssmax with the SSMax factor on the content logits only
+# Ablation for experiment 7: ggd_bam+ssmax with the SSMax factor on the content logits only
 # (--option ssmax_scale_bias=false), everything else as run.sh (same size, steps, data, retrieval mix, seed).
 # Asks: is the reference's "SSMax also scales the prior" (ssmax_prior=True) why ggd_bam+ssmax never
 # learned retrieval? One command, from the repository root (../shared/data beside the clone, or LCTX_DATA_DIR):

@@ -15,7 +15,7 @@ source "$HERE/../seeds_lib.sh"
 # teacher-forced digit accuracy was 0.18-0.41; 3000 is what keeps the five models within 30 min on 2 cores
 # (measured 2026-12-01: ~0.15 s per ggd_bam+ssmax step with two jobs side by side).
 STEPS="${STEPS:-3000}"
-# retrieval set-up (issue 12, item 6): every training window starts with a passkey document (random key,
+# retrieval set-up: every training window starts with a passkey document (random key,
 # depth and length in [64, 128] tokens; the rest of the window is book text). With fraction 0.5 and 800
 # steps no variant retrieved (passkey exact 0.000 at 1x); with 1.0, ALiBi's teacher-forced digit accuracy
 # rose from chance (0.1) at step 500 to 0.58 at step 600 (train_log_alibi.json).

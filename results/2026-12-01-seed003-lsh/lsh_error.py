@@ -1,5 +1,5 @@
 """Seed 003's error claim on a trained ALiBi checkpoint: how far positional LSH with s samples moves the
-perplexity and the attention output from exact ALiBi, as a function of s (issue 12, experiment 10).
+perplexity and the attention output from exact ALiBi, as a function of s.
 
     python results/2026-12-01-seed003-lsh/lsh_error.py CKPT TEXT --out DIR [--s 1,4,16,64] [--seeds 4]
         [--windows 128:32,512:8]

@@ -15,7 +15,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 JOBS="${JOBS:-1}"  # one job at a time (a shared machine); seeds_lib.sh defaults to 2
 source "$HERE/../seeds_lib.sh"
 STEPS="${STEPS:-1000}"
-# the retrieval set-up of experiment 7 (issue 12): every training window starts with a passkey document
+# the retrieval set-up of experiment 7: every training window starts with a passkey document
 TRAIN_ARGS=("${MODEL_ARGS[@]}" --steps "$STEPS" "${RETRIEVAL_ARGS[@]}")
 mkdir -p "$OUT/logs"
 train_model alibi alibi

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The SmolLM2-135M-Instruct evaluation of issue 11 (GGUF Q4_1, dequantised to float32), scaled to what one
+# The SmolLM2-135M-Instruct evaluation (GGUF Q4_1, dequantised to float32), scaled to what one
 # shared CPU core runs in a session (see README.md for what was run and what was cut), plus lm-eval run
 # directly on the same weights, data and --limit for the MMLU/ARC cross-check.
 # Usage (from the repository root): bash results/2026-12-01-smollm2-135m/run.sh [OUT]

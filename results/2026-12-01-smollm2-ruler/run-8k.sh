@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 11's six NIAH tasks at 8K on SmolLM2-135M-Instruct (Q4_1 GGUF, float32), chat template on, RULER's
+# The six NIAH tasks at 8K on SmolLM2-135M-Instruct (Q4_1 GGUF, float32), chat template on, RULER's
 # 128-token budget (the `ruler` group's), depths 0, 0.5, 1, one sample each: the options of run.sh's stages at
 # 8K, for the six tasks only (lctx has no subset of the group). Stop 22 ran it as two processes on the two cores
 # (run-8k: niah_single_1..3 and niah_multikey_1; run-8k-b: niah_multiquery, niah_multivalue; README.md), which is

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 28 item 6: passkey end to end at 16K-512K tokens on this CPU.
+# Passkey end to end at 16K-512K tokens on this CPU.
 #   - a near-linear variant: a tiny interdomain model (fixed S4D state, O(T) prefill), trained here first
 #     (the seed experiments' tiny model, every window a passkey document, STEPS steps), at 16K..512K;
 #   - exact attention: the bundled pydoc-tiny-rope checkpoint (RoPE, softmax over every key) at 16K..128K.

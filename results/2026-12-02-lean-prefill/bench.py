@@ -1,4 +1,4 @@
-"""Interleaved timings of one passkey sample (and of prefill alone) on a real checkpoint, issue 28.
+"""Interleaved timings of one passkey sample (and of prefill alone) on a real checkpoint: the lean prefill against the masked one.
 
 Every configuration runs the identical prompt ids, in the same process, on the same weights, one after the other
 within each round (so a change in machine load hits all of them alike); the table reports per-configuration
@@ -7,7 +7,7 @@ medians and the per-round ratio to a named anchor. Configurations (--configs, co
   lctx            lctx's passkey sample: HFAdapter.prefill (chunk --chunk-size) + greedy decode + the teacher-forced
                   digit_acc pass, on the default path (lctx_sdpa, the cache built from the config)
   lctx-c1024      the same at --chunk-size 1024       lctx-c4096   the same at 4096
-  lctx-before     the same as the code before issue 28: transformers' sdpa (a [chunk, T] mask per chunk) and
+  lctx-before     the masked prefill this replaced: transformers' sdpa (a [chunk, T] mask per chunk) and
                   DynamicCache() without the config (sliding layers keep every key)
   generate        a plain transformers script: model.generate(ids, max_new_tokens=N, do_sample=False) with sdpa
   prefill         HFAdapter.prefill only (lctx_sdpa)      llama.cpp   llama-cpp-python's Llama.eval of the same ids

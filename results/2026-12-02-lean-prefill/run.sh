@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 28's timings, each an interleaved bench.py run (configurations back to back per round, same process,
+# The timings, each an interleaved bench.py run (configurations back to back per round, same process,
 # same prompt ids, same weights; see bench.py). One intra-op thread on both sides (OMP_NUM_THREADS=1): the
 # machine is a shared 2-core one, so ratios, not absolute times, are the result.
 #     bash results/2026-12-02-lean-prefill/run.sh [OUT_DIR]     (default: a new temporary folder)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 28 item 5: SmolLM2-135M-Instruct 5-shot MMLU at lm-eval batch 32 through lctx's continuation-only lm-eval
+# SmolLM2-135M-Instruct 5-shot MMLU at lm-eval batch 32 through lctx's continuation-only lm-eval
 # model (peak RSS), and lm-eval run directly (its `hf` model) on the same dequantised weights, data and questions
 # (per-question answers and log-likelihoods). See README.md.
 # Usage (from the repository root): bash results/2026-12-02-lmeval-lean/run.sh [OUT]

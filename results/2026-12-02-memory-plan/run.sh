@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 28 item 4: does `lctx plan` match the memory a real `lctx run` takes?
+# Does `lctx plan` match the memory a real `lctx run` takes?
 #
 # One command, from the repository root (needs ../shared/data beside the clone, or LCTX_DATA_DIR):
 #     bash results/2026-12-02-memory-plan/run.sh [OUT_DIR]  # default OUT_DIR: a new temporary folder

@@ -1,4 +1,4 @@
-"""The server backend against lctx's in-process run of the same GGUF (issue 27 items 4 and 6).
+"""The server backend against lctx's in-process run of the same GGUF.
 
 Starts llama-cpp-python's server (0.3.36, portable CPU build, ``--n_ctx 4096 --logits_all true``) on 127.0.0.1 serving
 SmolLM2-135M-Instruct Q4_1 and loads the same GGUF in process (dequantised to float32 by transformers). Then:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The server backend's measurements (issue 27): lctx through a real llama.cpp server (llama-cpp-python 0.3.36's,
+# The server backend's measurements: lctx through a real llama.cpp server (llama-cpp-python 0.3.36's,
 # portable CPU build) against lctx's in-process run of the same GGUF, per cell; lctx's overhead per sample at 2K; and
 # --concurrency over two servers. Needs `pip install -e '.[server]'` (see .ci/run for the CMAKE_ARGS used here).
 # Usage (from the repository root): bash results/2026-12-02-server-backend/run.sh [OUT]

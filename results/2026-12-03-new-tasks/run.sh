@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The five tasks of issue 30 (json_kv, babi_qa1-3, mrcr) on SmolLM2-135M-Instruct (GGUF, 8K context) and the
+# The five tasks (json_kv, babi_qa1-3, mrcr) on SmolLM2-135M-Instruct (GGUF, 8K context) and the
 # bundled pydoc-tiny-rope at 1K-4K (and Gemma 3 270M: four of them, it has no chat template), 3 depths x 4 samples (n = 12 per task and length), with intervals; a second
 # seed of two tasks compared with the first by `lctx compare --across-seeds --tolerance interval=on` (passes), and
 # the same comparison against a planted regression (fails).
@@ -75,5 +75,5 @@ fi
 if wanted report; then
   R=(); for d in smollm2 gemma3 bundled; do [ -f "$OUT/$d/records.jsonl" ] && R+=("$OUT/$d"); done
   [ ${#R[@]} -gt 0 ] && lctx report "${R[@]}" --out "$OUT/report" --at 1k,2k,4k \
-    --title "Issue 30's tasks: SmolLM2-135M-Instruct, Gemma 3 270M and the bundled model at 1K-4K"
+    --title "json_kv, bAbI and MRCR: SmolLM2-135M-Instruct, Gemma 3 270M and the bundled model at 1K-4K"
 fi

@@ -1,4 +1,4 @@
-"""Tables and verdicts of results/2026-12-03-seed-replicates from its per-model files alone (issue 31 items 1-2).
+"""Tables and verdicts of results/2026-12-03-seed-replicates from its per-model files alone.
 
     python results/2026-12-03-seed-replicates/make_tables.py RUNS > results/2026-12-03-seed-replicates/tables.md
     python results/2026-12-03-seed-replicates/make_tables.py RUNS --check results/seeds.md   # exit 1 on a mismatch

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 31 items 1-2: the seeds' claims with three training seeds each, from one commit, nothing tuned per
+# The seeds' claims with three training seeds each, from one commit, nothing tuned per
 # variant (the model, data and recipes of results/2026-12-01-seed00*/run.sh; seeds_lib.sh), each seed a separate
 # training run (`lctx train --seed S`; acc_rot's random increments take the same S, `acc_rot_seed=S`).
 #

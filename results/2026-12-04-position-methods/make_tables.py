@@ -1,4 +1,4 @@
-"""tables.md of the position-methods run (issue 43 item 6), from its run directories alone: per method, passkey
+"""tables.md of the position-methods run, from its run directories alone: per method, passkey
 and niah_single_2 by length (mean, 95 % Wilson interval, n; an errored sample counts as a miss), the same split into
 the needles of the prompt's first half (depths below 0.5) and of its second half (0.5 and above), perplexity by length (windows pooled by
 token-weighted NLL) with its ratio to 1x and to the shipped model at 1x, the effective length and verdict of

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 43 item 6, the grid that fits one session (RULES.md, amendment of 2026-12-05): SmolLM2-135M-Instruct (8K)
+# The grid that fits one session (RULES.md, amendment of 2026-12-05): SmolLM2-135M-Instruct (8K)
 # as shipped and under six positional methods, side by side in one `lctx run` per phase.
 # Usage (from the repository root of a clean clone or worktree):
 #   bash results/2026-12-04-position-methods/run-reduced.sh [OUT]

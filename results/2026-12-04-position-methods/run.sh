@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 43 item 6: which positional method extends SmolLM2-135M-Instruct (8K context) and Gemma 3 270M (32K), and
+# Which positional method extends SmolLM2-135M-Instruct (8K context) and Gemma 3 270M (32K), and
 # how far. The grid, its cost and the rules that read it were written down before the run: RULES.md.
 # Usage (from the repository root of a clean clone or worktree): bash results/2026-12-04-position-methods/run.sh [OUT]
 #   OUT            default: a new temporary folder (printed); one inside the repository is refused unless FORCE=1

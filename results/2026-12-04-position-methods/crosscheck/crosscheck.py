@@ -1,5 +1,5 @@
 """YaRN and linear scaling through lctx (``--position``) against llama.cpp's own on the same GGUF and the same prompt
-ids, at 2x the checkpoint's context (issue 43 item 4).
+ids, at 2x the checkpoint's context.
 
 The checkpoint: SmolLM2-135M-Instruct Q4_1 (8K context). lctx's side is ``lctx run``'s in-process adapter with the
 method (``load_lm(gguf, position=SPEC)``: the GGUF dequantised to float32 by transformers, the method applied to the

@@ -1,4 +1,4 @@
-"""Self-Extend and attention sinks against the model as shipped (issue 43 item 8): paired, interleaved timings of
+"""Self-Extend and attention sinks against the model as shipped: paired, interleaved timings of
 one long sample on SmolLM2-135M-Instruct's GGUF, in one process, so a busy shared CPU slows every method alike; the
 ratio is the result, not the seconds.
 
