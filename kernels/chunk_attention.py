@@ -243,6 +243,20 @@ def _flex_part(name: str, compile: bool):
     return _COMPILED[name]
 
 
+def _checked(q: torch.Tensor, k: torch.Tensor, scale: float | None, window: int | None) -> tuple[int, int, float]:
+    """(Tq, Tk, scale) of a chunk's q [B, H, Tq, D] and k [B, H, Tk, D]; scale defaults to 1 / sqrt(D).
+
+    Raises:
+        ValueError: Tk < Tq, window < 1.
+    """
+    Tq, Tk, D = q.shape[2], k.shape[2], q.shape[-1]
+    if Tk < Tq:
+        raise ValueError(f"a chunk of {Tq} queries needs at least {Tq} keys, got {Tk}")
+    if window is not None and window < 1:
+        raise ValueError(f"window must be >= 1 token, got {window}")
+    return Tq, Tk, (scale if scale is not None else 1.0 / math.sqrt(D))
+
+
 def flex_split_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None,
                          window: int | None = None, compile: bool = True) -> torch.Tensor:
     """The split of :func:`chunk_attention` through FlexAttention (the CUDA form; runs eagerly on CPU for tests).
@@ -260,12 +274,7 @@ def flex_split_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scal
     Raises:
         ValueError: Tk < Tq, window < 1.
     """
-    Tq, Tk, D = q.shape[2], k.shape[2], q.shape[-1]
-    if Tk < Tq:
-        raise ValueError(f"a chunk of {Tq} queries needs at least {Tq} keys, got {Tk}")
-    if window is not None and window < 1:
-        raise ValueError(f"window must be >= 1 token, got {window}")
-    s = scale if scale is not None else 1.0 / math.sqrt(D)
+    Tq, Tk, s = _checked(q, k, scale, window)
     band = _flex_part("band", compile)
     past = Tk - Tq
     own = band_block_mask(Tq, Tq, 0, window, q.device)
@@ -301,12 +310,7 @@ def chunk_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: fl
     Raises:
         ValueError: Tk < Tq, window < 1.
     """
-    Tq, Tk, D = q.shape[2], k.shape[2], q.shape[-1]
-    if Tk < Tq:
-        raise ValueError(f"a chunk of {Tq} queries needs at least {Tq} keys, got {Tk}")
-    if window is not None and window < 1:
-        raise ValueError(f"window must be >= 1 token, got {window}")
-    s = scale if scale is not None else 1.0 / math.sqrt(D)
+    Tq, Tk, s = _checked(q, k, scale, window)
     past = Tk - Tq
     if window is not None and window >= Tk:
         window = None  # every allowed key is inside the window
