@@ -1016,7 +1016,7 @@ def _require_cuda() -> None:
     import torch  # lazy: loads torch (only to ask for a device; no CUDA context is made)
 
     if not torch.cuda.is_available():
-        raise LctxError("gpu_check needs a CUDA device (torch sees none); run it on the GPU machine, or rehearse it "
+        raise LctxError("gpu-check needs a CUDA device (torch sees none); run it on the GPU machine, or rehearse it "
                         "here with --rehearse")
 
 
